@@ -1,0 +1,21 @@
+// Subcommands of the `clefrt` binary. Each registers its options on the CLI11 app and
+// returns the function that runs it.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace clefrt::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_encode(CLI::App& app);
+
+// Reads each input: a file, "-" for stdin; a `.jsonl` file (or stdin with --jsonl) gives one
+// record per non-empty line. Calls fn(record, where) in order.
+void for_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl,
+                     const std::function<void(const std::string&, const std::string&)>& fn);
+
+}  // namespace clefrt::cli

@@ -1,0 +1,115 @@
+// `clefrt encode`: a request -> token ids and spans, with no weights needed.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "schema/encode.h"
+#include "schema/request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace clefrt::cli {
+
+namespace fs = std::filesystem;
+
+void for_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl,
+                     const std::function<void(const std::string&, const std::string&)>& fn) {
+  for (const auto& in : inputs) {
+    std::string text;
+    if (in == "-") {
+      std::stringstream ss;
+      ss << std::cin.rdbuf();
+      text = ss.str();
+    } else {
+      std::ifstream f(in, std::ios::binary);
+      if (!f) throw Error(Status::BadRequest, "io_error", "cannot read the request file", in);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      text = ss.str();
+    }
+    bool jsonl = (in == "-") ? stdin_jsonl : fs::path(in).extension() == ".jsonl";
+    if (!jsonl) {
+      fn(text, in);
+      continue;
+    }
+    size_t line_no = 0, pos = 0;
+    while (pos < text.size()) {
+      size_t nl = text.find('\n', pos);
+      if (nl == std::string::npos) nl = text.size();
+      ++line_no;
+      std::string line = text.substr(pos, nl - pos);
+      pos = nl + 1;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      fn(line, in + ":" + std::to_string(line_no));
+    }
+  }
+}
+
+Runner add_encode(CLI::App& app) {
+  struct Opts {
+    std::string tokenizer, model;
+    bool parse_special = false, require_instructions = false, jsonl = false;
+    size_t max_length = 16384;
+    std::vector<std::string> inputs;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* c = app.add_subcommand("encode",
+                                   "Encode requests into the model's token ids and spans (no weights needed).\n"
+                                   "Prints one JSON object per request: input_ids, per-question spans and option ids, usage.\n"
+                                   "An invalid request prints the protocol's error JSON and the exit status is 1.");
+  auto* tok = c->add_option("--tokenizer", o->tokenizer, "a Hugging Face tokenizer.json (byte-level BPE)")->check(CLI::ExistingFile);
+  auto* model = c->add_option("--model", o->model, "a Clef release folder (reads tokenizer.json and preprocessor_config.json)")
+                    ->check(CLI::ExistingDirectory);
+  tok->excludes(model);
+  c->add_flag("--parse-special", o->parse_special,
+              "parse special-token text inside user content as special tokens, as the reference does\n"
+              "(byte-exact parity; allows prompt injection). Default: user text is plain text.");
+  c->add_flag("--require-instructions", o->require_instructions,
+              "refuse a question whose instructions are missing or empty (422), as hosted Clef does;\n"
+              "default: fall back to the question id, as the reference does");
+  c->add_option("--max-length", o->max_length, "context length in tokens; the state is cut to fit (default 16384)")
+      ->check(CLI::Range(size_t(1), size_t(1) << 30));
+  c->add_flag("--jsonl", o->jsonl, "read stdin ('-') as JSON lines, one request per line");
+  c->add_option("requests", o->inputs, "request files (.json, or .jsonl for one per line); '-' reads stdin")->required();
+
+  return [o]() -> int {
+    if (o->tokenizer.empty() && o->model.empty())
+      throw Error(Status::BadRequest, "usage", "encode needs --tokenizer FILE or --model DIR");
+    EncodeOptions eo;
+    eo.max_length = o->max_length;
+    eo.user_text = o->parse_special ? AddedTokens::Parse : AddedTokens::Plain;
+    std::string tok_path = o->tokenizer;
+    if (!o->model.empty()) {
+      tok_path = (fs::path(o->model) / "tokenizer.json").string();
+      for (const char* name : {"preprocessor_config.json", "processor_config.json"}) {
+        fs::path p = fs::path(o->model) / name;
+        if (fs::exists(p)) {
+          eo.vision = VisionGeometry::from_file(p.string());
+          break;
+        }
+      }
+    }
+    Tokenizer tok = Tokenizer::load(tok_path);
+    Encoder enc(tok, eo);
+    RequestLimits lim;
+    lim.require_instructions = o->require_instructions;
+    int status = 0;
+    for_each_record(o->inputs, o->jsonl, [&](const std::string& body, const std::string& where) {
+      try {
+        Request req = parse_request(body, lim);
+        std::cout << encoded_to_json(enc.encode(req)) << "\n";
+      } catch (const Error& e) {
+        std::cout << e.to_json() << "\n";
+        std::cerr << "clefrt encode: " << where << ": " << e.http_status() << " " << e.what() << "\n";
+        status = 1;
+      }
+    });
+    std::cout.flush();
+    return status;
+  };
+}
+
+}  // namespace clefrt::cli
