@@ -1,1 +1,83 @@
+// The `clefrt` binary end to end: exit codes, stdout shapes, stdin and .jsonl input.
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "common/json.h"
+#include "test_util.h"
+
+namespace clefrt {
+namespace {
+
+struct CmdResult {
+  int status;
+  std::string out;
+};
+
+CmdResult run(const std::string& args) {
+  std::string cmd = std::string(CLEFRT_BINARY) + " " + args + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  return {WEXITSTATUS(st), out};
+}
+
+std::string tok() { return "--tokenizer " + test::source_path(".deps/qwen3/tokenizer.json"); }
+
+TEST(Cli, EncodeTheExample) {
+  CmdResult r = run("encode " + tok() + " " + test::source_path("examples/blog.json"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto v = json::parse(r.out);
+  EXPECT_EQ(v.find("questions")->arr.size(), 3u);
+  EXPECT_EQ(size_t(v.find("usage")->find("input_tokens")->i), v.find("input_ids")->arr.size());
+}
+
+TEST(Cli, InvalidRequestPrintsTheErrorJsonAndFails) {
+  std::string path = testing::TempDir() + "bad.json";
+  std::ofstream(path) << R"({"state":"s","questions":{"q":{"type":"maybe"}}})";
+  CmdResult r = run("encode " + tok() + " " + path);
+  EXPECT_EQ(r.status, 1);
+  auto v = json::parse(r.out);
+  EXPECT_EQ(v.find("error")->find("type")->s, "validation_error");
+  EXPECT_EQ(v.find("error")->find("details")->find("path")->s, "questions.q.type");
+}
+
+TEST(Cli, JsonlGivesOneLineEachInOrder) {
+  std::string path = testing::TempDir() + "many.jsonl";
+  std::ofstream(path) << R"({"state":"a","questions":{"q":{"type":"noul"}}})" "\n\n"
+                      << R"({"state":"b",)" "\n"
+                      << R"({"state":"c","questions":{"q":{"type":"noul"},"r":{"type":"noul"}}})" "\n";
+  CmdResult r = run("encode " + tok() + " " + path);
+  EXPECT_EQ(r.status, 1);  // the second line is malformed
+  std::vector<std::string> lines;
+  size_t pos = 0;
+  while (pos < r.out.size()) {
+    size_t nl = r.out.find('\n', pos);
+    lines.push_back(r.out.substr(pos, nl - pos));
+    pos = nl + 1;
+  }
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(json::parse(lines[0]).find("questions")->arr.size(), 1u);
+  EXPECT_TRUE(json::parse(lines[1]).find("error"));
+  EXPECT_EQ(json::parse(lines[2]).find("questions")->arr.size(), 2u);
+}
+
+TEST(Cli, StdinAndHelp) {
+  CmdResult r = run("encode " + tok() + " - < " + test::source_path("examples/blog.json"));
+  EXPECT_EQ(r.status, 0);
+  EXPECT_TRUE(json::parse(r.out).find("input_ids"));
+  CmdResult h = run("--help");
+  EXPECT_EQ(h.status, 0);
+  EXPECT_NE(h.out.find("encode"), std::string::npos);
+  CmdResult none = run("");
+  EXPECT_NE(none.status, 0);
+  CmdResult missing = run("encode " + tok() + " /nonexistent.json");
+  EXPECT_NE(missing.status, 0);
+}
+
+}  // namespace
+}  // namespace clefrt
