@@ -45,7 +45,8 @@ std::string shown(std::string_view s, size_t max = 60) {
 }
 
 void reject_unknown(const Value& obj, const std::string& path, std::initializer_list<const char*> allowed) {
-  for (const auto& [k, v] : obj.obj) {
+  for (const auto& member : obj.obj) {
+    const std::string& k = member.first;
     bool ok = std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; });
     if (!ok) {
       std::string list;
