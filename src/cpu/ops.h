@@ -1,0 +1,47 @@
+// The reference CPU kernels (fp32). The forward pass is written once over these; the CUDA
+// backend implements the same set and is tested against them.
+#pragma once
+#include <cstdint>
+
+namespace clefrt::cpu {
+
+// y[m, n] = x[m, k] * w[n, k]^T (+ bias[n] when given). OpenBLAS sgemm.
+void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, const float* bias = nullptr);
+
+// Clef's RMSNorm: y = x * rsqrt(mean(x^2) + eps) * (1 + w), per row of d.
+void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y);
+// Plain-weight RMSNorm (the GDN gated norm): y = x * rsqrt(mean(x^2) + eps) * w.
+void rms_norm(const float* x, int64_t rows, int64_t d, const float* w, float eps, float* y);
+// Affine LayerNorm (the joint head, the vision tower).
+void layer_norm(const float* x, int64_t rows, int64_t d, const float* w, const float* b, float eps, float* y);
+
+// Depthwise causal conv over one sequence then SiLU: y[t,c] = silu(sum_j w[c,j] x[t-K+1+j, c]).
+void causal_conv_silu(const float* x, int64_t len, int64_t channels, const float* w, int64_t kernel, float* y);
+
+// Gated DeltaNet over one sequence and one value head, fp32 state S[dk, dv] starting at zero.
+// q, k: [len, dk] (already L2-normalised, q scaled); v: [len, dv]; g (log decay), beta: [len].
+// Strides let the caller pass views into packed [len, heads*dim] buffers.
+struct GdnHead {
+  const float *q, *k, *v, *g, *beta;
+  int64_t len, dk, dv;
+  int64_t q_stride, k_stride, v_stride, gb_stride, o_stride;
+  float* o;  // [len, dv]
+};
+void gdn_recurrent(const GdnHead& h);
+void gdn_chunked(const GdnHead& h, int64_t chunk = 64);
+
+// Causal attention over one sequence: q [len, hq, d], k/v [len, hkv, d] (row strides given),
+// out [len, hq, d]; query head h reads KV head h / (hq / hkv).
+void attention_causal(const float* q, const float* k, const float* v, int64_t len, int64_t hq, int64_t hkv, int64_t d,
+                      int64_t q_stride, int64_t kv_stride, float* out);
+
+// Unmasked multi-head attention (the joint head): q [lq, w], k/v [lk, w], heads of w/heads.
+void attention_full(const float* q, int64_t lq, const float* k, const float* v, int64_t lk, int64_t width, int64_t heads,
+                    float* out);
+
+inline float silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+float gelu_erf(float x);
+float softplus(float x);  // log1p(exp(x)), x > 20 -> x
+
+}  // namespace clefrt::cpu
