@@ -14,16 +14,20 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "clefrt " CLEFRT_VERSION);
   app.footer(
       "Run `clefrt COMMAND --help` for a command's options.\n"
-      "Not built yet (see README): decide, serve, inspect, synth, bench, quantize, eval.");
-  std::vector<clefrt::cli::Runner> runners;
-  auto encode = clefrt::cli::add_encode(app);
+      "Not built yet (see README): serve, inspect, bench, quantize, eval; --device cuda.");
+  std::vector<std::pair<std::string, clefrt::cli::Runner>> runners = {
+      {"encode", clefrt::cli::add_encode(app)},
+      {"decide", clefrt::cli::add_decide(app)},
+      {"synth", clefrt::cli::add_synth(app)},
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
-    if (app.got_subcommand("encode")) return encode();
+    for (auto& [name, run] : runners)
+      if (app.got_subcommand(name)) return run();
   } catch (const clefrt::Error& e) {
     std::cerr << "clefrt: " << e.what() << "\n";
     return 2;

@@ -1,0 +1,67 @@
+// `clefrt decide`: answer requests with a model folder; System One responses on stdout.
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "engine/engine.h"
+#include "schema/answers.h"
+#include "schema/request.h"
+
+namespace clefrt::cli {
+
+Runner add_decide(CLI::App& app) {
+  struct Opts {
+    std::string model, device = "cpu", confidence = "reference";
+    int threads = 0;
+    size_t max_length = 16384;
+    bool precise = false, parse_special = false, require_instructions = false, jsonl = false;
+    std::vector<std::string> inputs;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* c = app.add_subcommand("decide",
+                                   "Answer requests with a model folder: prints one System One response per request.\n"
+                                   "An invalid request prints the protocol's error JSON and the exit status is 1.");
+  c->add_option("--model", o->model, "a Clef release folder (bf16/f16/f32 safetensors)")->required()->check(CLI::ExistingDirectory);
+  c->add_option("--device", o->device, "cpu (cuda is not built yet)")->check(CLI::IsMember({"cpu", "cuda"}));
+  c->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  c->add_option("--max-length", o->max_length, "context length in tokens; the state is cut to fit (default 16384)");
+  c->add_flag("--precise", o->precise, "print probabilities, score and confidence unrounded");
+  c->add_option("--confidence", o->confidence, "reference (max p, default) | purity | jev")
+      ->check(CLI::IsMember({"reference", "purity", "jev"}));
+  c->add_flag("--parse-special", o->parse_special, "parse special-token text in user content, as the reference does");
+  c->add_flag("--require-instructions", o->require_instructions, "refuse missing/empty instructions (422)");
+  c->add_flag("--jsonl", o->jsonl, "read stdin ('-') as JSON lines");
+  c->add_option("requests", o->inputs, "request files (.json, or .jsonl for one per line); '-' reads stdin")->required();
+  return [o]() -> int {
+    if (o->device == "cuda")
+      throw Error(Status::BadRequest, "usage", "--device cuda: the CUDA backend is not built yet (issue 4); use --device cpu");
+    EngineOptions eo;
+    eo.threads = o->threads;
+    eo.encode.max_length = o->max_length;
+    eo.encode.user_text = o->parse_special ? AddedTokens::Parse : AddedTokens::Plain;
+    auto engine = Engine::load(o->model, eo);
+    AnswerOptions ao;
+    ao.precise = o->precise;
+    ao.confidence = parse_confidence(o->confidence);
+    RequestLimits lim;
+    lim.require_instructions = o->require_instructions;
+    int status = 0;
+    for_each_record(o->inputs, o->jsonl, [&](const std::string& body, const std::string& where) {
+      try {
+        Request req = parse_request(body, lim);
+        Encoded enc = engine->encoder().encode(req);
+        auto probs = engine->probs({&enc});
+        std::cout << response_json(req.model.empty() ? "clef" : req.model, req, probs[0], enc.input_ids.size(), ao) << "\n";
+      } catch (const Error& e) {
+        std::cout << e.to_json() << "\n";
+        std::cerr << "clefrt decide: " << where << ": " << e.http_status() << " " << e.what() << "\n";
+        status = 1;
+      }
+    });
+    std::cout.flush();
+    return status;
+  };
+}
+
+}  // namespace clefrt::cli

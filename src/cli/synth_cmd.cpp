@@ -1,0 +1,28 @@
+// `clefrt synth`: write a random-weight Clef folder.
+#include <iostream>
+#include <memory>
+
+#include "cli/commands.h"
+#include "model/synth.h"
+
+namespace clefrt::cli {
+
+Runner add_synth(CLI::App& app) {
+  auto o = std::make_shared<model::SynthOptions>();
+  CLI::App* c = app.add_subcommand("synth",
+                                   "Write a random-weight model folder in the exact Clef release layout (sharded bf16\n"
+                                   "safetensors, config.json, joint_head.*, tokenizer.json). Random weights give\n"
+                                   "meaningless answers: this is for tests and benchmarks without the real weights.");
+  c->add_option("--out", o->out_dir, "output folder (created)")->required();
+  c->add_option("--config", o->preset, "tiny | small | clef-flash | clef-27b (default tiny)")
+      ->check(CLI::IsMember({"tiny", "small", "clef-flash", "clef-27b"}));
+  c->add_option("--tokenizer", o->tokenizer, "tokenizer.json to ship with the model")->required()->check(CLI::ExistingFile);
+  c->add_option("--seed", o->seed, "random seed (default 1)");
+  return [o]() {
+    model::synthesize(*o);
+    std::cerr << "synth: wrote " << o->preset << " model to " << o->out_dir << "\n";
+    return 0;
+  };
+}
+
+}  // namespace clefrt::cli

@@ -1,0 +1,25 @@
+// The Clef computation (spec/model.md 1 and 4) in fp32 over the CPU ops: the Qwen3.5 text
+// backbone for several packed sequences (each keeps its own attention and GDN state) and the
+// joint schema head for one encoded request.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "schema/encode.h"
+
+namespace clefrt::model {
+
+enum class GdnForm { Chunked, Recurrent };
+
+// ids: the sequences one after another; offsets: n+1 starts (offsets[0] = 0, back = ids.size()).
+// Returns the final-norm hidden states [ids.size(), hidden].
+std::vector<float> backbone_forward(const TextWeights& w, const TextConfig& c, const std::vector<int32_t>& ids,
+                                    const std::vector<int64_t>& offsets, GdnForm form = GdnForm::Chunked);
+
+// Per-question option probabilities (encoded option order) from one request's hidden states.
+std::vector<std::vector<double>> joint_head(const HeadWeights& h, const HeadConfig& c, const Tensor& lm_head,
+                                            const float* hidden, const Encoded& e);
+
+}  // namespace clefrt::model
