@@ -1,0 +1,141 @@
+// The CPU engine on a synthesized tiny model: packing, GDN forms, load errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "engine/engine.h"
+#include "io/safetensors_write.h"
+#include "model/synth.h"
+#include "test_util.h"
+
+namespace clefrt {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string& tiny_dir() {
+  static const std::string dir = [] {
+    std::string d = testing::TempDir() + "clefrt-tiny";
+    model::SynthOptions o;
+    o.out_dir = d;
+    o.tokenizer = test::source_path(".deps/qwen3/tokenizer.json");
+    o.seed = 7;
+    o.progress = false;
+    model::synthesize(o);
+    return d;
+  }();
+  return dir;
+}
+
+const Engine& tiny() {
+  static std::unique_ptr<Engine> e = Engine::load(tiny_dir());
+  return *e;
+}
+
+std::vector<std::string> requests() {
+  std::string long_state;
+  for (int k = 0; k < 60; ++k) long_state += "Sentence number " + std::to_string(k) + " about the outage and the billing system. ";
+  return {
+      test::read_file(test::source_path("examples/blog.json")),
+      R"({"state":"short","questions":{"a":{"type":"noul"}}})",
+      R"({"state":")" + long_state + R"(","questions":{"x":{"type":"choice","criteria":{"p":"one","q":"two","r":null}},"y":{"type":"score","criteria":["a","b"]}}})",
+      R"({"state":{"k":[1,2,3]},"questions":{"z":{"type":"noul","instructions":"Is it?"},"w":{"type":"noul"}}})",
+  };
+}
+
+TEST(Engine, PackedBatchEqualsOneAtATime) {
+  std::vector<Encoded> enc;
+  for (const auto& r : requests()) enc.push_back(tiny().encoder().encode(parse_request(r)));
+  std::vector<const Encoded*> all;
+  for (const auto& e : enc) all.push_back(&e);
+  auto batched = tiny().probs(all);
+  double worst = 0;
+  for (size_t k = 0; k < enc.size(); ++k) {
+    auto alone = tiny().probs({&enc[k]})[0];
+    ASSERT_EQ(alone.size(), batched[k].size());
+    for (size_t q = 0; q < alone.size(); ++q) {
+      double sum = 0;
+      for (size_t j = 0; j < alone[q].size(); ++j) {
+        worst = std::max(worst, std::fabs(alone[q][j] - batched[k][q][j]));
+        sum += alone[q][j];
+        EXPECT_GE(alone[q][j], 0.0);
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-9);
+    }
+  }
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_GT(enc[2].input_ids.size(), 700u);  // crosses several GDN chunks
+}
+
+TEST(Engine, ChunkedAndRecurrentGdnAgree) {
+  std::vector<Encoded> enc;
+  for (const auto& r : requests()) enc.push_back(tiny().encoder().encode(parse_request(r)));
+  std::vector<const Encoded*> all;
+  for (const auto& e : enc) all.push_back(&e);
+  auto a = tiny().probs(all, model::GdnForm::Chunked);
+  auto b = tiny().probs(all, model::GdnForm::Recurrent);
+  double worst = 0;
+  for (size_t k = 0; k < a.size(); ++k)
+    for (size_t q = 0; q < a[k].size(); ++q)
+      for (size_t j = 0; j < a[k][q].size(); ++j) worst = std::max(worst, std::fabs(a[k][q][j] - b[k][q][j]));
+  EXPECT_LT(worst, 1e-5);
+}
+
+TEST(Engine, AnswersArePeakedNotUniform) {
+  Encoded e = tiny().encoder().encode(parse_request(requests()[0]));
+  auto p = tiny().probs({&e})[0];
+  double maxp = 0;
+  for (auto& q : p)
+    for (double x : q) maxp = std::max(maxp, x);
+  EXPECT_GT(maxp, 0.6);
+}
+
+std::string load_error_of(const std::string& dir) {
+  try {
+    Engine::load(dir);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Engine, LoadErrorsNameFileAndTensor) {
+  std::string d = testing::TempDir() + "clefrt-broken";
+  auto fresh = [&] {
+    fs::remove_all(d);
+    fs::copy(tiny_dir(), d);
+  };
+  fresh();
+  fs::remove(d + "/joint_head.safetensors");
+  EXPECT_NE(load_error_of(d).find("joint_head.safetensors"), std::string::npos);
+  fresh();
+  fs::remove(d + "/model-00002-of-00002.safetensors");
+  EXPECT_NE(load_error_of(d).find("model-00002-of-00002.safetensors"), std::string::npos);
+  fresh();
+  fs::resize_file(d + "/model-00001-of-00002.safetensors", 1000000);
+  EXPECT_NE(load_error_of(d).find("truncated"), std::string::npos);
+  fresh();
+  {  // a head tensor with the wrong shape
+    io::write_safetensors(d + "/joint_head.safetensors",
+                          {{"hidden_norm.weight", io::DType::BF16, {63}, io::bf16_bytes(std::vector<float>(63, 1.0f))}});
+    std::string msg = load_error_of(d);
+    EXPECT_NE(msg.find("hidden_norm.weight has shape [63], expected [64]"), std::string::npos) << msg;
+  }
+  fresh();
+  {  // config inconsistent with the weights
+    std::string cfg = test::read_file(d + "/config.json");
+    cfg.replace(cfg.find("\"intermediate_size\":128"), 23, "\"intermediate_size\":96");
+    std::ofstream(d + "/config.json") << cfg;
+    std::string msg = load_error_of(d);
+    EXPECT_NE(msg.find("mlp.gate_proj.weight has shape [128, 64], expected [96, 64]"), std::string::npos) << msg;
+  }
+  fresh();
+  std::ofstream(d + "/config.json") << "{";
+  EXPECT_NE(load_error_of(d).find("config.json"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace clefrt
