@@ -54,85 +54,90 @@ def image_bytes(img):
     return base64.b64decode(img["base64"])
 
 
-def main():
-    tok_path, inputs, out = sys.argv[1:4]
+def load_tokenizers(tok_path):
     full = Tokenizer.from_file(tok_path)
     with open(tok_path, encoding="utf-8") as f:
         spec = json.load(f)
     spec["added_tokens"] = []
-    plain = Tokenizer.from_str(json.dumps(spec))
+    return full, Tokenizer.from_str(json.dumps(spec))
+
+
+def encode_request(full, plain, req, max_length=16384, parse_special=False):
+    """Returns {"input_ids", "questions", "images", "usage"} or {"error": 413}."""
+    user_tok = full if parse_special else plain
     vs, ve, pad = (full.token_to_id(t) for t in ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>"))
 
+    def const(text):
+        return full.encode(text, add_special_tokens=False).ids
+
+    def user(text):
+        return user_tok.encode(text, add_special_tokens=False).ids
+
+    prefix = const("<|im_start|>system\n" + SYSTEM + "<|im_end|>\n<|im_start|>user\nSTATE:\n")
+    media, images = [], []
+    for img in req.get("images") or []:
+        w, h = png_size(image_bytes(img))
+        rh, rw = smart_resize(h, w, factor=PATCH * MERGE, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+        gh, gw = rh // PATCH, rw // PATCH
+        media += [vs] + [pad] * (gh * gw // (MERGE * MERGE)) + [ve]
+        images.append({"grid_thw": [1, gh, gw], "resized": [rw, rh]})
+    if media:
+        media += const("\n")
+    schema = const("\n\nSCHEMA FIELDS:\n")
+    questions = []
+    for i, (qid, q) in enumerate(req["questions"].items(), 1):
+        t = q["type"]
+        schema += user(f"\nFIELD {i}\nID: {qid}\nTYPE: {t}\nINSTRUCTION: ")
+        ins = q.get("instructions")
+        if ins is None or ins == "":
+            ins = qid
+        s = len(schema)
+        schema += user(render(ins))
+        qspan = [s, len(schema)]
+        schema += const("\nALLOWED OPTIONS:\n")
+        crit = q.get("criteria")
+        if t == "noul":
+            crit = crit or {}
+            opts = [("true", crit.get("true", NOUL_TRUE)), ("false", crit.get("false", NOUL_FALSE))]
+        elif t == "choice":
+            opts = [(k, crit[k]) for k in sorted(crit)]
+        else:
+            opts = [(str(k), d) for k, d in enumerate(crit)]
+        spans = []
+        for j, (oid, d) in enumerate(opts, 1):
+            schema += const(f"OPTION {j}: ")
+            o = {"option_id": oid}
+            if d is not None:
+                o["description"] = d
+            s = len(schema)
+            schema += user(render(o))
+            spans.append([s, len(schema)])
+            schema += const("\n")
+        schema += const("END FIELD\n")
+        questions.append({"id": qid, "type": t, "question_span": qspan, "option_spans": spans,
+                          "option_ids": [o[0] for o in opts]})
+    suffix = const("\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:")
+    fixed = len(prefix) + len(media) + len(schema) + len(suffix)
+    if fixed > max_length:
+        return {"error": 413}
+    state = user(render(req["state"]))[: max_length - fixed]
+    base = len(prefix) + len(media) + len(state)
+    for q in questions:
+        q["question_span"] = [x + base for x in q["question_span"]]
+        q["option_spans"] = [[a + base, b + base] for a, b in q["option_spans"]]
+    ids = prefix + media + state + schema + suffix
+    return {"input_ids": ids, "questions": questions, "images": images, "usage": {"input_tokens": len(ids)}}
+
+
+def main():
+    tok_path, inputs, out = sys.argv[1:4]
+    full, plain = load_tokenizers(tok_path)
     n = 0
     with open(inputs, encoding="utf-8") as fin, open(out, "w", encoding="utf-8") as fout:
         for line in fin:
             rec = json.loads(line)
-            req, max_length = rec["request"], rec["max_length"]
-            user_tok = full if rec["parse_special"] else plain
-
-            def const(text):
-                return full.encode(text, add_special_tokens=False).ids
-
-            def user(text):
-                return user_tok.encode(text, add_special_tokens=False).ids
-
-            prefix = const("<|im_start|>system\n" + SYSTEM + "<|im_end|>\n<|im_start|>user\nSTATE:\n")
-            media, images = [], []
-            for img in req.get("images") or []:
-                w, h = png_size(image_bytes(img))
-                rh, rw = smart_resize(h, w, factor=PATCH * MERGE, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
-                gh, gw = rh // PATCH, rw // PATCH
-                media += [vs] + [pad] * (gh * gw // (MERGE * MERGE)) + [ve]
-                images.append({"grid_thw": [1, gh, gw], "resized": [rw, rh]})
-            if media:
-                media += const("\n")
-            schema = const("\n\nSCHEMA FIELDS:\n")
-            questions = []
-            for i, (qid, q) in enumerate(req["questions"].items(), 1):
-                t = q["type"]
-                schema += user(f"\nFIELD {i}\nID: {qid}\nTYPE: {t}\nINSTRUCTION: ")
-                ins = q.get("instructions")
-                if ins is None or ins == "":
-                    ins = qid
-                s = len(schema)
-                schema += user(render(ins))
-                qspan = [s, len(schema)]
-                schema += const("\nALLOWED OPTIONS:\n")
-                crit = q.get("criteria")
-                if t == "noul":
-                    crit = crit or {}
-                    opts = [("true", crit.get("true", NOUL_TRUE)), ("false", crit.get("false", NOUL_FALSE))]
-                elif t == "choice":
-                    opts = [(k, crit[k]) for k in sorted(crit)]
-                else:
-                    opts = [(str(k), d) for k, d in enumerate(crit)]
-                spans = []
-                for j, (oid, d) in enumerate(opts, 1):
-                    schema += const(f"OPTION {j}: ")
-                    o = {"option_id": oid}
-                    if d is not None:
-                        o["description"] = d
-                    s = len(schema)
-                    schema += user(render(o))
-                    spans.append([s, len(schema)])
-                    schema += const("\n")
-                schema += const("END FIELD\n")
-                questions.append({"id": qid, "type": t, "question_span": qspan, "option_spans": spans,
-                                  "option_ids": [o[0] for o in opts]})
-            suffix = const("\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:")
-            fixed = len(prefix) + len(media) + len(schema) + len(suffix)
-            if fixed > max_length:
-                fout.write(json.dumps({"error": 413}) + "\n")
-                n += 1
-                continue
-            state = user(render(req["state"]))[: max_length - fixed]
-            base = len(prefix) + len(media) + len(state)
-            for q in questions:
-                q["question_span"] = [x + base for x in q["question_span"]]
-                q["option_spans"] = [[a + base, b + base] for a, b in q["option_spans"]]
-            ids = prefix + media + state + schema + suffix
-            fout.write(json.dumps({"input_ids": ids, "questions": questions, "images": images,
-                                   "usage": {"input_tokens": len(ids)}}, ensure_ascii=False, separators=(",", ":")) + "\n")
+            res = encode_request(full, plain, rec["request"], rec["max_length"], rec["parse_special"])
+            fout.write((json.dumps(res) if "error" in res else json.dumps(res, ensure_ascii=False, separators=(",", ":"))) + "\n")
             n += 1
     print(f"encode_ref: {n} requests (image resize from {RESIZE_SOURCE})")
 

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""The CPU engine's oracle (run on the GPU machine: torch + transformers 5.17 with qwen3_5).
+
+  make_oracle.py QWEN3_TOKENIZER_JSON OUT_DIR
+
+For each configuration it writes OUT_DIR/NAME/ (a small random Clef folder: config.json and
+model.safetensors saved by transformers' Qwen3_5ForConditionalGeneration, joint_head.safetensors,
+joint_head_config.json, a tokenizer cut from the real Qwen3 one) and OUT_DIR/NAME.expected.jsonl
+with, per request, the request, its input_ids (spec encoder) and the fp32 probabilities of the
+reference forward: transformers' backbone + the joint head written here from spec/model.md 4.
+Weights are rounded to bf16 before the forward, so the saved bf16 folder is exactly what was run.
+"""
+import json, math, os, random, sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as Fn
+
+sys.path.insert(0, os.path.dirname(__file__))
+from encode_ref import encode_request, load_tokenizers  # noqa: E402
+import make_corpus  # noqa: E402
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+torch.set_float32_matmul_precision("highest")
+
+CONFIGS = {
+    # Hv > Hk and two full-attention layers (layers 3 and 7)
+    "tiny-a": dict(hidden=64, layers=8, ffn=128, q_heads=4, kv_heads=2, head_dim=32, k_heads=2, v_heads=4, k_dim=16, v_dim=16,
+                   mrope=[2, 1, 1], width=32, heads=4, head_ffn=64, routing=1, head_layers=1),
+    # Hv == Hk, wider head, two routing and two decoder layers
+    "tiny-b": dict(hidden=96, layers=4, ffn=160, q_heads=2, kv_heads=1, head_dim=48, k_heads=3, v_heads=3, k_dim=16, v_dim=24,
+                   mrope=[2, 2, 2], width=48, heads=4, head_ffn=96, routing=2, head_layers=2),
+}
+
+
+def trim_tokenizer(src, dst, n_merges=3000):
+    """The first n merges of the real tokenizer, ids renumbered densely; same normaliser,
+    pre-tokenizer and added tokens (renumbered after the vocabulary)."""
+    with open(src, encoding="utf-8") as f:
+        t = json.load(f)
+    vocab = t["model"]["vocab"]
+    keep = {tok for tok, i in vocab.items() if i < 256}
+    merges = []
+    for m in t["model"]["merges"][:n_merges]:
+        a, b = (m.split(" ") if isinstance(m, str) else m)
+        if a in keep and b in keep and (a + b) in vocab:
+            merges.append([a, b])
+            keep.add(a + b)
+    ordered = sorted(keep, key=lambda tok: vocab[tok])
+    t["model"]["vocab"] = {tok: i for i, tok in enumerate(ordered)}
+    t["model"]["merges"] = merges
+    nxt = len(ordered)
+    for a in t["added_tokens"]:
+        a["id"] = nxt
+        nxt += 1
+    with open(dst, "w", encoding="utf-8") as f:
+        json.dump(t, f, ensure_ascii=False)
+    return nxt  # vocab size including added tokens
+
+
+class Evidence(nn.Module):
+    def __init__(self, W, heads, ffn):
+        super().__init__()
+        self.query_norm, self.memory_norm, self.feedforward_norm = nn.LayerNorm(W), nn.LayerNorm(W), nn.LayerNorm(W)
+        self.attention = nn.MultiheadAttention(W, heads, batch_first=True)
+        self.feedforward = nn.Sequential(nn.Linear(W, ffn), nn.GELU(), nn.Dropout(0.0), nn.Linear(ffn, W))
+
+    def forward(self, R, M):
+        m = self.memory_norm(M)
+        R = R + self.attention(self.query_norm(R), m, m, need_weights=False)[0]
+        return R + self.feedforward(self.feedforward_norm(R))
+
+
+class JointHead(nn.Module):
+    """spec/model.md section 4, written independently of the C++ engine."""
+
+    def __init__(self, d, W, routing, layers, heads, ffn):
+        super().__init__()
+        self.W = W
+        self.hidden_norm = nn.LayerNorm(d)
+        for n in ("memory", "question", "option_question", "global", "option_context", "option_lexical"):
+            setattr(self, n + "_projection", nn.Linear(d, W, bias=False))
+        self.type_embedding = nn.Embedding(3, W)
+        self.evidence_layers = nn.ModuleList([Evidence(W, heads, ffn) for _ in range(routing)])
+        self.option_summary_norm = nn.LayerNorm(W)
+        self.layers = nn.ModuleList([nn.TransformerDecoderLayer(W, heads, ffn, dropout=0.0, activation="gelu",
+                                                                batch_first=True, norm_first=True) for _ in range(layers)])
+        self.field_norm, self.option_norm = nn.LayerNorm(W), nn.LayerNorm(W)
+        self.residual_scorer = nn.Sequential(nn.Linear(4 * W, W), nn.GELU(), nn.Dropout(0.0), nn.Linear(W, 1))
+        self.prior_logit_scale = nn.Parameter(torch.tensor(math.log(10.0)))
+        self.joint_logit_scale = nn.Parameter(torch.tensor(math.log(20.0)))
+        self.residual_gate = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, H, E, ids, enc):
+        Hn = self.hidden_norm(H)
+        M = self.memory_projection(Hn)
+        g = Hn[-1]
+        qs, cs, ls, qof, types = [], [], [], [], []
+        for i, q in enumerate(enc["questions"]):
+            a, b = q["question_span"]
+            qs.append(Hn[a:b].mean(0))
+            types.append({"noul": 0, "choice": 1, "score": 2}[q["type"]])
+            for a, b in q["option_spans"]:
+                cs.append(Hn[a:b].mean(0))
+                ls.append(E[ids[a:b]].mean(0))
+                qof.append(i)
+        q = torch.stack(qs)
+        c, l = torch.stack(cs), torch.stack(ls)
+        qof_t = torch.tensor(qof, device=H.device)
+        R = self.option_context_projection(c) + self.option_lexical_projection(l) + self.option_question_projection(q[qof_t])
+        for ev in self.evidence_layers:
+            R = ev(R[None], M[None])[0]
+        B = self.question_projection(q)
+        summary = []
+        for i in range(len(qs)):
+            Ri = R[qof_t == i]
+            w = torch.softmax(Ri @ B[i] / math.sqrt(self.W), 0)
+            summary.append((w[:, None] * Ri).sum(0))
+        F = B + self.option_summary_norm(torch.stack(summary)) + self.global_projection(g) + \
+            self.type_embedding(torch.tensor(types, device=H.device))
+        for layer in self.layers:
+            F = layer(F[None], M[None])[0]
+        F = self.field_norm(F)
+        O = self.option_norm(R)
+        Fi = F[qof_t]
+        prior = torch.exp(torch.clamp(self.prior_logit_scale, max=math.log(100))) * \
+            (Fn.normalize(l, dim=-1) * Fn.normalize(q[qof_t] + g, dim=-1)).sum(-1)
+        cosj = (Fi * O).sum(-1) / torch.clamp(Fi.norm(dim=-1) * O.norm(dim=-1), min=1e-8)
+        joint = torch.exp(torch.clamp(self.joint_logit_scale, max=math.log(100))) * cosj + \
+            self.residual_scorer(torch.cat([Fi, O, Fi * O, (Fi - O).abs()], -1))[:, 0]
+        logits = prior + torch.sigmoid(self.residual_gate) * joint
+        return [torch.softmax(logits[qof_t == i].double(), 0).tolist() for i in range(len(qs))]
+
+
+def perturb(model, gen, head=False):
+    """Random, not zero: (1+w) RMSNorm offsets near 0, plain norm / LayerNorm weights near 1."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.rand(p.shape, generator=gen) * 2.7)
+            elif name.endswith("dt_bias"):
+                p.copy_(torch.randn(p.shape, generator=gen))
+            elif "norm" in name and p.dim() == 1:
+                one = head or "linear_attn.norm" in name or "visual" in name
+                base = 1.0 if (one and name.endswith("weight")) else 0.0
+                p.copy_(base + 0.1 * torch.randn(p.shape, generator=gen))
+            elif p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
+            elif p.dim() == 1:
+                p.copy_(0.02 * torch.randn(p.shape, generator=gen))
+            p.copy_(p.to(torch.bfloat16).float())  # what the bf16 folder holds
+
+
+def build(name, cfg, tok_src, out, requests):
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+    from safetensors.torch import save_file
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    vocab = trim_tokenizer(tok_src, os.path.join(d, "tokenizer.json"))
+    vocab = (vocab + 63) // 64 * 64
+    text = dict(hidden_size=cfg["hidden"], num_hidden_layers=cfg["layers"], intermediate_size=cfg["ffn"], vocab_size=vocab,
+                num_attention_heads=cfg["q_heads"], num_key_value_heads=cfg["kv_heads"], head_dim=cfg["head_dim"],
+                linear_num_key_heads=cfg["k_heads"], linear_num_value_heads=cfg["v_heads"], linear_key_head_dim=cfg["k_dim"],
+                linear_value_head_dim=cfg["v_dim"], linear_conv_kernel_dim=4, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                rope_parameters=dict(rope_type="default", rope_theta=1e7, partial_rotary_factor=0.25, mrope_section=cfg["mrope"],
+                                     mrope_interleaved=True))
+    vision = dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=cfg["hidden"], patch_size=16,
+                  temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64)
+    config = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = Qwen3_5ForConditionalGeneration(config).float().eval()
+    gen = torch.Generator().manual_seed(sum(name.encode()))
+    perturb(model, gen)
+    model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    model = model.float().cuda()
+    head = JointHead(cfg["hidden"], cfg["width"], cfg["routing"], cfg["head_layers"], cfg["heads"], cfg["head_ffn"]).eval()
+    perturb(head, gen, head=True)
+    with torch.no_grad():
+        head.prior_logit_scale.fill_(math.log(10.0))
+        head.joint_logit_scale.fill_(math.log(20.0))
+        head.residual_gate.fill_(0.5)
+        for p in (head.prior_logit_scale, head.joint_logit_scale, head.residual_gate):
+            p.copy_(p.to(torch.bfloat16).float())
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in head.state_dict().items()}, os.path.join(d, "joint_head.safetensors"))
+    with open(os.path.join(d, "joint_head_config.json"), "w") as f:
+        json.dump({"hidden_size": cfg["hidden"], "width": cfg["width"], "routing_layers": cfg["routing"],
+                   "layers": cfg["head_layers"], "heads": cfg["heads"], "feedforward": cfg["head_ffn"]}, f)
+    head = head.cuda()
+    full, plain = load_tokenizers(os.path.join(d, "tokenizer.json"))
+    E = model.lm_head.weight
+    lm = model.model.language_model
+    n = 0
+    with open(os.path.join(out, name + ".expected.jsonl"), "w", encoding="utf-8") as f, torch.no_grad():
+        for req in requests:
+            enc = encode_request(full, plain, req)
+            ids = torch.tensor(enc["input_ids"], device="cuda")
+            H = lm(input_ids=ids[None]).last_hidden_state[0].float()
+            probs = head(H, E, ids, enc)
+            f.write(json.dumps({"request": req, "input_ids": enc["input_ids"], "probs": probs}, ensure_ascii=False) + "\n")
+            n += 1
+    print(f"{name}: {n} requests, vocab {vocab}, keys e.g. {list(model.state_dict())[:3]}")
+
+
+def main():
+    tok_src, out = sys.argv[1:3]
+    make_corpus.R.seed(99)
+    reqs = []
+    for i in range(120):
+        r = make_corpus.rand_request(i)
+        r.pop("images", None)
+        if isinstance(r["state"], str) and len(r["state"]) > 2000:
+            r["state"] = r["state"][:2000]
+        r["questions"] = dict(list(r["questions"].items())[:6])
+        reqs.append(r)
+    for name, cfg in CONFIGS.items():
+        build(name, cfg, tok_src, out, reqs)
+
+
+if __name__ == "__main__":
+    main()
