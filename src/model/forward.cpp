@@ -86,11 +86,15 @@ vector<float> attn_layer(const AttnWeights& w, const TextConfig& c, const vector
     }
   cpu::rms_norm_1p(q.data(), L * Hq, D, w.q_norm.data(), float(c.rms_eps), q.data());
   cpu::rms_norm_1p(kraw.data(), L * Hkv, D, w.k_norm.data(), float(c.rms_eps), k.data());
-  vector<double> inv_freq(size_t(R / 2));
-  for (int64_t i = 0; i < R / 2; ++i) inv_freq[size_t(i)] = std::pow(c.rope_theta, -2.0 * double(i) / double(R));
+  // The reference computes inv_freq and the angle in fp32 (inv_freq = 1 / theta^(2i/R), then
+  // inv_freq * pos rounded to fp32); at positions in the thousands that rounding moves the angle
+  // by ~1e-4 rad, so we follow it exactly rather than computing a more accurate angle.
+  vector<float> inv_freq(static_cast<size_t>(R / 2));
+  for (int64_t i = 0; i < R / 2; ++i)
+    inv_freq[size_t(i)] = 1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(R));
   auto rope = [&](float* x, int64_t pos) {
     for (int64_t i = 0; i < R / 2; ++i) {
-      const float ang = float(double(pos) * inv_freq[size_t(i)]);
+      const float ang = inv_freq[size_t(i)] * float(pos);
       const float cs = std::cos(ang), sn = std::sin(ang);
       const float x1 = x[i], x2 = x[i + R / 2];
       x[i] = x1 * cs - x2 * sn;

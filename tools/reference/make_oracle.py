@@ -173,7 +173,9 @@ def build(name, cfg, tok_src, out, requests):
     gen = torch.Generator().manual_seed(sum(name.encode()))
     perturb(model, gen)
     model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
-    model = model.float().cuda()
+    # The reference is the saved folder loaded as a user would, in fp32. (Casting the model in
+    # memory would also round its rotary inv_freq buffer to bf16, which the real model never has.)
+    model = Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=torch.float32).eval().cuda()
     head = JointHead(cfg["hidden"], cfg["width"], cfg["routing"], cfg["head_layers"], cfg["heads"], cfg["head_ffn"]).eval()
     perturb(head, gen, head=True)
     with torch.no_grad():

@@ -1,0 +1,57 @@
+// The CPU engine against the reference: small random Clef folders built by transformers'
+// Qwen3_5ForConditionalGeneration with a joint head written from the spec in PyTorch, run in
+// fp32 on the GPU machine (tools/reference/make_oracle.py). Target: every probability within
+// 1e-4 of the reference, and the same token ids.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "common/json.h"
+#include "engine/engine.h"
+#include "test_util.h"
+
+namespace clefrt {
+namespace {
+
+void check_folder(const std::string& name) {
+  auto engine = Engine::load(test::source_path("tests/fixtures/oracle/" + name));
+  std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/" + name + ".expected.jsonl")));
+  std::string line;
+  size_t n = 0, id_mismatch = 0;
+  double worst = 0;
+  while (std::getline(in, line)) {
+    auto rec = json::parse(line);
+    Request req = parse_request(*rec.find("request"));
+    Encoded enc = engine->encoder().encode(req);
+    std::vector<int32_t> want_ids;
+    for (const auto& v : rec.find("input_ids")->arr) want_ids.push_back(int32_t(v.i));
+    if (enc.input_ids != want_ids) {
+      ++id_mismatch;
+      continue;
+    }
+    auto probs = engine->probs({&enc})[0];
+    const auto& want = rec.find("probs")->arr;
+    ASSERT_EQ(probs.size(), want.size());
+    double here = 0;
+    for (size_t q = 0; q < want.size(); ++q) {
+      ASSERT_EQ(probs[q].size(), want[q].arr.size());
+      for (size_t j = 0; j < probs[q].size(); ++j) here = std::max(here, std::fabs(probs[q][j] - want[q].arr[j].d));
+    }
+    if (std::getenv("CLEFRT_ORACLE_VERBOSE"))
+      std::cout << "  request " << n << ": " << enc.input_ids.size() << " tokens, worst " << here << "\n";
+    worst = std::max(worst, here);
+    ++n;
+  }
+  EXPECT_EQ(id_mismatch, 0u);
+  EXPECT_GE(n, 100u);
+  EXPECT_LT(worst, 1e-4) << name;
+  std::cout << "[ oracle  ] " << name << ": " << n << " requests, worst |p - p_ref| = " << worst << "\n";
+}
+
+TEST(Oracle, TinyA_HvGreaterThanHk_TwoAttentionLayers) { check_folder("tiny-a"); }
+TEST(Oracle, TinyB_WiderHead_TwoRoutingAndDecoderLayers) { check_folder("tiny-b"); }
+
+}  // namespace
+}  // namespace clefrt
