@@ -176,6 +176,18 @@ def build(name, cfg, tok_src, out, requests):
     # The reference is the saved folder loaded as a user would, in fp32. (Casting the model in
     # memory would also round its rotary inv_freq buffer to bf16, which the real model never has.)
     model = Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=torch.float32).eval().cuda()
+    # spec/model.md 1.2: inv_freq[i] = theta^(-2i/R) in fp32. Seen with transformers 5.17: the
+    # rotary buffer can come out rounded to bf16 after a bf16 save/load; set it from the formula.
+    R = int(cfg["head_dim"] * 0.25)
+    want = 1.0 / (1e7 ** (torch.arange(0, R, 2, dtype=torch.int64).float() / R))
+    for mname, mod in model.named_modules():
+        if hasattr(mod, "inv_freq") and "visual" not in mname:
+            have = mod.inv_freq.detach().float().cpu()
+            print(f"{name}: {mname}.inv_freq dtype {mod.inv_freq.dtype}, max rel diff to fp32 formula "
+                  f"{((have - want).abs() / want).max().item():.3g}")
+            mod.inv_freq = want.to(mod.inv_freq.device)
+            if hasattr(mod, "original_inv_freq"):
+                mod.original_inv_freq = want.to(mod.inv_freq.device)
     head = JointHead(cfg["hidden"], cfg["width"], cfg["routing"], cfg["head_layers"], cfg["heads"], cfg["head_ffn"]).eval()
     perturb(head, gen, head=True)
     with torch.no_grad():
