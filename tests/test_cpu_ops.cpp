@@ -29,7 +29,7 @@ void l2norm_rows(std::vector<float>& x, int64_t rows, int64_t d, float extra_sca
 
 TEST(CpuOps, GdnChunkedEqualsRecurrent) {
   std::mt19937 rng(1);
-  for (int64_t len : {1, 5, 63, 64, 65, 130, 300}) {
+  for (int64_t len : {1, 5, 63, 64, 65, 130, 300, 2100}) {  // 2100: 33 chunks
     for (int64_t dk : {8, 32}) {
       int64_t dv = dk * 2;
       auto q = randn(size_t(len * dk), rng), k = randn(size_t(len * dk), rng), v = randn(size_t(len * dv), rng);

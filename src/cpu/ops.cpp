@@ -82,14 +82,18 @@ void gdn_recurrent(const GdnHead& h) {
 void gdn_chunked(const GdnHead& h, int64_t C) {
   const int64_t dk = h.dk, dv = h.dv;
   std::vector<float> S(size_t(dk * dv), 0.0f);
-  std::vector<float> gam(static_cast<size_t>(C)), L(size_t(C * C)), A(size_t(C * C)), U(size_t(C * dv)), W(size_t(C * dk)), Vn(size_t(C * dv));
+  // gamma (the in-chunk cumulative log decay) is kept in double: with strong decay it reaches
+  // thousands within a chunk, and fp32 differences gamma_i - gamma_j would lose ~1e-4 of
+  // accuracy to cancellation (seen against the reference on runs of repeated characters).
+  std::vector<double> gam(static_cast<size_t>(C));
+  std::vector<float> L(size_t(C * C)), A(size_t(C * C)), U(size_t(C * dv)), W(size_t(C * dk)), Vn(size_t(C * dv));
   for (int64_t c0 = 0; c0 < h.len; c0 += C) {
     const int64_t n = std::min(C, h.len - c0);
     auto q = [&](int64_t i) { return h.q + (c0 + i) * h.q_stride; };
     auto k = [&](int64_t i) { return h.k + (c0 + i) * h.k_stride; };
     auto v = [&](int64_t i) { return h.v + (c0 + i) * h.v_stride; };
     auto beta = [&](int64_t i) { return h.beta[(c0 + i) * h.gb_stride]; };
-    float acc = 0;
+    double acc = 0;
     for (int64_t i = 0; i < n; ++i) gam[size_t(i)] = acc += h.g[(c0 + i) * h.gb_stride];
     auto dot = [](const float* a, const float* b, int64_t d) {
       float s = 0;
@@ -98,14 +102,15 @@ void gdn_chunked(const GdnHead& h, int64_t C) {
     };
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) {
-        float G = i >= j ? std::exp(gam[size_t(i)] - gam[size_t(j)]) : 0.0f;
+        float G = i >= j ? float(std::exp(gam[size_t(i)] - gam[size_t(j)])) : 0.0f;
         L[size_t(i * C + j)] = i > j ? beta(i) * dot(k(i), k(j), dk) * G : 0.0f;
         A[size_t(i * C + j)] = i >= j ? dot(q(i), k(j), dk) * G : 0.0f;
       }
     // U = (I + L)^-1 (beta V), W = (I + L)^-1 (beta K exp(gamma)): forward substitution.
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t x = 0; x < dv; ++x) U[size_t(i * dv + x)] = beta(i) * v(i)[x];
-      for (int64_t x = 0; x < dk; ++x) W[size_t(i * dk + x)] = beta(i) * k(i)[x] * std::exp(gam[size_t(i)]);
+      const float eg = float(std::exp(gam[size_t(i)]));
+      for (int64_t x = 0; x < dk; ++x) W[size_t(i * dk + x)] = beta(i) * k(i)[x] * eg;
       for (int64_t j = 0; j < i; ++j) {
         float l = L[size_t(i * C + j)];
         if (l == 0.0f) continue;
@@ -123,7 +128,7 @@ void gdn_chunked(const GdnHead& h, int64_t C) {
     // O = (Q exp(gamma)) S + A Vn
     for (int64_t i = 0; i < n; ++i) {
       float* o = h.o + (c0 + i) * h.o_stride;
-      const float eg = std::exp(gam[size_t(i)]);
+      const float eg = float(std::exp(gam[size_t(i)]));
       for (int64_t x = 0; x < dv; ++x) {
         float s = 0;
         for (int64_t y = 0; y < dk; ++y) s += q(i)[y] * S[size_t(y * dv + x)];
@@ -133,11 +138,11 @@ void gdn_chunked(const GdnHead& h, int64_t C) {
       }
     }
     // S = S exp(gamma_C) + (K exp(gamma_C - gamma))^T Vn
-    const float gC = gam[size_t(n - 1)];
-    const float eC = std::exp(gC);
+    const double gC = gam[size_t(n - 1)];
+    const float eC = float(std::exp(gC));
     for (auto& s : S) s *= eC;
     for (int64_t j = 0; j < n; ++j) {
-      const float e = std::exp(gC - gam[size_t(j)]);
+      const float e = float(std::exp(gC - gam[size_t(j)]));
       for (int64_t y = 0; y < dk; ++y) {
         const float kk = k(j)[y] * e;
         for (int64_t x = 0; x < dv; ++x) S[size_t(y * dv + x)] += kk * Vn[size_t(j * dv + x)];

@@ -23,6 +23,8 @@ import make_corpus  # noqa: E402
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 torch.set_float32_matmul_precision("highest")
+DEV = os.environ.get("ORACLE_DEVICE", "cpu")
+torch.set_num_threads(os.cpu_count() or 1)
 
 CONFIGS = {
     # Hv > Hk and two full-attention layers (layers 3 and 7)
@@ -175,7 +177,10 @@ def build(name, cfg, tok_src, out, requests):
     model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
     # The reference is the saved folder loaded as a user would, in fp32. (Casting the model in
     # memory would also round its rotary inv_freq buffer to bf16, which the real model never has.)
-    model = Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=torch.float32).eval().cuda()
+    # On the CPU: GPU kernels picked by length (seen: answers moved by up to 1.6e-3 past 2,048
+    # tokens with CUDA fp32, TF32 off) are not a reference; eager attention, plain fp32 math.
+    model = Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval().to(DEV)
+    print(f"{name}: attention implementation {model.config._attn_implementation}")
     # spec/model.md 1.2: inv_freq[i] = theta^(-2i/R) in fp32. Seen with transformers 5.17: the
     # rotary buffer can come out rounded to bf16 after a bf16 save/load; set it from the formula.
     R = int(cfg["head_dim"] * 0.25)
@@ -200,7 +205,7 @@ def build(name, cfg, tok_src, out, requests):
     with open(os.path.join(d, "joint_head_config.json"), "w") as f:
         json.dump({"hidden_size": cfg["hidden"], "width": cfg["width"], "routing_layers": cfg["routing"],
                    "layers": cfg["head_layers"], "heads": cfg["heads"], "feedforward": cfg["head_ffn"]}, f)
-    head = head.cuda()
+    head = head.to(DEV)
     full, plain = load_tokenizers(os.path.join(d, "tokenizer.json"))
     E = model.lm_head.weight
     lm = model.model.language_model
@@ -208,7 +213,7 @@ def build(name, cfg, tok_src, out, requests):
     with open(os.path.join(out, name + ".expected.jsonl"), "w", encoding="utf-8") as f, torch.no_grad():
         for req in requests:
             enc = encode_request(full, plain, req)
-            ids = torch.tensor(enc["input_ids"], device="cuda")
+            ids = torch.tensor(enc["input_ids"], device=DEV)
             H = lm(input_ids=ids[None]).last_hidden_state[0].float()
             probs = head(H, E, ids, enc)
             f.write(json.dumps({"request": req, "input_ids": enc["input_ids"], "probs": probs}, ensure_ascii=False) + "\n")
