@@ -56,6 +56,31 @@ TEST(CpuOps, GdnChunkedEqualsRecurrent) {
   }
 }
 
+// One token of very strong decay followed by weak decay: the in-chunk cumulative log decay sits
+// in the thousands while its differences are small, where fp32 differences lose precision to
+// cancellation. The chunked form must still agree with the recurrent one.
+TEST(CpuOps, GdnChunkedEqualsRecurrentUnderStrongDecay) {
+  std::mt19937 rng(5);
+  const int64_t len = 200, dk = 16, dv = 16;
+  auto q = randn(size_t(len * dk), rng), k = randn(size_t(len * dk), rng), v = randn(size_t(len * dv), rng);
+  l2norm_rows(q, len, dk, 0.25f);
+  l2norm_rows(k, len, dk, 1.0f);
+  std::vector<float> g(static_cast<size_t>(len)), beta(static_cast<size_t>(len));
+  std::uniform_real_distribution<float> u(0, 1);
+  for (int64_t t = 0; t < len; ++t) {
+    g[size_t(t)] = t % 64 == 3 ? -3000.0f * (0.5f + u(rng)) : -0.05f * u(rng);
+    beta[size_t(t)] = sigmoid(u(rng) * 6 - 3);
+  }
+  std::vector<float> o1(size_t(len * dv)), o2(size_t(len * dv));
+  GdnHead h{q.data(), k.data(), v.data(), g.data(), beta.data(), len, dk, dv, dk, dk, dv, 1, dv, o1.data()};
+  gdn_recurrent(h);
+  h.o = o2.data();
+  gdn_chunked(h, 64);
+  double worst = 0;
+  for (size_t x = 0; x < o1.size(); ++x) worst = std::max(worst, double(std::fabs(o1[x] - o2[x])));
+  EXPECT_LT(worst, 1e-5);
+}
+
 TEST(CpuOps, CausalAttentionMatchesDirectSum) {
   std::mt19937 rng(2);
   for (int64_t len : {1, 7, 40}) {
