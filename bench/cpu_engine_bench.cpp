@@ -1,0 +1,96 @@
+// CPU engine prefill throughput (issue 3): synthesizes the `small` config, measures this
+// machine's sgemm peak first, then prefill tokens/s at 512 and 4,096 tokens, with the achieved
+// matmul GFLOP/s as a fraction of that peak. Prints one JSON object.
+//   clefrt_bench_cpu [--threads N] [--reps N]
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/synth.h"
+
+using clock_type = std::chrono::steady_clock;
+
+static double seconds(clock_type::time_point a) { return std::chrono::duration<double>(clock_type::now() - a).count(); }
+
+static double sgemm_peak_gflops() {
+  const int n = 2048;
+  std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d;
+  for (auto* v : {&a, &b})
+    for (auto& x : *v) x = d(rng);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);  // warm up
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {
+    auto t = clock_type::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);
+    best = std::max(best, 2.0 * n * n * n / seconds(t) / 1e9);
+  }
+  return best;
+}
+
+int main(int argc, char** argv) {
+  int reps = 3;
+  for (int k = 1; k + 1 < argc; k += 2) {
+    if (!std::strcmp(argv[k], "--threads")) omp_set_num_threads(std::atoi(argv[k + 1]));
+    if (!std::strcmp(argv[k], "--reps")) reps = std::atoi(argv[k + 1]);
+  }
+  const double peak = sgemm_peak_gflops();
+  std::string dir = (std::filesystem::temp_directory_path() / "clefrt-bench-small").string();
+  if (!std::filesystem::exists(dir + "/joint_head.safetensors")) {
+    clefrt::model::SynthOptions o;
+    o.out_dir = dir;
+    o.preset = "small";
+    o.tokenizer = std::string(CLEFRT_SOURCE_DIR) + "/.deps/qwen3/tokenizer.json";
+    o.progress = false;
+    clefrt::model::synthesize(o);
+  }
+  auto engine = clefrt::Engine::load(dir);
+  const auto& c = engine->config().text;
+  // Matmul FLOPs per token of the backbone (2 x weights touched per token; no lm_head).
+  double per_tok = 0;
+  const double H = double(c.hidden), F = double(c.ffn);
+  const double kd = double(c.k_heads * c.k_head_dim), vd = double(c.v_heads * c.v_head_dim);
+  for (auto t : c.layer_types) {
+    per_tok += 3 * H * F;
+    if (t == clefrt::model::LayerType::LinearAttention) per_tok += H * (2 * kd + 2 * vd + 2 * double(c.v_heads)) + vd * H;
+    else per_tok += H * double(c.q_heads * 2 * c.head_dim + 2 * c.kv_heads * c.head_dim) + double(c.q_heads * c.head_dim) * H;
+  }
+  per_tok *= 2;
+  std::printf("{\"machine_cores\":%d,\"sgemm_peak_gflops\":%.1f,\"model\":\"small\",\"runs\":[", omp_get_max_threads(), peak);
+  bool first = true;
+  for (int target : {512, 4096}) {
+    std::string state;
+    clefrt::Encoded enc;
+    std::string piece = "the service answered slowly and some orders failed ";
+    while (true) {  // grow the state until the prompt reaches the target length
+      std::string body = "{\"state\":\"" + state + "\",\"questions\":{\"q\":{\"type\":\"noul\",\"instructions\":\"Is it urgent?\"}}}";
+      enc = engine->encoder().encode(clefrt::parse_request(body));
+      if (int(enc.input_ids.size()) >= target) break;
+      state += piece;
+    }
+    const double L = double(enc.input_ids.size());
+    double best = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      auto t = clock_type::now();
+      auto p = engine->probs({&enc});
+      best = std::min(best, seconds(t));
+    }
+    const double gflops = per_tok * L / best / 1e9;
+    std::printf("%s{\"tokens\":%d,\"seconds\":%.4f,\"tokens_per_s\":%.1f,\"matmul_gflops\":%.2f,\"fraction_of_sgemm_peak\":%.3f}",
+                first ? "" : ",", int(L), best, L / best, gflops, gflops / peak);
+    std::fflush(stdout);
+    first = false;
+  }
+  std::printf("]}\n");
+}
