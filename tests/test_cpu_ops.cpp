@@ -83,7 +83,7 @@ TEST(CpuOps, GdnChunkedEqualsRecurrentUnderStrongDecay) {
 
 TEST(CpuOps, CausalAttentionMatchesDirectSum) {
   std::mt19937 rng(2);
-  for (int64_t len : {1, 7, 40}) {
+  for (int64_t len : {1, 7, 40, 300}) {  // 300: crosses a 256-row block
     const int64_t hq = 4, hkv = 2, d = 16;
     auto q = randn(size_t(len * hq * d), rng), k = randn(size_t(len * hkv * d), rng), v = randn(size_t(len * hkv * d), rng);
     std::vector<float> out(size_t(len * hq * d), NAN);

@@ -153,32 +153,35 @@ void gdn_chunked(const GdnHead& h, int64_t C) {
 
 void attention_causal(const float* q, const float* k, const float* v, int64_t len, int64_t hq, int64_t hkv, int64_t d,
                       int64_t q_stride, int64_t kv_stride, float* out) {
+  // Blocks of query rows: S = Q_blk K^T (sgemm), causal softmax per row, O_blk = P V (sgemm).
   const float scale = 1.0f / std::sqrt(float(d));
   const int64_t group = hq / hkv;
-#pragma omp parallel for collapse(2) if (len * hq > 64)
-  for (int64_t h = 0; h < hq; ++h)
-    for (int64_t i = 0; i < len; ++i) {
-      std::vector<float> p(size_t(i + 1));
-      const float* qi = q + i * q_stride + h * d;
-      const int64_t kh = h / group;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j <= i; ++j) {
-        const float* kj = k + j * kv_stride + kh * d;
-        float s = 0;
-        for (int64_t x = 0; x < d; ++x) s += qi[x] * kj[x];
-        p[size_t(j)] = s * scale;
-        mx = std::max(mx, p[size_t(j)]);
+  const int64_t B = 256;
+  std::vector<float> S(static_cast<size_t>(std::min(B, len) * len));
+  for (int64_t h = 0; h < hq; ++h) {
+    const int64_t kh = h / group;
+    const float* kb = k + kh * d;
+    const float* vb = v + kh * d;
+    for (int64_t i0 = 0; i0 < len; i0 += B) {
+      const int64_t rows = std::min(B, len - i0), keys = i0 + rows;  // keys beyond the block's last row are masked
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(d), scale, q + i0 * q_stride + h * d,
+                  int(q_stride), kb, int(kv_stride), 0.0f, S.data(), int(keys));
+#pragma omp parallel for if (rows * keys > 65536)
+      for (int64_t r = 0; r < rows; ++r) {
+        float* srow = S.data() + r * keys;
+        const int64_t last = i0 + r;  // causal: keys 0..last
+        float mx = -INFINITY;
+        for (int64_t j = 0; j <= last; ++j) mx = std::max(mx, srow[j]);
+        double sum = 0;
+        for (int64_t j = 0; j <= last; ++j) sum += (srow[j] = std::exp(srow[j] - mx));
+        const float inv = float(1.0 / sum);
+        for (int64_t j = 0; j <= last; ++j) srow[j] *= inv;
+        for (int64_t j = last + 1; j < keys; ++j) srow[j] = 0.0f;
       }
-      double sum = 0;
-      for (auto& x : p) sum += (x = std::exp(x - mx));
-      float* o = out + (i * hq + h) * d;
-      for (int64_t x = 0; x < d; ++x) o[x] = 0;
-      for (int64_t j = 0; j <= i; ++j) {
-        const float w = float(p[size_t(j)] / sum);
-        const float* vj = v + j * kv_stride + kh * d;
-        for (int64_t x = 0; x < d; ++x) o[x] += w * vj[x];
-      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(keys), 1.0f, S.data(), int(keys), vb,
+                  int(kv_stride), 0.0f, out + (i0 * hq + h) * d, int(hq * d));
     }
+  }
 }
 
 void attention_full(const float* q, int64_t lq, const float* k, const float* v, int64_t lk, int64_t width, int64_t heads,
