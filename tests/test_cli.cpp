@@ -79,5 +79,20 @@ TEST(Cli, StdinAndHelp) {
   EXPECT_NE(missing.status, 0);
 }
 
+TEST(Cli, InspectAndDecideOnAnOracleFolder) {
+  std::string dir = test::source_path("tests/fixtures/oracle/tiny-b");
+  CmdResult r = run("inspect --model " + dir);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("4 layers (3 GDN, 1 attention)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("joint head"), std::string::npos);
+  CmdResult d = run("decide --model " + dir + " --precise " + test::source_path("examples/blog.json"));
+  EXPECT_EQ(d.status, 0) << d.out;
+  auto v = json::parse(d.out);
+  EXPECT_EQ(v.find("answers")->obj.size(), 3u);
+  EXPECT_EQ(v.find("model")->s, "clef");
+  CmdResult bad = run("decide --model " + dir + " --device cuda " + test::source_path("examples/blog.json"));
+  EXPECT_NE(bad.status, 0);
+}
+
 }  // namespace
 }  // namespace clefrt

@@ -1,0 +1,100 @@
+// `clefrt inspect`: what a model folder holds, without loading the weights into memory.
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+
+namespace clefrt::cli {
+
+namespace {
+
+std::string gib(double bytes) {
+  char buf[32];
+  if (bytes < double(1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / double(1ull << 20));
+  else std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(1ull << 30));
+  return buf;
+}
+
+std::string count(double n) {
+  char buf[32];
+  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
+  else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.0f", n);
+  return buf;
+}
+
+struct Group {
+  double params = 0, bytes = 0;
+  std::map<std::string, int> dtypes;
+};
+
+}  // namespace
+
+Runner add_inspect(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  CLI::App* c = app.add_subcommand("inspect",
+                                   "Print what a Clef folder holds: architecture, sizes, dtypes, parameter counts\n"
+                                   "(backbone, vision, head) and the memory the CPU engine needs. Reads headers only.");
+  c->add_option("--model", *dir, "a Clef release folder")->required()->check(CLI::ExistingDirectory);
+  return [dir]() -> int {
+    namespace fs = std::filesystem;
+    model::ModelConfig cfg = model::load_config(*dir);
+    io::TensorStore store = io::TensorStore::open_folder(*dir);
+    io::TensorStore head;
+    fs::path hp = fs::path(*dir) / "joint_head.safetensors";
+    if (fs::exists(hp)) head.add_file(hp.string());
+    std::map<std::string, Group> groups;
+    auto add = [&](const std::string& g, const io::TensorInfo* t) {
+      Group& x = groups[g];
+      x.params += double(t->numel());
+      x.bytes += double(t->nbytes);
+      x.dtypes[io::dtype_name(t->dtype)]++;
+    };
+    for (const auto* t : store.all()) {
+      const std::string& n = t->name;
+      if (n.rfind("model.visual.", 0) == 0) add("vision", t);
+      else if (n.rfind("mtp.", 0) == 0) add("mtp (ignored)", t);
+      else if (n == "lm_head.weight" || n.find("embed_tokens") != std::string::npos) add("embeddings + lm_head", t);
+      else add("backbone", t);
+    }
+    for (const auto* t : head.all()) add("joint head", t);
+    const auto& tc = cfg.text;
+    int64_t gdn = 0;
+    for (auto t : tc.layer_types) gdn += t == model::LayerType::LinearAttention;
+    std::cout << "folder        " << *dir << "\n"
+              << "architecture  " << cfg.architecture << " (" << cfg.model_type << ")\n"
+              << "format        " << (cfg.quantization ? "quantized (quantization_config present; not runnable yet)" : "unquantized") << "\n"
+              << "text          hidden " << tc.hidden << ", " << tc.layers << " layers (" << gdn << " GDN, " << tc.layers - gdn
+              << " attention), ffn " << tc.ffn << ", vocab " << tc.vocab << "\n"
+              << "attention     " << tc.q_heads << " query / " << tc.kv_heads << " KV heads of " << tc.head_dim << ", rotary "
+              << tc.rotary_dim() << " dims, theta " << tc.rope_theta << "\n"
+              << "GDN           " << tc.k_heads << " key / " << tc.v_heads << " value heads of " << tc.k_head_dim << "/" << tc.v_head_dim
+              << ", conv " << tc.conv_kernel << "\n";
+    if (cfg.vision.present)
+      std::cout << "vision        depth " << cfg.vision.depth << ", hidden " << cfg.vision.hidden << ", " << cfg.vision.heads
+                << " heads, patch " << cfg.vision.patch << " (not run yet)\n";
+    std::cout << "joint head    width " << cfg.head.width << ", " << cfg.head.routing_layers << " routing + " << cfg.head.layers
+              << " layers, " << cfg.head.heads << " heads, ffn " << cfg.head.ffn << "\n\n";
+    double total_params = 0, total_bytes = 0, cpu_params = 0;
+    for (const auto& [name, g] : groups) {
+      std::string dts;
+      for (const auto& [d, n] : g.dtypes) dts += (dts.empty() ? "" : ", ") + d + " x" + std::to_string(n);
+      std::printf("%-22s %10s params  %10s  %s\n", name.c_str(), count(g.params).c_str(), gib(g.bytes).c_str(), dts.c_str());
+      total_params += g.params;
+      total_bytes += g.bytes;
+      if (name != "vision" && name != "mtp (ignored)") cpu_params += g.params;
+    }
+    std::printf("%-22s %10s params  %10s on disk\n\n", "total", count(total_params).c_str(), gib(total_bytes).c_str());
+    std::cout << "memory plan\n"
+              << "  cpu (fp32 weights, what `decide --device cpu` holds): " << gib(cpu_params * 4) << " + activations\n"
+              << "  cuda: not built yet\n";
+    return 0;
+  };
+}
+
+}  // namespace clefrt::cli
