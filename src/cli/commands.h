@@ -21,4 +21,9 @@ Runner add_inspect(CLI::App& app);
 void for_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl,
                      const std::function<void(const std::string&, const std::string&)>& fn);
 
+// Prints answer(record) for each record, one line each. A clefrt::Error prints the protocol's
+// error JSON in its place and a line on stderr; the result is then 1, else 0.
+int print_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl, const char* command,
+                      const std::function<std::string(const std::string&)>& answer);
+
 }  // namespace clefrt::cli

@@ -46,21 +46,12 @@ Runner add_decide(CLI::App& app) {
     ao.confidence = parse_confidence(o->confidence);
     RequestLimits lim;
     lim.require_instructions = o->require_instructions;
-    int status = 0;
-    for_each_record(o->inputs, o->jsonl, [&](const std::string& body, const std::string& where) {
-      try {
-        Request req = parse_request(body, lim);
-        Encoded enc = engine->encoder().encode(req);
-        auto probs = engine->probs({&enc});
-        std::cout << response_json(req.model.empty() ? "clef" : req.model, req, probs[0], enc.input_ids.size(), ao) << "\n";
-      } catch (const Error& e) {
-        std::cout << e.to_json() << "\n";
-        std::cerr << "clefrt decide: " << where << ": " << e.http_status() << " " << e.what() << "\n";
-        status = 1;
-      }
+    return print_each_record(o->inputs, o->jsonl, "decide", [&](const std::string& body) {
+      Request req = parse_request(body, lim);
+      Encoded enc = engine->encoder().encode(req);
+      auto probs = engine->probs({&enc});
+      return response_json(req.model.empty() ? "clef" : req.model, req, probs[0], enc.input_ids.size(), ao);
     });
-    std::cout.flush();
-    return status;
   };
 }
 

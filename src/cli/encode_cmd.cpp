@@ -48,6 +48,22 @@ void for_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl,
   }
 }
 
+int print_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl, const char* command,
+                      const std::function<std::string(const std::string&)>& answer) {
+  int status = 0;
+  for_each_record(inputs, stdin_jsonl, [&](const std::string& body, const std::string& where) {
+    try {
+      std::cout << answer(body) << "\n";
+    } catch (const Error& e) {
+      std::cout << e.to_json() << "\n";
+      std::cerr << "clefrt " << command << ": " << where << ": " << e.http_status() << " " << e.what() << "\n";
+      status = 1;
+    }
+  });
+  std::cout.flush();
+  return status;
+}
+
 Runner add_encode(CLI::App& app) {
   struct Opts {
     std::string tokenizer, model;
@@ -96,19 +112,8 @@ Runner add_encode(CLI::App& app) {
     Encoder enc(tok, eo);
     RequestLimits lim;
     lim.require_instructions = o->require_instructions;
-    int status = 0;
-    for_each_record(o->inputs, o->jsonl, [&](const std::string& body, const std::string& where) {
-      try {
-        Request req = parse_request(body, lim);
-        std::cout << encoded_to_json(enc.encode(req)) << "\n";
-      } catch (const Error& e) {
-        std::cout << e.to_json() << "\n";
-        std::cerr << "clefrt encode: " << where << ": " << e.http_status() << " " << e.what() << "\n";
-        status = 1;
-      }
-    });
-    std::cout.flush();
-    return status;
+    return print_each_record(o->inputs, o->jsonl, "encode",
+                             [&](const std::string& body) { return encoded_to_json(enc.encode(parse_request(body, lim))); });
   };
 }
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/file.h"
 #include "common/json.h"
 
 namespace clefrt::io {
@@ -170,15 +171,7 @@ TensorStore TensorStore::open_folder(const std::string& dir) {
   fs::path index = fs::path(dir) / "model.safetensors.index.json";
   fs::path single = fs::path(dir) / "model.safetensors";
   if (fs::exists(index)) {
-    std::string text;
-    {
-      FILE* fp = fopen(index.c_str(), "rb");
-      if (!fp) throw load_error(index.string(), "cannot open");
-      char buf[65536];
-      size_t n;
-      while ((n = fread(buf, 1, sizeof buf, fp)) > 0) text.append(buf, n);
-      fclose(fp);
-    }
+    std::string text = read_file(index.string());
     json::Value v;
     try {
       v = json::parse(text);

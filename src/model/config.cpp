@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/file.h"
 
 namespace clefrt::model {
 
@@ -13,12 +14,9 @@ namespace fs = std::filesystem;
 namespace {
 
 json::Value read_json(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw load_error(path, "cannot open");
-  std::stringstream ss;
-  ss << f.rdbuf();
+  std::string text = read_file(path);
   try {
-    return json::parse(ss.str());
+    return json::parse(text);
   } catch (const Error& e) {
     throw load_error(path, std::string("not valid JSON: ") + e.message());
   }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/file.h"
 #include "common/json.h"
 
 namespace clefrt {
@@ -23,13 +24,10 @@ double py_round_half_even(double x) { return std::nearbyint(x); }
 }  // namespace
 
 VisionGeometry VisionGeometry::from_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw load_error(path, "cannot open the image processor config");
-  std::stringstream ss;
-  ss << f.rdbuf();
   json::Value v;
+  std::string text = read_file(path);
   try {
-    v = json::parse(ss.str());
+    v = json::parse(text);
   } catch (const Error& e) {
     throw load_error(path, std::string("not valid JSON: ") + e.what());
   }

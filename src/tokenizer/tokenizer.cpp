@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/file.h"
 #include "common/utf8.h"
 #include "tokenizer/internal.h"
 
@@ -60,13 +61,7 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Tokenizer Tokenizer::load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw load_error(path, "cannot open tokenizer file");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return from_json(ss.str(), path);
-}
+Tokenizer Tokenizer::load(const std::string& path) { return from_json(read_file(path), path); }
 
 Tokenizer Tokenizer::from_json(std::string_view text, const std::string& src) {
   auto im = std::make_unique<Impl>();
