@@ -10,7 +10,7 @@ with, per request, the request, its input_ids (spec encoder) and the fp32 probab
 reference forward: transformers' backbone + the joint head written here from spec/model.md 4.
 Weights are rounded to bf16 before the forward, so the saved bf16 folder is exactly what was run.
 """
-import json, math, os, random, sys
+import inspect, json, math, os, random, sys
 
 import torch
 import torch.nn as nn
@@ -188,12 +188,16 @@ def build(name, cfg, tok_src, out, requests):
     # loses ~1e-4 on strongly decaying tokens. Prefill through its recurrent rule instead.
     if os.environ.get("ORACLE_GDN", "recurrent") == "recurrent":
         from transformers.models.qwen3_5 import modeling_qwen3_5 as mq
-        n_patched = 0
-        for mod in model.modules():
-            if hasattr(mod, "chunk_gated_delta_rule") and hasattr(mq, "torch_recurrent_gated_delta_rule"):
-                mod.chunk_gated_delta_rule = mq.torch_recurrent_gated_delta_rule
-                n_patched += 1
-        print(f"{name}: GDN prefill through torch_recurrent_gated_delta_rule in {n_patched} layers")
+        if not hasattr(mq, "_clefrt_chunk"):
+            mq._clefrt_chunk = mq.torch_chunk_gated_delta_rule
+            recurrent = mq.torch_recurrent_gated_delta_rule
+            params = set(inspect.signature(recurrent).parameters)
+
+            def prefill_recurrent(*args, **kwargs):  # the layer calls the module-level name
+                return recurrent(*args, **{k: v for k, v in kwargs.items() if k in params})
+
+            mq.torch_chunk_gated_delta_rule = prefill_recurrent
+        print(f"{name}: GDN prefill through torch_recurrent_gated_delta_rule")
     R = int(cfg["head_dim"] * 0.25)
     want = 1.0 / (1e7 ** (torch.arange(0, R, 2, dtype=torch.int64).float() / R))
     for mname, mod in model.named_modules():
