@@ -15,11 +15,11 @@
 namespace clefrt {
 namespace {
 
-void check_folder(const std::string& name, double bound) {
+void check_folder(const std::string& name, double bound, size_t allowed_over_1e4) {
   auto engine = Engine::load(test::source_path("tests/fixtures/oracle/" + name));
   std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/" + name + ".expected.jsonl")));
   std::string line;
-  size_t n = 0, id_mismatch = 0;
+  size_t n = 0, id_mismatch = 0, over = 0;
   double worst = 0;
   while (std::getline(in, line)) {
     auto rec = json::parse(line);
@@ -42,20 +42,21 @@ void check_folder(const std::string& name, double bound) {
     if (std::getenv("CLEFRT_ORACLE_VERBOSE"))
       std::cout << "  request " << n << ": " << enc.input_ids.size() << " tokens, worst " << here << "\n";
     worst = std::max(worst, here);
+    over += here >= 1e-4;
     ++n;
   }
   EXPECT_EQ(id_mismatch, 0u);
   EXPECT_GE(n, 100u);
   EXPECT_LT(worst, bound) << name;
+  EXPECT_LE(over, allowed_over_1e4) << name << ": requests at or over 1e-4";
   std::cout << "[ oracle  ] " << name << ": " << n << " requests, worst |p - p_ref| = " << worst << "\n";
 }
 
-// Target 1e-4 (issue 3). tiny-a (8 layers) measures 1.7e-4 on its long requests (runs of repeated
-// characters past 2,000 tokens, where the GDN decay is strongest) with either of our GDN forms;
-// short requests agree to ~1e-5. The bound below pins today's figure so it cannot regress while
-// the cause (suspected: the reference's own fp32 chunked GDN) is run down; see issue 3's note.
-TEST(Oracle, TinyA_HvGreaterThanHk_TwoAttentionLayers) { check_folder("tiny-a", 2.5e-4); }
-TEST(Oracle, TinyB_WiderHead_TwoRoutingAndDecoderLayers) { check_folder("tiny-b", 1e-4); }
+// Target 1e-4 (issue 3). tiny-b meets it. tiny-a (8 layers): 119 of 120 requests are within
+// 6e-5; one (2,954 tokens) is at 1.9e-4 whichever GDN form either side uses. The bounds pin
+// today's figures so they cannot regress while that request is run down (issue 3's note).
+TEST(Oracle, TinyA_HvGreaterThanHk_TwoAttentionLayers) { check_folder("tiny-a", 2.5e-4, 1); }
+TEST(Oracle, TinyB_WiderHead_TwoRoutingAndDecoderLayers) { check_folder("tiny-b", 1e-4, 0); }
 
 }  // namespace
 }  // namespace clefrt
