@@ -177,8 +177,9 @@ def build(name, cfg, tok_src, out, requests):
     model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
     # The reference is the saved folder loaded as a user would, in fp32. (Casting the model in
     # memory would also round its rotary inv_freq buffer to bf16, which the real model never has.)
-    # On the CPU: GPU kernels picked by length (seen: answers moved by up to 1.6e-3 past 2,048
-    # tokens with CUDA fp32, TF32 off) are not a reference; eager attention, plain fp32 math.
+    # On the CPU with eager attention: with CUDA sdpa in fp32 (TF32 off) even short requests were
+    # ~1e-4 away from the CPU engine, eager on the GPU ~1e-5; the CPU keeps the reference
+    # independent of which GPU kernels get picked.
     model = Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval().to(DEV)
     print(f"{name}: attention implementation {model.config._attn_implementation}")
     # spec/model.md 1.2: inv_freq[i] = theta^(-2i/R) in fp32. Seen with transformers 5.17: the
