@@ -1,8 +1,6 @@
 #include "model/config.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.h"
 #include "common/file.h"

@@ -1,8 +1,6 @@
 #include "schema/encode.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.h"
 #include "common/file.h"

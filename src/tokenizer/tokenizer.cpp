@@ -5,8 +5,6 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.h"
 #include "common/file.h"
