@@ -40,6 +40,11 @@ bool Value::operator==(const Value& o) const {
   return false;
 }
 
+bool codepoint_less(std::string_view x, std::string_view y) {
+  int c = std::memcmp(x.data(), y.data(), std::min(x.size(), y.size()));
+  return c != 0 ? c < 0 : x.size() < y.size();
+}
+
 const char* kind_name(Value::Kind k) {
   switch (k) {
     case Value::Kind::Null: return "null";
@@ -266,13 +271,7 @@ double py_round(double x, int ndigits) {
 
 namespace {
 
-bool key_less(const Member* a, const Member* b) {
-  // UTF-8 byte order is code point order.
-  const std::string& x = a->first;
-  const std::string& y = b->first;
-  int c = std::memcmp(x.data(), y.data(), std::min(x.size(), y.size()));
-  return c != 0 ? c < 0 : x.size() < y.size();
-}
+bool key_less(const Member* a, const Member* b) { return codepoint_less(a->first, b->first); }
 
 void write_value(std::string& out, const Value& v, bool sort_keys) {
   switch (v.kind) {

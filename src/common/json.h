@@ -48,6 +48,9 @@ struct Value {
   bool operator==(const Value& o) const;
 };
 
+// Code point order of two UTF-8 strings (= byte order): how Python sorts str keys.
+bool codepoint_less(std::string_view a, std::string_view b);
+
 // Name of a kind for error messages ("an object", "a string", ...).
 const char* kind_name(Value::Kind k);
 

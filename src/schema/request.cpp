@@ -92,12 +92,8 @@ void parse_criteria(Question& q, const Value* crit, const std::string& path, con
       // The prompt lists labels sorted by code point; answers come back in the caller's order.
       std::vector<size_t> order(n);
       for (size_t k = 0; k < n; ++k) order[k] = k;
-      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        const std::string& x = crit->obj[a].first;
-        const std::string& y = crit->obj[b].first;
-        int c = std::memcmp(x.data(), y.data(), std::min(x.size(), y.size()));
-        return c != 0 ? c < 0 : x.size() < y.size();
-      });
+      std::sort(order.begin(), order.end(),
+                [&](size_t a, size_t b) { return json::codepoint_less(crit->obj[a].first, crit->obj[b].first); });
       q.caller_order.assign(n, 0);
       for (size_t enc = 0; enc < n; ++enc) {
         const auto& [label, desc] = crit->obj[order[enc]];
