@@ -100,13 +100,7 @@ Runner add_encode(CLI::App& app) {
     std::string tok_path = o->tokenizer;
     if (!o->model.empty()) {
       tok_path = (fs::path(o->model) / "tokenizer.json").string();
-      for (const char* name : {"preprocessor_config.json", "processor_config.json"}) {
-        fs::path p = fs::path(o->model) / name;
-        if (fs::exists(p)) {
-          eo.vision = VisionGeometry::from_file(p.string());
-          break;
-        }
-      }
+      eo.vision = VisionGeometry::from_model_dir(o->model);
     }
     Tokenizer tok = Tokenizer::load(tok_path);
     Encoder enc(tok, eo);

@@ -23,11 +23,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts)
     throw load_error((fs::path(dir) / "tokenizer.json").string(),
                      "tokenizer has ids up to " + std::to_string(e->tok_->vocab_size() - 1) + " but the model's vocab_size is " +
                          std::to_string(e->cfg_.text.vocab));
-  for (const char* name : {"preprocessor_config.json", "processor_config.json"})
-    if (fs::exists(fs::path(dir) / name)) {
-      opts.encode.vision = VisionGeometry::from_file((fs::path(dir) / name).string());
-      break;
-    }
+  opts.encode.vision = VisionGeometry::from_model_dir(dir);
   e->encoder_ = std::make_unique<Encoder>(*e->tok_, opts.encode);
   io::TensorStore backbone = io::TensorStore::open_folder(dir);
   e->text_ = model::load_text_weights(backbone, e->cfg_.text);

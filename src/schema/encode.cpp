@@ -1,6 +1,7 @@
 #include "schema/encode.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include "common/error.h"
 #include "common/file.h"
@@ -45,6 +46,14 @@ VisionGeometry VisionGeometry::from_file(const std::string& path) {
   if (uint64_t p = num(v.find("min_pixels"), "min_pixels")) g.min_pixels = p;
   if (uint64_t p = num(v.find("max_pixels"), "max_pixels")) g.max_pixels = p;
   return g;
+}
+
+VisionGeometry VisionGeometry::from_model_dir(const std::string& dir) {
+  for (const char* name : {"preprocessor_config.json", "processor_config.json"}) {
+    std::filesystem::path p = std::filesystem::path(dir) / name;
+    if (std::filesystem::exists(p)) return from_file(p.string());
+  }
+  return {};
 }
 
 void VisionGeometry::resize(uint32_t width, uint32_t height, uint32_t& out_w, uint32_t& out_h) const {

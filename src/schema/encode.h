@@ -20,6 +20,9 @@ struct VisionGeometry {
   uint32_t patch_size = 16, merge_size = 2, temporal_patch_size = 2;
   uint64_t min_pixels = 65536, max_pixels = 16777216;
   static VisionGeometry from_file(const std::string& path);  // throws load_error
+  // From a model folder's preprocessor_config.json (or processor_config.json); the defaults
+  // when it has neither.
+  static VisionGeometry from_model_dir(const std::string& dir);
   // Qwen-VL "smart resize": both sides multiples of patch*merge, pixel count within bounds.
   void resize(uint32_t width, uint32_t height, uint32_t& out_w, uint32_t& out_h) const;
 };
