@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "common/error.h"
 #include "engine/engine.h"
 #include "io/safetensors_write.h"
@@ -18,7 +20,8 @@ namespace fs = std::filesystem;
 
 const std::string& tiny_dir() {
   static const std::string dir = [] {
-    std::string d = testing::TempDir() + "clefrt-tiny";
+    // One folder per process: ctest runs these tests in parallel processes.
+    std::string d = testing::TempDir() + "clefrt-tiny-" + std::to_string(getpid());
     model::SynthOptions o;
     o.out_dir = d;
     o.tokenizer = test::source_path(".deps/qwen3/tokenizer.json");
@@ -103,7 +106,7 @@ std::string load_error_of(const std::string& dir) {
 }
 
 TEST(Engine, LoadErrorsNameFileAndTensor) {
-  std::string d = testing::TempDir() + "clefrt-broken";
+  std::string d = testing::TempDir() + "clefrt-broken-" + std::to_string(getpid());
   auto fresh = [&] {
     fs::remove_all(d);
     fs::copy(tiny_dir(), d);
