@@ -11,7 +11,12 @@
 
 namespace clefrt::test {
 
-inline std::string source_path(const std::string& rel) { return std::string(CLEFRT_SOURCE_DIR) + "/" + rel; }
+// CLEFRT_SOURCE_DIR in the environment overrides the configure-time path (a build carried to
+// another machine, where the checkout lives elsewhere).
+inline std::string source_path(const std::string& rel) {
+  const char* env = std::getenv("CLEFRT_SOURCE_DIR");
+  return std::string(env && *env ? env : CLEFRT_SOURCE_DIR) + "/" + rel;
+}
 
 using clefrt::read_file;  // common/file.h
 

@@ -12,10 +12,10 @@ namespace clefrt::cli {
 
 Runner add_decide(CLI::App& app) {
   struct Opts {
-    std::string model, device = "cpu", confidence = "reference";
+    std::string model, device = "auto", confidence = "reference";
     int threads = 0;
     size_t max_length = 16384;
-    bool precise = false, parse_special = false, require_instructions = false, jsonl = false;
+    bool batch_invariant = true, precise = false, parse_special = false, require_instructions = false, jsonl = false;
     std::vector<std::string> inputs;
   };
   auto o = std::make_shared<Opts>();
@@ -23,7 +23,9 @@ Runner add_decide(CLI::App& app) {
                                    "Answer requests with a model folder: prints one System One response per request.\n"
                                    "An invalid request prints the protocol's error JSON and the exit status is 1.");
   c->add_option("--model", o->model, "a Clef release folder (bf16/f16/f32 safetensors)")->required()->check(CLI::ExistingDirectory);
-  c->add_option("--device", o->device, "cpu (cuda is not built yet)")->check(CLI::IsMember({"cpu", "cuda"}));
+  c->add_option("--device", o->device, "auto (cuda when this build has it and a GPU is present, else cpu) | cuda | cpu")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  c->add_flag("!--no-batch-invariant", o->batch_invariant, "cuda: let cuBLASLt choose GEMM algorithms per batch size");
   c->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   c->add_option("--max-length", o->max_length, "context length in tokens; the state is cut to fit (default 16384)");
   c->add_flag("--precise", o->precise, "print probabilities, score and confidence unrounded");
@@ -34,9 +36,9 @@ Runner add_decide(CLI::App& app) {
   c->add_flag("--jsonl", o->jsonl, "read stdin ('-') as JSON lines");
   c->add_option("requests", o->inputs, "request files (.json, or .jsonl for one per line); '-' reads stdin")->required();
   return [o]() -> int {
-    if (o->device == "cuda")
-      throw Error(Status::BadRequest, "usage", "--device cuda: the CUDA backend is not built yet (issue 4); use --device cpu");
     EngineOptions eo;
+    eo.device = o->device == "cuda" || (o->device == "auto" && cuda_available()) ? Device::Cuda : Device::Cpu;
+    eo.batch_invariant = o->batch_invariant;
     eo.threads = o->threads;
     eo.encode.max_length = o->max_length;
     eo.encode.user_text = o->parse_special ? AddedTokens::Parse : AddedTokens::Plain;

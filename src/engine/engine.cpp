@@ -6,14 +6,58 @@
 
 #include "common/error.h"
 #include "io/safetensors.h"
+#ifdef CLEFRT_HAVE_CUDA
+#include "cuda/device_model.h"
+#include "cuda/forward.h"
+#endif
 
 namespace clefrt {
 
 namespace fs = std::filesystem;
 
+#ifdef CLEFRT_HAVE_CUDA
+struct GpuBackend {
+  cuda::DevModel model;
+  std::unique_ptr<cuda::Forward> forward;
+};
+#else
+struct GpuBackend {};
+#endif
+
+Engine::Engine() = default;
+Engine::~Engine() = default;
+
+const char* device_name(Device d) { return d == Device::Cuda ? "cuda" : "cpu"; }
+
+bool cuda_available(std::string* reason) {
+#ifdef CLEFRT_HAVE_CUDA
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (reason) *reason = e != cudaSuccess ? std::string("no usable GPU: ") + cudaGetErrorString(e) : "no GPU found";
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+#else
+  if (reason) *reason = "this build has no CUDA backend (nvcc was not found when it was configured)";
+  return false;
+#endif
+}
+
+size_t Engine::gpu_bytes() const {
+#ifdef CLEFRT_HAVE_CUDA
+  if (gpu_) return gpu_->model.weight_bytes + gpu_->forward->arena_bytes() + (size_t(64) << 20);
+#endif
+  return 0;
+}
+
 std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts) {
   if (opts.threads > 0) omp_set_num_threads(opts.threads);
   auto e = std::unique_ptr<Engine>(new Engine());
+  e->opts_ = opts;
+  std::string why;
+  if (opts.device == Device::Cuda && !cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "--device cuda: " + why);
   e->cfg_ = model::load_config(dir);
   if (e->cfg_.quantization)
     throw load_error((fs::path(dir) / "config.json").string(),
@@ -26,16 +70,34 @@ std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts)
   opts.encode.vision = VisionGeometry::from_model_dir(dir);
   e->encoder_ = std::make_unique<Encoder>(*e->tok_, opts.encode);
   io::TensorStore backbone = io::TensorStore::open_folder(dir);
-  e->text_ = model::load_text_weights(backbone, e->cfg_.text);
   io::TensorStore head;
   fs::path hp = fs::path(dir) / "joint_head.safetensors";
   if (!fs::exists(hp)) throw load_error(hp.string(), "missing: a Clef folder holds the joint head here");
   head.add_file(hp.string());
-  e->head_ = model::load_head_weights(head, e->cfg_.head);
+  if (opts.device == Device::Cpu) {
+    e->text_ = model::load_text_weights(backbone, e->cfg_.text);
+    e->head_ = model::load_head_weights(head, e->cfg_.head);
+    return e;
+  }
+#ifdef CLEFRT_HAVE_CUDA
+  // Checked lazily (no fp32 copy), uploaded as bf16; the mapped files close after the upload.
+  const auto tw = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Lazy);
+  const auto hw = model::load_head_weights(head, e->cfg_.head, model::LoadMode::Lazy);
+  e->gpu_ = std::make_unique<GpuBackend>();
+  e->gpu_->model = cuda::build_device_model(tw, hw, e->cfg_.text, e->cfg_.head);
+  cuda::ForwardOptions fo;
+  fo.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);
+  fo.max_seqs = opts.max_batch_requests;
+  fo.batch_invariant = opts.batch_invariant;
+  e->gpu_->forward = std::make_unique<cuda::Forward>(e->gpu_->model, fo);
+#endif
   return e;
 }
 
 std::vector<std::vector<std::vector<double>>> Engine::probs(const std::vector<const Encoded*>& batch, model::GdnForm form) const {
+#ifdef CLEFRT_HAVE_CUDA
+  if (gpu_) return gpu_->forward->run(batch);
+#endif
   std::vector<int32_t> ids;
   std::vector<int64_t> offsets = {0};
   for (const Encoded* e : batch) {

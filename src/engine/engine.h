@@ -13,15 +13,30 @@
 
 namespace clefrt {
 
+enum class Device { Cpu, Cuda };
+
 struct EngineOptions {
   EncodeOptions encode;
-  int threads = 0;  // 0 = all cores
+  int threads = 0;  // 0 = all cores (CPU engine)
+  Device device = Device::Cpu;
+  // CUDA: the activation memory is planned for batches of up to this many tokens (0: the
+  // encoder's max_length) and requests; larger batches are refused before they run.
+  int64_t max_batch_tokens = 0;
+  int64_t max_batch_requests = 64;
+  bool batch_invariant = true;  // CUDA: a request's answer does not depend on its batch
 };
+
+// Whether this build has the CUDA backend and a usable GPU (reason says why not, if not).
+bool cuda_available(std::string* reason = nullptr);
+const char* device_name(Device d);
+
+struct GpuBackend;
 
 class Engine {
  public:
   // Loads and validates everything; throws load_error naming the file/tensor at fault.
   static std::unique_ptr<Engine> load(const std::string& dir, EngineOptions opts = {});
+  ~Engine();
 
   const model::ModelConfig& config() const { return cfg_; }
   const Encoder& encoder() const { return *encoder_; }
@@ -32,12 +47,19 @@ class Engine {
   std::vector<std::vector<std::vector<double>>> probs(const std::vector<const Encoded*>& batch,
                                                       model::GdnForm form = model::GdnForm::Chunked) const;
 
+  Device device() const { return opts_.device; }
+  // Bytes of GPU memory held (weights, activation arena, workspaces); 0 on the CPU.
+  size_t gpu_bytes() const;
+
  private:
+  Engine();
+  EngineOptions opts_;
   model::ModelConfig cfg_;
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<Encoder> encoder_;
   model::TextWeights text_;
   model::HeadWeights head_;
+  std::unique_ptr<GpuBackend> gpu_;
 };
 
 }  // namespace clefrt

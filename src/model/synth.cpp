@@ -60,20 +60,10 @@ struct Gen {
   }
 };
 
-}  // namespace
-
-void synthesize(const SynthOptions& o) {
-  const Preset P = preset(o.preset);
-  Tokenizer tok = Tokenizer::load(o.tokenizer);
-  const int64_t vocab = std::max<int64_t>(P.min_vocab, (int64_t(tok.vocab_size()) + 63) / 64 * 64);
-  fs::create_directories(o.out_dir);
-  const fs::path dir(o.out_dir);
-  Gen g{std::mt19937_64(o.seed)};
-  const int64_t H = P.hidden, key_dim = P.k_heads * P.k_dim, value_dim = P.v_heads * P.v_dim, conv_dim = 2 * key_dim + value_dim;
+Value text_config_json(const Preset& P, int64_t vocab) {
+  const int64_t H = P.hidden;
   std::vector<std::string> layer_types;
   for (int64_t i = 0; i < P.layers; ++i) layer_types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
-
-  // config.json in the Qwen3_5ForConditionalGeneration shape
   Value tc = Value::object();
   tc.add("model_type", Value::string("qwen3_5_text"));
   tc.add("hidden_size", Value::integer(H));
@@ -100,6 +90,36 @@ void synthesize(const SynthOptions& o) {
   rope.add("mrope_section", ints(P.mrope));
   rope.add("mrope_interleaved", Value::boolean(true));
   tc.add("rope_parameters", rope);
+  return tc;
+}
+
+Value head_config_json(const Preset& P) {
+  const int64_t H = P.hidden;
+  Value hc = Value::object();
+  hc.add("hidden_size", Value::integer(H));
+  hc.add("width", Value::integer(P.width));
+  hc.add("routing_layers", Value::integer(P.routing));
+  hc.add("layers", Value::integer(P.head_layers));
+  hc.add("heads", Value::integer(P.heads));
+  hc.add("feedforward", Value::integer(P.head_ffn));
+  return hc;
+}
+
+}  // namespace
+
+void synthesize(const SynthOptions& o) {
+  const Preset P = preset(o.preset);
+  Tokenizer tok = Tokenizer::load(o.tokenizer);
+  const int64_t vocab = std::max<int64_t>(P.min_vocab, (int64_t(tok.vocab_size()) + 63) / 64 * 64);
+  fs::create_directories(o.out_dir);
+  const fs::path dir(o.out_dir);
+  Gen g{std::mt19937_64(o.seed)};
+  const int64_t H = P.hidden, key_dim = P.k_heads * P.k_dim, value_dim = P.v_heads * P.v_dim, conv_dim = 2 * key_dim + value_dim;
+  std::vector<std::string> layer_types;
+  for (int64_t i = 0; i < P.layers; ++i) layer_types.push_back((i + 1) % 4 == 0 ? "full_attention" : "linear_attention");
+
+  // config.json in the Qwen3_5ForConditionalGeneration shape
+  Value tc = text_config_json(P, vocab);
   Value cfg = Value::object();
   Value arch = Value::array();
   arch.arr.push_back(Value::string("Qwen3_5ForConditionalGeneration"));
@@ -108,13 +128,7 @@ void synthesize(const SynthOptions& o) {
   cfg.add("text_config", tc);
   cfg.add("clefrt_synthetic", Value::string("random weights from `clefrt synth --config " + o.preset + "`: answers are meaningless"));
   write_text(dir / "config.json", json::write(cfg) + "\n");
-  Value hc = Value::object();
-  hc.add("hidden_size", Value::integer(H));
-  hc.add("width", Value::integer(P.width));
-  hc.add("routing_layers", Value::integer(P.routing));
-  hc.add("layers", Value::integer(P.head_layers));
-  hc.add("heads", Value::integer(P.heads));
-  hc.add("feedforward", Value::integer(P.head_ffn));
+  Value hc = head_config_json(P);
   write_text(dir / "joint_head_config.json", json::write(hc) + "\n");
   fs::copy_file(o.tokenizer, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
 
@@ -227,6 +241,17 @@ void synthesize(const SynthOptions& o) {
   hput("joint_logit_scale", {}, {std::log(20.0f)});
   hput("residual_gate", {}, {0.5f});
   io::write_safetensors((dir / "joint_head.safetensors").string(), head);
+}
+
+ModelConfig synthetic_config(const std::string& name) {
+  const Preset P = preset(name);
+  const int64_t vocab = std::max<int64_t>(P.min_vocab, 151680);  // the Qwen3 tokenizer rounded up, as synthesize() does
+  ModelConfig c;
+  c.architecture = "Qwen3_5ForConditionalGeneration";
+  c.model_type = "qwen3_5";
+  c.text = parse_text_config(text_config_json(P, vocab), "synthetic " + name);
+  c.head = parse_head_config(head_config_json(P), "synthetic " + name);
+  return c;
 }
 
 }  // namespace clefrt::model

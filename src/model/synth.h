@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/config.h"
+
 namespace clefrt::model {
 
 struct SynthOptions {
@@ -15,5 +17,8 @@ struct SynthOptions {
 
 // Presets: tiny, small, clef-flash, clef-27b. Throws on an unknown preset or unwritable folder.
 void synthesize(const SynthOptions& o);
+
+// The configuration of a preset without writing anything (for `clefrt bench --synthetic`).
+ModelConfig synthetic_config(const std::string& preset);
 
 }  // namespace clefrt::model

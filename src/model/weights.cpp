@@ -47,23 +47,27 @@ const std::vector<DType> kFloat = {DType::BF16, DType::F16, DType::F32};
 
 struct Loader {
   const io::TensorStore& s;
+  LoadMode mode = LoadMode::Full;
   Tensor get(const std::string& name, std::vector<int64_t> shape) const {
+    if (mode == LoadMode::ShapeOnly) return Tensor{{}, std::move(shape), nullptr};
     const io::TensorInfo& t = s.require(name, shape, kFloat);
-    return Tensor{to_f32(t), std::move(shape)};
+    return Tensor{mode == LoadMode::Lazy ? std::vector<float>{} : to_f32(t), std::move(shape), &t};
   }
   LayerNormW ln(const std::string& name, int64_t d) const { return {get(name + ".weight", {d}), get(name + ".bias", {d})}; }
   Mha mha(const std::string& name, int64_t w) const {
     return {get(name + ".in_proj_weight", {3 * w, w}), get(name + ".in_proj_bias", {3 * w}), get(name + ".out_proj.weight", {w, w}),
             get(name + ".out_proj.bias", {w})};
   }
-  float scalar(const std::string& name) const {
+  float scalar(const std::string& name, float shape_only_value) const {
+    if (mode == LoadMode::ShapeOnly) return shape_only_value;
     const io::TensorInfo* t = s.find(name);
     if (!t) throw load_error(name, "tensor is missing from joint_head.safetensors");
     if (t->numel() != 1) throw load_error(*t->file, "tensor " + name + " must be a scalar, has shape " + t->shape_str());
     return to_f32(*t)[0];
   }
   // Shape [rows, cols] where rows is read from the file (hidden sizes the config does not name).
-  Tensor get_rows(const std::string& name, int64_t cols) const {
+  Tensor get_rows(const std::string& name, int64_t cols, int64_t shape_only_rows) const {
+    if (mode == LoadMode::ShapeOnly) return get(name, {shape_only_rows, cols});
     const io::TensorInfo* t = s.find(name);
     if (!t) throw load_error(name, "tensor is missing from the weights");
     if (t->shape.size() != 2 || t->shape[1] != cols)
@@ -73,13 +77,13 @@ struct Loader {
 };
 }  // namespace
 
-TextWeights load_text_weights(const io::TensorStore& store, const TextConfig& c) {
-  Loader L{store};
+TextWeights load_text_weights(const io::TensorStore& store, const TextConfig& c, LoadMode mode) {
+  Loader L{store, mode};
   TextWeights w;
   const std::string p = "model.language_model.";
   w.embed = L.get(p + "embed_tokens.weight", {c.vocab, c.hidden});
   w.final_norm = L.get(p + "norm.weight", {c.hidden});
-  if (store.find("lm_head.weight")) w.lm_head = L.get("lm_head.weight", {c.vocab, c.hidden});
+  if (mode == LoadMode::ShapeOnly || store.find("lm_head.weight")) w.lm_head = L.get("lm_head.weight", {c.vocab, c.hidden});
   else if (c.tie_word_embeddings) w.lm_head = w.embed;
   else throw load_error("lm_head.weight", "tensor is missing and tie_word_embeddings is false");
   const int64_t key_dim = c.k_heads * c.k_head_dim, value_dim = c.v_heads * c.v_head_dim;
@@ -118,8 +122,8 @@ TextWeights load_text_weights(const io::TensorStore& store, const TextConfig& c)
   return w;
 }
 
-HeadWeights load_head_weights(const io::TensorStore& store, const HeadConfig& c) {
-  Loader L{store};
+HeadWeights load_head_weights(const io::TensorStore& store, const HeadConfig& c, LoadMode mode) {
+  Loader L{store, mode};
   HeadWeights h;
   const int64_t d = c.hidden, W = c.width;
   h.hidden_norm = L.ln("hidden_norm", d);
@@ -160,15 +164,25 @@ HeadWeights load_head_weights(const io::TensorStore& store, const HeadConfig& c)
   }
   h.field_norm = L.ln("field_norm", W);
   h.option_norm = L.ln("option_norm", W);
-  h.scorer0_w = L.get_rows("residual_scorer.0.weight", 4 * W);
+  h.scorer0_w = L.get_rows("residual_scorer.0.weight", 4 * W, W);
   const int64_t sh = h.scorer0_w.dim(0);
   h.scorer0_b = L.get("residual_scorer.0.bias", {sh});
   h.scorer3_w = L.get("residual_scorer.3.weight", {1, sh});
   h.scorer3_b = L.get("residual_scorer.3.bias", {1});
-  h.prior_logit_scale = L.scalar("prior_logit_scale");
-  h.joint_logit_scale = L.scalar("joint_logit_scale");
-  h.residual_gate = L.scalar("residual_gate");
+  h.prior_logit_scale = L.scalar("prior_logit_scale", 1.0f);
+  h.joint_logit_scale = L.scalar("joint_logit_scale", 2.0f);
+  h.residual_gate = L.scalar("residual_gate", 0.0f);
   return h;
+}
+
+TextWeights shape_only_text(const TextConfig& cfg) {
+  static const io::TensorStore none;
+  return load_text_weights(none, cfg, LoadMode::ShapeOnly);
+}
+
+HeadWeights shape_only_head(const HeadConfig& cfg) {
+  static const io::TensorStore none;
+  return load_head_weights(none, cfg, LoadMode::ShapeOnly);
 }
 
 }  // namespace clefrt::model

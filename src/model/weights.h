@@ -11,10 +11,17 @@
 namespace clefrt::model {
 
 struct Tensor {
-  std::vector<float> v;
+  std::vector<float> v;  // empty when loaded lazily (the GPU engine reads `src` itself)
   std::vector<int64_t> shape;
+  const io::TensorInfo* src = nullptr;  // the mapped tensor it came from (null for synthetic)
   const float* data() const { return v.data(); }
   int64_t dim(size_t i) const { return shape[i]; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  int64_t numel_rows() const { return shape.empty() ? 1 : numel() / shape.back(); }  // rows of a [.., cols] matrix
 };
 
 struct GdnWeights {
@@ -62,8 +69,17 @@ struct HeadWeights {
 
 // Reads and checks every tensor (shape, dtype BF16/F16/F32). Throws load_error naming the file,
 // the tensor and the expected vs found shape.
-TextWeights load_text_weights(const io::TensorStore& store, const TextConfig& cfg);
-HeadWeights load_head_weights(const io::TensorStore& store, const HeadConfig& cfg);
+// Full: every tensor converted to fp32 (the CPU engine).
+// Lazy: names, shapes and dtypes checked, nothing converted; each Tensor keeps only `src` (the
+//   store must outlive it). The GPU engine uploads from there without an fp32 copy of the model.
+// ShapeOnly: no store at all; every Tensor has just its shape (v empty, src null). The GPU
+//   benchmark fills such tensors with random values directly in GPU memory.
+enum class LoadMode { Full, Lazy, ShapeOnly };
+TextWeights load_text_weights(const io::TensorStore& store, const TextConfig& cfg, LoadMode mode = LoadMode::Full);
+HeadWeights load_head_weights(const io::TensorStore& store, const HeadConfig& cfg, LoadMode mode = LoadMode::Full);
+// The shapes of every tensor of a configuration, no data (LoadMode::ShapeOnly).
+TextWeights shape_only_text(const TextConfig& cfg);
+HeadWeights shape_only_head(const HeadConfig& cfg);
 
 // bf16 / f16 / f32 bytes -> fp32.
 std::vector<float> to_f32(const io::TensorInfo& t);

@@ -1,0 +1,239 @@
+// `clefrt bench`: the GPU benchmark on synthetic weights at the real shapes (issue 4's suite).
+// Measures the card's own limits first, then latency and batched throughput, and writes a JSON
+// record (bench/results/) that later runs are compared with.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <random>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/file.h"
+#include "common/json.h"
+#include "engine/engine.h"
+#include "model/synth.h"
+#include "model/weights.h"
+#include "schema/request.h"
+#include "tokenizer/tokenizer.h"
+#ifdef CLEFRT_HAVE_CUDA
+#include "cuda/device_model.h"
+#include "cuda/forward.h"
+#include "cuda/hardware.h"
+#endif
+
+namespace clefrt::cli {
+
+namespace {
+
+using json::Value;
+
+// Model FLOPs of one forward over sequences of these lengths: every linear layer (2 per
+// weight per token) and causal attention scores and values; the GDN recurrence and the small
+// per-option head work are not counted (they are under 1% at these shapes).
+double forward_flops(const model::ModelConfig& m, const std::vector<int64_t>& lens) {
+  const auto& c = m.text;
+  const auto& h = m.head;
+  const double H = double(c.hidden), key_dim = double(c.k_heads * c.k_head_dim), value_dim = double(c.v_heads * c.v_head_dim);
+  double per_token = 0, attn_layers = 0;
+  for (auto t : c.layer_types) {
+    per_token += 3 * H * double(c.ffn);
+    if (t == model::LayerType::LinearAttention)
+      per_token += H * (2 * key_dim + 2 * value_dim + 2 * double(c.v_heads)) + value_dim * H;
+    else {
+      per_token += H * double(c.q_heads * 2 * c.head_dim + 2 * c.kv_heads * c.head_dim) + double(c.q_heads * c.head_dim) * H;
+      attn_layers += 1;
+    }
+  }
+  per_token += double(h.hidden) * double(h.width) + double(h.routing_layers + h.layers) * 2.0 * double(h.width) * double(h.width);
+  double f = 0;
+  for (int64_t L : lens) {
+    f += 2.0 * per_token * double(L);
+    f += attn_layers * 4.0 * double(c.q_heads * c.head_dim) * double(L) * double(L + 1) / 2.0;
+  }
+  return f;
+}
+
+// The blog request with `n - len` random tokens in front (spans shifted), for the long
+// latency points and the 512-token throughput requests.
+Encoded padded(const Encoded& e, int64_t n, uint64_t seed) {
+  const int64_t extra = n - int64_t(e.input_ids.size());
+  if (extra <= 0) return e;
+  Encoded p = e;
+  std::mt19937_64 r(seed);
+  std::uniform_int_distribution<int32_t> d(1000, 100000);
+  p.input_ids.assign(size_t(extra), 0);
+  for (auto& x : p.input_ids) x = d(r);
+  p.input_ids.insert(p.input_ids.end(), e.input_ids.begin(), e.input_ids.end());
+  auto shift = [&](Span& s) {
+    s.begin += int32_t(extra);
+    s.end += int32_t(extra);
+  };
+  shift(p.state_span);
+  for (auto& q : p.questions) {
+    shift(q.question_span);
+    for (auto& s : q.option_spans) shift(s);
+  }
+  return p;
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * double(v.size() - 1);
+  const size_t i = size_t(pos);
+  return i + 1 < v.size() ? v[i] + (pos - double(i)) * (v[i + 1] - v[i]) : v.back();
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  struct Opts {
+    std::string synthetic = "clef-27b", quant = "bf16", json_out, tokenizer = ".deps/qwen3/tokenizer.json", request = "examples/blog.json";
+    std::string commit = "unknown", baseline, command;
+    int reps = 20;
+    bool batch_invariant = true;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* c = app.add_subcommand("bench",
+                                   "GPU benchmark on random weights created in GPU memory at a preset's real shapes (no files).\n"
+                                   "Measures the card's bf16 GEMM peak and copy bandwidth, then: latency (p50/p95) of the blog\n"
+                                   "request and of 1,024-, 8,192- and 16,384-token requests; throughput of batches of 512-token\n"
+                                   "requests at 1, 4, 16 and 64 in flight; achieved TFLOP/s against the measured peak.");
+  c->add_option("--synthetic", o->synthetic, "clef-27b | clef-flash | small")->check(CLI::IsMember({"clef-27b", "clef-flash", "small", "tiny"}));
+  c->add_option("--quant", o->quant, "bf16 (fp8 and nvfp4 come with issue 6)");
+  c->add_option("--json", o->json_out, "write the results as JSON here");
+  c->add_option("--tokenizer", o->tokenizer, "tokenizer.json for the example request (default: the pinned Qwen3 one)");
+  c->add_option("--request", o->request, "the latency request (default examples/blog.json)");
+  c->add_option("--reps", o->reps, "timed repetitions of the short points (default 20)");
+  c->add_option("--commit", o->commit, "commit id recorded in the JSON");
+  c->add_option("--baseline", o->baseline, "JSON from tools/reference/bench_reference.py to embed and compare with");
+  c->add_option("--command", o->command, "the command line recorded in the JSON (default: argv)");
+  c->add_flag("!--no-batch-invariant", o->batch_invariant, "let cuBLASLt pick GEMM algorithms per batch size");
+  return [o]() -> int {
+#ifndef CLEFRT_HAVE_CUDA
+    throw Error(Status::BadRequest, "usage", "clefrt bench needs the CUDA backend; this build has none");
+#else
+    if (o->quant != "bf16")
+      throw Error(Status::BadRequest, "usage", "--quant " + o->quant + ": only bf16 is implemented (fp8/nvfp4 are issue 6)");
+    std::string why;
+    if (!cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "clefrt bench: " + why);
+    auto log = [](const std::string& s) { std::fprintf(stderr, "bench: %s\n", s.c_str()); };
+
+    log("measuring the card (bf16 GEMM 8192^3, 2 GiB device copy)");
+    cuda::HardwareLimits hw = cuda::measure_hardware();
+    log(hw.gpu + ": " + std::to_string(hw.peak_bf16_tflops) + " TFLOP/s bf16, " + std::to_string(hw.copy_gbps) + " GB/s copy");
+
+    const model::ModelConfig mc = model::synthetic_config(o->synthetic);
+    Tokenizer tok = Tokenizer::load(o->tokenizer);
+    Encoder enc(tok, EncodeOptions{});
+    const Encoded blog = enc.encode(parse_request(read_file(o->request)));
+
+    log("creating " + o->synthetic + " weights in GPU memory");
+    const auto tw = model::shape_only_text(mc.text);
+    const auto hwts = model::shape_only_head(mc.head);
+    cuda::DevModel dm = cuda::build_device_model(tw, hwts, mc.text, mc.head, 1, true);
+    cuda::ForwardOptions fo;
+    fo.max_tokens = 32768;
+    fo.max_seqs = 64;
+    fo.batch_invariant = o->batch_invariant;
+    cuda::Forward fwd(dm, fo);
+    const double mem = cuda::gpu_used_gib();
+    log("weights " + std::to_string(double(dm.weight_bytes) / double(1ull << 30)) + " GiB, arena " +
+        std::to_string(double(fwd.arena_bytes()) / double(1ull << 30)) + " GiB, GPU memory in use " + std::to_string(mem) + " GiB");
+
+    auto time_ms = [&](const std::vector<const Encoded*>& b) {
+      auto t0 = std::chrono::steady_clock::now();
+      fwd.run(b);
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    };
+    Value lat = Value::object();
+    std::printf("%-12s %8s %10s %10s %10s\n", "latency", "tokens", "p50 ms", "p95 ms", "TFLOP/s");
+    struct Point {
+      const char* name;
+      int64_t tokens;
+      int reps;
+    };
+    for (Point p : {Point{"blog_346", 0, o->reps}, Point{"tok_1024", 1024, o->reps}, Point{"tok_8192", 8192, std::max(3, o->reps / 4)},
+                    Point{"tok_16384", 16384, std::max(3, o->reps / 6)}}) {
+      Encoded e = p.tokens ? padded(blog, p.tokens, 7) : blog;
+      for (int w = 0; w < 2; ++w) time_ms({&e});
+      std::vector<double> t;
+      for (int r = 0; r < p.reps; ++r) t.push_back(time_ms({&e}));
+      const double p50 = percentile(t, 0.5), p95 = percentile(t, 0.95);
+      const double tf = forward_flops(mc, {int64_t(e.input_ids.size())}) / (p50 * 1e-3) / 1e12;
+      std::printf("%-12s %8zu %10.2f %10.2f %10.1f\n", p.name, e.input_ids.size(), p50, p95, tf);
+      Value v = Value::object();
+      v.add("tokens", Value::integer(int64_t(e.input_ids.size())));
+      v.add("p50", Value::number(p50));
+      v.add("p95", Value::number(p95));
+      v.add("tflops", Value::number(tf));
+      lat.add(p.name, v);
+    }
+    Value thr = Value::array();
+    std::printf("%-12s %8s %12s %10s %10s %8s\n", "in flight", "tokens", "tokens/s", "req/s", "TFLOP/s", "of peak");
+    for (int n : {1, 4, 16, 64}) {
+      std::vector<Encoded> reqs;
+      for (int i = 0; i < n; ++i) reqs.push_back(padded(blog, 512, 100 + uint64_t(i)));
+      std::vector<const Encoded*> b;
+      std::vector<int64_t> lens;
+      for (auto& r : reqs) {
+        b.push_back(&r);
+        lens.push_back(int64_t(r.input_ids.size()));
+      }
+      for (int w = 0; w < 2; ++w) time_ms(b);
+      std::vector<double> t;
+      const int reps = std::max(3, o->reps / (n >= 16 ? 4 : 1));
+      for (int r = 0; r < reps; ++r) t.push_back(time_ms(b));
+      const double ms = percentile(t, 0.5);
+      const double tokens = double(n) * 512.0, tf = forward_flops(mc, lens) / (ms * 1e-3) / 1e12;
+      std::printf("%-12d %8.0f %12.0f %10.1f %10.1f %7.1f%%\n", n, tokens, tokens / (ms * 1e-3), n / (ms * 1e-3), tf,
+                  100.0 * tf / hw.peak_bf16_tflops);
+      Value v = Value::object();
+      v.add("in_flight", Value::integer(n));
+      v.add("ms", Value::number(ms));
+      v.add("tokens_per_s", Value::number(tokens / (ms * 1e-3)));
+      v.add("requests_per_s", Value::number(n / (ms * 1e-3)));
+      v.add("tflops", Value::number(tf));
+      v.add("fraction_of_peak", Value::number(tf / hw.peak_bf16_tflops));
+      thr.arr.push_back(v);
+    }
+    Value out = Value::object();
+    out.add("date", Value::string(utc_now()));
+    out.add("gpu", Value::string(hw.gpu));
+    out.add("commit", Value::string(o->commit));
+    out.add("command", Value::string(o->command.empty() ? "clefrt bench --synthetic " + o->synthetic : o->command));
+    out.add("model", Value::string(o->synthetic));
+    out.add("quant", Value::string(o->quant));
+    out.add("batch_invariant", Value::boolean(o->batch_invariant));
+    out.add("peak_bf16_tflops", Value::number(hw.peak_bf16_tflops));
+    out.add("copy_gbps", Value::number(hw.copy_gbps));
+    out.add("gpu_mem_gib", Value::number(mem));
+    out.add("weights_gib", Value::number(double(dm.weight_bytes) / double(1ull << 30)));
+    out.add("flops_per_token_gflop", Value::number(forward_flops(mc, {1}) / 1e9));
+    out.add("latency_ms", lat);
+    out.add("throughput", thr);
+    Value base = Value::object();
+    if (!o->baseline.empty()) base = json::parse(read_file(o->baseline));
+    out.add("baseline", base);
+    const std::string text = json::write(out);
+    if (!o->json_out.empty()) {
+      std::ofstream f(o->json_out);
+      if (!(f << text << "\n")) throw Error(Status::Internal, "io_error", "cannot write " + o->json_out);
+    }
+    std::printf("%s\n", text.c_str());
+    return 0;
+#endif
+  };
+}
+
+}  // namespace clefrt::cli

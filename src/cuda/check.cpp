@@ -1,0 +1,57 @@
+#include "cuda/check.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/buffer.h"
+
+namespace clefrt::cuda {
+
+void throw_cuda(cudaError_t e, const char* op) {
+  throw Error(Status::Internal, "device_error", std::string(op) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+void throw_cublas(cublasStatus_t s, const char* op) {
+  throw Error(Status::Internal, "device_error", std::string(op) + ": cuBLASLt status " + std::to_string(int(s)));
+}
+
+bool sync_each_launch() {
+  static const bool on = [] {
+    const char* v = std::getenv("CLEFRT_CUDA_SYNC");
+    return v && std::strcmp(v, "0") != 0 && *v;
+  }();
+  return on;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes, const char* what) : n_(bytes) {
+  if (bytes == 0) return;
+  cudaError_t e = cudaMalloc(&p_, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free allocation error
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    throw Error(Status::Internal, "device_error",
+                std::string(what) + ": cannot allocate " + std::to_string(bytes >> 20) + " MiB of GPU memory (" +
+                    std::to_string(free_b >> 20) + " MiB free of " + std::to_string(total >> 20) + " MiB)");
+  }
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (p_) cudaFree(p_);
+}
+
+void* Arena::carve_bytes(size_t bytes, const char* what) {
+  const size_t at = (used_ + 255) & ~size_t(255);
+  if (counting_) {
+    used_ = at + bytes;
+    return nullptr;
+  }
+  if (at + bytes > buf_.bytes())
+    throw Error(Status::Internal, "internal_error",
+                std::string("activation arena too small for ") + what + " (" + std::to_string(at + bytes) + " > " +
+                    std::to_string(buf_.bytes()) + " bytes): the memory plan is wrong");
+  used_ = at + bytes;
+  return static_cast<char*>(buf_.get()) + at;
+}
+
+}  // namespace clefrt::cuda

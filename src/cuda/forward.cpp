@@ -1,0 +1,392 @@
+#include "cuda/forward.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+#include "cuda/check.h"
+#include "cuda/kernels.h"
+
+namespace clefrt::cuda {
+
+using model::LayerType;
+
+namespace {
+constexpr int64_t kChunk = 64, kTile = 64;
+}
+
+// Everything one forward needs: the host-side index arrays and the device buffers carved from
+// the arena. carve() is also run on a counting arena to plan the memory.
+struct Forward::Batch {
+  int64_t L = 0, nseq = 0, O = 0, Q = 0, nchunks = 0, ntiles = 0;
+  // host index arrays, uploaded in one copy
+  std::vector<int32_t> meta;
+  size_t off_ids, off_seq_start, off_chunk_start, off_chunk_len, off_seq_chunk, off_tile_q0, off_tile_seq0, off_tile_end;
+  size_t off_qbeg, off_qend, off_obeg, off_oend, off_last, off_qof, off_oreq, off_optbeg, off_type, off_qreq, off_otok_b, off_otok_e,
+      off_qtok_b, off_qtok_e, off_qq_b, off_qq_e;
+  int32_t* dmeta = nullptr;
+  const int32_t* d(size_t off) const { return dmeta + off; }
+
+  // backbone
+  float *x, *mixed, *g, *beta, *gdn_o, *hidden;
+  bf16 *h, *big, *act, *q, *k;
+  GdnScratch gs{};
+  // head
+  float *Hn32, *M32, *KV, *qm32, *lm32, *g32, *R, *B, *summary, *F, *Fn, *On, *tmpq, *att, *ff, *gp, *logits;
+  bf16 *Hn16, *M16, *mem16, *qm16, *cm16, *lm16, *g16, *qo16, *n16, *att16, *ff16, *feat;
+
+  void carve(Arena& a, const DevModel& m) {
+    const auto& c = m.c;
+    const auto& hc = m.hc;
+    const int64_t H = c.hidden, key_dim = c.k_heads * c.k_head_dim, value_dim = c.v_heads * c.v_head_dim;
+    const int64_t conv_dim = 2 * key_dim + value_dim;
+    const int64_t n_gdn = conv_dim + value_dim + 2 * c.v_heads;
+    const int64_t n_qkv = c.q_heads * 2 * c.head_dim + 2 * c.kv_heads * c.head_dim;
+    const int64_t n_big = std::max({2 * c.ffn, n_gdn, n_qkv});
+    const int64_t n_act = std::max({c.ffn, value_dim, c.q_heads * c.head_dim});
+    const int64_t d = hc.hidden, W = hc.width, sh = W * 4;  // scorer hidden <= 4W is checked at load
+    dmeta = a.carve<int32_t>(meta_capacity(), "batch index arrays");
+    x = a.carve<float>(L * H, "residual");
+    h = a.carve<bf16>(L * H, "normed");
+    big = a.carve<bf16>(L * n_big, "projections");
+    act = a.carve<bf16>(L * n_act, "activations");
+    mixed = a.carve<float>(L * conv_dim, "gdn conv out");
+    g = a.carve<float>(L * c.v_heads, "gdn g");
+    beta = a.carve<float>(L * c.v_heads, "gdn beta");
+    gdn_o = a.carve<float>(L * value_dim, "gdn out");
+    gs.w = a.carve<float>(nchunks * c.v_heads * kChunk * c.k_head_dim, "gdn W");
+    gs.u = a.carve<float>(nchunks * c.v_heads * kChunk * c.v_head_dim, "gdn U");
+    gs.aqk = a.carve<float>(nchunks * c.v_heads * kChunk * kChunk, "gdn A");
+    q = a.carve<bf16>(L * c.q_heads * c.head_dim, "attn q");
+    k = a.carve<bf16>(L * c.kv_heads * c.head_dim, "attn k");
+    hidden = a.carve<float>(L * H, "hidden");
+    Hn32 = a.carve<float>(L * d, "head Hn");
+    Hn16 = a.carve<bf16>(L * d, "head Hn bf16");
+    M32 = a.carve<float>(L * W, "head memory");
+    M16 = a.carve<bf16>(L * W, "head memory bf16");
+    mem16 = a.carve<bf16>(L * W, "head memory norm");
+    KV = a.carve<float>(L * 2 * W, "head kv");
+    qm32 = a.carve<float>(Q * d, "qm");
+    qm16 = a.carve<bf16>(Q * d, "qm bf16");
+    cm16 = a.carve<bf16>(O * d, "cm");
+    lm32 = a.carve<float>(O * d, "lm");
+    lm16 = a.carve<bf16>(O * d, "lm bf16");
+    g32 = a.carve<float>(nseq * d, "g");
+    g16 = a.carve<bf16>(nseq * d, "g bf16");
+    qo16 = a.carve<bf16>(O * d, "qo");
+    const int64_t rows = std::max(O, Q);
+    R = a.carve<float>(O * W, "R");
+    B = a.carve<float>(Q * W, "B");
+    summary = a.carve<float>(Q * W, "summary");
+    F = a.carve<float>(Q * W, "F");
+    Fn = a.carve<float>(Q * W, "Fn");
+    On = a.carve<float>(O * W, "On");
+    tmpq = a.carve<float>(rows * 3 * W, "head q");
+    att = a.carve<float>(rows * W, "head att");
+    att16 = a.carve<bf16>(rows * W, "head att bf16");
+    n16 = a.carve<bf16>(rows * W, "head norm bf16");
+    ff = a.carve<float>(rows * std::max(hc.ffn, sh), "head ff");
+    ff16 = a.carve<bf16>(rows * hc.ffn, "head ff bf16");
+    feat = a.carve<bf16>(O * 4 * W, "scorer features");
+    gp = a.carve<float>(nseq * W, "gp");
+    logits = a.carve<float>(O, "logits");
+  }
+  size_t meta_capacity() const { return size_t(L * 2 + 3 * nchunks + nseq + 1 + 3 * ntiles + 8 * Q + 8 * O + nseq + 64); }
+};
+
+Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
+  if (!flash_attention_supports(m.c.head_dim))
+    throw load_error("config.json", "head_dim " + std::to_string(m.c.head_dim) + " is not supported by the CUDA attention kernel");
+  if (m.c.k_head_dim > 128 || m.c.v_head_dim > 256)
+    throw load_error("config.json", "GDN head dims (k " + std::to_string(m.c.k_head_dim) + ", v " + std::to_string(m.c.v_head_dim) +
+                                        ") are not supported by the CUDA GDN kernels (k <= 128, v <= 256)");
+  if (m.head.scorer0.n > 4 * m.hc.width)
+    throw load_error("joint_head.safetensors", "residual_scorer hidden size above 4 x width is not supported by the CUDA head");
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  gemm_ = std::make_unique<Gemm>(stream_, o.batch_invariant);
+  arena_.reserve(arena_bytes(m.c, m.hc, o.max_tokens, o.max_seqs));
+}
+
+Forward::~Forward() {
+  gemm_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+size_t Forward::arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, int64_t max_tokens, int64_t max_seqs) {
+  Batch b;
+  b.L = max_tokens;
+  b.nseq = max_seqs;
+  b.O = b.Q = max_tokens;  // every span covers at least one token
+  b.nchunks = max_tokens / kChunk + max_seqs;
+  b.ntiles = max_tokens / kTile + max_seqs;
+  Arena a = Arena::counter();
+  DevModel shapes;
+  shapes.c = c;
+  shapes.hc = hc;
+  b.carve(a, shapes);
+  return a.used() + (size_t(1) << 20);
+}
+
+std::vector<std::vector<std::vector<double>>> Forward::run(const std::vector<const Encoded*>& batch) {
+  Batch b;
+  b.nseq = int64_t(batch.size());
+  std::vector<int64_t> offs = {0};
+  for (const Encoded* e : batch) {
+    if (!e->images.empty())
+      throw Error(Status::Unprocessable, "unsupported", "images are not supported yet: the vision tower is not implemented", "images");
+    offs.push_back(offs.back() + int64_t(e->input_ids.size()));
+    b.Q += int64_t(e->questions.size());
+    for (const auto& q : e->questions) b.O += int64_t(q.option_spans.size());
+  }
+  b.L = offs.back();
+  if (b.L > o_.max_tokens)
+    throw context_exceeded("the batch holds " + std::to_string(b.L) + " tokens; the GPU memory plan allows at most " +
+                           std::to_string(o_.max_tokens) + " (this engine's maximum context length)");
+  if (b.nseq > o_.max_seqs)
+    throw Error(Status::Internal, "internal_error",
+                "batch of " + std::to_string(b.nseq) + " requests exceeds the plan's " + std::to_string(o_.max_seqs));
+  if (b.L == 0) return {};
+
+  // ---- index arrays ----
+  auto& v = b.meta;
+  auto mark = [&](size_t& off) { off = v.size(); };
+  mark(b.off_ids);
+  for (const Encoded* e : batch) v.insert(v.end(), e->input_ids.begin(), e->input_ids.end());
+  for (int32_t id : std::vector<int32_t>(v.begin(), v.end()))
+    if (id < 0 || id >= m_.c.vocab)
+      throw Error(Status::Internal, "internal_error", "token id " + std::to_string(id) + " is outside the vocabulary of " +
+                                                          std::to_string(m_.c.vocab) + " (tokenizer and model disagree)");
+  mark(b.off_seq_start);
+  for (int64_t s = 0; s < b.nseq; ++s)
+    for (int64_t t = offs[s]; t < offs[s + 1]; ++t) v.push_back(int32_t(offs[s]));
+  std::vector<int32_t> cs, cl, sc = {0}, tq, ts, te;
+  for (int64_t s = 0; s < b.nseq; ++s) {
+    for (int64_t t = offs[s]; t < offs[s + 1]; t += kChunk) {
+      cs.push_back(int32_t(t));
+      cl.push_back(int32_t(std::min(kChunk, offs[s + 1] - t)));
+    }
+    sc.push_back(int32_t(cs.size()));
+    for (int64_t t = offs[s]; t < offs[s + 1]; t += kTile) {
+      tq.push_back(int32_t(t));
+      ts.push_back(int32_t(offs[s]));
+      te.push_back(int32_t(offs[s + 1]));
+    }
+  }
+  // longest causal rows first so the last wave is short
+  std::vector<size_t> order(tq.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return tq[a] - ts[a] > tq[c] - ts[c]; });
+  b.nchunks = int64_t(cs.size());
+  b.ntiles = int64_t(tq.size());
+  mark(b.off_chunk_start);
+  v.insert(v.end(), cs.begin(), cs.end());
+  mark(b.off_chunk_len);
+  v.insert(v.end(), cl.begin(), cl.end());
+  mark(b.off_seq_chunk);
+  v.insert(v.end(), sc.begin(), sc.end());
+  mark(b.off_tile_q0);
+  for (size_t i : order) v.push_back(tq[i]);
+  mark(b.off_tile_seq0);
+  for (size_t i : order) v.push_back(ts[i]);
+  mark(b.off_tile_end);
+  for (size_t i : order) v.push_back(te[i]);
+  // head: spans as global token rows; options question by question, questions request by request
+  std::vector<int32_t> qb, qe, ob, oe, last, qof, oreq, optb = {0}, type, qreq, otb, ote, qtb, qte, qqb, qqe;
+  int32_t qi = 0;
+  for (int64_t s = 0; s < b.nseq; ++s) {
+    const Encoded& e = *batch[size_t(s)];
+    const int32_t base = int32_t(offs[s]), qfirst = qi;
+    last.push_back(int32_t(offs[s + 1] - 1));
+    for (const auto& q : e.questions) {
+      qb.push_back(base + q.question_span.begin);
+      qe.push_back(base + q.question_span.end);
+      type.push_back(int32_t(q.type));
+      qreq.push_back(int32_t(s));
+      qtb.push_back(base);
+      qte.push_back(int32_t(offs[s + 1]));
+      for (const Span& o : q.option_spans) {
+        ob.push_back(base + o.begin);
+        oe.push_back(base + o.end);
+        qof.push_back(qi);
+        oreq.push_back(int32_t(s));
+        otb.push_back(base);
+        ote.push_back(int32_t(offs[s + 1]));
+      }
+      optb.push_back(int32_t(ob.size()));
+      ++qi;
+    }
+    for (size_t k = 0; k < e.questions.size(); ++k) {
+      qqb.push_back(qfirst);
+      qqe.push_back(qi);
+    }
+  }
+  auto put = [&](size_t& off, const std::vector<int32_t>& a) {
+    mark(off);
+    v.insert(v.end(), a.begin(), a.end());
+  };
+  put(b.off_qbeg, qb);
+  put(b.off_qend, qe);
+  put(b.off_obeg, ob);
+  put(b.off_oend, oe);
+  put(b.off_last, last);
+  put(b.off_qof, qof);
+  put(b.off_oreq, oreq);
+  put(b.off_optbeg, optb);
+  put(b.off_type, type);
+  put(b.off_qreq, qreq);
+  put(b.off_otok_b, otb);
+  put(b.off_otok_e, ote);
+  put(b.off_qtok_b, qtb);
+  put(b.off_qtok_e, qte);
+  put(b.off_qq_b, qqb);
+  put(b.off_qq_e, qqe);
+
+  arena_.reset();
+  b.carve(arena_, m_);
+  if (v.size() > b.meta_capacity()) throw Error(Status::Internal, "internal_error", "batch index arrays exceed their plan");
+  check(cudaMemcpyAsync(b.dmeta, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream_), "upload batch indices");
+
+  backbone(b);
+  head(b);
+
+  std::vector<float> probs(size_t(b.O));
+  check(cudaMemcpyAsync(probs.data(), b.logits, probs.size() * 4, cudaMemcpyDeviceToHost, stream_), "download probabilities");
+  check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
+  std::vector<std::vector<std::vector<double>>> out;
+  size_t j = 0;
+  for (const Encoded* e : batch) {
+    std::vector<std::vector<double>> per;
+    for (const auto& q : e->questions) {
+      std::vector<double> p;
+      for (size_t k = 0; k < q.option_spans.size(); ++k) p.push_back(double(probs[j++]));
+      per.push_back(std::move(p));
+    }
+    out.push_back(std::move(per));
+  }
+  return out;
+}
+
+void Forward::backbone(Batch& b) {
+  const auto& c = m_.c;
+  const int64_t L = b.L, H = c.hidden;
+  const float eps = float(c.rms_eps);
+  const int64_t key_dim = c.k_heads * c.k_head_dim, value_dim = c.v_heads * c.v_head_dim, conv_dim = 2 * key_dim + value_dim;
+  const int64_t Hq = c.q_heads, Hkv = c.kv_heads, D = c.head_dim;
+  cudaStream_t s = stream_;
+  const GdnChunks ch{b.d(b.off_chunk_start), b.d(b.off_chunk_len), b.d(b.off_seq_chunk), b.nchunks, b.nseq};
+  const AttnTiles tiles{b.d(b.off_tile_q0), b.d(b.off_tile_seq0), b.d(b.off_tile_end), b.ntiles};
+
+  embed_gather(b.d(b.off_ids), L, m_.embed, H, b.x, s);
+  for (const DevLayer& l : m_.layers) {
+    rms_norm_1p(b.x, L, H, l.input_norm, eps, b.h, nullptr, s);
+    if (l.type == LayerType::LinearAttention) {
+      const int64_t n = l.gdn_in.n;
+      gemm_->run(b.h, L, H, H, l.gdn_in.w, n, b.big, OutType::BF16, n, false, "gdn in_proj");
+      conv_silu(b.big, n, b.d(b.off_seq_start), L, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s);
+      const bf16* bcol = b.big + conv_dim + value_dim;
+      gdn_prep(b.mixed, conv_dim, L, c.k_heads, c.k_head_dim, bcol, bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, b.g, b.beta, s);
+      gdn_chunked(b.mixed, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, b.g, b.beta, ch, b.gs, b.gdn_o, s);
+      gated_norm(b.gdn_o, L, c.v_heads, c.v_head_dim, l.gdn_norm, eps, b.big + conv_dim, n, b.act, s);
+      gemm_->run(b.act, L, value_dim, value_dim, l.gdn_out.w, H, b.x, OutType::F32, H, true, "gdn out_proj");
+    } else {
+      const int64_t n = l.qkv.n;
+      gemm_->run(b.h, L, H, H, l.qkv.w, n, b.big, OutType::BF16, n, false, "attention qkv_proj");
+      attn_prep(b.big, n, L, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), l.q_norm, l.k_norm, eps, b.q, b.k, s);
+      flash_attention(b.q, b.k, b.big + Hq * 2 * D + Hkv * D, n, b.big + D, n, 2 * D, Hq, Hkv, D, tiles, b.act, s);
+      gemm_->run(b.act, L, Hq * D, Hq * D, l.o.w, H, b.x, OutType::F32, H, true, "attention o_proj");
+    }
+    rms_norm_1p(b.x, L, H, l.post_norm, eps, b.h, nullptr, s);
+    gemm_->run(b.h, L, H, H, l.gate_up.w, 2 * c.ffn, b.big, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
+    swiglu(b.big, L, c.ffn, b.act, s);
+    gemm_->run(b.act, L, c.ffn, c.ffn, l.down.w, H, b.x, OutType::F32, H, true, "mlp down_proj");
+  }
+  rms_norm_1p(b.x, L, H, m_.final_norm, eps, nullptr, b.hidden, s);
+}
+
+void Forward::head(Batch& b) {
+  const DevHead& h = m_.head;
+  const int64_t L = b.L, d = m_.hc.hidden, W = m_.hc.width, heads = m_.hc.heads, O = b.O, Q = b.Q, N = b.nseq;
+  cudaStream_t s = stream_;
+  Gemm& G = *gemm_;
+  constexpr float eps = 1e-5f;
+  auto lin = [&](const bf16* x, int64_t m, const DevLinear& w, float* y, bool acc, const char* op) {
+    G.run(x, m, w.k, w.k, w.w, w.n, y, OutType::F32, w.n, acc, op);
+  };
+
+  layer_norm(b.hidden, L, d, d, h.hidden_norm.w, h.hidden_norm.b, eps, b.Hn16, b.Hn32, s);
+  lin(b.Hn16, L, h.memory_proj, b.M32, false, "head memory_projection");
+  f32_to_bf16_rows(b.M32, L, W, W, b.M16, W, s);
+  span_mean(b.Hn32, d, nullptr, nullptr, b.d(b.off_qbeg), b.d(b.off_qend), Q, d, b.qm32, b.qm16, s);
+  span_mean(b.Hn32, d, nullptr, nullptr, b.d(b.off_obeg), b.d(b.off_oend), O, d, nullptr, b.cm16, s);
+  span_mean(nullptr, 0, m_.lm_head, b.d(b.off_ids), b.d(b.off_obeg), b.d(b.off_oend), O, d, b.lm32, b.lm16, s);
+  gather_rows(b.Hn32, d, b.d(b.off_last), N, b.g32, b.g16, s);
+  gather_rows(b.qm32, d, b.d(b.off_qof), O, nullptr, b.qo16, s);
+  lin(b.cm16, O, h.option_context_proj, b.R, false, "head option_context_projection");
+  lin(b.lm16, O, h.option_lexical_proj, b.R, true, "head option_lexical_projection");
+  lin(b.qo16, O, h.option_question_proj, b.R, true, "head option_question_projection");
+
+  // q rows of an MHA's packed in_proj: [W, W] at row 0; k|v rows: [2W, W] at row W
+  auto q_part = [&](const DevMha& m) { return DevLinear{m.in.w, W, W}; };
+  auto kv_part = [&](const DevMha& m) { return DevLinear{m.in.w + W * W, 2 * W, W}; };
+  // y (+)= MHA(q rows xq16 [nq], keys/values KV [.., 2W]) with per-row key ranges
+  auto cross = [&](const DevMha& m, const bf16* xq16, int64_t nq, const int32_t* kb, const int32_t* ke, float* y) {
+    lin(xq16, nq, q_part(m), b.tmpq, false, "head mha q");
+    bias_act(b.tmpq, nq, W, W, m.in_b, false, s);
+    mha_attend(b.tmpq, W, nq, b.KV, 2 * W, b.KV + W, 2 * W, kb, ke, W, heads, b.att, s);
+    f32_to_bf16_rows(b.att, nq, W, W, b.att16, W, s);
+    lin(b.att16, nq, m.out, y, true, "head mha out_proj");
+    bias_act(y, nq, W, W, m.out_b, false, s);
+  };
+  auto memory_kv = [&](const DevMha& m, const bf16* mem16) {
+    lin(mem16, L, kv_part(m), b.KV, false, "head mha kv");
+    bias_act(b.KV, L, 2 * W, 2 * W, m.in_b + W, false, s);
+  };
+  auto ffn = [&](const DevLinear& w1, const float* b1, const DevLinear& w2, const float* b2, const bf16* x16, int64_t rows, float* y) {
+    lin(x16, rows, w1, b.ff, false, "head feedforward 1");
+    bias_act(b.ff, rows, w1.n, w1.n, b1, true, s);
+    f32_to_bf16_rows(b.ff, rows, w1.n, w1.n, b.ff16, w1.n, s);
+    lin(b.ff16, rows, w2, y, true, "head feedforward 2");
+    bias_act(y, rows, W, W, b2, false, s);
+  };
+
+  for (const auto& ev : h.evidence) {
+    layer_norm(b.M32, L, W, W, ev.memory_norm.w, ev.memory_norm.b, eps, b.mem16, nullptr, s);
+    memory_kv(ev.attn, b.mem16);
+    layer_norm(b.R, O, W, W, ev.query_norm.w, ev.query_norm.b, eps, b.n16, nullptr, s);
+    cross(ev.attn, b.n16, O, b.d(b.off_otok_b), b.d(b.off_otok_e), b.R);
+    layer_norm(b.R, O, W, W, ev.ff_norm.w, ev.ff_norm.b, eps, b.n16, nullptr, s);
+    ffn(ev.ff0, ev.ff0_b, ev.ff3, ev.ff3_b, b.n16, O, b.R);
+  }
+  lin(b.qm16, Q, h.question_proj, b.B, false, "head question_projection");
+  option_summary(b.R, b.B, b.d(b.off_optbeg), Q, W, b.summary, s);
+  layer_norm(b.summary, Q, W, W, h.option_summary_norm.w, h.option_summary_norm.b, eps, nullptr, b.F, s);
+  lin(b.qm16, Q, h.question_proj, b.F, true, "head question_projection");
+  lin(b.g16, N, h.global_proj, b.gp, false, "head global_projection");
+  field_init(b.F, b.gp, h.type_emb, b.d(b.off_type), b.d(b.off_qreq), Q, W, s);
+  for (const auto& dl : h.layers) {
+    // self-attention among the questions of the same request
+    layer_norm(b.F, Q, W, W, dl.norm1.w, dl.norm1.b, eps, b.n16, nullptr, s);
+    lin(b.n16, Q, dl.self_attn.in, b.tmpq, false, "head self_attn in_proj");
+    bias_act(b.tmpq, Q, 3 * W, 3 * W, dl.self_attn.in_b, false, s);
+    mha_attend(b.tmpq, 3 * W, Q, b.tmpq + W, 3 * W, b.tmpq + 2 * W, 3 * W, b.d(b.off_qq_b), b.d(b.off_qq_e), W, heads, b.att, s);
+    f32_to_bf16_rows(b.att, Q, W, W, b.att16, W, s);
+    lin(b.att16, Q, dl.self_attn.out, b.F, true, "head self_attn out_proj");
+    bias_act(b.F, Q, W, W, dl.self_attn.out_b, false, s);
+    // cross-attention to the request's memory
+    memory_kv(dl.cross_attn, b.M16);
+    layer_norm(b.F, Q, W, W, dl.norm2.w, dl.norm2.b, eps, b.n16, nullptr, s);
+    cross(dl.cross_attn, b.n16, Q, b.d(b.off_qtok_b), b.d(b.off_qtok_e), b.F);
+    layer_norm(b.F, Q, W, W, dl.norm3.w, dl.norm3.b, eps, b.n16, nullptr, s);
+    ffn(dl.lin1, dl.lin1_b, dl.lin2, dl.lin2_b, b.n16, Q, b.F);
+  }
+  layer_norm(b.F, Q, W, W, h.field_norm.w, h.field_norm.b, eps, nullptr, b.Fn, s);
+  layer_norm(b.R, O, W, W, h.option_norm.w, h.option_norm.b, eps, nullptr, b.On, s);
+  scorer_features(b.Fn, b.On, b.d(b.off_qof), O, W, b.feat, s);
+  const int64_t sh = h.scorer0.n;
+  lin(b.feat, O, h.scorer0, b.ff, false, "head residual_scorer.0");
+  bias_act(b.ff, O, sh, sh, h.scorer0_b, true, s);
+  head_logits(b.lm32, b.qm32, b.g32, b.d(b.off_qof), b.d(b.off_oreq), O, d, b.Fn, b.On, W, b.ff, h.scorer3_w, sh, h.scalars, b.logits, s);
+  question_softmax(b.logits, b.d(b.off_optbeg), Q, s);
+}
+
+}  // namespace clefrt::cuda

@@ -1,0 +1,114 @@
+#include "cuda/gemm.h"
+
+#include "cuda/check.h"
+
+namespace clefrt::cuda {
+
+namespace {
+
+struct Layouts {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+};
+
+// Column-major view: D^T[n, m] = W[n, k] * X^T[k, m]; W row-major [n, k] is column-major
+// [k, n] (op T), X row-major [m, k] is column-major [k, m] (op N).
+Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, const char* op) {
+  Layouts l;
+  check(cublasLtMatmulDescCreate(&l.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), op);
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), op);
+  check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), op);
+  check(cublasLtMatrixLayoutCreate(&l.a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k), op);
+  check(cublasLtMatrixLayoutCreate(&l.b, CUDA_R_16BF, uint64_t(k), uint64_t(m), ldx), op);
+  check(cublasLtMatrixLayoutCreate(&l.c, yt == OutType::F32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(n), uint64_t(m), ldy), op);
+  return l;
+}
+
+void destroy(Layouts& l) {
+  if (l.a) cublasLtMatrixLayoutDestroy(l.a);
+  if (l.b) cublasLtMatrixLayoutDestroy(l.b);
+  if (l.c) cublasLtMatrixLayoutDestroy(l.c);
+  if (l.desc) cublasLtMatmulDescDestroy(l.desc);
+}
+
+}  // namespace
+
+Gemm::Gemm(cudaStream_t stream, bool batch_invariant, size_t workspace_bytes)
+    : stream_(stream), batch_invariant_(batch_invariant), workspace_(workspace_bytes, "cuBLASLt workspace") {
+  check(cublasLtCreate(&lt_), "cublasLtCreate");
+}
+
+Gemm::~Gemm() {
+  for (auto& [key, p] : plans_) {
+    Layouts l{p.desc, p.a, p.b, p.c};
+    destroy(l);
+  }
+  if (lt_) cublasLtDestroy(lt_);
+}
+
+cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, const char* op) {
+  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, op);
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), op);
+  size_t ws = workspace_.bytes();
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), op);
+  cublasLtMatmulHeuristicResult_t res[16];
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, l.desc, l.a, l.b, l.c, l.c, pref, 16, res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  destroy(l);
+  check(st, op);
+  if (found == 0)
+    throw Error(Status::Internal, "device_error",
+                std::string(op) + ": cuBLASLt has no algorithm for m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
+  if (!batch_invariant_) return res[0].algo;
+  // The first candidate that runs without split-K (one CTA reduces the whole k for its tile).
+  for (int i = 0; i < found; ++i) {
+    cublasLtMatmulAlgo_t a = res[i].algo;
+    int32_t splitk = 1;
+    size_t got = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &got);
+    if (splitk <= 1) return a;
+  }
+  cublasLtMatmulAlgo_t a = res[0].algo;
+  int32_t one = 1;
+  check(cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one), op);
+  return a;
+}
+
+Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, const char* op) {
+  Key key{m, n, k, ldx, ldy, int(yt), acc};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan p;
+  if (batch_invariant_) {
+    // One algorithm per (n, k, ...) chosen at a reference m large enough for the biggest tiles.
+    auto ik = std::make_tuple(n, k, ldx, ldy, int(yt), acc);
+    auto a = invariant_algos_.find(ik);
+    if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, op)).first;
+    p.algo = a->second;
+  } else {
+    p.algo = choose(m, n, k, ldx, ldy, yt, acc, op);
+  }
+  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, op);
+  p.desc = l.desc;
+  p.a = l.a;
+  p.b = l.b;
+  p.c = l.c;
+  return plans_.emplace(key, p).first->second;
+}
+
+void Gemm::run(const __nv_bfloat16* x, int64_t m, int64_t k, int64_t ldx, const __nv_bfloat16* w, int64_t n, void* y, OutType yt,
+               int64_t ldy, bool accumulate, const char* op) {
+  if (m == 0) return;
+  if (accumulate && yt != OutType::F32) throw Error(Status::Internal, "internal_error", std::string(op) + ": accumulate needs an F32 output");
+  Plan& p = plan(m, n, k, ldx, ldy, yt, accumulate, op);
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  check(cublasLtMatmul(lt_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.get(), workspace_.bytes(),
+                       stream_),
+        op);
+  if (sync_each_launch()) check(cudaStreamSynchronize(stream_), op);
+}
+
+}  // namespace clefrt::cuda

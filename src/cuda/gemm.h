@@ -1,0 +1,53 @@
+// y[m, n] (+)= x[m, k] * w[n, k]^T through cuBLASLt: bf16 inputs, fp32 accumulation, output
+// bf16 or fp32. The algorithm is chosen once per shape and cached.
+//
+// Batch invariance: cuBLASLt's heuristic picks different kernels (and split-K) for different m,
+// which changes a row's rounding with the batch it runs in. With batch_invariant the algorithm
+// is chosen per (n, k) alone, at a fixed reference m, with split-K off, so every row of x is
+// reduced by the same kernel in the same order whatever m is.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "cuda/buffer.h"
+
+namespace clefrt::cuda {
+
+enum class OutType { BF16, F32 };
+
+class Gemm {
+ public:
+  explicit Gemm(cudaStream_t stream, bool batch_invariant = false, size_t workspace_bytes = size_t(64) << 20);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // accumulate: y += x w^T (y must be F32 then: the residual stream).
+  void run(const __nv_bfloat16* x, int64_t m, int64_t k, int64_t ldx, const __nv_bfloat16* w, int64_t n, void* y, OutType yt,
+           int64_t ldy, bool accumulate, const char* op);
+
+  bool batch_invariant() const { return batch_invariant_; }
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool>;  // m, n, k, ldx, ldy, yt, acc
+  Plan& plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, const char* op);
+  cublasLtMatmulAlgo_t choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, const char* op);
+
+  cudaStream_t stream_;
+  bool batch_invariant_;
+  cublasLtHandle_t lt_ = nullptr;
+  DeviceBuffer workspace_;
+  std::map<Key, Plan> plans_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool>, cublasLtMatmulAlgo_t> invariant_algos_;
+};
+
+}  // namespace clefrt::cuda

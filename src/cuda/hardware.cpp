@@ -1,0 +1,81 @@
+#include "cuda/hardware.h"
+
+#include <algorithm>
+
+#include "cuda/buffer.h"
+#include "cuda/check.h"
+#include "cuda/gemm.h"
+#include "cuda/kernels.h"
+
+namespace clefrt::cuda {
+
+namespace {
+struct Timer {
+  cudaEvent_t a, b;
+  Timer() {
+    check(cudaEventCreate(&a), "event");
+    check(cudaEventCreate(&b), "event");
+  }
+  ~Timer() {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  void start(cudaStream_t s) { check(cudaEventRecord(a, s), "event"); }
+  double stop_ms(cudaStream_t s) {
+    check(cudaEventRecord(b, s), "event");
+    check(cudaEventSynchronize(b), "event");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "event");
+    return ms;
+  }
+};
+}  // namespace
+
+HardwareLimits measure_hardware() {
+  HardwareLimits h;
+  cudaDeviceProp p{};
+  check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+  h.gpu = p.name;
+  h.mem_total_gib = double(p.totalGlobalMem) / double(1ull << 30);
+  cudaStream_t s;
+  check(cudaStreamCreate(&s), "stream");
+  {
+    const int64_t n = 8192;
+    DeviceBuffer a(size_t(n * n) * 2), b(size_t(n * n) * 2), c(size_t(n * n) * 2);
+    fill_normal_bf16(a.as<bf16>(), n * n, 1, 0, 1, s);
+    fill_normal_bf16(b.as<bf16>(), n * n, 2, 0, 1, s);
+    Gemm g(s, false);
+    Timer t;
+    for (int i = 0; i < 3; ++i) g.run(a.as<bf16>(), n, n, n, b.as<bf16>(), n, c.get(), OutType::BF16, n, false, "peak gemm");
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      t.start(s);
+      for (int i = 0; i < 10; ++i) g.run(a.as<bf16>(), n, n, n, b.as<bf16>(), n, c.get(), OutType::BF16, n, false, "peak gemm");
+      best = std::min(best, t.stop_ms(s) / 10);
+    }
+    h.peak_bf16_tflops = 2.0 * double(n) * n * n / (best * 1e-3) / 1e12;
+  }
+  {
+    const size_t bytes = size_t(2) << 30;
+    DeviceBuffer a(bytes), b(bytes);
+    check(cudaMemsetAsync(a.get(), 1, bytes, s), "memset");
+    Timer t;
+    double best = 1e30;
+    for (int rep = 0; rep < 6; ++rep) {
+      t.start(s);
+      check(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s), "copy");
+      best = std::min(best, t.stop_ms(s));
+    }
+    h.copy_gbps = 2.0 * double(bytes) / (best * 1e-3) / 1e9;
+  }
+  cudaStreamDestroy(s);
+  return h;
+}
+
+double gpu_used_gib() {
+  size_t free_b = 0, total = 0;
+  check(cudaMemGetInfo(&free_b, &total), "cudaMemGetInfo");
+  return double(total - free_b) / double(1ull << 30);
+}
+
+}  // namespace clefrt::cuda

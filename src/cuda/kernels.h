@@ -1,0 +1,108 @@
+// The CUDA twins of the CPU ops (cpu/ops.h) and the fused pieces of the forward pass.
+// Every launcher checks its launch (check_launch) and names itself in the error.
+// Layouts are row-major; "L" is the number of packed tokens of a batch.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace clefrt::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- basic (kernels_basic.cu) ----
+// x[t, :] = float(table[ids[t], :])
+void embed_gather(const int32_t* ids, int64_t L, const bf16* table, int64_t d, float* x, cudaStream_t s);
+// y = x * rsqrt(mean(x^2) + eps) * (1 + w) per row; out bf16 and/or fp32 (either may be null).
+void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float eps, bf16* y16, float* y32, cudaStream_t s);
+// Affine LayerNorm per row; out bf16 and/or fp32. x rows are `ldx` apart.
+void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* w, const float* b, float eps, bf16* y16,
+                float* y32, cudaStream_t s);
+// act[t, j] = silu(gu[t, j]) * gu[t, ffn + j] (the fused gate|up GEMM output)
+void swiglu(const bf16* gu, int64_t L, int64_t ffn, bf16* act, cudaStream_t s);
+// y[r, :] (+)= bias, then gelu (erf) if asked; y fp32 [rows, n] with row stride ldy.
+void bias_act(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu, cudaStream_t s);
+void to_bf16(const float* x, int64_t n, bf16* y, cudaStream_t s);
+void f32_to_bf16_rows(const float* x, int64_t rows, int64_t d, int64_t ldx, bf16* y, int64_t ldy, cudaStream_t s);
+// Deterministic pseudo-random fill (synthetic weights): normal(mean, std) by a counter hash.
+void fill_normal_bf16(bf16* p, int64_t n, uint64_t seed, float mean, float std, cudaStream_t s);
+void fill_normal_f32(float* p, int64_t n, uint64_t seed, float mean, float std, cudaStream_t s);
+
+// ---- Gated DeltaNet (kernels_gdn.cu) ----
+// Depthwise causal conv + SiLU over packed sequences; seq_start[t] is the first token of t's
+// sequence. x: [L, C] bf16 with row stride ldx; w: [C, K] fp32; y: [L, C] fp32.
+void conv_silu(const bf16* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t C, const float* w, int64_t K, float* y,
+               cudaStream_t s);
+// In place on mixed [L, 2*Hk*Dk + Hv*Dv]: q and k heads L2-normalised (q also * 1/sqrt(Dk)).
+// beta = sigmoid(b), g = negA * softplus(a + dt_bias) from the b and a columns of `ba`.
+void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk, const bf16* b, const bf16* a, int64_t ldba, int64_t Hv,
+              const float* negA, const float* dt_bias, float* g, float* beta, cudaStream_t s);
+
+// The chunked GDN prefill (chunk 64). Chunks never cross a sequence: chunk c covers tokens
+// [chunk_start[c], chunk_start[c] + chunk_len[c]). Sequence s owns chunks
+// [seq_chunk[s], seq_chunk[s + 1]).
+struct GdnChunks {
+  const int32_t* chunk_start;
+  const int32_t* chunk_len;
+  const int32_t* seq_chunk;
+  int64_t n_chunks, n_seqs;
+};
+struct GdnScratch {
+  float *w, *u, *aqk;  // [n_chunks, Hv, 64, Dk], [n_chunks, Hv, 64, Dv], [n_chunks, Hv, 64, 64]
+};
+// mixed: [L, conv_dim] (q | k | v heads, q/k normalised); g, beta: [L, Hv]; o: [L, Hv * Dv] fp32.
+void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
+                 const GdnChunks& ch, GdnScratch sc, float* o, cudaStream_t s);
+// act[t, j*Dv + i] = rms_norm(o)[...] * w[i] * silu(z[t, j*Dv + i]) -> bf16
+void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const bf16* z, int64_t ldz, bf16* act,
+                cudaStream_t s);
+
+// ---- gated attention (kernels_attn.cu) ----
+// From the fused q|gate, k, v GEMM output qkv [L, ldqkv]: q heads (rows of 2D: q then gate)
+// and k heads get the (1+w) RMSNorm and partial RoPE (rotary dim R, angle inv_freq[i] * pos in
+// fp32, pos = t - seq_start[t]). Writes q [L, Hq, D] and k [L, Hkv, D] bf16.
+void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hkv, int64_t D, int64_t R, const float* inv_freq,
+               const int32_t* seq_start, const float* q_norm, const float* k_norm, float eps, bf16* q, bf16* k, cudaStream_t s);
+// Causal varlen flash attention (tensor cores, online softmax), GQA, then * sigmoid(gate).
+// Tiles of 64 queries: tile i covers queries [tile_q0[i], min(tile_q0[i] + 64, tile_end[i])) of
+// the sequence starting at tile_seq0[i] and ending at tile_end[i].
+struct AttnTiles {
+  const int32_t *q0, *seq0, *end;
+  int64_t n;
+};
+// gate: head h's gate row is gate[t * ldgate + h * gate_head_stride + 0..D).
+void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate, int64_t ldgate,
+                     int64_t gate_head_stride, int64_t Hq,
+                     int64_t Hkv, int64_t D, const AttnTiles& tiles, bf16* out, cudaStream_t s);
+bool flash_attention_supports(int64_t D);
+
+// ---- joint head (kernels_head.cu) ----
+// out[i, :] = mean of rows [begin[i], end[i]) of x (fp32, row stride ldx), or of table rows
+// ids[begin..end) when table is given (the lexical means over lm_head). Empty spans give 0.
+void span_mean(const float* x, int64_t ldx, const bf16* table, const int32_t* ids, const int32_t* begin, const int32_t* end,
+               int64_t n, int64_t d, float* out32, bf16* out16, cudaStream_t s);
+void gather_rows(const float* src, int64_t d, const int32_t* idx, int64_t n, float* out32, bf16* out16, cudaStream_t s);
+// Unmasked attention per query row r and head: keys [kbeg[r], kend[r]) of k/v (row strides).
+// q, k, v and out are fp32; head_dim = width / heads <= 128.
+void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t ldk, const float* v, int64_t ldv,
+                const int32_t* kbeg, const int32_t* kend, int64_t width, int64_t heads, float* out, cudaStream_t s);
+// Per question i: options [opt_beg[i], opt_beg[i+1]) of R [O, W]; p = softmax(R_j . B_i / sqrt(W));
+// summary[i] = sum_j p_j R_j.
+void option_summary(const float* R, const float* B, const int32_t* opt_beg, int64_t Q, int64_t W, float* summary, cudaStream_t s);
+// F[i] += gp[qreq[i]] + type_emb[type[i]] (gp: one row per request)
+void field_init(float* F, const float* gp, const float* type_emb, const int32_t* type, const int32_t* qreq, int64_t Q, int64_t W,
+                cudaStream_t s);
+// feat[j] = [F_q, o, F_q * o, |F_q - o|] (bf16) with q = qof[j]
+void scorer_features(const float* F, const float* On, const int32_t* qof, int64_t O, int64_t W, bf16* feat, cudaStream_t s);
+// logit_j = prior_scale * cos(lex_j, qm_q + g_req) + gate * (joint_scale * cos(F_q, On_j) + hid_j . w3 + b3)
+struct HeadScalars {
+  float prior_scale, joint_scale, gate, b3;
+};
+void head_logits(const float* lex, const float* qm, const float* glast, const int32_t* qof, const int32_t* oreq, int64_t O, int64_t d,
+                 const float* F, const float* On, int64_t W, const float* hid, const float* w3, int64_t sh, HeadScalars hs,
+                 float* logits, cudaStream_t s);
+// In place per question: softmax over its options (fp32).
+void question_softmax(float* logits, const int32_t* opt_beg, int64_t Q, cudaStream_t s);
+
+}  // namespace clefrt::cuda

@@ -1,0 +1,254 @@
+// Gated full attention on the GPU (spec/model.md 1.2): q/k (1+w) RMSNorm + partial RoPE, then a
+// flash-style causal varlen kernel on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulate,
+// online softmax in fp32) that never holds an L x L matrix, with the sigmoid output gate fused.
+#include <cmath>
+
+#include "cuda/check.h"
+#include "cuda/kernels.h"
+#include "cuda/reduce.cuh"
+
+namespace clefrt::cuda {
+
+namespace {
+
+constexpr int kMaxD = 256;
+
+// One warp per (token, head); q heads first (rows of 2D in qkv: q then gate), then k heads.
+__global__ void attn_prep_k(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hkv, int D, int R, const float* inv_freq,
+                            const int32_t* seq_start, const float* q_norm, const float* k_norm, float eps, bf16* q, bf16* k) {
+  __shared__ float buf[8][kMaxD];
+  const int lane = threadIdx.x & 31, wl = threadIdx.x >> 5;
+  const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  if (wid >= L * (Hq + Hkv)) return;
+  const int64_t t = wid / (Hq + Hkv), hh = wid - t * (Hq + Hkv);
+  const bool is_q = hh < Hq;
+  const bf16* src = qkv + t * ldqkv + (is_q ? hh * 2 * D : Hq * 2 * D + (hh - Hq) * D);
+  const float* w = is_q ? q_norm : k_norm;
+  bf16* dst = is_q ? q + (t * Hq + hh) * D : k + (t * Hkv + (hh - Hq)) * D;
+  float* x = buf[wl];
+  float ss = 0;
+  for (int i = lane; i < D; i += 32) {
+    const float v = __bfloat162float(src[i]);
+    x[i] = v;
+    ss += v * v;
+  }
+  const float inv = rsqrtf(warp_sum(ss) / float(D) + eps);
+  for (int i = lane; i < D; i += 32) x[i] = x[i] * inv * (1.0f + w[i]);
+  __syncwarp();
+  const float pos = float(t - seq_start[t]);
+  const int half = R / 2;
+  for (int i = lane; i < D; i += 32) {
+    float v = x[i];
+    if (i < R) {
+      const int f = i < half ? i : i - half;
+      const float ang = inv_freq[f] * pos;
+      const float cs = cosf(ang), sn = sinf(ang);
+      v = i < half ? x[i] * cs - x[i + half] * sn : x[i] * cs + x[i - half] * sn;
+    }
+    dst[i] = __float2bfloat16(v);
+  }
+}
+
+__device__ __forceinline__ void mma_bf16(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+constexpr int BQ = 64, BK = 64;
+
+template <int D>
+struct FlashSmem {
+  static constexpr int LDQ = D + 8, LDV = BK + 8;
+  static constexpr size_t bytes = sizeof(bf16) * (2 * BQ * LDQ + D * LDV);
+};
+
+// grid (tiles, Hq), 128 threads; each warp owns 16 query rows of the tile.
+template <int D>
+__global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate,
+                                               int64_t ldgate, int64_t gate_hs, int Hq, int Hkv, AttnTiles tiles, bf16* out,
+                                               float scale_log2) {
+  using S = FlashSmem<D>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
+  bf16* Ks = Qs + BQ * S::LDQ;
+  bf16* Vt = Ks + BK * S::LDQ;
+
+  const int tile = blockIdx.x, h = blockIdx.y, kvh = h / (Hq / Hkv);
+  const int64_t q0 = tiles.q0[tile], seq0 = tiles.seq0[tile], end = tiles.end[tile];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+  const int64_t q_last = (q0 + BQ < end ? q0 + BQ : end) - 1;
+
+  // Q tile (zero rows past the sequence)
+  for (int e = tid; e < BQ * (D / 8); e += blockDim.x) {
+    const int r = e / (D / 8), c = (e % (D / 8)) * 8;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (q0 + r < end) val = *reinterpret_cast<const uint4*>(q + ((q0 + r) * Hq + h) * D + c);
+    *reinterpret_cast<uint4*>(Qs + r * S::LDQ + c) = val;
+  }
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  const int64_t qi0 = q0 + warp * 16 + g, qi1 = qi0 + 8;
+
+  for (int64_t kb = seq0; kb <= q_last; kb += BK) {
+    __syncthreads();  // previous block's readers are done
+    for (int e = tid; e < BK * (D / 8); e += blockDim.x) {
+      const int r = e / (D / 8), c = (e % (D / 8)) * 8;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+      if (kb + r < end) {
+        kv = *reinterpret_cast<const uint4*>(k + ((kb + r) * Hkv + kvh) * D + c);
+        vv = *reinterpret_cast<const uint4*>(v + (kb + r) * ldv + int64_t(kvh) * D + c);
+      }
+      *reinterpret_cast<uint4*>(Ks + r * S::LDQ + c) = kv;
+      const bf16* vb = reinterpret_cast<const bf16*>(&vv);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) Vt[(c + i) * S::LDV + r] = vb[i];
+    }
+    __syncthreads();
+
+    float s[BK / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    const bf16* qa = Qs + (warp * 16 + g) * S::LDQ + 2 * tq;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t a0 = *reinterpret_cast<const uint32_t*>(qa + ks * 16);
+      const uint32_t a1 = *reinterpret_cast<const uint32_t*>(qa + 8 * S::LDQ + ks * 16);
+      const uint32_t a2 = *reinterpret_cast<const uint32_t*>(qa + ks * 16 + 8);
+      const uint32_t a3 = *reinterpret_cast<const uint32_t*>(qa + 8 * S::LDQ + ks * 16 + 8);
+#pragma unroll
+      for (int nt = 0; nt < BK / 8; ++nt) {
+        const bf16* kb_ = Ks + (nt * 8 + g) * S::LDQ + ks * 16 + 2 * tq;
+        mma_bf16(s[nt], a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(kb_), *reinterpret_cast<const uint32_t*>(kb_ + 8));
+      }
+    }
+    // scale, causal + length mask, online softmax (rows qi0 and qi1 of this thread)
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t kj = kb + nt * 8 + 2 * tq + (e & 1);
+        const int64_t qi = e < 2 ? qi0 : qi1;
+        const bool ok = kj <= qi && kj < end;
+        s[nt][e] = ok ? s[nt][e] * scale_log2 : -INFINITY;
+      }
+      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    // a row with no visible key yet (only padding rows) keeps m = -inf: use 0 as its base
+    const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;
+    const float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);
+    m0 = mn0;
+    m1 = mn1;
+    float rs0 = 0, rs1 = 0;
+#pragma unroll
+    for (int nt = 0; nt < BK / 8; ++nt) {
+      s[nt][0] = exp2f(s[nt][0] - b0);
+      s[nt][1] = exp2f(s[nt][1] - b0);
+      s[nt][2] = exp2f(s[nt][2] - b1);
+      s[nt][3] = exp2f(s[nt][3] - b1);
+      rs0 += s[nt][0] + s[nt][1];
+      rs1 += s[nt][2] + s[nt][3];
+    }
+    l0 = l0 * c0 + rs0;
+    l1 = l1 * c1 + rs1;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      o[dn][0] *= c0;
+      o[dn][1] *= c0;
+      o[dn][2] *= c1;
+      o[dn][3] *= c1;
+    }
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      const uint32_t a0 = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      const uint32_t a1 = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      const uint32_t a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        const bf16* vb = Vt + (dn * 8 + g) * S::LDV + kk * 16 + 2 * tq;
+        mma_bf16(o[dn], a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(vb), *reinterpret_cast<const uint32_t*>(vb + 8));
+      }
+    }
+  }
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float inv0 = l0 > 0 ? 1.0f / l0 : 0.0f, inv1 = l1 > 0 ? 1.0f / l1 : 0.0f;
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+    const int d = dn * 8 + 2 * tq;
+    if (qi0 < end) {
+      const bf16* gr = gate + qi0 * ldgate + int64_t(h) * gate_hs + d;
+      const float y0 = o[dn][0] * inv0 * sigmoid_f(__bfloat162float(gr[0]));
+      const float y1 = o[dn][1] * inv0 * sigmoid_f(__bfloat162float(gr[1]));
+      *reinterpret_cast<__nv_bfloat162*>(out + (qi0 * Hq + h) * D + d) = __floats2bfloat162_rn(y0, y1);
+    }
+    if (qi1 < end) {
+      const bf16* gr = gate + qi1 * ldgate + int64_t(h) * gate_hs + d;
+      const float y0 = o[dn][2] * inv1 * sigmoid_f(__bfloat162float(gr[0]));
+      const float y1 = o[dn][3] * inv1 * sigmoid_f(__bfloat162float(gr[1]));
+      *reinterpret_cast<__nv_bfloat162*>(out + (qi1 * Hq + h) * D + d) = __floats2bfloat162_rn(y0, y1);
+    }
+  }
+}
+
+template <int D>
+void launch_flash(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate, int64_t ldgate, int64_t gate_hs, int64_t Hq,
+                  int64_t Hkv, const AttnTiles& tiles, bf16* out, cudaStream_t s) {
+  static bool attr = false;
+  if (!attr) {
+    check(cudaFuncSetAttribute(flash_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(FlashSmem<D>::bytes)), "flash_attention smem");
+    attr = true;
+  }
+  const float scale_log2 = float(1.0 / std::sqrt(double(D)) * 1.4426950408889634);
+  flash_k<D><<<dim3(unsigned(tiles.n), unsigned(Hq)), 128, FlashSmem<D>::bytes, s>>>(q, k, v, ldv, gate, ldgate, gate_hs, int(Hq),
+                                                                                      int(Hkv), tiles, out, scale_log2);
+  check_launch("flash_attention");
+}
+
+}  // namespace
+
+void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hkv, int64_t D, int64_t R, const float* inv_freq,
+               const int32_t* seq_start, const float* q_norm, const float* k_norm, float eps, bf16* q, bf16* k, cudaStream_t s) {
+  if (L == 0) return;
+  if (D > kMaxD) throw Error(Status::Internal, "unsupported", "attn_prep: head_dim " + std::to_string(D) + " > 256");
+  const int64_t warps = L * (Hq + Hkv);
+  attn_prep_k<<<unsigned((warps + 7) / 8), 256, 0, s>>>(qkv, ldqkv, L, Hq, Hkv, int(D), int(R), inv_freq, seq_start, q_norm, k_norm,
+                                                        eps, q, k);
+  check_launch("attn_prep");
+}
+
+bool flash_attention_supports(int64_t D) { return D == 32 || D == 64 || D == 128 || D == 256; }
+
+void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,
+                     int64_t Hq, int64_t Hkv, int64_t D, const AttnTiles& tiles, bf16* out, cudaStream_t s) {
+  if (tiles.n == 0) return;
+  switch (D) {
+    case 32: return launch_flash<32>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
+    case 64: return launch_flash<64>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
+    case 128: return launch_flash<128>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
+    case 256: return launch_flash<256>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
+    default: throw Error(Status::Internal, "unsupported", "flash_attention: head_dim " + std::to_string(D) + " (32, 64, 128, 256)");
+  }
+}
+
+}  // namespace clefrt::cuda

@@ -1,0 +1,151 @@
+// Embedding gather, norms, SwiGLU, bias/GELU, casts and the synthetic-weight fill.
+#include "cuda/check.h"
+#include "cuda/kernels.h"
+#include "cuda/reduce.cuh"
+
+namespace clefrt::cuda {
+
+namespace {
+
+
+__global__ void embed_gather_k(const int32_t* ids, const bf16* table, int64_t d, float* x) {
+  const int64_t t = blockIdx.x;
+  const bf16* row = table + int64_t(ids[t]) * d;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) x[t * d + i] = __bfloat162float(row[i]);
+}
+
+__global__ void rms_norm_1p_k(const float* x, int64_t d, const float* w, float eps, bf16* y16, float* y32) {
+  __shared__ float sh[32];
+  const float* r = x + int64_t(blockIdx.x) * d;
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += r[i] * r[i];
+  ss = block_sum(ss, sh);
+  const float inv = rsqrtf(ss / float(d) + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float v = r[i] * inv * (1.0f + w[i]);
+    if (y16) y16[int64_t(blockIdx.x) * d + i] = __float2bfloat16(v);
+    if (y32) y32[int64_t(blockIdx.x) * d + i] = v;
+  }
+}
+
+__global__ void layer_norm_k(const float* x, int64_t d, int64_t ldx, const float* w, const float* b, float eps, bf16* y16, float* y32) {
+  __shared__ float sh[32];
+  const float* r = x + int64_t(blockIdx.x) * ldx;
+  float s = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) s += r[i];
+  const float mean = block_sum(s, sh) / float(d);
+  float v = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) v += (r[i] - mean) * (r[i] - mean);
+  const float inv = rsqrtf(block_sum(v, sh) / float(d) + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float o = (r[i] - mean) * inv * w[i] + b[i];
+    if (y16) y16[int64_t(blockIdx.x) * d + i] = __float2bfloat16(o);
+    if (y32) y32[int64_t(blockIdx.x) * d + i] = o;
+  }
+}
+
+__global__ void swiglu_k(const bf16* gu, int64_t L, int64_t ffn, bf16* act) {
+  const int64_t n = L * ffn;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i / ffn, j = i - t * ffn;
+    const float g = __bfloat162float(gu[t * 2 * ffn + j]), u = __bfloat162float(gu[t * 2 * ffn + ffn + j]);
+    act[i] = __float2bfloat16(silu_f(g) * u);
+  }
+}
+
+__global__ void bias_act_k(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu) {
+  const int64_t total = rows * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, c = i - r * n;
+    float v = y[r * ldy + c] + (bias ? bias[c] : 0.0f);
+    if (gelu) v = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    y[r * ldy + c] = v;
+  }
+}
+
+__global__ void rows_to_bf16_k(const float* x, int64_t rows, int64_t d, int64_t ldx, bf16* y, int64_t ldy) {
+  const int64_t total = rows * d;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / d, c = i - r * d;
+    y[r * ldy + c] = __float2bfloat16(x[r * ldx + c]);
+  }
+}
+
+// splitmix64 of (seed, index) -> two uniforms -> Box-Muller.
+__device__ __forceinline__ uint64_t mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+__device__ __forceinline__ float normal_at(uint64_t seed, int64_t i) {
+  const uint64_t h = mix(seed * 0x100000001b3ull + uint64_t(i));
+  const float u1 = (float((h >> 40) & 0xffffff) + 0.5f) * (1.0f / 16777216.0f);
+  const float u2 = float(h & 0xffffff) * (1.0f / 16777216.0f);
+  return sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+}
+__global__ void fill_bf16_k(bf16* p, int64_t n, uint64_t seed, float mean, float std) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = __float2bfloat16(mean + std * normal_at(seed, i));
+}
+__global__ void fill_f32_k(float* p, int64_t n, uint64_t seed, float mean, float std) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = mean + std * normal_at(seed, i);
+}
+
+unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 65536)); }
+
+}  // namespace
+
+void embed_gather(const int32_t* ids, int64_t L, const bf16* table, int64_t d, float* x, cudaStream_t s) {
+  if (L == 0) return;
+  embed_gather_k<<<unsigned(L), 256, 0, s>>>(ids, table, d, x);
+  check_launch("embed_gather");
+}
+
+void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float eps, bf16* y16, float* y32, cudaStream_t s) {
+  if (rows == 0) return;
+  rms_norm_1p_k<<<unsigned(rows), d >= 1024 ? 512 : 128, 0, s>>>(x, d, w, eps, y16, y32);
+  check_launch("rms_norm_1p");
+}
+
+void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* w, const float* b, float eps, bf16* y16, float* y32,
+                cudaStream_t s) {
+  if (rows == 0) return;
+  layer_norm_k<<<unsigned(rows), d >= 1024 ? 512 : 128, 0, s>>>(x, d, ldx, w, b, eps, y16, y32);
+  check_launch("layer_norm");
+}
+
+void swiglu(const bf16* gu, int64_t L, int64_t ffn, bf16* act, cudaStream_t s) {
+  if (L == 0) return;
+  swiglu_k<<<grid_for(L * ffn), 256, 0, s>>>(gu, L, ffn, act);
+  check_launch("swiglu");
+}
+
+void bias_act(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu, cudaStream_t s) {
+  if (rows == 0) return;
+  bias_act_k<<<grid_for(rows * n), 256, 0, s>>>(y, rows, n, ldy, bias, gelu);
+  check_launch("bias_act");
+}
+
+void to_bf16(const float* x, int64_t n, bf16* y, cudaStream_t s) { f32_to_bf16_rows(x, 1, n, n, y, n, s); }
+
+void f32_to_bf16_rows(const float* x, int64_t rows, int64_t d, int64_t ldx, bf16* y, int64_t ldy, cudaStream_t s) {
+  if (rows == 0 || d == 0) return;
+  rows_to_bf16_k<<<grid_for(rows * d), 256, 0, s>>>(x, rows, d, ldx, y, ldy);
+  check_launch("f32_to_bf16");
+}
+
+void fill_normal_bf16(bf16* p, int64_t n, uint64_t seed, float mean, float std, cudaStream_t s) {
+  if (n == 0) return;
+  fill_bf16_k<<<grid_for(n), 256, 0, s>>>(p, n, seed, mean, std);
+  check_launch("fill_normal_bf16");
+}
+
+void fill_normal_f32(float* p, int64_t n, uint64_t seed, float mean, float std, cudaStream_t s) {
+  if (n == 0) return;
+  fill_f32_k<<<grid_for(n), 256, 0, s>>>(p, n, seed, mean, std);
+  check_launch("fill_normal_f32");
+}
+
+}  // namespace clefrt::cuda

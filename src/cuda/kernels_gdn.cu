@@ -1,0 +1,296 @@
+// Gated DeltaNet on the GPU (spec/model.md 1.1): causal conv + SiLU, q/k normalisation and the
+// decay/beta gates, the chunked prefill (two kernels), and the gated RMSNorm.
+//
+// The chunked form, per chunk of C = 64 tokens and value head (gamma = in-chunk cumulative log
+// decay, kept in double like the CPU twin: with strong decay it reaches thousands within a
+// chunk and fp32 differences gamma_i - gamma_j would cancel badly):
+//   Lm[i,j] = beta_i k_i.k_j e^(gamma_i - gamma_j) (i > j),  A[i,j] = q_i.k_j e^(gamma_i - gamma_j) (i >= j)
+//   (I + Lm) U = beta V,  (I + Lm) W = beta K e^gamma          (forward substitution)
+// then, sequentially over the chunks of a sequence with the fp32 state S [Dk, Dv]:
+//   Vn = U - W S;  O = e^gamma Q S + A Vn;  S = e^gamma_C S + (K e^(gamma_C - gamma))^T Vn
+// Kernel 1 (gdn_chunk_prep) does the first part for all chunks in parallel; kernel 2
+// (gdn_chunk_scan) walks the chunks, one CTA per (sequence, head, 32 state columns): the
+// columns of S evolve independently, which is what makes the split exact.
+#include <cmath>
+
+#include "cuda/check.h"
+#include "cuda/kernels.h"
+#include "cuda/reduce.cuh"
+
+namespace clefrt::cuda {
+
+namespace {
+
+constexpr int C = 64;   // chunk
+constexpr int SW = 32;  // state columns per scan CTA
+
+__global__ void conv_silu_k(const bf16* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t Cn, const float* w, int K,
+                            float* y) {
+  const int64_t n = L * Cn;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i / Cn, c = i - t * Cn;
+    const int64_t s0 = seq_start[t];
+    float acc = 0;
+    for (int j = 0; j < K; ++j) {
+      const int64_t src = t - K + 1 + j;
+      if (src >= s0) acc += w[c * K + j] * __bfloat162float(x[src * ldx + c]);
+    }
+    y[i] = silu_f(acc);
+  }
+}
+
+// One warp per (token, q-or-k head).
+__global__ void qk_norm_k(float* mixed, int64_t L, int64_t Hk, int64_t Dk, int64_t conv_dim, float qscale) {
+  const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (wid >= L * 2 * Hk) return;
+  const int64_t t = wid / (2 * Hk), r = wid - t * 2 * Hk;  // r < Hk: q head r; else k head r - Hk
+  float* x = mixed + t * conv_dim + r * Dk;                  // q heads then k heads are contiguous
+  float ss = 0;
+  for (int64_t i = lane; i < Dk; i += 32) ss += x[i] * x[i];
+  ss = warp_sum(ss);
+  const float inv = rsqrtf(ss + 1e-6f) * (r < Hk ? qscale : 1.0f);
+  for (int64_t i = lane; i < Dk; i += 32) x[i] *= inv;
+}
+
+__global__ void gates_k(const bf16* b, const bf16* a, int64_t ldba, int64_t L, int64_t Hv, const float* negA, const float* dt_bias,
+                        float* g, float* beta) {
+  const int64_t n = L * Hv;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i / Hv, j = i - t * Hv;
+    beta[i] = sigmoid_f(__bfloat162float(b[t * ldba + j]));
+    const float x = __bfloat162float(a[t * ldba + j]) + dt_bias[j];
+    const float sp = x > 20.0f ? x : log1pf(expf(x));
+    g[i] = negA[j] * sp;
+  }
+}
+
+struct PrepSmem {
+  // sizes in floats, Dk/Dv padded by one to spread banks
+  static size_t bytes(int64_t Dk, int64_t Dv) {
+    return sizeof(double) * C + sizeof(float) * (2 * C * (Dk + 1) + C * (C + 1) + C + C * (Dk + Dv + 1));
+  }
+};
+
+__global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                        int64_t Dv, const float* g, const float* beta, GdnChunks ch, GdnScratch sc) {
+  extern __shared__ double smem_d[];
+  double* gam = smem_d;
+  float* ks = reinterpret_cast<float*>(gam + C);
+  float* qs = ks + C * (Dk + 1);
+  float* Lm = qs + C * (Dk + 1);
+  float* bs = Lm + C * (C + 1);
+  float* UW = bs + C;  // [C][Dv + Dk + 1]: U columns then W columns
+  const int64_t ldu = Dv + Dk + 1;
+
+  const int64_t c = blockIdx.x, j = blockIdx.y;
+  const int64_t t0 = ch.chunk_start[c];
+  const int n = ch.chunk_len[c];
+  const int64_t kh = j / (Hv / Hk);
+  const int64_t key_dim = Hk * Dk;
+  const int tid = threadIdx.x, nt = blockDim.x;
+
+  for (int64_t e = tid; e < C * Dk; e += nt) {
+    const int64_t i = e / Dk, x = e - i * Dk;
+    const bool in = i < n;
+    qs[i * (Dk + 1) + x] = in ? mixed[(t0 + i) * conv_dim + kh * Dk + x] : 0.0f;
+    ks[i * (Dk + 1) + x] = in ? mixed[(t0 + i) * conv_dim + key_dim + kh * Dk + x] : 0.0f;
+  }
+  if (tid < C) bs[tid] = tid < n ? beta[(t0 + tid) * Hv + j] : 0.0f;
+  if (tid == 0) {
+    double acc = 0;
+    for (int i = 0; i < C; ++i) gam[i] = acc += (i < n ? double(g[(t0 + i) * Hv + j]) : 0.0);
+  }
+  __syncthreads();
+
+  float* aqk = sc.aqk + (c * Hv + j) * C * C;
+  for (int p = tid; p < C * C; p += nt) {
+    const int i = p / C, jj = p % C;
+    float kk = 0, qk = 0;
+    if (i >= jj && i < n) {
+      const float* ki = ks + i * (Dk + 1);
+      const float* kj = ks + jj * (Dk + 1);
+      const float* qi = qs + i * (Dk + 1);
+      for (int64_t x = 0; x < Dk; ++x) {
+        kk += ki[x] * kj[x];
+        qk += qi[x] * kj[x];
+      }
+      const float G = float(exp(gam[i] - gam[jj]));
+      qk *= G;
+      kk = i > jj ? bs[i] * kk * G : 0.0f;
+    }
+    Lm[i * (C + 1) + jj] = kk;
+    aqk[p] = qk;
+  }
+  // right-hand sides: U = beta V, W = beta K e^gamma
+  for (int64_t e = tid; e < C * (Dv + Dk); e += nt) {
+    const int64_t i = e / (Dv + Dk), x = e - i * (Dv + Dk);
+    float v = 0;
+    if (i < n) {
+      if (x < Dv) v = bs[i] * mixed[(t0 + i) * conv_dim + 2 * key_dim + j * Dv + x];
+      else v = bs[i] * ks[i * (Dk + 1) + (x - Dv)] * float(exp(gam[i]));
+    }
+    UW[i * ldu + x] = v;
+  }
+  __syncthreads();
+  // forward substitution, one column per thread (columns are independent)
+  for (int64_t x = tid; x < Dv + Dk; x += nt) {
+    for (int i = 1; i < n; ++i) {
+      float acc = UW[i * ldu + x];
+      for (int jj = 0; jj < i; ++jj) acc -= Lm[i * (C + 1) + jj] * UW[jj * ldu + x];
+      UW[i * ldu + x] = acc;
+    }
+  }
+  __syncthreads();
+  float* u = sc.u + (c * Hv + j) * C * Dv;
+  float* w = sc.w + (c * Hv + j) * C * Dk;
+  for (int64_t e = tid; e < C * Dv; e += nt) u[e] = UW[(e / Dv) * ldu + e % Dv];
+  for (int64_t e = tid; e < C * Dk; e += nt) w[e] = UW[(e / Dk) * ldu + Dv + e % Dk];
+}
+
+struct ScanSmem {
+  static size_t bytes(int64_t Dk) {
+    return sizeof(double) * C + sizeof(float) * (Dk * SW + 3 * C * (Dk + 1) + C * (C + 1) + C * (SW + 1) + 2 * C);
+  }
+};
+
+__global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                        int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* o) {
+  extern __shared__ double smem_d[];
+  double* gam = smem_d;
+  float* S = reinterpret_cast<float*>(gam + C);  // [Dk][SW]
+  float* Ws = S + Dk * SW;
+  float* qs = Ws + C * (Dk + 1);
+  float* ks = qs + C * (Dk + 1);
+  float* As = ks + C * (Dk + 1);
+  float* Vn = As + C * (C + 1);
+  float* eg = Vn + C * (SW + 1);  // e^gamma_i
+  float* ek = eg + C;             // e^(gamma_C - gamma_i)
+
+  const int64_t s = blockIdx.x, j = blockIdx.y, c0 = int64_t(blockIdx.z) * SW;
+  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk, value_dim = Hv * Dv;
+  const int sw = int(Dv - c0 < SW ? Dv - c0 : SW);
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nwarps = nt >> 5;
+
+  for (int64_t e = tid; e < Dk * SW; e += nt) S[e] = 0.0f;
+  for (int64_t c = ch.seq_chunk[s]; c < ch.seq_chunk[s + 1]; ++c) {
+    const int64_t t0 = ch.chunk_start[c];
+    const int n = ch.chunk_len[c];
+    const float* w = sc.w + (c * Hv + j) * C * Dk;
+    const float* u = sc.u + (c * Hv + j) * C * Dv;
+    const float* aqk = sc.aqk + (c * Hv + j) * C * C;
+    __syncthreads();  // the previous chunk's readers of q/k/Vn are done
+    for (int64_t e = tid; e < C * Dk; e += nt) {
+      const int64_t i = e / Dk, x = e - i * Dk;
+      const bool in = i < n;
+      Ws[i * (Dk + 1) + x] = w[e];
+      qs[i * (Dk + 1) + x] = in ? mixed[(t0 + i) * conv_dim + kh * Dk + x] : 0.0f;
+      ks[i * (Dk + 1) + x] = in ? mixed[(t0 + i) * conv_dim + key_dim + kh * Dk + x] : 0.0f;
+    }
+    for (int e = tid; e < C * C; e += nt) As[(e / C) * (C + 1) + e % C] = aqk[e];
+    for (int e = tid; e < C * SW; e += nt) {
+      const int i = e / SW, x = e % SW;
+      Vn[i * (SW + 1) + x] = x < sw ? u[i * Dv + c0 + x] : 0.0f;
+    }
+    if (tid == 0) {
+      double acc = 0;
+      for (int i = 0; i < C; ++i) gam[i] = acc += (i < n ? double(g[(t0 + i) * Hv + j]) : 0.0);
+    }
+    __syncthreads();
+    if (tid < C) {
+      eg[tid] = float(exp(gam[tid]));
+      ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
+    }
+    // Vn = U - W S   (lane = column, warps over rows)
+    for (int i = warp; i < C; i += nwarps) {
+      float acc = 0;
+      const float* wi = Ws + i * (Dk + 1);
+      for (int64_t y = 0; y < Dk; ++y) acc += wi[y] * S[y * SW + lane];
+      Vn[i * (SW + 1) + lane] -= acc;
+    }
+    __syncthreads();
+    // O = e^gamma Q S + A Vn
+    for (int i = warp; i < n; i += nwarps) {
+      float acc = 0;
+      const float* qi = qs + i * (Dk + 1);
+      for (int64_t y = 0; y < Dk; ++y) acc += qi[y] * S[y * SW + lane];
+      acc *= eg[i];
+      const float* ai = As + i * (C + 1);
+      for (int jj = 0; jj <= i; ++jj) acc += ai[jj] * Vn[jj * (SW + 1) + lane];
+      if (lane < sw) o[(t0 + i) * value_dim + j * Dv + c0 + lane] = acc;
+    }
+    __syncthreads();
+    // S = e^gamma_C S + (K e^(gamma_C - gamma))^T Vn
+    const float eC = float(exp(gam[n - 1]));
+    for (int64_t y = warp; y < Dk; y += nwarps) {
+      float acc = S[y * SW + lane] * eC;
+      for (int i = 0; i < n; ++i) acc += ks[i * (Dk + 1) + y] * ek[i] * Vn[i * (SW + 1) + lane];
+      S[y * SW + lane] = acc;
+    }
+  }
+}
+
+__global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const float* w, float eps, const bf16* z, int64_t ldz,
+                             int64_t Hv, bf16* act) {
+  const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (wid >= rows) return;
+  const int64_t t = wid / Hv, j = wid - t * Hv;
+  const float* x = o + wid * Dv;
+  float ss = 0;
+  for (int64_t i = lane; i < Dv; i += 32) ss += x[i] * x[i];
+  const float inv = rsqrtf(warp_sum(ss) / float(Dv) + eps);
+  for (int64_t i = lane; i < Dv; i += 32) {
+    const float zz = __bfloat162float(z[t * ldz + j * Dv + i]);
+    act[wid * Dv + i] = __float2bfloat16(x[i] * inv * w[i] * silu_f(zz));
+  }
+}
+
+unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 65536)); }
+
+}  // namespace
+
+void conv_silu(const bf16* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t Cn, const float* w, int64_t K, float* y,
+               cudaStream_t s) {
+  if (L == 0) return;
+  conv_silu_k<<<grid_for(L * Cn), 256, 0, s>>>(x, ldx, seq_start, L, Cn, w, int(K), y);
+  check_launch("gdn conv_silu");
+}
+
+void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk, const bf16* b, const bf16* a, int64_t ldba, int64_t Hv, const float* negA,
+              const float* dt_bias, float* g, float* beta, cudaStream_t s) {
+  if (L == 0) return;
+  const int64_t warps = L * 2 * Hk;
+  qk_norm_k<<<unsigned((warps * 32 + 255) / 256), 256, 0, s>>>(mixed, L, Hk, Dk, conv_dim, 1.0f / sqrtf(float(Dk)));
+  check_launch("gdn q/k norm");
+  gates_k<<<grid_for(L * Hv), 256, 0, s>>>(b, a, ldba, L, Hv, negA, dt_bias, g, beta);
+  check_launch("gdn gates");
+}
+
+void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
+                 const GdnChunks& ch, GdnScratch sc, float* o, cudaStream_t s) {
+  if (ch.n_chunks == 0) return;
+  const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
+  const size_t prep = PrepSmem::bytes(Dk, Dv), scan = ScanSmem::bytes(Dk);
+  static bool attr = false;
+  if (!attr) {
+    check(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
+    check(cudaFuncSetAttribute(gdn_chunk_scan_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
+    attr = true;
+  }
+  gdn_chunk_prep_k<<<dim3(unsigned(ch.n_chunks), unsigned(Hv)), 256, prep, s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
+  check_launch("gdn_chunk_prep");
+  gdn_chunk_scan_k<<<dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW)), 256, scan, s>>>(mixed, conv_dim, Hk, Hv, Dk,
+                                                                                                              Dv, g, ch, sc, o);
+  check_launch("gdn_chunk_scan");
+}
+
+void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const bf16* z, int64_t ldz, bf16* act,
+                cudaStream_t s) {
+  if (L == 0) return;
+  const int64_t rows = L * Hv;
+  gated_norm_k<<<unsigned((rows * 32 + 255) / 256), 256, 0, s>>>(o, rows, Dv, w, eps, z, ldz, Hv, act);
+  check_launch("gdn gated_norm");
+}
+
+}  // namespace clefrt::cuda

@@ -1,0 +1,252 @@
+// The joint schema head's small kernels (spec/model.md 4): span means, the option summary, the
+// unmasked MHA over a request's memory, the scorer features, and the final logits + softmax.
+// Rows of different requests sit in one packed matrix; index arrays say which rows belong
+// together, so a batch of requests runs the head in one pass.
+#include <cmath>
+
+#include "cuda/check.h"
+#include "cuda/kernels.h"
+#include "cuda/reduce.cuh"
+
+namespace clefrt::cuda {
+
+namespace {
+
+__global__ void span_mean_k(const float* x, int64_t ldx, const bf16* table, const int32_t* ids, const int32_t* begin, const int32_t* end,
+                            int64_t d, float* out32, bf16* out16) {
+  const int64_t i = blockIdx.y;
+  const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (col >= d) return;
+  const int32_t b = begin[i], e = end[i];
+  float acc = 0;
+  for (int32_t t = b; t < e; ++t)
+    acc += table ? __bfloat162float(table[int64_t(ids[t]) * d + col]) : x[int64_t(t) * ldx + col];
+  const float m = acc / float(max(1, e - b));
+  if (out32) out32[i * d + col] = m;
+  if (out16) out16[i * d + col] = __float2bfloat16(m);
+}
+
+__global__ void gather_rows_k(const float* src, int64_t d, const int32_t* idx, float* out32, bf16* out16) {
+  const int64_t i = blockIdx.y, col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (col >= d) return;
+  const float v = src[int64_t(idx[i]) * d + col];
+  if (out32) out32[i * d + col] = v;
+  if (out16) out16[i * d + col] = __float2bfloat16(v);
+}
+
+// One CTA of 128 threads per (query row, head): pass 1 max/sum of exp over the keys (each
+// thread a strided subset), pass 2 the weighted sum of values, reduced through shared memory.
+constexpr int kMhaThreads = 128;
+template <int HD>
+__global__ void __launch_bounds__(kMhaThreads) mha_k(const float* q, int64_t ldq, const float* k, int64_t ldk, const float* v, int64_t ldv,
+                                                     const int32_t* kbeg, const int32_t* kend, float* out, int64_t ldo) {
+  __shared__ float qs[HD];
+  __shared__ float red[32];
+  __shared__ float acc_s[kMhaThreads / 32][HD];
+  const int64_t r = blockIdx.x;
+  const int h = blockIdx.y, tid = threadIdx.x;
+  for (int i = tid; i < HD; i += blockDim.x) qs[i] = q[r * ldq + int64_t(h) * HD + i];
+  __syncthreads();
+  const int32_t b = kbeg[r], e = kend[r];
+  const float scale = rsqrtf(float(HD));
+  float m = -INFINITY;
+  for (int32_t t = b + tid; t < e; t += blockDim.x) {
+    const float* kr = k + int64_t(t) * ldk + int64_t(h) * HD;
+    float s = 0;
+#pragma unroll
+    for (int i = 0; i < HD; ++i) s += qs[i] * kr[i];
+    m = fmaxf(m, s * scale);
+  }
+  m = block_max(m, red);
+  float l = 0;
+  float acc[HD];
+#pragma unroll
+  for (int i = 0; i < HD; ++i) acc[i] = 0;
+  for (int32_t t = b + tid; t < e; t += blockDim.x) {
+    const float* kr = k + int64_t(t) * ldk + int64_t(h) * HD;
+    float s = 0;
+#pragma unroll
+    for (int i = 0; i < HD; ++i) s += qs[i] * kr[i];
+    const float p = expf(s * scale - m);
+    l += p;
+    const float* vr = v + int64_t(t) * ldv + int64_t(h) * HD;
+#pragma unroll
+    for (int i = 0; i < HD; ++i) acc[i] += p * vr[i];
+  }
+  l = block_sum(l, red);
+  const int lane = tid & 31, w = tid >> 5;
+#pragma unroll
+  for (int i = 0; i < HD; ++i) {
+    const float s = warp_sum(acc[i]);
+    if (lane == 0) acc_s[w][i] = s;
+  }
+  __syncthreads();
+  for (int i = tid; i < HD; i += blockDim.x) {
+    float s = 0;
+    for (int ww = 0; ww < kMhaThreads / 32; ++ww) s += acc_s[ww][i];
+    out[r * ldo + int64_t(h) * HD + i] = l > 0 ? s / l : 0.0f;
+  }
+}
+
+// One CTA per question.
+__global__ void option_summary_k(const float* R, const float* B, const int32_t* opt_beg, int64_t W, float* summary) {
+  extern __shared__ float p[];  // options of this question
+  __shared__ float red[32];
+  const int64_t i = blockIdx.x;
+  const int32_t j0 = opt_beg[i], n = opt_beg[i + 1] - j0;
+  for (int j = 0; j < n; ++j) {
+    float s = 0;
+    for (int64_t x = threadIdx.x; x < W; x += blockDim.x) s += R[(j0 + j) * W + x] * B[i * W + x];
+    s = block_sum(s, red);
+    if (threadIdx.x == 0) p[j] = s / sqrtf(float(W));
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float mx = -INFINITY, sum = 0;
+    for (int j = 0; j < n; ++j) mx = fmaxf(mx, p[j]);
+    for (int j = 0; j < n; ++j) sum += (p[j] = expf(p[j] - mx));
+    for (int j = 0; j < n; ++j) p[j] /= sum;
+  }
+  __syncthreads();
+  for (int64_t x = threadIdx.x; x < W; x += blockDim.x) {
+    float acc = 0;
+    for (int j = 0; j < n; ++j) acc += p[j] * R[(j0 + j) * W + x];
+    summary[i * W + x] = acc;
+  }
+}
+
+__global__ void field_init_k(float* F, const float* gp, const float* type_emb, const int32_t* type, const int32_t* qreq, int64_t Q,
+                             int64_t W) {
+  const int64_t n = Q * W;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e / W, x = e - i * W;
+    F[e] += gp[int64_t(qreq[i]) * W + x] + type_emb[int64_t(type[i]) * W + x];
+  }
+}
+
+__global__ void scorer_features_k(const float* F, const float* On, const int32_t* qof, int64_t O, int64_t W, bf16* feat) {
+  const int64_t n = O * W;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = e / W, x = e - j * W;
+    const float f = F[int64_t(qof[j]) * W + x], o = On[e];
+    bf16* r = feat + j * 4 * W;
+    r[x] = __float2bfloat16(f);
+    r[W + x] = __float2bfloat16(o);
+    r[2 * W + x] = __float2bfloat16(f * o);
+    r[3 * W + x] = __float2bfloat16(fabsf(f - o));
+  }
+}
+
+// One CTA per option.
+__global__ void head_logits_k(const float* lex, const float* qm, const float* glast, const int32_t* qof, const int32_t* oreq, int64_t d,
+                              const float* F, const float* On, int64_t W, const float* hid, const float* w3, int64_t sh, HeadScalars hs,
+                              float* logits) {
+  __shared__ float red[32];
+  const int64_t j = blockIdx.x, i = qof[j], rq = oreq[j];
+  float ll = 0, qq = 0, lq = 0;
+  for (int64_t x = threadIdx.x; x < d; x += blockDim.x) {
+    const float a = lex[j * d + x], b = qm[i * d + x] + glast[rq * d + x];
+    ll += a * a;
+    qq += b * b;
+    lq += a * b;
+  }
+  ll = block_sum(ll, red);
+  qq = block_sum(qq, red);
+  lq = block_sum(lq, red);
+  float ff = 0, oo = 0, fo = 0, rs = 0;
+  for (int64_t x = threadIdx.x; x < W; x += blockDim.x) {
+    const float a = F[i * W + x], b = On[j * W + x];
+    ff += a * a;
+    oo += b * b;
+    fo += a * b;
+  }
+  for (int64_t x = threadIdx.x; x < sh; x += blockDim.x) rs += hid[j * sh + x] * w3[x];
+  ff = block_sum(ff, red);
+  oo = block_sum(oo, red);
+  fo = block_sum(fo, red);
+  rs = block_sum(rs, red);
+  if (threadIdx.x == 0) {
+    const float prior = hs.prior_scale * lq / (fmaxf(sqrtf(ll), 1e-12f) * fmaxf(sqrtf(qq), 1e-12f));
+    const float joint = hs.joint_scale * fo / fmaxf(sqrtf(ff) * sqrtf(oo), 1e-8f) + rs + hs.b3;
+    logits[j] = prior + hs.gate * joint;
+  }
+}
+
+__global__ void question_softmax_k(float* logits, const int32_t* opt_beg, int64_t Q) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= Q) return;
+  const int32_t b = opt_beg[i], e = opt_beg[i + 1];
+  float mx = -INFINITY, sum = 0;
+  for (int32_t j = b; j < e; ++j) mx = fmaxf(mx, logits[j]);
+  for (int32_t j = b; j < e; ++j) sum += (logits[j] = expf(logits[j] - mx));
+  for (int32_t j = b; j < e; ++j) logits[j] /= sum;
+}
+
+unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 65536)); }
+
+}  // namespace
+
+void span_mean(const float* x, int64_t ldx, const bf16* table, const int32_t* ids, const int32_t* begin, const int32_t* end, int64_t n,
+               int64_t d, float* out32, bf16* out16, cudaStream_t s) {
+  if (n == 0) return;
+  span_mean_k<<<dim3(unsigned((d + 255) / 256), unsigned(n)), 256, 0, s>>>(x, ldx, table, ids, begin, end, d, out32, out16);
+  check_launch("head span_mean");
+}
+
+void gather_rows(const float* src, int64_t d, const int32_t* idx, int64_t n, float* out32, bf16* out16, cudaStream_t s) {
+  if (n == 0) return;
+  gather_rows_k<<<dim3(unsigned((d + 255) / 256), unsigned(n)), 256, 0, s>>>(src, d, idx, out32, out16);
+  check_launch("head gather_rows");
+}
+
+void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t ldk, const float* v, int64_t ldv, const int32_t* kbeg,
+                const int32_t* kend, int64_t width, int64_t heads, float* out, cudaStream_t s) {
+  if (nq == 0) return;
+  const int64_t hd = width / heads;
+  const dim3 grid{unsigned(nq), unsigned(heads), 1u};
+  switch (hd) {
+    case 8: mha_k<8><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
+    case 16: mha_k<16><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
+    case 32: mha_k<32><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
+    case 64: mha_k<64><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
+    case 128: mha_k<128><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
+    default:
+      throw Error(Status::Internal, "unsupported", "head attention: head dim " + std::to_string(hd) + " (8, 16, 32, 64 or 128)");
+  }
+  check_launch("head mha");
+}
+
+void option_summary(const float* R, const float* B, const int32_t* opt_beg, int64_t Q, int64_t W, float* summary, cudaStream_t s) {
+  if (Q == 0) return;
+  option_summary_k<<<unsigned(Q), 256, 256 * sizeof(float), s>>>(R, B, opt_beg, W, summary);
+  check_launch("head option_summary");
+}
+
+void field_init(float* F, const float* gp, const float* type_emb, const int32_t* type, const int32_t* qreq, int64_t Q, int64_t W,
+                cudaStream_t s) {
+  if (Q == 0) return;
+  field_init_k<<<grid_for(Q * W), 256, 0, s>>>(F, gp, type_emb, type, qreq, Q, W);
+  check_launch("head field_init");
+}
+
+void scorer_features(const float* F, const float* On, const int32_t* qof, int64_t O, int64_t W, bf16* feat, cudaStream_t s) {
+  if (O == 0) return;
+  scorer_features_k<<<grid_for(O * W), 256, 0, s>>>(F, On, qof, O, W, feat);
+  check_launch("head scorer_features");
+}
+
+void head_logits(const float* lex, const float* qm, const float* glast, const int32_t* qof, const int32_t* oreq, int64_t O, int64_t d,
+                 const float* F, const float* On, int64_t W, const float* hid, const float* w3, int64_t sh, HeadScalars hs, float* logits,
+                 cudaStream_t s) {
+  if (O == 0) return;
+  head_logits_k<<<unsigned(O), 256, 0, s>>>(lex, qm, glast, qof, oreq, d, F, On, W, hid, w3, sh, hs, logits);
+  check_launch("head logits");
+}
+
+void question_softmax(float* logits, const int32_t* opt_beg, int64_t Q, cudaStream_t s) {
+  if (Q == 0) return;
+  question_softmax_k<<<unsigned((Q + 127) / 128), 128, 0, s>>>(logits, opt_beg, Q);
+  check_launch("head softmax");
+}
+
+}  // namespace clefrt::cuda

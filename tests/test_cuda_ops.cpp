@@ -1,0 +1,275 @@
+// Every CUDA kernel against its CPU twin (cpu/ops.h) on random inputs at several sizes.
+// CTest label `gpu`; skipped where no GPU is present. Inputs that the GPU reads in bf16 are
+// rounded to bf16 first on both sides, so the comparison measures the kernels, not the format.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu/ops.h"
+#include "cuda/buffer.h"
+#include "cuda/gemm.h"
+#include "cuda/kernels.h"
+#include "engine/engine.h"
+
+namespace clefrt::cuda {
+namespace {
+
+#define NEED_GPU()                                     \
+  do {                                                 \
+    std::string why;                                   \
+    if (!cuda_available(&why)) GTEST_SKIP() << why;    \
+  } while (0)
+
+std::vector<float> randn(size_t n, uint64_t seed, float std = 1.0f, float mean = 0.0f) {
+  std::mt19937_64 r(seed);
+  std::normal_distribution<float> d(mean, std);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(r);
+  return v;
+}
+float round_bf16(float f) { return __bfloat162float(__float2bfloat16(f)); }
+std::vector<float> rounded(std::vector<float> v) {
+  for (auto& x : v) x = round_bf16(x);
+  return v;
+}
+std::vector<bf16> to_bf(const std::vector<float>& v) {
+  std::vector<bf16> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = __float2bfloat16(v[i]);
+  return b;
+}
+template <class T>
+std::vector<T> down(const DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  check(cudaDeviceSynchronize(), "test sync");
+  check(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost), "test download");
+  return v;
+}
+std::vector<float> down_bf(const DeviceBuffer& b, size_t n) {
+  auto h = down<bf16>(b, n);
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
+  return f;
+}
+// max |a - b| / (atol + rtol |b|) <= 1
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double atol, double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = std::fabs(double(got[i]) - want[i]) / (atol + rtol * std::fabs(double(want[i])));
+    if (!(e <= worst)) {
+      worst = e;
+      at = i;
+    }
+  }
+  EXPECT_LE(worst, 1.0) << what << ": worst at " << at << " got " << got[at] << " want " << want[at];
+}
+
+TEST(CudaOps, GemmMatchesSgemm) {
+  NEED_GPU();
+  Gemm gemm(nullptr, false);
+  Gemm inv(nullptr, true);
+  for (auto [m, n, k] : {std::tuple{1, 8, 16}, {7, 40, 64}, {129, 257, 96}, {512, 1024, 512}}) {
+    auto x = rounded(randn(size_t(m * k), 1)), w = rounded(randn(size_t(n * k), 2, 0.1f)), y0 = randn(size_t(m * n), 3);
+    std::vector<float> want(static_cast<size_t>(m * n));
+    cpu::linear(x.data(), m, k, w.data(), n, want.data());
+    DeviceBuffer dx = upload(to_bf(x), "x"), dw = upload(to_bf(w), "w"), dy = upload(y0, "y"), dy2(size_t(m * n) * 2);
+    gemm.run(dx.as<bf16>(), m, k, k, dw.as<bf16>(), n, dy.get(), OutType::F32, n, true, "test gemm");
+    std::vector<float> acc(want);
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] += y0[i];
+    expect_close(down<float>(dy, acc.size()), acc, 1e-4, 1e-4, "accumulate");
+    inv.run(dx.as<bf16>(), m, k, k, dw.as<bf16>(), n, dy2.get(), OutType::BF16, n, false, "test gemm bf16");
+    expect_close(down_bf(dy2, want.size()), want, 1e-3, 8e-3, "bf16 out");
+  }
+}
+
+TEST(CudaOps, NormsMatchCpu) {
+  NEED_GPU();
+  for (int64_t d : {16, 64, 1000, 5120}) {
+    const int64_t rows = 37;
+    auto x = randn(size_t(rows * d), 4, 3.0f), w = randn(size_t(d), 5, 0.1f), b = randn(size_t(d), 6, 0.1f);
+    std::vector<float> want(x.size()), want_ln(x.size());
+    cpu::rms_norm_1p(x.data(), rows, d, w.data(), 1e-6f, want.data());
+    cpu::layer_norm(x.data(), rows, d, w.data(), b.data(), 1e-5f, want_ln.data());
+    DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), db = upload(b, "b"), y32(x.size() * 4), y16(x.size() * 2);
+    rms_norm_1p(dx.as<float>(), rows, d, dw.as<float>(), 1e-6f, y16.as<bf16>(), y32.as<float>(), nullptr);
+    expect_close(down<float>(y32, x.size()), want, 1e-5, 1e-5, "rms_norm_1p");
+    expect_close(down_bf(y16, x.size()), want, 1e-5, 8e-3, "rms_norm_1p bf16");
+    layer_norm(dx.as<float>(), rows, d, d, dw.as<float>(), db.as<float>(), 1e-5f, nullptr, y32.as<float>(), nullptr);
+    expect_close(down<float>(y32, x.size()), want_ln, 1e-5, 1e-5, "layer_norm");
+  }
+}
+
+TEST(CudaOps, ConvSiluPackedMatchesCpu) {
+  NEED_GPU();
+  const std::vector<int64_t> lens = {1, 3, 64, 130};
+  const int64_t Cn = 48, K = 4, ldx = 56;
+  int64_t L = 0;
+  for (auto l : lens) L += l;
+  auto x = rounded(randn(size_t(L * ldx), 7)), w = randn(size_t(Cn * K), 8, 0.5f);
+  std::vector<int32_t> seq_start;
+  std::vector<float> want(static_cast<size_t>(L * Cn));
+  int64_t t0 = 0;
+  for (auto l : lens) {
+    std::vector<float> xs(static_cast<size_t>(l * Cn));
+    for (int64_t t = 0; t < l; ++t)
+      for (int64_t c = 0; c < Cn; ++c) xs[size_t(t * Cn + c)] = x[size_t((t0 + t) * ldx + c)];
+    cpu::causal_conv_silu(xs.data(), l, Cn, w.data(), K, want.data() + t0 * Cn);
+    for (int64_t t = 0; t < l; ++t) seq_start.push_back(int32_t(t0));
+    t0 += l;
+  }
+  DeviceBuffer dx = upload(to_bf(x), "x"), dw = upload(w, "w"), ds = upload(seq_start, "s"), dy(want.size() * 4);
+  conv_silu(dx.as<bf16>(), ldx, ds.as<int32_t>(), L, Cn, dw.as<float>(), K, dy.as<float>(), nullptr);
+  expect_close(down<float>(dy, want.size()), want, 1e-5, 1e-5, "conv_silu");
+}
+
+// The chunked GDN kernels against the CPU recurrent form (the definition), packed sequences
+// crossing chunk boundaries, Hv > Hk, strong and weak decay.
+TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
+  NEED_GPU();
+  for (auto [Hk, Hv, Dk, Dv] : {std::tuple{2, 4, 16, 16}, {2, 6, 128, 128}, {1, 2, 64, 96}}) {
+    const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
+    int64_t L = 0;
+    for (auto l : lens) L += l;
+    const int64_t key_dim = Hk * Dk, conv_dim = 2 * key_dim + Hv * Dv;
+    auto mixed = randn(size_t(L * conv_dim), 9);
+    // normalise q and k like gdn_prep does
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t r = 0; r < 2 * Hk; ++r) {
+        float* p = mixed.data() + t * conv_dim + r * Dk;
+        double ss = 0;
+        for (int64_t i = 0; i < Dk; ++i) ss += double(p[i]) * p[i];
+        const float inv = float(1.0 / std::sqrt(ss + 1e-6)) * (r < Hk ? 1.0f / std::sqrt(float(Dk)) : 1.0f);
+        for (int64_t i = 0; i < Dk; ++i) p[i] *= inv;
+      }
+    std::vector<float> g(static_cast<size_t>(L * Hv)), beta(size_t(L * Hv));
+    std::mt19937_64 r(10);
+    std::uniform_real_distribution<float> ug(-3.0f, -0.001f), ub(0.0f, 1.0f);
+    for (auto& v : g) v = ug(r);
+    for (auto& v : beta) v = ub(r);
+    std::vector<float> want(static_cast<size_t>(L * Hv * Dv));
+    std::vector<int32_t> cs, cl, sc = {0};
+    int64_t t0 = 0;
+    for (auto len : lens) {
+      for (int64_t j = 0; j < Hv; ++j) {
+        const int64_t kh = j / (Hv / Hk);
+        cpu::GdnHead h{mixed.data() + t0 * conv_dim + kh * Dk,
+                       mixed.data() + t0 * conv_dim + key_dim + kh * Dk,
+                       mixed.data() + t0 * conv_dim + 2 * key_dim + j * Dv,
+                       g.data() + t0 * Hv + j,
+                       beta.data() + t0 * Hv + j,
+                       len, Dk, Dv, conv_dim, conv_dim, conv_dim, Hv, Hv * Dv,
+                       want.data() + t0 * Hv * Dv + j * Dv};
+        cpu::gdn_recurrent(h);
+      }
+      for (int64_t t = t0; t < t0 + len; t += 64) {
+        cs.push_back(int32_t(t));
+        cl.push_back(int32_t(std::min<int64_t>(64, t0 + len - t)));
+      }
+      sc.push_back(int32_t(cs.size()));
+      t0 += len;
+    }
+    const int64_t nc = int64_t(cs.size());
+    DeviceBuffer dm = upload(mixed, "m"), dg = upload(g, "g"), db = upload(beta, "b"), dcs = upload(cs, "cs"), dcl = upload(cl, "cl"),
+                 dsc = upload(sc, "sc"), w(size_t(nc * Hv * 64 * Dk) * 4), u(size_t(nc * Hv * 64 * Dv) * 4),
+                 a(size_t(nc * Hv * 64 * 64) * 4), o(want.size() * 4);
+    GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
+    gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, GdnScratch{w.as<float>(), u.as<float>(), a.as<float>()},
+                o.as<float>(), nullptr);
+    expect_close(down<float>(o, want.size()), want, 2e-5, 1e-4, "gdn_chunked Dk=" + std::to_string(Dk));
+  }
+}
+
+TEST(CudaOps, FlashAttentionMatchesCpu) {
+  NEED_GPU();
+  for (auto [Hq, Hkv, D] : {std::tuple{4, 2, 32}, {6, 1, 64}, {4, 4, 128}, {6, 2, 256}}) {
+    const std::vector<int64_t> lens = {1, 17, 64, 130, 300};
+    int64_t L = 0;
+    for (auto l : lens) L += l;
+    // the fused qkv layout: per token [Hq x (q | gate)] [Hkv k] [Hkv v]; q and k come separately
+    const int64_t ld = Hq * 2 * D + 2 * Hkv * D;
+    auto qkv = rounded(randn(size_t(L * ld), 11, 1.5f));
+    auto q = rounded(randn(size_t(L * Hq * D), 12, 1.5f)), k = rounded(randn(size_t(L * Hkv * D), 13, 1.5f));
+    std::vector<float> want(static_cast<size_t>(L * Hq * D)), vv(size_t(L * Hkv * D));
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t i = 0; i < Hkv * D; ++i) vv[size_t(t * Hkv * D + i)] = qkv[size_t(t * ld + Hq * 2 * D + Hkv * D + i)];
+    std::vector<int32_t> tq, ts, te;
+    int64_t t0 = 0;
+    for (auto len : lens) {
+      cpu::attention_causal(q.data() + t0 * Hq * D, k.data() + t0 * Hkv * D, vv.data() + t0 * Hkv * D, len, Hq, Hkv, D, Hq * D, Hkv * D,
+                            want.data() + t0 * Hq * D);
+      for (int64_t t = t0; t < t0 + len; t += 64) {
+        tq.push_back(int32_t(t));
+        ts.push_back(int32_t(t0));
+        te.push_back(int32_t(t0 + len));
+      }
+      t0 += len;
+    }
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t i = 0; i < D; ++i) want[size_t((t * Hq + h) * D + i)] *= cpu::sigmoid(qkv[size_t(t * ld + h * 2 * D + D + i)]);
+    DeviceBuffer dqkv = upload(to_bf(qkv), "qkv"), dq = upload(to_bf(q), "q"), dk = upload(to_bf(k), "k"), dtq = upload(tq, "tq"),
+                 dts = upload(ts, "ts"), dte = upload(te, "te"), dout(want.size() * 2);
+    const bf16* base = dqkv.as<bf16>();
+    flash_attention(dq.as<bf16>(), dk.as<bf16>(), base + Hq * 2 * D + Hkv * D, ld, base + D, ld, 2 * D, Hq, Hkv, D,
+                    AttnTiles{dtq.as<int32_t>(), dts.as<int32_t>(), dte.as<int32_t>(), int64_t(tq.size())}, dout.as<bf16>(), nullptr);
+    // P is rounded to bf16 before P V (as in every flash kernel) and the output is bf16
+    expect_close(down_bf(dout, want.size()), want, 2e-2, 2e-2, "flash_attention D=" + std::to_string(D));
+  }
+}
+
+TEST(CudaOps, AttnPrepNormAndRope) {
+  NEED_GPU();
+  const int64_t Hq = 3, Hkv = 2, D = 64, R = 16, L = 70;
+  const int64_t ld = Hq * 2 * D + 2 * Hkv * D;
+  auto qkv = rounded(randn(size_t(L * ld), 14));
+  auto qn = randn(size_t(D), 15, 0.1f), kn = randn(size_t(D), 16, 0.1f);
+  std::vector<int32_t> ss(static_cast<size_t>(L));
+  for (int64_t t = 0; t < L; ++t) ss[size_t(t)] = t < 30 ? 0 : 30;
+  std::vector<float> inv(static_cast<size_t>(R / 2));
+  for (int64_t i = 0; i < R / 2; ++i) inv[size_t(i)] = 1.0f / std::pow(1e7f, float(2 * i) / float(R));
+  std::vector<float> wq(static_cast<size_t>(L * Hq * D)), wk(size_t(L * Hkv * D));
+  auto ref = [&](const float* src, const float* w, int64_t pos, float* dst) {
+    std::vector<float> x(static_cast<size_t>(D));
+    cpu::rms_norm_1p(src, 1, D, w, 1e-6f, x.data());
+    for (int64_t i = 0; i < R / 2; ++i) {
+      const float a = inv[size_t(i)] * float(pos), c = std::cos(a), s = std::sin(a);
+      const float x1 = x[size_t(i)], x2 = x[size_t(i + R / 2)];
+      x[size_t(i)] = x1 * c - x2 * s;
+      x[size_t(i + R / 2)] = x2 * c + x1 * s;
+    }
+    std::copy(x.begin(), x.end(), dst);
+  };
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t h = 0; h < Hq; ++h) ref(qkv.data() + t * ld + h * 2 * D, qn.data(), t - ss[size_t(t)], wq.data() + (t * Hq + h) * D);
+    for (int64_t h = 0; h < Hkv; ++h) ref(qkv.data() + t * ld + Hq * 2 * D + h * D, kn.data(), t - ss[size_t(t)], wk.data() + (t * Hkv + h) * D);
+  }
+  DeviceBuffer d = upload(to_bf(qkv), "qkv"), dqn = upload(qn, "qn"), dkn = upload(kn, "kn"), dss = upload(ss, "ss"), dinv = upload(inv, "inv"),
+               oq(wq.size() * 2), ok(wk.size() * 2);
+  attn_prep(d.as<bf16>(), ld, L, Hq, Hkv, D, R, dinv.as<float>(), dss.as<int32_t>(), dqn.as<float>(), dkn.as<float>(), 1e-6f, oq.as<bf16>(),
+            ok.as<bf16>(), nullptr);
+  expect_close(down_bf(oq, wq.size()), wq, 1e-3, 8e-3, "attn_prep q");
+  expect_close(down_bf(ok, wk.size()), wk, 1e-3, 8e-3, "attn_prep k");
+}
+
+TEST(CudaOps, HeadMhaMatchesCpu) {
+  NEED_GPU();
+  for (int64_t heads : {4, 16}) {
+    const int64_t W = heads == 4 ? 128 : 1024;  // head dims 32 and 64
+    const int64_t lq = 5, lk = 300;
+    auto q = randn(size_t(lq * W), 17), k = randn(size_t(lk * W), 18), v = randn(size_t(lk * W), 19);
+    std::vector<float> want(static_cast<size_t>(lq * W));
+    cpu::attention_full(q.data(), lq, k.data(), v.data(), lk, W, heads, want.data());
+    std::vector<int32_t> kb(static_cast<size_t>(lq), 0), ke(static_cast<size_t>(lq), int32_t(lk));
+    DeviceBuffer dq = upload(q, "q"), dk = upload(k, "k"), dv = upload(v, "v"), dkb = upload(kb, "kb"), dke = upload(ke, "ke"),
+                 out(want.size() * 4);
+    mha_attend(dq.as<float>(), W, lq, dk.as<float>(), W, dv.as<float>(), W, dkb.as<int32_t>(), dke.as<int32_t>(), W, heads, out.as<float>(),
+               nullptr);
+    expect_close(down<float>(out, want.size()), want, 1e-5, 1e-4, "mha heads=" + std::to_string(heads));
+  }
+}
+
+}  // namespace
+}  // namespace clefrt::cuda
