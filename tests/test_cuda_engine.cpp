@@ -9,7 +9,11 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "cuda/device_model.h"
+#include "cuda/forward.h"
 #include "engine/engine.h"
+#include "io/safetensors.h"
+#include "model/forward.h"
 #include "schema/request.h"
 #include "test_util.h"
 
@@ -53,6 +57,7 @@ void check_folder(const std::string& name) {
   if (!cuda_available(&why)) GTEST_SKIP() << why;
   EngineOptions o;
   o.device = Device::Cuda;
+  o.max_batch_tokens = 65536;
   auto gpu = Engine::load(test::source_path("tests/fixtures/oracle/" + name), o);
   Fixture f = read_fixture(*gpu, name);
   ASSERT_GE(f.enc.size(), 100u);
@@ -72,6 +77,49 @@ void check_folder(const std::string& name) {
   std::cout << "[ cuda    ] " << name << ": batch of 16 vs alone, worst difference = " << batch_worst << "\n";
   EXPECT_EQ(batch_worst, 0.0) << "batch invariance";
 }
+
+// The backbone's hidden states and the head's probabilities, each against the CPU engine on
+// the same inputs, so a failure says which half is wrong.
+void check_halves(const std::string& name, bool batch_invariant) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << why;
+  const std::string dir = test::source_path("tests/fixtures/oracle/" + name);
+  auto cpu = Engine::load(dir);
+  const auto cfg = model::load_config(dir);
+  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
+  hs.add_file(dir + "/joint_head.safetensors");
+  const auto tw = model::load_text_weights(st, cfg.text);
+  const auto hw = model::load_head_weights(hs, cfg.head);
+  cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head);
+  cuda::ForwardOptions fo;
+  fo.batch_invariant = batch_invariant;
+  cuda::Forward fwd(dm, fo);
+  Fixture f = read_fixture(*cpu, name);
+  double worst_h = 0, worst_p = 0;
+  for (size_t i = 0; i < f.enc.size(); i += 7) {
+    const Encoded& e = f.enc[i];
+    const std::vector<int64_t> offs = {0, int64_t(e.input_ids.size())};
+    auto hc = model::backbone_forward(tw, cfg.text, e.input_ids, offs);
+    auto hg = fwd.hidden_states({&e});
+    double scale = 0, diff = 0;
+    for (size_t k = 0; k < hc.size(); ++k) {
+      scale = std::max(scale, double(std::fabs(hc[k])));
+      diff = std::max(diff, double(std::fabs(hc[k] - hg[k])));
+    }
+    worst_h = std::max(worst_h, diff / scale);
+    auto pc = model::joint_head(hw, cfg.head, tw.lm_head, hc.data(), e);
+    worst_p = std::max(worst_p, worst_diff(fwd.head_only({&e}, hc)[0], pc));
+  }
+  std::cout << "[ cuda    ] " << name << (batch_invariant ? " (batch-invariant GEMMs)" : " (heuristic GEMMs)")
+            << ": backbone max |h_gpu - h_cpu| / max |h_cpu| = " << worst_h << ", head on the CPU's hidden states: worst |dp| = " << worst_p
+            << "\n";
+  EXPECT_LT(worst_h, 3e-2) << "backbone";
+  EXPECT_LT(worst_p, 2e-3) << "head";
+}
+
+TEST(CudaEngine, TinyAHalvesAgainstCpu) { check_halves("tiny-a", true); }
+TEST(CudaEngine, TinyAHalvesAgainstCpuHeuristicGemm) { check_halves("tiny-a", false); }
+TEST(CudaEngine, TinyBHalvesAgainstCpu) { check_halves("tiny-b", true); }
 
 TEST(CudaEngine, TinyAAgainstReference) { check_folder("tiny-a"); }
 TEST(CudaEngine, TinyBAgainstReference) { check_folder("tiny-b"); }

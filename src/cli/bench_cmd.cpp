@@ -101,7 +101,7 @@ Runner add_bench(CLI::App& app) {
     std::string synthetic = "clef-27b", quant = "bf16", json_out, tokenizer = ".deps/qwen3/tokenizer.json", request = "examples/blog.json";
     std::string commit = "unknown", baseline, command;
     int reps = 20;
-    bool batch_invariant = true;
+    bool batch_invariant = true, profile = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("bench",
@@ -118,6 +118,7 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--commit", o->commit, "commit id recorded in the JSON");
   c->add_option("--baseline", o->baseline, "JSON from tools/reference/bench_reference.py to embed and compare with");
   c->add_option("--command", o->command, "the command line recorded in the JSON (default: argv)");
+  c->add_flag("--profile", o->profile, "also time every op (CUDA events) for the blog, 8,192-token and 64 x 512 runs");
   c->add_flag("!--no-batch-invariant", o->batch_invariant, "let cuBLASLt pick GEMM algorithms per batch size");
   return [o]() -> int {
 #ifndef CLEFRT_HAVE_CUDA
@@ -207,6 +208,30 @@ Runner add_bench(CLI::App& app) {
       v.add("fraction_of_peak", Value::number(tf / hw.peak_bf16_tflops));
       thr.arr.push_back(v);
     }
+    Value prof = Value::object();
+    if (o->profile) {
+      fwd.set_profile(true);
+      std::vector<Encoded> reqs;
+      for (int i = 0; i < 64; ++i) reqs.push_back(padded(blog, 512, 100 + uint64_t(i)));
+      std::vector<const Encoded*> b64;
+      for (auto& r : reqs) b64.push_back(&r);
+      const Encoded e8k = padded(blog, 8192, 7);
+      for (auto [name, batch] : {std::pair<const char*, std::vector<const Encoded*>>{"blog_346", {&blog}}, {"tok_8192", {&e8k}},
+                                 {"batch_64x512", b64}}) {
+        fwd.clear_profile();
+        fwd.run(batch);
+        double total = 0;
+        for (auto& [op, ms] : fwd.profile()) total += ms;
+        std::printf("profile %s: %.2f ms in ops\n", name, total);
+        Value v = Value::object();
+        for (auto& [op, ms] : fwd.profile()) {
+          std::printf("  %-22s %9.3f ms %5.1f%%\n", op.c_str(), ms, 100.0 * ms / total);
+          v.add(op, Value::number(ms));
+        }
+        prof.add(name, v);
+      }
+      fwd.set_profile(false);
+    }
     Value out = Value::object();
     out.add("date", Value::string(utc_now()));
     out.add("gpu", Value::string(hw.gpu));
@@ -222,6 +247,7 @@ Runner add_bench(CLI::App& app) {
     out.add("flops_per_token_gflop", Value::number(forward_flops(mc, {1}) / 1e9));
     out.add("latency_ms", lat);
     out.add("throughput", thr);
+    if (o->profile) out.add("profile_ms", prof);
     Value base = Value::object();
     if (!o->baseline.empty()) base = json::parse(read_file(o->baseline));
     out.add("baseline", base);

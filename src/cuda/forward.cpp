@@ -1,6 +1,7 @@
 #include "cuda/forward.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/error.h"
@@ -95,6 +96,8 @@ struct Forward::Batch {
 };
 
 Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
+  const char* pe = std::getenv("CLEFRT_PROFILE");
+  profile_ = pe && *pe && std::strcmp(pe, "0") != 0;
   if (!flash_attention_supports(m.c.head_dim))
     throw load_error("config.json", "head_dim " + std::to_string(m.c.head_dim) + " is not supported by the CUDA attention kernel");
   if (m.c.k_head_dim > 128 || m.c.v_head_dim > 256)
@@ -108,6 +111,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
 }
 
 Forward::~Forward() {
+  for (cudaEvent_t e : event_pool_) cudaEventDestroy(e);
   gemm_.reset();
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -127,8 +131,82 @@ size_t Forward::arena_bytes(const model::TextConfig& c, const model::HeadConfig&
   return a.used() + (size_t(1) << 20);
 }
 
-std::vector<std::vector<std::vector<double>>> Forward::run(const std::vector<const Encoded*>& batch) {
+void Forward::mark(const char* op) {
+  if (!profile_) return;
+  if (marks_.size() >= event_pool_.size()) {
+    cudaEvent_t e;
+    check(cudaEventCreate(&e), "profile event");
+    event_pool_.push_back(e);
+  }
+  cudaEvent_t e = event_pool_[marks_.size()];
+  check(cudaEventRecord(e, stream_), "profile event");
+  marks_.emplace_back(op, e);
+}
+
+void Forward::collect_profile() {
+  if (!profile_ || marks_.empty()) return;
+  for (size_t i = 0; i + 1 < marks_.size(); ++i) {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, marks_[i].second, marks_[i + 1].second), "profile event");
+    const std::string name = marks_[i].first;
+    auto it = std::find_if(prof_totals_.begin(), prof_totals_.end(), [&](auto& p) { return p.first == name; });
+    if (it == prof_totals_.end()) prof_totals_.emplace_back(name, ms);
+    else it->second += ms;
+  }
+  marks_.clear();
+}
+
+std::vector<std::vector<std::vector<double>>> Forward::head_only(const std::vector<const Encoded*>& batch,
+                                                                 const std::vector<float>& hidden) {
+  return run_impl(batch, &hidden);
+}
+
+std::vector<std::vector<std::vector<double>>> Forward::run(const std::vector<const Encoded*>& batch) { return run_impl(batch, nullptr); }
+
+std::vector<std::vector<std::vector<double>>> Forward::run_impl(const std::vector<const Encoded*>& batch, const std::vector<float>* hidden) {
   Batch b;
+  prepare(b, batch);
+  if (b.L == 0) return {};
+  if (hidden) {
+    if (hidden->size() != size_t(b.L * m_.c.hidden)) throw Error(Status::Internal, "internal_error", "head_only: hidden has the wrong size");
+    check(cudaMemcpyAsync(b.hidden, hidden->data(), hidden->size() * 4, cudaMemcpyHostToDevice, stream_), "upload hidden");
+  } else {
+    backbone(b);
+  }
+  head(b);
+  mark("end");
+  std::vector<float> probs(size_t(b.O));
+  check(cudaMemcpyAsync(probs.data(), b.logits, probs.size() * 4, cudaMemcpyDeviceToHost, stream_), "download probabilities");
+  check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
+  collect_profile();
+  std::vector<std::vector<std::vector<double>>> out;
+  size_t j = 0;
+  for (const Encoded* e : batch) {
+    std::vector<std::vector<double>> per;
+    for (const auto& q : e->questions) {
+      std::vector<double> p;
+      for (size_t k = 0; k < q.option_spans.size(); ++k) p.push_back(double(probs[j++]));
+      per.push_back(std::move(p));
+    }
+    out.push_back(std::move(per));
+  }
+  return out;
+}
+
+std::vector<float> Forward::hidden_states(const std::vector<const Encoded*>& batch) {
+  Batch b;
+  prepare(b, batch);
+  if (b.L == 0) return {};
+  backbone(b);
+  mark("end");
+  std::vector<float> h(size_t(b.L * m_.c.hidden));
+  check(cudaMemcpyAsync(h.data(), b.hidden, h.size() * 4, cudaMemcpyDeviceToHost, stream_), "download hidden states");
+  check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
+  collect_profile();
+  return h;
+}
+
+void Forward::prepare(Batch& b, const std::vector<const Encoded*>& batch) {
   b.nseq = int64_t(batch.size());
   std::vector<int64_t> offs = {0};
   for (const Encoded* e : batch) {
@@ -145,7 +223,7 @@ std::vector<std::vector<std::vector<double>>> Forward::run(const std::vector<con
   if (b.nseq > o_.max_seqs)
     throw Error(Status::Internal, "internal_error",
                 "batch of " + std::to_string(b.nseq) + " requests exceeds the plan's " + std::to_string(o_.max_seqs));
-  if (b.L == 0) return {};
+  if (b.L == 0) return;
 
   // ---- index arrays ----
   auto& v = b.meta;
@@ -246,24 +324,6 @@ std::vector<std::vector<std::vector<double>>> Forward::run(const std::vector<con
   if (v.size() > b.meta_capacity()) throw Error(Status::Internal, "internal_error", "batch index arrays exceed their plan");
   check(cudaMemcpyAsync(b.dmeta, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream_), "upload batch indices");
 
-  backbone(b);
-  head(b);
-
-  std::vector<float> probs(size_t(b.O));
-  check(cudaMemcpyAsync(probs.data(), b.logits, probs.size() * 4, cudaMemcpyDeviceToHost, stream_), "download probabilities");
-  check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
-  std::vector<std::vector<std::vector<double>>> out;
-  size_t j = 0;
-  for (const Encoded* e : batch) {
-    std::vector<std::vector<double>> per;
-    for (const auto& q : e->questions) {
-      std::vector<double> p;
-      for (size_t k = 0; k < q.option_spans.size(); ++k) p.push_back(double(probs[j++]));
-      per.push_back(std::move(p));
-    }
-    out.push_back(std::move(per));
-  }
-  return out;
 }
 
 void Forward::backbone(Batch& b) {
@@ -276,30 +336,46 @@ void Forward::backbone(Batch& b) {
   const GdnChunks ch{b.d(b.off_chunk_start), b.d(b.off_chunk_len), b.d(b.off_seq_chunk), b.nchunks, b.nseq};
   const AttnTiles tiles{b.d(b.off_tile_q0), b.d(b.off_tile_seq0), b.d(b.off_tile_end), b.ntiles};
 
+  mark("embed");
   embed_gather(b.d(b.off_ids), L, m_.embed, H, b.x, s);
   for (const DevLayer& l : m_.layers) {
+    mark("rms_norm");
     rms_norm_1p(b.x, L, H, l.input_norm, eps, b.h, nullptr, s);
     if (l.type == LayerType::LinearAttention) {
       const int64_t n = l.gdn_in.n;
+      mark("gemm gdn in_proj");
       gemm_->run(b.h, L, H, H, l.gdn_in.w, n, b.big, OutType::BF16, n, false, "gdn in_proj");
+      mark("gdn conv+prep");
       conv_silu(b.big, n, b.d(b.off_seq_start), L, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s);
       const bf16* bcol = b.big + conv_dim + value_dim;
       gdn_prep(b.mixed, conv_dim, L, c.k_heads, c.k_head_dim, bcol, bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, b.g, b.beta, s);
+      mark("gdn chunked");
       gdn_chunked(b.mixed, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, b.g, b.beta, ch, b.gs, b.gdn_o, s);
+      mark("gdn gated_norm");
       gated_norm(b.gdn_o, L, c.v_heads, c.v_head_dim, l.gdn_norm, eps, b.big + conv_dim, n, b.act, s);
+      mark("gemm gdn out_proj");
       gemm_->run(b.act, L, value_dim, value_dim, l.gdn_out.w, H, b.x, OutType::F32, H, true, "gdn out_proj");
     } else {
       const int64_t n = l.qkv.n;
+      mark("gemm attn qkv");
       gemm_->run(b.h, L, H, H, l.qkv.w, n, b.big, OutType::BF16, n, false, "attention qkv_proj");
+      mark("attn prep");
       attn_prep(b.big, n, L, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), l.q_norm, l.k_norm, eps, b.q, b.k, s);
+      mark("flash attention");
       flash_attention(b.q, b.k, b.big + Hq * 2 * D + Hkv * D, n, b.big + D, n, 2 * D, Hq, Hkv, D, tiles, b.act, s);
+      mark("gemm attn o_proj");
       gemm_->run(b.act, L, Hq * D, Hq * D, l.o.w, H, b.x, OutType::F32, H, true, "attention o_proj");
     }
+    mark("rms_norm");
     rms_norm_1p(b.x, L, H, l.post_norm, eps, b.h, nullptr, s);
+    mark("gemm mlp gate_up");
     gemm_->run(b.h, L, H, H, l.gate_up.w, 2 * c.ffn, b.big, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
+    mark("swiglu");
     swiglu(b.big, L, c.ffn, b.act, s);
+    mark("gemm mlp down");
     gemm_->run(b.act, L, c.ffn, c.ffn, l.down.w, H, b.x, OutType::F32, H, true, "mlp down_proj");
   }
+  mark("rms_norm");
   rms_norm_1p(b.x, L, H, m_.final_norm, eps, nullptr, b.hidden, s);
 }
 
@@ -313,6 +389,7 @@ void Forward::head(Batch& b) {
     G.run(x, m, w.k, w.k, w.w, w.n, y, OutType::F32, w.n, acc, op);
   };
 
+  mark("head");
   layer_norm(b.hidden, L, d, d, h.hidden_norm.w, h.hidden_norm.b, eps, b.Hn16, b.Hn32, s);
   lin(b.Hn16, L, h.memory_proj, b.M32, false, "head memory_projection");
   f32_to_bf16_rows(b.M32, L, W, W, b.M16, W, s);

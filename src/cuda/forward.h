@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/buffer.h"
@@ -28,6 +30,17 @@ class Forward {
   // Per request, per question, option probabilities (encoded option order). Throws a 413
   // context_length_exceeded Error when the batch exceeds the plan (max_tokens / max_seqs).
   std::vector<std::vector<std::vector<double>>> run(const std::vector<const Encoded*>& batch);
+  // The backbone alone: final-norm hidden states [tokens, hidden] (tests compare them with the
+  // CPU engine's).
+  std::vector<float> hidden_states(const std::vector<const Encoded*>& batch);
+  // The joint head alone on given hidden states [tokens, hidden] (tests feed it the CPU's).
+  std::vector<std::vector<std::vector<double>>> head_only(const std::vector<const Encoded*>& batch, const std::vector<float>& hidden);
+
+  // CLEFRT_PROFILE=1 (or set_profile): time every op with CUDA events; totals by op name in
+  // milliseconds, summed over the runs since the last clear.
+  void set_profile(bool on) { profile_ = on; }
+  const std::vector<std::pair<std::string, double>>& profile() const { return prof_totals_; }
+  void clear_profile() { prof_totals_.clear(); }
 
   // Bytes of the activation arena for a plan (weights not included).
   static size_t arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, int64_t max_tokens, int64_t max_seqs);
@@ -37,8 +50,17 @@ class Forward {
 
  private:
   struct Batch;
+  void prepare(Batch& b, const std::vector<const Encoded*>& batch);
+  std::vector<std::vector<std::vector<double>>> run_impl(const std::vector<const Encoded*>& batch, const std::vector<float>* hidden);
   void backbone(Batch& b);
   void head(Batch& b);
+  void mark(const char* op);   // profiling: the op that starts here
+  void collect_profile();      // after a sync: events -> totals
+
+  bool profile_ = false;
+  std::vector<std::pair<const char*, cudaEvent_t>> marks_;
+  std::vector<cudaEvent_t> event_pool_;
+  std::vector<std::pair<std::string, double>> prof_totals_;
 
   const DevModel& m_;
   ForwardOptions o_;

@@ -237,17 +237,19 @@ void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hk
   check_launch("attn_prep");
 }
 
-bool flash_attention_supports(int64_t D) { return D == 32 || D == 64 || D == 128 || D == 256; }
+bool flash_attention_supports(int64_t D) { return D == 32 || D == 48 || D == 64 || D == 96 || D == 128 || D == 256; }
 
 void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,
                      int64_t Hq, int64_t Hkv, int64_t D, const AttnTiles& tiles, bf16* out, cudaStream_t s) {
   if (tiles.n == 0) return;
   switch (D) {
     case 32: return launch_flash<32>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
+    case 48: return launch_flash<48>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
+    case 96: return launch_flash<96>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
     case 64: return launch_flash<64>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
     case 128: return launch_flash<128>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
     case 256: return launch_flash<256>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
-    default: throw Error(Status::Internal, "unsupported", "flash_attention: head_dim " + std::to_string(D) + " (32, 64, 128, 256)");
+    default: throw Error(Status::Internal, "unsupported", "flash_attention: head_dim " + std::to_string(D) + " (32, 48, 64, 96, 128, 256)");
   }
 }
 
