@@ -95,6 +95,25 @@ void check_halves(const std::string& name, bool batch_invariant) {
   fo.batch_invariant = batch_invariant;
   cuda::Forward fwd(dm, fo);
   Fixture f = read_fixture(*cpu, name);
+  {  // diagnosis: the first request through the first n layers only
+    const Encoded& e = f.enc[0];
+    for (int64_t n = 0; n <= int64_t(tw.layers.size()); ++n) {
+      model::TextWeights part = tw;
+      part.layers.resize(size_t(n));
+      auto hc = model::backbone_forward(part, cfg.text, e.input_ids, {0, int64_t(e.input_ids.size())});
+      cuda::ForwardOptions po;
+      po.debug_layers = n;
+      po.max_tokens = int64_t(e.input_ids.size());
+      cuda::Forward pf(dm, po);
+      auto hg = pf.hidden_states({&e});
+      double scale = 0, diff = 0;
+      for (size_t k = 0; k < hc.size(); ++k) {
+        scale = std::max(scale, double(std::fabs(hc[k])));
+        diff = std::max(diff, double(std::fabs(hc[k] - hg[k])));
+      }
+      std::cout << "[ cuda    ] " << name << " first " << n << " layers: relative max diff " << diff / scale << "\n";
+    }
+  }
   double worst_h = 0, worst_p = 0;
   for (size_t i = 0; i < f.enc.size(); i += 7) {
     const Encoded& e = f.enc[i];

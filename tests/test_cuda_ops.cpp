@@ -273,3 +273,83 @@ TEST(CudaOps, HeadMhaMatchesCpu) {
 
 }  // namespace
 }  // namespace clefrt::cuda
+
+namespace clefrt::cuda {
+namespace {
+
+TEST(CudaOps, GdnPrepGatesAndGatedNorm) {
+  NEED_GPU();
+  const int64_t L = 50, Hk = 2, Hv = 4, Dk = 16, Dv = 24, key_dim = Hk * Dk, conv_dim = 2 * key_dim + Hv * Dv;
+  auto mixed = randn(size_t(L * conv_dim), 20);
+  const int64_t ldba = 3 + 2 * Hv;
+  auto ba = rounded(randn(size_t(L * ldba), 21, 2.0f));
+  auto negA = randn(size_t(Hv), 22), dt = randn(size_t(Hv), 23);
+  for (auto& a : negA) a = -std::exp(a);
+  std::vector<float> want = mixed, wg(size_t(L * Hv)), wb(size_t(L * Hv));
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t r = 0; r < 2 * Hk; ++r) {
+      float* p = want.data() + t * conv_dim + r * Dk;
+      double ss = 0;
+      for (int64_t i = 0; i < Dk; ++i) ss += double(p[i]) * p[i];
+      const float inv = float(1.0 / std::sqrt(ss + 1e-6)) * (r < Hk ? 1.0f / std::sqrt(float(Dk)) : 1.0f);
+      for (int64_t i = 0; i < Dk; ++i) p[i] *= inv;
+    }
+    for (int64_t j = 0; j < Hv; ++j) {
+      wb[size_t(t * Hv + j)] = cpu::sigmoid(ba[size_t(t * ldba + 3 + j)]);
+      wg[size_t(t * Hv + j)] = negA[size_t(j)] * cpu::softplus(ba[size_t(t * ldba + 3 + Hv + j)] + dt[size_t(j)]);
+    }
+  }
+  DeviceBuffer dm = upload(mixed, "m"), dba = upload(to_bf(ba), "ba"), dA = upload(negA, "A"), ddt = upload(dt, "dt"), g(wg.size() * 4),
+               beta(wb.size() * 4);
+  const bf16* b = dba.as<bf16>() + 3;
+  gdn_prep(dm.as<float>(), conv_dim, L, Hk, Dk, b, b + Hv, ldba, Hv, dA.as<float>(), ddt.as<float>(), g.as<float>(), beta.as<float>(), nullptr);
+  expect_close(down<float>(dm, want.size()), want, 1e-6, 1e-5, "q/k norm");
+  expect_close(down<float>(g, wg.size()), wg, 1e-6, 1e-5, "g");
+  expect_close(down<float>(beta, wb.size()), wb, 1e-6, 1e-5, "beta");
+
+  // gated norm: rms_norm(o) * w * silu(z) per value head
+  auto o = randn(size_t(L * Hv * Dv), 24), w = randn(size_t(Dv), 25, 0.1f, 1.0f);
+  const int64_t ldz = Hv * Dv + 5;
+  auto z = rounded(randn(size_t(L * ldz), 26));
+  std::vector<float> wn(o.size());
+  cpu::rms_norm(o.data(), L * Hv, Dv, w.data(), 1e-6f, wn.data());
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t i = 0; i < Hv * Dv; ++i) wn[size_t(t * Hv * Dv + i)] *= cpu::silu(z[size_t(t * ldz + i)]);
+  DeviceBuffer dO = upload(o, "o"), dw = upload(w, "w"), dz = upload(to_bf(z), "z"), act(o.size() * 2);
+  gated_norm(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<bf16>(), ldz, act.as<bf16>(), nullptr);
+  expect_close(down_bf(act, wn.size()), wn, 1e-4, 8e-3, "gated_norm");
+}
+
+TEST(CudaOps, SwigluEmbedAndBiasGelu) {
+  NEED_GPU();
+  const int64_t L = 33, ffn = 70, vocab = 50, d = 40;
+  auto gu = rounded(randn(size_t(L * 2 * ffn), 27, 2.0f));
+  std::vector<float> want(size_t(L * ffn));
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t j = 0; j < ffn; ++j) want[size_t(t * ffn + j)] = cpu::silu(gu[size_t(t * 2 * ffn + j)]) * gu[size_t(t * 2 * ffn + ffn + j)];
+  DeviceBuffer dgu = upload(to_bf(gu), "gu"), act(want.size() * 2);
+  swiglu(dgu.as<bf16>(), L, ffn, act.as<bf16>(), nullptr);
+  expect_close(down_bf(act, want.size()), want, 1e-4, 8e-3, "swiglu");
+
+  auto table = rounded(randn(size_t(vocab * d), 28));
+  std::vector<int32_t> ids;
+  std::vector<float> we;
+  for (int64_t t = 0; t < L; ++t) {
+    ids.push_back(int32_t((t * 7) % vocab));
+    we.insert(we.end(), table.begin() + ids.back() * d, table.begin() + (ids.back() + 1) * d);
+  }
+  DeviceBuffer dt = upload(to_bf(table), "t"), di = upload(ids, "ids"), x(we.size() * 4);
+  embed_gather(di.as<int32_t>(), L, dt.as<bf16>(), d, x.as<float>(), nullptr);
+  expect_close(down<float>(x, we.size()), we, 1e-30, 0, "embed");
+
+  auto y = randn(size_t(L * d), 29), bias = randn(size_t(d), 30);
+  std::vector<float> wy = y;
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t i = 0; i < d; ++i) wy[size_t(t * d + i)] = cpu::gelu_erf(y[size_t(t * d + i)] + bias[size_t(i)]);
+  DeviceBuffer dy = upload(y, "y"), db = upload(bias, "b");
+  bias_act(dy.as<float>(), L, d, d, db.as<float>(), true, nullptr);
+  expect_close(down<float>(dy, wy.size()), wy, 1e-6, 1e-5, "bias+gelu");
+}
+
+}  // namespace
+}  // namespace clefrt::cuda

@@ -338,7 +338,9 @@ void Forward::backbone(Batch& b) {
 
   mark("embed");
   embed_gather(b.d(b.off_ids), L, m_.embed, H, b.x, s);
+  int64_t done = 0;
   for (const DevLayer& l : m_.layers) {
+    if (o_.debug_layers >= 0 && done++ >= o_.debug_layers) break;
     mark("rms_norm");
     rms_norm_1p(b.x, L, H, l.input_norm, eps, b.h, nullptr, s);
     if (l.type == LayerType::LinearAttention) {

@@ -206,12 +206,16 @@ void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t
   const dim3 grid{unsigned(nq), unsigned(heads), 1u};
   switch (hd) {
     case 8: mha_k<8><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
+    case 12: mha_k<12><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
+    case 24: mha_k<24><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
+    case 48: mha_k<48><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
+    case 96: mha_k<96><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
     case 16: mha_k<16><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
     case 32: mha_k<32><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
     case 64: mha_k<64><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
     case 128: mha_k<128><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
     default:
-      throw Error(Status::Internal, "unsupported", "head attention: head dim " + std::to_string(hd) + " (8, 16, 32, 64 or 128)");
+      throw Error(Status::Internal, "unsupported", "head attention: head dim " + std::to_string(hd) + " (8, 12, 16, 24, 32, 48, 64, 96 or 128)");
   }
   check_launch("head mha");
 }
