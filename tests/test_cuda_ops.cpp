@@ -120,8 +120,8 @@ TEST(CudaOps, ConvSiluPackedMatchesCpu) {
     for (int64_t t = 0; t < l; ++t) seq_start.push_back(int32_t(t0));
     t0 += l;
   }
-  DeviceBuffer dx = upload(to_bf(x), "x"), dw = upload(w, "w"), ds = upload(seq_start, "s"), dy(want.size() * 4);
-  conv_silu(dx.as<bf16>(), ldx, ds.as<int32_t>(), L, Cn, dw.as<float>(), K, dy.as<float>(), nullptr);
+  DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), ds = upload(seq_start, "s"), dy(want.size() * 4);
+  conv_silu(dx.as<float>(), ldx, ds.as<int32_t>(), L, Cn, dw.as<float>(), K, dy.as<float>(), nullptr);
   expect_close(down<float>(dy, want.size()), want, 1e-5, 1e-5, "conv_silu");
 }
 
@@ -299,9 +299,9 @@ TEST(CudaOps, GdnPrepGatesAndGatedNorm) {
       wg[size_t(t * Hv + j)] = negA[size_t(j)] * cpu::softplus(ba[size_t(t * ldba + 3 + Hv + j)] + dt[size_t(j)]);
     }
   }
-  DeviceBuffer dm = upload(mixed, "m"), dba = upload(to_bf(ba), "ba"), dA = upload(negA, "A"), ddt = upload(dt, "dt"), g(wg.size() * 4),
+  DeviceBuffer dm = upload(mixed, "m"), dba = upload(ba, "ba"), dA = upload(negA, "A"), ddt = upload(dt, "dt"), g(wg.size() * 4),
                beta(wb.size() * 4);
-  const bf16* b = dba.as<bf16>() + 3;
+  const float* b = dba.as<float>() + 3;
   gdn_prep(dm.as<float>(), conv_dim, L, Hk, Dk, b, b + Hv, ldba, Hv, dA.as<float>(), ddt.as<float>(), g.as<float>(), beta.as<float>(), nullptr);
   expect_close(down<float>(dm, want.size()), want, 1e-6, 1e-5, "q/k norm");
   expect_close(down<float>(g, wg.size()), wg, 1e-6, 1e-5, "g");
@@ -315,8 +315,8 @@ TEST(CudaOps, GdnPrepGatesAndGatedNorm) {
   cpu::rms_norm(o.data(), L * Hv, Dv, w.data(), 1e-6f, wn.data());
   for (int64_t t = 0; t < L; ++t)
     for (int64_t i = 0; i < Hv * Dv; ++i) wn[size_t(t * Hv * Dv + i)] *= cpu::silu(z[size_t(t * ldz + i)]);
-  DeviceBuffer dO = upload(o, "o"), dw = upload(w, "w"), dz = upload(to_bf(z), "z"), act(o.size() * 2);
-  gated_norm(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<bf16>(), ldz, act.as<bf16>(), nullptr);
+  DeviceBuffer dO = upload(o, "o"), dw = upload(w, "w"), dz = upload(z, "z"), act(o.size() * 2);
+  gated_norm(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz, act.as<bf16>(), nullptr);
   expect_close(down_bf(act, wn.size()), wn, 1e-4, 8e-3, "gated_norm");
 }
 

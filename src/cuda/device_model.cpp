@@ -39,6 +39,10 @@ class Builder {
     keep(std::move(buf));
     return l;
   }
+  DevLinear32 matrix32(const model::Tensor& t) {
+    const int64_t cols = t.shape.back(), rows = t.numel_rows();
+    return {vec(t, 0.0f, 1.0f / std::sqrt(float(cols))), rows, cols};
+  }
   const bf16* table(const model::Tensor& t, float std) {
     DeviceBuffer buf(size_t(t.numel()) * 2, "weights");
     put_bf16(t, buf.as<bf16>(), t.numel(), std, 0.0f);
@@ -95,7 +99,7 @@ class Builder {
 DevLN ln(Builder& b, const model::LayerNormW& n) { return {b.vec(n.w, 1.0f, 0.1f), b.vec(n.b, 0.0f, 0.1f)}; }
 
 DevMha mha(Builder& b, const model::Mha& m) {
-  return {b.matrix({&m.in_w}), b.matrix({&m.out_w}), b.vec(m.in_b, 0.0f, 0.02f), b.vec(m.out_b, 0.0f, 0.02f)};
+  return {b.matrix32(m.in_w), b.matrix32(m.out_w), b.vec(m.in_b, 0.0f, 0.02f), b.vec(m.out_b, 0.0f, 0.02f)};
 }
 
 }  // namespace
@@ -154,12 +158,12 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
   h.option_summary_norm = ln(b, hw.option_summary_norm);
   h.field_norm = ln(b, hw.field_norm);
   h.option_norm = ln(b, hw.option_norm);
-  h.memory_proj = b.matrix({&hw.memory_proj});
-  h.question_proj = b.matrix({&hw.question_proj});
-  h.option_question_proj = b.matrix({&hw.option_question_proj});
-  h.global_proj = b.matrix({&hw.global_proj});
-  h.option_context_proj = b.matrix({&hw.option_context_proj});
-  h.option_lexical_proj = b.matrix({&hw.option_lexical_proj});
+  h.memory_proj = b.matrix32(hw.memory_proj);
+  h.question_proj = b.matrix32(hw.question_proj);
+  h.option_question_proj = b.matrix32(hw.option_question_proj);
+  h.global_proj = b.matrix32(hw.global_proj);
+  h.option_context_proj = b.matrix32(hw.option_context_proj);
+  h.option_lexical_proj = b.matrix32(hw.option_lexical_proj);
   h.type_emb = b.vec(hw.type_embedding, 0.0f, 1.0f);
   for (const auto& ev : hw.evidence) {
     DevHead::Evidence e;
@@ -167,8 +171,8 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
     e.memory_norm = ln(b, ev.memory_norm);
     e.ff_norm = ln(b, ev.ff_norm);
     e.attn = mha(b, ev.attn);
-    e.ff0 = b.matrix({&ev.ff0_w});
-    e.ff3 = b.matrix({&ev.ff3_w});
+    e.ff0 = b.matrix32(ev.ff0_w);
+    e.ff3 = b.matrix32(ev.ff3_w);
     e.ff0_b = b.vec(ev.ff0_b, 0.0f, 0.02f);
     e.ff3_b = b.vec(ev.ff3_b, 0.0f, 0.02f);
     h.evidence.push_back(e);
@@ -177,8 +181,8 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
     DevHead::Decoder d;
     d.self_attn = mha(b, dl.self_attn);
     d.cross_attn = mha(b, dl.cross_attn);
-    d.lin1 = b.matrix({&dl.lin1_w});
-    d.lin2 = b.matrix({&dl.lin2_w});
+    d.lin1 = b.matrix32(dl.lin1_w);
+    d.lin2 = b.matrix32(dl.lin2_w);
     d.lin1_b = b.vec(dl.lin1_b, 0.0f, 0.02f);
     d.lin2_b = b.vec(dl.lin2_b, 0.0f, 0.02f);
     d.norm1 = ln(b, dl.norm1);
@@ -186,7 +190,7 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
     d.norm3 = ln(b, dl.norm3);
     h.layers.push_back(d);
   }
-  h.scorer0 = b.matrix({&hw.scorer0_w});
+  h.scorer0 = b.matrix32(hw.scorer0_w);
   h.scorer0_b = b.vec(hw.scorer0_b, 0.0f, 0.02f);
   h.scorer3_w = b.vec(hw.scorer3_w, 0.0f, 1.0f / std::sqrt(float(hw.scorer3_w.numel())));
   h.scorer3_b = Builder::has_data(hw.scorer3_b) ? Builder::host_f32(hw.scorer3_b)[0] : 0.0f;

@@ -17,6 +17,12 @@ struct DevLinear {
   const bf16* w = nullptr;  // [n, k] row-major
   int64_t n = 0, k = 0;
 };
+// The joint head's matrices stay fp32: it is under 1% of the work and its logits feed a
+// softmax directly, so bf16 rounding there would cost accuracy for nothing.
+struct DevLinear32 {
+  const float* w = nullptr;  // [n, k] row-major
+  int64_t n = 0, k = 0;
+};
 struct DevLN {
   const float *w = nullptr, *b = nullptr;
 };
@@ -34,29 +40,29 @@ struct DevLayer {
 };
 
 struct DevMha {
-  DevLinear in, out;  // in: [3W, W] (q, k, v rows)
+  DevLinear32 in, out;  // in: [3W, W] (q, k, v rows)
   const float *in_b, *out_b;
 };
 
 struct DevHead {
   DevLN hidden_norm, option_summary_norm, field_norm, option_norm;
-  DevLinear memory_proj, question_proj, option_question_proj, global_proj, option_context_proj, option_lexical_proj;
+  DevLinear32 memory_proj, question_proj, option_question_proj, global_proj, option_context_proj, option_lexical_proj;
   const float* type_emb;
   struct Evidence {
     DevLN query_norm, memory_norm, ff_norm;
     DevMha attn;
-    DevLinear ff0, ff3;
+    DevLinear32 ff0, ff3;
     const float *ff0_b, *ff3_b;
   };
   std::vector<Evidence> evidence;
   struct Decoder {
     DevMha self_attn, cross_attn;
-    DevLinear lin1, lin2;
+    DevLinear32 lin1, lin2;
     const float *lin1_b, *lin2_b;
     DevLN norm1, norm2, norm3;
   };
   std::vector<Decoder> layers;
-  DevLinear scorer0;
+  DevLinear32 scorer0;
   const float *scorer0_b, *scorer3_w;
   float scorer3_b = 0;
   HeadScalars scalars{};

@@ -31,10 +31,10 @@ struct Forward::Batch {
   // backbone
   float *x, *mixed, *g, *beta, *gdn_o, *hidden;
   bf16 *h, *big, *act, *q, *k;
+  float* big32;  // the same memory as big, read as fp32 (the GDN in_proj output)
   GdnScratch gs{};
   // head
-  float *Hn32, *M32, *KV, *qm32, *lm32, *g32, *R, *B, *summary, *F, *Fn, *On, *tmpq, *att, *ff, *gp, *logits;
-  bf16 *Hn16, *M16, *mem16, *qm16, *cm16, *lm16, *g16, *qo16, *n16, *att16, *ff16, *feat;
+  float *Hn, *M, *mem, *KV, *qm, *cm, *lm, *glast, *qo, *R, *B, *summary, *F, *Fn, *On, *tmpq, *att, *nrm, *ff, *feat, *gp, *logits;
 
   void carve(Arena& a, const DevModel& m) {
     const auto& c = m.c;
@@ -43,13 +43,16 @@ struct Forward::Batch {
     const int64_t conv_dim = 2 * key_dim + value_dim;
     const int64_t n_gdn = conv_dim + value_dim + 2 * c.v_heads;
     const int64_t n_qkv = c.q_heads * 2 * c.head_dim + 2 * c.kv_heads * c.head_dim;
-    const int64_t n_big = std::max({2 * c.ffn, n_gdn, n_qkv});
+    // bf16 elements: the GDN in_proj output is kept in fp32 (2 slots each): its conv output is
+    // L2-normalised per head, which turns small absolute rounding errors into large ones
+    const int64_t n_big = std::max({2 * c.ffn, 2 * n_gdn, n_qkv});
     const int64_t n_act = std::max({c.ffn, value_dim, c.q_heads * c.head_dim});
     const int64_t d = hc.hidden, W = hc.width, sh = W * 4;  // scorer hidden <= 4W is checked at load
     dmeta = a.carve<int32_t>(meta_capacity(), "batch index arrays");
     x = a.carve<float>(L * H, "residual");
     h = a.carve<bf16>(L * H, "normed");
     big = a.carve<bf16>(L * n_big, "projections");
+    big32 = reinterpret_cast<float*>(big);
     act = a.carve<bf16>(L * n_act, "activations");
     mixed = a.carve<float>(L * conv_dim, "gdn conv out");
     g = a.carve<float>(L * c.v_heads, "gdn g");
@@ -61,20 +64,15 @@ struct Forward::Batch {
     q = a.carve<bf16>(L * c.q_heads * c.head_dim, "attn q");
     k = a.carve<bf16>(L * c.kv_heads * c.head_dim, "attn k");
     hidden = a.carve<float>(L * H, "hidden");
-    Hn32 = a.carve<float>(L * d, "head Hn");
-    Hn16 = a.carve<bf16>(L * d, "head Hn bf16");
-    M32 = a.carve<float>(L * W, "head memory");
-    M16 = a.carve<bf16>(L * W, "head memory bf16");
-    mem16 = a.carve<bf16>(L * W, "head memory norm");
+    Hn = a.carve<float>(L * d, "head Hn");
+    M = a.carve<float>(L * W, "head memory");
+    mem = a.carve<float>(L * W, "head memory norm");
     KV = a.carve<float>(L * 2 * W, "head kv");
-    qm32 = a.carve<float>(Q * d, "qm");
-    qm16 = a.carve<bf16>(Q * d, "qm bf16");
-    cm16 = a.carve<bf16>(O * d, "cm");
-    lm32 = a.carve<float>(O * d, "lm");
-    lm16 = a.carve<bf16>(O * d, "lm bf16");
-    g32 = a.carve<float>(nseq * d, "g");
-    g16 = a.carve<bf16>(nseq * d, "g bf16");
-    qo16 = a.carve<bf16>(O * d, "qo");
+    qm = a.carve<float>(Q * d, "qm");
+    cm = a.carve<float>(O * d, "cm");
+    lm = a.carve<float>(O * d, "lm");
+    glast = a.carve<float>(nseq * d, "g");
+    qo = a.carve<float>(O * d, "qo");
     const int64_t rows = std::max(O, Q);
     R = a.carve<float>(O * W, "R");
     B = a.carve<float>(Q * W, "B");
@@ -84,15 +82,13 @@ struct Forward::Batch {
     On = a.carve<float>(O * W, "On");
     tmpq = a.carve<float>(rows * 3 * W, "head q");
     att = a.carve<float>(rows * W, "head att");
-    att16 = a.carve<bf16>(rows * W, "head att bf16");
-    n16 = a.carve<bf16>(rows * W, "head norm bf16");
+    nrm = a.carve<float>(rows * W, "head norm");
     ff = a.carve<float>(rows * std::max(hc.ffn, sh), "head ff");
-    ff16 = a.carve<bf16>(rows * hc.ffn, "head ff bf16");
-    feat = a.carve<bf16>(O * 4 * W, "scorer features");
+    feat = a.carve<float>(O * 4 * W, "scorer features");
     gp = a.carve<float>(nseq * W, "gp");
     logits = a.carve<float>(O, "logits");
   }
-  size_t meta_capacity() const { return size_t(L * 2 + 3 * nchunks + nseq + 1 + 3 * ntiles + 8 * Q + 8 * O + nseq + 64); }
+  size_t meta_capacity() const { return size_t(L * 2 + 3 * nchunks + nseq + 1 + 3 * ntiles + 10 * Q + 8 * O + nseq + 64); }
 };
 
 Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
@@ -346,15 +342,15 @@ void Forward::backbone(Batch& b) {
     if (l.type == LayerType::LinearAttention) {
       const int64_t n = l.gdn_in.n;
       mark("gemm gdn in_proj");
-      gemm_->run(b.h, L, H, H, l.gdn_in.w, n, b.big, OutType::BF16, n, false, "gdn in_proj");
+      gemm_->run(b.h, L, H, H, l.gdn_in.w, n, b.big32, OutType::F32, n, false, "gdn in_proj");
       mark("gdn conv+prep");
-      conv_silu(b.big, n, b.d(b.off_seq_start), L, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s);
-      const bf16* bcol = b.big + conv_dim + value_dim;
+      conv_silu(b.big32, n, b.d(b.off_seq_start), L, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s);
+      const float* bcol = b.big32 + conv_dim + value_dim;
       gdn_prep(b.mixed, conv_dim, L, c.k_heads, c.k_head_dim, bcol, bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, b.g, b.beta, s);
       mark("gdn chunked");
       gdn_chunked(b.mixed, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, b.g, b.beta, ch, b.gs, b.gdn_o, s);
       mark("gdn gated_norm");
-      gated_norm(b.gdn_o, L, c.v_heads, c.v_head_dim, l.gdn_norm, eps, b.big + conv_dim, n, b.act, s);
+      gated_norm(b.gdn_o, L, c.v_heads, c.v_head_dim, l.gdn_norm, eps, b.big32 + conv_dim, n, b.act, s);
       mark("gemm gdn out_proj");
       gemm_->run(b.act, L, value_dim, value_dim, l.gdn_out.w, H, b.x, OutType::F32, H, true, "gdn out_proj");
     } else {
@@ -387,76 +383,71 @@ void Forward::head(Batch& b) {
   cudaStream_t s = stream_;
   Gemm& G = *gemm_;
   constexpr float eps = 1e-5f;
-  auto lin = [&](const bf16* x, int64_t m, const DevLinear& w, float* y, bool acc, const char* op) {
-    G.run(x, m, w.k, w.k, w.w, w.n, y, OutType::F32, w.n, acc, op);
+  auto lin = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char* op) {
+    G.run_f32(x, m, w.k, w.k, w.w, w.n, y, w.n, acc, op);
   };
 
-  mark("head");
-  layer_norm(b.hidden, L, d, d, h.hidden_norm.w, h.hidden_norm.b, eps, b.Hn16, b.Hn32, s);
-  lin(b.Hn16, L, h.memory_proj, b.M32, false, "head memory_projection");
-  f32_to_bf16_rows(b.M32, L, W, W, b.M16, W, s);
-  span_mean(b.Hn32, d, nullptr, nullptr, b.d(b.off_qbeg), b.d(b.off_qend), Q, d, b.qm32, b.qm16, s);
-  span_mean(b.Hn32, d, nullptr, nullptr, b.d(b.off_obeg), b.d(b.off_oend), O, d, nullptr, b.cm16, s);
-  span_mean(nullptr, 0, m_.lm_head, b.d(b.off_ids), b.d(b.off_obeg), b.d(b.off_oend), O, d, b.lm32, b.lm16, s);
-  gather_rows(b.Hn32, d, b.d(b.off_last), N, b.g32, b.g16, s);
-  gather_rows(b.qm32, d, b.d(b.off_qof), O, nullptr, b.qo16, s);
-  lin(b.cm16, O, h.option_context_proj, b.R, false, "head option_context_projection");
-  lin(b.lm16, O, h.option_lexical_proj, b.R, true, "head option_lexical_projection");
-  lin(b.qo16, O, h.option_question_proj, b.R, true, "head option_question_projection");
+  layer_norm(b.hidden, L, d, d, h.hidden_norm.w, h.hidden_norm.b, eps, nullptr, b.Hn, s);
+  lin(b.Hn, L, h.memory_proj, b.M, false, "head memory_projection");
+  span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_qbeg), b.d(b.off_qend), Q, d, b.qm, nullptr, s);
+  span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_obeg), b.d(b.off_oend), O, d, b.cm, nullptr, s);
+  span_mean(nullptr, 0, m_.lm_head, b.d(b.off_ids), b.d(b.off_obeg), b.d(b.off_oend), O, d, b.lm, nullptr, s);
+  gather_rows(b.Hn, d, b.d(b.off_last), N, b.glast, nullptr, s);
+  gather_rows(b.qm, d, b.d(b.off_qof), O, b.qo, nullptr, s);
+  lin(b.cm, O, h.option_context_proj, b.R, false, "head option_context_projection");
+  lin(b.lm, O, h.option_lexical_proj, b.R, true, "head option_lexical_projection");
+  lin(b.qo, O, h.option_question_proj, b.R, true, "head option_question_projection");
 
   // q rows of an MHA's packed in_proj: [W, W] at row 0; k|v rows: [2W, W] at row W
-  auto q_part = [&](const DevMha& m) { return DevLinear{m.in.w, W, W}; };
-  auto kv_part = [&](const DevMha& m) { return DevLinear{m.in.w + W * W, 2 * W, W}; };
-  // y (+)= MHA(q rows xq16 [nq], keys/values KV [.., 2W]) with per-row key ranges
-  auto cross = [&](const DevMha& m, const bf16* xq16, int64_t nq, const int32_t* kb, const int32_t* ke, float* y) {
-    lin(xq16, nq, q_part(m), b.tmpq, false, "head mha q");
+  auto q_part = [&](const DevMha& m) { return DevLinear32{m.in.w, W, W}; };
+  auto kv_part = [&](const DevMha& m) { return DevLinear32{m.in.w + W * W, 2 * W, W}; };
+  // y += MHA(q rows xq [nq], keys/values KV [.., 2W]) with per-row key ranges
+  auto cross = [&](const DevMha& m, const float* xq, int64_t nq, const int32_t* kb, const int32_t* ke, float* y) {
+    lin(xq, nq, q_part(m), b.tmpq, false, "head mha q");
     bias_act(b.tmpq, nq, W, W, m.in_b, false, s);
     mha_attend(b.tmpq, W, nq, b.KV, 2 * W, b.KV + W, 2 * W, kb, ke, W, heads, b.att, s);
-    f32_to_bf16_rows(b.att, nq, W, W, b.att16, W, s);
-    lin(b.att16, nq, m.out, y, true, "head mha out_proj");
+    lin(b.att, nq, m.out, y, true, "head mha out_proj");
     bias_act(y, nq, W, W, m.out_b, false, s);
   };
-  auto memory_kv = [&](const DevMha& m, const bf16* mem16) {
-    lin(mem16, L, kv_part(m), b.KV, false, "head mha kv");
+  auto memory_kv = [&](const DevMha& m, const float* mem) {
+    lin(mem, L, kv_part(m), b.KV, false, "head mha kv");
     bias_act(b.KV, L, 2 * W, 2 * W, m.in_b + W, false, s);
   };
-  auto ffn = [&](const DevLinear& w1, const float* b1, const DevLinear& w2, const float* b2, const bf16* x16, int64_t rows, float* y) {
-    lin(x16, rows, w1, b.ff, false, "head feedforward 1");
+  auto ffn = [&](const DevLinear32& w1, const float* b1, const DevLinear32& w2, const float* b2, const float* x, int64_t rows, float* y) {
+    lin(x, rows, w1, b.ff, false, "head feedforward 1");
     bias_act(b.ff, rows, w1.n, w1.n, b1, true, s);
-    f32_to_bf16_rows(b.ff, rows, w1.n, w1.n, b.ff16, w1.n, s);
-    lin(b.ff16, rows, w2, y, true, "head feedforward 2");
+    lin(b.ff, rows, w2, y, true, "head feedforward 2");
     bias_act(y, rows, W, W, b2, false, s);
   };
 
   for (const auto& ev : h.evidence) {
-    layer_norm(b.M32, L, W, W, ev.memory_norm.w, ev.memory_norm.b, eps, b.mem16, nullptr, s);
-    memory_kv(ev.attn, b.mem16);
-    layer_norm(b.R, O, W, W, ev.query_norm.w, ev.query_norm.b, eps, b.n16, nullptr, s);
-    cross(ev.attn, b.n16, O, b.d(b.off_otok_b), b.d(b.off_otok_e), b.R);
-    layer_norm(b.R, O, W, W, ev.ff_norm.w, ev.ff_norm.b, eps, b.n16, nullptr, s);
-    ffn(ev.ff0, ev.ff0_b, ev.ff3, ev.ff3_b, b.n16, O, b.R);
+    layer_norm(b.M, L, W, W, ev.memory_norm.w, ev.memory_norm.b, eps, nullptr, b.mem, s);
+    memory_kv(ev.attn, b.mem);
+    layer_norm(b.R, O, W, W, ev.query_norm.w, ev.query_norm.b, eps, nullptr, b.nrm, s);
+    cross(ev.attn, b.nrm, O, b.d(b.off_otok_b), b.d(b.off_otok_e), b.R);
+    layer_norm(b.R, O, W, W, ev.ff_norm.w, ev.ff_norm.b, eps, nullptr, b.nrm, s);
+    ffn(ev.ff0, ev.ff0_b, ev.ff3, ev.ff3_b, b.nrm, O, b.R);
   }
-  lin(b.qm16, Q, h.question_proj, b.B, false, "head question_projection");
+  lin(b.qm, Q, h.question_proj, b.B, false, "head question_projection");
   option_summary(b.R, b.B, b.d(b.off_optbeg), Q, W, b.summary, s);
   layer_norm(b.summary, Q, W, W, h.option_summary_norm.w, h.option_summary_norm.b, eps, nullptr, b.F, s);
-  lin(b.qm16, Q, h.question_proj, b.F, true, "head question_projection");
-  lin(b.g16, N, h.global_proj, b.gp, false, "head global_projection");
+  lin(b.qm, Q, h.question_proj, b.F, true, "head question_projection");
+  lin(b.glast, N, h.global_proj, b.gp, false, "head global_projection");
   field_init(b.F, b.gp, h.type_emb, b.d(b.off_type), b.d(b.off_qreq), Q, W, s);
   for (const auto& dl : h.layers) {
     // self-attention among the questions of the same request
-    layer_norm(b.F, Q, W, W, dl.norm1.w, dl.norm1.b, eps, b.n16, nullptr, s);
-    lin(b.n16, Q, dl.self_attn.in, b.tmpq, false, "head self_attn in_proj");
+    layer_norm(b.F, Q, W, W, dl.norm1.w, dl.norm1.b, eps, nullptr, b.nrm, s);
+    lin(b.nrm, Q, dl.self_attn.in, b.tmpq, false, "head self_attn in_proj");
     bias_act(b.tmpq, Q, 3 * W, 3 * W, dl.self_attn.in_b, false, s);
     mha_attend(b.tmpq, 3 * W, Q, b.tmpq + W, 3 * W, b.tmpq + 2 * W, 3 * W, b.d(b.off_qq_b), b.d(b.off_qq_e), W, heads, b.att, s);
-    f32_to_bf16_rows(b.att, Q, W, W, b.att16, W, s);
-    lin(b.att16, Q, dl.self_attn.out, b.F, true, "head self_attn out_proj");
+    lin(b.att, Q, dl.self_attn.out, b.F, true, "head self_attn out_proj");
     bias_act(b.F, Q, W, W, dl.self_attn.out_b, false, s);
     // cross-attention to the request's memory
-    memory_kv(dl.cross_attn, b.M16);
-    layer_norm(b.F, Q, W, W, dl.norm2.w, dl.norm2.b, eps, b.n16, nullptr, s);
-    cross(dl.cross_attn, b.n16, Q, b.d(b.off_qtok_b), b.d(b.off_qtok_e), b.F);
-    layer_norm(b.F, Q, W, W, dl.norm3.w, dl.norm3.b, eps, b.n16, nullptr, s);
-    ffn(dl.lin1, dl.lin1_b, dl.lin2, dl.lin2_b, b.n16, Q, b.F);
+    memory_kv(dl.cross_attn, b.M);
+    layer_norm(b.F, Q, W, W, dl.norm2.w, dl.norm2.b, eps, nullptr, b.nrm, s);
+    cross(dl.cross_attn, b.nrm, Q, b.d(b.off_qtok_b), b.d(b.off_qtok_e), b.F);
+    layer_norm(b.F, Q, W, W, dl.norm3.w, dl.norm3.b, eps, nullptr, b.nrm, s);
+    ffn(dl.lin1, dl.lin1_b, dl.lin2, dl.lin2_b, b.nrm, Q, b.F);
   }
   layer_norm(b.F, Q, W, W, h.field_norm.w, h.field_norm.b, eps, nullptr, b.Fn, s);
   layer_norm(b.R, O, W, W, h.option_norm.w, h.option_norm.b, eps, nullptr, b.On, s);
@@ -464,7 +455,7 @@ void Forward::head(Batch& b) {
   const int64_t sh = h.scorer0.n;
   lin(b.feat, O, h.scorer0, b.ff, false, "head residual_scorer.0");
   bias_act(b.ff, O, sh, sh, h.scorer0_b, true, s);
-  head_logits(b.lm32, b.qm32, b.g32, b.d(b.off_qof), b.d(b.off_oreq), O, d, b.Fn, b.On, W, b.ff, h.scorer3_w, sh, h.scalars, b.logits, s);
+  head_logits(b.lm, b.qm, b.glast, b.d(b.off_qof), b.d(b.off_oreq), O, d, b.Fn, b.On, W, b.ff, h.scorer3_w, sh, h.scalars, b.logits, s);
   question_softmax(b.logits, b.d(b.off_optbeg), Q, s);
 }
 

@@ -13,14 +13,15 @@ struct Layouts {
 
 // Column-major view: D^T[n, m] = W[n, k] * X^T[k, m]; W row-major [n, k] is column-major
 // [k, n] (op T), X row-major [m, k] is column-major [k, m] (op N).
-Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, const char* op) {
+Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool f32in, const char* op) {
+  const cudaDataType in = f32in ? CUDA_R_32F : CUDA_R_16BF;
   Layouts l;
   check(cublasLtMatmulDescCreate(&l.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), op);
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), op);
   check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), op);
-  check(cublasLtMatrixLayoutCreate(&l.a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k), op);
-  check(cublasLtMatrixLayoutCreate(&l.b, CUDA_R_16BF, uint64_t(k), uint64_t(m), ldx), op);
+  check(cublasLtMatrixLayoutCreate(&l.a, in, uint64_t(k), uint64_t(n), k), op);
+  check(cublasLtMatrixLayoutCreate(&l.b, in, uint64_t(k), uint64_t(m), ldx), op);
   check(cublasLtMatrixLayoutCreate(&l.c, yt == OutType::F32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(n), uint64_t(m), ldy), op);
   return l;
 }
@@ -47,8 +48,9 @@ Gemm::~Gemm() {
   if (lt_) cublasLtDestroy(lt_);
 }
 
-cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, const char* op) {
-  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, op);
+cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, bool f32in,
+                                  const char* op) {
+  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, f32in, op);
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), op);
   size_t ws = workspace_.bytes();
@@ -77,21 +79,21 @@ cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, 
   return a;
 }
 
-Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, const char* op) {
-  Key key{m, n, k, ldx, ldy, int(yt), acc};
+Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, bool f32in, const char* op) {
+  Key key{m, n, k, ldx, ldy, int(yt), acc, f32in};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan p;
   if (batch_invariant_) {
     // One algorithm per (n, k, ...) chosen at a reference m large enough for the biggest tiles.
-    auto ik = std::make_tuple(n, k, ldx, ldy, int(yt), acc);
+    auto ik = std::make_tuple(n, k, ldx, ldy, int(yt), acc, f32in);
     auto a = invariant_algos_.find(ik);
-    if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, op)).first;
+    if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, f32in, op)).first;
     p.algo = a->second;
   } else {
-    p.algo = choose(m, n, k, ldx, ldy, yt, acc, op);
+    p.algo = choose(m, n, k, ldx, ldy, yt, acc, f32in, op);
   }
-  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, op);
+  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, f32in, op);
   p.desc = l.desc;
   p.a = l.a;
   p.b = l.b;
@@ -103,7 +105,16 @@ void Gemm::run(const __nv_bfloat16* x, int64_t m, int64_t k, int64_t ldx, const 
                int64_t ldy, bool accumulate, const char* op) {
   if (m == 0) return;
   if (accumulate && yt != OutType::F32) throw Error(Status::Internal, "internal_error", std::string(op) + ": accumulate needs an F32 output");
-  Plan& p = plan(m, n, k, ldx, ldy, yt, accumulate, op);
+  launch(plan(m, n, k, ldx, ldy, yt, accumulate, false, op), x, w, y, accumulate, op);
+}
+
+void Gemm::run_f32(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
+                   const char* op) {
+  if (m == 0) return;
+  launch(plan(m, n, k, ldx, ldy, OutType::F32, accumulate, true, op), x, w, y, accumulate, op);
+}
+
+void Gemm::launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op) {
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   check(cublasLtMatmul(lt_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.get(), workspace_.bytes(),
                        stream_),

@@ -29,6 +29,9 @@ class Gemm {
   // accumulate: y += x w^T (y must be F32 then: the residual stream).
   void run(const __nv_bfloat16* x, int64_t m, int64_t k, int64_t ldx, const __nv_bfloat16* w, int64_t n, void* y, OutType yt,
            int64_t ldy, bool accumulate, const char* op);
+  // All fp32 (CUBLAS_COMPUTE_32F, no TF32): the joint head, where exactness costs little.
+  void run_f32(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
+               const char* op);
 
   bool batch_invariant() const { return batch_invariant_; }
 
@@ -38,16 +41,19 @@ class Gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool>;  // m, n, k, ldx, ldy, yt, acc
-  Plan& plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, const char* op);
-  cublasLtMatmulAlgo_t choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, const char* op);
+  // m, n, k, ldx, ldy, yt, acc, fp32 inputs
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool>;
+  Plan& plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, bool f32in, const char* op);
+  cublasLtMatmulAlgo_t choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, bool f32in,
+                              const char* op);
+  void launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op);
 
   cudaStream_t stream_;
   bool batch_invariant_;
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer workspace_;
   std::map<Key, Plan> plans_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool>, cublasLtMatmulAlgo_t> invariant_algos_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool>, cublasLtMatmulAlgo_t> invariant_algos_;
 };
 
 }  // namespace clefrt::cuda

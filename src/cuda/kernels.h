@@ -31,12 +31,12 @@ void fill_normal_f32(float* p, int64_t n, uint64_t seed, float mean, float std, 
 
 // ---- Gated DeltaNet (kernels_gdn.cu) ----
 // Depthwise causal conv + SiLU over packed sequences; seq_start[t] is the first token of t's
-// sequence. x: [L, C] bf16 with row stride ldx; w: [C, K] fp32; y: [L, C] fp32.
-void conv_silu(const bf16* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t C, const float* w, int64_t K, float* y,
+// sequence. x: [L, C] fp32 with row stride ldx; w: [C, K] fp32; y: [L, C] fp32.
+void conv_silu(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t C, const float* w, int64_t K, float* y,
                cudaStream_t s);
 // In place on mixed [L, 2*Hk*Dk + Hv*Dv]: q and k heads L2-normalised (q also * 1/sqrt(Dk)).
 // beta = sigmoid(b), g = negA * softplus(a + dt_bias) from the b and a columns of `ba`.
-void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk, const bf16* b, const bf16* a, int64_t ldba, int64_t Hv,
+void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv,
               const float* negA, const float* dt_bias, float* g, float* beta, cudaStream_t s);
 
 // The chunked GDN prefill (chunk 64). Chunks never cross a sequence: chunk c covers tokens
@@ -55,7 +55,7 @@ struct GdnScratch {
 void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
                  const GdnChunks& ch, GdnScratch sc, float* o, cudaStream_t s);
 // act[t, j*Dv + i] = rms_norm(o)[...] * w[i] * silu(z[t, j*Dv + i]) -> bf16
-void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const bf16* z, int64_t ldz, bf16* act,
+void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, bf16* act,
                 cudaStream_t s);
 
 // ---- gated attention (kernels_attn.cu) ----
@@ -93,8 +93,8 @@ void option_summary(const float* R, const float* B, const int32_t* opt_beg, int6
 // F[i] += gp[qreq[i]] + type_emb[type[i]] (gp: one row per request)
 void field_init(float* F, const float* gp, const float* type_emb, const int32_t* type, const int32_t* qreq, int64_t Q, int64_t W,
                 cudaStream_t s);
-// feat[j] = [F_q, o, F_q * o, |F_q - o|] (bf16) with q = qof[j]
-void scorer_features(const float* F, const float* On, const int32_t* qof, int64_t O, int64_t W, bf16* feat, cudaStream_t s);
+// feat[j] = [F_q, o, F_q * o, |F_q - o|] with q = qof[j]
+void scorer_features(const float* F, const float* On, const int32_t* qof, int64_t O, int64_t W, float* feat, cudaStream_t s);
 // logit_j = prior_scale * cos(lex_j, qm_q + g_req) + gate * (joint_scale * cos(F_q, On_j) + hid_j . w3 + b3)
 struct HeadScalars {
   float prior_scale, joint_scale, gate, b3;

@@ -24,7 +24,7 @@ namespace {
 constexpr int C = 64;   // chunk
 constexpr int SW = 32;  // state columns per scan CTA
 
-__global__ void conv_silu_k(const bf16* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t Cn, const float* w, int K,
+__global__ void conv_silu_k(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t Cn, const float* w, int K,
                             float* y) {
   const int64_t n = L * Cn;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -33,7 +33,7 @@ __global__ void conv_silu_k(const bf16* x, int64_t ldx, const int32_t* seq_start
     float acc = 0;
     for (int j = 0; j < K; ++j) {
       const int64_t src = t - K + 1 + j;
-      if (src >= s0) acc += w[c * K + j] * __bfloat162float(x[src * ldx + c]);
+      if (src >= s0) acc += w[c * K + j] * x[src * ldx + c];
     }
     y[i] = silu_f(acc);
   }
@@ -53,13 +53,13 @@ __global__ void qk_norm_k(float* mixed, int64_t L, int64_t Hk, int64_t Dk, int64
   for (int64_t i = lane; i < Dk; i += 32) x[i] *= inv;
 }
 
-__global__ void gates_k(const bf16* b, const bf16* a, int64_t ldba, int64_t L, int64_t Hv, const float* negA, const float* dt_bias,
+__global__ void gates_k(const float* b, const float* a, int64_t ldba, int64_t L, int64_t Hv, const float* negA, const float* dt_bias,
                         float* g, float* beta) {
   const int64_t n = L * Hv;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / Hv, j = i - t * Hv;
-    beta[i] = sigmoid_f(__bfloat162float(b[t * ldba + j]));
-    const float x = __bfloat162float(a[t * ldba + j]) + dt_bias[j];
+    beta[i] = sigmoid_f(b[t * ldba + j]);
+    const float x = a[t * ldba + j] + dt_bias[j];
     const float sp = x > 20.0f ? x : log1pf(expf(x));
     g[i] = negA[j] * sp;
   }
@@ -111,10 +111,20 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int6
       const float* ki = ks + i * (Dk + 1);
       const float* kj = ks + jj * (Dk + 1);
       const float* qi = qs + i * (Dk + 1);
-      for (int64_t x = 0; x < Dk; ++x) {
+      float kk1 = 0, qk1 = 0;
+      int64_t x = 0;
+      for (; x + 2 <= Dk; x += 2) {
+        kk += ki[x] * kj[x];
+        qk += qi[x] * kj[x];
+        kk1 += ki[x + 1] * kj[x + 1];
+        qk1 += qi[x + 1] * kj[x + 1];
+      }
+      for (; x < Dk; ++x) {
         kk += ki[x] * kj[x];
         qk += qi[x] * kj[x];
       }
+      kk += kk1;
+      qk += qk1;
       const float G = float(exp(gam[i] - gam[jj]));
       qk *= G;
       kk = i > jj ? bs[i] * kk * G : 0.0f;
@@ -134,11 +144,20 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int6
   }
   __syncthreads();
   // forward substitution, one column per thread (columns are independent)
+  // (four partial sums: the chain of dependent FMAs, not arithmetic, bounds this loop)
   for (int64_t x = tid; x < Dv + Dk; x += nt) {
     for (int i = 1; i < n; ++i) {
-      float acc = UW[i * ldu + x];
-      for (int jj = 0; jj < i; ++jj) acc -= Lm[i * (C + 1) + jj] * UW[jj * ldu + x];
-      UW[i * ldu + x] = acc;
+      const float* li = Lm + i * (C + 1);
+      float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+      int jj = 0;
+      for (; jj + 4 <= i; jj += 4) {
+        a0 += li[jj] * UW[jj * ldu + x];
+        a1 += li[jj + 1] * UW[(jj + 1) * ldu + x];
+        a2 += li[jj + 2] * UW[(jj + 2) * ldu + x];
+        a3 += li[jj + 3] * UW[(jj + 3) * ldu + x];
+      }
+      for (; jj < i; ++jj) a0 += li[jj] * UW[jj * ldu + x];
+      UW[i * ldu + x] -= (a0 + a1) + (a2 + a3);
     }
   }
   __syncthreads();
@@ -167,9 +186,9 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
   float* eg = Vn + C * (SW + 1);  // e^gamma_i
   float* ek = eg + C;             // e^(gamma_C - gamma_i)
 
-  const int64_t s = blockIdx.x, j = blockIdx.y, c0 = int64_t(blockIdx.z) * SW;
+  const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SW;
   const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk, value_dim = Hv * Dv;
-  const int sw = int(Dv - c0 < SW ? Dv - c0 : SW);
+  const int sw = int(Dv - c0_col < SW ? Dv - c0_col : SW);
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nwarps = nt >> 5;
 
   for (int64_t e = tid; e < Dk * SW; e += nt) S[e] = 0.0f;
@@ -190,7 +209,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
     for (int e = tid; e < C * C; e += nt) As[(e / C) * (C + 1) + e % C] = aqk[e];
     for (int e = tid; e < C * SW; e += nt) {
       const int i = e / SW, x = e % SW;
-      Vn[i * (SW + 1) + x] = x < sw ? u[i * Dv + c0 + x] : 0.0f;
+      Vn[i * (SW + 1) + x] = x < sw ? u[i * Dv + c0_col + x] : 0.0f;
     }
     if (tid == 0) {
       double acc = 0;
@@ -202,35 +221,82 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
       ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
     }
     // Vn = U - W S   (lane = column, warps over rows)
-    for (int i = warp; i < C; i += nwarps) {
-      float acc = 0;
+    // (two rows per pass and four partial sums: independent FMA chains, and each S value
+    // loaded from shared memory serves both rows)
+    for (int i = warp; i < C; i += 2 * nwarps) {
+      const int i2 = i + nwarps;
       const float* wi = Ws + i * (Dk + 1);
-      for (int64_t y = 0; y < Dk; ++y) acc += wi[y] * S[y * SW + lane];
-      Vn[i * (SW + 1) + lane] -= acc;
+      const float* wj = Ws + i2 * (Dk + 1);
+      float a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+      int64_t y = 0;
+      for (; y + 2 <= Dk; y += 2) {
+        const float s0 = S[y * SW + lane], s1 = S[(y + 1) * SW + lane];
+        a0 += wi[y] * s0;
+        a1 += wi[y + 1] * s1;
+        b0 += wj[y] * s0;
+        b1 += wj[y + 1] * s1;
+      }
+      for (; y < Dk; ++y) {
+        a0 += wi[y] * S[y * SW + lane];
+        b0 += wj[y] * S[y * SW + lane];
+      }
+      Vn[i * (SW + 1) + lane] -= a0 + a1;
+      if (i2 < C) Vn[i2 * (SW + 1) + lane] -= b0 + b1;
     }
     __syncthreads();
     // O = e^gamma Q S + A Vn
     for (int i = warp; i < n; i += nwarps) {
-      float acc = 0;
+      float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
       const float* qi = qs + i * (Dk + 1);
-      for (int64_t y = 0; y < Dk; ++y) acc += qi[y] * S[y * SW + lane];
-      acc *= eg[i];
+      int64_t y = 0;
+      for (; y + 4 <= Dk; y += 4) {
+        a0 += qi[y] * S[y * SW + lane];
+        a1 += qi[y + 1] * S[(y + 1) * SW + lane];
+        a2 += qi[y + 2] * S[(y + 2) * SW + lane];
+        a3 += qi[y + 3] * S[(y + 3) * SW + lane];
+      }
+      for (; y < Dk; ++y) a0 += qi[y] * S[y * SW + lane];
+      float acc = ((a0 + a1) + (a2 + a3)) * eg[i];
       const float* ai = As + i * (C + 1);
-      for (int jj = 0; jj <= i; ++jj) acc += ai[jj] * Vn[jj * (SW + 1) + lane];
-      if (lane < sw) o[(t0 + i) * value_dim + j * Dv + c0 + lane] = acc;
+      float c0 = 0, c1 = 0;
+      int jj = 0;
+      for (; jj + 2 <= i + 1; jj += 2) {
+        c0 += ai[jj] * Vn[jj * (SW + 1) + lane];
+        c1 += ai[jj + 1] * Vn[(jj + 1) * (SW + 1) + lane];
+      }
+      for (; jj <= i; ++jj) c0 += ai[jj] * Vn[jj * (SW + 1) + lane];
+      acc += c0 + c1;
+      if (lane < sw) o[(t0 + i) * value_dim + j * Dv + c0_col + lane] = acc;
     }
     __syncthreads();
     // S = e^gamma_C S + (K e^(gamma_C - gamma))^T Vn
     const float eC = float(exp(gam[n - 1]));
-    for (int64_t y = warp; y < Dk; y += nwarps) {
-      float acc = S[y * SW + lane] * eC;
-      for (int i = 0; i < n; ++i) acc += ks[i * (Dk + 1) + y] * ek[i] * Vn[i * (SW + 1) + lane];
-      S[y * SW + lane] = acc;
+    for (int64_t y = warp; y < Dk; y += 2 * nwarps) {
+      const int64_t y2 = y + nwarps;
+      const bool two = y2 < Dk;
+      float a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+      int i = 0;
+      for (; i + 2 <= n; i += 2) {
+        const float v0 = ek[i] * Vn[i * (SW + 1) + lane], v1 = ek[i + 1] * Vn[(i + 1) * (SW + 1) + lane];
+        a0 += ks[i * (Dk + 1) + y] * v0;
+        a1 += ks[(i + 1) * (Dk + 1) + y] * v1;
+        if (two) {
+          b0 += ks[i * (Dk + 1) + y2] * v0;
+          b1 += ks[(i + 1) * (Dk + 1) + y2] * v1;
+        }
+      }
+      for (; i < n; ++i) {
+        const float v0 = ek[i] * Vn[i * (SW + 1) + lane];
+        a0 += ks[i * (Dk + 1) + y] * v0;
+        if (two) b0 += ks[i * (Dk + 1) + y2] * v0;
+      }
+      S[y * SW + lane] = S[y * SW + lane] * eC + (a0 + a1);
+      if (two) S[y2 * SW + lane] = S[y2 * SW + lane] * eC + (b0 + b1);
     }
   }
 }
 
-__global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const float* w, float eps, const bf16* z, int64_t ldz,
+__global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz,
                              int64_t Hv, bf16* act) {
   const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
@@ -241,7 +307,7 @@ __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const flo
   for (int64_t i = lane; i < Dv; i += 32) ss += x[i] * x[i];
   const float inv = rsqrtf(warp_sum(ss) / float(Dv) + eps);
   for (int64_t i = lane; i < Dv; i += 32) {
-    const float zz = __bfloat162float(z[t * ldz + j * Dv + i]);
+    const float zz = z[t * ldz + j * Dv + i];
     act[wid * Dv + i] = __float2bfloat16(x[i] * inv * w[i] * silu_f(zz));
   }
 }
@@ -250,14 +316,14 @@ unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256
 
 }  // namespace
 
-void conv_silu(const bf16* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t Cn, const float* w, int64_t K, float* y,
+void conv_silu(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t Cn, const float* w, int64_t K, float* y,
                cudaStream_t s) {
   if (L == 0) return;
   conv_silu_k<<<grid_for(L * Cn), 256, 0, s>>>(x, ldx, seq_start, L, Cn, w, int(K), y);
   check_launch("gdn conv_silu");
 }
 
-void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk, const bf16* b, const bf16* a, int64_t ldba, int64_t Hv, const float* negA,
+void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
               const float* dt_bias, float* g, float* beta, cudaStream_t s) {
   if (L == 0) return;
   const int64_t warps = L * 2 * Hk;
@@ -285,7 +351,7 @@ void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t
   check_launch("gdn_chunk_scan");
 }
 
-void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const bf16* z, int64_t ldz, bf16* act,
+void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, bf16* act,
                 cudaStream_t s) {
   if (L == 0) return;
   const int64_t rows = L * Hv;

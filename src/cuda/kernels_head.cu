@@ -124,16 +124,16 @@ __global__ void field_init_k(float* F, const float* gp, const float* type_emb, c
   }
 }
 
-__global__ void scorer_features_k(const float* F, const float* On, const int32_t* qof, int64_t O, int64_t W, bf16* feat) {
+__global__ void scorer_features_k(const float* F, const float* On, const int32_t* qof, int64_t O, int64_t W, float* feat) {
   const int64_t n = O * W;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t j = e / W, x = e - j * W;
     const float f = F[int64_t(qof[j]) * W + x], o = On[e];
-    bf16* r = feat + j * 4 * W;
-    r[x] = __float2bfloat16(f);
-    r[W + x] = __float2bfloat16(o);
-    r[2 * W + x] = __float2bfloat16(f * o);
-    r[3 * W + x] = __float2bfloat16(fabsf(f - o));
+    float* r = feat + j * 4 * W;
+    r[x] = f;
+    r[W + x] = o;
+    r[2 * W + x] = f * o;
+    r[3 * W + x] = fabsf(f - o);
   }
 }
 
@@ -233,7 +233,7 @@ void field_init(float* F, const float* gp, const float* type_emb, const int32_t*
   check_launch("head field_init");
 }
 
-void scorer_features(const float* F, const float* On, const int32_t* qof, int64_t O, int64_t W, bf16* feat, cudaStream_t s) {
+void scorer_features(const float* F, const float* On, const int32_t* qof, int64_t O, int64_t W, float* feat, cudaStream_t s) {
   if (O == 0) return;
   scorer_features_k<<<grid_for(O * W), 256, 0, s>>>(F, On, qof, O, W, feat);
   check_launch("head scorer_features");
