@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "common/error.h"
 #include "cpu/ops.h"
@@ -12,9 +13,30 @@ using std::vector;
 
 namespace {
 
+thread_local bool t_bf16_points = false;  // backbone_forward_bf16_points
+
+float round_bf16(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  b += 0x7fff + ((b >> 16) & 1);
+  b &= 0xffff0000u;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+vector<float> bf16_point(vector<float> v) {
+  if (t_bf16_points)
+    for (auto& x : v) x = round_bf16(x);
+  return v;
+}
+
 vector<float> lin(const vector<float>& x, int64_t rows, const Tensor& w, const Tensor* b = nullptr) {
   vector<float> y(size_t(rows * w.dim(0)));
-  cpu::linear(x.data(), rows, w.dim(1), w.data(), w.dim(0), y.data(), b ? b->data() : nullptr);
+  if (t_bf16_points) {
+    vector<float> xr = bf16_point(x);
+    cpu::linear(xr.data(), rows, w.dim(1), w.data(), w.dim(0), y.data(), b ? b->data() : nullptr);
+  } else {
+    cpu::linear(x.data(), rows, w.dim(1), w.data(), w.dim(0), y.data(), b ? b->data() : nullptr);
+  }
   return y;
 }
 
@@ -76,7 +98,7 @@ vector<float> gdn_layer(const GdnWeights& w, const TextConfig& c, const vector<f
 vector<float> attn_layer(const AttnWeights& w, const TextConfig& c, const vector<float>& h, const vector<int64_t>& offsets) {
   const int64_t L = offsets.back();
   const int64_t Hq = c.q_heads, Hkv = c.kv_heads, D = c.head_dim, R = c.rotary_dim();
-  vector<float> qg = lin(h, L, w.q_proj), kraw = lin(h, L, w.k_proj), v = lin(h, L, w.v_proj);
+  vector<float> qg = bf16_point(lin(h, L, w.q_proj)), kraw = bf16_point(lin(h, L, w.k_proj)), v = bf16_point(lin(h, L, w.v_proj));
   vector<float> q(size_t(L * Hq * D)), gate(size_t(L * Hq * D)), k(size_t(L * Hkv * D));
   for (int64_t t = 0; t < L; ++t)
     for (int64_t hh = 0; hh < Hq; ++hh) {
@@ -106,6 +128,8 @@ vector<float> attn_layer(const AttnWeights& w, const TextConfig& c, const vector
       for (int64_t hh = 0; hh < Hq; ++hh) rope(q.data() + (t * Hq + hh) * D, t - offsets[s]);
       for (int64_t hh = 0; hh < Hkv; ++hh) rope(k.data() + (t * Hkv + hh) * D, t - offsets[s]);
     }
+  q = bf16_point(std::move(q));
+  k = bf16_point(std::move(k));
   vector<float> out(size_t(L * Hq * D));
   for (size_t s = 0; s + 1 < offsets.size(); ++s) {
     const int64_t t0 = offsets[s];
@@ -117,6 +141,19 @@ vector<float> attn_layer(const AttnWeights& w, const TextConfig& c, const vector
 }
 
 }  // namespace
+
+vector<float> backbone_forward_bf16_points(const TextWeights& w, const TextConfig& c, const vector<int32_t>& ids,
+                                           const vector<int64_t>& offsets) {
+  t_bf16_points = true;
+  try {
+    auto h = backbone_forward(w, c, ids, offsets);
+    t_bf16_points = false;
+    return h;
+  } catch (...) {
+    t_bf16_points = false;
+    throw;
+  }
+}
 
 vector<float> backbone_forward(const TextWeights& w, const TextConfig& c, const vector<int32_t>& ids, const vector<int64_t>& offsets,
                                GdnForm form) {
@@ -136,7 +173,7 @@ vector<float> backbone_forward(const TextWeights& w, const TextConfig& c, const 
     vector<float> mix = lw.type == LayerType::LinearAttention ? gdn_layer(lw.gdn, c, h, offsets, form) : attn_layer(lw.attn, c, h, offsets);
     for (size_t i = 0; i < x.size(); ++i) x[i] += mix[i];
     cpu::rms_norm_1p(x.data(), L, H, lw.post_norm.data(), float(c.rms_eps), h.data());
-    vector<float> gt = lin(h, L, lw.gate_proj), up = lin(h, L, lw.up_proj);
+    vector<float> gt = bf16_point(lin(h, L, lw.gate_proj)), up = bf16_point(lin(h, L, lw.up_proj));
     for (size_t i = 0; i < gt.size(); ++i) gt[i] = cpu::silu(gt[i]) * up[i];
     vector<float> down = lin(gt, L, lw.down_proj);
     for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];

@@ -18,6 +18,13 @@ enum class GdnForm { Chunked, Recurrent };
 std::vector<float> backbone_forward(const TextWeights& w, const TextConfig& c, const std::vector<int32_t>& ids,
                                     const std::vector<int64_t>& offsets, GdnForm form = GdnForm::Chunked);
 
+// Tests of the GPU engine: the same backbone, with values rounded to bf16 wherever the CUDA
+// forward stores them in bf16 (GEMM inputs, the attention q/k/v and the MLP activations), so a
+// difference from the GPU measures its kernels rather than bf16 itself. (The flash kernel's
+// bf16 probabilities are not emulated.)
+std::vector<float> backbone_forward_bf16_points(const TextWeights& w, const TextConfig& c, const std::vector<int32_t>& ids,
+                                                const std::vector<int64_t>& offsets);
+
 // Per-question option probabilities (encoded option order) from one request's hidden states.
 std::vector<std::vector<double>> joint_head(const HeadWeights& h, const HeadConfig& c, const Tensor& lm_head,
                                             const float* hidden, const Encoded& e);
