@@ -67,9 +67,12 @@ __global__ void gates_k(const float* b, const float* a, int64_t ldba, int64_t L,
 
 struct PrepSmem {
   // sizes in floats, Dk/Dv padded by one to spread banks
-  static size_t bytes(int64_t Dk, int64_t Dv) {
-    return sizeof(double) * C + sizeof(float) * (2 * C * (Dk + 1) + C * (C + 1) + C + C * (Dk + Dv + 1));
+  // UW reuses the q/k space once Lm and A are built: ~84 KiB at Dk = Dv = 128, two CTAs per SM
+  __host__ __device__ static size_t qk_floats(int64_t Dk, int64_t Dv) {
+    const int64_t qk = 2 * C * (Dk + 1), uw = C * (Dk + Dv + 1);
+    return size_t(qk > uw ? qk : uw);
   }
+  static size_t bytes(int64_t Dk, int64_t Dv) { return sizeof(double) * C + sizeof(float) * (qk_floats(Dk, Dv) + C * (C + 1) + C); }
 };
 
 __global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
@@ -78,9 +81,9 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int6
   double* gam = smem_d;
   float* ks = reinterpret_cast<float*>(gam + C);
   float* qs = ks + C * (Dk + 1);
-  float* Lm = qs + C * (Dk + 1);
+  float* UW = ks;  // [C][Dv + Dk + 1]: U columns then W columns, over q/k once they are done
+  float* Lm = ks + PrepSmem::qk_floats(Dk, Dv);
   float* bs = Lm + C * (C + 1);
-  float* UW = bs + C;  // [C][Dv + Dk + 1]: U columns then W columns
   const int64_t ldu = Dv + Dk + 1;
 
   const int64_t c = blockIdx.x, j = blockIdx.y;
@@ -132,13 +135,14 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int6
     Lm[i * (C + 1) + jj] = kk;
     aqk[p] = qk;
   }
-  // right-hand sides: U = beta V, W = beta K e^gamma
+  __syncthreads();  // q/k space becomes UW
+  // right-hand sides: U = beta V, W = beta K e^gamma (k read again from global memory)
   for (int64_t e = tid; e < C * (Dv + Dk); e += nt) {
     const int64_t i = e / (Dv + Dk), x = e - i * (Dv + Dk);
     float v = 0;
     if (i < n) {
       if (x < Dv) v = bs[i] * mixed[(t0 + i) * conv_dim + 2 * key_dim + j * Dv + x];
-      else v = bs[i] * ks[i * (Dk + 1) + (x - Dv)] * float(exp(gam[i]));
+      else v = bs[i] * mixed[(t0 + i) * conv_dim + key_dim + kh * Dk + (x - Dv)] * float(exp(gam[i]));
     }
     UW[i * ldu + x] = v;
   }
@@ -169,7 +173,8 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int6
 
 struct ScanSmem {
   static size_t bytes(int64_t Dk) {
-    return sizeof(double) * C + sizeof(float) * (Dk * SW + 3 * C * (Dk + 1) + C * (C + 1) + C * (SW + 1) + 2 * C);
+    // K reuses W's space (W is done after Vn): ~108 KiB at Dk = 128, two CTAs per SM
+    return sizeof(double) * C + sizeof(float) * (Dk * SW + 2 * C * (Dk + 1) + C * (C + 1) + C * (SW + 1) + 2 * C);
   }
 };
 
@@ -180,8 +185,8 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
   float* S = reinterpret_cast<float*>(gam + C);  // [Dk][SW]
   float* Ws = S + Dk * SW;
   float* qs = Ws + C * (Dk + 1);
-  float* ks = qs + C * (Dk + 1);
-  float* As = ks + C * (Dk + 1);
+  float* ks = Ws;  // loaded after Vn = U - W S
+  float* As = qs + C * (Dk + 1);
   float* Vn = As + C * (C + 1);
   float* eg = Vn + C * (SW + 1);  // e^gamma_i
   float* ek = eg + C;             // e^(gamma_C - gamma_i)
@@ -204,7 +209,6 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
       const bool in = i < n;
       Ws[i * (Dk + 1) + x] = w[e];
       qs[i * (Dk + 1) + x] = in ? mixed[(t0 + i) * conv_dim + kh * Dk + x] : 0.0f;
-      ks[i * (Dk + 1) + x] = in ? mixed[(t0 + i) * conv_dim + key_dim + kh * Dk + x] : 0.0f;
     }
     for (int e = tid; e < C * C; e += nt) As[(e / C) * (C + 1) + e % C] = aqk[e];
     for (int e = tid; e < C * SW; e += nt) {
@@ -267,6 +271,10 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
       for (; jj <= i; ++jj) c0 += ai[jj] * Vn[jj * (SW + 1) + lane];
       acc += c0 + c1;
       if (lane < sw) o[(t0 + i) * value_dim + j * Dv + c0_col + lane] = acc;
+    }
+    for (int64_t e = tid; e < C * Dk; e += nt) {  // K into W's space (W was last read before the sync above)
+      const int64_t i = e / Dk, x = e - i * Dk;
+      ks[i * (Dk + 1) + x] = i < n ? mixed[(t0 + i) * conv_dim + key_dim + kh * Dk + x] : 0.0f;
     }
     __syncthreads();
     // S = e^gamma_C S + (K e^(gamma_C - gamma))^T Vn
