@@ -387,6 +387,7 @@ void Forward::head(Batch& b) {
     G.run_f32(x, m, w.k, w.k, w.w, w.n, y, w.n, acc, op);
   };
 
+  mark("head");
   layer_norm(b.hidden, L, d, d, h.hidden_norm.w, h.hidden_norm.b, eps, nullptr, b.Hn, s);
   lin(b.Hn, L, h.memory_proj, b.M, false, "head memory_projection");
   span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_qbeg), b.d(b.off_qend), Q, d, b.qm, nullptr, s);
