@@ -14,13 +14,14 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "clefrt " CLEFRT_VERSION);
   app.footer(
       "Run `clefrt COMMAND --help` for a command's options.\n"
-      "Not built yet (see README): serve, quantize, eval; images; fp8/nvfp4.");
+      "Not built yet (see README): quantize, eval; images; fp8/nvfp4.");
   std::vector<std::pair<std::string, clefrt::cli::Runner>> runners = {
       {"encode", clefrt::cli::add_encode(app)},
       {"decide", clefrt::cli::add_decide(app)},
       {"synth", clefrt::cli::add_synth(app)},
       {"inspect", clefrt::cli::add_inspect(app)},
       {"bench", clefrt::cli::add_bench(app)},
+      {"serve", clefrt::cli::add_serve(app)},
   };
   try {
     app.parse(argc, argv);

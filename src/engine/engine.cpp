@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "io/safetensors.h"
+#include "model/synth.h"
 #ifdef CLEFRT_HAVE_CUDA
 #include "cuda/device_model.h"
 #include "cuda/forward.h"
@@ -92,6 +93,34 @@ std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts)
   e->gpu_->forward = std::make_unique<cuda::Forward>(e->gpu_->model, fo);
 #endif
   return e;
+}
+
+std::unique_ptr<Engine> Engine::synthetic(const std::string& preset, const std::string& tokenizer, EngineOptions opts) {
+#ifdef CLEFRT_HAVE_CUDA
+  std::string why;
+  if (!cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "--synthetic needs a GPU: " + why);
+  auto e = std::unique_ptr<Engine>(new Engine());
+  opts.device = Device::Cuda;
+  e->opts_ = opts;
+  e->cfg_ = model::synthetic_config(preset);
+  e->tok_ = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer));
+  e->encoder_ = std::make_unique<Encoder>(*e->tok_, opts.encode);
+  const auto tw = model::shape_only_text(e->cfg_.text);
+  const auto hw = model::shape_only_head(e->cfg_.head);
+  e->gpu_ = std::make_unique<GpuBackend>();
+  e->gpu_->model = cuda::build_device_model(tw, hw, e->cfg_.text, e->cfg_.head, 1, true);
+  cuda::ForwardOptions fo;
+  fo.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);
+  fo.max_seqs = opts.max_batch_requests;
+  fo.batch_invariant = opts.batch_invariant;
+  e->gpu_->forward = std::make_unique<cuda::Forward>(e->gpu_->model, fo);
+  return e;
+#else
+  (void)preset;
+  (void)tokenizer;
+  (void)opts;
+  throw Error(Status::BadRequest, "usage", "--synthetic needs the CUDA backend; this build has none");
+#endif
 }
 
 std::vector<std::vector<std::vector<double>>> Engine::probs(const std::vector<const Encoded*>& batch, model::GdnForm form) const {

@@ -36,6 +36,9 @@ class Engine {
  public:
   // Loads and validates everything; throws load_error naming the file/tensor at fault.
   static std::unique_ptr<Engine> load(const std::string& dir, EngineOptions opts = {});
+  // Random weights at a preset's real shapes created directly in GPU memory (no files), with a
+  // real tokenizer: for benchmarks (`clefrt serve --synthetic`). CUDA only; answers are noise.
+  static std::unique_ptr<Engine> synthetic(const std::string& preset, const std::string& tokenizer, EngineOptions opts);
   ~Engine();
 
   const model::ModelConfig& config() const { return cfg_; }

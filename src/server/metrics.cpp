@@ -1,0 +1,74 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace clefrt::server {
+
+namespace {
+std::string num(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+}  // namespace
+
+void Histogram::observe(double v) {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++n_;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& help) const {
+  std::lock_guard<std::mutex> l(mu_);
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cum += counts_[i];
+    out += name + "_bucket{le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
+  }
+  cum += counts_.back();
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cum) + "\n";
+  out += name + "_sum " + num(sum_) + "\n" + name + "_count " + std::to_string(n_) + "\n";
+}
+
+Metrics::Metrics()
+    : latency_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
+      batch_size_({1, 2, 4, 8, 16, 32, 64, 128}),
+      batch_tokens_({256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}) {}
+
+void Metrics::request(const std::string& endpoint, int status, double seconds) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ++requests_[{endpoint, status}];
+  }
+  latency_.observe(seconds);
+}
+
+void Metrics::batch(size_t requests, size_t tokens) {
+  batch_size_.observe(double(requests));
+  batch_tokens_.observe(double(tokens));
+}
+
+std::string Metrics::render() const {
+  std::string out = "# HELP clefrt_requests_total HTTP requests by endpoint and status.\n# TYPE clefrt_requests_total counter\n";
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [k, n] : requests_)
+      out += "clefrt_requests_total{endpoint=\"" + k.first + "\",status=\"" + std::to_string(k.second) + "\"} " + std::to_string(n) + "\n";
+  }
+  latency_.render(out, "clefrt_request_duration_seconds", "Time from request received to response ready.");
+  batch_size_.render(out, "clefrt_batch_requests", "Requests per engine forward.");
+  batch_tokens_.render(out, "clefrt_batch_tokens", "Prompt tokens per engine forward.");
+  out += "# HELP clefrt_prompt_tokens_total Prompt tokens of answered requests.\n# TYPE clefrt_prompt_tokens_total counter\n";
+  out += "clefrt_prompt_tokens_total " + std::to_string(prompt_tokens_.load()) + "\n";
+  out += "# HELP clefrt_queue_depth Requests waiting for the engine.\n# TYPE clefrt_queue_depth gauge\n";
+  out += "clefrt_queue_depth " + std::to_string(queue_depth_.load()) + "\n";
+  out += "# HELP clefrt_device_memory_bytes GPU memory held by the engine (0 on the CPU).\n# TYPE clefrt_device_memory_bytes gauge\n";
+  out += "clefrt_device_memory_bytes " + std::to_string(device_bytes_.load()) + "\n";
+  return out;
+}
+
+}  // namespace clefrt::server

@@ -1,0 +1,45 @@
+// Prometheus text metrics for `clefrt serve`: requests by endpoint and status, latency,
+// queue depth, batch size and batch tokens, prompt tokens, device memory.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace clefrt::server {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+  void observe(double v);
+  void render(std::string& out, const std::string& name, const std::string& help) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  double sum_ = 0;
+  uint64_t n_ = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+  void request(const std::string& endpoint, int status, double seconds);
+  void batch(size_t requests, size_t tokens);
+  void prompt_tokens(size_t n) { prompt_tokens_ += n; }
+  void set_queue_depth(size_t n) { queue_depth_ = n; }
+  void set_device_memory(uint64_t bytes) { device_bytes_ = bytes; }
+  std::string render() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+  Histogram latency_, batch_size_, batch_tokens_;
+  std::atomic<uint64_t> prompt_tokens_{0}, device_bytes_{0};
+  std::atomic<size_t> queue_depth_{0};
+};
+
+}  // namespace clefrt::server
