@@ -6,7 +6,7 @@
 #include <memory>
 #include <thread>
 
-#include <pthread.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "common/error.h"
@@ -15,6 +15,16 @@
 #include "server/server.h"
 
 namespace clefrt::cli {
+
+namespace {
+// A handler (not sigwait: BLAS libraries start threads before main, with signals unblocked)
+// that only writes to a pipe; a watcher thread reads it and stops the server.
+int g_signal_pipe[2] = {-1, -1};
+extern "C" void on_stop_signal(int sig) {
+  const char c = char(sig);
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &c, 1);
+}
+}  // namespace
 
 Runner add_serve(CLI::App& app) {
   struct Opts {
@@ -82,12 +92,13 @@ Runner add_serve(CLI::App& app) {
     eo.device = o->device == "cuda" || (o->device == "auto" && cuda_available()) ? Device::Cuda : Device::Cpu;
     eo.max_batch_tokens = int64_t(std::max(o->max_batch_tokens, o->max_length));
     eo.max_batch_requests = int64_t(o->max_batch_requests);
-    // Signals are taken by one thread with sigwait, so no handler runs inside the server.
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    if (pipe(g_signal_pipe) != 0) throw Error(Status::Internal, "internal_error", "pipe() failed");
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+    signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
     auto opts = *o;
     server::HttpServer srv(so, [opts, eo]() {
       return opts.synthetic.empty() ? Engine::load(opts.model, eo) : Engine::synthetic(opts.synthetic, opts.tokenizer, eo);
@@ -95,14 +106,16 @@ Runner add_serve(CLI::App& app) {
     const int port = srv.bind();
     std::fprintf(stderr, "{\"event\":\"listening\",\"host\":\"%s\",\"port\":%d}\n", so.host.c_str(), port);
     std::thread watcher([&] {
-      int sig = 0;
-      sigwait(&sigs, &sig);
-      std::fprintf(stderr, "{\"event\":\"stopping\",\"signal\":%d}\n", sig);
-      srv.stop();
+      char sig = 0;
+      if (read(g_signal_pipe[0], &sig, 1) == 1 && sig != 0) {
+        std::fprintf(stderr, "{\"event\":\"stopping\",\"signal\":%d}\n", int(sig));
+        srv.stop();
+      }
     });
     srv.run();
     srv.stop();
-    pthread_kill(watcher.native_handle(), SIGTERM);  // wakes the watcher if run() ended otherwise
+    const char zero = 0;  // wakes the watcher if run() ended for another reason
+    [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &zero, 1);
     watcher.join();
     std::fprintf(stderr, "{\"event\":\"stopped\"}\n");
     return 0;

@@ -127,6 +127,14 @@ std::vector<std::vector<std::vector<double>>> Engine::probs(const std::vector<co
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) return gpu_->forward->run(batch);
 #endif
+  // OpenBLAS picks its kernels and blocking by the number of rows, so a packed forward rounds
+  // a request differently from the same request alone. Batch-invariant (the default): one
+  // forward per request.
+  if (opts_.batch_invariant && batch.size() > 1) {
+    std::vector<std::vector<std::vector<double>>> out;
+    for (const Encoded* e : batch) out.push_back(probs({e}, form)[0]);
+    return out;
+  }
   std::vector<int32_t> ids;
   std::vector<int64_t> offsets = {0};
   for (const Encoded* e : batch) {

@@ -23,7 +23,9 @@ struct EngineOptions {
   // encoder's max_length) and requests; larger batches are refused before they run.
   int64_t max_batch_tokens = 0;
   int64_t max_batch_requests = 64;
-  bool batch_invariant = true;  // CUDA: a request's answer does not depend on its batch
+  // A request's answer does not depend on its batch: CUDA fixes GEMM algorithms per shape
+  // class; the CPU runs a batch's requests one at a time.
+  bool batch_invariant = true;
 };
 
 // Whether this build has the CUDA backend and a usable GPU (reason says why not, if not).

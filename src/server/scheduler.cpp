@@ -45,11 +45,11 @@ size_t Scheduler::queued() const {
 void Scheduler::stop() {
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
     paused_ = false;
   }
   cv_.notify_all();
+  std::lock_guard<std::mutex> j(join_mu_);  // stop() may come from a signal watcher and main at once
   if (thread_.joinable()) thread_.join();
 }
 

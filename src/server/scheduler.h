@@ -51,6 +51,7 @@ class Scheduler {
   SchedulerOptions o_;
   Metrics& metrics_;
   mutable std::mutex mu_;
+  std::mutex join_mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> q_;
   bool stopping_ = false, paused_ = false;

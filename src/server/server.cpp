@@ -38,6 +38,7 @@ HttpServer::HttpServer(ServerOptions o, std::function<std::unique_ptr<Engine>()>
 HttpServer::~HttpServer() {
   stop();
   if (loader_.joinable()) loader_.join();
+  if (scheduler_) scheduler_->stop();
 }
 
 int HttpServer::bind() {
@@ -71,11 +72,16 @@ void HttpServer::wait_ready() {
   if (loader_.joinable()) loader_.join();
 }
 
-void HttpServer::run() { http_->listen_after_bind(); }
+void HttpServer::run() {
+  http_->listen_after_bind();  // returns once stopped and every accepted request is answered
+  std::lock_guard<std::mutex> l(stop_mu_);
+  if (loader_.joinable()) loader_.join();
+  if (scheduler_) scheduler_->stop();
+}
 
 void HttpServer::stop() {
-  if (http_->is_running()) http_->stop();  // in-flight handlers finish first (the pool joins)
-  if (scheduler_) scheduler_->stop();
+  std::lock_guard<std::mutex> l(stop_mu_);
+  if (http_->is_running()) http_->stop();  // closes the listening socket; run() finishes the rest
 }
 
 HttpServer::Reply HttpServer::error(const Error& e) const {

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 
 #include "common/error.h"
@@ -40,8 +42,8 @@ class HttpServer {
   ~HttpServer();
 
   int bind();          // binds host:port, returns the port; throws on failure
-  void run();          // serves until stop(); blocks
-  void stop();         // stop accepting, finish in-flight requests, drain the engine
+  void run();          // serves until stop(); blocks; on return every accepted request is answered
+  void stop();         // stop accepting (any thread); run() then finishes in-flight work and returns
   bool ready() const { return engine_ready_; }
   void wait_ready();   // tests: until the engine is loaded (or failed)
   Scheduler* scheduler() { return scheduler_.get(); }
@@ -68,6 +70,7 @@ class HttpServer {
   std::atomic<bool> engine_ready_{false};
   std::string load_error_;
   std::thread loader_;
+  std::mutex stop_mu_;
   std::atomic<uint64_t> next_id_{1};
 };
 
