@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine needs from a local build into .carry/ (git-ignored): stripped
-# binaries and the shared libraries its image lacks (simdjson, utf8proc; PCRE2 to be safe; it has
-# OpenBLAS). Run there with LD_LIBRARY_PATH=.carry/lib.
+# binaries and the shared libraries its image lacks (simdjson, utf8proc, cpp-httplib + brotli; PCRE2
+# to be safe; it has OpenBLAS, OpenSSL and zlib). Run there with LD_LIBRARY_PATH=.carry/lib.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .carry && mkdir -p .carry/lib
-for b in clefrt clefrt_gpu_tests; do strip -o ".carry/$b" "build/$b"; done
-for l in libsimdjson.so.14 libutf8proc.so.2 libpcre2-8.so.0; do
+for b in clefrt clefrt_gpu_tests clefrt_load; do strip -o ".carry/$b" "build/$b"; done
+for l in libsimdjson.so.14 libutf8proc.so.2 libpcre2-8.so.0 libcpp-httplib.so.0.11 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
   cp -L "/lib/x86_64-linux-gnu/$l" .carry/lib/
 done
 du -sh .carry
