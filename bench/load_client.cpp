@@ -83,8 +83,14 @@ int main(int argc, char** argv) {
           const auto s = std::chrono::steady_clock::now();
           auto r = cl.Post(path, h, body, "application/json");
           const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count();
-          if (!r || r->status != 200) ++errors;
-          else mine.push_back(ms);
+          if (!r || r->status != 200) {
+            if (errors++ < 3)
+              std::fprintf(stderr, "clefrt_load: %s\n",
+                           r ? ("HTTP " + std::to_string(r->status) + " " + r->body.substr(0, 200)).c_str()
+                             : ("no response: " + httplib::to_string(r.error())).c_str());
+          } else {
+            mine.push_back(ms);
+          }
         }
         std::lock_guard<std::mutex> l(mu);
         lat.insert(lat.end(), mine.begin(), mine.end());

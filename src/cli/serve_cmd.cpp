@@ -61,7 +61,7 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--confidence", o->confidence, "reference | purity | jev")->check(CLI::IsMember({"reference", "purity", "jev"}));
   c->add_option("--model-name", o->model_name, "the id reported by /v1/models and in responses without a model (default clef)");
   c->add_option("--threads", o->threads, "CPU engine threads (default: all cores)");
-  c->add_option("--http-threads", o->http_threads, "HTTP worker threads (default max(8, 2 x cores))");
+  c->add_option("--http-threads", o->http_threads, "HTTP worker threads (default max(128, 4 x cores))");
   c->add_flag("--parse-special", o->parse_special, "parse special-token text in user content, as the reference does");
   c->add_flag("--require-instructions", o->require_instructions, "refuse missing/empty instructions (422)");
   c->add_flag("--quiet", o->quiet, "no per-request log lines");

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -42,15 +44,32 @@ HttpServer::~HttpServer() {
 }
 
 int HttpServer::bind() {
-  const int threads = o_.http_threads > 0 ? o_.http_threads : int(std::max(8u, 2 * std::thread::hardware_concurrency()));
+  // Keep-alive connections each hold a worker; most workers only wait on the engine, so be generous
+  // (32 workers for 64 clients left some of them unanswered in the H200 load run).
+  const int threads = o_.http_threads > 0 ? o_.http_threads : int(std::max(128u, 4 * std::thread::hardware_concurrency()));
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   http_->set_payload_max_length(o_.limits.max_body_bytes);
   http_->set_read_timeout(30, 0);
   http_->set_write_timeout(30, 0);
+  // Clients keep connections open and send back to back; closing a kept-alive connection
+  // after a few requests (httplib's default: 5) raced with the client's next request and lost
+  // it ("Read" errors under 64 clients).
+  http_->set_keep_alive_max_count(100000);
+  http_->set_keep_alive_timeout(60);
+  // Debian's libcpp-httplib listens with a backlog of 5: with 64 clients connecting at once,
+  // connections past it were reset after the client had sent its request ("Read" errors). We
+  // note the socket as it is made and listen() on it again with the system's maximum.
+  int listen_fd = -1;
+  http_->set_socket_options([&listen_fd](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const char*>(&yes), sizeof yes);
+    listen_fd = int(sock);
+  });
   int port = o_.port;
   if (port == 0) port = http_->bind_to_any_port(o_.host);
   else if (!http_->bind_to_port(o_.host, port)) port = -1;
   if (port < 0) throw Error(Status::Internal, "bind_error", "cannot listen on " + o_.host + ":" + std::to_string(o_.port));
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   o_.port = port;
   loader_ = std::thread([this] {
     try {

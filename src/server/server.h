@@ -27,7 +27,7 @@ struct ServerOptions {
   std::string api_key;  // empty: no authentication
   std::string model_name = "clef";
   double timeout_s = 60;  // per request, queue + compute; past it the answer is 503
-  int http_threads = 0;   // 0: max(8, 2 x cores)
+  int http_threads = 0;   // 0: max(128, 4 x cores)
   bool log_requests = true;  // one JSON line per request on stderr (never the body)
   SchedulerOptions scheduler;
   RequestLimits limits;
