@@ -347,8 +347,10 @@ void Forward::backbone(Batch& b) {
       conv_silu(b.big32, n, b.d(b.off_seq_start), L, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s);
       const float* bcol = b.big32 + conv_dim + value_dim;
       gdn_prep(b.mixed, conv_dim, L, c.k_heads, c.k_head_dim, bcol, bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, b.g, b.beta, s);
-      mark("gdn chunked");
-      gdn_chunked(b.mixed, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, b.g, b.beta, ch, b.gs, b.gdn_o, s);
+      mark("gdn chunk prep");
+      gdn_chunk_prep(b.mixed, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, b.g, b.beta, ch, b.gs, s);
+      mark("gdn chunk scan");
+      gdn_chunk_scan(b.mixed, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, b.g, ch, b.gs, b.gdn_o, s);
       mark("gdn gated_norm");
       gated_norm(b.gdn_o, L, c.v_heads, c.v_head_dim, l.gdn_norm, eps, b.big32 + conv_dim, n, b.act, s);
       mark("gemm gdn out_proj");

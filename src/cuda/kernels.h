@@ -54,6 +54,11 @@ struct GdnScratch {
 // mixed: [L, conv_dim] (q | k | v heads, q/k normalised); g, beta: [L, Hv]; o: [L, Hv * Dv] fp32.
 void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
                  const GdnChunks& ch, GdnScratch sc, float* o, cudaStream_t s);
+// Its two halves (gdn_chunked = prep then scan), separate so the profile can time each.
+void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
+                    const GdnChunks& ch, GdnScratch sc, cudaStream_t s);
+void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
+                    GdnScratch sc, float* o, cudaStream_t s);
 // act[t, j*Dv + i] = rms_norm(o)[...] * w[i] * silu(z[t, j*Dv + i]) -> bf16
 void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, bf16* act,
                 cudaStream_t s);

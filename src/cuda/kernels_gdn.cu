@@ -341,22 +341,41 @@ void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk,
   check_launch("gdn gates");
 }
 
-void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
-                 const GdnChunks& ch, GdnScratch sc, float* o, cudaStream_t s) {
-  if (ch.n_chunks == 0) return;
-  const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
-  const size_t prep = PrepSmem::bytes(Dk, Dv), scan = ScanSmem::bytes(Dk);
+namespace {
+void set_smem_limits() {
   static bool attr = false;
   if (!attr) {
     check(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     attr = true;
   }
-  gdn_chunk_prep_k<<<dim3(unsigned(ch.n_chunks), unsigned(Hv)), 256, prep, s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
+}
+}  // namespace
+
+void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
+                    const GdnChunks& ch, GdnScratch sc, cudaStream_t s) {
+  if (ch.n_chunks == 0) return;
+  set_smem_limits();
+  const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
+  gdn_chunk_prep_k<<<dim3(unsigned(ch.n_chunks), unsigned(Hv)), 256, PrepSmem::bytes(Dk, Dv), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta,
+                                                                                                     ch, sc);
   check_launch("gdn_chunk_prep");
-  gdn_chunk_scan_k<<<dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW)), 256, scan, s>>>(mixed, conv_dim, Hk, Hv, Dk,
-                                                                                                              Dv, g, ch, sc, o);
+}
+
+void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
+                    GdnScratch sc, float* o, cudaStream_t s) {
+  if (ch.n_chunks == 0) return;
+  set_smem_limits();
+  const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
+  gdn_chunk_scan_k<<<dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW)), 256, ScanSmem::bytes(Dk), s>>>(
+      mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
   check_launch("gdn_chunk_scan");
+}
+
+void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
+                 const GdnChunks& ch, GdnScratch sc, float* o, cudaStream_t s) {
+  gdn_chunk_prep(mixed, Hk, Hv, Dk, Dv, g, beta, ch, sc, s);
+  gdn_chunk_scan(mixed, Hk, Hv, Dk, Dv, g, ch, sc, o, s);
 }
 
 void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, bf16* act,
