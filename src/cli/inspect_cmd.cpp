@@ -4,6 +4,10 @@
 #include <map>
 #include <memory>
 
+#ifdef CLEFRT_HAVE_CUDA
+#include "cuda/forward.h"
+#endif
+
 #include "cli/commands.h"
 #include "common/error.h"
 #include "io/safetensors.h"
@@ -37,11 +41,13 @@ struct Group {
 
 Runner add_inspect(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
+  auto max_tokens = std::make_shared<int64_t>(16384);
   CLI::App* c = app.add_subcommand("inspect",
                                    "Print what a Clef folder holds: architecture, sizes, dtypes, parameter counts\n"
-                                   "(backbone, vision, head) and the memory the CPU engine needs. Reads headers only.");
+                                   "(backbone, vision, head) and the memory each device plan needs. Reads headers only.");
   c->add_option("--model", *dir, "a Clef release folder")->required()->check(CLI::ExistingDirectory);
-  return [dir]() -> int {
+  c->add_option("--max-length", *max_tokens, "tokens the GPU activation plan is sized for (default 16384)");
+  return [dir, max_tokens]() -> int {
     namespace fs = std::filesystem;
     model::ModelConfig cfg = model::load_config(*dir);
     io::TensorStore store = io::TensorStore::open_folder(*dir);
@@ -80,7 +86,7 @@ Runner add_inspect(CLI::App& app) {
                 << " heads, patch " << cfg.vision.patch << " (not run yet)\n";
     std::cout << "joint head    width " << cfg.head.width << ", " << cfg.head.routing_layers << " routing + " << cfg.head.layers
               << " layers, " << cfg.head.heads << " heads, ffn " << cfg.head.ffn << "\n\n";
-    double total_params = 0, total_bytes = 0, cpu_params = 0;
+    double total_params = 0, total_bytes = 0, cpu_params = 0, head_params = 0;
     for (const auto& [name, g] : groups) {
       std::string dts;
       for (const auto& [d, n] : g.dtypes) dts += (dts.empty() ? "" : ", ") + d + " x" + std::to_string(n);
@@ -88,11 +94,21 @@ Runner add_inspect(CLI::App& app) {
       total_params += g.params;
       total_bytes += g.bytes;
       if (name != "vision" && name != "mtp (ignored)") cpu_params += g.params;
+      if (name == "joint head") head_params += g.params;
     }
     std::printf("%-22s %10s params  %10s on disk\n\n", "total", count(total_params).c_str(), gib(total_bytes).c_str());
     std::cout << "memory plan\n"
-              << "  cpu (fp32 weights, what `decide --device cpu` holds): " << gib(cpu_params * 4) << " + activations\n"
-              << "  cuda: not built yet\n";
+              << "  cpu (fp32 weights, what `decide --device cpu` holds): " << gib(cpu_params * 4) << " + activations\n";
+#ifdef CLEFRT_HAVE_CUDA
+    // The CUDA engine: backbone and embeddings in bf16, the joint head in fp32, the activation
+    // arena for a batch of --max-length tokens (64 requests), and cuBLASLt's workspace.
+    const double weights = (cpu_params - head_params) * 2 + head_params * 4;
+    const double arena = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, *max_tokens, 64));
+    std::cout << "  cuda (bf16): weights " << gib(weights) << " + activations for " << *max_tokens << " tokens " << gib(arena)
+              << " + workspace " << gib(double(64 << 20)) << " = " << gib(weights + arena + double(64 << 20)) << " (plus the CUDA context)\n";
+#else
+    std::cout << "  cuda: this build has no CUDA backend\n";
+#endif
     return 0;
   };
 }
