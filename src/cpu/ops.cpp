@@ -1,6 +1,7 @@
 #include "cpu/ops.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,9 +9,37 @@
 
 namespace clefrt::cpu {
 
+// One thread pool: OpenBLAS runs single-threaded and the parallelism is ours (OpenMP). With
+// both pools active they spun against each other (a third of the time in sched_yield on 2 cores).
+static void blas_single_threaded() {
+  static const bool done = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+}
+
 void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, const float* bias) {
   if (m == 0 || n == 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.0f, x, int(k), w, int(k), 0.0f, y, int(n));
+  blas_single_threaded();
+  const int64_t T = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (T <= 1 || m * n * k < (int64_t(1) << 18)) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.0f, x, int(k), w, int(k), 0.0f, y, int(n));
+  } else if (m >= 32 * T) {  // split the rows of x
+#pragma omp parallel for num_threads(int(T))
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t r0 = m * t / T, r1 = m * (t + 1) / T;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(r1 - r0), int(n), int(k), 1.0f, x + r0 * k, int(k), w, int(k), 0.0f,
+                  y + r0 * n, int(n));
+    }
+  } else {  // few rows: split the outputs (rows of w)
+#pragma omp parallel for num_threads(int(T))
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t c0 = n * t / T, c1 = n * (t + 1) / T;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(c1 - c0), int(k), 1.0f, x, int(k), w + c0 * k, int(k), 0.0f,
+                  y + c0, int(n));
+    }
+  }
   if (bias)
     for (int64_t r = 0; r < m; ++r)
       for (int64_t c = 0; c < n; ++c) y[r * n + c] += bias[c];
@@ -80,74 +109,71 @@ void gdn_recurrent(const GdnHead& h) {
 
 // The chunked (UT transform) form of spec/model.md 1.1; the same result up to rounding.
 void gdn_chunked(const GdnHead& h, int64_t C) {
+  blas_single_threaded();  // called once per (sequence, head), inside the caller's parallel loop
   const int64_t dk = h.dk, dv = h.dv;
   std::vector<float> S(size_t(dk * dv), 0.0f);
   // gamma (the in-chunk cumulative log decay) is kept in double: with strong decay it reaches
   // thousands within a chunk, and fp32 differences gamma_i - gamma_j would lose ~1e-4 of
-  // accuracy to cancellation (seen against the reference on runs of repeated characters).
+  // accuracy to cancellation (seen against the reference on runs of repeated characters). The
+  // difference is taken in double; its exponential (<= 1) is then fine in fp32.
   std::vector<double> gam(static_cast<size_t>(C));
-  std::vector<float> L(size_t(C * C)), A(size_t(C * C)), U(size_t(C * dv)), W(size_t(C * dk)), Vn(size_t(C * dv));
+  std::vector<float> Qc(size_t(C * dk)), Kc(size_t(C * dk)), Kd(size_t(C * dk)), L(size_t(C * C)), A(size_t(C * C)),
+      U(size_t(C * dv)), W(size_t(C * dk)), O(size_t(C * dv)), eg(static_cast<size_t>(C)), bet(static_cast<size_t>(C));
   for (int64_t c0 = 0; c0 < h.len; c0 += C) {
-    const int64_t n = std::min(C, h.len - c0);
-    auto q = [&](int64_t i) { return h.q + (c0 + i) * h.q_stride; };
-    auto k = [&](int64_t i) { return h.k + (c0 + i) * h.k_stride; };
-    auto v = [&](int64_t i) { return h.v + (c0 + i) * h.v_stride; };
-    auto beta = [&](int64_t i) { return h.beta[(c0 + i) * h.gb_stride]; };
+    const int n = int(std::min(C, h.len - c0));
     double acc = 0;
-    for (int64_t i = 0; i < n; ++i) gam[size_t(i)] = acc += h.g[(c0 + i) * h.gb_stride];
-    auto dot = [](const float* a, const float* b, int64_t d) {
-      float s = 0;
-      for (int64_t x = 0; x < d; ++x) s += a[x] * b[x];
-      return s;
-    };
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(h.q + (c0 + i) * h.q_stride, dk, Qc.data() + i * dk);
+      std::copy_n(h.k + (c0 + i) * h.k_stride, dk, Kc.data() + i * dk);
+      gam[size_t(i)] = acc += h.g[(c0 + i) * h.gb_stride];
+      bet[size_t(i)] = h.beta[(c0 + i) * h.gb_stride];
+      eg[size_t(i)] = float(std::exp(gam[size_t(i)]));
+    }
+    // L = beta K K^T and A = Q K^T, both times e^(gamma_i - gamma_j) below the diagonal
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(dk), 1.0f, Kc.data(), int(dk), Kc.data(), int(dk), 0.0f, L.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, int(dk), 1.0f, Qc.data(), int(dk), Kc.data(), int(dk), 0.0f, A.data(), n);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < n; ++j) {
-        float G = i >= j ? float(std::exp(gam[size_t(i)] - gam[size_t(j)])) : 0.0f;
-        L[size_t(i * C + j)] = i > j ? beta(i) * dot(k(i), k(j), dk) * G : 0.0f;
-        A[size_t(i * C + j)] = i >= j ? dot(q(i), k(j), dk) * G : 0.0f;
+        const float G = i >= j ? std::exp(float(gam[size_t(i)] - gam[size_t(j)])) : 0.0f;
+        L[size_t(i * n + j)] = i > j ? bet[size_t(i)] * L[size_t(i * n + j)] * G : 0.0f;
+        A[size_t(i * n + j)] *= G;
       }
-    // U = (I + L)^-1 (beta V), W = (I + L)^-1 (beta K exp(gamma)): forward substitution.
+    // U = (I + L)^-1 (beta V), W = (I + L)^-1 (beta K e^gamma): forward substitution
     for (int64_t i = 0; i < n; ++i) {
-      for (int64_t x = 0; x < dv; ++x) U[size_t(i * dv + x)] = beta(i) * v(i)[x];
-      const float eg = float(std::exp(gam[size_t(i)]));
-      for (int64_t x = 0; x < dk; ++x) W[size_t(i * dk + x)] = beta(i) * k(i)[x] * eg;
+      const float* vi = h.v + (c0 + i) * h.v_stride;
+      float* ui = U.data() + i * dv;
+      float* wi = W.data() + i * dk;
+      for (int64_t x = 0; x < dv; ++x) ui[x] = bet[size_t(i)] * vi[x];
+      for (int64_t x = 0; x < dk; ++x) wi[x] = bet[size_t(i)] * Kc[size_t(i * dk + x)] * eg[size_t(i)];
       for (int64_t j = 0; j < i; ++j) {
-        float l = L[size_t(i * C + j)];
+        const float l = L[size_t(i * n + j)];
         if (l == 0.0f) continue;
-        for (int64_t x = 0; x < dv; ++x) U[size_t(i * dv + x)] -= l * U[size_t(j * dv + x)];
-        for (int64_t x = 0; x < dk; ++x) W[size_t(i * dk + x)] -= l * W[size_t(j * dk + x)];
+        const float* uj = U.data() + j * dv;
+        const float* wj = W.data() + j * dk;
+        for (int64_t x = 0; x < dv; ++x) ui[x] -= l * uj[x];
+        for (int64_t x = 0; x < dk; ++x) wi[x] -= l * wj[x];
       }
     }
-    // Vn = U - W S
+    // Vn = U - W S (in place in U)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(dv), int(dk), -1.0f, W.data(), int(dk), S.data(), int(dv), 1.0f, U.data(),
+                int(dv));
+    // O = (Q e^gamma) S + A Vn
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t x = 0; x < dv; ++x) {
-        float s = 0;
-        for (int64_t y = 0; y < dk; ++y) s += W[size_t(i * dk + y)] * S[size_t(y * dv + x)];
-        Vn[size_t(i * dv + x)] = U[size_t(i * dv + x)] - s;
-      }
-    // O = (Q exp(gamma)) S + A Vn
-    for (int64_t i = 0; i < n; ++i) {
-      float* o = h.o + (c0 + i) * h.o_stride;
-      const float eg = float(std::exp(gam[size_t(i)]));
-      for (int64_t x = 0; x < dv; ++x) {
-        float s = 0;
-        for (int64_t y = 0; y < dk; ++y) s += q(i)[y] * S[size_t(y * dv + x)];
-        s *= eg;
-        for (int64_t j = 0; j <= i; ++j) s += A[size_t(i * C + j)] * Vn[size_t(j * dv + x)];
-        o[x] = s;
-      }
-    }
-    // S = S exp(gamma_C) + (K exp(gamma_C - gamma))^T Vn
+      for (int64_t x = 0; x < dk; ++x) Qc[size_t(i * dk + x)] *= eg[size_t(i)];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(dv), int(dk), 1.0f, Qc.data(), int(dk), S.data(), int(dv), 0.0f, O.data(),
+                int(dv));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, int(dv), n, 1.0f, A.data(), n, U.data(), int(dv), 1.0f, O.data(), int(dv));
+    for (int64_t i = 0; i < n; ++i) std::copy_n(O.data() + i * dv, dv, h.o + (c0 + i) * h.o_stride);
+    // S = e^gamma_C S + (K e^(gamma_C - gamma))^T Vn
     const double gC = gam[size_t(n - 1)];
     const float eC = float(std::exp(gC));
-    for (auto& s : S) s *= eC;
-    for (int64_t j = 0; j < n; ++j) {
-      const float e = float(std::exp(gC - gam[size_t(j)]));
-      for (int64_t y = 0; y < dk; ++y) {
-        const float kk = k(j)[y] * e;
-        for (int64_t x = 0; x < dv; ++x) S[size_t(y * dv + x)] += kk * Vn[size_t(j * dv + x)];
-      }
+    for (auto& v : S) v *= eC;
+    for (int64_t i = 0; i < n; ++i) {
+      const float e = std::exp(float(gC - gam[size_t(i)]));
+      for (int64_t x = 0; x < dk; ++x) Kd[size_t(i * dk + x)] = Kc[size_t(i * dk + x)] * e;
     }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(dk), int(dv), n, 1.0f, Kd.data(), int(dk), U.data(), int(dv), 1.0f, S.data(),
+                int(dv));
   }
 }
 
@@ -157,8 +183,10 @@ void attention_causal(const float* q, const float* k, const float* v, int64_t le
   const float scale = 1.0f / std::sqrt(float(d));
   const int64_t group = hq / hkv;
   const int64_t B = 256;
-  std::vector<float> S(static_cast<size_t>(std::min(B, len) * len));
+  blas_single_threaded();
+#pragma omp parallel for schedule(dynamic)
   for (int64_t h = 0; h < hq; ++h) {
+    std::vector<float> S(static_cast<size_t>(std::min(B, len) * len));
     const int64_t kh = h / group;
     const float* kb = k + kh * d;
     const float* vb = v + kh * d;
@@ -166,7 +194,6 @@ void attention_causal(const float* q, const float* k, const float* v, int64_t le
       const int64_t rows = std::min(B, len - i0), keys = i0 + rows;  // keys beyond the block's last row are masked
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(d), scale, q + i0 * q_stride + h * d,
                   int(q_stride), kb, int(kv_stride), 0.0f, S.data(), int(keys));
-#pragma omp parallel for if (rows * keys > 65536)
       for (int64_t r = 0; r < rows; ++r) {
         float* srow = S.data() + r * keys;
         const int64_t last = i0 + r;  // causal: keys 0..last
