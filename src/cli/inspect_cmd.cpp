@@ -74,7 +74,7 @@ Runner add_inspect(CLI::App& app) {
     for (auto t : tc.layer_types) gdn += t == model::LayerType::LinearAttention;
     std::cout << "folder        " << *dir << "\n"
               << "architecture  " << cfg.architecture << " (" << cfg.model_type << ")\n"
-              << "format        " << (cfg.quantization ? "quantized (quantization_config present; not runnable yet)" : "unquantized") << "\n"
+              << "format        " << (cfg.quantization ? "quantized (compressed-tensors; the CPU engine dequantizes NVFP4 / FP8 at load, CUDA not yet)" : "unquantized") << "\n"
               << "text          hidden " << tc.hidden << ", " << tc.layers << " layers (" << gdn << " GDN, " << tc.layers - gdn
               << " attention), ffn " << tc.ffn << ", vocab " << tc.vocab << "\n"
               << "attention     " << tc.q_heads << " query / " << tc.kv_heads << " KV heads of " << tc.head_dim << ", rotary "

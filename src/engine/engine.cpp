@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/json.h"
 #include "io/safetensors.h"
 #include "model/synth.h"
 #ifdef CLEFRT_HAVE_CUDA
@@ -60,9 +61,33 @@ std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts)
   std::string why;
   if (opts.device == Device::Cuda && !cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "--device cuda: " + why);
   e->cfg_ = model::load_config(dir);
-  if (e->cfg_.quantization)
-    throw load_error((fs::path(dir) / "config.json").string(),
-                     "quantized checkpoints (quantization_config) are not supported yet; use a bf16 folder");
+  model::QuantActivations qa;
+  if (e->cfg_.quantization) {
+    // compressed-tensors checkpoints (spec/quant.md): NVFP4 (W4A16 / W4A4 by input_global_scale)
+    // and FP8 run on the CPU engine, dequantized at load; each tensor is read by what it holds.
+    const json::Value& q = *e->cfg_.quantization;
+    const json::Value* method = q.find("quant_method");
+    const json::Value* format = q.find("format");
+    const std::string where = (fs::path(dir) / "config.json").string();
+    if (!method || !method->is_string() || method->s != "compressed-tensors")
+      throw load_error(where, "quantization_config.quant_method must be \"compressed-tensors\" (the formats clefrt reads)");
+    const std::string f = format && format->is_string() ? format->s : "";
+    if (f != "nvfp4-pack-quantized" && f != "float-quantized" && f != "mixed-precision")
+      throw load_error(where, "quantization_config.format \"" + f + "\" is not supported (nvfp4-pack-quantized, float-quantized, mixed-precision)");
+    if (opts.device == Device::Cuda)
+      throw load_error(where, "quantized checkpoints run on the CPU engine only for now (issue 6); use --device cpu");
+    if (const json::Value* groups = q.find("config_groups"); groups && groups->is_object())
+      for (const auto& [name, g] : groups->obj) {
+        const json::Value* w = g.find("weights");
+        const json::Value* a = g.find("input_activations");
+        const bool fp8 = w && w->find("num_bits") && w->find("num_bits")->i == 8;
+        if (fp8 && a && a->is_object()) {
+          const json::Value* dyn = a->find("dynamic");
+          if (dyn && dyn->kind == json::Value::Kind::Bool && dyn->b) qa.fp8_dynamic = true;
+          else throw load_error(where, "config_groups." + name + ": static FP8 input activations are not supported yet");
+        }
+      }
+  }
   e->tok_ = std::make_unique<Tokenizer>(Tokenizer::load((fs::path(dir) / "tokenizer.json").string()));
   if (int64_t(e->tok_->vocab_size()) > e->cfg_.text.vocab)
     throw load_error((fs::path(dir) / "tokenizer.json").string(),
@@ -76,7 +101,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts)
   if (!fs::exists(hp)) throw load_error(hp.string(), "missing: a Clef folder holds the joint head here");
   head.add_file(hp.string());
   if (opts.device == Device::Cpu) {
-    e->text_ = model::load_text_weights(backbone, e->cfg_.text);
+    e->text_ = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Full, qa);
     e->head_ = model::load_head_weights(head, e->cfg_.head);
     return e;
   }

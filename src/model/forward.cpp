@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "cpu/ops.h"
+#include "quant/formats.h"
 
 namespace clefrt::model {
 
@@ -31,7 +32,12 @@ vector<float> bf16_point(vector<float> v) {
 
 vector<float> lin(const vector<float>& x, int64_t rows, const Tensor& w, const Tensor* b = nullptr) {
   vector<float> y(size_t(rows * w.dim(0)));
-  if (t_bf16_points) {
+  if (w.input_global_scale > 0 || w.fp8_dynamic_activations) {  // quantized activations (spec/quant.md)
+    vector<float> xq = x;
+    if (w.input_global_scale > 0) quant::nvfp4_fake_quantize_activations(xq.data(), rows, w.dim(1), w.input_global_scale);
+    else quant::fp8_fake_quantize_activations(xq.data(), rows, w.dim(1));
+    cpu::linear(xq.data(), rows, w.dim(1), w.data(), w.dim(0), y.data(), b ? b->data() : nullptr);
+  } else if (t_bf16_points) {
     vector<float> xr = bf16_point(x);
     cpu::linear(xr.data(), rows, w.dim(1), w.data(), w.dim(0), y.data(), b ? b->data() : nullptr);
   } else {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "quant/formats.h"
 
 namespace clefrt::model {
 
@@ -48,8 +49,68 @@ const std::vector<DType> kFloat = {DType::BF16, DType::F16, DType::F32};
 struct Loader {
   const io::TensorStore& s;
   LoadMode mode = LoadMode::Full;
+  QuantActivations qa{};
+
+  static bool ends_with(const std::string& a, const std::string& b) {
+    return a.size() >= b.size() && a.compare(a.size() - b.size(), b.size(), b) == 0;
+  }
+  float scalar_f32(const std::string& name) const {
+    const io::TensorInfo* t = s.find(name);
+    if (!t) throw load_error(name, "tensor is missing from the weights");
+    if (t->dtype != DType::F32 || t->numel() != 1)
+      throw load_error(*t->file, "tensor " + name + " must be one F32 value, is " + io::dtype_name(t->dtype) + " " + t->shape_str());
+    float v;
+    std::memcpy(&v, t->data, 4);
+    if (!std::isfinite(v) || v <= 0) throw load_error(*t->file, "tensor " + name + " must be a positive finite scale, is " + std::to_string(v));
+    return v;
+  }
+  void no_gpu(const std::string& name) const {
+    if (mode == LoadMode::Lazy)
+      throw load_error(name, "quantized weights (NVFP4 / FP8) run on the CPU engine only for now (issue 6); use --device cpu");
+  }
+  // NVFP4 (compressed-tensors nvfp4-pack-quantized): weight_packed, weight_scale, weight_global_scale
+  // [, input_global_scale], dequantized bit for bit as spec/quant.md says.
+  Tensor nvfp4(const std::string& base, std::vector<int64_t> shape) const {
+    no_gpu(base + ".weight_packed");
+    if (shape.size() != 2 || shape[1] % 16 != 0)
+      throw load_error(base + ".weight_packed", "NVFP4 needs a matrix whose inputs are a multiple of 16, expected " + io::shape_str(shape));
+    const io::TensorInfo& p = s.require(base + ".weight_packed", {shape[0], shape[1] / 2}, {DType::U8});
+    const io::TensorInfo& sc = s.require(base + ".weight_scale", {shape[0], shape[1] / 16}, {DType::F8_E4M3});
+    const float gs = scalar_f32(base + ".weight_global_scale");
+    Tensor t{quant::nvfp4_dequantize(p.data, sc.data, gs, shape[0], shape[1]), std::move(shape), &p};
+    t.quant = Tensor::Quant::Nvfp4;
+    if (s.find(base + ".input_global_scale")) t.input_global_scale = scalar_f32(base + ".input_global_scale");
+    return t;
+  }
+  // FP8 (compressed-tensors float-quantized): weight in e4m3 and weight_scale per tensor [1] or
+  // per output channel [out, 1]; W = e4m3 * scale.
+  Tensor fp8(const io::TensorInfo& w, const std::string& base, std::vector<int64_t> shape) const {
+    no_gpu(w.name);
+    if (w.shape != shape) throw load_error(*w.file, "tensor " + w.name + " has shape " + w.shape_str() + ", expected " + io::shape_str(shape));
+    const io::TensorInfo* sc = s.find(base + ".weight_scale");
+    if (!sc) throw load_error(base + ".weight_scale", "missing: an F8_E4M3 weight needs its weight_scale");
+    if (sc->dtype != DType::F32 || !(sc->numel() == 1 || (sc->numel() == shape[0] && sc->shape.size() == 2 && sc->shape[1] == 1)))
+      throw load_error(*sc->file, "tensor " + sc->name + " must be F32 [1] or [" + std::to_string(shape[0]) + ", 1], is " +
+                                      io::dtype_name(sc->dtype) + " " + sc->shape_str());
+    if (s.find(base + ".input_scale"))
+      throw load_error(base + ".input_scale", "static FP8 activation scales are not supported yet (dynamic per-token ones are)");
+    std::vector<float> scale(size_t(sc->numel()));
+    std::memcpy(scale.data(), sc->data, scale.size() * 4);
+    const int64_t cols = shape.size() == 2 ? shape[1] : 1;
+    std::vector<float> v(size_t(w.numel()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = quant::e4m3_value(w.data[i]) * scale[scale.size() == 1 ? 0 : i / size_t(cols)];
+    Tensor t{std::move(v), std::move(shape), &w};
+    t.quant = Tensor::Quant::Fp8;
+    t.fp8_dynamic_activations = qa.fp8_dynamic;
+    return t;
+  }
   Tensor get(const std::string& name, std::vector<int64_t> shape) const {
     if (mode == LoadMode::ShapeOnly) return Tensor{{}, std::move(shape), nullptr};
+    if (ends_with(name, ".weight")) {
+      const std::string base = name.substr(0, name.size() - 7);
+      if (!s.find(name) && s.find(base + ".weight_packed")) return nvfp4(base, std::move(shape));
+      if (const io::TensorInfo* t = s.find(name); t && t->dtype == DType::F8_E4M3) return fp8(*t, base, std::move(shape));
+    }
     const io::TensorInfo& t = s.require(name, shape, kFloat);
     return Tensor{mode == LoadMode::Lazy ? std::vector<float>{} : to_f32(t), std::move(shape), &t};
   }
@@ -77,8 +138,8 @@ struct Loader {
 };
 }  // namespace
 
-TextWeights load_text_weights(const io::TensorStore& store, const TextConfig& c, LoadMode mode) {
-  Loader L{store, mode};
+TextWeights load_text_weights(const io::TensorStore& store, const TextConfig& c, LoadMode mode, QuantActivations qa) {
+  Loader L{store, mode, qa};
   TextWeights w;
   const std::string p = "model.language_model.";
   w.embed = L.get(p + "embed_tokens.weight", {c.vocab, c.hidden});
@@ -123,7 +184,7 @@ TextWeights load_text_weights(const io::TensorStore& store, const TextConfig& c,
 }
 
 HeadWeights load_head_weights(const io::TensorStore& store, const HeadConfig& c, LoadMode mode) {
-  Loader L{store, mode};
+  Loader L{store, mode, {}};
   HeadWeights h;
   const int64_t d = c.hidden, W = c.width;
   h.hidden_norm = L.ln("hidden_norm", d);

@@ -14,6 +14,10 @@ struct Tensor {
   std::vector<float> v;  // empty when loaded lazily (the GPU engine reads `src` itself)
   std::vector<int64_t> shape;
   const io::TensorInfo* src = nullptr;  // the mapped tensor it came from (null for synthetic)
+  // Quantized checkpoints (spec/quant.md), dequantized at load for the CPU engine:
+  enum class Quant : uint8_t { None, Nvfp4, Fp8 } quant = Quant::None;
+  float input_global_scale = 0;   // NVFP4 W4A4: activations are fake-quantized before the product
+  bool fp8_dynamic_activations = false;  // FP8 W8A8: per-token e4m3 activations
   const float* data() const { return v.data(); }
   int64_t dim(size_t i) const { return shape[i]; }
   int64_t numel() const {
@@ -75,7 +79,14 @@ struct HeadWeights {
 // ShapeOnly: no store at all; every Tensor has just its shape (v empty, src null). The GPU
 //   benchmark fills such tensors with random values directly in GPU memory.
 enum class LoadMode { Full, Lazy, ShapeOnly };
-TextWeights load_text_weights(const io::TensorStore& store, const TextConfig& cfg, LoadMode mode = LoadMode::Full);
+
+// How a quantized checkpoint's activations are quantized (from quantization_config), applied to
+// every quantized Linear the loader finds.
+struct QuantActivations {
+  bool fp8_dynamic = false;  // FP8 scheme with dynamic per-token input activations
+};
+TextWeights load_text_weights(const io::TensorStore& store, const TextConfig& cfg, LoadMode mode = LoadMode::Full,
+                              QuantActivations qa = {});
 HeadWeights load_head_weights(const io::TensorStore& store, const HeadConfig& cfg, LoadMode mode = LoadMode::Full);
 // The shapes of every tensor of a configuration, no data (LoadMode::ShapeOnly).
 TextWeights shape_only_text(const TextConfig& cfg);

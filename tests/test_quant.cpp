@@ -1,0 +1,237 @@
+// NVFP4 / FP8 formats (spec/quant.md) and quantized checkpoints on the CPU engine.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "engine/engine.h"
+#include "io/safetensors.h"
+#include "io/safetensors_write.h"
+#include "model/synth.h"
+#include "model/weights.h"
+#include "quant/formats.h"
+#include "schema/request.h"
+#include "test_util.h"
+
+namespace clefrt {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace quant;
+
+TEST(Quant, E4m3DecodesEveryCodeAndEncodesBack) {
+  EXPECT_EQ(e4m3_value(0x00), 0.0f);
+  EXPECT_EQ(e4m3_value(0x01), std::ldexp(1.0f, -9));  // smallest subnormal
+  EXPECT_EQ(e4m3_value(0x08), std::ldexp(1.0f, -6));  // smallest normal
+  EXPECT_EQ(e4m3_value(0x38), 1.0f);
+  EXPECT_EQ(e4m3_value(0x40), 2.0f);
+  EXPECT_EQ(e4m3_value(0x7e), 448.0f);
+  EXPECT_EQ(e4m3_value(0xfe), -448.0f);
+  EXPECT_TRUE(std::isnan(e4m3_value(0x7f)));
+  EXPECT_TRUE(std::isnan(e4m3_value(0xff)));
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) == 0x7f) continue;
+    const float v = e4m3_value(uint8_t(c));
+    if (c == 0x80) continue;  // -0 encodes back as the sign of zero kept
+    EXPECT_EQ(e4m3_encode(v), uint8_t(c)) << c;
+  }
+  EXPECT_EQ(e4m3_encode(1000.0f), 0x7e);  // saturates
+  EXPECT_EQ(e4m3_encode(1.0625f), 0x38);  // halfway between 1 and 1.125: to the even code
+  EXPECT_EQ(e4m3_encode(1.1875f), 0x3a);  // halfway between 1.125 and 1.25: to the even code (1.25)
+}
+
+TEST(Quant, E2m1GridAndTiesToEven) {
+  const float grid[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  for (int c = 0; c < 16; ++c) EXPECT_EQ(e2m1_value(uint8_t(c)), (c & 8 ? -1 : 1) * grid[c & 7]);
+  EXPECT_EQ(e2m1_encode(0.25f), 0);   // 0 | 0.5 -> even 0
+  EXPECT_EQ(e2m1_encode(0.75f), 2);   // 0.5 | 1 -> even code 2
+  EXPECT_EQ(e2m1_encode(2.5f), 4);    // 2 | 3 -> code 4
+  EXPECT_EQ(e2m1_encode(5.0f), 6);    // 4 | 6 -> code 6
+  EXPECT_EQ(e2m1_encode(100.0f), 7);  // clamped to 6
+  EXPECT_EQ(e2m1_encode(-1.2f), 8 | 2);
+}
+
+TEST(Quant, Nvfp4DequantizeKnownValues) {
+  // one row of 16: codes 0.5 and -1.0 in the first byte (even column in the low nibble)
+  std::vector<uint8_t> packed(8, 0), scales = {0x40};  // scale 2.0
+  packed[0] = uint8_t(0x1 | (0xA << 4));
+  packed[7] = uint8_t(0x7 << 4);  // column 15: 6.0
+  auto w = nvfp4_dequantize(packed.data(), scales.data(), 4.0f, 1, 16);  // s32 = 2 / 4
+  EXPECT_EQ(w[0], 0.25f);
+  EXPECT_EQ(w[1], -0.5f);
+  EXPECT_EQ(w[2], 0.0f);
+  EXPECT_EQ(w[15], 3.0f);
+}
+
+TEST(Quant, Nvfp4QuantizeRoundTrip) {
+  std::mt19937 r(3);
+  std::normal_distribution<float> d(0.0f, 0.05f);
+  const int64_t out = 24, in = 64;
+  std::vector<float> w(size_t(out * in));
+  for (auto& x : w) x = d(r);
+  w[5] = 0.9f;  // an outlier sets the global scale
+  Nvfp4Weight q = nvfp4_quantize(w.data(), out, in);
+  EXPECT_FLOAT_EQ(q.global_scale, 448.0f * 6.0f / 0.9f);
+  auto back = nvfp4_dequantize(q.packed.data(), q.scales.data(), q.global_scale, out, in);
+  for (int64_t rr = 0; rr < out; ++rr)
+    for (int64_t b = 0; b < in / 16; ++b) {
+      float amax = 0;
+      for (int i = 0; i < 16; ++i) amax = std::fmax(amax, std::fabs(w[size_t(rr * in + b * 16 + i)]));
+      for (int i = 0; i < 16; ++i) {
+        const size_t k = size_t(rr * in + b * 16 + i);
+        // e2m1's widest gap (4 -> 6) is a third of the block max; half of it, plus e4m3 scale rounding
+        EXPECT_LE(std::fabs(back[k] - w[k]), amax * 0.2f + 1e-6f) << rr << "," << b * 16 + i;
+      }
+    }
+  // quantizing the dequantized weights again gives the same codes (the grid is stable)
+  Nvfp4Weight q2 = nvfp4_quantize(back.data(), out, in, q.global_scale);
+  EXPECT_EQ(q2.packed, q.packed);
+}
+
+TEST(Quant, ActivationFakeQuantization) {
+  std::vector<float> x = {0.1f, -0.2f, 0.3f, 0.05f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.2f};
+  std::vector<float> y = x;
+  nvfp4_fake_quantize_activations(y.data(), 1, 16, 448.0f * 6.0f / 1.2f);
+  EXPECT_EQ(y[15], 1.2f == bf16_round(1.2f) ? 1.2f : y[15]);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_LE(std::fabs(y[i] - x[i]), 0.2f * 1.2f) << i;
+  std::vector<float> z = x;
+  fp8_fake_quantize_activations(z.data(), 1, 16);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_LE(std::fabs(z[i] - x[i]), std::fabs(x[i]) * 0.0625f + 1e-7f) << i;
+}
+
+// A tiny synthesized folder rewritten as an NVFP4 checkpoint: every Linear of the decoder whose
+// inputs are a multiple of 16 (not in_proj_a/b, as the recipe keeps them), W4A16 or W4A4.
+std::string nvfp4_folder(bool w4a4) {
+  const std::string src = testing::TempDir() + "clefrt-q-src-" + std::to_string(getpid());
+  if (!fs::exists(src)) {
+    model::SynthOptions o;
+    o.out_dir = src;
+    o.tokenizer = test::source_path(".deps/qwen3/tokenizer.json");
+    o.seed = 5;
+    o.progress = false;
+    model::synthesize(o);
+  }
+  const std::string dst = testing::TempDir() + "clefrt-q-" + (w4a4 ? "w4a4-" : "w4a16-") + std::to_string(getpid());
+  fs::create_directories(dst);
+  for (auto& e : fs::directory_iterator(src))
+    if (e.path().extension() != ".safetensors" || e.path().filename() == "joint_head.safetensors")
+      fs::copy_file(e.path(), fs::path(dst) / e.path().filename(), fs::copy_options::overwrite_existing);
+  json::Value cfg = json::parse(test::read_file(src + "/config.json"));
+  json::Value qc = json::parse(R"({"quant_method":"compressed-tensors","format":"nvfp4-pack-quantized","quantization_status":"compressed",
+    "config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":4,"type":"float","strategy":"tensor_group","group_size":16}}},
+    "ignore":["lm_head"]})");
+  cfg.add("quantization_config", qc);
+  std::ofstream(dst + "/config.json") << json::write(cfg);
+  json::Value weight_map = json::Value::object();
+  for (auto& e : fs::directory_iterator(src)) {
+    if (e.path().extension() != ".safetensors" || e.path().filename() == "joint_head.safetensors") continue;
+    io::TensorStore st;
+    st.add_file(e.path().string());
+    std::vector<io::OutTensor> out;
+    for (const io::TensorInfo* t : st.all()) {
+      const bool linear = t->shape.size() == 2 && t->name.find("layers.") != std::string::npos && t->shape[1] % 16 == 0 &&
+                          t->name.find("in_proj_a") == std::string::npos && t->name.find("in_proj_b") == std::string::npos;
+      if (!linear) {
+        out.push_back({t->name, t->dtype, t->shape, std::vector<uint8_t>(t->data, t->data + t->nbytes)});
+        continue;
+      }
+      auto w = model::to_f32(*t);
+      Nvfp4Weight q = nvfp4_quantize(w.data(), t->shape[0], t->shape[1]);
+      const std::string base = t->name.substr(0, t->name.size() - 7);
+      out.push_back({base + ".weight_packed", io::DType::U8, {t->shape[0], t->shape[1] / 2}, q.packed});
+      out.push_back({base + ".weight_scale", io::DType::F8_E4M3, {t->shape[0], t->shape[1] / 16}, q.scales});
+      out.push_back({base + ".weight_global_scale", io::DType::F32, {1}, io::f32_bytes({q.global_scale})});
+      if (w4a4) out.push_back({base + ".input_global_scale", io::DType::F32, {1}, io::f32_bytes({448.0f * 6.0f / 8.0f})});
+    }
+    io::write_safetensors((fs::path(dst) / e.path().filename()).string(), out);
+    for (const auto& t : out) weight_map.add(t.name, json::Value::string(e.path().filename().string()));
+  }
+  json::Value index = json::Value::object();
+  index.add("metadata", json::Value::object());
+  index.add("weight_map", weight_map);
+  std::ofstream(dst + "/model.safetensors.index.json") << json::write(index);
+  return dst;
+}
+
+TEST(Quant, Nvfp4CheckpointRunsOnTheCpuEngine) {
+  const std::string req = R"({"state":"the checkout is down","questions":{"a":{"type":"noul"},"b":{"type":"choice","criteria":{"x":null,"y":null,"z":null}}}})";
+  for (bool w4a4 : {false, true}) {
+    const std::string dir = nvfp4_folder(w4a4);
+    auto e = Engine::load(dir);
+    Encoded enc = e->encoder().encode(parse_request(req));
+    auto p = e->probs({&enc})[0];
+    ASSERT_EQ(p.size(), 2u);
+    for (const auto& q : p) {
+      double sum = 0;
+      for (double v : q) {
+        EXPECT_TRUE(v >= 0 && v <= 1);
+        sum += v;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-9);
+    }
+    // the loaded weights are the spec's dequantization of what the file holds
+    io::TensorStore st = io::TensorStore::open_folder(dir);
+    const auto cfg = model::load_config(dir);
+    auto tw = model::load_text_weights(st, cfg.text);
+    const auto& g = tw.layers[0].gate_proj;
+    EXPECT_EQ(g.quant, model::Tensor::Quant::Nvfp4);
+    EXPECT_EQ(g.input_global_scale > 0, w4a4);
+    const std::string base = "model.language_model.layers.0.mlp.gate_proj";
+    float gs;
+    std::memcpy(&gs, st.find(base + ".weight_global_scale")->data, 4);
+    auto want = nvfp4_dequantize(st.find(base + ".weight_packed")->data, st.find(base + ".weight_scale")->data, gs, g.dim(0), g.dim(1));
+    EXPECT_EQ(g.v, want);
+    // the GPU engine refuses it plainly
+    EngineOptions gpu;
+    gpu.device = Device::Cuda;
+    try {
+      Engine::load(dir, gpu);
+      FAIL() << "expected a refusal";
+    } catch (const Error& err) {
+      EXPECT_TRUE(std::string(err.what()).find("CPU engine only") != std::string::npos ||
+                  std::string(err.what()).find("--device cuda") != std::string::npos)
+          << err.what();
+    }
+  }
+}
+
+TEST(Quant, BrokenNvfp4TensorsNameFileAndTensor) {
+  const std::string dir = nvfp4_folder(false);
+  // rewrite one scale with the wrong shape
+  io::TensorStore st = io::TensorStore::open_folder(dir);
+  const std::string name = "model.language_model.layers.0.mlp.up_proj.weight_scale";
+  const io::TensorInfo* t = st.find(name);
+  ASSERT_NE(t, nullptr);
+  const std::string file = *t->file;
+  std::vector<io::OutTensor> out;
+  {
+    io::TensorStore one;
+    one.add_file(file);
+    for (const io::TensorInfo* x : one.all()) {
+      std::vector<int64_t> shape = x->shape;
+      std::vector<uint8_t> bytes(x->data, x->data + x->nbytes);
+      if (x->name == name) {
+        shape[1] -= 1;
+        bytes.resize(size_t(shape[0] * shape[1]));
+      }
+      out.push_back({x->name, x->dtype, shape, bytes});
+    }
+  }
+  io::write_safetensors(file, out);
+  try {
+    Engine::load(dir);
+    FAIL() << "expected a load error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("up_proj.weight_scale"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace clefrt
