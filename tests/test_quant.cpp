@@ -16,6 +16,7 @@
 #include "model/synth.h"
 #include "model/weights.h"
 #include "quant/formats.h"
+#include "quant/quantize.h"
 #include "schema/request.h"
 #include "test_util.h"
 
@@ -231,6 +232,79 @@ TEST(Quant, BrokenNvfp4TensorsNameFileAndTensor) {
     EXPECT_NE(std::string(e.what()).find("up_proj.weight_scale"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("expected"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace clefrt
+
+namespace clefrt {
+namespace {
+
+TEST(Quant, QuantizeCommandWritesLoadableFolders) {
+  const std::string src = testing::TempDir() + "clefrt-qq-src-" + std::to_string(getpid());
+  model::SynthOptions so;
+  so.out_dir = src;
+  so.tokenizer = test::source_path(".deps/qwen3/tokenizer.json");
+  so.seed = 9;
+  so.progress = false;
+  model::synthesize(so);
+  const std::string calib = testing::TempDir() + "clefrt-qq-calib-" + std::to_string(getpid()) + ".jsonl";
+  std::ofstream(calib) << R"({"state":"checkout is down","questions":{"a":{"type":"noul"}}})" << "\n"
+                       << R"({"state":"a second record, a bit longer than the first","questions":{"s":{"type":"score","criteria":["lo","hi"]}}})"
+                       << "\n";
+  io::TensorStore orig = io::TensorStore::open_folder(src);
+  const auto cfg = model::load_config(src);
+  const auto tw0 = model::load_text_weights(orig, cfg.text);
+  for (const std::string scheme : {"nvfp4-w4a16", "nvfp4", "fp8"}) {
+    quant::QuantizeOptions qo;
+    qo.model_dir = src;
+    qo.out_dir = testing::TempDir() + "clefrt-qq-" + scheme + "-" + std::to_string(getpid());
+    qo.scheme = scheme;
+    qo.calib_file = calib;
+    qo.progress = false;
+    quant::quantize_folder(qo);
+    json::Value c = json::parse(test::read_file(qo.out_dir + "/config.json"));
+    const json::Value* qc = c.find("quantization_config");
+    ASSERT_NE(qc, nullptr);
+    EXPECT_EQ(qc->find("format")->s, scheme == "fp8" ? "float-quantized" : "nvfp4-pack-quantized");
+    io::TensorStore st = io::TensorStore::open_folder(qo.out_dir);
+    if (scheme != "fp8") {
+      // one global scale for q/k/v (layer 3 is full attention in the tiny preset)
+      const std::string a = "model.language_model.layers.3.self_attn.";
+      float gq, gk, gv;
+      std::memcpy(&gq, st.find(a + "q_proj.weight_global_scale")->data, 4);
+      std::memcpy(&gk, st.find(a + "k_proj.weight_global_scale")->data, 4);
+      std::memcpy(&gv, st.find(a + "v_proj.weight_global_scale")->data, 4);
+      EXPECT_EQ(gq, gk);
+      EXPECT_EQ(gq, gv);
+      EXPECT_EQ(st.find(a + "q_proj.input_global_scale") != nullptr, scheme == "nvfp4");
+      EXPECT_NE(st.find("model.language_model.layers.0.linear_attn.in_proj_a.weight"), nullptr);  // kept bf16
+    }
+    // the weights come back close to the originals
+    const auto tw = model::load_text_weights(st, cfg.text);
+    const auto& a = tw0.layers[0].down_proj.v;
+    const auto& b = tw.layers[0].down_proj.v;
+    ASSERT_EQ(a.size(), b.size());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      num += (a[i] - b[i]) * (a[i] - b[i]);
+      den += a[i] * a[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), scheme == "fp8" ? 0.05 : 0.2) << scheme;
+    auto e = Engine::load(qo.out_dir);
+    Encoded enc = e->encoder().encode(parse_request(R"({"state":"x","questions":{"a":{"type":"noul"}}})"));
+    auto p = e->probs({&enc})[0];
+    EXPECT_NEAR(p[0][0] + p[0][1], 1.0, 1e-9);
+  }
+  // refusals: W4A4 without calibration, an existing output folder
+  quant::QuantizeOptions bad;
+  bad.model_dir = src;
+  bad.out_dir = testing::TempDir() + "clefrt-qq-bad-" + std::to_string(getpid());
+  bad.scheme = "nvfp4";
+  EXPECT_THROW(quant::quantize_folder(bad), Error);
+  bad.scheme = "fp8";
+  bad.out_dir = src;
+  EXPECT_THROW(quant::quantize_folder(bad), Error);
 }
 
 }  // namespace

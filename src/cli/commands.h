@@ -17,6 +17,7 @@ Runner add_synth(CLI::App& app);
 Runner add_inspect(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
+Runner add_quantize(CLI::App& app);
 
 // Reads each input: a file, "-" for stdin; a `.jsonl` file (or stdin with --jsonl) gives one
 // record per non-empty line. Calls fn(record, where) in order.

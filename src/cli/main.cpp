@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "clefrt " CLEFRT_VERSION);
   app.footer(
       "Run `clefrt COMMAND --help` for a command's options.\n"
-      "Not built yet (see README): quantize, eval; images; fp8/nvfp4.");
+      "Not built yet (see README): eval; images; quantized formats on the GPU.");
   std::vector<std::pair<std::string, clefrt::cli::Runner>> runners = {
       {"encode", clefrt::cli::add_encode(app)},
       {"decide", clefrt::cli::add_decide(app)},
@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
       {"inspect", clefrt::cli::add_inspect(app)},
       {"bench", clefrt::cli::add_bench(app)},
       {"serve", clefrt::cli::add_serve(app)},
+      {"quantize", clefrt::cli::add_quantize(app)},
   };
   try {
     app.parse(argc, argv);

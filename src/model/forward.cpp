@@ -15,6 +15,8 @@ using std::vector;
 namespace {
 
 thread_local bool t_bf16_points = false;  // backbone_forward_bf16_points
+thread_local ActivationObserver t_observer = nullptr;
+thread_local void* t_observer_ctx = nullptr;
 
 float round_bf16(float f) {
   uint32_t b;
@@ -32,6 +34,7 @@ vector<float> bf16_point(vector<float> v) {
 
 vector<float> lin(const vector<float>& x, int64_t rows, const Tensor& w, const Tensor* b = nullptr) {
   vector<float> y(size_t(rows * w.dim(0)));
+  if (t_observer) t_observer(t_observer_ctx, w, x.data(), rows, w.dim(1));
   if (w.input_global_scale > 0 || w.fp8_dynamic_activations) {  // quantized activations (spec/quant.md)
     vector<float> xq = x;
     if (w.input_global_scale > 0) quant::nvfp4_fake_quantize_activations(xq.data(), rows, w.dim(1), w.input_global_scale);
@@ -147,6 +150,11 @@ vector<float> attn_layer(const AttnWeights& w, const TextConfig& c, const vector
 }
 
 }  // namespace
+
+void set_activation_observer(ActivationObserver fn, void* ctx) {
+  t_observer = fn;
+  t_observer_ctx = ctx;
+}
 
 vector<float> backbone_forward_bf16_points(const TextWeights& w, const TextConfig& c, const vector<int32_t>& ids,
                                            const vector<int64_t>& offsets) {

@@ -25,6 +25,11 @@ std::vector<float> backbone_forward(const TextWeights& w, const TextConfig& c, c
 std::vector<float> backbone_forward_bf16_points(const TextWeights& w, const TextConfig& c, const std::vector<int32_t>& ids,
                                                 const std::vector<int64_t>& offsets);
 
+// Calibration (`clefrt quantize`): while set on this thread, every backbone Linear reports its
+// input activations [rows, cols] before the product. Null to stop.
+using ActivationObserver = void (*)(void* ctx, const Tensor& w, const float* x, int64_t rows, int64_t cols);
+void set_activation_observer(ActivationObserver fn, void* ctx);
+
 // Per-question option probabilities (encoded option order) from one request's hidden states.
 std::vector<std::vector<double>> joint_head(const HeadWeights& h, const HeadConfig& c, const Tensor& lm_head,
                                             const float* hidden, const Encoded& e);

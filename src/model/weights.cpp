@@ -77,7 +77,7 @@ struct Loader {
     const io::TensorInfo& p = s.require(base + ".weight_packed", {shape[0], shape[1] / 2}, {DType::U8});
     const io::TensorInfo& sc = s.require(base + ".weight_scale", {shape[0], shape[1] / 16}, {DType::F8_E4M3});
     const float gs = scalar_f32(base + ".weight_global_scale");
-    Tensor t{quant::nvfp4_dequantize(p.data, sc.data, gs, shape[0], shape[1]), std::move(shape), &p};
+    Tensor t{quant::nvfp4_dequantize(p.data, sc.data, gs, shape[0], shape[1]), std::move(shape), base + ".weight", &p};
     t.quant = Tensor::Quant::Nvfp4;
     if (s.find(base + ".input_global_scale")) t.input_global_scale = scalar_f32(base + ".input_global_scale");
     return t;
@@ -99,20 +99,20 @@ struct Loader {
     const int64_t cols = shape.size() == 2 ? shape[1] : 1;
     std::vector<float> v(size_t(w.numel()));
     for (size_t i = 0; i < v.size(); ++i) v[i] = quant::e4m3_value(w.data[i]) * scale[scale.size() == 1 ? 0 : i / size_t(cols)];
-    Tensor t{std::move(v), std::move(shape), &w};
+    Tensor t{std::move(v), std::move(shape), w.name, &w};
     t.quant = Tensor::Quant::Fp8;
     t.fp8_dynamic_activations = qa.fp8_dynamic;
     return t;
   }
   Tensor get(const std::string& name, std::vector<int64_t> shape) const {
-    if (mode == LoadMode::ShapeOnly) return Tensor{{}, std::move(shape), nullptr};
+    if (mode == LoadMode::ShapeOnly) return Tensor{{}, std::move(shape), name, nullptr};
     if (ends_with(name, ".weight")) {
       const std::string base = name.substr(0, name.size() - 7);
       if (!s.find(name) && s.find(base + ".weight_packed")) return nvfp4(base, std::move(shape));
       if (const io::TensorInfo* t = s.find(name); t && t->dtype == DType::F8_E4M3) return fp8(*t, base, std::move(shape));
     }
     const io::TensorInfo& t = s.require(name, shape, kFloat);
-    return Tensor{mode == LoadMode::Lazy ? std::vector<float>{} : to_f32(t), std::move(shape), &t};
+    return Tensor{mode == LoadMode::Lazy ? std::vector<float>{} : to_f32(t), std::move(shape), name, &t};
   }
   LayerNormW ln(const std::string& name, int64_t d) const { return {get(name + ".weight", {d}), get(name + ".bias", {d})}; }
   Mha mha(const std::string& name, int64_t w) const {

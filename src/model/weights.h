@@ -13,7 +13,10 @@ namespace clefrt::model {
 struct Tensor {
   std::vector<float> v;  // empty when loaded lazily (the GPU engine reads `src` itself)
   std::vector<int64_t> shape;
-  const io::TensorInfo* src = nullptr;  // the mapped tensor it came from (null for synthetic)
+  std::string name;  // as the checkpoint names it (empty for synthetic)
+  // The mapped tensor it came from: valid only while its TensorStore lives (the CPU engine drops
+  // its store after loading; the GPU loader uploads while it is open). Null for synthetic.
+  const io::TensorInfo* src = nullptr;
   // Quantized checkpoints (spec/quant.md), dequantized at load for the CPU engine:
   enum class Quant : uint8_t { None, Nvfp4, Fp8 } quant = Quant::None;
   float input_global_scale = 0;   // NVFP4 W4A4: activations are fake-quantized before the product

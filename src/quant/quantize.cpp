@@ -1,0 +1,206 @@
+#include "quant/quantize.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/file.h"
+#include "common/json.h"
+#include "engine/engine.h"
+#include "io/safetensors.h"
+#include "io/safetensors_write.h"
+#include "model/config.h"
+#include "model/forward.h"
+#include "model/weights.h"
+#include "quant/formats.h"
+#include "schema/request.h"
+
+namespace clefrt::quant {
+
+namespace fs = std::filesystem;
+using json::Value;
+
+namespace {
+
+bool ends_with(const std::string& a, const std::string& b) { return a.size() >= b.size() && a.compare(a.size() - b.size(), b.size(), b) == 0; }
+
+// A decoder Linear the recipe quantizes (everything else stays as it is).
+bool quantized_linear(const io::TensorInfo& t, bool nvfp4) {
+  const std::string& n = t.name;
+  if (n.rfind("model.language_model.layers.", 0) != 0 || !ends_with(n, ".weight") || t.shape.size() != 2) return false;
+  for (const char* keep : {"in_proj_a", "in_proj_b", "conv1d", "norm"})
+    if (n.find(keep) != std::string::npos) return false;
+  return !nvfp4 || t.shape[1] % 16 == 0;
+}
+
+// The module whose global scale this Linear shares (q/k/v, gate/up, in_proj_qkv + in_proj_z).
+std::string scale_group(const std::string& name) {
+  const std::string base = name.substr(0, name.size() - 7);
+  for (auto [member, group] : {std::pair{".self_attn.q_proj", ".self_attn.qkv"}, {".self_attn.k_proj", ".self_attn.qkv"},
+                               {".self_attn.v_proj", ".self_attn.qkv"}, {".mlp.gate_proj", ".mlp.gate_up"}, {".mlp.up_proj", ".mlp.gate_up"},
+                               {".linear_attn.in_proj_qkv", ".linear_attn.in_proj_qkvz"},
+                               {".linear_attn.in_proj_z", ".linear_attn.in_proj_qkvz"}})
+    if (ends_with(base, member)) return base.substr(0, base.size() - std::string(member).size()) + group;
+  return base;
+}
+
+struct Calibration {
+  std::map<std::string, float> amax;  // module -> max |input activation|
+  static void observe(void* ctx, const model::Tensor& w, const float* x, int64_t rows, int64_t cols) {
+    if (!ends_with(w.name, ".weight")) return;
+    auto* c = static_cast<Calibration*>(ctx);
+    float m = 0;
+    for (int64_t i = 0; i < rows * cols; ++i) m = std::fmax(m, std::fabs(x[i]));
+    const std::string module = w.name.substr(0, w.name.size() - 7);
+    float& a = c->amax[module];
+    a = std::fmax(a, m);
+  }
+};
+
+}  // namespace
+
+void quantize_folder(const QuantizeOptions& o) {
+  const bool nvfp4 = o.scheme == "nvfp4" || o.scheme == "nvfp4-w4a16", w4a4 = o.scheme == "nvfp4";
+  if (!nvfp4 && o.scheme != "fp8") throw Error(Status::BadRequest, "usage", "--scheme " + o.scheme + ": nvfp4, nvfp4-w4a16 or fp8");
+  if (w4a4 && o.calib_file.empty())
+    throw Error(Status::BadRequest, "usage", "--scheme nvfp4 (W4A4) needs --calib FILE.jsonl: its activation scales are calibrated");
+  const model::ModelConfig cfg = model::load_config(o.model_dir);
+  if (cfg.quantization) throw load_error(o.model_dir + "/config.json", "the folder is already quantized; quantize a bf16 folder");
+  if (fs::exists(o.out_dir) && !fs::is_empty(o.out_dir)) throw Error(Status::BadRequest, "usage", "--out " + o.out_dir + " exists and is not empty");
+  fs::create_directories(o.out_dir);
+
+  // W4A4: calibrate the input activations of every Linear over the records.
+  Calibration cal;
+  if (w4a4) {
+    auto engine = Engine::load(o.model_dir);
+    std::ifstream in(o.calib_file);
+    if (!in) throw load_error(o.calib_file, "cannot read the calibration records");
+    std::string line;
+    size_t n = 0;
+    model::set_activation_observer(&Calibration::observe, &cal);
+    try {
+      while (n < o.calib_records && std::getline(in, line)) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        Encoded e = engine->encoder().encode(parse_request(line));
+        engine->probs({&e});
+        ++n;
+        if (o.progress) std::fprintf(stderr, "\rquantize: calibration %zu/%zu records", n, o.calib_records);
+      }
+    } catch (...) {
+      model::set_activation_observer(nullptr, nullptr);
+      throw;
+    }
+    model::set_activation_observer(nullptr, nullptr);
+    if (o.progress) std::fprintf(stderr, "\n");
+    if (n == 0) throw load_error(o.calib_file, "no calibration records");
+  }
+
+  io::TensorStore st = io::TensorStore::open_folder(o.model_dir);
+  std::vector<const io::TensorInfo*> all = st.all();
+  // shared global scales: the largest amax of each group
+  std::map<std::string, float> group_amax;
+  for (const io::TensorInfo* t : all)
+    if (quantized_linear(*t, nvfp4)) {
+      auto w = model::to_f32(*t);
+      float m = 0;
+      for (float v : w) m = std::fmax(m, std::fabs(v));
+      float& g = group_amax[scale_group(t->name)];
+      g = std::fmax(g, m);
+    }
+  std::map<std::string, std::vector<io::OutTensor>> shards;  // file name -> tensors
+  std::set<std::string> ignored;  // Linear modules of the decoder kept in bf16
+  Value weight_map = Value::object();
+  size_t done = 0;
+  for (const io::TensorInfo* t : all) {
+    const std::string file = fs::path(*t->file).filename().string();
+    auto& out = shards[file];
+    ++done;
+    if (o.progress && done % 16 == 0) std::fprintf(stderr, "\rquantize: %zu/%zu tensors", done, all.size());
+    if (!quantized_linear(*t, nvfp4)) {
+      out.push_back({t->name, t->dtype, t->shape, std::vector<uint8_t>(t->data, t->data + t->nbytes)});
+      if (ends_with(t->name, ".weight") && t->shape.size() == 2 && t->name.rfind("model.language_model.layers.", 0) == 0)
+        ignored.insert(t->name.substr(0, t->name.size() - 7));
+      continue;
+    }
+    const std::string base = t->name.substr(0, t->name.size() - 7);
+    auto w = model::to_f32(*t);
+    const int64_t rows = t->shape[0], cols = t->shape[1];
+    if (nvfp4) {
+      const float amax = group_amax[scale_group(t->name)];
+      const float gs = amax > 0 && std::isfinite(amax) ? 448.0f * 6.0f / amax : 1.0f;
+      Nvfp4Weight q = nvfp4_quantize(w.data(), rows, cols, gs);
+      out.push_back({base + ".weight_packed", io::DType::U8, {rows, cols / 2}, std::move(q.packed)});
+      out.push_back({base + ".weight_scale", io::DType::F8_E4M3, {rows, cols / 16}, std::move(q.scales)});
+      out.push_back({base + ".weight_global_scale", io::DType::F32, {1}, io::f32_bytes({q.global_scale})});
+      if (w4a4) {
+        auto it = cal.amax.find(base);
+        const float a = it == cal.amax.end() ? 0.0f : it->second;
+        out.push_back({base + ".input_global_scale", io::DType::F32, {1}, io::f32_bytes({a > 0 ? 448.0f * 6.0f / a : 1.0f})});
+      }
+    } else {  // fp8, per output channel
+      std::vector<uint8_t> codes(w.size());
+      std::vector<float> scale(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        float m = 0;
+        for (int64_t c = 0; c < cols; ++c) m = std::fmax(m, std::fabs(w[size_t(r * cols + c)]));
+        const float s = m > 0 ? m / 448.0f : 1.0f;
+        scale[size_t(r)] = s;
+        for (int64_t c = 0; c < cols; ++c) codes[size_t(r * cols + c)] = e4m3_encode(w[size_t(r * cols + c)] / s);
+      }
+      out.push_back({base + ".weight", io::DType::F8_E4M3, {rows, cols}, std::move(codes)});
+      out.push_back({base + ".weight_scale", io::DType::F32, {rows, 1}, io::f32_bytes(scale)});
+    }
+  }
+  if (o.progress) std::fprintf(stderr, "\rquantize: %zu/%zu tensors\n", all.size(), all.size());
+  for (auto& [file, tensors] : shards) {
+    io::write_safetensors((fs::path(o.out_dir) / file).string(), tensors);
+    for (const auto& t : tensors) weight_map.add(t.name, Value::string(file));
+  }
+  Value index = Value::object();
+  index.add("metadata", Value::object());
+  index.add("weight_map", weight_map);
+  std::ofstream(fs::path(o.out_dir) / "model.safetensors.index.json") << json::write(index) << "\n";
+  // everything else (tokenizer, joint head, processor configs) as is
+  for (const auto& e : fs::directory_iterator(o.model_dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || name == "config.json" || name == "model.safetensors.index.json" || shards.count(name)) continue;
+    fs::copy_file(e.path(), fs::path(o.out_dir) / name, fs::copy_options::overwrite_existing);
+  }
+  Value root = json::parse(read_file(o.model_dir + "/config.json"));
+  Value weights = Value::object(), acts = Value::null();
+  if (nvfp4) {
+    weights = json::parse(R"({"num_bits":4,"type":"float","strategy":"tensor_group","group_size":16,"symmetric":true,"dynamic":false,"scale_dtype":"torch.float8_e4m3fn"})");
+    if (w4a4)
+      acts = json::parse(R"({"num_bits":4,"type":"float","strategy":"tensor_group","group_size":16,"symmetric":true,"dynamic":"local","observer":"static_minmax"})");
+  } else {
+    weights = json::parse(R"({"num_bits":8,"type":"float","strategy":"channel","symmetric":true,"dynamic":false})");
+    acts = json::parse(R"({"num_bits":8,"type":"float","strategy":"token","symmetric":true,"dynamic":true})");
+  }
+  Value group = Value::object();
+  Value targets = Value::array();
+  targets.arr.push_back(Value::string("Linear"));
+  group.add("targets", targets);
+  group.add("weights", weights);
+  group.add("input_activations", acts);
+  Value groups = Value::object();
+  groups.add("group_0", group);
+  Value ignore = Value::array();
+  ignore.arr.push_back(Value::string("lm_head"));
+  for (const auto& m : ignored) ignore.arr.push_back(Value::string(m.substr(std::string("model.").size())));
+  Value qc = Value::object();
+  qc.add("quant_method", Value::string("compressed-tensors"));
+  qc.add("format", Value::string(nvfp4 ? "nvfp4-pack-quantized" : "float-quantized"));
+  qc.add("quantization_status", Value::string("compressed"));
+  qc.add("config_groups", groups);
+  qc.add("ignore", ignore);
+  root.add("quantization_config", qc);
+  std::ofstream(fs::path(o.out_dir) / "config.json") << json::write(root) << "\n";
+}
+
+}  // namespace clefrt::quant
