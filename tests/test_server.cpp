@@ -248,6 +248,27 @@ TEST(Server, QueueFullIs429AndTimeoutIs503) {
   EXPECT_EQ(ok->status, 200);  // cancelled work was skipped, the server goes on
 }
 
+TEST(Server, ClientThatLeavesCancelsItsQueuedWork) {
+  Running r{ServerOptions{}};
+  r.srv->scheduler()->pause(true);
+  {
+    httplib::Client c("127.0.0.1", r.port);
+    c.set_read_timeout(0, 300000);  // gives up after 0.3 s and hangs up
+    auto res = c.Post("/v1/systemone", kBlog, "application/json");
+    EXPECT_FALSE(res);
+  }
+  bool seen = false;
+  for (int i = 0; i < 200 && !seen; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    seen = r.client().Get("/metrics")->body.find("endpoint=\"/v1/systemone\",status=\"499\"") != std::string::npos;
+  }
+  EXPECT_TRUE(seen) << "the handler should notice the client left and cancel its job";
+  r.srv->scheduler()->pause(false);
+  auto ok = r.client().Post("/v1/systemone", kBlog, "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
 TEST(Server, GracefulStopAnswersInFlightRequests) {
   auto r = std::make_unique<Running>(ServerOptions{});
   std::atomic<int> answered{0}, sent{0};

@@ -2,6 +2,9 @@
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -28,6 +31,46 @@ bool same_key(const std::string& got, const std::string& want) {
 
 std::string error_body(int status, const std::string& type, const std::string& message) {
   return Error(static_cast<Status>(status), type, message).to_json();
+}
+
+// cpp-httplib 0.11 does not say when a client hangs up, and hides the socket. The connection is
+// found by its two ends (getpeername / getsockname over this process's descriptors); it stays
+// open, so its number cannot be reused, until the handler returns.
+int find_client_socket(const std::string& addr, int port, int local_port) {
+  if (port <= 0 || local_port <= 0) return -1;
+  for (int fd = 3; fd < 4096; ++fd) {
+    sockaddr_storage peer{}, self{};
+    socklen_t pl = sizeof peer, sl = sizeof self;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &sl) != 0) continue;
+    char host[INET6_ADDRSTRLEN] = {0};
+    int pport = -1, sport = -1;
+    if (peer.ss_family == AF_INET) {
+      auto* p4 = reinterpret_cast<sockaddr_in*>(&peer);
+      inet_ntop(AF_INET, &p4->sin_addr, host, sizeof host);
+      pport = ntohs(p4->sin_port);
+      sport = ntohs(reinterpret_cast<sockaddr_in*>(&self)->sin_port);
+    } else if (peer.ss_family == AF_INET6) {
+      auto* p6 = reinterpret_cast<sockaddr_in6*>(&peer);
+      inet_ntop(AF_INET6, &p6->sin6_addr, host, sizeof host);
+      pport = ntohs(p6->sin6_port);
+      sport = ntohs(reinterpret_cast<sockaddr_in6*>(&self)->sin6_port);
+    } else {
+      continue;
+    }
+    if (pport == port && sport == local_port && addr == host) return fd;
+  }
+  return -1;
+}
+
+// The peer has closed (or reset) its side: no response can reach it.
+bool client_gone(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, short(POLLIN | POLLRDHUP), 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+  char c;
+  return (p.revents & POLLIN) && recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 }  // namespace
@@ -109,7 +152,7 @@ HttpServer::Reply HttpServer::error(const Error& e) const {
   return r;
 }
 
-HttpServer::Reply HttpServer::decide(const std::string& endpoint, const std::string& body) {
+HttpServer::Reply HttpServer::decide(const std::string& endpoint, const std::string& body, int client_fd) {
   if (!engine_ready_) {
     Reply r{503, error_body(503, "loading", load_error_.empty() ? "the model is loading" : "the model failed to load: " + load_error_)};
     r.retry_after = 5;
@@ -131,11 +174,20 @@ HttpServer::Reply HttpServer::decide(const std::string& endpoint, const std::str
     const size_t tokens = enc.input_ids.size();
     auto job = scheduler_->submit(std::move(enc));
     auto fut = job->result.get_future();
-    if (fut.wait_for(std::chrono::duration<double>(o_.timeout_s)) != std::future_status::ready) {
-      job->cancelled = true;
-      Reply r{503, error_body(503, "timeout", "the request did not finish within " + json::float_repr(o_.timeout_s) + " s")};
-      r.retry_after = 1;
-      return r;
+    // Wait in short steps: past --timeout answer 503; if the client has gone, drop the work
+    // (a queued job is skipped by the engine thread; a running batch finishes regardless).
+    const auto deadline = Clock::now() + std::chrono::duration<double>(o_.timeout_s);
+    while (fut.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+      if (client_gone(client_fd)) {
+        job->cancelled = true;
+        return Reply{499, error_body(400, "client_closed", "the client closed the connection before the answer")};
+      }
+      if (Clock::now() >= deadline) {
+        job->cancelled = true;
+        Reply r{503, error_body(503, "timeout", "the request did not finish within " + json::float_repr(o_.timeout_s) + " s")};
+        r.retry_after = 1;
+        return r;
+      }
     }
     auto probs = fut.get();
     metrics_.prompt_tokens(tokens);
@@ -183,8 +235,11 @@ void HttpServer::install_routes() {
                      (unsigned long long)id, req.method.c_str(), endpoint.c_str(), r.status, r.tokens, r.queue_ms, r.compute_ms, secs * 1e3);
     };
   };
-  s.Post("/v1/systemone", wrap("/v1/systemone", true, [this](const httplib::Request& q) { return decide("/v1/systemone", q.body); }));
-  s.Post("/v1/decisions", wrap("/v1/decisions", true, [this](const httplib::Request& q) { return decide("/v1/decisions", q.body); }));
+  auto fd_of = [](const httplib::Request& q) { return find_client_socket(q.remote_addr, q.remote_port, q.local_port); };
+  s.Post("/v1/systemone",
+         wrap("/v1/systemone", true, [this, fd_of](const httplib::Request& q) { return decide("/v1/systemone", q.body, fd_of(q)); }));
+  s.Post("/v1/decisions",
+         wrap("/v1/decisions", true, [this, fd_of](const httplib::Request& q) { return decide("/v1/decisions", q.body, fd_of(q)); }));
   s.Get("/v1/models", wrap("/v1/models", true, [this](const httplib::Request&) {
           Value m = Value::object();
           m.add("id", Value::string(o_.model_name));

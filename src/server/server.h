@@ -57,7 +57,8 @@ class HttpServer {
     size_t tokens = 0;
     double queue_ms = 0, compute_ms = 0;
   };
-  Reply decide(const std::string& endpoint, const std::string& body);
+  // client_fd: the connection's socket, watched so a client that leaves cancels its queued work
+  Reply decide(const std::string& endpoint, const std::string& body, int client_fd);
   Reply error(const Error& e) const;
   void install_routes();
 
