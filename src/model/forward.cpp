@@ -62,6 +62,7 @@ vector<float> gdn_layer(const GdnWeights& w, const TextConfig& c, const vector<f
     cpu::causal_conv_silu(mixed_raw.data() + offsets[s] * conv_dim, offsets[s + 1] - offsets[s], conv_dim, w.conv1d.data(),
                           c.conv_kernel, mixed.data() + offsets[s] * conv_dim);
   vector<float> beta(size_t(L * Hv)), g(size_t(L * Hv));
+#pragma omp parallel for if (L > 64)
   for (int64_t t = 0; t < L; ++t)
     for (int64_t j = 0; j < Hv; ++j) {
       beta[size_t(t * Hv + j)] = cpu::sigmoid(b[size_t(t * Hv + j)]);
@@ -69,6 +70,7 @@ vector<float> gdn_layer(const GdnWeights& w, const TextConfig& c, const vector<f
     }
   // L2-normalise q and k per head (q also by 1/sqrt(Dk)), in place inside `mixed`.
   const float qscale = 1.0f / std::sqrt(float(Dk));
+#pragma omp parallel for if (L > 64)
   for (int64_t t = 0; t < L; ++t)
     for (int64_t part = 0; part < 2; ++part)
       for (int64_t hh = 0; hh < Hk; ++hh) {
@@ -99,6 +101,7 @@ vector<float> gdn_layer(const GdnWeights& w, const TextConfig& c, const vector<f
   // Gated norm per head: plain-w RMSNorm, times silu(z).
   vector<float> normed(o.size());
   cpu::rms_norm(o.data(), L * Hv, Dv, w.norm.data(), float(c.rms_eps), normed.data());
+#pragma omp parallel for if (normed.size() > 65536)
   for (size_t i = 0; i < normed.size(); ++i) normed[i] *= cpu::silu(z[i]);
   return lin(normed, L, w.out_proj);
 }
@@ -145,6 +148,7 @@ vector<float> attn_layer(const AttnWeights& w, const TextConfig& c, const vector
     cpu::attention_causal(q.data() + t0 * Hq * D, k.data() + t0 * Hkv * D, v.data() + t0 * Hkv * D, offsets[s + 1] - t0, Hq, Hkv, D,
                           Hq * D, Hkv * D, out.data() + t0 * Hq * D);
   }
+#pragma omp parallel for if (out.size() > 65536)
   for (size_t i = 0; i < out.size(); ++i) out[i] *= cpu::sigmoid(gate[i]);
   return lin(out, L, w.o_proj);
 }
@@ -185,11 +189,14 @@ vector<float> backbone_forward(const TextWeights& w, const TextConfig& c, const 
   for (const LayerWeights& lw : w.layers) {
     cpu::rms_norm_1p(x.data(), L, H, lw.input_norm.data(), float(c.rms_eps), h.data());
     vector<float> mix = lw.type == LayerType::LinearAttention ? gdn_layer(lw.gdn, c, h, offsets, form) : attn_layer(lw.attn, c, h, offsets);
+#pragma omp parallel for if (x.size() > 65536)
     for (size_t i = 0; i < x.size(); ++i) x[i] += mix[i];
     cpu::rms_norm_1p(x.data(), L, H, lw.post_norm.data(), float(c.rms_eps), h.data());
     vector<float> gt = bf16_point(lin(h, L, lw.gate_proj)), up = bf16_point(lin(h, L, lw.up_proj));
+#pragma omp parallel for if (gt.size() > 65536)
     for (size_t i = 0; i < gt.size(); ++i) gt[i] = cpu::silu(gt[i]) * up[i];
     vector<float> down = lin(gt, L, lw.down_proj);
+#pragma omp parallel for if (x.size() > 65536)
     for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
   }
   cpu::rms_norm_1p(x.data(), L, H, w.final_norm.data(), float(c.rms_eps), h.data());
