@@ -19,17 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string& tiny_dir() {
-  static const std::string dir = [] {
-    // One folder per process: ctest runs these tests in parallel processes.
-    std::string d = testing::TempDir() + "clefrt-tiny-" + std::to_string(getpid());
-    model::SynthOptions o;
-    o.out_dir = d;
-    o.tokenizer = test::source_path(".deps/qwen3/tokenizer.json");
-    o.seed = 7;
-    o.progress = false;
-    model::synthesize(o);
-    return d;
-  }();
+  static const std::string dir = test::synth_tiny("tiny", 7);
   return dir;
 }
 

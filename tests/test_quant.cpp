@@ -47,6 +47,35 @@ TEST(Quant, E4m3DecodesEveryCodeAndEncodesBack) {
   EXPECT_EQ(e4m3_encode(1.1875f), 0x3a);  // halfway between 1.125 and 1.25: to the even code (1.25)
 }
 
+// The closed-form encoder against the definition: the nearest of the 127 finite codes, ties to
+// the even code, on random magnitudes across the whole range and on every midpoint.
+TEST(Quant, E4m3EncodeIsTheNearestCode) {
+  auto nearest = [](float a) {
+    uint8_t best = 0;
+    float bd = INFINITY;
+    for (uint8_t c = 0; c <= 0x7e; ++c) {
+      const float d = std::fabs(a - e4m3_value(c));
+      if (d < bd || (d == bd && (c & 1) == 0)) {
+        bd = d;
+        best = c;
+      }
+    }
+    return best;
+  };
+  std::mt19937 r(4);
+  std::uniform_real_distribution<float> ex(-12.0f, 9.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float a = std::exp2(ex(r));
+    if (a >= 448.0f) continue;
+    ASSERT_EQ(e4m3_encode(a), nearest(a)) << a;
+    ASSERT_EQ(e4m3_encode(-a), uint8_t(0x80 | nearest(a))) << -a;
+  }
+  for (uint8_t c = 0; c < 0x7e; ++c) {
+    const float mid = 0.5f * (e4m3_value(c) + e4m3_value(uint8_t(c + 1)));
+    ASSERT_EQ(e4m3_encode(mid), nearest(mid)) << "midpoint above code " << int(c);
+  }
+}
+
 TEST(Quant, E2m1GridAndTiesToEven) {
   const float grid[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
   for (int c = 0; c < 16; ++c) EXPECT_EQ(e2m1_value(uint8_t(c)), (c & 8 ? -1 : 1) * grid[c & 7]);
@@ -98,8 +127,9 @@ TEST(Quant, Nvfp4QuantizeRoundTrip) {
 TEST(Quant, ActivationFakeQuantization) {
   std::vector<float> x = {0.1f, -0.2f, 0.3f, 0.05f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.2f};
   std::vector<float> y = x;
-  nvfp4_fake_quantize_activations(y.data(), 1, 16, 448.0f * 6.0f / 1.2f);
-  EXPECT_EQ(y[15], 1.2f == bf16_round(1.2f) ? 1.2f : y[15]);
+  const float gs = 448.0f * 6.0f / 1.2f;
+  nvfp4_fake_quantize_activations(y.data(), 1, 16, gs);
+  EXPECT_EQ(y[15], bf16_round(6.0f * 448.0f / gs));  // the block max: scale 448, code 6
   for (size_t i = 0; i < x.size(); ++i) EXPECT_LE(std::fabs(y[i] - x[i]), 0.2f * 1.2f) << i;
   std::vector<float> z = x;
   fp8_fake_quantize_activations(z.data(), 1, 16);
@@ -109,15 +139,7 @@ TEST(Quant, ActivationFakeQuantization) {
 // A tiny synthesized folder rewritten as an NVFP4 checkpoint: every Linear of the decoder whose
 // inputs are a multiple of 16 (not in_proj_a/b, as the recipe keeps them), W4A16 or W4A4.
 std::string nvfp4_folder(bool w4a4) {
-  const std::string src = testing::TempDir() + "clefrt-q-src-" + std::to_string(getpid());
-  if (!fs::exists(src)) {
-    model::SynthOptions o;
-    o.out_dir = src;
-    o.tokenizer = test::source_path(".deps/qwen3/tokenizer.json");
-    o.seed = 5;
-    o.progress = false;
-    model::synthesize(o);
-  }
+  const std::string src = test::synth_tiny("q-src", 5);
   const std::string dst = testing::TempDir() + "clefrt-q-" + (w4a4 ? "w4a4-" : "w4a16-") + std::to_string(getpid());
   fs::create_directories(dst);
   for (auto& e : fs::directory_iterator(src))
@@ -241,13 +263,7 @@ namespace clefrt {
 namespace {
 
 TEST(Quant, QuantizeCommandWritesLoadableFolders) {
-  const std::string src = testing::TempDir() + "clefrt-qq-src-" + std::to_string(getpid());
-  model::SynthOptions so;
-  so.out_dir = src;
-  so.tokenizer = test::source_path(".deps/qwen3/tokenizer.json");
-  so.seed = 9;
-  so.progress = false;
-  model::synthesize(so);
+  const std::string src = test::synth_tiny("qq-src", 9);
   const std::string calib = testing::TempDir() + "clefrt-qq-calib-" + std::to_string(getpid()) + ".jsonl";
   std::ofstream(calib) << R"({"state":"checkout is down","questions":{"a":{"type":"noul"}}})" << "\n"
                        << R"({"state":"a second record, a bit longer than the first","questions":{"s":{"type":"score","criteria":["lo","hi"]}}})"

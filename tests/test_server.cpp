@@ -21,16 +21,7 @@ namespace clefrt::server {
 namespace {
 
 const std::string& tiny_dir() {
-  static const std::string dir = [] {
-    std::string d = testing::TempDir() + "clefrt-serve-tiny-" + std::to_string(getpid());
-    model::SynthOptions o;
-    o.out_dir = d;
-    o.tokenizer = test::source_path(".deps/qwen3/tokenizer.json");
-    o.seed = 11;
-    o.progress = false;
-    model::synthesize(o);
-    return d;
-  }();
+  static const std::string dir = test::synth_tiny("serve-tiny", 11);
   return dir;
 }
 

@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <string>
 
+#include <unistd.h>
+
 #include "common/file.h"
+#include "model/synth.h"
 #include "tokenizer/tokenizer.h"
 
 namespace clefrt::test {
@@ -31,6 +34,21 @@ inline const Tokenizer& qwen3() {
     return Tokenizer::load(path);
   }();
   return tok;
+}
+
+// A `tiny` random-weight folder under the test temp dir, made once per process and tag (ctest
+// runs tests in parallel processes, so the pid keeps them apart).
+inline std::string synth_tiny(const std::string& tag, uint64_t seed) {
+  const std::string d = testing::TempDir() + "clefrt-" + tag + "-" + std::to_string(getpid());
+  if (!std::filesystem::exists(d + "/config.json")) {
+    model::SynthOptions o;
+    o.out_dir = d;
+    o.tokenizer = source_path(".deps/qwen3/tokenizer.json");
+    o.seed = seed;
+    o.progress = false;
+    model::synthesize(o);
+  }
+  return d;
 }
 
 }  // namespace clefrt::test

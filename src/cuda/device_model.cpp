@@ -6,18 +6,12 @@
 
 #include "common/error.h"
 #include "cuda/check.h"
+#include "io/safetensors_write.h"
 
 namespace clefrt::cuda {
 
 namespace {
 
-uint16_t f32_to_bf16_bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  if ((b & 0x7fffffff) > 0x7f800000) return uint16_t((b >> 16) | 0x40);  // NaN stays NaN
-  b += 0x7fff + ((b >> 16) & 1);                                          // round to nearest even
-  return uint16_t(b >> 16);
-}
 
 class Builder {
  public:
@@ -80,7 +74,7 @@ class Builder {
     } else if (has_data(t)) {
       std::vector<float> v = host_f32(t);
       std::vector<uint16_t> b(v.size());
-      for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16_bits(v[i]);
+      for (size_t i = 0; i < v.size(); ++i) b[i] = io::f32_to_bf16(v[i]);
       check(cudaMemcpy(dst, b.data(), b.size() * 2, cudaMemcpyHostToDevice), "upload weights");
     } else {
       fill_normal_bf16(dst, n, next_seed(), mean, std, nullptr);

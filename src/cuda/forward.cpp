@@ -226,7 +226,7 @@ void Forward::prepare(Batch& b, const std::vector<const Encoded*>& batch) {
   auto mark = [&](size_t& off) { off = v.size(); };
   mark(b.off_ids);
   for (const Encoded* e : batch) v.insert(v.end(), e->input_ids.begin(), e->input_ids.end());
-  for (int32_t id : std::vector<int32_t>(v.begin(), v.end()))
+  for (int32_t id : v)
     if (id < 0 || id >= m_.c.vocab)
       throw Error(Status::Internal, "internal_error", "token id " + std::to_string(id) + " is outside the vocabulary of " +
                                                           std::to_string(m_.c.vocab) + " (tokenizer and model disagree)");

@@ -93,8 +93,6 @@ __global__ void fill_f32_k(float* p, int64_t n, uint64_t seed, float mean, float
     p[i] = mean + std * normal_at(seed, i);
 }
 
-unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 65536)); }
-
 }  // namespace
 
 void embed_gather(const int32_t* ids, int64_t L, const bf16* table, int64_t d, float* x, cudaStream_t s) {

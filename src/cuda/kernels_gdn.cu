@@ -320,8 +320,6 @@ __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const flo
   }
 }
 
-unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 65536)); }
-
 }  // namespace
 
 void conv_silu(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t Cn, const float* w, int64_t K, float* y,

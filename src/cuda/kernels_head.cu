@@ -182,8 +182,6 @@ __global__ void question_softmax_k(float* logits, const int32_t* opt_beg, int64_
   for (int32_t j = b; j < e; ++j) logits[j] /= sum;
 }
 
-unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>((n + 255) / 256, 65536)); }
-
 }  // namespace
 
 void span_mean(const float* x, int64_t ldx, const bf16* table, const int32_t* ids, const int32_t* begin, const int32_t* end, int64_t n,

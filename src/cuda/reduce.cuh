@@ -2,7 +2,12 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace clefrt::cuda {
+
+// Blocks of 256 threads for a grid-stride loop over n elements (at most 65,536 blocks).
+inline unsigned grid_for(int64_t n) { return unsigned((n + 255) / 256 < 65536 ? (n + 255) / 256 : 65536); }
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

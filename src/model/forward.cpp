@@ -18,17 +18,9 @@ thread_local bool t_bf16_points = false;  // backbone_forward_bf16_points
 thread_local ActivationObserver t_observer = nullptr;
 thread_local void* t_observer_ctx = nullptr;
 
-float round_bf16(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  b += 0x7fff + ((b >> 16) & 1);
-  b &= 0xffff0000u;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
 vector<float> bf16_point(vector<float> v) {
   if (t_bf16_points)
-    for (auto& x : v) x = round_bf16(x);
+    for (auto& x : v) x = quant::bf16_round(x);
   return v;
 }
 

@@ -1,5 +1,7 @@
 #include "quant/formats.h"
 
+#include "io/safetensors_write.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -41,25 +43,20 @@ uint8_t e4m3_encode(float x) {
   const uint8_t sign = std::signbit(x) ? 0x80 : 0;
   const float a = std::fabs(x);
   if (a >= 448.0f) return uint8_t(sign | 0x7e);  // saturate
-  // exhaustive nearest-even over the 127 non-negative finite codes (cheap, exact)
-  uint8_t best = 0;
-  float bd = std::numeric_limits<float>::infinity();
-  for (uint8_t c = 0; c <= 0x7e; ++c) {
-    const float d = std::fabs(a - e4m3_value(c));
-    if (d < bd || (d == bd && (c & 1) == 0)) {
-      bd = d;
-      best = c;
-    }
-  }
-  return uint8_t(sign | best);
+  // Below 2^-6 the grid is uniform (subnormals, step 2^-9): the code is the rounded count of
+  // steps, and 8 steps is the first normal code 0x08. Above, round the 3 mantissa bits; a carry
+  // into the exponent is the next binade's code. nearbyint rounds half to even (the default
+  // mode), which on these grids is the code with the even last bit.
+  if (a < 0.015625f) return uint8_t(sign | int(std::nearbyint(a * 512.0f)));
+  int e = 0;
+  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  const int mant = int(std::nearbyint((m * 2.0f - 1.0f) * 8.0f));
+  const int code = ((e - 1 + 7) << 3) + mant;  // mant == 8 carries into the exponent
+  return uint8_t(sign | code);
 }
 
 float bf16_round(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  if ((b & 0x7fffffffu) > 0x7f800000u) return x;
-  b += 0x7fffu + ((b >> 16) & 1u);
-  b &= 0xffff0000u;
+  const uint32_t b = uint32_t(io::f32_to_bf16(x)) << 16;
   float y;
   std::memcpy(&y, &b, 4);
   return y;
