@@ -17,7 +17,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from encode_ref import encode_request, load_tokenizers  # noqa: E402
-from make_oracle import JointHead  # noqa: E402
+from make_oracle import JointHead, qwen35_config  # noqa: E402
 
 PRESETS = {  # must match src/model/synth.cpp
     "small": dict(hidden=256, layers=8, ffn=768, q_heads=8, kv_heads=2, head_dim=64, k_heads=4, v_heads=8, k_dim=32, v_dim=32,
@@ -51,18 +51,10 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=16384)
     a = ap.parse_args()
-    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+    from transformers import Qwen3_5ForConditionalGeneration
     import transformers
     cfg = PRESETS[a.preset]
-    text = dict(hidden_size=cfg["hidden"], num_hidden_layers=cfg["layers"], intermediate_size=cfg["ffn"], vocab_size=248320,
-                num_attention_heads=cfg["q_heads"], num_key_value_heads=cfg["kv_heads"], head_dim=cfg["head_dim"],
-                linear_num_key_heads=cfg["k_heads"], linear_num_value_heads=cfg["v_heads"], linear_key_head_dim=cfg["k_dim"],
-                linear_value_head_dim=cfg["v_dim"], linear_conv_kernel_dim=4, rms_norm_eps=1e-6, tie_word_embeddings=False,
-                rope_parameters=dict(rope_type="default", rope_theta=1e7, partial_rotary_factor=0.25, mrope_section=cfg["mrope"],
-                                     mrope_interleaved=True))
-    vision = dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=cfg["hidden"], patch_size=16,
-                  temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64)
-    config = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=False)
+    config = qwen35_config(cfg, 248320)
     t0 = time.time()
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda"):

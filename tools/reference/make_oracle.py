@@ -154,13 +154,10 @@ def perturb(model, gen, head=False):
             p.copy_(p.to(torch.bfloat16).float())  # what the bf16 folder holds
 
 
-def build(name, cfg, tok_src, out, requests):
-    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
-    from safetensors.torch import save_file
-    d = os.path.join(out, name)
-    os.makedirs(d, exist_ok=True)
-    vocab = trim_tokenizer(tok_src, os.path.join(d, "tokenizer.json"))
-    vocab = (vocab + 63) // 64 * 64
+def qwen35_config(cfg, vocab):
+    """A Qwen3_5Config for one of our shape dicts (CONFIGS here, PRESETS in bench_reference.py),
+    with a token vision tower (the text path never reads it)."""
+    from transformers import Qwen3_5Config
     text = dict(hidden_size=cfg["hidden"], num_hidden_layers=cfg["layers"], intermediate_size=cfg["ffn"], vocab_size=vocab,
                 num_attention_heads=cfg["q_heads"], num_key_value_heads=cfg["kv_heads"], head_dim=cfg["head_dim"],
                 linear_num_key_heads=cfg["k_heads"], linear_num_value_heads=cfg["v_heads"], linear_key_head_dim=cfg["k_dim"],
@@ -169,7 +166,17 @@ def build(name, cfg, tok_src, out, requests):
                                      mrope_interleaved=True))
     vision = dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=cfg["hidden"], patch_size=16,
                   temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64)
-    config = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=False)
+    return Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=False)
+
+
+def build(name, cfg, tok_src, out, requests):
+    from transformers import Qwen3_5ForConditionalGeneration
+    from safetensors.torch import save_file
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    vocab = trim_tokenizer(tok_src, os.path.join(d, "tokenizer.json"))
+    vocab = (vocab + 63) // 64 * 64
+    config = qwen35_config(cfg, vocab)
     torch.manual_seed(0)
     model = Qwen3_5ForConditionalGeneration(config).float().eval()
     gen = torch.Generator().manual_seed(sum(name.encode()))
