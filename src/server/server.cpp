@@ -152,7 +152,7 @@ HttpServer::Reply HttpServer::error(const Error& e) const {
   return r;
 }
 
-HttpServer::Reply HttpServer::decide(const std::string& endpoint, const std::string& body, int client_fd) {
+HttpServer::Reply HttpServer::decide(const std::string& endpoint, const std::string& body, const std::function<int()>& find_client_fd) {
   if (!engine_ready_) {
     Reply r{503, error_body(503, "loading", load_error_.empty() ? "the model is loading" : "the model failed to load: " + load_error_)};
     r.retry_after = 5;
@@ -177,7 +177,9 @@ HttpServer::Reply HttpServer::decide(const std::string& endpoint, const std::str
     // Wait in short steps: past --timeout answer 503; if the client has gone, drop the work
     // (a queued job is skipped by the engine thread; a running batch finishes regardless).
     const auto deadline = Clock::now() + std::chrono::duration<double>(o_.timeout_s);
+    int client_fd = -2;  // not looked up yet
     while (fut.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+      if (client_fd == -2) client_fd = find_client_fd();
       if (client_gone(client_fd)) {
         job->cancelled = true;
         return Reply{499, error_body(400, "client_closed", "the client closed the connection before the answer")};
@@ -235,11 +237,12 @@ void HttpServer::install_routes() {
                      (unsigned long long)id, req.method.c_str(), endpoint.c_str(), r.status, r.tokens, r.queue_ms, r.compute_ms, secs * 1e3);
     };
   };
-  auto fd_of = [](const httplib::Request& q) { return find_client_socket(q.remote_addr, q.remote_port, q.local_port); };
-  s.Post("/v1/systemone",
-         wrap("/v1/systemone", true, [this, fd_of](const httplib::Request& q) { return decide("/v1/systemone", q.body, fd_of(q)); }));
-  s.Post("/v1/decisions",
-         wrap("/v1/decisions", true, [this, fd_of](const httplib::Request& q) { return decide("/v1/decisions", q.body, fd_of(q)); }));
+  for (const char* path : {"/v1/systemone", "/v1/decisions"}) {
+    const std::string endpoint = path;
+    s.Post(path, wrap(endpoint, true, [this, endpoint](const httplib::Request& q) {
+             return decide(endpoint, q.body, [&q] { return find_client_socket(q.remote_addr, q.remote_port, q.local_port); });
+           }));
+  }
   s.Get("/v1/models", wrap("/v1/models", true, [this](const httplib::Request&) {
           Value m = Value::object();
           m.add("id", Value::string(o_.model_name));

@@ -57,8 +57,10 @@ class HttpServer {
     size_t tokens = 0;
     double queue_ms = 0, compute_ms = 0;
   };
-  // client_fd: the connection's socket, watched so a client that leaves cancels its queued work
-  Reply decide(const std::string& endpoint, const std::string& body, int client_fd);
+  // find_client_fd: the connection's socket, watched so a client that leaves cancels its queued
+  // work. Looked up only once a request has waited a step (it scans descriptors), so requests
+  // answered at once never pay for it.
+  Reply decide(const std::string& endpoint, const std::string& body, const std::function<int()>& find_client_fd);
   Reply error(const Error& e) const;
   void install_routes();
 
