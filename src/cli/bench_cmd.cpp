@@ -101,7 +101,8 @@ Runner add_bench(CLI::App& app) {
     std::string synthetic = "clef-27b", quant = "bf16", json_out, tokenizer = ".deps/qwen3/tokenizer.json", request = "examples/blog.json";
     std::string commit = "unknown", baseline, command;
     int reps = 20;
-    bool batch_invariant = true, profile = false;
+    int64_t max_tokens = 32768;
+    bool batch_invariant = true, profile = false, offload = false, memory_only = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("bench",
@@ -110,7 +111,13 @@ Runner add_bench(CLI::App& app) {
                                    "request and of 1,024-, 8,192- and 16,384-token requests; throughput of batches of 512-token\n"
                                    "requests at 1, 4, 16 and 64 in flight; achieved TFLOP/s against the measured peak.");
   c->add_option("--synthetic", o->synthetic, "clef-27b | clef-flash | small")->check(CLI::IsMember({"clef-27b", "clef-flash", "small", "tiny"}));
-  c->add_option("--quant", o->quant, "bf16 (fp8 and nvfp4 come with issue 6)");
+  c->add_option("--quant", o->quant,
+                "bf16 | fp8 | nvfp4 | nvfp4-w4a16: what the Linears run in (random weights quantized on the GPU;\n"
+                "nvfp4 = W4A4 numerics with a made-up static activation scale)");
+  c->add_flag("--offload-embeddings", o->offload, "keep embed_tokens / lm_head in pinned host memory");
+  c->add_option("--max-tokens", o->max_tokens, "tokens the activation memory is planned for (default 32768)");
+  c->add_flag("--memory-only", o->memory_only,
+              "only measure GPU memory: plan --max-tokens for one request, run one request of that length, report");
   c->add_option("--json", o->json_out, "write the results as JSON here");
   c->add_option("--tokenizer", o->tokenizer, "tokenizer.json for the example request (default: the pinned Qwen3 one)");
   c->add_option("--request", o->request, "the latency request (default examples/blog.json)");
@@ -124,8 +131,8 @@ Runner add_bench(CLI::App& app) {
 #ifndef CLEFRT_HAVE_CUDA
     throw Error(Status::BadRequest, "usage", "clefrt bench needs the CUDA backend; this build has none");
 #else
-    if (o->quant != "bf16")
-      throw Error(Status::BadRequest, "usage", "--quant " + o->quant + ": only bf16 is implemented (fp8/nvfp4 are issue 6)");
+    const QuantMode qm = parse_quant_mode(o->quant);
+    if (qm == QuantMode::Auto) throw Error(Status::BadRequest, "usage", "--quant auto means nothing for random weights: bf16, fp8, nvfp4 or nvfp4-w4a16");
     std::string why;
     if (!cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "clefrt bench: " + why);
     auto log = [](const std::string& s) { std::fprintf(stderr, "bench: %s\n", s.c_str()); };
@@ -139,18 +146,60 @@ Runner add_bench(CLI::App& app) {
     Encoder enc(tok, EncodeOptions{});
     const Encoded blog = enc.encode(parse_request(read_file(o->request)));
 
-    log("creating " + o->synthetic + " weights in GPU memory");
+    const double mem_before = cuda::gpu_used_gib();  // the CUDA context and the measurement's leftovers
+    log("creating " + o->synthetic + " weights in GPU memory (" + o->quant + (o->offload ? ", embeddings offloaded" : "") + ")");
     const auto tw = model::shape_only_text(mc.text);
     const auto hwts = model::shape_only_head(mc.head);
-    cuda::DevModel dm = cuda::build_device_model(tw, hwts, mc.text, mc.head, 1, true);
+    cuda::BuildOptions bo;
+    bo.progress = true;
+    bo.quant = qm;
+    bo.offload_embeddings = o->offload;
+    cuda::DevModel dm = cuda::build_device_model(tw, hwts, mc.text, mc.head, bo);
     cuda::ForwardOptions fo;
-    fo.max_tokens = 32768;
-    fo.max_seqs = 64;
+    fo.max_tokens = o->max_tokens;
+    fo.max_seqs = o->memory_only ? 1 : 64;
     fo.batch_invariant = o->batch_invariant;
     cuda::Forward fwd(dm, fo);
+    const double gib = double(1ull << 30);
+    auto mem_line = [&]() {
+      return "weights " + std::to_string(double(dm.weight_bytes) / gib) + " GiB on the GPU (+" + std::to_string(double(dm.host_weight_bytes) / gib) +
+             " GiB pinned host), Linears bf16/nvfp4/fp8 " + std::to_string(double(dm.bytes_by_format[0]) / gib) + "/" +
+             std::to_string(double(dm.bytes_by_format[1]) / gib) + "/" + std::to_string(double(dm.bytes_by_format[2]) / gib) +
+             " GiB, arena + workspace + staging " + std::to_string(double(fwd.working_bytes()) / gib) + " GiB, GPU memory in use " +
+             std::to_string(cuda::gpu_used_gib()) + " GiB (" + std::to_string(mem_before) + " before loading)";
+    };
+    log(mem_line());
+    if (o->memory_only) {
+      const Encoded e = padded(blog, o->max_tokens, 7);
+      auto t0 = std::chrono::steady_clock::now();
+      fwd.run({&e});
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double used = cuda::gpu_used_gib();
+      log("ran one " + std::to_string(e.input_ids.size()) + "-token request (" + std::to_string(ms) + " ms, first run)");
+      log(mem_line());
+      Value out = Value::object();
+      out.add("date", Value::string(utc_now()));
+      out.add("gpu", Value::string(hw.gpu));
+      out.add("commit", Value::string(o->commit));
+      out.add("model", Value::string(o->synthetic));
+      out.add("quant", Value::string(o->quant));
+      out.add("offload_embeddings", Value::boolean(o->offload));
+      out.add("max_tokens", Value::integer(o->max_tokens));
+      out.add("gpu_mem_gib", Value::number(used));
+      out.add("gpu_mem_before_load_gib", Value::number(mem_before));
+      out.add("gpu_mem_engine_gib", Value::number(double(dm.weight_bytes + fwd.working_bytes()) / gib));
+      out.add("weights_gib", Value::number(double(dm.weight_bytes) / gib));
+      out.add("host_weights_gib", Value::number(double(dm.host_weight_bytes) / gib));
+      out.add("working_gib", Value::number(double(fwd.working_bytes()) / gib));
+      const std::string text = json::write(out);
+      if (!o->json_out.empty()) {
+        std::ofstream f(o->json_out);
+        if (!(f << text << "\n")) throw Error(Status::Internal, "io_error", "cannot write " + o->json_out);
+      }
+      std::printf("%s\n", text.c_str());
+      return 0;
+    }
     const double mem = cuda::gpu_used_gib();
-    log("weights " + std::to_string(double(dm.weight_bytes) / double(1ull << 30)) + " GiB, arena " +
-        std::to_string(double(fwd.arena_bytes()) / double(1ull << 30)) + " GiB, GPU memory in use " + std::to_string(mem) + " GiB");
 
     auto time_ms = [&](const std::vector<const Encoded*>& b) {
       auto t0 = std::chrono::steady_clock::now();
@@ -236,7 +285,15 @@ Runner add_bench(CLI::App& app) {
     out.add("date", Value::string(utc_now()));
     out.add("gpu", Value::string(hw.gpu));
     out.add("commit", Value::string(o->commit));
-    out.add("command", Value::string(o->command.empty() ? "clefrt bench --synthetic " + o->synthetic : o->command));
+    out.add("command", Value::string(o->command.empty() ? "clefrt bench --synthetic " + o->synthetic + " --quant " + o->quant : o->command));
+    out.add("offload_embeddings", Value::boolean(o->offload));
+    out.add("linear_gib_by_format", [&] {
+      Value v = Value::object();
+      v.add("bf16", Value::number(double(dm.bytes_by_format[0]) / gib));
+      v.add("nvfp4", Value::number(double(dm.bytes_by_format[1]) / gib));
+      v.add("fp8", Value::number(double(dm.bytes_by_format[2]) / gib));
+      return v;
+    }());
     out.add("model", Value::string(o->synthetic));
     out.add("quant", Value::string(o->quant));
     out.add("batch_invariant", Value::boolean(o->batch_invariant));

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/weights.h"
 
 namespace clefrt::cli {
 
@@ -74,7 +75,7 @@ Runner add_inspect(CLI::App& app) {
     for (auto t : tc.layer_types) gdn += t == model::LayerType::LinearAttention;
     std::cout << "folder        " << *dir << "\n"
               << "architecture  " << cfg.architecture << " (" << cfg.model_type << ")\n"
-              << "format        " << (cfg.quantization ? "quantized (compressed-tensors; the CPU engine dequantizes NVFP4 / FP8 at load, CUDA not yet)" : "unquantized") << "\n"
+              << "format        " << (cfg.quantization ? "quantized (compressed-tensors: the CPU engine dequantizes NVFP4 / FP8 at load; CUDA keeps them packed, see --quant)" : "unquantized") << "\n"
               << "text          hidden " << tc.hidden << ", " << tc.layers << " layers (" << gdn << " GDN, " << tc.layers - gdn
               << " attention), ffn " << tc.ffn << ", vocab " << tc.vocab << "\n"
               << "attention     " << tc.q_heads << " query / " << tc.kv_heads << " KV heads of " << tc.head_dim << ", rotary "
@@ -100,12 +101,47 @@ Runner add_inspect(CLI::App& app) {
     std::cout << "memory plan\n"
               << "  cpu (fp32 weights, what `decide --device cpu` holds): " << gib(cpu_params * 4) << " + activations\n";
 #ifdef CLEFRT_HAVE_CUDA
-    // The CUDA engine: backbone and embeddings in bf16, the joint head in fp32, the activation
-    // arena for a batch of --max-length tokens (64 requests), and cuBLASLt's workspace.
-    const double weights = (cpu_params - head_params) * 2 + head_params * 4;
-    const double arena = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, *max_tokens, 64));
-    std::cout << "  cuda (bf16): weights " << gib(weights) << " + activations for " << *max_tokens << " tokens " << gib(arena)
-              << " + workspace " << gib(double(64 << 20)) << " = " << gib(weights + arena + double(64 << 20)) << " (plus the CUDA context)\n";
+    // The CUDA engine: the backbone's Linears in the --quant format (the recipe's keep-list --
+    // GDN in_proj_a/b, conv, norms -- in bf16), embeddings in bf16 (or pinned host memory with
+    // --offload-embeddings), the joint head in fp32, the activation arena for a batch of
+    // --max-length tokens (64 requests), cuBLASLt's workspace, and NVFP4's two staging slots.
+    {
+      const model::TextWeights shapes = model::shape_only_text(cfg.text);
+      double lin = 0, lin_rows = 0, other = 0;
+      auto linear = [&](const model::Tensor& t) {
+        lin += double(t.numel());
+        lin_rows += double(t.numel_rows());
+      };
+      for (const auto& l : shapes.layers) {
+        for (const model::Tensor* t : {&l.gate_proj, &l.up_proj, &l.down_proj}) linear(*t);
+        if (l.type == model::LayerType::LinearAttention) {
+          for (const model::Tensor* t : {&l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.out_proj}) linear(*t);
+          other += double(l.gdn.in_proj_a.numel() + l.gdn.in_proj_b.numel());
+        } else {
+          for (const model::Tensor* t : {&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj}) linear(*t);
+        }
+      }
+      const double embed = double(shapes.embed.numel()) * 2 * (cfg.text.tie_word_embeddings ? 1 : 2);
+      const double head = head_params * 4, ws = double(cuda::Forward::gemm_workspace_bytes());
+      struct Mode {
+        const char* name;
+        QuantMode q;
+        double bytes_per_weight, bytes_per_row;
+      };
+      for (Mode m : {Mode{"bf16", QuantMode::BF16, 2, 0}, Mode{"fp8", QuantMode::FP8, 1, 4}, Mode{"nvfp4-w4a16", QuantMode::NVFP4_W4A16, 0.5625, 4},
+                     Mode{"nvfp4 (W4A4)", QuantMode::NVFP4, 0.5625, 4}}) {
+        const double weights = lin * m.bytes_per_weight + lin_rows * m.bytes_per_row + other * 2 + head;
+        const double arena = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, *max_tokens, 64, m.q));
+        // staging: two slots of up to 96 MiB (LinearRunner)
+        const double staging = (m.q == QuantMode::NVFP4 || m.q == QuantMode::NVFP4_W4A16) ? 2.0 * double(96 << 20) : 0.0;
+        const double total = weights + arena + ws + staging;
+        std::printf("  cuda --quant %-12s weights %s + embeddings %s + activations (%lld tokens) %s + workspaces %s = %s; "
+                    "with --offload-embeddings %s\n",
+                    m.name, gib(weights).c_str(), gib(embed).c_str(), (long long)*max_tokens, gib(arena).c_str(), gib(ws + staging).c_str(),
+                    gib(total + embed).c_str(), gib(total).c_str());
+      }
+      std::cout << "  (plus the CUDA context, ~0.5 GiB)\n";
+    }
 #else
     std::cout << "  cuda: this build has no CUDA backend\n";
 #endif

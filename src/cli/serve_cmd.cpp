@@ -33,7 +33,8 @@ Runner add_serve(CLI::App& app) {
     int port = 8080, threads = 0, http_threads = 0;
     size_t max_batch_tokens = 16384, max_queue = 256, max_length = 16384, max_batch_requests = 64;
     double timeout = 60;
-    bool parse_special = false, require_instructions = false, quiet = false, batch_invariant = true;
+    bool parse_special = false, require_instructions = false, quiet = false, batch_invariant = true, offload = false;
+    std::string quant = "auto";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("serve",
@@ -60,6 +61,11 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--timeout", o->timeout, "seconds a request may take, queue included, before a 503 (default 60)");
   c->add_option("--confidence", o->confidence, "reference | purity | jev")->check(CLI::IsMember({"reference", "purity", "jev"}));
   c->add_option("--model-name", o->model_name, "the id reported by /v1/models and in responses without a model (default clef)");
+  c->add_option("--quant", o->quant,
+                "cuda: auto (what the folder holds) | bf16 | fp8 (W8A8, e4m3, per-channel weights, per-token activations) |\n"
+                "nvfp4 (W4A4; needs a W4A4 folder) | nvfp4-w4a16; bf16/fp8/nvfp4 weights are converted on the GPU at load")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8", "nvfp4", "nvfp4-w4a16"}));
+  c->add_flag("--offload-embeddings", o->offload, "cuda: keep embed_tokens / lm_head in pinned host memory (lean GPU memory)");
   c->add_option("--threads", o->threads, "CPU engine threads (default: all cores)");
   c->add_option("--http-threads", o->http_threads, "HTTP worker threads (default max(128, 4 x cores))");
   c->add_flag("--parse-special", o->parse_special, "parse special-token text in user content, as the reference does");
@@ -86,6 +92,8 @@ Runner add_serve(CLI::App& app) {
     so.limits.require_instructions = o->require_instructions;
     so.answers.confidence = parse_confidence(o->confidence);
     EngineOptions eo;
+    eo.quant = parse_quant_mode(o->quant);
+    eo.offload_embeddings = o->offload;
     eo.threads = o->threads;
     eo.encode.max_length = o->max_length;
     eo.encode.user_text = o->parse_special ? AddedTokens::Parse : AddedTokens::Plain;

@@ -36,6 +36,32 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
+// Pinned host memory mapped into the GPU's address space: kernels read it over PCIe, row by
+// row, only what they touch (--offload-embeddings keeps embed_tokens / lm_head here).
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  explicit HostBuffer(size_t bytes, const char* what = "cudaHostAlloc");
+  ~HostBuffer();
+  HostBuffer(HostBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), d_(std::exchange(o.d_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  HostBuffer& operator=(HostBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(d_, o.d_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* host() const { return p_; }
+  void* device() const { return d_; }  // the address kernels use
+  size_t bytes() const { return n_; }
+
+ private:
+  void* p_ = nullptr;
+  void* d_ = nullptr;
+  size_t n_ = 0;
+};
+
 // A bump allocator over one buffer: carve() hands out 256-byte aligned pieces.
 class Arena {
  public:

@@ -40,6 +40,22 @@ DeviceBuffer::~DeviceBuffer() {
   if (p_) cudaFree(p_);
 }
 
+HostBuffer::HostBuffer(size_t bytes, const char* what) : n_(bytes) {
+  if (bytes == 0) return;
+  cudaError_t e = cudaHostAlloc(&p_, bytes, cudaHostAllocMapped);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    p_ = nullptr;
+    throw Error(Status::Internal, "device_error",
+                std::string(what) + ": cannot allocate " + std::to_string(bytes >> 20) + " MiB of pinned host memory: " + cudaGetErrorString(e));
+  }
+  check(cudaHostGetDevicePointer(&d_, p_, 0), what);
+}
+
+HostBuffer::~HostBuffer() {
+  if (p_) cudaFreeHost(p_);
+}
+
 void* Arena::carve_bytes(size_t bytes, const char* what) {
   const size_t at = (used_ + 255) & ~size_t(255);
   if (counting_) {

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "cuda/check.h"
+#include "cuda/kernels_quant.h"
 #include "io/safetensors_write.h"
 
 namespace clefrt::cuda {
@@ -13,35 +14,72 @@ namespace clefrt::cuda {
 namespace {
 
 
+// Where a Linear part's values come from.
+enum class Source { Plain, Random, Nvfp4, Fp8 };
+Source source_of(const model::Tensor& t) {
+  if (t.quant == model::Tensor::Quant::Nvfp4 && t.src) return Source::Nvfp4;
+  if (t.quant == model::Tensor::Quant::Fp8 && t.src) return Source::Fp8;
+  return (t.src || !t.v.empty()) ? Source::Plain : Source::Random;
+}
+
 class Builder {
  public:
-  Builder(DevModel& m, uint64_t seed) : m_(m), seed_(seed) {}
+  Builder(DevModel& m, const BuildOptions& o, bool folder_quantized) : m_(m), o_(o), folder_quantized_(folder_quantized) {}
 
-  // Rows of several tensors stacked into one [sum rows, cols] bf16 matrix.
-  DevLinear matrix(std::vector<const model::Tensor*> parts) {
-    int64_t rows = 0;
-    const int64_t cols = parts[0]->shape.back();
-    for (auto* t : parts) rows += t->numel_rows();
-    DeviceBuffer buf(size_t(rows * cols) * 2, "weights");
-    char* dst = buf.as<char>();
-    for (auto* t : parts) {
-      const int64_t n = t->numel_rows() * cols;
-      put_bf16(*t, reinterpret_cast<bf16*>(dst), n, 1.0f / std::sqrt(float(cols)), 0.0f);
-      dst += n * 2;
+  // Rows of several tensors stacked into one Linear. `keep_bf16[i]`: the recipe keeps part i in
+  // bf16 (the GDN's in_proj_b / in_proj_a). Consecutive parts of the same target format share
+  // one DevLinearPart (one GEMM).
+  DevLinear linear(std::vector<const model::Tensor*> parts, std::vector<bool> keep_bf16 = {}) {
+    keep_bf16.resize(parts.size(), false);
+    DevLinear l;
+    l.k = parts[0]->shape.back();
+    for (auto* t : parts) l.n += t->numel_rows();
+    size_t i = 0;
+    int64_t row0 = 0;
+    while (i < parts.size()) {
+      const WFormat f = target(*parts[i], !keep_bf16[i]);
+      const float igs = input_scale(*parts[i], f);
+      size_t j = i + 1;
+      while (j < parts.size() && target(*parts[j], !keep_bf16[j]) == f && input_scale(*parts[j], f) == igs) ++j;
+      std::vector<const model::Tensor*> group(parts.begin() + long(i), parts.begin() + long(j));
+      DevLinearPart p = make_part(group, f, igs);
+      p.row0 = row0;
+      row0 += p.n;
+      m_.bytes_by_format[size_t(f) % 3] += part_bytes(p);
+      if (f == WFormat::NVFP4) m_.has_nvfp4 = true;
+      if (f == WFormat::NVFP4 && igs > 0) m_.has_w4a4 = true;
+      if (f == WFormat::FP8) m_.has_fp8 = true;
+      if (f != WFormat::BF16) m_.max_k = std::max(m_.max_k, (l.k + 15) / 16 * 16);
+      l.parts.push_back(p);
+      i = j;
     }
-    DevLinear l{buf.as<bf16>(), rows, cols};
-    keep(std::move(buf));
     return l;
   }
   DevLinear32 matrix32(const model::Tensor& t) {
     const int64_t cols = t.shape.back(), rows = t.numel_rows();
     return {vec(t, 0.0f, 1.0f / std::sqrt(float(cols))), rows, cols};
   }
+  // An embedding table, in GPU memory or (offload) in mapped host memory.
   const bf16* table(const model::Tensor& t, float std) {
-    DeviceBuffer buf(size_t(t.numel()) * 2, "weights");
-    put_bf16(t, buf.as<bf16>(), t.numel(), std, 0.0f);
-    const bf16* p = buf.as<bf16>();
-    keep(std::move(buf));
+    const size_t bytes = size_t(t.numel()) * 2;
+    if (!o_.offload_embeddings) {
+      DeviceBuffer buf(bytes, "weights");
+      put_bf16(t, buf.as<bf16>(), t.numel(), std, 0.0f);
+      const bf16* p = buf.as<bf16>();
+      keep(std::move(buf));
+      return p;
+    }
+    HostBuffer hb(bytes, "offloaded embeddings");
+    if (t.src && t.src->dtype == io::DType::BF16) {
+      std::memcpy(hb.host(), t.src->data, bytes);
+    } else {
+      DeviceBuffer tmp(bytes, "offloaded embeddings (staging)");
+      put_bf16(t, tmp.as<bf16>(), t.numel(), std, 0.0f);
+      check(cudaMemcpy(hb.host(), tmp.get(), bytes, cudaMemcpyDeviceToHost), "offload embeddings");
+    }
+    const bf16* p = static_cast<const bf16*>(hb.device());
+    m_.host_weight_bytes += bytes;
+    m_.owned_host.push_back(std::move(hb));
     return p;
   }
   // fp32 vector; random ones are normal(mean, std)
@@ -68,6 +106,161 @@ class Builder {
   static std::vector<float> host_f32(const model::Tensor& t) { return t.v.empty() ? model::to_f32(*t.src) : t.v; }
 
  private:
+  // The format a part runs in under o_.quant (spec/quant.md: decide by what the file holds).
+  WFormat target(const model::Tensor& t, bool eligible) const {
+    const Source src = source_of(t);
+    const bool quantized_src = src == Source::Nvfp4 || src == Source::Fp8;
+    // Plain tensors of a quantized folder are its keep-list: they stay bf16.
+    const bool convert = quantized_src || (eligible && !folder_quantized_);
+    switch (o_.quant) {
+      case QuantMode::Auto:
+        // FP8 weight-only folders (no dynamic input activations) run W8A16: dequantized to bf16
+        if (src == Source::Fp8) return t.fp8_dynamic_activations ? WFormat::FP8 : WFormat::BF16;
+        return src == Source::Nvfp4 ? WFormat::NVFP4 : WFormat::BF16;
+      case QuantMode::BF16: return WFormat::BF16;
+      case QuantMode::FP8: return convert ? WFormat::FP8 : WFormat::BF16;
+      case QuantMode::NVFP4:
+      case QuantMode::NVFP4_W4A16:
+        // NVFP4 blocks are 16 inputs: like `clefrt quantize`, other widths stay bf16
+        if (src != Source::Nvfp4 && t.shape.back() % 16 != 0) return WFormat::BF16;
+        return convert ? WFormat::NVFP4 : WFormat::BF16;
+    }
+    return WFormat::BF16;
+  }
+  // W4A4's static activation scale (0: W4A16).
+  float input_scale(const model::Tensor& t, WFormat f) const {
+    if (f != WFormat::NVFP4 || o_.quant == QuantMode::NVFP4_W4A16) return 0.0f;
+    const Source src = source_of(t);
+    if (src == Source::Random) return o_.quant == QuantMode::NVFP4 ? o_.synthetic_input_global_scale : 0.0f;
+    if (o_.quant == QuantMode::Auto) return src == Source::Nvfp4 ? t.input_global_scale : 0.0f;
+    // --quant nvfp4: W4A4 needs a calibrated input scale from the folder.
+    if (src == Source::Nvfp4 && t.input_global_scale > 0) return t.input_global_scale;
+    if (src == Source::Nvfp4)
+      throw load_error(t.name, "--quant nvfp4 (W4A4) needs input_global_scale, which this NVFP4 folder does not hold "
+                               "(it is W4A16): use --quant nvfp4-w4a16");
+    throw load_error(t.name, "--quant nvfp4 (W4A4) needs calibrated activation scales, which a " +
+                                 std::string(src == Source::Fp8 ? "FP8" : "bf16") +
+                                 " folder does not hold: make them with `clefrt quantize --scheme nvfp4 --calib FILE.jsonl`, "
+                                 "or use --quant nvfp4-w4a16");
+  }
+  static size_t part_bytes(const DevLinearPart& p) {
+    switch (p.fmt) {
+      case WFormat::BF16: return size_t(p.n * p.k) * 2;
+      case WFormat::NVFP4: return size_t(p.n * p.k / 2 + p.n * p.k / 16 + p.n * 4);
+      case WFormat::FP8: return size_t(p.n * p.kp + p.n * 4);
+    }
+    return 0;
+  }
+
+  DevLinearPart make_part(const std::vector<const model::Tensor*>& g, WFormat f, float igs) {
+    DevLinearPart p;
+    p.fmt = f;
+    p.k = g[0]->shape.back();
+    for (auto* t : g) p.n += t->numel_rows();
+    p.input_global_scale = igs;
+    const int64_t n = p.n, k = p.k;
+    bool all_nvfp4 = true, all_fp8 = true;
+    for (auto* t : g) {
+      all_nvfp4 &= source_of(*t) == Source::Nvfp4;
+      all_fp8 &= source_of(*t) == Source::Fp8;
+    }
+    if (f == WFormat::BF16) {
+      DeviceBuffer buf(size_t(n * k) * 2, "weights");
+      fill_bf16_rows(g, buf.as<bf16>());
+      p.w = buf.as<bf16>();
+      keep(std::move(buf));
+    } else if (f == WFormat::NVFP4) {
+      DeviceBuffer packed(size_t(n * k / 2), "weights"), scales(size_t(n * k / 16), "weights"), gs(size_t(n) * 4, "weights");
+      std::vector<float> row_gs;
+      if (all_nvfp4) {  // as the file holds them, byte for byte
+        char *dp = packed.as<char>(), *ds = scales.as<char>();
+        for (auto* t : g) {
+          check(cudaMemcpy(dp, t->src->data, t->src->nbytes, cudaMemcpyHostToDevice), "upload weights");
+          check(cudaMemcpy(ds, t->scale_src->data, t->scale_src->nbytes, cudaMemcpyHostToDevice), "upload weights");
+          dp += t->src->nbytes;
+          ds += t->scale_src->nbytes;
+          row_gs.insert(row_gs.end(), size_t(t->numel_rows()), t->weight_global_scale);
+        }
+      } else {  // quantized here from bf16, one global scale shared by the fused parts
+        DeviceBuffer tmp(size_t(n * k) * 2, "weights (quantization staging)");
+        fill_bf16_rows(g, tmp.as<bf16>());
+        DeviceBuffer amax(4, "weights");
+        check(cudaMemset(amax.get(), 0, 4), "quantize weights");
+        amax_bf16(tmp.as<bf16>(), n * k, amax.as<float>(), nullptr);
+        float a = 0;
+        check(cudaMemcpy(&a, amax.get(), 4, cudaMemcpyDeviceToHost), "quantize weights");
+        const float gsv = (a > 0 && std::isfinite(a)) ? 448.0f * 6.0f / a : 1.0f;
+        nvfp4_quantize(tmp.as<bf16>(), n, k, gsv, packed.as<uint8_t>(), scales.as<uint8_t>(), nullptr);
+        row_gs.assign(size_t(n), gsv);
+      }
+      check(cudaMemcpy(gs.get(), row_gs.data(), row_gs.size() * 4, cudaMemcpyHostToDevice), "upload weights");
+      p.packed = packed.as<uint8_t>();
+      p.scales = scales.as<uint8_t>();
+      p.row_gs = gs.as<float>();
+      keep(std::move(packed));
+      keep(std::move(scales));
+      keep(std::move(gs));
+    } else {  // FP8
+      p.kp = (k + 15) / 16 * 16;
+      const int64_t kp = p.kp;
+      DeviceBuffer q(size_t(n * kp), "weights"), rs(size_t(n) * 4, "weights");
+      if (all_fp8) {
+        check(cudaMemset(q.get(), 0, size_t(n * kp)), "upload weights");
+        char* dq = q.as<char>();
+        std::vector<float> scale;
+        for (auto* t : g) {
+          const int64_t rows = t->numel_rows();
+          check(cudaMemcpy2D(dq, size_t(kp), t->src->data, size_t(k), size_t(k), size_t(rows), cudaMemcpyHostToDevice), "upload weights");
+          dq += rows * kp;
+          append_fp8_scales(*t, scale);
+        }
+        check(cudaMemcpy(rs.get(), scale.data(), scale.size() * 4, cudaMemcpyHostToDevice), "upload weights");
+      } else {
+        DeviceBuffer tmp(size_t(n * k) * 2, "weights (quantization staging)");
+        fill_bf16_rows(g, tmp.as<bf16>());
+        fp8_quantize_rows(tmp.as<bf16>(), n, k, k, q.as<uint8_t>(), kp, rs.as<float>(), nullptr);
+      }
+      p.w8 = q.as<uint8_t>();
+      p.row_scale = rs.as<float>();
+      keep(std::move(q));
+      keep(std::move(rs));
+    }
+    check(cudaDeviceSynchronize(), "upload weights");
+    return p;
+  }
+  static void append_fp8_scales(const model::Tensor& t, std::vector<float>& out) {
+    std::vector<float> s(size_t(t.scale_src->numel()));
+    std::memcpy(s.data(), t.scale_src->data, s.size() * 4);
+    const size_t rows = size_t(t.numel_rows());
+    for (size_t r = 0; r < rows; ++r) out.push_back(s.size() == 1 ? s[0] : s[r]);
+  }
+  // The bf16 values of a group's rows, whatever each part holds (dequantized on the GPU).
+  void fill_bf16_rows(const std::vector<const model::Tensor*>& g, bf16* dst) {
+    const int64_t cols = g[0]->shape.back();
+    for (auto* t : g) {
+      const int64_t rows = t->numel_rows(), n = rows * cols;
+      const Source src = source_of(*t);
+      if (src == Source::Nvfp4) {
+        DeviceBuffer packed(t->src->nbytes, "weights (staging)"), scales(t->scale_src->nbytes, "weights (staging)");
+        check(cudaMemcpy(packed.get(), t->src->data, t->src->nbytes, cudaMemcpyHostToDevice), "upload weights");
+        check(cudaMemcpy(scales.get(), t->scale_src->data, t->scale_src->nbytes, cudaMemcpyHostToDevice), "upload weights");
+        DeviceBuffer gs = upload(std::vector<float>(size_t(rows), t->weight_global_scale), "weights (staging)");
+        nvfp4_dequantize(packed.as<uint8_t>(), scales.as<uint8_t>(), gs.as<float>(), rows, cols, dst, nullptr);
+        check(cudaDeviceSynchronize(), "dequantize weights");
+      } else if (src == Source::Fp8) {
+        DeviceBuffer q(t->src->nbytes, "weights (staging)");
+        check(cudaMemcpy(q.get(), t->src->data, t->src->nbytes, cudaMemcpyHostToDevice), "upload weights");
+        std::vector<float> scale;
+        append_fp8_scales(*t, scale);
+        DeviceBuffer rs = upload(scale, "weights (staging)");
+        fp8_dequantize_rows(q.as<uint8_t>(), cols, rs.as<float>(), rows, cols, dst, nullptr);
+        check(cudaDeviceSynchronize(), "dequantize weights");
+      } else {
+        put_bf16(*t, dst, n, 1.0f / std::sqrt(float(cols)), 0.0f);
+      }
+      dst += n;
+    }
+  }
   void put_bf16(const model::Tensor& t, bf16* dst, int64_t n, float std, float mean) {
     if (t.src && t.src->dtype == io::DType::BF16) {
       check(cudaMemcpy(dst, t.src->data, size_t(n) * 2, cudaMemcpyHostToDevice), "upload weights");
@@ -84,10 +277,12 @@ class Builder {
     m_.weight_bytes += b.bytes();
     m_.owned.push_back(std::move(b));
   }
-  uint64_t next_seed() { return seed_ * 1000003ull + counter_++; }
+  uint64_t next_seed() { return o_.seed * 1000003ull + counter_++; }
 
   DevModel& m_;
-  uint64_t seed_, counter_ = 0;
+  const BuildOptions& o_;
+  bool folder_quantized_;
+  uint64_t counter_ = 0;
 };
 
 DevLN ln(Builder& b, const model::LayerNormW& n) { return {b.vec(n.w, 1.0f, 0.1f), b.vec(n.b, 0.0f, 0.1f)}; }
@@ -98,12 +293,20 @@ DevMha mha(Builder& b, const model::Mha& m) {
 
 }  // namespace
 
+const char* wformat_name(WFormat f) { return f == WFormat::NVFP4 ? "nvfp4" : f == WFormat::FP8 ? "fp8" : "bf16"; }
+
 DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeights& hw, const model::TextConfig& c,
-                            const model::HeadConfig& hc, uint64_t seed, bool progress) {
+                            const model::HeadConfig& hc, const BuildOptions& o) {
+  const bool progress = o.progress;
   DevModel m;
   m.c = c;
   m.hc = hc;
-  Builder b(m, seed);
+  bool folder_quantized = false;
+  for (const auto& lw : tw.layers)
+    for (const model::Tensor* t : {&lw.gate_proj, &lw.up_proj, &lw.down_proj, &lw.gdn.in_proj_qkv, &lw.gdn.out_proj, &lw.attn.q_proj,
+                                   &lw.attn.o_proj})
+      folder_quantized |= source_of(*t) == Source::Nvfp4 || source_of(*t) == Source::Fp8;
+  Builder b(m, o, folder_quantized);
   m.embed = b.table(tw.embed, 1.0f);
   m.lm_head = (tw.embed.src && tw.lm_head.src == tw.embed.src) ? m.embed : b.table(tw.lm_head, 1.0f);
   m.final_norm = b.vec(tw.final_norm, 0.0f, 0.1f);
@@ -120,12 +323,13 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
     d.type = lw.type;
     d.input_norm = b.vec(lw.input_norm, 0.0f, 0.1f);
     d.post_norm = b.vec(lw.post_norm, 0.0f, 0.1f);
-    d.gate_up = b.matrix({&lw.gate_proj, &lw.up_proj});
-    d.down = b.matrix({&lw.down_proj});
+    d.gate_up = b.linear({&lw.gate_proj, &lw.up_proj});
+    d.down = b.linear({&lw.down_proj});
     if (lw.type == model::LayerType::LinearAttention) {
       const auto& g = lw.gdn;
-      d.gdn_in = b.matrix({&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a});
-      d.gdn_out = b.matrix({&g.out_proj});
+      // in_proj_b / in_proj_a: kept in bf16 by the recipe (unless the folder holds them quantized)
+      d.gdn_in = b.linear({&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a}, {false, false, true, true});
+      d.gdn_out = b.linear({&g.out_proj});
       d.conv_w = b.vec(g.conv1d, 0.0f, 0.5f);
       d.dt_bias = b.vec(g.dt_bias, 0.0f, 1.0f);
       std::vector<float> negA(size_t(c.v_heads));
@@ -139,8 +343,8 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
       d.gdn_norm = b.vec(g.norm, 1.0f, 0.1f);
     } else {
       const auto& a = lw.attn;
-      d.qkv = b.matrix({&a.q_proj, &a.k_proj, &a.v_proj});
-      d.o = b.matrix({&a.o_proj});
+      d.qkv = b.linear({&a.q_proj, &a.k_proj, &a.v_proj});
+      d.o = b.linear({&a.o_proj});
       d.q_norm = b.vec(a.q_norm, 0.0f, 0.1f);
       d.k_norm = b.vec(a.k_norm, 0.0f, 0.1f);
     }

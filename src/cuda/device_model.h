@@ -10,11 +10,30 @@
 #include "cuda/kernels.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "quant/mode.h"
 
 namespace clefrt::cuda {
 
+// How a block of a Linear's output rows is stored (spec/quant.md).
+enum class WFormat : uint8_t { BF16, NVFP4, FP8 };
+const char* wformat_name(WFormat f);
+
+// Rows [row0, row0 + n) of a (possibly fused) Linear, all in one format.
+struct DevLinearPart {
+  WFormat fmt = WFormat::BF16;
+  int64_t row0 = 0, n = 0, k = 0;
+  const bf16* w = nullptr;             // BF16: [n, k] row-major
+  const uint8_t* packed = nullptr;     // NVFP4: [n, k/2], even column in the low nibble
+  const uint8_t* scales = nullptr;     // NVFP4: e4m3 [n, k/16]
+  const float* row_gs = nullptr;       // NVFP4: each row's global scale [n]
+  float input_global_scale = 0;        // NVFP4: > 0 = W4A4 (activations quantized first), 0 = W4A16
+  const uint8_t* w8 = nullptr;         // FP8: e4m3 [n, kp], zero in columns [k, kp)
+  int64_t kp = 0;                      // FP8: k rounded up to 16 (cuBLASLt's FP8 alignment)
+  const float* row_scale = nullptr;    // FP8: per output row [n]
+};
+// y[m, n] = x[m, k] W^T for W = the parts stacked by rows (q|k|v, gate|up, ...).
 struct DevLinear {
-  const bf16* w = nullptr;  // [n, k] row-major
+  std::vector<DevLinearPart> parts;
   int64_t n = 0, k = 0;
 };
 // The joint head's matrices stay fp32: it is under 1% of the work and its logits feed a
@@ -31,7 +50,8 @@ struct DevLayer {
   model::LayerType type;
   const float *input_norm, *post_norm;
   DevLinear gate_up, down;  // gate rows then up rows
-  // GDN: in = [in_proj_qkv | in_proj_z | in_proj_b | in_proj_a] rows
+  // GDN: in = [in_proj_qkv | in_proj_z | in_proj_b | in_proj_a] rows (b and a are kept in bf16
+  // by the quantization recipe, so in a quantized model they are a part of their own)
   DevLinear gdn_in, gdn_out;
   const float *conv_w = nullptr, *neg_A = nullptr, *dt_bias = nullptr, *gdn_norm = nullptr;
   // attention: qkv = [q_proj (q|gate per head) | k_proj | v_proj] rows
@@ -71,19 +91,39 @@ struct DevHead {
 struct DevModel {
   model::TextConfig c;
   model::HeadConfig hc;
+  // In GPU memory, or (offload_embeddings) in mapped host memory read by the kernels over PCIe.
   const bf16 *embed = nullptr, *lm_head = nullptr;
   const float* final_norm = nullptr;
   const float* inv_freq = nullptr;  // RoPE, R/2 values computed as the CPU twin does
   std::vector<DevLayer> layers;
   DevHead head;
-  size_t weight_bytes = 0;
+  size_t weight_bytes = 0;       // GPU memory of the weights
+  size_t host_weight_bytes = 0;  // pinned host memory (offloaded embeddings)
+  size_t bytes_by_format[3] = {0, 0, 0};  // backbone Linears, by WFormat
+  bool has_nvfp4 = false, has_w4a4 = false, has_fp8 = false;
+  int64_t max_k = 0;  // widest Linear input (activation scratch of the quantized paths)
   std::vector<DeviceBuffer> owned;
+  std::vector<HostBuffer> owned_host;
+};
+
+struct BuildOptions {
+  uint64_t seed = 1;
+  bool progress = false;
+  // What the backbone's Linears become (Auto: what each tensor holds). bf16 <-> fp8 <-> nvfp4
+  // conversions run on the GPU at load; --quant nvfp4 (W4A4) needs calibrated input scales,
+  // which only a W4A4 folder has (or the synthetic model, which makes one up).
+  QuantMode quant = QuantMode::Auto;
+  bool offload_embeddings = false;
+  // Synthetic W4A4: the static activation global scale random weights get (448 * 6 / 8: inputs
+  // of magnitude up to ~8, which (1+w) RMSNorm outputs are).
+  float synthetic_input_global_scale = 336.0f;
 };
 
 // From weights loaded with LoadMode::Lazy (or Full): BF16 uploaded as is, F16/F32 rounded to
-// bf16 (matrices) or kept fp32 (vectors). Tensors with no data (LoadMode::ShapeOnly) are filled
-// with deterministic random values on the GPU (seed), scaled like `clefrt synth`'s.
+// bf16 (matrices) or kept fp32 (vectors), NVFP4 / FP8 kept or converted as `o.quant` says.
+// Tensors with no data (LoadMode::ShapeOnly) are filled with deterministic random values on the
+// GPU (seed), scaled like `clefrt synth`'s. Throws load_error for what cannot be run.
 DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeights& hw, const model::TextConfig& c,
-                            const model::HeadConfig& hc, uint64_t seed = 1, bool progress = false);
+                            const model::HeadConfig& hc, const BuildOptions& o = {});
 
 }  // namespace clefrt::cuda

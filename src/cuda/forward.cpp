@@ -33,6 +33,7 @@ struct Forward::Batch {
   bf16 *h, *big, *act, *q, *k;
   float* big32;  // the same memory as big, read as fp32 (the GDN in_proj output)
   GdnScratch gs{};
+  QuantScratch qs{};
   // head
   float *Hn, *M, *mem, *KV, *qm, *cm, *lm, *glast, *qo, *R, *B, *summary, *F, *Fn, *On, *tmpq, *att, *nrm, *ff, *feat, *gp, *logits;
 
@@ -64,6 +65,12 @@ struct Forward::Batch {
     q = a.carve<bf16>(L * c.q_heads * c.head_dim, "attn q");
     k = a.carve<bf16>(L * c.kv_heads * c.head_dim, "attn k");
     hidden = a.carve<float>(L * H, "hidden");
+    if (m.has_w4a4) qs.xq16 = a.carve<bf16>(L * m.max_k, "W4A4 activations");
+    if (m.has_fp8) {
+      qs.xq8 = a.carve<uint8_t>(L * m.max_k, "FP8 activations");
+      qs.xs = a.carve<float>(L, "FP8 activation scales");
+      qs.acc = a.carve<float>(L * H, "FP8 residual GEMM out");
+    }
     Hn = a.carve<float>(L * d, "head Hn");
     M = a.carve<float>(L * W, "head memory");
     mem = a.carve<float>(L * W, "head memory norm");
@@ -102,8 +109,19 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   if (m.head.scorer0.n > 4 * m.hc.width)
     throw load_error("joint_head.safetensors", "residual_scorer hidden size above 4 x width is not supported by the CUDA head");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  gemm_ = std::make_unique<Gemm>(stream_, o.batch_invariant);
-  arena_.reserve(arena_bytes(m.c, m.hc, o.max_tokens, o.max_seqs));
+  gemm_ = std::make_unique<Gemm>(stream_, o.batch_invariant, gemm_workspace_bytes());
+  lin_ = std::make_unique<LinearRunner>(m, *gemm_, stream_);
+  {
+    Batch b;
+    b.L = o.max_tokens;
+    b.nseq = o.max_seqs;
+    b.O = b.Q = o.max_tokens;
+    b.nchunks = o.max_tokens / kChunk + o.max_seqs;
+    b.ntiles = o.max_tokens / kTile + o.max_seqs;
+    Arena a = Arena::counter();
+    b.carve(a, m);
+    arena_.reserve(a.used() + (size_t(1) << 20));
+  }
 }
 
 Forward::~Forward() {
@@ -112,7 +130,7 @@ Forward::~Forward() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-size_t Forward::arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, int64_t max_tokens, int64_t max_seqs) {
+size_t Forward::arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, int64_t max_tokens, int64_t max_seqs, QuantMode q) {
   Batch b;
   b.L = max_tokens;
   b.nseq = max_seqs;
@@ -123,6 +141,9 @@ size_t Forward::arena_bytes(const model::TextConfig& c, const model::HeadConfig&
   DevModel shapes;
   shapes.c = c;
   shapes.hc = hc;
+  shapes.has_w4a4 = q == QuantMode::NVFP4;
+  shapes.has_fp8 = q == QuantMode::FP8;
+  shapes.max_k = std::max({c.hidden, c.ffn, c.v_heads * c.v_head_dim, c.q_heads * c.head_dim});
   b.carve(a, shapes);
   return a.used() + (size_t(1) << 20);
 }
@@ -334,6 +355,8 @@ void Forward::backbone(Batch& b) {
 
   mark("embed");
   embed_gather(b.d(b.off_ids), L, m_.embed, H, b.x, s);
+  lin_->begin(b.qs);
+  LinearRunner& lin = *lin_;
   int64_t done = 0;
   for (const DevLayer& l : m_.layers) {
     if (o_.debug_layers >= 0 && done++ >= o_.debug_layers) break;
@@ -342,7 +365,7 @@ void Forward::backbone(Batch& b) {
     if (l.type == LayerType::LinearAttention) {
       const int64_t n = l.gdn_in.n;
       mark("gemm gdn in_proj");
-      gemm_->run(b.h, L, H, H, l.gdn_in.w, n, b.big32, OutType::F32, n, false, "gdn in_proj");
+      lin.run(b.h, L, H, l.gdn_in, b.big32, OutType::F32, n, false, "gdn in_proj");
       mark("gdn conv+prep");
       conv_silu(b.big32, n, b.d(b.off_seq_start), L, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s);
       const float* bcol = b.big32 + conv_dim + value_dim;
@@ -354,26 +377,26 @@ void Forward::backbone(Batch& b) {
       mark("gdn gated_norm");
       gated_norm(b.gdn_o, L, c.v_heads, c.v_head_dim, l.gdn_norm, eps, b.big32 + conv_dim, n, b.act, s);
       mark("gemm gdn out_proj");
-      gemm_->run(b.act, L, value_dim, value_dim, l.gdn_out.w, H, b.x, OutType::F32, H, true, "gdn out_proj");
+      lin.run(b.act, L, value_dim, l.gdn_out, b.x, OutType::F32, H, true, "gdn out_proj");
     } else {
       const int64_t n = l.qkv.n;
       mark("gemm attn qkv");
-      gemm_->run(b.h, L, H, H, l.qkv.w, n, b.big, OutType::BF16, n, false, "attention qkv_proj");
+      lin.run(b.h, L, H, l.qkv, b.big, OutType::BF16, n, false, "attention qkv_proj");
       mark("attn prep");
       attn_prep(b.big, n, L, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), l.q_norm, l.k_norm, eps, b.q, b.k, s);
       mark("flash attention");
       flash_attention(b.q, b.k, b.big + Hq * 2 * D + Hkv * D, n, b.big + D, n, 2 * D, Hq, Hkv, D, tiles, b.act, s);
       mark("gemm attn o_proj");
-      gemm_->run(b.act, L, Hq * D, Hq * D, l.o.w, H, b.x, OutType::F32, H, true, "attention o_proj");
+      lin.run(b.act, L, Hq * D, l.o, b.x, OutType::F32, H, true, "attention o_proj");
     }
     mark("rms_norm");
     rms_norm_1p(b.x, L, H, l.post_norm, eps, b.h, nullptr, s);
     mark("gemm mlp gate_up");
-    gemm_->run(b.h, L, H, H, l.gate_up.w, 2 * c.ffn, b.big, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
+    lin.run(b.h, L, H, l.gate_up, b.big, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
     mark("swiglu");
     swiglu(b.big, L, c.ffn, b.act, s);
     mark("gemm mlp down");
-    gemm_->run(b.act, L, c.ffn, c.ffn, l.down.w, H, b.x, OutType::F32, H, true, "mlp down_proj");
+    lin.run(b.act, L, c.ffn, l.down, b.x, OutType::F32, H, true, "mlp down_proj");
   }
   mark("rms_norm");
   rms_norm_1p(b.x, L, H, m_.final_norm, eps, nullptr, b.hidden, s);

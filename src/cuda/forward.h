@@ -12,6 +12,7 @@
 #include "cuda/buffer.h"
 #include "cuda/device_model.h"
 #include "cuda/gemm.h"
+#include "cuda/qlinear.h"
 #include "schema/encode.h"
 
 namespace clefrt::cuda {
@@ -43,9 +44,14 @@ class Forward {
   const std::vector<std::pair<std::string, double>>& profile() const { return prof_totals_; }
   void clear_profile() { prof_totals_.clear(); }
 
-  // Bytes of the activation arena for a plan (weights not included).
-  static size_t arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, int64_t max_tokens, int64_t max_seqs);
+  // Bytes of the activation arena for a plan (weights not included); `q`: the scratch of the
+  // quantized paths (NVFP4 W4A4 / FP8 activations) is planned as if every Linear ran so.
+  static size_t arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, int64_t max_tokens, int64_t max_seqs,
+                            QuantMode q = QuantMode::BF16);
   size_t arena_bytes() const { return arena_.capacity(); }
+  // GPU memory this engine holds besides the weights: arena, cuBLASLt workspace, NVFP4 staging.
+  size_t working_bytes() const { return arena_.capacity() + gemm_workspace_bytes() + lin_->staging_bytes(); }
+  static size_t gemm_workspace_bytes() { return size_t(64) << 20; }
   const ForwardOptions& options() const { return o_; }
   cudaStream_t stream() const { return stream_; }
 
@@ -67,6 +73,7 @@ class Forward {
   ForwardOptions o_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
+  std::unique_ptr<LinearRunner> lin_;
   Arena arena_;
 };
 

@@ -13,8 +13,9 @@ struct Layouts {
 
 // Column-major view: D^T[n, m] = W[n, k] * X^T[k, m]; W row-major [n, k] is column-major
 // [k, n] (op T), X row-major [m, k] is column-major [k, m] (op N).
-Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool f32in, const char* op) {
-  const cudaDataType in = f32in ? CUDA_R_32F : CUDA_R_16BF;
+// FP8 needs this "TN" form too: A (the weights) transposed, B not.
+Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, int in_kind, const char* op) {
+  const cudaDataType in = in_kind == 1 ? CUDA_R_32F : in_kind == 2 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   Layouts l;
   check(cublasLtMatmulDescCreate(&l.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), op);
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -48,9 +49,10 @@ Gemm::~Gemm() {
   if (lt_) cublasLtDestroy(lt_);
 }
 
-cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, bool f32in,
+cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in,
                                   const char* op) {
-  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, f32in, op);
+  (void)acc;
+  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), op);
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), op);
   size_t ws = workspace_.bytes();
@@ -79,21 +81,21 @@ cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, 
   return a;
 }
 
-Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, bool f32in, const char* op) {
-  Key key{m, n, k, ldx, ldy, int(yt), acc, f32in};
+Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op) {
+  Key key{m, n, k, ldx, ldy, int(yt), acc, int(in)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan p;
   if (batch_invariant_) {
     // One algorithm per (n, k, ...) chosen at a reference m large enough for the biggest tiles.
-    auto ik = std::make_tuple(n, k, ldx, ldy, int(yt), acc, f32in);
+    auto ik = std::make_tuple(n, k, ldx, ldy, int(yt), acc, int(in));
     auto a = invariant_algos_.find(ik);
-    if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, f32in, op)).first;
+    if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, in, op)).first;
     p.algo = a->second;
   } else {
-    p.algo = choose(m, n, k, ldx, ldy, yt, acc, f32in, op);
+    p.algo = choose(m, n, k, ldx, ldy, yt, acc, in, op);
   }
-  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, f32in, op);
+  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), op);
   p.desc = l.desc;
   p.a = l.a;
   p.b = l.b;
@@ -105,13 +107,18 @@ void Gemm::run(const __nv_bfloat16* x, int64_t m, int64_t k, int64_t ldx, const 
                int64_t ldy, bool accumulate, const char* op) {
   if (m == 0) return;
   if (accumulate && yt != OutType::F32) throw Error(Status::Internal, "internal_error", std::string(op) + ": accumulate needs an F32 output");
-  launch(plan(m, n, k, ldx, ldy, yt, accumulate, false, op), x, w, y, accumulate, op);
+  launch(plan(m, n, k, ldx, ldy, yt, accumulate, In::BF16, op), x, w, y, accumulate, op);
+}
+
+void Gemm::run_fp8(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, OutType yt, int64_t ldy, const char* op) {
+  if (m == 0) return;
+  launch(plan(m, n, k, k, ldy, yt, false, In::FP8, op), x, w, y, false, op);
 }
 
 void Gemm::run_f32(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                    const char* op) {
   if (m == 0) return;
-  launch(plan(m, n, k, ldx, ldy, OutType::F32, accumulate, true, op), x, w, y, accumulate, op);
+  launch(plan(m, n, k, ldx, ldy, OutType::F32, accumulate, In::F32, op), x, w, y, accumulate, op);
 }
 
 void Gemm::launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op) {

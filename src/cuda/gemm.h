@@ -33,6 +33,11 @@ class Gemm {
   void run_f32(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                const char* op);
 
+  // FP8 e4m3 x [m, k] and w [n, k], fp32 accumulation, no scales: the caller applies the
+  // per-token and per-channel ones (kernels_quant.h), since cuBLASLt on sm_90 takes only scalar
+  // scales for FP8 (its outer-vector mode answers CUBLAS_STATUS_INVALID_VALUE there; measured).
+  void run_fp8(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, OutType yt, int64_t ldy, const char* op);
+
   bool batch_invariant() const { return batch_invariant_; }
 
  private:
@@ -41,11 +46,11 @@ class Gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  // m, n, k, ldx, ldy, yt, acc, fp32 inputs
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool>;
-  Plan& plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, bool f32in, const char* op);
-  cublasLtMatmulAlgo_t choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, bool f32in,
-                              const char* op);
+  enum class In { BF16, F32, FP8 };
+  // m, n, k, ldx, ldy, yt, acc, input type
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int>;
+  Plan& plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op);
+  cublasLtMatmulAlgo_t choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op);
   void launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op);
 
   cudaStream_t stream_;
@@ -53,7 +58,7 @@ class Gemm {
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer workspace_;
   std::map<Key, Plan> plans_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, bool>, cublasLtMatmulAlgo_t> invariant_algos_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int>, cublasLtMatmulAlgo_t> invariant_algos_;
 };
 
 }  // namespace clefrt::cuda

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "common/error.h"
@@ -49,9 +50,28 @@ bool cuda_available(std::string* reason) {
 
 size_t Engine::gpu_bytes() const {
 #ifdef CLEFRT_HAVE_CUDA
-  if (gpu_) return gpu_->model.weight_bytes + gpu_->forward->arena_bytes() + (size_t(64) << 20);
+  if (gpu_) return gpu_->model.weight_bytes + gpu_->forward->working_bytes();
 #endif
   return 0;
+}
+
+std::string Engine::gpu_summary() const {
+#ifdef CLEFRT_HAVE_CUDA
+  if (gpu_) {
+    const cuda::DevModel& m = gpu_->model;
+    auto gib = [](size_t b) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(size_t(1) << 30));
+      return std::string(buf);
+    };
+    std::string s = std::string("quant ") + quant_mode_name(opts_.quant) + ": Linears bf16 " + gib(m.bytes_by_format[0]) + ", nvfp4 " +
+                    gib(m.bytes_by_format[1]) + (m.has_w4a4 ? " (W4A4)" : "") + ", fp8 " + gib(m.bytes_by_format[2]) + "; weights " +
+                    gib(m.weight_bytes) + " on the GPU" + (m.host_weight_bytes ? ", " + gib(m.host_weight_bytes) + " in pinned host memory" : "") +
+                    "; activations + workspaces " + gib(gpu_->forward->working_bytes());
+    return s;
+  }
+#endif
+  return "";
 }
 
 std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts) {
@@ -74,8 +94,6 @@ std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts)
     const std::string f = format && format->is_string() ? format->s : "";
     if (f != "nvfp4-pack-quantized" && f != "float-quantized" && f != "mixed-precision")
       throw load_error(where, "quantization_config.format \"" + f + "\" is not supported (nvfp4-pack-quantized, float-quantized, mixed-precision)");
-    if (opts.device == Device::Cuda)
-      throw load_error(where, "quantized checkpoints run on the CPU engine only for now (issue 6); use --device cpu");
     if (const json::Value* groups = q.find("config_groups"); groups && groups->is_object())
       for (const auto& [name, g] : groups->obj) {
         const json::Value* w = g.find("weights");
@@ -101,16 +119,23 @@ std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts)
   if (!fs::exists(hp)) throw load_error(hp.string(), "missing: a Clef folder holds the joint head here");
   head.add_file(hp.string());
   if (opts.device == Device::Cpu) {
+    if (opts.quant != QuantMode::Auto)
+      throw Error(Status::BadRequest, "usage", std::string("--quant ") + quant_mode_name(opts.quant) +
+                                                   " is a CUDA option; the CPU engine runs what the folder holds (leave --quant out)");
+    if (opts.offload_embeddings) throw Error(Status::BadRequest, "usage", "--offload-embeddings is a CUDA option");
     e->text_ = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Full, qa);
     e->head_ = model::load_head_weights(head, e->cfg_.head);
     return e;
   }
 #ifdef CLEFRT_HAVE_CUDA
   // Checked lazily (no fp32 copy), uploaded as bf16; the mapped files close after the upload.
-  const auto tw = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Lazy);
+  const auto tw = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Lazy, qa);
   const auto hw = model::load_head_weights(head, e->cfg_.head, model::LoadMode::Lazy);
   e->gpu_ = std::make_unique<GpuBackend>();
-  e->gpu_->model = cuda::build_device_model(tw, hw, e->cfg_.text, e->cfg_.head);
+  cuda::BuildOptions bo;
+  bo.quant = opts.quant;
+  bo.offload_embeddings = opts.offload_embeddings;
+  e->gpu_->model = cuda::build_device_model(tw, hw, e->cfg_.text, e->cfg_.head, bo);
   cuda::ForwardOptions fo;
   fo.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);
   fo.max_seqs = opts.max_batch_requests;
@@ -133,7 +158,11 @@ std::unique_ptr<Engine> Engine::synthetic(const std::string& preset, const std::
   const auto tw = model::shape_only_text(e->cfg_.text);
   const auto hw = model::shape_only_head(e->cfg_.head);
   e->gpu_ = std::make_unique<GpuBackend>();
-  e->gpu_->model = cuda::build_device_model(tw, hw, e->cfg_.text, e->cfg_.head, 1, true);
+  cuda::BuildOptions bo;
+  bo.progress = true;
+  bo.quant = opts.quant;
+  bo.offload_embeddings = opts.offload_embeddings;
+  e->gpu_->model = cuda::build_device_model(tw, hw, e->cfg_.text, e->cfg_.head, bo);
   cuda::ForwardOptions fo;
   fo.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);
   fo.max_seqs = opts.max_batch_requests;

@@ -8,6 +8,7 @@
 #include "model/config.h"
 #include "model/forward.h"
 #include "model/weights.h"
+#include "quant/mode.h"
 #include "schema/encode.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,6 +27,11 @@ struct EngineOptions {
   // A request's answer does not depend on its batch: CUDA fixes GEMM algorithms per shape
   // class; the CPU runs a batch's requests one at a time.
   bool batch_invariant = true;
+  // CUDA: what the backbone's Linears run in (quant/mode.h); the CPU engine runs what the folder
+  // holds (dequantized at load) and accepts only Auto.
+  QuantMode quant = QuantMode::Auto;
+  // CUDA: embed_tokens / lm_head stay in pinned host memory; kernels read only the rows they need.
+  bool offload_embeddings = false;
 };
 
 // Whether this build has the CUDA backend and a usable GPU (reason says why not, if not).
@@ -55,6 +61,8 @@ class Engine {
   Device device() const { return opts_.device; }
   // Bytes of GPU memory held (weights, activation arena, workspaces); 0 on the CPU.
   size_t gpu_bytes() const;
+  // CUDA: a line saying what the Linears run in and where the memory goes ("" on the CPU).
+  std::string gpu_summary() const;
 
  private:
   Engine();

@@ -64,28 +64,26 @@ struct Loader {
     if (!std::isfinite(v) || v <= 0) throw load_error(*t->file, "tensor " + name + " must be a positive finite scale, is " + std::to_string(v));
     return v;
   }
-  void no_gpu(const std::string& name) const {
-    if (mode == LoadMode::Lazy)
-      throw load_error(name, "quantized weights (NVFP4 / FP8) run on the CPU engine only for now (issue 6); use --device cpu");
-  }
   // NVFP4 (compressed-tensors nvfp4-pack-quantized): weight_packed, weight_scale, weight_global_scale
   // [, input_global_scale], dequantized bit for bit as spec/quant.md says.
   Tensor nvfp4(const std::string& base, std::vector<int64_t> shape) const {
-    no_gpu(base + ".weight_packed");
     if (shape.size() != 2 || shape[1] % 16 != 0)
       throw load_error(base + ".weight_packed", "NVFP4 needs a matrix whose inputs are a multiple of 16, expected " + io::shape_str(shape));
     const io::TensorInfo& p = s.require(base + ".weight_packed", {shape[0], shape[1] / 2}, {DType::U8});
     const io::TensorInfo& sc = s.require(base + ".weight_scale", {shape[0], shape[1] / 16}, {DType::F8_E4M3});
     const float gs = scalar_f32(base + ".weight_global_scale");
-    Tensor t{quant::nvfp4_dequantize(p.data, sc.data, gs, shape[0], shape[1]), std::move(shape), base + ".weight", &p};
+    // Lazy (GPU): kept packed; the GPU dequantizes with the same formula (or keeps it packed).
+    std::vector<float> v = mode == LoadMode::Lazy ? std::vector<float>{} : quant::nvfp4_dequantize(p.data, sc.data, gs, shape[0], shape[1]);
+    Tensor t{std::move(v), std::move(shape), base + ".weight", &p};
     t.quant = Tensor::Quant::Nvfp4;
+    t.scale_src = &sc;
+    t.weight_global_scale = gs;
     if (s.find(base + ".input_global_scale")) t.input_global_scale = scalar_f32(base + ".input_global_scale");
     return t;
   }
   // FP8 (compressed-tensors float-quantized): weight in e4m3 and weight_scale per tensor [1] or
   // per output channel [out, 1]; W = e4m3 * scale.
   Tensor fp8(const io::TensorInfo& w, const std::string& base, std::vector<int64_t> shape) const {
-    no_gpu(w.name);
     if (w.shape != shape) throw load_error(*w.file, "tensor " + w.name + " has shape " + w.shape_str() + ", expected " + io::shape_str(shape));
     const io::TensorInfo* sc = s.find(base + ".weight_scale");
     if (!sc) throw load_error(base + ".weight_scale", "missing: an F8_E4M3 weight needs its weight_scale");
@@ -96,11 +94,17 @@ struct Loader {
       throw load_error(base + ".input_scale", "static FP8 activation scales are not supported yet (dynamic per-token ones are)");
     std::vector<float> scale(size_t(sc->numel()));
     std::memcpy(scale.data(), sc->data, scale.size() * 4);
+    for (float f : scale)
+      if (!std::isfinite(f) || f <= 0) throw load_error(*sc->file, "tensor " + sc->name + " holds a scale that is not positive and finite");
     const int64_t cols = shape.size() == 2 ? shape[1] : 1;
-    std::vector<float> v(size_t(w.numel()));
-    for (size_t i = 0; i < v.size(); ++i) v[i] = quant::e4m3_value(w.data[i]) * scale[scale.size() == 1 ? 0 : i / size_t(cols)];
+    std::vector<float> v;
+    if (mode != LoadMode::Lazy) {
+      v.resize(size_t(w.numel()));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = quant::e4m3_value(w.data[i]) * scale[scale.size() == 1 ? 0 : i / size_t(cols)];
+    }
     Tensor t{std::move(v), std::move(shape), w.name, &w};
     t.quant = Tensor::Quant::Fp8;
+    t.scale_src = sc;
     t.fp8_dynamic_activations = qa.fp8_dynamic;
     return t;
   }

@@ -20,6 +20,11 @@ struct Tensor {
   // Quantized checkpoints (spec/quant.md), dequantized at load for the CPU engine:
   enum class Quant : uint8_t { None, Nvfp4, Fp8 } quant = Quant::None;
   float input_global_scale = 0;   // NVFP4 W4A4: activations are fake-quantized before the product
+  // The raw quantized form, kept for the GPU engine (LoadMode::Lazy): `src` is weight_packed
+  // (NVFP4) or the e4m3 weight (FP8); `scale_src` its weight_scale (NVFP4 e4m3 [out, in/16];
+  // FP8 F32 [1] or [out, 1]).
+  const io::TensorInfo* scale_src = nullptr;
+  float weight_global_scale = 0;  // NVFP4
   bool fp8_dynamic_activations = false;  // FP8 W8A8: per-token e4m3 activations
   const float* data() const { return v.data(); }
   int64_t dim(size_t i) const { return shape[i]; }

@@ -120,8 +120,8 @@ int HttpServer::bind() {
       scheduler_ = std::make_unique<Scheduler>(*engine_, o_.scheduler, metrics_);
       metrics_.set_device_memory(engine_->gpu_bytes());
       engine_ready_ = true;
-      std::fprintf(stderr, "{\"event\":\"ready\",\"model\":\"%s\",\"device\":\"%s\",\"port\":%d}\n", o_.model_name.c_str(),
-                   device_name(engine_->device()), o_.port);
+      std::fprintf(stderr, "{\"event\":\"ready\",\"model\":\"%s\",\"device\":\"%s\",\"port\":%d,\"memory\":%s}\n", o_.model_name.c_str(),
+                   device_name(engine_->device()), o_.port, json::write(Value::string(engine_->gpu_summary())).c_str());
     } catch (const std::exception& e) {
       load_error_ = e.what();
       std::fprintf(stderr, "{\"event\":\"load_failed\",\"message\":%s}\n", json::write(Value::string(e.what())).c_str());

@@ -1,0 +1,222 @@
+// NVFP4 / FP8 conversions and the FP8 epilogue (kernels_quant.h). The rounding helpers repeat
+// quant/formats.cpp's definitions operation for operation; __fdiv_rn / __fmul_rn keep the
+// compiler from contracting or approximating them.
+#include <cuda_fp8.h>
+
+#include "cuda/check.h"
+#include "cuda/kernels_quant.h"
+#include "cuda/reduce.cuh"
+
+namespace clefrt::cuda {
+
+namespace {
+
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+  constexpr float kGrid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float v = kGrid[code & 7];
+  return (code & 8) ? -v : v;
+}
+// Round to nearest even on [0, .5, 1, 1.5, 2, 3, 4, 6] after clamping: the thresholds are the
+// midpoints, a tie going to the code with the even last bit (formats.cpp's search, closed form).
+__device__ __forceinline__ uint32_t e2m1_encode(float x) {
+  if (isnan(x)) return 0;
+  const uint32_t sign = signbit(x) ? 8u : 0u;
+  const float a = fminf(fabsf(x), 6.0f);
+  uint32_t c;
+  if (a <= 0.25f) c = 0;
+  else if (a < 0.75f) c = 1;
+  else if (a <= 1.25f) c = 2;
+  else if (a < 1.75f) c = 3;
+  else if (a <= 2.5f) c = 4;
+  else if (a < 3.5f) c = 5;
+  else if (a <= 5.0f) c = 6;
+  else c = 7;
+  return sign | c;
+}
+__device__ __forceinline__ float e4m3_value(uint8_t b) {
+  __nv_fp8_e4m3 f;
+  f.__x = b;
+  return float(f);  // exact: every e4m3 value is a float
+}
+__device__ __forceinline__ uint8_t e4m3_encode(float x) {
+  if (isnan(x)) return 0x7f;
+  return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+// One thread per 16 codes (one scale): 8 packed bytes in, 32 bytes of bf16 out.
+__global__ void nvfp4_dequant_k(const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n, int64_t k, bf16* w) {
+  const int64_t blocks_per_row = k / 16, total = n * blocks_per_row;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / blocks_per_row;
+    const float s32 = __fdiv_rn(e4m3_value(scales[i]), row_gs[r]);
+    const uint2 p = reinterpret_cast<const uint2*>(packed)[i];
+    __align__(16) bf16 out[16];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t byte = ((j < 4 ? p.x : p.y) >> (8 * (j & 3))) & 0xff;
+      out[2 * j] = __float2bfloat16_rn(__fmul_rn(e2m1_value(byte & 15), s32));
+      out[2 * j + 1] = __float2bfloat16_rn(__fmul_rn(e2m1_value(byte >> 4), s32));
+    }
+    uint4* dst = reinterpret_cast<uint4*>(w + i * 16);
+    dst[0] = reinterpret_cast<const uint4*>(out)[0];
+    dst[1] = reinterpret_cast<const uint4*>(out)[1];
+  }
+}
+
+__global__ void nvfp4_quant_k(const bf16* w, int64_t n, int64_t k, float gs, uint8_t* packed, uint8_t* scales) {
+  const int64_t total = n * (k / 16);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const bf16* blk = w + i * 16;
+    float v[16], amax = 0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      v[j] = __bfloat162float(blk[j]);
+      amax = fmaxf(amax, fabsf(v[j]));
+    }
+    float sv = __fdiv_rn(__fmul_rn(gs, amax), 6.0f);
+    if (sv > 448.0f) sv = 448.0f;
+    uint8_t sc = e4m3_encode(sv);
+    if (e4m3_value(sc) == 0.0f) sc = 0x01;  // the smallest positive e4m3
+    scales[i] = sc;
+    const float step = __fdiv_rn(e4m3_value(sc), gs);
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t code = e2m1_encode(__fdiv_rn(v[j], step));
+      if (j < 8) lo |= code << (4 * j);
+      else hi |= code << (4 * (j - 8));
+    }
+    reinterpret_cast<uint2*>(packed)[i] = make_uint2(lo, hi);
+  }
+}
+
+__global__ void amax_bf16_k(const bf16* x, int64_t n, float* amax) {
+  __shared__ float sh[32];
+  float m = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    m = fmaxf(m, fabsf(__bfloat162float(x[i])));
+  m = block_max(m, sh);
+  if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
+}
+
+// One block per row.
+__global__ void fp8_quant_rows_k(const bf16* x, int64_t k, int64_t ldx, uint8_t* q, int64_t kp, float* scale) {
+  __shared__ float sh[32];
+  const bf16* row = x + int64_t(blockIdx.x) * ldx;
+  float m = 0;
+  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) m = fmaxf(m, fabsf(__bfloat162float(row[i])));
+  m = block_max(m, sh);
+  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f;
+  if (threadIdx.x == 0) scale[blockIdx.x] = s;
+  uint8_t* out = q + int64_t(blockIdx.x) * kp;
+  for (int64_t i = threadIdx.x; i < kp; i += blockDim.x) out[i] = i < k ? e4m3_encode(__fdiv_rn(__bfloat162float(row[i]), s)) : uint8_t(0);
+}
+
+__global__ void fp8_dequant_rows_k(const uint8_t* q, int64_t kp, const float* scale, int64_t rows, int64_t k, bf16* w) {
+  const int64_t total = rows * k;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / k, c = i - r * k;
+    w[i] = __float2bfloat16_rn(__fmul_rn(e4m3_value(q[r * kp + c]), scale[r]));
+  }
+}
+
+// One thread per 16 inputs.
+__global__ void nvfp4_fake_quant_k(const bf16* x, int64_t rows, int64_t k, int64_t ldx, float gs, bf16* y, int64_t ldy) {
+  const int64_t bpr = k / 16, total = rows * bpr;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / bpr, c0 = (i - r * bpr) * 16;
+    const bf16* in = x + r * ldx + c0;
+    bf16* out = y + r * ldy + c0;
+    float v[16], amax = 0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      v[j] = __bfloat162float(in[j]);
+      amax = fmaxf(amax, fabsf(v[j]));
+    }
+    const float s = e4m3_value(e4m3_encode(__fdiv_rn(__fmul_rn(gs, amax), 6.0f)));
+    if (s == 0.0f) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) out[j] = __float2bfloat16_rn(0.0f);
+      continue;
+    }
+    const float step = __fdiv_rn(s, gs);
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      out[j] = __float2bfloat16_rn(__fdiv_rn(__fmul_rn(e2m1_value(e2m1_encode(__fdiv_rn(v[j], step))), s), gs));
+  }
+}
+
+__global__ void scale_bf16_k(bf16* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs) {
+  const int64_t total = rows * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, c = i - r * n;
+    bf16& v = y[r * ldy + c];
+    v = __float2bfloat16_rn(__bfloat162float(v) * rs[r] * cs[c]);
+  }
+}
+__global__ void scale_f32_k(float* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs) {
+  const int64_t total = rows * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, c = i - r * n;
+    y[r * ldy + c] *= rs[r] * cs[c];
+  }
+}
+__global__ void scale_acc_k(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, float* acc,
+                            int64_t ldacc) {
+  const int64_t total = rows * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, c = i - r * n;
+    acc[r * ldacc + c] += t[r * ldt + c] * rs[r] * cs[c];
+  }
+}
+
+}  // namespace
+
+void nvfp4_dequantize(const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n, int64_t k, bf16* w, cudaStream_t s) {
+  if (n == 0) return;
+  nvfp4_dequant_k<<<grid_for(n * k / 16), 256, 0, s>>>(packed, scales, row_gs, n, k, w);
+  check_launch("nvfp4_dequantize");
+}
+void nvfp4_quantize(const bf16* w, int64_t n, int64_t k, float gs, uint8_t* packed, uint8_t* scales, cudaStream_t s) {
+  if (n == 0) return;
+  nvfp4_quant_k<<<grid_for(n * k / 16), 256, 0, s>>>(w, n, k, gs, packed, scales);
+  check_launch("nvfp4_quantize");
+}
+void amax_bf16(const bf16* x, int64_t n, float* amax, cudaStream_t s) {
+  if (n == 0) return;
+  amax_bf16_k<<<grid_for(n), 256, 0, s>>>(x, n, amax);
+  check_launch("amax_bf16");
+}
+void fp8_quantize_rows(const bf16* x, int64_t rows, int64_t k, int64_t ldx, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
+  if (rows == 0) return;
+  fp8_quant_rows_k<<<unsigned(rows), 256, 0, s>>>(x, k, ldx, q, kp, scale);
+  check_launch("fp8_quantize_rows");
+}
+void fp8_dequantize_rows(const uint8_t* q, int64_t kp, const float* scale, int64_t rows, int64_t k, bf16* w, cudaStream_t s) {
+  if (rows == 0) return;
+  fp8_dequant_rows_k<<<grid_for(rows * k), 256, 0, s>>>(q, kp, scale, rows, k, w);
+  check_launch("fp8_dequantize_rows");
+}
+void nvfp4_fake_quantize_rows(const bf16* x, int64_t rows, int64_t k, int64_t ldx, float gs_in, bf16* y, int64_t ldy, cudaStream_t s) {
+  if (rows == 0) return;
+  nvfp4_fake_quant_k<<<grid_for(rows * k / 16), 256, 0, s>>>(x, rows, k, ldx, gs_in, y, ldy);
+  check_launch("nvfp4_fake_quantize_rows");
+}
+void scale_rows_cols_bf16(bf16* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs, cudaStream_t s) {
+  if (rows == 0) return;
+  scale_bf16_k<<<grid_for(rows * n), 256, 0, s>>>(y, rows, n, ldy, rs, cs);
+  check_launch("fp8 epilogue (bf16)");
+}
+void scale_rows_cols_f32(float* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs, cudaStream_t s) {
+  if (rows == 0) return;
+  scale_f32_k<<<grid_for(rows * n), 256, 0, s>>>(y, rows, n, ldy, rs, cs);
+  check_launch("fp8 epilogue (f32)");
+}
+void scale_rows_cols_acc(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, float* acc, int64_t ldacc,
+                         cudaStream_t s) {
+  if (rows == 0) return;
+  scale_acc_k<<<grid_for(rows * n), 256, 0, s>>>(t, rows, n, ldt, rs, cs, acc, ldacc);
+  check_launch("fp8 epilogue (residual)");
+}
+
+}  // namespace clefrt::cuda

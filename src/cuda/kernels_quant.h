@@ -1,0 +1,40 @@
+// GPU twins of quant/formats.h: NVFP4 and FP8 e4m3 conversions, bit for bit as the CPU ones
+// (same float operations in the same order, IEEE division and multiplication: the tests compare
+// bytes), plus the FP8 GEMM epilogue. Row-major; `ld*` are row strides in elements.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace clefrt::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// W[r, c] = bf16(e2m1(code) * (e4m3(scale[r, c/16]) / gs[r])) for rows [0, n) of a packed
+// [n, k/2] matrix; gs holds one global scale per row (fused parts may differ). k % 16 == 0.
+void nvfp4_dequantize(const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n, int64_t k, bf16* w, cudaStream_t s);
+// spec/quant.md "Quantize (weights)" with a given global scale gs (shared by the whole matrix).
+void nvfp4_quantize(const bf16* w, int64_t n, int64_t k, float gs, uint8_t* packed, uint8_t* scales, cudaStream_t s);
+// *amax = max |x| over n values (amax must hold 0 before; non-negative floats compare as ints).
+void amax_bf16(const bf16* x, int64_t n, float* amax, cudaStream_t s);
+
+// Per row: scale = amax / 448 (1 when the row is all zero), q = e4m3(x / scale) (round to
+// nearest even, saturating). Weights at load and activations per token alike. q rows are kp >= k
+// apart and zero in [k, kp) (FP8 GEMMs want k in multiples of 16; zeros add nothing).
+void fp8_quantize_rows(const bf16* x, int64_t rows, int64_t k, int64_t ldx, uint8_t* q, int64_t kp, float* scale, cudaStream_t s);
+// w = bf16(e4m3(q) * scale[r]); q rows kp apart, w rows k apart.
+void fp8_dequantize_rows(const uint8_t* q, int64_t kp, const float* scale, int64_t rows, int64_t k, bf16* w, cudaStream_t s);
+
+// W4A4 activations (spec/quant.md): per row, per 16 inputs s = e4m3(gs_in * amax16 / 6),
+// x_q = rne_e2m1(clamp(x / (s / gs_in), -6, 6)), y = bf16(x_q * s / gs_in) (0 where s is 0).
+void nvfp4_fake_quantize_rows(const bf16* x, int64_t rows, int64_t k, int64_t ldx, float gs_in, bf16* y, int64_t ldy, cudaStream_t s);
+
+// The FP8 GEMM's scales (cuBLASLt on sm_90 takes only scalar ones): y[r, c] *= rs[r] * cs[c]
+// in place (bf16 or fp32), or acc[r, c] += t[r, c] * rs[r] * cs[c] (the residual stream).
+void scale_rows_cols_bf16(bf16* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs, cudaStream_t s);
+void scale_rows_cols_f32(float* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs, cudaStream_t s);
+void scale_rows_cols_acc(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, float* acc, int64_t ldacc,
+                         cudaStream_t s);
+
+}  // namespace clefrt::cuda

@@ -1,0 +1,137 @@
+#include "cuda/qlinear.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.h"
+#include "cuda/check.h"
+#include "cuda/kernels_quant.h"
+
+namespace clefrt::cuda {
+
+std::vector<const DevLinear*> LinearRunner::schedule_order(const DevModel& m) {
+  std::vector<const DevLinear*> order;
+  for (const DevLayer& l : m.layers) {
+    if (l.type == model::LayerType::LinearAttention) {
+      order.push_back(&l.gdn_in);
+      order.push_back(&l.gdn_out);
+    } else {
+      order.push_back(&l.qkv);
+      order.push_back(&l.o);
+    }
+    order.push_back(&l.gate_up);
+    order.push_back(&l.down);
+  }
+  return order;
+}
+
+LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes) : m_(m), gemm_(gemm), s_(s) {
+  if (!m.has_nvfp4) return;
+  size_t slot = 0;
+  for (const DevLinear* l : schedule_order(m))
+    for (const DevLinearPart& p : l->parts) {
+      if (p.fmt != WFormat::NVFP4) continue;
+      const int64_t rows_per_chunk = std::max<int64_t>(16, int64_t(stage_bytes / size_t(p.k * 2)));
+      // equal chunks (GEMMs of similar shape) rather than full ones and a small remainder
+      const int64_t nchunks = (p.n + rows_per_chunk - 1) / rows_per_chunk, rows = (p.n + nchunks - 1) / nchunks;
+      for (int64_t r0 = 0; r0 < p.n; r0 += rows) {
+        chunks_.push_back({&p, r0, std::min(rows, p.n - r0)});
+        slot = std::max(slot, size_t(std::min(rows, p.n - r0) * p.k) * 2);
+      }
+    }
+  slots_[0] = DeviceBuffer(slot, "NVFP4 staging");
+  slots_[1] = DeviceBuffer(slot, "NVFP4 staging");
+  check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "NVFP4 staging stream");
+  for (int i = 0; i < 2; ++i) {
+    check(cudaEventCreateWithFlags(&ready_[i], cudaEventDisableTiming), "NVFP4 staging event");
+    check(cudaEventCreateWithFlags(&free_[i], cudaEventDisableTiming), "NVFP4 staging event");
+  }
+}
+
+LinearRunner::~LinearRunner() {
+  if (side_) cudaStreamSynchronize(side_);
+  for (int i = 0; i < 2; ++i) {
+    if (ready_[i]) cudaEventDestroy(ready_[i]);
+    if (free_[i]) cudaEventDestroy(free_[i]);
+  }
+  if (side_) cudaStreamDestroy(side_);
+}
+
+void LinearRunner::begin(const QuantScratch& sc) {
+  sc_ = sc;
+  cursor_ = 0;
+  if (chunks_.empty()) return;
+  // Both slots are free once what the main stream has queued so far is done.
+  for (int i = 0; i < 2; ++i) check(cudaEventRecord(free_[i], s_), "NVFP4 staging");
+  issue(0);
+}
+
+void LinearRunner::issue(size_t i) {
+  const Chunk& c = chunks_[i];
+  const int slot = int(i & 1);
+  check(cudaStreamWaitEvent(side_, free_[slot], 0), "NVFP4 staging");
+  const DevLinearPart& p = *c.part;
+  nvfp4_dequantize(p.packed + c.r0 * (p.k / 2), p.scales + c.r0 * (p.k / 16), p.row_gs + c.r0, c.rows, p.k, slots_[slot].as<bf16>(), side_);
+  check(cudaEventRecord(ready_[slot], side_), "NVFP4 staging");
+}
+
+void LinearRunner::run_nvfp4(const bf16* x, int64_t m, int64_t ldx, const DevLinearPart& p, char* y, size_t es, OutType yt, int64_t ldy,
+                             bool acc, const char* op) {
+  const bf16* xin = x;
+  int64_t ldxin = ldx;
+  if (p.input_global_scale > 0) {  // W4A4: the activations as W4A4 sees them
+    if (!sc_.xq16) throw Error(Status::Internal, "internal_error", std::string(op) + ": W4A4 scratch not planned");
+    nvfp4_fake_quantize_rows(x, m, p.k, ldx, p.input_global_scale, sc_.xq16, p.k, s_);
+    xin = sc_.xq16;
+    ldxin = p.k;
+  }
+  for (int64_t r0 = 0; r0 < p.n;) {
+    if (cursor_ >= chunks_.size() || chunks_[cursor_].part != &p || chunks_[cursor_].r0 != r0)
+      throw Error(Status::Internal, "internal_error", std::string(op) + ": NVFP4 Linears ran out of their planned order");
+    const Chunk& c = chunks_[cursor_];
+    const int slot = int(cursor_ & 1);
+    if (cursor_ + 1 < chunks_.size()) issue(cursor_ + 1);  // its slot was released after chunk cursor_-1's GEMM
+    check(cudaStreamWaitEvent(s_, ready_[slot], 0), "NVFP4 staging");
+    gemm_.run(xin, m, p.k, ldxin, slots_[slot].as<bf16>(), c.rows, y + size_t(c.r0) * es, yt, ldy, acc, op);
+    check(cudaEventRecord(free_[slot], s_), "NVFP4 staging");
+    r0 += c.rows;
+    ++cursor_;
+  }
+}
+
+void LinearRunner::run(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate,
+                       const char* op) {
+  if (m == 0) return;
+  const size_t es = yt == OutType::F32 ? 4 : 2;
+  bool fp8_ready = false;
+  for (const DevLinearPart& p : l.parts) {
+    char* yp = static_cast<char*>(y) + size_t(p.row0) * es;
+    switch (p.fmt) {
+      case WFormat::BF16:
+        gemm_.run(x, m, p.k, ldx, p.w, p.n, yp, yt, ldy, accumulate, op);
+        break;
+      case WFormat::NVFP4:
+        run_nvfp4(x, m, ldx, p, yp, es, yt, ldy, accumulate, op);
+        break;
+      case WFormat::FP8:
+        if (!sc_.xq8) throw Error(Status::Internal, "internal_error", std::string(op) + ": FP8 scratch not planned");
+        if (!fp8_ready) {  // the parts of one Linear share the quantized input
+          fp8_quantize_rows(x, m, p.k, ldx, sc_.xq8, p.kp, sc_.xs, s_);
+          fp8_ready = true;
+        }
+        if (accumulate) {
+          if (yt != OutType::F32 || p.n > m_.c.hidden)
+            throw Error(Status::Internal, "internal_error", std::string(op) + ": FP8 accumulation is planned for the residual stream only");
+          gemm_.run_fp8(sc_.xq8, m, p.kp, p.w8, p.n, sc_.acc, OutType::F32, p.n, op);
+          scale_rows_cols_acc(sc_.acc, m, p.n, p.n, sc_.xs, p.row_scale, reinterpret_cast<float*>(yp), ldy, s_);
+        } else {
+          gemm_.run_fp8(sc_.xq8, m, p.kp, p.w8, p.n, yp, yt, ldy, op);
+          if (yt == OutType::F32) scale_rows_cols_f32(reinterpret_cast<float*>(yp), m, p.n, ldy, sc_.xs, p.row_scale, s_);
+          else scale_rows_cols_bf16(reinterpret_cast<bf16*>(yp), m, p.n, ldy, sc_.xs, p.row_scale, s_);
+        }
+        break;
+    }
+  }
+}
+
+}  // namespace clefrt::cuda

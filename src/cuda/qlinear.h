@@ -1,0 +1,69 @@
+// Running a backbone Linear whatever its parts hold (device_model.h):
+// - BF16: cuBLASLt bf16 GEMM.
+// - NVFP4 (W4A16 / W4A4): the weights stay packed in GPU memory (4.5 bits per weight). Hopper
+//   has no FP4 tensor cores, so each part is dequantized (bit-exact, spec/quant.md) into one of
+//   two bf16 staging slots by a side stream, in row chunks, one chunk ahead of the GEMM that
+//   reads it: the dequantization of chunk i+1 overlaps the GEMM of chunk i. W4A4 first
+//   quantizes-dequantizes the activations per token and per 16 inputs (the exact W4A4 numerics).
+// - FP8: activations quantized per token to e4m3, cuBLASLt FP8 GEMM (fp32 accumulation), then
+//   the per-token x per-channel scales in a separate pass (sm_90 cuBLASLt takes scalar scales only).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "cuda/buffer.h"
+#include "cuda/device_model.h"
+#include "cuda/gemm.h"
+
+namespace clefrt::cuda {
+
+// Activation scratch of the quantized paths, carved per batch from the arena (null when the
+// model has no such part).
+struct QuantScratch {
+  bf16* xq16 = nullptr;   // W4A4 activations [L, max_k]
+  uint8_t* xq8 = nullptr; // FP8 activations [L, max_k]
+  float* xs = nullptr;    // FP8 per-token scales [L]
+  float* acc = nullptr;   // FP8 unscaled output of residual GEMMs [L, hidden]
+};
+
+class LinearRunner {
+ public:
+  // `stage_bytes`: each of the two NVFP4 staging slots holds row chunks of at most this size
+  // (a part is split into chunks of whole rows).
+  LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes = size_t(96) << 20);
+  ~LinearRunner();
+  LinearRunner(const LinearRunner&) = delete;
+  LinearRunner& operator=(const LinearRunner&) = delete;
+
+  // Call at the start of each backbone pass: restarts the NVFP4 schedule and stages chunk 0.
+  void begin(const QuantScratch& sc);
+  // y (+)= x W^T. x: bf16 [m, k] with row stride ldx; y: [m, n] of type yt with row stride ldy.
+  // Linears must come in the order of schedule_order() (checked).
+  void run(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
+
+  size_t staging_bytes() const { return slots_[0].bytes() + slots_[1].bytes(); }
+
+  // The backbone's Linears in the order Forward::backbone runs them.
+  static std::vector<const DevLinear*> schedule_order(const DevModel& m);
+
+ private:
+  struct Chunk {
+    const DevLinearPart* part;
+    int64_t r0, rows;
+  };
+  void issue(size_t i);  // dequantize chunk i into slot i % 2 on the side stream
+  void run_nvfp4(const bf16* x, int64_t m, int64_t ldx, const DevLinearPart& p, char* y, size_t es, OutType yt, int64_t ldy, bool acc,
+                 const char* op);
+
+  const DevModel& m_;
+  Gemm& gemm_;
+  cudaStream_t s_;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t ready_[2] = {nullptr, nullptr}, free_[2] = {nullptr, nullptr};
+  DeviceBuffer slots_[2];
+  std::vector<Chunk> chunks_;
+  size_t cursor_ = 0;
+  QuantScratch sc_{};
+};
+
+}  // namespace clefrt::cuda
