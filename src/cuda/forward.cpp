@@ -69,7 +69,7 @@ struct Forward::Batch {
     if (m.has_fp8) {
       qs.xq8 = a.carve<uint8_t>(L * m.max_k, "FP8 activations");
       qs.xs = a.carve<float>(L, "FP8 activation scales");
-      qs.acc = a.carve<float>(L * H, "FP8 residual GEMM out");
+      qs.acc = a.carve<float>(L * LinearRunner::fp8_scratch_cols(m), "FP8 GEMM out");
     }
     Hn = a.carve<float>(L * d, "head Hn");
     M = a.carve<float>(L * W, "head memory");

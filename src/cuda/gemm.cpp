@@ -2,6 +2,9 @@
 
 #include "cuda/check.h"
 
+#include <cstdlib>
+#include <string>
+
 namespace clefrt::cuda {
 
 namespace {
@@ -13,6 +16,17 @@ struct Layouts {
 
 // Column-major view: D^T[n, m] = W[n, k] * X^T[k, m]; W row-major [n, k] is column-major
 // [k, n] (op T), X row-major [m, k] is column-major [k, m] (op N).
+// Hopper's FP8 tensor cores keep fewer accumulator bits unless cuBLASLt promotes partial sums
+// to fp32 now and then (its default); CLEFRT_FP8_FAST_ACCUM=1 turns the promotion off (faster,
+// less exact over long k). Off by default: exact before fast.
+bool fp8_fast_accumulation() {
+  static const bool on = [] {
+    const char* v = std::getenv("CLEFRT_FP8_FAST_ACCUM");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
 // FP8 needs this "TN" form too: A (the weights) transposed, B not.
 Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, int in_kind, const char* op) {
   const cudaDataType in = in_kind == 1 ? CUDA_R_32F : in_kind == 2 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
@@ -21,6 +35,10 @@ Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, 
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), op);
   check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), op);
+  if (in_kind == 2 && fp8_fast_accumulation()) {
+    const int8_t on = 1;
+    check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on), op);
+  }
   check(cublasLtMatrixLayoutCreate(&l.a, in, uint64_t(k), uint64_t(n), k), op);
   check(cublasLtMatrixLayoutCreate(&l.b, in, uint64_t(k), uint64_t(m), ldx), op);
   check(cublasLtMatrixLayoutCreate(&l.c, yt == OutType::F32 ? CUDA_R_32F : CUDA_R_16BF, uint64_t(n), uint64_t(m), ldy), op);

@@ -170,7 +170,25 @@ __global__ void scale_acc_k(const float* t, int64_t rows, int64_t n, int64_t ldt
   }
 }
 
+__global__ void scale_store_k(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, void* y, bool y_bf16,
+                              int64_t ldy) {
+  const int64_t total = rows * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, c = i - r * n;
+    const float v = t[r * ldt + c] * rs[r] * cs[c];
+    if (y_bf16) static_cast<bf16*>(y)[r * ldy + c] = __float2bfloat16_rn(v);
+    else static_cast<float*>(y)[r * ldy + c] = v;
+  }
+}
+
 }  // namespace
+
+void scale_rows_cols_store(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, void* y, bool y_bf16,
+                           int64_t ldy, cudaStream_t s) {
+  if (rows == 0) return;
+  scale_store_k<<<grid_for(rows * n), 256, 0, s>>>(t, rows, n, ldt, rs, cs, y, y_bf16, ldy);
+  check_launch("fp8 epilogue (store)");
+}
 
 void nvfp4_dequantize(const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n, int64_t k, bf16* w, cudaStream_t s) {
   if (n == 0) return;

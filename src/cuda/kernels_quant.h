@@ -34,6 +34,10 @@ void nvfp4_fake_quantize_rows(const bf16* x, int64_t rows, int64_t k, int64_t ld
 // in place (bf16 or fp32), or acc[r, c] += t[r, c] * rs[r] * cs[c] (the residual stream).
 void scale_rows_cols_bf16(bf16* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs, cudaStream_t s);
 void scale_rows_cols_f32(float* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs, cudaStream_t s);
+// y[r, c] = t[r, c] * rs[r] * cs[c] into bf16 or fp32 y (outputs cuBLASLt's FP8 GEMM cannot
+// write in place: row strides or offsets off its 16-byte alignment).
+void scale_rows_cols_store(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, void* y, bool y_bf16,
+                           int64_t ldy, cudaStream_t s);
 void scale_rows_cols_acc(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, float* acc, int64_t ldacc,
                          cudaStream_t s);
 

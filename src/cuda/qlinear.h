@@ -23,7 +23,8 @@ struct QuantScratch {
   bf16* xq16 = nullptr;   // W4A4 activations [L, max_k]
   uint8_t* xq8 = nullptr; // FP8 activations [L, max_k]
   float* xs = nullptr;    // FP8 per-token scales [L]
-  float* acc = nullptr;   // FP8 unscaled output of residual GEMMs [L, hidden]
+  float* acc = nullptr;   // FP8 unscaled GEMM output [L, fp8_scratch_cols]: residual GEMMs, and
+                          // outputs the FP8 GEMM cannot write in place (alignment)
 };
 
 class LinearRunner {
@@ -43,6 +44,10 @@ class LinearRunner {
 
   size_t staging_bytes() const { return slots_[0].bytes() + slots_[1].bytes(); }
 
+  // Columns of QuantScratch::acc: the hidden size, or a wider FP8 part whose output rows are not
+  // 16-byte aligned (small test models).
+  static int64_t fp8_scratch_cols(const DevModel& m);
+
   // The backbone's Linears in the order Forward::backbone runs them.
   static std::vector<const DevLinear*> schedule_order(const DevModel& m);
 
@@ -58,6 +63,7 @@ class LinearRunner {
   const DevModel& m_;
   Gemm& gemm_;
   cudaStream_t s_;
+  int64_t fp8_cols_;
   cudaStream_t side_ = nullptr;
   cudaEvent_t ready_[2] = {nullptr, nullptr}, free_[2] = {nullptr, nullptr};
   DeviceBuffer slots_[2];

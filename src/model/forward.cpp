@@ -28,7 +28,7 @@ vector<float> lin(const vector<float>& x, int64_t rows, const Tensor& w, const T
   vector<float> y(size_t(rows * w.dim(0)));
   if (t_observer) t_observer(t_observer_ctx, w, x.data(), rows, w.dim(1));
   if (w.input_global_scale > 0 || w.fp8_dynamic_activations) {  // quantized activations (spec/quant.md)
-    vector<float> xq = x;
+    vector<float> xq = bf16_point(x);  // the GPU quantizes its bf16 GEMM input
     if (w.input_global_scale > 0) quant::nvfp4_fake_quantize_activations(xq.data(), rows, w.dim(1), w.input_global_scale);
     else quant::fp8_fake_quantize_activations(xq.data(), rows, w.dim(1));
     cpu::linear(xq.data(), rows, w.dim(1), w.data(), w.dim(0), y.data(), b ? b->data() : nullptr);
