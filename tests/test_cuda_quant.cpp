@@ -239,19 +239,25 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
         std::vector<float> xa = x, xf = x;
         quant::nvfp4_fake_quantize_activations(xa.data(), M, k, igs);
         quant::fp8_fake_quantize_activations(xf.data(), M, k);
+        // error over the dot product's own scale, sum |x_c w_c| (cancellation makes |y| a poor one)
         double worst = 0;
         for (int64_t i = 0; i < M; ++i)
           for (int64_t j = 0; j < n; ++j) {
-            double ref = acc ? 0.5 : 0.0;
+            double ref = acc ? 0.5 : 0.0, mag = 0;
             for (int64_t c = 0; c < k; ++c) {
-              if (j < n1) ref += double(xa[size_t(i * k + c)]) * wd1[size_t(j * k + c)];
-              else if (j < n1 + n2) ref += double(x[size_t(i * k + c)]) * w2[size_t((j - n1) * k + c)];
-              else
-                ref += double(xf[size_t(i * k + c)]) * double(quant::e4m3_value(q3h[size_t((j - n1 - n2) * k + c)])) * s3h[size_t(j - n1 - n2)];
+              double t;
+              if (j < n1) t = double(xa[size_t(i * k + c)]) * wd1[size_t(j * k + c)];
+              else if (j < n1 + n2) t = double(x[size_t(i * k + c)]) * w2[size_t((j - n1) * k + c)];
+              else t = double(xf[size_t(i * k + c)]) * double(quant::e4m3_value(q3h[size_t((j - n1 - n2) * k + c)])) * s3h[size_t(j - n1 - n2)];
+              ref += t;
+              mag += std::fabs(t);
             }
-            worst = std::max(worst, std::fabs(got[size_t(i * n + j)] - ref) / (1e-3 + std::fabs(ref)));
+            const double e = std::fabs(got[size_t(i * n + j)] - ref) / (1e-6 + mag + (acc ? 0.5 : 0.0));
+            worst = std::max(worst, e);
           }
-        EXPECT_LT(worst, acc ? 1e-4 : 8e-3) << "pad " << pad << (acc ? " accumulate" : " bf16 out");
+        std::cout << "[ cuda    ] linear, pad " << pad << (acc ? ", accumulate" : ", bf16 out") << ": worst error / sum|x w| = " << worst << "\n";
+        // bf16 output: one rounding (2^-9); fp32: the FP8 tensor cores' accumulation (~2^-13)
+        EXPECT_LT(worst, acc ? 5e-4 : 8e-3) << "pad " << pad << (acc ? " accumulate" : " bf16 out");
       }
       cudaStreamDestroy(st);
     }

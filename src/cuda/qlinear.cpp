@@ -30,11 +30,14 @@ namespace {
 bool fp8_direct(int64_t row0, int64_t ldy, size_t es) { return (size_t(ldy) * es) % 16 == 0 && (size_t(row0) * es) % 16 == 0; }
 }  // namespace
 
+// fp32 scratch rows padded to 16 bytes (the FP8 GEMM's output alignment)
+int64_t scratch_ld(int64_t n) { return (n + 3) / 4 * 4; }
+
 int64_t LinearRunner::fp8_scratch_cols(const DevModel& m) {
-  int64_t cols = m.c.hidden;
+  int64_t cols = scratch_ld(m.c.hidden);
   for (const DevLinear* l : schedule_order(m))
     for (const DevLinearPart& p : l->parts)
-      if (p.fmt == WFormat::FP8 && !fp8_direct(p.row0, l->n, 2)) cols = std::max(cols, p.n);
+      if (p.fmt == WFormat::FP8 && !fp8_direct(p.row0, l->n, 2)) cols = std::max(cols, scratch_ld(p.n));
   return cols;
 }
 
@@ -134,14 +137,14 @@ void LinearRunner::run(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l
           fp8_ready = true;
         }
         if (accumulate) {
-          if (yt != OutType::F32 || p.n > m_.c.hidden)
+          if (yt != OutType::F32 || scratch_ld(p.n) > fp8_cols_)
             throw Error(Status::Internal, "internal_error", std::string(op) + ": FP8 accumulation is planned for the residual stream only");
-          gemm_.run_fp8(sc_.xq8, m, p.kp, p.w8, p.n, sc_.acc, OutType::F32, p.n, op);
-          scale_rows_cols_acc(sc_.acc, m, p.n, p.n, sc_.xs, p.row_scale, reinterpret_cast<float*>(yp), ldy, s_);
+          gemm_.run_fp8(sc_.xq8, m, p.kp, p.w8, p.n, sc_.acc, OutType::F32, scratch_ld(p.n), op);
+          scale_rows_cols_acc(sc_.acc, m, p.n, scratch_ld(p.n), sc_.xs, p.row_scale, reinterpret_cast<float*>(yp), ldy, s_);
         } else if (!fp8_direct(p.row0, ldy, es)) {
-          if (p.n > fp8_cols_) throw Error(Status::Internal, "internal_error", std::string(op) + ": FP8 scratch too small");
-          gemm_.run_fp8(sc_.xq8, m, p.kp, p.w8, p.n, sc_.acc, OutType::F32, p.n, op);
-          scale_rows_cols_store(sc_.acc, m, p.n, p.n, sc_.xs, p.row_scale, yp, yt == OutType::BF16, ldy, s_);
+          if (scratch_ld(p.n) > fp8_cols_) throw Error(Status::Internal, "internal_error", std::string(op) + ": FP8 scratch too small");
+          gemm_.run_fp8(sc_.xq8, m, p.kp, p.w8, p.n, sc_.acc, OutType::F32, scratch_ld(p.n), op);
+          scale_rows_cols_store(sc_.acc, m, p.n, scratch_ld(p.n), sc_.xs, p.row_scale, yp, yt == OutType::BF16, ldy, s_);
         } else {
           gemm_.run_fp8(sc_.xq8, m, p.kp, p.w8, p.n, yp, yt, ldy, op);
           if (yt == OutType::F32) scale_rows_cols_f32(reinterpret_cast<float*>(yp), m, p.n, ldy, sc_.xs, p.row_scale, s_);
