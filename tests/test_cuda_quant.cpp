@@ -158,10 +158,12 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
   NEED_GPU();
   const int64_t M = 37, k = 64, n1 = 48, n2 = 8, n3 = 32;
   const float igs = 300.0f;
-  for (int64_t pad : {0, 2}) {  // pad: output rows not 16-byte aligned (the FP8 part goes through scratch)
+  // pad: 2 more bf16 rows, so the FP8 part's output rows are not 16-byte aligned (it goes through
+  // scratch). cuBLASLt's FP8 GEMM also wants its own row count a multiple of 16 (status 15 at 34).
+  for (int64_t pad : {0, 2}) {
     for (bool acc : {false, true}) {
-      const int64_t n = n1 + n2 + n3 + pad;
-      std::vector<float> w = test_values(size_t((n1 + n2 + n3 + pad) * k), 77);
+      const int64_t n = n1 + n2 + pad + n3;
+      std::vector<float> w = test_values(size_t(n * k), 77);
       for (auto& v : w) v = quant::bf16_round(v * 0.01f);  // tame weights
       std::vector<float> x(size_t(M * k));
       {
@@ -195,21 +197,22 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
       p1.row_gs = rgs.as<float>();
       p1.input_global_scale = igs;
       // part 2: bf16
-      std::vector<float> w2(w.begin() + n1 * k, w.begin() + (n1 + n2) * k);
+      const int64_t n2p = n2 + pad;
+      std::vector<float> w2(w.begin() + n1 * k, w.begin() + (n1 + n2p) * k);
       DeviceBuffer dw2 = cuda::upload(to_bf(w2), "w2");
       cuda::DevLinearPart p2;
       p2.row0 = n1;
-      p2.n = n2;
+      p2.n = n2p;
       p2.k = k;
       p2.w = dw2.as<bf16>();
-      // part 3: FP8 (+ pad rows)
-      const int64_t n3p = n3 + pad;
-      std::vector<float> w3(w.begin() + (n1 + n2) * k, w.end());
+      // part 3: FP8
+      const int64_t n3p = n3;
+      std::vector<float> w3(w.begin() + (n1 + n2p) * k, w.end());
       DeviceBuffer dw3 = cuda::upload(to_bf(w3), "w3"), q3(size_t(n3p * k)), rs3(size_t(n3p) * 4);
       cuda::fp8_quantize_rows(dw3.as<bf16>(), n3p, k, k, q3.as<uint8_t>(), k, rs3.as<float>(), nullptr);
       cuda::DevLinearPart p3;
       p3.fmt = cuda::WFormat::FP8;
-      p3.row0 = n1 + n2;
+      p3.row0 = n1 + n2p;
       p3.n = n3p;
       p3.k = p3.kp = k;
       p3.w8 = q3.as<uint8_t>();
@@ -247,8 +250,8 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
             for (int64_t c = 0; c < k; ++c) {
               double t;
               if (j < n1) t = double(xa[size_t(i * k + c)]) * wd1[size_t(j * k + c)];
-              else if (j < n1 + n2) t = double(x[size_t(i * k + c)]) * w2[size_t((j - n1) * k + c)];
-              else t = double(xf[size_t(i * k + c)]) * double(quant::e4m3_value(q3h[size_t((j - n1 - n2) * k + c)])) * s3h[size_t(j - n1 - n2)];
+              else if (j < n1 + n2p) t = double(x[size_t(i * k + c)]) * w2[size_t((j - n1) * k + c)];
+              else t = double(xf[size_t(i * k + c)]) * double(quant::e4m3_value(q3h[size_t((j - n1 - n2p) * k + c)])) * s3h[size_t(j - n1 - n2p)];
               ref += t;
               mag += std::fabs(t);
             }
