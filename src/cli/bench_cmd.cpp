@@ -3,6 +3,7 @@
 // record (bench/results/) that later runs are compared with.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -102,7 +103,7 @@ Runner add_bench(CLI::App& app) {
     std::string commit = "unknown", baseline, command;
     int reps = 20;
     int64_t max_tokens = 32768;
-    bool batch_invariant = true, profile = false, offload = false, memory_only = false;
+    bool batch_invariant = true, profile = false, offload = false, memory_only = false, m_buckets = true;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("bench",
@@ -127,6 +128,7 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--command", o->command, "the command line recorded in the JSON (default: argv)");
   c->add_flag("--profile", o->profile, "also time every op (CUDA events) for the blog, 8,192-token and 64 x 512 runs");
   c->add_flag("!--no-batch-invariant", o->batch_invariant, "let cuBLASLt pick GEMM algorithms per batch size");
+  c->add_flag("!--no-gemm-buckets", o->m_buckets, "batch-invariant GEMMs: one algorithm for every m (chosen at 4,096)");
   return [o]() -> int {
 #ifndef CLEFRT_HAVE_CUDA
     throw Error(Status::BadRequest, "usage", "clefrt bench needs the CUDA backend; this build has none");
@@ -159,6 +161,7 @@ Runner add_bench(CLI::App& app) {
     fo.max_tokens = o->max_tokens;
     fo.max_seqs = o->memory_only ? 1 : 64;
     fo.batch_invariant = o->batch_invariant;
+    fo.gemm_m_buckets = o->m_buckets;
     cuda::Forward fwd(dm, fo);
     const double gib = double(1ull << 30);
     auto mem_line = [&]() {
@@ -229,6 +232,26 @@ Runner add_bench(CLI::App& app) {
       v.add("tflops", Value::number(tf));
       lat.add(p.name, v);
     }
+    // Batch invariance at the real shapes: the blog request alone, first in a batch of 16 and of
+    // 64 (other requests 512 tokens: other GEMM m buckets), bit for bit.
+    Value inv = Value::object();
+    {
+      std::vector<Encoded> others;
+      for (int i = 0; i < 63; ++i) others.push_back(padded(blog, 512, 500 + uint64_t(i)));
+      auto alone = fwd.run({&blog})[0];
+      double worst = 0;
+      for (int n : {16, 64}) {
+        std::vector<const Encoded*> b = {&blog};
+        for (int i = 0; i + 1 < n; ++i) b.push_back(&others[size_t(i)]);
+        auto together = fwd.run(b)[0];
+        double w = 0;
+        for (size_t q = 0; q < alone.size(); ++q)
+          for (size_t j = 0; j < alone[q].size(); ++j) w = std::max(w, std::fabs(alone[q][j] - together[q][j]));
+        inv.add("batch_" + std::to_string(n) + "_vs_alone_max_abs_diff", Value::number(w));
+        worst = std::max(worst, w);
+      }
+      std::printf("batch invariance: blog alone vs first of 16 / 64 in a batch, worst |dp| = %g\n", worst);
+    }
     Value thr = Value::array();
     std::printf("%-12s %8s %12s %10s %10s %8s\n", "in flight", "tokens", "tokens/s", "req/s", "TFLOP/s", "of peak");
     for (int n : {1, 4, 16, 64}) {
@@ -297,6 +320,8 @@ Runner add_bench(CLI::App& app) {
     out.add("model", Value::string(o->synthetic));
     out.add("quant", Value::string(o->quant));
     out.add("batch_invariant", Value::boolean(o->batch_invariant));
+    out.add("gemm_m_buckets", Value::boolean(o->m_buckets));
+    out.add("invariance", inv);
     out.add("peak_bf16_tflops", Value::number(hw.peak_bf16_tflops));
     out.add("copy_gbps", Value::number(hw.copy_gbps));
     out.add("gpu_mem_gib", Value::number(mem));

@@ -54,8 +54,8 @@ void destroy(Layouts& l) {
 
 }  // namespace
 
-Gemm::Gemm(cudaStream_t stream, bool batch_invariant, size_t workspace_bytes)
-    : stream_(stream), batch_invariant_(batch_invariant), workspace_(workspace_bytes, "cuBLASLt workspace") {
+Gemm::Gemm(cudaStream_t stream, bool batch_invariant, size_t workspace_bytes, bool m_buckets)
+    : stream_(stream), batch_invariant_(batch_invariant), m_buckets_(m_buckets), workspace_(workspace_bytes, "cuBLASLt workspace") {
   check(cublasLtCreate(&lt_), "cublasLtCreate");
 }
 
@@ -85,17 +85,22 @@ cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, 
     throw Error(Status::Internal, "device_error",
                 std::string(op) + ": cuBLASLt has no algorithm for m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
   if (!batch_invariant_) return res[0].algo;
-  // The first candidate that runs without split-K (one CTA reduces the whole k for its tile).
+  // The first candidate that runs without split-K or a reduction scheme (one CTA reduces the
+  // whole k for its tile, in order).
   for (int i = 0; i < found; ++i) {
     cublasLtMatmulAlgo_t a = res[i].algo;
     int32_t splitk = 1;
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE;
     size_t got = 0;
     cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &got);
-    if (splitk <= 1) return a;
+    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &got);
+    if (splitk <= 1 && red == CUBLASLT_REDUCTION_SCHEME_NONE) return a;
   }
   cublasLtMatmulAlgo_t a = res[0].algo;
   int32_t one = 1;
+  uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
   check(cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one), op);
+  check(cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none), op);
   return a;
 }
 
@@ -105,10 +110,11 @@ Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy
   if (it != plans_.end()) return it->second;
   Plan p;
   if (batch_invariant_) {
-    // One algorithm per (n, k, ...) chosen at a reference m large enough for the biggest tiles.
-    auto ik = std::make_tuple(n, k, ldx, ldy, int(yt), acc, int(in));
+    // One algorithm per (n, k, ...) and m bucket, chosen at the bucket's reference m.
+    const int64_t ref = !m_buckets_ ? 4096 : m <= 256 ? 256 : m <= 1024 ? 1024 : 4096;
+    auto ik = std::make_tuple(ref, n, k, ldx, ldy, int(yt), acc, int(in));
     auto a = invariant_algos_.find(ik);
-    if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, in, op)).first;
+    if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(ref, n, k, ldx, ldy, yt, acc, in, op)).first;
     p.algo = a->second;
   } else {
     p.algo = choose(m, n, k, ldx, ldy, yt, acc, in, op);
