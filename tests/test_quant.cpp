@@ -325,3 +325,46 @@ TEST(Quant, QuantizeCommandWritesLoadableFolders) {
 
 }  // namespace
 }  // namespace clefrt
+
+namespace clefrt {
+namespace {
+
+// Our loader's dequantized weights against tools/reference/dequant_ref.py, an independent reader
+// written from spec/quant.md (torch + safetensors, run on the GPU machine on the same folders:
+// tiny-b quantized by `clefrt quantize`, which is deterministic). Bit for bit.
+TEST(Quant, LoaderMatchesIndependentPythonReader) {
+  const std::string src = test::source_path("tests/fixtures/oracle/tiny-b");
+  const auto cfg = model::load_config(src);
+  for (const std::string scheme : {"nvfp4-w4a16", "fp8"}) {
+    quant::QuantizeOptions qo;
+    qo.model_dir = src;
+    qo.out_dir = testing::TempDir() + "clefrt-qref-" + scheme + "-" + std::to_string(getpid());
+    qo.scheme = scheme;
+    qo.progress = false;
+    quant::quantize_folder(qo);
+    io::TensorStore st = io::TensorStore::open_folder(qo.out_dir);
+    model::QuantActivations qa;
+    qa.fp8_dynamic = scheme == "fp8";
+    const auto tw = model::load_text_weights(st, cfg.text, model::LoadMode::Full, qa);
+    io::TensorStore ref;
+    ref.add_file(test::source_path("tests/fixtures/quant/tiny-b-" + scheme + ".dequant.safetensors"));
+    size_t compared = 0;
+    for (const auto& l : tw.layers)
+      for (const model::Tensor* t : {&l.gate_proj, &l.up_proj, &l.down_proj, &l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.out_proj,
+                                     &l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj}) {
+        if (t->quant == model::Tensor::Quant::None) continue;
+        const io::TensorInfo* r = ref.find(t->name);
+        ASSERT_NE(r, nullptr) << scheme << ": the reference has no " << t->name;
+        const std::vector<float> want = model::to_f32(*r);
+        ASSERT_EQ(want.size(), t->v.size()) << t->name;
+        size_t differ = 0;
+        for (size_t i = 0; i < want.size(); ++i) differ += want[i] != t->v[i];
+        EXPECT_EQ(differ, 0u) << scheme << " " << t->name << ": values that differ from the reference reader";
+        ++compared;
+      }
+    EXPECT_EQ(compared, ref.all().size()) << scheme << ": every quantized Linear of the reference is compared";
+  }
+}
+
+}  // namespace
+}  // namespace clefrt

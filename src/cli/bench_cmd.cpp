@@ -103,7 +103,7 @@ Runner add_bench(CLI::App& app) {
     std::string commit = "unknown", baseline, command;
     int reps = 20;
     int64_t max_tokens = 32768;
-    bool batch_invariant = true, profile = false, offload = false, memory_only = false, m_buckets = true;
+    bool batch_invariant = true, profile = false, offload = false, memory_only = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("bench",
@@ -128,7 +128,6 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--command", o->command, "the command line recorded in the JSON (default: argv)");
   c->add_flag("--profile", o->profile, "also time every op (CUDA events) for the blog, 8,192-token and 64 x 512 runs");
   c->add_flag("!--no-batch-invariant", o->batch_invariant, "let cuBLASLt pick GEMM algorithms per batch size");
-  c->add_flag("!--no-gemm-buckets", o->m_buckets, "batch-invariant GEMMs: one algorithm for every m (chosen at 4,096)");
   return [o]() -> int {
 #ifndef CLEFRT_HAVE_CUDA
     throw Error(Status::BadRequest, "usage", "clefrt bench needs the CUDA backend; this build has none");
@@ -161,7 +160,6 @@ Runner add_bench(CLI::App& app) {
     fo.max_tokens = o->max_tokens;
     fo.max_seqs = o->memory_only ? 1 : 64;
     fo.batch_invariant = o->batch_invariant;
-    fo.gemm_m_buckets = o->m_buckets;
     cuda::Forward fwd(dm, fo);
     const double gib = double(1ull << 30);
     auto mem_line = [&]() {
@@ -320,7 +318,6 @@ Runner add_bench(CLI::App& app) {
     out.add("model", Value::string(o->synthetic));
     out.add("quant", Value::string(o->quant));
     out.add("batch_invariant", Value::boolean(o->batch_invariant));
-    out.add("gemm_m_buckets", Value::boolean(o->m_buckets));
     out.add("invariance", inv);
     out.add("peak_bf16_tflops", Value::number(hw.peak_bf16_tflops));
     out.add("copy_gbps", Value::number(hw.copy_gbps));

@@ -109,7 +109,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   if (m.head.scorer0.n > 4 * m.hc.width)
     throw load_error("joint_head.safetensors", "residual_scorer hidden size above 4 x width is not supported by the CUDA head");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  gemm_ = std::make_unique<Gemm>(stream_, o.batch_invariant, gemm_workspace_bytes(), o.gemm_m_buckets);
+  gemm_ = std::make_unique<Gemm>(stream_, o.batch_invariant, gemm_workspace_bytes());
   lin_ = std::make_unique<LinearRunner>(m, *gemm_, stream_);
   {
     Batch b;

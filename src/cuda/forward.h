@@ -21,7 +21,6 @@ struct ForwardOptions {
   int64_t max_tokens = 16384;  // the activation arena holds a batch of this many tokens
   int64_t max_seqs = 256;      // requests per batch
   bool batch_invariant = true; // GEMM algorithms fixed per shape class (see gemm.h)
-  bool gemm_m_buckets = true;  // ... per m bucket too (see gemm.h)
   int64_t debug_layers = -1;   // tests: run only the first N backbone layers (-1: all)
 };
 

@@ -54,8 +54,8 @@ void destroy(Layouts& l) {
 
 }  // namespace
 
-Gemm::Gemm(cudaStream_t stream, bool batch_invariant, size_t workspace_bytes, bool m_buckets)
-    : stream_(stream), batch_invariant_(batch_invariant), m_buckets_(m_buckets), workspace_(workspace_bytes, "cuBLASLt workspace") {
+Gemm::Gemm(cudaStream_t stream, bool batch_invariant, size_t workspace_bytes)
+    : stream_(stream), batch_invariant_(batch_invariant), workspace_(workspace_bytes, "cuBLASLt workspace") {
   check(cublasLtCreate(&lt_), "cublasLtCreate");
 }
 
@@ -110,11 +110,10 @@ Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy
   if (it != plans_.end()) return it->second;
   Plan p;
   if (batch_invariant_) {
-    // One algorithm per (n, k, ...) and m bucket, chosen at the bucket's reference m.
-    const int64_t ref = !m_buckets_ ? 4096 : m <= 256 ? 256 : m <= 1024 ? 1024 : 4096;
-    auto ik = std::make_tuple(ref, n, k, ldx, ldy, int(yt), acc, int(in));
+    // One algorithm per (n, k, ...) chosen at a reference m large enough for the biggest tiles.
+    auto ik = std::make_tuple(n, k, ldx, ldy, int(yt), acc, int(in));
     auto a = invariant_algos_.find(ik);
-    if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(ref, n, k, ldx, ldy, yt, acc, in, op)).first;
+    if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, in, op)).first;
     p.algo = a->second;
   } else {
     p.algo = choose(m, n, k, ldx, ldy, yt, acc, in, op);
