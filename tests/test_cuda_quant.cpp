@@ -132,6 +132,45 @@ TEST(CudaQuant, KernelsMatchCpuByteForByte) {
   }
 }
 
+// The pieces of the Blackwell FP4 path that run anywhere: the scale swizzle and the packed W4A4
+// activations (the cuBLASLt FP4 GEMM itself cannot run on Hopper: untested).
+TEST(CudaQuant, NativeFp4OperandsMatchCpu) {
+  NEED_GPU();
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{3, 32}, {130, 96}, {257, 512}}) {
+    const std::vector<float> x = test_values(size_t(n * k), uint64_t(n + k));
+    DeviceBuffer dx = cuda::upload(to_bf(x), "x");
+    const float gs = 250.0f;
+    const int64_t sw = cuda::nvfp4_swizzled_bytes(n, k);
+    DeviceBuffer packed(static_cast<size_t>(n * k / 2)), scales(static_cast<size_t>(sw)), plain(static_cast<size_t>(n * k / 16)),
+        swz(static_cast<size_t>(sw));
+    cuda::check(cudaMemset(scales.get(), 0, size_t(sw)), "test");
+    cuda::nvfp4_quantize_rows_packed(dx.as<bf16>(), n, k, k, gs, packed.as<uint8_t>(), scales.as<uint8_t>(), nullptr);
+    auto gp = down<uint8_t>(packed, size_t(n * k / 2));
+    auto gsc = down<uint8_t>(scales, size_t(sw));
+    std::vector<uint8_t> want_plain(size_t(n * k / 16));
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t b = 0; b < k / 16; ++b) {
+        float amax = 0;
+        for (int j = 0; j < 16; ++j) amax = std::fmax(amax, std::fabs(x[size_t(r * k + b * 16 + j)]));
+        uint8_t sb = quant::e4m3_encode(gs * amax / 6.0f);
+        const float sv = quant::e4m3_value(sb);
+        if (sv == 0.0f) sb = 0;
+        want_plain[size_t(r * (k / 16) + b)] = sb;
+        ASSERT_EQ(gsc[size_t(cuda::nvfp4_swizzled_offset(r, b, k))], sb) << "scale " << r << "," << b;
+        for (int j = 0; j < 16; ++j) {
+          const int64_t c = b * 16 + j;
+          const uint8_t code = sv == 0.0f ? 0 : quant::e2m1_encode(x[size_t(r * k + c)] / (sv / gs));
+          const uint8_t byte = gp[size_t(r * (k / 2) + c / 2)];
+          ASSERT_EQ((c & 1) ? (byte >> 4) : (byte & 15), code) << "code " << r << "," << c;
+        }
+      }
+    // the weight-side swizzle places the same bytes at the same offsets
+    cuda::check(cudaMemcpy(plain.get(), want_plain.data(), want_plain.size(), cudaMemcpyHostToDevice), "test");
+    cuda::nvfp4_swizzle_scales(plain.as<uint8_t>(), n, k, swz.as<uint8_t>(), nullptr);
+    EXPECT_EQ(down<uint8_t>(swz, size_t(sw)), gsc);
+  }
+}
+
 TEST(CudaQuant, Fp8EpiloguesScaleRowsAndColumns) {
   NEED_GPU();
   const int64_t m = 5, n = 48;
@@ -228,7 +267,11 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
         cuda::LinearRunner run(m, gemm, st, size_t(16 * k * 2));  // 16-row chunks: the staging rotates
         const int64_t cols = cuda::LinearRunner::fp8_scratch_cols(m);
         DeviceBuffer xq16(size_t(M * k) * 2), xq8(size_t(M * k)), xs(size_t(M) * 4), accb(size_t(M * cols) * 4);
-        cuda::QuantScratch sc{xq16.as<bf16>(), xq8.as<uint8_t>(), xs.as<float>(), accb.as<float>()};
+        cuda::QuantScratch sc;
+        sc.xq16 = xq16.as<bf16>();
+        sc.xq8 = xq8.as<uint8_t>();
+        sc.xs = xs.as<float>();
+        sc.acc = accb.as<float>();
         std::vector<float> y0(size_t(M * n), acc ? 0.5f : 0.0f);
         DeviceBuffer y = acc ? cuda::upload(y0, "y") : DeviceBuffer(size_t(M * n) * 2);
         run.begin(sc);

@@ -1,6 +1,9 @@
 #include "cuda/device_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <cstdio>
 #include <cstring>
 
@@ -24,7 +27,8 @@ Source source_of(const model::Tensor& t) {
 
 class Builder {
  public:
-  Builder(DevModel& m, const BuildOptions& o, bool folder_quantized) : m_(m), o_(o), folder_quantized_(folder_quantized) {}
+  Builder(DevModel& m, const BuildOptions& o, bool folder_quantized, bool native_fp4)
+      : m_(m), o_(o), folder_quantized_(folder_quantized), native_fp4_(native_fp4) {}
 
   // Rows of several tensors stacked into one Linear. `keep_bf16[i]`: the recipe keeps part i in
   // bf16 (the GDN's in_proj_b / in_proj_a). Consecutive parts of the same target format share
@@ -194,6 +198,16 @@ class Builder {
         row_gs.assign(size_t(n), gsv);
       }
       check(cudaMemcpy(gs.get(), row_gs.data(), row_gs.size() * 4, cudaMemcpyHostToDevice), "upload weights");
+      // Blackwell W4A4: one global scale per part becomes the GEMM's alpha; the scales are laid
+      // out once here as cuBLASLt wants them
+      if (native_fp4_ && igs > 0 && std::all_of(row_gs.begin(), row_gs.end(), [&](float v) { return v == row_gs[0]; })) {
+        DeviceBuffer sw(size_t(nvfp4_swizzled_bytes(n, k)), "weights");
+        nvfp4_swizzle_scales(scales.as<uint8_t>(), n, k, sw.as<uint8_t>(), nullptr);
+        p.scales_swizzled = sw.as<uint8_t>();
+        p.part_gs = row_gs[0];
+        m_.has_native_fp4 = true;
+        keep(std::move(sw));
+      }
       p.packed = packed.as<uint8_t>();
       p.scales = scales.as<uint8_t>();
       p.row_gs = gs.as<float>();
@@ -281,7 +295,7 @@ class Builder {
 
   DevModel& m_;
   const BuildOptions& o_;
-  bool folder_quantized_;
+  bool folder_quantized_, native_fp4_;
   uint64_t counter_ = 0;
 };
 
@@ -306,7 +320,15 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
     for (const model::Tensor* t : {&lw.gate_proj, &lw.up_proj, &lw.down_proj, &lw.gdn.in_proj_qkv, &lw.gdn.out_proj, &lw.attn.q_proj,
                                    &lw.attn.o_proj})
       folder_quantized |= source_of(*t) == Source::Nvfp4 || source_of(*t) == Source::Fp8;
-  Builder b(m, o, folder_quantized);
+  bool native_fp4 = false;
+  if (o.native_fp4) {
+    const char* env = std::getenv("CLEFRT_NATIVE_FP4");
+    int dev = 0, major = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "compute capability");
+    native_fp4 = major >= 10 && !(env && std::string(env) == "0");
+  }
+  Builder b(m, o, folder_quantized, native_fp4);
   m.embed = b.table(tw.embed, 1.0f);
   m.lm_head = (tw.embed.src && tw.lm_head.src == tw.embed.src) ? m.embed : b.table(tw.lm_head, 1.0f);
   m.final_norm = b.vec(tw.final_norm, 0.0f, 0.1f);

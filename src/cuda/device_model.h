@@ -27,6 +27,10 @@ struct DevLinearPart {
   const uint8_t* scales = nullptr;     // NVFP4: e4m3 [n, k/16]
   const float* row_gs = nullptr;       // NVFP4: each row's global scale [n]
   float input_global_scale = 0;        // NVFP4: > 0 = W4A4 (activations quantized first), 0 = W4A16
+  // NVFP4 W4A4 on Blackwell (compute capability >= 10; UNTESTED here): the scales in cuBLASLt's
+  // swizzled layout and the part's one global scale; set means the native FP4 GEMM runs it.
+  const uint8_t* scales_swizzled = nullptr;
+  float part_gs = 0;
   const uint8_t* w8 = nullptr;         // FP8: e4m3 [n, kp], zero in columns [k, kp)
   int64_t kp = 0;                      // FP8: k rounded up to 16 (cuBLASLt's FP8 alignment)
   const float* row_scale = nullptr;    // FP8: per output row [n]
@@ -100,7 +104,7 @@ struct DevModel {
   size_t weight_bytes = 0;       // GPU memory of the weights
   size_t host_weight_bytes = 0;  // pinned host memory (offloaded embeddings)
   size_t bytes_by_format[3] = {0, 0, 0};  // backbone Linears, by WFormat
-  bool has_nvfp4 = false, has_w4a4 = false, has_fp8 = false;
+  bool has_nvfp4 = false, has_w4a4 = false, has_fp8 = false, has_native_fp4 = false;
   int64_t max_k = 0;  // widest Linear input (activation scratch of the quantized paths)
   std::vector<DeviceBuffer> owned;
   std::vector<HostBuffer> owned_host;
@@ -114,6 +118,10 @@ struct BuildOptions {
   // which only a W4A4 folder has (or the synthetic model, which makes one up).
   QuantMode quant = QuantMode::Auto;
   bool offload_embeddings = false;
+  // W4A4 parts run on native FP4 tensor cores when the GPU has them (compute capability >= 10,
+  // Blackwell); false keeps the emulated path (dequantized weights, fake-quantized activations),
+  // which is also what runs on Hopper. CLEFRT_NATIVE_FP4=0 in the environment turns it off too.
+  bool native_fp4 = true;
   // Synthetic W4A4: the static activation global scale random weights get (448 * 6 / 8: inputs
   // of magnitude up to ~8, which (1+w) RMSNorm outputs are).
   float synthetic_input_global_scale = 336.0f;

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "cuda/check.h"
 #include "cuda/kernels.h"
+#include "cuda/kernels_quant.h"
 
 namespace clefrt::cuda {
 
@@ -66,6 +67,10 @@ struct Forward::Batch {
     k = a.carve<bf16>(L * c.kv_heads * c.head_dim, "attn k");
     hidden = a.carve<float>(L * H, "hidden");
     if (m.has_w4a4) qs.xq16 = a.carve<bf16>(L * m.max_k, "W4A4 activations");
+    if (m.has_native_fp4) {
+      qs.xq4 = a.carve<uint8_t>(L * m.max_k / 2, "FP4 activations");
+      qs.xsc = a.carve<uint8_t>(size_t(nvfp4_swizzled_bytes(L, m.max_k)), "FP4 activation scales");
+    }
     if (m.has_fp8) {
       qs.xq8 = a.carve<uint8_t>(L * m.max_k, "FP8 activations");
       qs.xs = a.carve<float>(L, "FP8 activation scales");

@@ -29,12 +29,17 @@ bool fp8_fast_accumulation() {
 
 // FP8 needs this "TN" form too: A (the weights) transposed, B not.
 Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, int in_kind, const char* op) {
-  const cudaDataType in = in_kind == 1 ? CUDA_R_32F : in_kind == 2 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  const cudaDataType in = in_kind == 1 ? CUDA_R_32F : in_kind == 2 ? CUDA_R_8F_E4M3 : in_kind == 3 ? CUDA_R_4F_E2M1 : CUDA_R_16BF;
   Layouts l;
   check(cublasLtMatmulDescCreate(&l.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), op);
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), op);
   check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), op);
+  if (in_kind == 3) {  // block-scaled FP4: e4m3 scales per 16 inputs on both operands
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+    check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode), op);
+    check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode), op);
+  }
   if (in_kind == 2 && fp8_fast_accumulation()) {
     const int8_t on = 1;
     check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on), op);
@@ -144,8 +149,19 @@ void Gemm::run_f32(const float* x, int64_t m, int64_t k, int64_t ldx, const floa
   launch(plan(m, n, k, ldx, ldy, OutType::F32, accumulate, In::F32, op), x, w, y, accumulate, op);
 }
 
-void Gemm::launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op) {
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+void Gemm::run_fp4(const uint8_t* x, const uint8_t* x_scales, int64_t m, int64_t k, const uint8_t* w, const uint8_t* w_scales, int64_t n,
+                   float alpha, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op) {
+  if (m == 0) return;
+  if (accumulate && yt != OutType::F32) throw Error(Status::Internal, "internal_error", std::string(op) + ": accumulate needs an F32 output");
+  Plan& p = plan(m, n, k, k, ldy, yt, accumulate, In::FP4, op);
+  // A is the weight operand (see make_layouts), B the activations
+  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof w_scales), op);
+  check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof x_scales), op);
+  launch(p, x, w, y, accumulate, op, alpha);
+}
+
+void Gemm::launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op, float alpha) {
+  const float beta = accumulate ? 1.0f : 0.0f;
   check(cublasLtMatmul(lt_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.get(), workspace_.bytes(),
                        stream_),
         op);

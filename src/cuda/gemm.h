@@ -41,6 +41,12 @@ class Gemm {
   // scales for FP8 (its outer-vector mode answers CUBLAS_STATUS_INVALID_VALUE there; measured).
   void run_fp8(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, OutType yt, int64_t ldy, const char* op);
 
+  // Native NVFP4 (Blackwell, sm_100 / sm_120 only; UNTESTED here): x [m, k] and w [n, k] e2m1
+  // packed two per byte, each with e4m3 scales per 16 inputs in cuBLASLt's swizzled layout
+  // (kernels_quant.h), y (+)= alpha * x w^T with alpha = 1 / (gs_in * gs_w).
+  void run_fp4(const uint8_t* x, const uint8_t* x_scales, int64_t m, int64_t k, const uint8_t* w, const uint8_t* w_scales, int64_t n,
+               float alpha, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
+
   bool batch_invariant() const { return batch_invariant_; }
 
  private:
@@ -49,12 +55,12 @@ class Gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  enum class In { BF16, F32, FP8 };
+  enum class In { BF16, F32, FP8, FP4 };
   // m, n, k, ldx, ldy, yt, acc, input type
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int>;
   Plan& plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op);
   cublasLtMatmulAlgo_t choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op);
-  void launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op);
+  void launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op, float alpha = 1.0f);
 
   cudaStream_t stream_;
   bool batch_invariant_;

@@ -184,7 +184,65 @@ __global__ void scale_store_k(const float* t, int64_t rows, int64_t n, int64_t l
   }
 }
 
+__host__ __device__ __forceinline__ int64_t swz(int64_t r, int64_t c, int64_t col_tiles) {
+  return ((r / 128) * col_tiles + c / 4) * 512 + (r % 32) * 16 + (r % 128) / 32 * 4 + c % 4;
+}
+
+__global__ void swizzle_k(const uint8_t* scales, int64_t rows, int64_t cols, uint8_t* out) {
+  const int64_t total = rows * cols, col_tiles = (cols + 3) / 4;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i - r * cols;
+    out[swz(r, c, col_tiles)] = scales[i];
+  }
+}
+
+// One thread per 16 inputs: the fake-quant's arithmetic, codes kept instead of x_hat.
+__global__ void nvfp4_quant_packed_k(const bf16* x, int64_t rows, int64_t k, int64_t ldx, float gs, uint8_t* packed, uint8_t* sc) {
+  const int64_t bpr = k / 16, total = rows * bpr, col_tiles = (bpr + 3) / 4;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / bpr, b = i - r * bpr;
+    const bf16* in = x + r * ldx + b * 16;
+    float v[16], amax = 0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      v[j] = __bfloat162float(in[j]);
+      amax = fmaxf(amax, fabsf(v[j]));
+    }
+    const uint8_t sb = e4m3_encode(__fdiv_rn(__fmul_rn(gs, amax), 6.0f));
+    const float s = e4m3_value(sb);
+    sc[swz(r, b, col_tiles)] = s == 0.0f ? uint8_t(0) : sb;
+    uint32_t lo = 0, hi = 0;
+    if (s != 0.0f) {
+      const float step = __fdiv_rn(s, gs);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const uint32_t code = e2m1_encode(__fdiv_rn(v[j], step));
+        if (j < 8) lo |= code << (4 * j);
+        else hi |= code << (4 * (j - 8));
+      }
+    }
+    reinterpret_cast<uint2*>(packed + r * (k / 2))[b] = make_uint2(lo, hi);
+  }
+}
+
 }  // namespace
+
+int64_t nvfp4_swizzled_bytes(int64_t rows, int64_t k) { return (rows + 127) / 128 * 128 * ((k / 16 + 3) / 4 * 4); }
+int64_t nvfp4_swizzled_offset(int64_t r, int64_t c, int64_t k) { return swz(r, c, (k / 16 + 3) / 4); }
+
+void nvfp4_swizzle_scales(const uint8_t* scales, int64_t rows, int64_t k, uint8_t* out, cudaStream_t s) {
+  if (rows == 0) return;
+  check(cudaMemsetAsync(out, 0, size_t(nvfp4_swizzled_bytes(rows, k)), s), "nvfp4_swizzle_scales");
+  swizzle_k<<<grid_for(rows * (k / 16)), 256, 0, s>>>(scales, rows, k / 16, out);
+  check_launch("nvfp4_swizzle_scales");
+}
+
+void nvfp4_quantize_rows_packed(const bf16* x, int64_t rows, int64_t k, int64_t ldx, float gs_in, uint8_t* packed, uint8_t* out_scales,
+                                cudaStream_t s) {
+  if (rows == 0) return;
+  nvfp4_quant_packed_k<<<grid_for(rows * (k / 16)), 256, 0, s>>>(x, rows, k, ldx, gs_in, packed, out_scales);
+  check_launch("nvfp4_quantize_rows_packed");
+}
 
 void scale_rows_cols_store(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, void* y, bool y_bf16,
                            int64_t ldy, cudaStream_t s) {

@@ -30,6 +30,20 @@ void fp8_dequantize_rows(const uint8_t* q, int64_t kp, const float* scale, int64
 // x_q = rne_e2m1(clamp(x / (s / gs_in), -6, 6)), y = bf16(x_q * s / gs_in) (0 where s is 0).
 void nvfp4_fake_quantize_rows(const bf16* x, int64_t rows, int64_t k, int64_t ldx, float gs_in, bf16* y, int64_t ldy, cudaStream_t s);
 
+// ---- native NVFP4 (Blackwell block-scaled FP4 GEMMs; UNTESTED on hardware here) ----
+// cuBLASLt's VEC16_UE4M3 scale layout: scales of an [rows, cols] matrix (one per 16 inputs) in
+// tiles of 128 rows x 4 scale columns, 512 bytes each, tiles row-major; inside a tile scale (r, c)
+// sits at (r % 32) * 16 + (r % 128) / 32 * 4 + c % 4. Rows pad to 128 and scale columns to 4
+// (padding zero).
+int64_t nvfp4_swizzled_bytes(int64_t rows, int64_t k);
+int64_t nvfp4_swizzled_offset(int64_t r, int64_t c, int64_t k);  // host twin (tests)
+void nvfp4_swizzle_scales(const uint8_t* scales, int64_t rows, int64_t k, uint8_t* out, cudaStream_t s);
+// W4A4 activations for the FP4 tensor cores: the same codes and scales as
+// nvfp4_fake_quantize_rows, packed two per byte (even column low) [rows, k/2] with the scales
+// swizzled (zero scale -> zero codes). `out_scales` must be zeroed first (its padding).
+void nvfp4_quantize_rows_packed(const bf16* x, int64_t rows, int64_t k, int64_t ldx, float gs_in, uint8_t* packed, uint8_t* out_scales,
+                                cudaStream_t s);
+
 // The FP8 GEMM's scales (cuBLASLt on sm_90 takes only scalar ones): y[r, c] *= rs[r] * cs[c]
 // in place (bf16 or fp32), or acc[r, c] += t[r, c] * rs[r] * cs[c] (the residual stream).
 void scale_rows_cols_bf16(bf16* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs, cudaStream_t s);

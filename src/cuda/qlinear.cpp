@@ -45,9 +45,13 @@ LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t
     : m_(m), gemm_(gemm), s_(s), fp8_cols_(fp8_scratch_cols(m)) {
   if (!m.has_nvfp4) return;
   size_t slot = 0;
+  bool any = false;
+  for (const DevLinear* l : schedule_order(m))
+    for (const DevLinearPart& p : l->parts) any |= p.fmt == WFormat::NVFP4 && !p.scales_swizzled;
+  if (!any) return;
   for (const DevLinear* l : schedule_order(m))
     for (const DevLinearPart& p : l->parts) {
-      if (p.fmt != WFormat::NVFP4) continue;
+      if (p.fmt != WFormat::NVFP4 || p.scales_swizzled) continue;  // native FP4 parts need no staging
       const int64_t rows_per_chunk = std::max<int64_t>(16, int64_t(stage_bytes / size_t(p.k * 2)));
       // equal chunks (GEMMs of similar shape) rather than full ones and a small remainder
       const int64_t nchunks = (p.n + rows_per_chunk - 1) / rows_per_chunk, rows = (p.n + nchunks - 1) / nchunks;
@@ -128,7 +132,15 @@ void LinearRunner::run(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l
         gemm_.run(x, m, p.k, ldx, p.w, p.n, yp, yt, ldy, accumulate, op);
         break;
       case WFormat::NVFP4:
-        run_nvfp4(x, m, ldx, p, yp, es, yt, ldy, accumulate, op);
+        if (p.scales_swizzled) {  // Blackwell: the FP4 tensor cores
+          if (!sc_.xq4) throw Error(Status::Internal, "internal_error", std::string(op) + ": native FP4 scratch not planned");
+          check(cudaMemsetAsync(sc_.xsc, 0, size_t(nvfp4_swizzled_bytes(m, p.k)), s_), op);
+          nvfp4_quantize_rows_packed(x, m, p.k, ldx, p.input_global_scale, sc_.xq4, sc_.xsc, s_);
+          gemm_.run_fp4(sc_.xq4, sc_.xsc, m, p.k, p.packed, p.scales_swizzled, p.n, 1.0f / (p.input_global_scale * p.part_gs), yp, yt, ldy,
+                        accumulate, op);
+        } else {
+          run_nvfp4(x, m, ldx, p, yp, es, yt, ldy, accumulate, op);
+        }
         break;
       case WFormat::FP8:
         if (!sc_.xq8) throw Error(Status::Internal, "internal_error", std::string(op) + ": FP8 scratch not planned");

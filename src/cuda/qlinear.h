@@ -7,6 +7,8 @@
 //   quantizes-dequantizes the activations per token and per 16 inputs (the exact W4A4 numerics).
 // - FP8: activations quantized per token to e4m3, cuBLASLt FP8 GEMM (fp32 accumulation), then
 //   the per-token x per-channel scales in a separate pass (sm_90 cuBLASLt takes scalar scales only).
+// - NVFP4 W4A4 on Blackwell (parts with scales_swizzled; UNTESTED, no such GPU here): activations
+//   quantized to packed FP4 + swizzled scales, cuBLASLt block-scaled FP4 GEMM, no staging.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -23,6 +25,8 @@ struct QuantScratch {
   bf16* xq16 = nullptr;   // W4A4 activations [L, max_k]
   uint8_t* xq8 = nullptr; // FP8 activations [L, max_k]
   float* xs = nullptr;    // FP8 per-token scales [L]
+  uint8_t* xq4 = nullptr; // native FP4 activations [L, max_k / 2] (Blackwell)
+  uint8_t* xsc = nullptr; // their swizzled scales (nvfp4_swizzled_bytes(L, max_k))
   float* acc = nullptr;   // FP8 unscaled GEMM output [L, fp8_scratch_cols]: residual GEMMs, and
                           // outputs the FP8 GEMM cannot write in place (alignment)
 };
