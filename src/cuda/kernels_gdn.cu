@@ -12,6 +12,8 @@
 // (gdn_chunk_scan) walks the chunks, one CTA per (sequence, head, 32 state columns): the
 // columns of S evolve independently, which is what makes the split exact.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/check.h"
 #include "cuda/kernels.h"
@@ -304,6 +306,171 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
   }
 }
 
+// ---- the scan on tensor cores ----
+// The same three products per chunk as gdn_chunk_scan_k, as mma.sync m16n8k8 TF32 with the
+// "3xTF32" split (x = hi + lo, both TF32; a*b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi), which keeps
+// fp32-level accuracy (~2^-22) at a few times the SIMT rate. Shared-memory strides are padded so
+// the fragment loads do not conflict: rows of Dk + 4 and of C + 4, state rows of SW + 8.
+constexpr int SWP = SW + 8;
+
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  uint32_t h;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(x));
+  const float r = x - __uint_as_float(h);
+  uint32_t l;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(l) : "f"(r));
+  hi = h;
+  lo = l;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d += A[16 x K] B[K x 8]: A(r, k) = a_at(r, k), B(k, c) = b_at(k, c); r, c relative to the tile.
+template <class FA, class FB>
+__device__ __forceinline__ void mma_3xtf32_tile(float (&d)[4], int K, FA a_at, FB b_at) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    uint32_t ah[4], al[4], bh[2], bl[2];
+    split_tf32(a_at(g, k0 + t), ah[0], al[0]);
+    split_tf32(a_at(g + 8, k0 + t), ah[1], al[1]);
+    split_tf32(a_at(g, k0 + t + 4), ah[2], al[2]);
+    split_tf32(a_at(g + 8, k0 + t + 4), ah[3], al[3]);
+    split_tf32(b_at(k0 + t, g), bh[0], bl[0]);
+    split_tf32(b_at(k0 + t + 4, g), bh[1], bl[1]);
+    mma_tf32(d, al, bh);
+    mma_tf32(d, ah, bl);
+    mma_tf32(d, ah, bh);
+  }
+}
+
+struct ScanTcSmem {
+  // W, then A, then K share one region (each is done before the next arrives): ~100 KiB at
+  // Dk = 128, two CTAs per SM
+  static size_t bytes(int64_t Dk) {
+    const int64_t ld = Dk + 4, region = C * (ld > C + 4 ? ld : C + 4);
+    return sizeof(double) * C + sizeof(float) * (Dk * SWP + region + C * ld + C * SWP + 2 * C);
+  }
+};
+
+// One CTA (8 warps) per (sequence, value head, 32 state columns), as gdn_chunk_scan_k. Each warp
+// owns output tiles of 16 x 8: Vn and O 64 x 32 (2 tiles per warp), S 128 x 32 (Dk / 16 x 4 tiles).
+__global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                           int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* o) {
+  extern __shared__ double smem_d[];
+  const int ld = int(Dk) + 4, lda = C + 4;
+  double* gam = smem_d;
+  float* S = reinterpret_cast<float*>(gam + C);  // [Dk][SWP]
+  float* Ws = S + Dk * SWP;                      // [C][ld]: W, then A ([C][lda]), then K
+  float* qs = Ws + C * (ld > lda ? ld : lda);    // [C][ld]
+  float* ks = Ws;
+  float* As = Ws;
+  float* Vn = qs + C * ld;    // [C][SWP]
+  float* eg = Vn + C * SWP;   // e^gamma_i
+  float* ek = eg + C;         // e^(gamma_C - gamma_i)
+
+  const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SW;
+  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk, value_dim = Hv * Dv;
+  const int sw = int(Dv - c0_col < SW ? Dv - c0_col : SW);
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+  const int gq = lane >> 2, tq = lane & 3;
+  // this warp's 16 x 8 tiles of the 64 x 32 outputs: rows 16 * (warp % 4), columns 8 * ct
+  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;
+
+  for (int64_t e = tid; e < Dk * SWP; e += nt) S[e] = 0.0f;
+  for (int64_t c = ch.seq_chunk[s]; c < ch.seq_chunk[s + 1]; ++c) {
+    const int64_t t0 = ch.chunk_start[c];
+    const int n = ch.chunk_len[c];
+    const float* w = sc.w + (c * Hv + j) * C * Dk;
+    const float* u = sc.u + (c * Hv + j) * C * Dv;
+    const float* aqk = sc.aqk + (c * Hv + j) * C * C;
+    __syncthreads();  // the previous chunk's readers of q/k/Vn/S are done
+    for (int64_t e = tid; e < C * Dk; e += nt) {
+      const int64_t i = e / Dk, x = e - i * Dk;
+      Ws[i * ld + x] = w[e];
+      qs[i * ld + x] = i < n ? mixed[(t0 + i) * conv_dim + kh * Dk + x] : 0.0f;
+    }
+    for (int e = tid; e < C * SW; e += nt) {
+      const int i = e / SW, x = e % SW;
+      Vn[i * SWP + x] = x < sw ? u[i * Dv + c0_col + x] : 0.0f;
+    }
+    if (tid == 0) {
+      double acc = 0;
+      for (int i = 0; i < C; ++i) gam[i] = acc += (i < n ? double(g[(t0 + i) * Hv + j]) : 0.0);
+    }
+    __syncthreads();
+    if (tid < C) {
+      eg[tid] = float(exp(gam[tid]));
+      ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
+    }
+    // Vn = U - W S
+    for (int q = 0; q < 2; ++q) {
+      const int cc = ct0 + 8 * q;
+      float d[4] = {0, 0, 0, 0};
+      mma_3xtf32_tile(
+          d, int(Dk), [&](int r, int k) { return Ws[(rt + r) * ld + k]; }, [&](int k, int col) { return S[k * SWP + cc + col]; });
+      Vn[(rt + gq) * SWP + cc + 2 * tq] -= d[0];
+      Vn[(rt + gq) * SWP + cc + 2 * tq + 1] -= d[1];
+      Vn[(rt + gq + 8) * SWP + cc + 2 * tq] -= d[2];
+      Vn[(rt + gq + 8) * SWP + cc + 2 * tq + 1] -= d[3];
+    }
+    __syncthreads();  // W is done: A into its space
+    for (int e = tid; e < C * C; e += nt) As[(e / C) * lda + e % C] = aqk[e];
+    __syncthreads();
+    // O = e^gamma Q S + A Vn
+    for (int q = 0; q < 2; ++q) {
+      const int cc = ct0 + 8 * q;
+      float d[4] = {0, 0, 0, 0};
+      mma_3xtf32_tile(
+          d, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; }, [&](int k, int col) { return S[k * SWP + cc + col]; });
+      const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
+      float a[4] = {d[0] * e0, d[1] * e0, d[2] * e1, d[3] * e1};
+      mma_3xtf32_tile(
+          a, C, [&](int r, int k) { return As[(rt + r) * lda + k]; }, [&](int k, int col) { return Vn[k * SWP + cc + col]; });
+      const int r0 = rt + gq, r1 = rt + gq + 8, col = cc + 2 * tq;
+      float* out0 = o + (t0 + r0) * value_dim + j * Dv + c0_col + col;
+      float* out1 = o + (t0 + r1) * value_dim + j * Dv + c0_col + col;
+      if (r0 < n && col < sw) out0[0] = a[0];
+      if (r0 < n && col + 1 < sw) out0[1] = a[1];
+      if (r1 < n && col < sw) out1[0] = a[2];
+      if (r1 < n && col + 1 < sw) out1[1] = a[3];
+    }
+    __syncthreads();  // Q, A and Vn reads are done
+    for (int64_t e = tid; e < C * Dk; e += nt) {  // K into W's (then A's) space
+      const int64_t i = e / Dk, x = e - i * Dk;
+      ks[i * ld + x] = i < n ? mixed[(t0 + i) * conv_dim + key_dim + kh * Dk + x] : 0.0f;
+    }
+    for (int e = tid; e < C * SW; e += nt) Vn[(e / SW) * SWP + e % SW] *= ek[e / SW];
+    __syncthreads();
+    // S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn): (Dk / 16) x 4 tiles over the 8 warps
+    const float eC = float(exp(gam[n - 1]));
+    const int tiles = int(Dk / 16) * 4;
+    for (int tile = warp; tile < tiles; tile += 8) {
+      const int r0 = (tile >> 2) * 16, cc = (tile & 3) * 8;
+      float d[4] = {0, 0, 0, 0};
+      mma_3xtf32_tile(
+          d, C, [&](int r, int k) { return ks[k * ld + r0 + r]; }, [&](int k, int col) { return Vn[k * SWP + cc + col]; });
+      float* s0 = S + (r0 + gq) * SWP + cc + 2 * tq;
+      float* s1 = S + (r0 + gq + 8) * SWP + cc + 2 * tq;
+      s0[0] = s0[0] * eC + d[0];
+      s0[1] = s0[1] * eC + d[1];
+      s1[0] = s1[0] * eC + d[2];
+      s1[1] = s1[1] * eC + d[3];
+    }
+  }
+}
+
+bool scan_on_tensor_cores(int64_t Dk) {
+  static const bool simt = [] {
+    const char* v = std::getenv("CLEFRT_GDN_SIMT");
+    return v && *v && std::string(v) != "0";
+  }();
+  return !simt && Dk % 16 == 0;
+}
+
 __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz,
                              int64_t Hv, bf16* act) {
   const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
@@ -345,6 +512,7 @@ void set_smem_limits() {
   if (!attr) {
     check(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
+    check(cudaFuncSetAttribute(gdn_chunk_scan_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     attr = true;
   }
 }
@@ -365,8 +533,11 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
   if (ch.n_chunks == 0) return;
   set_smem_limits();
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
-  gdn_chunk_scan_k<<<dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW)), 256, ScanSmem::bytes(Dk), s>>>(
-      mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
+  const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW));
+  if (scan_on_tensor_cores(Dk))
+    gdn_chunk_scan_tc_k<<<grid, 256, ScanTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
+  else
+    gdn_chunk_scan_k<<<grid, 256, ScanSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
   check_launch("gdn_chunk_scan");
 }
 
