@@ -25,8 +25,8 @@ using v8i = int32_t __attribute__((vector_size(32)));
 using v4f = float __attribute__((vector_size(16)));
 using v4d = double __attribute__((vector_size(32)));
 
-// (always inlined: the 32-byte vector never crosses a call, so GCC's psabi note does not apply)
-#pragma GCC diagnostic push
+// (always inlined: the 32-byte vectors never cross a call, so GCC's psabi note, which it issues
+// at the end of the file, does not apply; hence no push / pop)
 #pragma GCC diagnostic ignored "-Wpsabi"
 template <class F, class I>
 inline __attribute__((always_inline)) F exp_nonpos(F x) {
@@ -79,7 +79,6 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void softmax_row(flo
   for (j = 0; j < n; ++j) s[j] *= inv;
   for (; j < width; ++j) s[j] = 0.0f;
 }
-#pragma GCC diagnostic pop
 
 }  // namespace
 
