@@ -52,13 +52,32 @@ void check_folder(const std::string& name, double bound, size_t allowed_over_1e4
   std::cout << "[ oracle  ] " << name << ": " << n << " requests, worst |p - p_ref| = " << worst << "\n";
 }
 
-// Target 1e-4 (issue 3). tiny-b meets it. tiny-a (8 layers): 119 of 120 requests are within
-// 6e-5; one (index 40, 2,954 tokens) is at 1.9e-4: per-layer dumps show fp32 rounding (2.5e-6
-// relative after the first layer) amplified layer by layer by this random model, not a formula
-// difference (issue 3's note). The bounds pin today's figures so they cannot regress. Since the
-// GDN chunk products moved to sgemm (session 2; a different fp32 summation order) request 35
-// sits at 1.007e-4 instead of just under, hence two allowed at or over 1e-4.
+// Target 1e-4 (issue 3). tiny-b meets it. tiny-a (8 layers): 118 of 120 requests are within
+// 1e-4, two are at 1.0e-4 and 1.7e-4 (694 and 4,310 tokens). On exactly those our two fp32 GDN
+// forms -- the recurrent one, which is the definition, and the chunked one -- agree to 1e-5 and
+// 3.5e-6 (TinyA_ChunkedAgreesWithRecurrent below), so the residual is in the reference's own fp32
+// arithmetic (its chunked GDN takes in-chunk decays from fp32 cumulative sums; it grows with
+// length), not a formula difference here: an fp64 reference would settle it. The bounds pin
+// today's figures so they cannot regress.
 TEST(Oracle, TinyA_HvGreaterThanHk_TwoAttentionLayers) { check_folder("tiny-a", 2.5e-4, 2); }
+
+// Our chunked prefill against the recurrent definition, whole answers, every tiny-a request
+// (the GDN op itself is checked to 1e-5 in test_cpu_ops): measured worst 3.5e-5.
+TEST(Oracle, TinyA_ChunkedAgreesWithRecurrent) {
+  auto engine = Engine::load(test::source_path("tests/fixtures/oracle/tiny-a"));
+  std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/tiny-a.expected.jsonl")));
+  std::string line;
+  double worst = 0;
+  while (std::getline(in, line)) {
+    Encoded enc = engine->encoder().encode(parse_request(*json::parse(line).find("request")));
+    auto c = engine->probs({&enc}, model::GdnForm::Chunked)[0];
+    auto r = engine->probs({&enc}, model::GdnForm::Recurrent)[0];
+    for (size_t q = 0; q < c.size(); ++q)
+      for (size_t j = 0; j < c[q].size(); ++j) worst = std::max(worst, std::fabs(c[q][j] - r[q][j]));
+  }
+  std::cout << "[ oracle  ] tiny-a: chunked vs recurrent GDN, worst |dp| = " << worst << "\n";
+  EXPECT_LT(worst, 5e-5);
+}
 TEST(Oracle, TinyB_WiderHead_TwoRoutingAndDecoderLayers) { check_folder("tiny-b", 1e-4, 0); }
 
 }  // namespace
