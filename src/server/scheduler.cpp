@@ -1,5 +1,7 @@
 #include "server/scheduler.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace clefrt::server {
@@ -19,6 +21,10 @@ std::shared_ptr<Job> Scheduler::submit(Encoded enc) {
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stopping_) throw Error(Status::Unavailable, "unavailable", "the server is shutting down");
+    if (q_.size() >= o_.max_queue) {  // work that timed out or whose client left holds no slot
+      q_.erase(std::remove_if(q_.begin(), q_.end(), [](const std::shared_ptr<Job>& j) { return j->cancelled.load(); }), q_.end());
+      metrics_.set_queue_depth(q_.size());
+    }
     if (q_.size() >= o_.max_queue)
       throw Error(Status::TooManyRequests, "rate_limited",
                   "the request queue is full (" + std::to_string(o_.max_queue) + " waiting); retry shortly");
