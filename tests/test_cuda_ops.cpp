@@ -12,15 +12,14 @@
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "engine/engine.h"
+#include "test_cuda_util.h"
 
 namespace clefrt::cuda {
 namespace {
 
-#define NEED_GPU()                                     \
-  do {                                                 \
-    std::string why;                                   \
-    if (!cuda_available(&why)) GTEST_SKIP() << why;    \
-  } while (0)
+using test::down;
+using test::down_bf;
+using test::to_bf;
 
 std::vector<float> randn(size_t n, uint64_t seed, float std = 1.0f, float mean = 0.0f) {
   std::mt19937_64 r(seed);
@@ -33,24 +32,6 @@ float round_bf16(float f) { return __bfloat162float(__float2bfloat16(f)); }
 std::vector<float> rounded(std::vector<float> v) {
   for (auto& x : v) x = round_bf16(x);
   return v;
-}
-std::vector<bf16> to_bf(const std::vector<float>& v) {
-  std::vector<bf16> b(v.size());
-  for (size_t i = 0; i < v.size(); ++i) b[i] = __float2bfloat16(v[i]);
-  return b;
-}
-template <class T>
-std::vector<T> down(const DeviceBuffer& b, size_t n) {
-  std::vector<T> v(n);
-  check(cudaDeviceSynchronize(), "test sync");
-  check(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost), "test download");
-  return v;
-}
-std::vector<float> down_bf(const DeviceBuffer& b, size_t n) {
-  auto h = down<bf16>(b, n);
-  std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
-  return f;
 }
 // max |a - b| / (atol + rtol |b|) <= 1
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, double atol, double rtol, const std::string& what) {

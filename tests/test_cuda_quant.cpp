@@ -25,19 +25,18 @@
 #include "quant/formats.h"
 #include "quant/quantize.h"
 #include "schema/request.h"
+#include "test_cuda_util.h"
 #include "test_util.h"
 
 namespace clefrt {
 namespace {
 
-#define NEED_GPU()                                  \
-  do {                                              \
-    std::string why;                                \
-    if (!cuda_available(&why)) GTEST_SKIP() << why; \
-  } while (0)
-
 using cuda::bf16;
 using cuda::DeviceBuffer;
+using test::down;
+using test::down_bf;
+using test::to_bf;
+using test::worst_diff;
 
 // bf16-representable values with the cases the rounding rules care about: zero blocks, huge
 // values (e4m3 saturation), tiny ones (e4m3 subnormals), exact grid ties.
@@ -57,24 +56,6 @@ std::vector<float> test_values(size_t n, uint64_t seed) {
     v[i] = quant::bf16_round(x);
   }
   return v;
-}
-std::vector<bf16> to_bf(const std::vector<float>& v) {
-  std::vector<bf16> b(v.size());
-  for (size_t i = 0; i < v.size(); ++i) b[i] = __float2bfloat16(v[i]);
-  return b;
-}
-template <class T>
-std::vector<T> down(const DeviceBuffer& b, size_t n) {
-  std::vector<T> v(n);
-  cuda::check(cudaDeviceSynchronize(), "test sync");
-  cuda::check(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost), "test download");
-  return v;
-}
-std::vector<float> down_bf(const DeviceBuffer& b, size_t n) {
-  auto h = down<bf16>(b, n);
-  std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
-  return f;
 }
 
 TEST(CudaQuant, KernelsMatchCpuByteForByte) {
@@ -312,26 +293,6 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
 
 // ---- whole forwards ----
 
-std::vector<Encoded> fixture_requests(const Engine& e, const std::string& name, std::vector<std::string>* raw = nullptr) {
-  std::vector<Encoded> out;
-  std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/" + name + ".expected.jsonl")));
-  std::string line;
-  while (std::getline(in, line)) {
-    auto rec = json::parse(line);
-    out.push_back(e.encoder().encode(parse_request(*rec.find("request"))));
-    if (raw) raw->push_back(json::write(*rec.find("request")));
-  }
-  return out;
-}
-
-double worst_diff(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
-  double w = 0;
-  EXPECT_EQ(a.size(), b.size());
-  for (size_t q = 0; q < a.size() && q < b.size(); ++q)
-    for (size_t j = 0; j < a[q].size() && j < b[q].size(); ++j) w = std::max(w, std::fabs(a[q][j] - b[q][j]));
-  return w;
-}
-
 // tiny-b quantized by `clefrt quantize` (the CPU), once per scheme and process.
 std::string quantized_tiny_b(const std::string& scheme) {
   const std::string src = test::source_path("tests/fixtures/oracle/tiny-b");
@@ -344,8 +305,7 @@ std::string quantized_tiny_b(const std::string& scheme) {
   qo.progress = false;
   if (scheme == "nvfp4") {
     auto cpu = Engine::load(src);
-    std::vector<std::string> raw;
-    fixture_requests(*cpu, "tiny-b", &raw);
+    const std::vector<std::string> raw = test::read_fixture(*cpu, "tiny-b").raw;
     qo.calib_file = out + ".calib.jsonl";
     std::ofstream f(qo.calib_file);
     for (size_t i = 0; i < 32 && i < raw.size(); ++i) f << raw[i] << "\n";
@@ -371,7 +331,7 @@ void check_quantized_folder(const std::string& scheme) {
   auto cpu = Engine::load(dir);
   auto gpu = Engine::load(dir, gpu_opts());
   std::cout << "[ cuda    ] " << scheme << ": " << gpu->gpu_summary() << "\n";
-  std::vector<Encoded> enc = fixture_requests(*cpu, "tiny-b");
+  std::vector<Encoded> enc = test::read_fixture(*cpu, "tiny-b").enc;
   {
     const auto cfg = model::load_config(dir);
     io::TensorStore st = io::TensorStore::open_folder(dir), hs;
@@ -383,28 +343,15 @@ void check_quantized_folder(const std::string& scheme) {
     const auto hw = model::load_head_weights(hs, cfg.head, model::LoadMode::Lazy);
     cuda::DevModel dm = cuda::build_device_model(twl, hw, cfg.text, cfg.head);
     EXPECT_GT(dm.bytes_by_format[scheme == "fp8" ? 2 : 1], 0u) << "the folder's quantized Linears stay quantized on the GPU";
-    const Encoded& e = enc[0];
-    model::TextWeights part = twf;
-    part.layers.resize(1);
-    auto hc = model::backbone_forward_bf16_points(part, cfg.text, e.input_ids, {0, int64_t(e.input_ids.size())});
-    cuda::ForwardOptions po;
-    po.debug_layers = 1;
-    po.max_tokens = int64_t(e.input_ids.size());
-    cuda::Forward pf(dm, po);
-    auto hg = pf.hidden_states({&e});
-    double scale = 0, diff = 0;
-    for (size_t k = 0; k < hc.size(); ++k) {
-      scale = std::max(scale, double(std::fabs(hc[k])));
-      diff = std::max(diff, double(std::fabs(hc[k] - hg[k])));
-    }
-    std::cout << "[ cuda    ] " << scheme << ": first layer, relative max diff to the CPU with bf16 rounding points " << diff / scale << "\n";
+    const double rel = test::first_layers_rel_diff(twf, cfg.text, dm, enc[0], 1);
+    std::cout << "[ cuda    ] " << scheme << ": first layer, relative max diff to the CPU with bf16 rounding points " << rel << "\n";
     // W4A4: one activation whose bf16 value sits on the other side of an e2m1 rounding boundary
     // moves by a whole code step, and these fixtures amplify that (on the CPU alone, quantizing
     // the fp32 instead of the bf16 activations moves layer 0 by 100%), so only gross breakage is
     // caught here; LinearRunnerPartsAgainstCpu checks the W4A4 Linear itself.
     // FP8: measured 4.9e-2, the same mechanism at a 3-bit mantissa (LinearRunnerPartsAgainstCpu
     // checks the FP8 Linear itself).
-    EXPECT_LT(diff / scale, scheme == "nvfp4" ? 2.0 : scheme == "fp8" ? 0.1 : 1e-2)
+    EXPECT_LT(rel, scheme == "nvfp4" ? 2.0 : scheme == "fp8" ? 0.1 : 1e-2)
         << scheme << ": first layer against the CPU (bf16 measured 1.5e-3 / 2.1e-3)";
   }
   double worst = 0;
@@ -434,7 +381,7 @@ TEST(CudaQuant, QuantizeAtLoadEqualsQuantizeCommand) {
   for (auto [mode, scheme] : {std::pair{QuantMode::NVFP4_W4A16, "nvfp4-w4a16"}, {QuantMode::FP8, "fp8"}}) {
     auto at_load = Engine::load(src, gpu_opts(mode));
     auto folder = Engine::load(quantized_tiny_b(scheme), gpu_opts());
-    std::vector<Encoded> enc = fixture_requests(*folder, "tiny-b");
+    std::vector<Encoded> enc = test::read_fixture(*folder, "tiny-b").enc;
     double worst = 0;
     for (size_t i = 0; i < enc.size(); i += 5) worst = std::max(worst, worst_diff(at_load->probs({&enc[i]})[0], folder->probs({&enc[i]})[0]));
     EXPECT_EQ(worst, 0.0) << scheme << ": --quant at load vs the quantized folder";
@@ -457,7 +404,7 @@ TEST(CudaQuant, QuantizeAtLoadEqualsQuantizeCommand) {
   auto w4a4 = Engine::load(quantized_tiny_b("nvfp4"), gpu_opts());
   auto w4a16 = Engine::load(quantized_tiny_b("nvfp4"), gpu_opts(QuantMode::NVFP4_W4A16));
   auto bf = Engine::load(quantized_tiny_b("nvfp4"), gpu_opts(QuantMode::BF16));
-  std::vector<Encoded> enc = fixture_requests(*w4a4, "tiny-b");
+  std::vector<Encoded> enc = test::read_fixture(*w4a4, "tiny-b").enc;
   double d_w4a16 = 0, d_bf16 = 0;
   for (size_t i = 0; i < enc.size(); i += 5) {
     auto a = w4a4->probs({&enc[i]})[0], b = w4a16->probs({&enc[i]})[0], c = bf->probs({&enc[i]})[0];
@@ -479,7 +426,7 @@ TEST(CudaQuant, OffloadedEmbeddingsGiveTheSameAnswers) {
   auto off = Engine::load(src, gpu_opts(QuantMode::Auto, true));
   EXPECT_NE(off->gpu_summary().find("pinned host memory"), std::string::npos) << off->gpu_summary();
   EXPECT_LT(off->gpu_bytes(), on->gpu_bytes());
-  std::vector<Encoded> enc = fixture_requests(*on, "tiny-b");
+  std::vector<Encoded> enc = test::read_fixture(*on, "tiny-b").enc;
   double worst = 0;
   for (size_t i = 0; i < enc.size(); i += 5) worst = std::max(worst, worst_diff(on->probs({&enc[i]})[0], off->probs({&enc[i]})[0]));
   EXPECT_EQ(worst, 0.0);
