@@ -95,6 +95,16 @@ std::string utc_now() {
   return buf;
 }
 
+// The record on stdout, and into `path` when one is given.
+void emit_json(const Value& out, const std::string& path) {
+  const std::string text = json::write(out);
+  if (!path.empty()) {
+    std::ofstream f(path);
+    if (!(f << text << "\n")) throw Error(Status::Internal, "io_error", "cannot write " + path);
+  }
+  std::printf("%s\n", text.c_str());
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
@@ -192,12 +202,7 @@ Runner add_bench(CLI::App& app) {
       out.add("weights_gib", Value::number(double(dm.weight_bytes) / gib));
       out.add("host_weights_gib", Value::number(double(dm.host_weight_bytes) / gib));
       out.add("working_gib", Value::number(double(fwd.working_bytes()) / gib));
-      const std::string text = json::write(out);
-      if (!o->json_out.empty()) {
-        std::ofstream f(o->json_out);
-        if (!(f << text << "\n")) throw Error(Status::Internal, "io_error", "cannot write " + o->json_out);
-      }
-      std::printf("%s\n", text.c_str());
+      emit_json(out, o->json_out);
       return 0;
     }
     const double mem = cuda::gpu_used_gib();
@@ -330,12 +335,7 @@ Runner add_bench(CLI::App& app) {
     Value base = Value::object();
     if (!o->baseline.empty()) base = json::parse(read_file(o->baseline));
     out.add("baseline", base);
-    const std::string text = json::write(out);
-    if (!o->json_out.empty()) {
-      std::ofstream f(o->json_out);
-      if (!(f << text << "\n")) throw Error(Status::Internal, "io_error", "cannot write " + o->json_out);
-    }
-    std::printf("%s\n", text.c_str());
+    emit_json(out, o->json_out);
     return 0;
 #endif
   };

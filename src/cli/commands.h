@@ -19,6 +19,9 @@ Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_quantize(CLI::App& app);
 
+// --quant and --offload-embeddings, as `decide` and `serve` take them (defined in decide_cmd.cpp).
+void add_gpu_weight_options(CLI::App& c, std::string& quant, bool& offload);
+
 // Reads each input: a file, "-" for stdin; a `.jsonl` file (or stdin with --jsonl) gives one
 // record per non-empty line. Calls fn(record, where) in order.
 void for_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl,

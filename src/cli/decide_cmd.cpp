@@ -10,6 +10,14 @@
 
 namespace clefrt::cli {
 
+void add_gpu_weight_options(CLI::App& c, std::string& quant, bool& offload) {
+  c.add_option("--quant", quant,
+               "cuda: auto (what the folder holds) | bf16 | fp8 (W8A8, e4m3, per-channel weights, per-token activations) |\n"
+               "nvfp4 (W4A4; needs a W4A4 folder) | nvfp4-w4a16; bf16/fp8/nvfp4 weights are converted on the GPU at load")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8", "nvfp4", "nvfp4-w4a16"}));
+  c.add_flag("--offload-embeddings", offload, "cuda: keep embed_tokens / lm_head in pinned host memory (lean GPU memory)");
+}
+
 Runner add_decide(CLI::App& app) {
   struct Opts {
     std::string model, device = "auto", confidence = "reference";
@@ -28,11 +36,7 @@ Runner add_decide(CLI::App& app) {
   c->add_option("--device", o->device, "auto (cuda when this build has it and a GPU is present, else cpu) | cuda | cpu")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   c->add_flag("!--no-batch-invariant", o->batch_invariant, "cuda: let cuBLASLt choose GEMM algorithms per batch size");
-  c->add_option("--quant", o->quant,
-                "cuda: auto (what the folder holds) | bf16 | fp8 (W8A8, e4m3, per-channel weights, per-token activations) |\n"
-                "nvfp4 (W4A4; needs a W4A4 folder) | nvfp4-w4a16; bf16/fp8/nvfp4 weights are converted on the GPU at load")
-      ->check(CLI::IsMember({"auto", "bf16", "fp8", "nvfp4", "nvfp4-w4a16"}));
-  c->add_flag("--offload-embeddings", o->offload, "cuda: keep embed_tokens / lm_head in pinned host memory (lean GPU memory)");
+  add_gpu_weight_options(*c, o->quant, o->offload);
   c->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   c->add_option("--max-length", o->max_length, "context length in tokens; the state is cut to fit (default 16384)");
   c->add_flag("--precise", o->precise, "print probabilities, score and confidence unrounded");

@@ -132,8 +132,9 @@ Runner add_inspect(CLI::App& app) {
                      Mode{"nvfp4 (W4A4)", QuantMode::NVFP4, 0.5625, 4}}) {
         const double weights = lin * m.bytes_per_weight + lin_rows * m.bytes_per_row + other * 2 + head;
         const double arena = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, *max_tokens, 64, m.q));
-        // staging: two slots of up to 96 MiB (LinearRunner)
-        const double staging = (m.q == QuantMode::NVFP4 || m.q == QuantMode::NVFP4_W4A16) ? 2.0 * double(96 << 20) : 0.0;
+        // staging: two slots of up to LinearRunner::kStageBytes
+        const double staging =
+            (m.q == QuantMode::NVFP4 || m.q == QuantMode::NVFP4_W4A16) ? 2.0 * double(cuda::LinearRunner::kStageBytes) : 0.0;
         const double total = weights + arena + ws + staging;
         std::printf("  cuda --quant %-12s weights %s + embeddings %s + activations (%lld tokens) %s + workspaces %s = %s; "
                     "with --offload-embeddings %s\n",

@@ -61,11 +61,7 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--timeout", o->timeout, "seconds a request may take, queue included, before a 503 (default 60)");
   c->add_option("--confidence", o->confidence, "reference | purity | jev")->check(CLI::IsMember({"reference", "purity", "jev"}));
   c->add_option("--model-name", o->model_name, "the id reported by /v1/models and in responses without a model (default clef)");
-  c->add_option("--quant", o->quant,
-                "cuda: auto (what the folder holds) | bf16 | fp8 (W8A8, e4m3, per-channel weights, per-token activations) |\n"
-                "nvfp4 (W4A4; needs a W4A4 folder) | nvfp4-w4a16; bf16/fp8/nvfp4 weights are converted on the GPU at load")
-      ->check(CLI::IsMember({"auto", "bf16", "fp8", "nvfp4", "nvfp4-w4a16"}));
-  c->add_flag("--offload-embeddings", o->offload, "cuda: keep embed_tokens / lm_head in pinned host memory (lean GPU memory)");
+  add_gpu_weight_options(*c, o->quant, o->offload);
   c->add_option("--threads", o->threads, "CPU engine threads (default: all cores)");
   c->add_option("--http-threads", o->http_threads, "HTTP worker threads (default max(128, 4 x cores))");
   c->add_flag("--parse-special", o->parse_special, "parse special-token text in user content, as the reference does");

@@ -116,17 +116,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   gemm_ = std::make_unique<Gemm>(stream_, o.batch_invariant, gemm_workspace_bytes());
   lin_ = std::make_unique<LinearRunner>(m, *gemm_, stream_);
-  {
-    Batch b;
-    b.L = o.max_tokens;
-    b.nseq = o.max_seqs;
-    b.O = b.Q = o.max_tokens;
-    b.nchunks = o.max_tokens / kChunk + o.max_seqs;
-    b.ntiles = o.max_tokens / kTile + o.max_seqs;
-    Arena a = Arena::counter();
-    b.carve(a, m);
-    arena_.reserve(a.used() + (size_t(1) << 20));
-  }
+  arena_.reserve(plan_bytes(m, o.max_tokens, o.max_seqs));
 }
 
 Forward::~Forward() {
@@ -135,7 +125,7 @@ Forward::~Forward() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-size_t Forward::arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, int64_t max_tokens, int64_t max_seqs, QuantMode q) {
+size_t Forward::plan_bytes(const DevModel& m, int64_t max_tokens, int64_t max_seqs) {
   Batch b;
   b.L = max_tokens;
   b.nseq = max_seqs;
@@ -143,14 +133,18 @@ size_t Forward::arena_bytes(const model::TextConfig& c, const model::HeadConfig&
   b.nchunks = max_tokens / kChunk + max_seqs;
   b.ntiles = max_tokens / kTile + max_seqs;
   Arena a = Arena::counter();
+  b.carve(a, m);
+  return a.used() + (size_t(1) << 20);
+}
+
+size_t Forward::arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, int64_t max_tokens, int64_t max_seqs, QuantMode q) {
   DevModel shapes;
   shapes.c = c;
   shapes.hc = hc;
   shapes.has_w4a4 = q == QuantMode::NVFP4;
   shapes.has_fp8 = q == QuantMode::FP8;
   shapes.max_k = std::max({c.hidden, c.ffn, c.v_heads * c.v_head_dim, c.q_heads * c.head_dim});
-  b.carve(a, shapes);
-  return a.used() + (size_t(1) << 20);
+  return plan_bytes(shapes, max_tokens, max_seqs);
 }
 
 void Forward::mark(const char* op) {

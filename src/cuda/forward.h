@@ -57,6 +57,8 @@ class Forward {
 
  private:
   struct Batch;
+  // The arena a model needs for batches of up to max_tokens tokens / max_seqs requests.
+  static size_t plan_bytes(const DevModel& m, int64_t max_tokens, int64_t max_seqs);
   void prepare(Batch& b, const std::vector<const Encoded*>& batch);
   std::vector<std::vector<std::vector<double>>> run_impl(const std::vector<const Encoded*>& batch, const std::vector<float>* hidden);
   void backbone(Batch& b);

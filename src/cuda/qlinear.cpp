@@ -45,10 +45,6 @@ LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t
     : m_(m), gemm_(gemm), s_(s), fp8_cols_(fp8_scratch_cols(m)) {
   if (!m.has_nvfp4) return;
   size_t slot = 0;
-  bool any = false;
-  for (const DevLinear* l : schedule_order(m))
-    for (const DevLinearPart& p : l->parts) any |= p.fmt == WFormat::NVFP4 && !p.scales_swizzled;
-  if (!any) return;
   for (const DevLinear* l : schedule_order(m))
     for (const DevLinearPart& p : l->parts) {
       if (p.fmt != WFormat::NVFP4 || p.scales_swizzled) continue;  // native FP4 parts need no staging
@@ -60,6 +56,7 @@ LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t
         slot = std::max(slot, size_t(std::min(rows, p.n - r0) * p.k) * 2);
       }
     }
+  if (chunks_.empty()) return;  // every NVFP4 part runs natively (Blackwell): no staging
   slots_[0] = DeviceBuffer(slot, "NVFP4 staging");
   slots_[1] = DeviceBuffer(slot, "NVFP4 staging");
   check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "NVFP4 staging stream");

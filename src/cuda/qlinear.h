@@ -35,7 +35,8 @@ class LinearRunner {
  public:
   // `stage_bytes`: each of the two NVFP4 staging slots holds row chunks of at most this size
   // (a part is split into chunks of whole rows).
-  LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes = size_t(96) << 20);
+  static constexpr size_t kStageBytes = size_t(96) << 20;
+  LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes = kStageBytes);
   ~LinearRunner();
   LinearRunner(const LinearRunner&) = delete;
   LinearRunner& operator=(const LinearRunner&) = delete;

@@ -22,6 +22,21 @@ namespace fs = std::filesystem;
 struct GpuBackend {
   cuda::DevModel model;
   std::unique_ptr<cuda::Forward> forward;
+
+  // Weights in GPU memory as the options ask, and the forward planned for their batches.
+  GpuBackend(const model::TextWeights& tw, const model::HeadWeights& hw, const model::ModelConfig& cfg, const EngineOptions& opts,
+             bool progress) {
+    cuda::BuildOptions bo;
+    bo.progress = progress;
+    bo.quant = opts.quant;
+    bo.offload_embeddings = opts.offload_embeddings;
+    model = cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo);
+    cuda::ForwardOptions fo;
+    fo.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);
+    fo.max_seqs = opts.max_batch_requests;
+    fo.batch_invariant = opts.batch_invariant;
+    forward = std::make_unique<cuda::Forward>(model, fo);
+  }
 };
 #else
 struct GpuBackend {};
@@ -131,16 +146,7 @@ std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts)
   // Checked lazily (no fp32 copy), uploaded as bf16; the mapped files close after the upload.
   const auto tw = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Lazy, qa);
   const auto hw = model::load_head_weights(head, e->cfg_.head, model::LoadMode::Lazy);
-  e->gpu_ = std::make_unique<GpuBackend>();
-  cuda::BuildOptions bo;
-  bo.quant = opts.quant;
-  bo.offload_embeddings = opts.offload_embeddings;
-  e->gpu_->model = cuda::build_device_model(tw, hw, e->cfg_.text, e->cfg_.head, bo);
-  cuda::ForwardOptions fo;
-  fo.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);
-  fo.max_seqs = opts.max_batch_requests;
-  fo.batch_invariant = opts.batch_invariant;
-  e->gpu_->forward = std::make_unique<cuda::Forward>(e->gpu_->model, fo);
+  e->gpu_ = std::make_unique<GpuBackend>(tw, hw, e->cfg_, opts, false);
 #endif
   return e;
 }
@@ -157,17 +163,7 @@ std::unique_ptr<Engine> Engine::synthetic(const std::string& preset, const std::
   e->encoder_ = std::make_unique<Encoder>(*e->tok_, opts.encode);
   const auto tw = model::shape_only_text(e->cfg_.text);
   const auto hw = model::shape_only_head(e->cfg_.head);
-  e->gpu_ = std::make_unique<GpuBackend>();
-  cuda::BuildOptions bo;
-  bo.progress = true;
-  bo.quant = opts.quant;
-  bo.offload_embeddings = opts.offload_embeddings;
-  e->gpu_->model = cuda::build_device_model(tw, hw, e->cfg_.text, e->cfg_.head, bo);
-  cuda::ForwardOptions fo;
-  fo.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);
-  fo.max_seqs = opts.max_batch_requests;
-  fo.batch_invariant = opts.batch_invariant;
-  e->gpu_->forward = std::make_unique<cuda::Forward>(e->gpu_->model, fo);
+  e->gpu_ = std::make_unique<GpuBackend>(tw, hw, e->cfg_, opts, true);
   return e;
 #else
   (void)preset;
