@@ -51,14 +51,18 @@ struct GdnChunks {
 struct GdnScratch {
   float *w, *u, *aqk;  // [n_chunks, Hv, 64, Dk], [n_chunks, Hv, 64, Dv], [n_chunks, Hv, 64, 64]
 };
+// Which kernels: Auto = tensor cores (mma.sync TF32, 3xTF32 split: fp32-level accuracy) when
+// Dk % 16 == 0 and Dv % 8 == 0 unless CLEFRT_GDN_SIMT=1, else the fp32 CUDA-core kernels. The
+// tests run both explicitly.
+enum class GdnPath { Auto, TensorCores, Simt };
 // mixed: [L, conv_dim] (q | k | v heads, q/k normalised); g, beta: [L, Hv]; o: [L, Hv * Dv] fp32.
 void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
-                 const GdnChunks& ch, GdnScratch sc, float* o, cudaStream_t s);
+                 const GdnChunks& ch, GdnScratch sc, float* o, cudaStream_t s, GdnPath path = GdnPath::Auto);
 // Its two halves (gdn_chunked = prep then scan), separate so the profile can time each.
 void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
-                    const GdnChunks& ch, GdnScratch sc, cudaStream_t s);
+                    const GdnChunks& ch, GdnScratch sc, cudaStream_t s, GdnPath path = GdnPath::Auto);
 void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
-                    GdnScratch sc, float* o, cudaStream_t s);
+                    GdnScratch sc, float* o, cudaStream_t s, GdnPath path = GdnPath::Auto);
 // act[t, j*Dv + i] = rms_norm(o)[...] * w[i] * silu(z[t, j*Dv + i]) -> bf16
 void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, bf16* act,
                 cudaStream_t s);

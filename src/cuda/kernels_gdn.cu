@@ -10,7 +10,8 @@
 //   Vn = U - W S;  O = e^gamma Q S + A Vn;  S = e^gamma_C S + (K e^(gamma_C - gamma))^T Vn
 // Kernel 1 (gdn_chunk_prep) does the first part for all chunks in parallel; kernel 2
 // (gdn_chunk_scan) walks the chunks, one CTA per (sequence, head, 32 state columns): the
-// columns of S evolve independently, which is what makes the split exact.
+// columns of S evolve independently, which is what makes the split exact. Each has a
+// tensor-core form (3xTF32 mma.sync, the default) and a CUDA-core form (GdnPath in kernels.h).
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -67,6 +68,81 @@ __global__ void gates_k(const float* b, const float* a, int64_t ldba, int64_t L,
   }
 }
 
+// gamma_i = sum of g over the chunk's tokens 0..i (zeros past n), in double, by warp 0: each
+// lane adds a pair of tokens, then a shuffle scan over the 32 pairs (the chunk's first step, on
+// the scan's sequential path: a one-thread loop of 64 dependent loads was slower).
+__device__ __forceinline__ void chunk_gamma(double* gam, const float* g, int64_t t0, int n, int64_t Hv, int64_t j) {
+  const int lane = int(threadIdx.x);
+  if (lane >= 32) return;
+  const int i0 = 2 * lane;
+  const double a = i0 < n ? double(g[(t0 + i0) * Hv + j]) : 0.0;
+  const double b = i0 + 1 < n ? double(g[(t0 + i0 + 1) * Hv + j]) : 0.0;
+  double sum = a + b;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double v = __shfl_up_sync(0xffffffffu, sum, o);
+    if (lane >= o) sum += v;
+  }
+  gam[i0 + 1] = sum;
+  gam[i0] = sum - b;
+}
+
+// ---- asynchronous tile loads (cp.async, sm_80+) ----
+// Every thread issues its 16-byte copies and none waits for one before issuing the next: a
+// plain load-then-store loop waits a global-memory round trip per iteration, which made each
+// chunk of the scan latency-bound. Rows >= valid_rows and columns >= valid_cols are zero-filled
+// (source size 0). All addresses 16-byte aligned: the tensor-core paths need Dk, Dv % 8 == 0.
+__device__ __forceinline__ void cp_async16(float* smem_dst, const float* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void load_tile_async(float* dst, int ldd, const float* src, int64_t lds, int rows, int cols, int valid_rows,
+                                                int valid_cols) {
+  const int q = cols / 4;
+  for (int e = int(threadIdx.x); e < rows * q; e += int(blockDim.x)) {
+    const int i = e / q, x = (e - i * q) * 4;
+    const bool in = i < valid_rows && x < valid_cols;
+    cp_async16(dst + i * ldd + x, in ? src + i * lds + x : src, in);
+  }
+}
+
+// ---- tensor-core helpers ----
+// mma.sync m16n8k8 TF32 with the "3xTF32" split (x = hi + lo, both TF32; a*b ~ a_hi b_hi +
+// a_hi b_lo + a_lo b_hi), which keeps fp32-level accuracy (~2^-22) at a few times the SIMT rate.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  uint32_t h;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(x));
+  const float r = x - __uint_as_float(h);
+  uint32_t l;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(l) : "f"(r));
+  hi = h;
+  lo = l;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d += A[16 x K] B[K x 8]: A(r, k) = a_at(r, k), B(k, c) = b_at(k, c); r, c relative to the tile.
+template <class FA, class FB>
+__device__ __forceinline__ void mma_3xtf32_tile(float (&d)[4], int K, FA a_at, FB b_at) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    uint32_t ah[4], al[4], bh[2], bl[2];
+    split_tf32(a_at(g, k0 + t), ah[0], al[0]);
+    split_tf32(a_at(g + 8, k0 + t), ah[1], al[1]);
+    split_tf32(a_at(g, k0 + t + 4), ah[2], al[2]);
+    split_tf32(a_at(g + 8, k0 + t + 4), ah[3], al[3]);
+    split_tf32(b_at(k0 + t, g), bh[0], bl[0]);
+    split_tf32(b_at(k0 + t + 4, g), bh[1], bl[1]);
+    mma_tf32(d, al, bh);
+    mma_tf32(d, ah, bl);
+    mma_tf32(d, ah, bh);
+  }
+}
+
 struct PrepSmem {
   // sizes in floats, Dk/Dv padded by one to spread banks
   // UW reuses the q/k space once Lm and A are built: ~84 KiB at Dk = Dv = 128, two CTAs per SM
@@ -102,10 +178,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int6
     ks[i * (Dk + 1) + x] = in ? mixed[(t0 + i) * conv_dim + key_dim + kh * Dk + x] : 0.0f;
   }
   if (tid < C) bs[tid] = tid < n ? beta[(t0 + tid) * Hv + j] : 0.0f;
-  if (tid == 0) {
-    double acc = 0;
-    for (int i = 0; i < C; ++i) gam[i] = acc += (i < n ? double(g[(t0 + i) * Hv + j]) : 0.0);
-  }
+  chunk_gamma(gam, g, t0, n, Hv, j);
   __syncthreads();
 
   float* aqk = sc.aqk + (c * Hv + j) * C * C;
@@ -173,6 +246,142 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int6
   for (int64_t e = tid; e < C * Dk; e += nt) w[e] = UW[(e / Dk) * ldu + Dv + e % Dk];
 }
 
+// ---- the prep on tensor cores ----
+// Same outputs as gdn_chunk_prep_k, one CTA (8 warps) per (chunk, value head):
+//   1. Lm = beta K K^T e^(gamma_i - gamma_j) and A = Q K^T e^(...) as 16 x 8 3xTF32 tiles (tiles
+//      wholly above the diagonal are skipped; A's are written as zeros);
+//   2. T = (I + Lm)^-1, blocked by 16: the four diagonal blocks by substitution (a column per
+//      thread), then T_ib = -T_ii sum_{k = b..i-1} Lm_ik T_kb by block distance (SIMT, small);
+//   3. U = T (beta V), W = T (beta e^gamma K) as 3xTF32 tiles (T is lower triangular: k stops at
+//      the tile's last row).
+// The forward substitution of the SIMT kernel walked 64 dependent rows per column; here the
+// sequential part is the 16-row diagonal blocks. Strides: rows read as mma A operands (or as B
+// indexed [col][k]) are padded to = 4 (mod 32) floats, rows read as B [k][col] to = 8.
+struct PrepTcSmem {
+  int ldk, ldv, ldl;  // K / Q rows, beta V rows, Lm / T rows (floats)
+  __host__ __device__ explicit PrepTcSmem(int64_t Dk, int64_t Dv)
+      : ldk(int(Dk) + 4), ldv(int(Dv) + 8 > int(Dk) + 4 ? int(Dv) + 8 : int(Dk) + 4), ldl(C + 4) {}
+  __host__ __device__ size_t floats() const { return size_t(C) * ldk + size_t(C) * ldv + 2 * size_t(C) * ldl + 3 * 256 + 2 * C; }
+  size_t bytes() const { return sizeof(double) * C + sizeof(float) * floats(); }  // ~105 KiB at Dk = Dv = 128: two CTAs per SM
+};
+
+__global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                           int64_t Dv, const float* g, const float* beta, GdnChunks ch, GdnScratch sc) {
+  extern __shared__ double smem_d[];
+  const PrepTcSmem lay(Dk, Dv);
+  const int ldk = lay.ldk, ldv = lay.ldv, ldl = lay.ldl;
+  double* gam = smem_d;
+  float* ks = reinterpret_cast<float*>(gam + C);  // [C][ldk]
+  float* qs = ks + C * ldk;                        // [C][ldk], then beta V [C][ldv]
+  float* vs = qs;
+  float* Lm = qs + C * ldv;  // [C][ldl]
+  float* T = Lm + C * ldl;   // [C][ldl]
+  float* P = T + C * ldl;    // [3][16][16]: the sums of one block distance
+  float* bs = P + 3 * 256;   // beta_i
+  float* sk = bs + C;        // beta_i e^gamma_i
+
+  const int64_t c = blockIdx.x, j = blockIdx.y;
+  const int64_t t0 = ch.chunk_start[c];
+  const int n = ch.chunk_len[c];
+  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+  const int gq = lane >> 2, tq = lane & 3;
+
+  const float* rows = mixed + t0 * conv_dim;
+  load_tile_async(qs, ldk, rows + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+  load_tile_async(ks, ldk, rows + key_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+  for (int e = tid; e < C * ldl; e += nt) T[e] = 0.0f;
+  if (tid < C) bs[tid] = tid < n ? beta[(t0 + tid) * Hv + j] : 0.0f;
+  chunk_gamma(gam, g, t0, n, Hv, j);
+  cp_async_wait_all();
+  __syncthreads();
+  if (tid < C) sk[tid] = bs[tid] * float(exp(gam[tid]));
+
+  // 1. Lm and A
+  float* aqk = sc.aqk + (c * Hv + j) * C * C;
+  for (int tile = warp; tile < (C / 16) * (C / 8); tile += 8) {
+    const int rt = (tile / (C / 8)) * 16, cc = (tile % (C / 8)) * 8;
+    const int i0 = rt + gq, i1 = i0 + 8, jj = cc + 2 * tq;
+    if (cc > rt + 15) {  // wholly above the diagonal
+      *reinterpret_cast<float2*>(aqk + i0 * C + jj) = make_float2(0.0f, 0.0f);
+      *reinterpret_cast<float2*>(aqk + i1 * C + jj) = make_float2(0.0f, 0.0f);
+      continue;
+    }
+    float dk[4] = {0, 0, 0, 0}, dq[4] = {0, 0, 0, 0};
+    mma_3xtf32_tile(
+        dk, int(Dk), [&](int r, int k) { return ks[(rt + r) * ldk + k]; }, [&](int k, int col) { return ks[(cc + col) * ldk + k]; });
+    mma_3xtf32_tile(
+        dq, int(Dk), [&](int r, int k) { return qs[(rt + r) * ldk + k]; }, [&](int k, int col) { return ks[(cc + col) * ldk + k]; });
+    float a[4], l[4];
+    for (int e = 0; e < 4; ++e) {
+      const int i = e < 2 ? i0 : i1, jc = jj + (e & 1);
+      const float G = i >= jc ? expf(float(gam[i] - gam[jc])) : 0.0f;
+      a[e] = i >= jc ? dq[e] * G : 0.0f;
+      l[e] = i > jc ? bs[i] * dk[e] * G : 0.0f;
+      Lm[i * ldl + jc] = l[e];
+    }
+    *reinterpret_cast<float2*>(aqk + i0 * C + jj) = make_float2(a[0], a[1]);
+    *reinterpret_cast<float2*>(aqk + i1 * C + jj) = make_float2(a[2], a[3]);
+  }
+  __syncthreads();  // Q is done: V into its space (beta is applied as it is read)
+  load_tile_async(vs, ldv, rows + 2 * key_dim + j * Dv, conv_dim, C, int(Dv), n, int(Dv));
+  // 2. T = (I + Lm)^-1: diagonal blocks, one column per thread
+  if (tid < C) {
+    const int b0 = (tid / 16) * 16, col = tid % 16;
+    T[(b0 + col) * ldl + b0 + col] = 1.0f;
+    for (int r = col + 1; r < 16; ++r) {
+      float acc = 0;
+      for (int k = col; k < r; ++k) acc += Lm[(b0 + r) * ldl + b0 + k] * T[(b0 + k) * ldl + b0 + col];
+      T[(b0 + r) * ldl + b0 + col] = -acc;
+    }
+  }
+  __syncthreads();
+  // off-diagonal blocks, by distance d between block row bi and block column bj = bi - d
+  for (int d = 1; d < C / 16; ++d) {
+    const int nb = C / 16 - d;
+    for (int e = tid; e < nb * 256; e += nt) {
+      const int bj = e / 256, r = (e / 16) % 16, col = e % 16, bi = bj + d;
+      float acc = 0;
+      for (int k = 16 * bj; k < 16 * bi; ++k) acc += Lm[(16 * bi + r) * ldl + k] * T[k * ldl + 16 * bj + col];
+      P[e] = acc;
+    }
+    __syncthreads();
+    for (int e = tid; e < nb * 256; e += nt) {
+      const int bj = e / 256, r = (e / 16) % 16, col = e % 16, bi = bj + d;
+      float acc = 0;
+      for (int k = 0; k < 16; ++k) acc += T[(16 * bi + r) * ldl + 16 * bi + k] * P[bj * 256 + k * 16 + col];
+      T[(16 * bi + r) * ldl + 16 * bj + col] = -acc;
+    }
+    __syncthreads();
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  // 3. U = T (beta V), W = T (beta e^gamma K): column tiles of U, then of W
+  float* u = sc.u + (c * Hv + j) * C * Dv;
+  float* w = sc.w + (c * Hv + j) * C * Dk;
+  const int col_tiles = int(Dv / 8 + Dk / 8);
+  for (int tile = warp; tile < (C / 16) * col_tiles; tile += 8) {
+    const int rt = (tile % (C / 16)) * 16, col0 = (tile / (C / 16)) * 8;
+    float d[4] = {0, 0, 0, 0};
+    float* out;
+    int64_t ldo;
+    if (col0 < Dv) {
+      mma_3xtf32_tile(
+          d, rt + 16, [&](int r, int k) { return T[(rt + r) * ldl + k]; }, [&](int k, int col) { return bs[k] * vs[k * ldv + col0 + col]; });
+      out = u + col0;
+      ldo = Dv;
+    } else {
+      const int cw = col0 - int(Dv);
+      mma_3xtf32_tile(
+          d, rt + 16, [&](int r, int k) { return T[(rt + r) * ldl + k]; }, [&](int k, int col) { return sk[k] * ks[k * ldk + cw + col]; });
+      out = w + cw;
+      ldo = Dk;
+    }
+    *reinterpret_cast<float2*>(out + (rt + gq) * ldo + 2 * tq) = make_float2(d[0], d[1]);
+    *reinterpret_cast<float2*>(out + (rt + gq + 8) * ldo + 2 * tq) = make_float2(d[2], d[3]);
+  }
+}
+
 struct ScanSmem {
   static size_t bytes(int64_t Dk) {
     // K reuses W's space (W is done after Vn): ~108 KiB at Dk = 128, two CTAs per SM
@@ -217,10 +426,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
       const int i = e / SW, x = e % SW;
       Vn[i * (SW + 1) + x] = x < sw ? u[i * Dv + c0_col + x] : 0.0f;
     }
-    if (tid == 0) {
-      double acc = 0;
-      for (int i = 0; i < C; ++i) gam[i] = acc += (i < n ? double(g[(t0 + i) * Hv + j]) : 0.0);
-    }
+    chunk_gamma(gam, g, t0, n, Hv, j);
     __syncthreads();
     if (tid < C) {
       eg[tid] = float(exp(gam[tid]));
@@ -307,45 +513,10 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
 }
 
 // ---- the scan on tensor cores ----
-// The same three products per chunk as gdn_chunk_scan_k, as mma.sync m16n8k8 TF32 with the
-// "3xTF32" split (x = hi + lo, both TF32; a*b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi), which keeps
-// fp32-level accuracy (~2^-22) at a few times the SIMT rate. Shared-memory strides are padded so
-// the fragment loads do not conflict: rows of Dk + 4 and of C + 4, state rows of SW + 8.
+// The same three products per chunk as gdn_chunk_scan_k, with the 3xTF32 tiles above.
+// Shared-memory strides are padded so the fragment loads do not conflict: rows of Dk + 4 and of
+// C + 4, state rows of SW + 8.
 constexpr int SWP = SW + 8;
-
-__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
-  uint32_t h;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(h) : "f"(x));
-  const float r = x - __uint_as_float(h);
-  uint32_t l;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(l) : "f"(r));
-  hi = h;
-  lo = l;
-}
-
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// d += A[16 x K] B[K x 8]: A(r, k) = a_at(r, k), B(k, c) = b_at(k, c); r, c relative to the tile.
-template <class FA, class FB>
-__device__ __forceinline__ void mma_3xtf32_tile(float (&d)[4], int K, FA a_at, FB b_at) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  for (int k0 = 0; k0 < K; k0 += 8) {
-    uint32_t ah[4], al[4], bh[2], bl[2];
-    split_tf32(a_at(g, k0 + t), ah[0], al[0]);
-    split_tf32(a_at(g + 8, k0 + t), ah[1], al[1]);
-    split_tf32(a_at(g, k0 + t + 4), ah[2], al[2]);
-    split_tf32(a_at(g + 8, k0 + t + 4), ah[3], al[3]);
-    split_tf32(b_at(k0 + t, g), bh[0], bl[0]);
-    split_tf32(b_at(k0 + t + 4, g), bh[1], bl[1]);
-    mma_tf32(d, al, bh);
-    mma_tf32(d, ah, bl);
-    mma_tf32(d, ah, bh);
-  }
-}
 
 struct ScanTcSmem {
   // W, then A, then K share one region (each is done before the next arrives): ~100 KiB at
@@ -387,20 +558,13 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
     const float* w = sc.w + (c * Hv + j) * C * Dk;
     const float* u = sc.u + (c * Hv + j) * C * Dv;
     const float* aqk = sc.aqk + (c * Hv + j) * C * C;
+    const float* rows = mixed + t0 * conv_dim;
     __syncthreads();  // the previous chunk's readers of q/k/Vn/S are done
-    for (int64_t e = tid; e < C * Dk; e += nt) {
-      const int64_t i = e / Dk, x = e - i * Dk;
-      Ws[i * ld + x] = w[e];
-      qs[i * ld + x] = i < n ? mixed[(t0 + i) * conv_dim + kh * Dk + x] : 0.0f;
-    }
-    for (int e = tid; e < C * SW; e += nt) {
-      const int i = e / SW, x = e % SW;
-      Vn[i * SWP + x] = x < sw ? u[i * Dv + c0_col + x] : 0.0f;
-    }
-    if (tid == 0) {
-      double acc = 0;
-      for (int i = 0; i < C; ++i) gam[i] = acc += (i < n ? double(g[(t0 + i) * Hv + j]) : 0.0);
-    }
+    load_tile_async(Ws, ld, w, Dk, C, int(Dk), C, int(Dk));
+    load_tile_async(qs, ld, rows + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+    load_tile_async(Vn, SWP, u + c0_col, Dv, C, SW, C, sw);
+    chunk_gamma(gam, g, t0, n, Hv, j);
+    cp_async_wait_all();
     __syncthreads();
     if (tid < C) {
       eg[tid] = float(exp(gam[tid]));
@@ -418,7 +582,8 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
       Vn[(rt + gq + 8) * SWP + cc + 2 * tq + 1] -= d[3];
     }
     __syncthreads();  // W is done: A into its space
-    for (int e = tid; e < C * C; e += nt) As[(e / C) * lda + e % C] = aqk[e];
+    load_tile_async(As, lda, aqk, C, C, C, C, C);
+    cp_async_wait_all();
     __syncthreads();
     // O = e^gamma Q S + A Vn
     for (int q = 0; q < 2; ++q) {
@@ -439,11 +604,9 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
       if (r1 < n && col + 1 < sw) out1[1] = a[3];
     }
     __syncthreads();  // Q, A and Vn reads are done
-    for (int64_t e = tid; e < C * Dk; e += nt) {  // K into W's (then A's) space
-      const int64_t i = e / Dk, x = e - i * Dk;
-      ks[i * ld + x] = i < n ? mixed[(t0 + i) * conv_dim + key_dim + kh * Dk + x] : 0.0f;
-    }
+    load_tile_async(ks, ld, rows + key_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));  // K into W's (then A's) space
     for (int e = tid; e < C * SW; e += nt) Vn[(e / SW) * SWP + e % SW] *= ek[e / SW];
+    cp_async_wait_all();
     __syncthreads();
     // S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn): (Dk / 16) x 4 tiles over the 8 warps
     const float eC = float(exp(gam[n - 1]));
@@ -463,12 +626,16 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
   }
 }
 
-bool scan_on_tensor_cores(int64_t Dk) {
+// GdnPath::Auto -> tensor cores or not (see kernels.h)
+bool use_tensor_cores(GdnPath path, int64_t Dk, int64_t Dv) {
   static const bool simt = [] {
     const char* v = std::getenv("CLEFRT_GDN_SIMT");
     return v && *v && std::string(v) != "0";
   }();
-  return !simt && Dk % 16 == 0;
+  const bool fits = Dk % 16 == 0 && Dv % 8 == 0;
+  if (path == GdnPath::TensorCores && !fits)
+    throw Error(Status::Internal, "internal_error", "gdn: the tensor-core kernels need Dk % 16 == 0 and Dv % 8 == 0");
+  return path == GdnPath::TensorCores || (path == GdnPath::Auto && !simt && fits);
 }
 
 __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz,
@@ -511,6 +678,7 @@ void set_smem_limits() {
   static bool attr = false;
   if (!attr) {
     check(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
+    check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     attr = true;
@@ -519,22 +687,25 @@ void set_smem_limits() {
 }  // namespace
 
 void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
-                    const GdnChunks& ch, GdnScratch sc, cudaStream_t s) {
+                    const GdnChunks& ch, GdnScratch sc, cudaStream_t s, GdnPath path) {
   if (ch.n_chunks == 0) return;
   set_smem_limits();
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
-  gdn_chunk_prep_k<<<dim3(unsigned(ch.n_chunks), unsigned(Hv)), 256, PrepSmem::bytes(Dk, Dv), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta,
-                                                                                                     ch, sc);
+  const dim3 grid(unsigned(ch.n_chunks), unsigned(Hv));
+  if (use_tensor_cores(path, Dk, Dv))
+    gdn_chunk_prep_tc_k<<<grid, 256, PrepTcSmem(Dk, Dv).bytes(), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
+  else
+    gdn_chunk_prep_k<<<grid, 256, PrepSmem::bytes(Dk, Dv), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
   check_launch("gdn_chunk_prep");
 }
 
 void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
-                    GdnScratch sc, float* o, cudaStream_t s) {
+                    GdnScratch sc, float* o, cudaStream_t s, GdnPath path) {
   if (ch.n_chunks == 0) return;
   set_smem_limits();
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
   const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW));
-  if (scan_on_tensor_cores(Dk))
+  if (use_tensor_cores(path, Dk, Dv))
     gdn_chunk_scan_tc_k<<<grid, 256, ScanTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
   else
     gdn_chunk_scan_k<<<grid, 256, ScanSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
@@ -542,9 +713,9 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
 }
 
 void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
-                 const GdnChunks& ch, GdnScratch sc, float* o, cudaStream_t s) {
-  gdn_chunk_prep(mixed, Hk, Hv, Dk, Dv, g, beta, ch, sc, s);
-  gdn_chunk_scan(mixed, Hk, Hv, Dk, Dv, g, ch, sc, o, s);
+                 const GdnChunks& ch, GdnScratch sc, float* o, cudaStream_t s, GdnPath path) {
+  gdn_chunk_prep(mixed, Hk, Hv, Dk, Dv, g, beta, ch, sc, s, path);
+  gdn_chunk_scan(mixed, Hk, Hv, Dk, Dv, g, ch, sc, o, s, path);
 }
 
 void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, bf16* act,

@@ -145,7 +145,8 @@ def rand_question(qi):
             if R.random() < 0.6: c["false"] = pick([rand_string(2), None])
             q["criteria"] = c
     elif t == "choice":
-        labels = list({rand_key() + pick(["", str(R.randrange(100))]) for _ in range(R.randint(2, 9))})
+        # dict, not set: a set's order follows PYTHONHASHSEED, so reruns gave other requests
+        labels = list(dict.fromkeys(rand_key() + pick(["", str(R.randrange(100))]) for _ in range(R.randint(2, 9))))
         if len(labels) < 2: labels += ["zz", "aa"]
         q["criteria"] = {l: pick([rand_string(R.randrange(12)), None, rand_json_value()]) for l in labels}
     else:

@@ -9,8 +9,13 @@ joint_head_config.json, a tokenizer cut from the real Qwen3 one) and OUT_DIR/NAM
 with, per request, the request, its input_ids (spec encoder) and the fp32 probabilities of the
 reference forward: transformers' backbone + the joint head written here from spec/model.md 4.
 Weights are rounded to bf16 before the forward, so the saved bf16 folder is exactly what was run.
+
+ORACLE_REQUESTS=FILE.expected.jsonl runs the requests of an earlier run again (the committed
+fixtures' requests). ORACLE_DTYPE=float64 runs the same forward in fp64 (see float64_casts) to measure how far the fp32
+reference itself is from the exact value: where the fp32 reference and the engine disagree, this
+says which of the two carries the error.
 """
-import inspect, json, math, os, random, sys
+import contextlib, inspect, json, math, os, random, sys
 
 import torch
 import torch.nn as nn
@@ -34,6 +39,39 @@ CONFIGS = {
     "tiny-b": dict(hidden=96, layers=4, ffn=160, q_heads=2, kv_heads=1, head_dim=48, k_heads=3, v_heads=3, k_dim=16, v_dim=24,
                    mrope=[2, 2, 2], width=48, heads=4, head_ffn=96, routing=2, head_layers=2),
 }
+
+
+DTYPE = {"float32": torch.float32, "float64": torch.float64}[os.environ.get("ORACLE_DTYPE", "float32")]
+
+
+@contextlib.contextmanager
+def float64_casts():
+    """transformers' modules cast to float32 inside (RMSNorm, the gated norm, the GDN rule,
+    eager attention's softmax). While active, a float32 cast of a float64 tensor keeps float64,
+    so the whole forward runs in fp64. (RoPE angles stay fp32 as spec/model.md 1.2 defines them:
+    inv_freq is a float32 buffer, set below, and position ids are cast from int.)"""
+    orig_to, orig_float, orig_softmax = torch.Tensor.to, torch.Tensor.float, Fn.softmax
+
+    def to(self, *args, **kwargs):
+        if self.dtype == torch.float64:
+            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+            if kwargs.get("dtype") is torch.float32:
+                kwargs["dtype"] = torch.float64
+        return orig_to(self, *args, **kwargs)
+
+    def to_float(self, *args, **kwargs):
+        return self if self.dtype == torch.float64 else orig_float(self, *args, **kwargs)
+
+    def softmax(x, *args, **kwargs):
+        if x.dtype == torch.float64 and kwargs.get("dtype") is torch.float32:
+            kwargs["dtype"] = torch.float64
+        return orig_softmax(x, *args, **kwargs)
+
+    torch.Tensor.to, torch.Tensor.float, Fn.softmax = to, to_float, softmax
+    try:
+        yield
+    finally:
+        torch.Tensor.to, torch.Tensor.float, Fn.softmax = orig_to, orig_float, orig_softmax
 
 
 def trim_tokenizer(src, dst, n_merges=3000):
@@ -187,7 +225,7 @@ def build(name, cfg, tok_src, out, requests):
     # On the CPU with eager attention: with CUDA sdpa in fp32 (TF32 off) even short requests were
     # ~1e-4 away from the CPU engine, eager on the GPU ~1e-5; the CPU keeps the reference
     # independent of which GPU kernels get picked.
-    model = Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval().to(DEV)
+    model = Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=DTYPE, attn_implementation="eager").eval().to(DEV)
     print(f"{name}: attention implementation {model.config._attn_implementation}")
     # spec/model.md 1.2: inv_freq[i] = theta^(-2i/R) in fp32. Seen with transformers 5.17: the
     # rotary buffer can come out rounded to bf16 after a bf16 save/load; set it from the formula.
@@ -228,24 +266,43 @@ def build(name, cfg, tok_src, out, requests):
     with open(os.path.join(d, "joint_head_config.json"), "w") as f:
         json.dump({"hidden_size": cfg["hidden"], "width": cfg["width"], "routing_layers": cfg["routing"],
                    "layers": cfg["head_layers"], "heads": cfg["heads"], "feedforward": cfg["head_ffn"]}, f)
-    head = head.to(DEV)
+    head = head.to(DEV).to(DTYPE)
     full, plain = load_tokenizers(os.path.join(d, "tokenizer.json"))
     E = model.lm_head.weight
     lm = model.model.language_model
     n = 0
-    with open(os.path.join(out, name + ".expected.jsonl"), "w", encoding="utf-8") as f, torch.no_grad():
+    casts = float64_casts() if DTYPE == torch.float64 else contextlib.nullcontext()
+    # every module's floating outputs must come out in DTYPE (catches a cast float64_casts misses)
+    wrong = set()
+
+    def check_dtype(mod, args, output, mname):
+        for t in (output if isinstance(output, (tuple, list)) else [output]):
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != DTYPE:
+                wrong.add(f"{mname}:{t.dtype}")
+    for mname, mod in lm.named_modules():
+        mod.register_forward_hook(lambda mod, a, o, mname=mname: check_dtype(mod, a, o, mname))
+    with open(os.path.join(out, name + ".expected.jsonl"), "w", encoding="utf-8") as f, torch.no_grad(), casts:
         for req in requests:
             enc = encode_request(full, plain, req)
             ids = torch.tensor(enc["input_ids"], device=DEV)
-            H = lm(input_ids=ids[None]).last_hidden_state[0].float()
+            H = lm(input_ids=ids[None]).last_hidden_state[0]
+            assert H.dtype == DTYPE, H.dtype
             probs = head(H, E, ids, enc)
             f.write(json.dumps({"request": req, "input_ids": enc["input_ids"], "probs": probs}, ensure_ascii=False) + "\n")
             n += 1
-    print(f"{name}: {n} requests, vocab {vocab}, keys e.g. {list(model.state_dict())[:3]}")
+    print(f"{name}: module outputs not in {DTYPE}: {sorted(wrong) or 'none'}")
+    print(f"{name}: {n} requests in {DTYPE}, vocab {vocab}, keys e.g. {list(model.state_dict())[:3]}")
 
 
 def main():
     tok_src, out = sys.argv[1:3]
+    reuse = os.environ.get("ORACLE_REQUESTS")  # an expected.jsonl whose requests to run again
+    if reuse:
+        with open(reuse, encoding="utf-8") as f:
+            reqs = [json.loads(line)["request"] for line in f]
+        for name, cfg in CONFIGS.items():
+            build(name, cfg, tok_src, out, reqs)
+        return
     make_corpus.R.seed(99)
     reqs = []
     for i in range(120):
