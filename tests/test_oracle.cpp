@@ -1,7 +1,7 @@
 // The CPU engine against the reference: small random Clef folders built by transformers'
 // Qwen3_5ForConditionalGeneration with a joint head written from the spec in PyTorch, run in
-// fp32 on the GPU machine (tools/reference/make_oracle.py). Target: every probability within
-// 1e-4 of the reference, and the same token ids.
+// fp32 and in fp64 on the GPU machine (tools/reference/make_oracle.py). Target: every
+// probability within 1e-4 of the reference, and the same token ids.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,12 +15,31 @@
 namespace clefrt {
 namespace {
 
-void check_folder(const std::string& name, double bound, size_t allowed_over_1e4) {
+struct Agreement {
+  size_t n = 0;
+  double worst = 0, worst_f64 = 0, ref_worst_f64 = 0;     // ours vs fp32 ref, ours vs fp64 ref, fp32 ref vs fp64 ref
+  size_t over = 0, over_f64 = 0, ref_over_f64 = 0;        // requests at or over 1e-4
+};
+
+double worst_diff(const std::vector<std::vector<double>>& p, const json::Value& want) {
+  double w = 0;
+  EXPECT_EQ(p.size(), want.arr.size());
+  for (size_t q = 0; q < want.arr.size() && q < p.size(); ++q) {
+    EXPECT_EQ(p[q].size(), want.arr[q].arr.size());
+    for (size_t j = 0; j < p[q].size() && j < want.arr[q].arr.size(); ++j) w = std::max(w, std::fabs(p[q][j] - want.arr[q].arr[j].d));
+  }
+  return w;
+}
+
+// Each fixture line holds the fp32 reference's probabilities ("probs") and the same forward run in
+// fp64 ("probs_f64": make_oracle.py with ORACLE_DTYPE=float64, RoPE angles in fp32 as the spec
+// defines them), the exact value the fp32 computations approximate.
+Agreement check_folder(const std::string& name) {
   auto engine = Engine::load(test::source_path("tests/fixtures/oracle/" + name));
   std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/" + name + ".expected.jsonl")));
   std::string line;
-  size_t n = 0, id_mismatch = 0, over = 0;
-  double worst = 0;
+  size_t id_mismatch = 0;
+  Agreement a;
   while (std::getline(in, line)) {
     auto rec = json::parse(line);
     Request req = parse_request(*rec.find("request"));
@@ -32,35 +51,49 @@ void check_folder(const std::string& name, double bound, size_t allowed_over_1e4
       continue;
     }
     auto probs = engine->probs({&enc})[0];
-    const auto& want = rec.find("probs")->arr;
-    ASSERT_EQ(probs.size(), want.size());
-    double here = 0;
-    for (size_t q = 0; q < want.size(); ++q) {
-      ASSERT_EQ(probs[q].size(), want[q].arr.size());
-      for (size_t j = 0; j < probs[q].size(); ++j) here = std::max(here, std::fabs(probs[q][j] - want[q].arr[j].d));
+    const json::Value& ref = *rec.find("probs");
+    const json::Value* exact = rec.find("probs_f64");
+    EXPECT_TRUE(exact) << name << ": fixture line without probs_f64";
+    if (!exact) break;
+    std::vector<std::vector<double>> ref_p;
+    for (const auto& q : ref.arr) {
+      ref_p.emplace_back();
+      for (const auto& v : q.arr) ref_p.back().push_back(v.d);
     }
+    const double d32 = worst_diff(probs, ref), d64 = worst_diff(probs, *exact), r64 = worst_diff(ref_p, *exact);
     if (std::getenv("CLEFRT_ORACLE_VERBOSE"))
-      std::cout << "  request " << n << ": " << enc.input_ids.size() << " tokens, worst " << here << "\n";
-    worst = std::max(worst, here);
-    over += here >= 1e-4;
-    ++n;
+      std::cout << "  request " << a.n << ": " << enc.input_ids.size() << " tokens, vs fp32 ref " << d32 << ", vs fp64 " << d64
+                << ", fp32 ref vs fp64 " << r64 << "\n";
+    a.worst = std::max(a.worst, d32);
+    a.worst_f64 = std::max(a.worst_f64, d64);
+    a.ref_worst_f64 = std::max(a.ref_worst_f64, r64);
+    a.over += d32 >= 1e-4;
+    a.over_f64 += d64 >= 1e-4;
+    a.ref_over_f64 += r64 >= 1e-4;
+    ++a.n;
   }
   EXPECT_EQ(id_mismatch, 0u);
-  EXPECT_GE(n, 100u);
-  EXPECT_LT(worst, bound) << name;
-  EXPECT_LE(over, allowed_over_1e4) << name << ": requests at or over 1e-4";
-  std::cout << "[ oracle  ] " << name << ": " << n << " requests, worst |p - p_ref| = " << worst << "\n";
+  EXPECT_GE(a.n, 100u);
+  std::cout << "[ oracle  ] " << name << ": " << a.n << " requests; worst |p - p_ref32| = " << a.worst << " (" << a.over
+            << " at or over 1e-4), worst |p - p_ref64| = " << a.worst_f64 << " (" << a.over_f64
+            << "); the fp32 reference itself vs fp64: worst " << a.ref_worst_f64 << " (" << a.ref_over_f64 << ")\n";
+  return a;
 }
 
-// Target 1e-4 (issue 3). tiny-b meets it. tiny-a (8 layers): 118 of 120 requests are within
-// 1e-4, two are at 1.0e-4 and 1.7e-4 (694 and 4,310 tokens). On those our two fp32 GDN forms --
-// the recurrent one (the definition) and the chunked one -- agree to 1e-5 and 3.5e-6
-// (TinyA_ChunkedAgreesWithRecurrent below), and the reference itself runs transformers'
-// recurrent rule in fp32 (make_oracle.py), so the gap is not the GDN formulation: it is fp32
-// rounding elsewhere in the two implementations (reduction orders, attention over thousands of
-// keys), amplified by this random model. Which side is nearer the exact value needs an fp64
-// reference. The bounds pin today's figures so they cannot regress.
-TEST(Oracle, TinyA_HvGreaterThanHk_TwoAttentionLayers) { check_folder("tiny-a", 2.5e-4, 2); }
+// Target 1e-4 (issue 3). tiny-b meets it against both references. tiny-a (8 layers, Hv > Hk):
+// against the fp32 reference 118 of 120 requests are within 1e-4 (worst 1.7e-4); against the fp64
+// value of the same forward 119 of 120 (worst 1.75e-4, a 2,954-token request on which the fp32
+// reference is itself 1.7e-4 off); the fp32 reference misses 1e-4 against fp64 on 3 requests
+// (worst 1.84e-4). At 1e-4 this random model is at the edge of what fp32 arithmetic resolves:
+// the engine is as near the exact value as the reference. The bounds pin today's figures.
+TEST(Oracle, TinyA_HvGreaterThanHk_TwoAttentionLayers) {
+  Agreement a = check_folder("tiny-a");
+  EXPECT_LT(a.worst, 2.5e-4);
+  EXPECT_LE(a.over, 2u);
+  EXPECT_LT(a.worst_f64, 2.5e-4);
+  EXPECT_LE(a.over_f64, 1u);
+  EXPECT_LE(a.over_f64, a.ref_over_f64) << "fewer reference requests over 1e-4 than ours: the engine lost accuracy";
+}
 
 // Our chunked prefill against the recurrent definition, whole answers, every tiny-a request
 // (the GDN op itself is checked to 1e-5 in test_cpu_ops): measured worst 3.5e-5.
@@ -79,7 +112,11 @@ TEST(Oracle, TinyA_ChunkedAgreesWithRecurrent) {
   std::cout << "[ oracle  ] tiny-a: chunked vs recurrent GDN, worst |dp| = " << worst << "\n";
   EXPECT_LT(worst, 5e-5);
 }
-TEST(Oracle, TinyB_WiderHead_TwoRoutingAndDecoderLayers) { check_folder("tiny-b", 1e-4, 0); }
+TEST(Oracle, TinyB_WiderHead_TwoRoutingAndDecoderLayers) {
+  Agreement a = check_folder("tiny-b");
+  EXPECT_LT(a.worst, 1e-4);
+  EXPECT_LT(a.worst_f64, 1e-4);
+}
 
 }  // namespace
 }  // namespace clefrt

@@ -3,6 +3,7 @@
 // online softmax in fp32) that never holds an L x L matrix, with the sigmoid output gate fused.
 #include <cmath>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/check.h"
 #include "cuda/kernels.h"
 #include "cuda/reduce.cuh"
@@ -65,73 +66,83 @@ constexpr int BQ = 64, BK = 64;
 
 template <int D>
 struct FlashSmem {
-  static constexpr int LDQ = D + 8, LDV = BK + 8;
-  static constexpr size_t bytes = sizeof(bf16) * (2 * BQ * LDQ + D * LDV);
+  // Q, K and V tiles row-major (bf16), rows padded by 8 elements: a row is an odd multiple of
+  // 16 bytes, so the 8 row addresses of an ldmatrix hit distinct bank groups
+  static constexpr int LD = D + 8;
+  static constexpr size_t bytes = sizeof(bf16) * size_t(BQ + 2 * BK) * LD;
 };
 
-// grid (tiles, Hq), 128 threads; each warp owns 16 query rows of the tile.
+// rows x D bf16 from src (row stride lds elements) into a tile (row stride D + 8); rows >= valid
+// are zero-filled.
+template <int D>
+__device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* src, int64_t lds, int rows, int64_t valid) {
+  constexpr int LD = FlashSmem<D>::LD;
+  for (int e = int(threadIdx.x); e < rows * (D / 8); e += int(blockDim.x)) {
+    const int r = e / (D / 8), c = (e % (D / 8)) * 8;
+    const bool in = r < valid;
+    cp_async16(dst + r * LD + c, in ? src + r * lds + c : src, in);
+  }
+}
+
+// grid (tiles, Hq), 128 threads; each warp owns 16 query rows of the tile. Per key block: V's
+// copy is issued before S = Q K^T and the softmax, the next K's before O += P V, so the copies
+// run under the tensor-core work (cp.async); fragments come from shared memory by ldmatrix
+// (V through its transposing form, so V is stored as it arrives).
 template <int D>
 __global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate,
                                                int64_t ldgate, int64_t gate_hs, int Hq, int Hkv, AttnTiles tiles, bf16* out,
                                                float scale_log2) {
   using S = FlashSmem<D>;
+  constexpr int LD = S::LD;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
-  bf16* Ks = Qs + BQ * S::LDQ;
-  bf16* Vt = Ks + BK * S::LDQ;
+  bf16* Ks = Qs + BQ * LD;
+  bf16* Vs = Ks + BK * LD;
 
   const int tile = blockIdx.x, h = blockIdx.y, kvh = h / (Hq / Hkv);
   const int64_t q0 = tiles.q0[tile], seq0 = tiles.seq0[tile], end = tiles.end[tile];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
   const int64_t q_last = (q0 + BQ < end ? q0 + BQ : end) - 1;
+  const bf16* kbase = k + int64_t(kvh) * D;  // row t at kbase + t * Hkv * D
+  const bf16* vbase = v + int64_t(kvh) * D;  // row t at vbase + t * ldv
 
-  // Q tile (zero rows past the sequence)
-  for (int e = tid; e < BQ * (D / 8); e += blockDim.x) {
-    const int r = e / (D / 8), c = (e % (D / 8)) * 8;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (q0 + r < end) val = *reinterpret_cast<const uint4*>(q + ((q0 + r) * Hq + h) * D + c);
-    *reinterpret_cast<uint4*>(Qs + r * S::LDQ + c) = val;
-  }
+  load_rows_async<D>(Qs, q + (q0 * Hq + h) * D, int64_t(Hq) * D, BQ, end - q0);
+  load_rows_async<D>(Ks, kbase + seq0 * Hkv * D, int64_t(Hkv) * D, BK, end - seq0);
+  cp_async_commit();
 
   float o[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   const int64_t qi0 = q0 + warp * 16 + g, qi1 = qi0 + 8;
+  // ldmatrix row addresses: lane l serves row l % 8 of matrix l / 8
+  const int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lc = (lane >> 4) * 8;  // A (Q) and V^T: rows +8 for odd matrices
+  const int kr = (lane & 7) + (lane >> 4) * 8, kc = ((lane >> 3) & 1) * 8;  // K: matrices 2, 3 are the next 8 keys
 
   for (int64_t kb = seq0; kb <= q_last; kb += BK) {
-    __syncthreads();  // previous block's readers are done
-    for (int e = tid; e < BK * (D / 8); e += blockDim.x) {
-      const int r = e / (D / 8), c = (e % (D / 8)) * 8;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      if (kb + r < end) {
-        kv = *reinterpret_cast<const uint4*>(k + ((kb + r) * Hkv + kvh) * D + c);
-        vv = *reinterpret_cast<const uint4*>(v + (kb + r) * ldv + int64_t(kvh) * D + c);
-      }
-      *reinterpret_cast<uint4*>(Ks + r * S::LDQ + c) = kv;
-      const bf16* vb = reinterpret_cast<const bf16*>(&vv);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) Vt[(c + i) * S::LDV + r] = vb[i];
-    }
-    __syncthreads();
+    cp_async_wait<0>();
+    __syncthreads();  // K (and Q) are in; every warp is done with the previous V
+    load_rows_async<D>(Vs, vbase + kb * ldv, ldv, BK, end - kb);
+    cp_async_commit();
 
     float s[BK / 8][4];
 #pragma unroll
     for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    const bf16* qa = Qs + (warp * 16 + g) * S::LDQ + 2 * tq;
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t a0 = *reinterpret_cast<const uint32_t*>(qa + ks * 16);
-      const uint32_t a1 = *reinterpret_cast<const uint32_t*>(qa + 8 * S::LDQ + ks * 16);
-      const uint32_t a2 = *reinterpret_cast<const uint32_t*>(qa + ks * 16 + 8);
-      const uint32_t a3 = *reinterpret_cast<const uint32_t*>(qa + 8 * S::LDQ + ks * 16 + 8);
+      uint32_t a[4];
+      ldmatrix_x4(a, Qs + (warp * 16 + lr) * LD + ks * 16 + lc);
 #pragma unroll
-      for (int nt = 0; nt < BK / 8; ++nt) {
-        const bf16* kb_ = Ks + (nt * 8 + g) * S::LDQ + ks * 16 + 2 * tq;
-        mma_bf16(s[nt], a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(kb_), *reinterpret_cast<const uint32_t*>(kb_ + 8));
+      for (int nt = 0; nt < BK / 8; nt += 2) {
+        uint32_t b[4];  // b[0], b[1]: keys nt * 8 + 0..7; b[2], b[3]: the next 8
+        ldmatrix_x4(b, Ks + (nt * 8 + kr) * LD + ks * 16 + kc);
+        mma_bf16(s[nt], a[0], a[1], a[2], a[3], b[0], b[1]);
+        mma_bf16(s[nt + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
       }
     }
-    // scale, causal + length mask, online softmax (rows qi0 and qi1 of this thread)
+    // scale, causal + length mask, online softmax (rows qi0 and qi1 of this thread); blocks wholly
+    // before this warp's first row and inside the sequence need no mask
+    const bool masked = kb + BK - 1 > q0 + warp * 16 || kb + BK > end;
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < BK / 8; ++nt) {
@@ -139,7 +150,7 @@ __global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, con
       for (int e = 0; e < 4; ++e) {
         const int64_t kj = kb + nt * 8 + 2 * tq + (e & 1);
         const int64_t qi = e < 2 ? qi0 : qi1;
-        const bool ok = kj <= qi && kj < end;
+        const bool ok = !masked || (kj <= qi && kj < end);
         s[nt][e] = ok ? s[nt][e] * scale_log2 : -INFINITY;
       }
       mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
@@ -174,6 +185,12 @@ __global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, con
       o[dn][2] *= c1;
       o[dn][3] *= c1;
     }
+    cp_async_wait<0>();
+    __syncthreads();  // V is in; every warp is done with K
+    if (kb + BK <= q_last) {
+      load_rows_async<D>(Ks, kbase + (kb + BK) * Hkv * D, int64_t(Hkv) * D, BK, end - (kb + BK));
+      cp_async_commit();
+    }
     // O += P V
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
@@ -182,9 +199,11 @@ __global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, con
       const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       const uint32_t a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        const bf16* vb = Vt + (dn * 8 + g) * S::LDV + kk * 16 + 2 * tq;
-        mma_bf16(o[dn], a0, a1, a2, a3, *reinterpret_cast<const uint32_t*>(vb), *reinterpret_cast<const uint32_t*>(vb + 8));
+      for (int dn = 0; dn < D / 8; dn += 2) {
+        uint32_t b[4];  // b[0], b[1]: dims dn * 8 + 0..7; b[2], b[3]: the next 8
+        ldmatrix_x4_trans(b, Vs + (kk * 16 + lr) * LD + dn * 8 + lc);
+        mma_bf16(o[dn], a0, a1, a2, a3, b[0], b[1]);
+        mma_bf16(o[dn + 1], a0, a1, a2, a3, b[2], b[3]);
       }
     }
   }
@@ -237,6 +256,7 @@ void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hk
   check_launch("attn_prep");
 }
 
+// D % 16 == 0 (mma k-steps and ldmatrix pairs of 8-column tiles)
 bool flash_attention_supports(int64_t D) { return D == 32 || D == 48 || D == 64 || D == 96 || D == 128 || D == 256; }
 
 void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/check.h"
 #include "cuda/kernels.h"
 #include "cuda/reduce.cuh"
@@ -84,26 +85,6 @@ __device__ __forceinline__ void chunk_gamma(double* gam, const float* g, int64_t
   }
   gam[i0 + 1] = sum;
   gam[i0] = sum - b;
-}
-
-// ---- asynchronous tile loads (cp.async, sm_80+) ----
-// Every thread issues its 16-byte copies and none waits for one before issuing the next: a
-// plain load-then-store loop waits a global-memory round trip per iteration, which made each
-// chunk of the scan latency-bound. Rows >= valid_rows and columns >= valid_cols are zero-filled
-// (source size 0). All addresses 16-byte aligned: the tensor-core paths need Dk, Dv % 8 == 0.
-__device__ __forceinline__ void cp_async16(float* smem_dst, const float* src, bool valid) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-__device__ __forceinline__ void load_tile_async(float* dst, int ldd, const float* src, int64_t lds, int rows, int cols, int valid_rows,
-                                                int valid_cols) {
-  const int q = cols / 4;
-  for (int e = int(threadIdx.x); e < rows * q; e += int(blockDim.x)) {
-    const int i = e / q, x = (e - i * q) * 4;
-    const bool in = i < valid_rows && x < valid_cols;
-    cp_async16(dst + i * ldd + x, in ? src + i * lds + x : src, in);
-  }
 }
 
 // ---- tensor-core helpers ----

@@ -1,0 +1,54 @@
+// Asynchronous global -> shared copies (cp.async, sm_80+) and ldmatrix fragment loads, shared by
+// the GDN and attention kernels.
+//
+// cp.async: every thread issues its 16-byte copies and none waits for one before issuing the
+// next; a plain load-then-store loop waits a global-memory round trip per iteration. A copy with
+// `valid` false reads nothing and zero-fills its 16 bytes. Both addresses 16-byte aligned.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace clefrt::cuda {
+
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits for this thread's copies (all but the newest `n` committed groups); a __syncthreads()
+// after it makes every thread's copies visible to the block.
+template <int n>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// rows x cols fp32 (cols % 4 == 0) from src (row stride lds floats) to dst (row stride ldd);
+// rows >= valid_rows and columns >= valid_cols are zero-filled. All threads of the block take part.
+__device__ __forceinline__ void load_tile_async(float* dst, int ldd, const float* src, int64_t lds, int rows, int cols, int valid_rows,
+                                                int valid_cols) {
+  const int q = cols / 4;
+  for (int e = int(threadIdx.x); e < rows * q; e += int(blockDim.x)) {
+    const int i = e / q, x = (e - i * q) * 4;
+    const bool in = i < valid_rows && x < valid_cols;
+    cp_async16(dst + i * ldd + x, in ? src + i * lds + x : src, in);
+  }
+}
+
+// ldmatrix: four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8 and
+// receives in r[m] its fragment of matrix m (with .trans: of the transposed matrix).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_addr) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_addr) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+}  // namespace clefrt::cuda
