@@ -69,7 +69,7 @@ TEST(CudaOps, GemmMatchesSgemm) {
 
 TEST(CudaOps, NormsMatchCpu) {
   NEED_GPU();
-  for (int64_t d : {16, 64, 1000, 5120}) {
+  for (int64_t d : {16, 64, 1000, 5120, 1001}) {  // 1001: the scalar (not float4) form
     const int64_t rows = 37;
     auto x = randn(size_t(rows * d), 4, 3.0f), w = randn(size_t(d), 5, 0.1f), b = randn(size_t(d), 6, 0.1f);
     std::vector<float> want(x.size()), want_ln(x.size());
@@ -86,8 +86,11 @@ TEST(CudaOps, NormsMatchCpu) {
 
 TEST(CudaOps, ConvSiluPackedMatchesCpu) {
   NEED_GPU();
+  // float4 form (Cn, ldx multiples of 4) and scalar form (Cn = 1030, ldx = 1031); Cn > 512 spans
+  // two channel blocks
+  for (auto [Cn, ldx] : {std::pair<int64_t, int64_t>{48, 56}, {1030, 1031}}) {
   const std::vector<int64_t> lens = {1, 3, 64, 130};
-  const int64_t Cn = 48, K = 4, ldx = 56;
+  const int64_t K = 4;
   int64_t L = 0;
   for (auto l : lens) L += l;
   auto x = rounded(randn(size_t(L * ldx), 7)), w = randn(size_t(Cn * K), 8, 0.5f);
@@ -104,7 +107,8 @@ TEST(CudaOps, ConvSiluPackedMatchesCpu) {
   }
   DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), ds = upload(seq_start, "s"), dy(want.size() * 4);
   conv_silu(dx.as<float>(), ldx, ds.as<int32_t>(), L, Cn, dw.as<float>(), K, dy.as<float>(), nullptr);
-  expect_close(down<float>(dy, want.size()), want, 1e-5, 1e-5, "conv_silu");
+  expect_close(down<float>(dy, want.size()), want, 1e-5, 1e-5, "conv_silu Cn=" + std::to_string(Cn));
+  }
 }
 
 // The chunked GDN kernels against the CPU recurrent form (the definition), packed sequences
@@ -156,12 +160,13 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
     const int64_t nc = int64_t(cs.size());
     DeviceBuffer dm = upload(mixed, "m"), dg = upload(g, "g"), db = upload(beta, "b"), dcs = upload(cs, "cs"), dcl = upload(cl, "cl"),
                  dsc = upload(sc, "sc"), w(size_t(nc * Hv * 64 * Dk) * 4), u(size_t(nc * Hv * 64 * Dv) * 4),
-                 a(size_t(nc * Hv * 64 * 64) * 4), o(want.size() * 4);
+                 a(size_t(nc * Hv * 64 * 64) * 4), st(size_t(nc * Hv * Dk * Dv) * 4), o(want.size() * 4);
     GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
     for (GdnPath path : {GdnPath::TensorCores, GdnPath::Simt}) {
       const char* name = path == GdnPath::Simt ? "simt" : "tensor cores";
       check(cudaMemset(o.get(), 0xff, want.size() * 4), "poison o");  // NaN: every output must be written
-      gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, GdnScratch{w.as<float>(), u.as<float>(), a.as<float>()},
+      gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch,
+                  GdnScratch{w.as<float>(), u.as<float>(), a.as<float>(), st.as<float>()},
                   o.as<float>(), nullptr, path);
       expect_close(down<float>(o, want.size()), want, 2e-5, 1e-4, std::string("gdn_chunked ") + name + " Dk=" + std::to_string(Dk));
     }
@@ -308,14 +313,16 @@ TEST(CudaOps, GdnPrepGatesAndGatedNorm) {
 
 TEST(CudaOps, SwigluEmbedAndBiasGelu) {
   NEED_GPU();
-  const int64_t L = 33, ffn = 70, vocab = 50, d = 40;
-  auto gu = rounded(randn(size_t(L * 2 * ffn), 27, 2.0f));
-  std::vector<float> want(size_t(L * ffn));
-  for (int64_t t = 0; t < L; ++t)
-    for (int64_t j = 0; j < ffn; ++j) want[size_t(t * ffn + j)] = cpu::silu(gu[size_t(t * 2 * ffn + j)]) * gu[size_t(t * 2 * ffn + ffn + j)];
-  DeviceBuffer dgu = upload(to_bf(gu), "gu"), act(want.size() * 2);
-  swiglu(dgu.as<bf16>(), L, ffn, act.as<bf16>(), nullptr);
-  expect_close(down_bf(act, want.size()), want, 1e-4, 8e-3, "swiglu");
+  const int64_t L = 33, vocab = 50, d = 40;
+  for (int64_t ffn : {70, 4104}) {  // scalar form; 16-byte form over two column blocks
+    auto gu = rounded(randn(size_t(L * 2 * ffn), 27, 2.0f));
+    std::vector<float> want(size_t(L * ffn));
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t j = 0; j < ffn; ++j) want[size_t(t * ffn + j)] = cpu::silu(gu[size_t(t * 2 * ffn + j)]) * gu[size_t(t * 2 * ffn + ffn + j)];
+    DeviceBuffer dgu = upload(to_bf(gu), "gu"), act(want.size() * 2);
+    swiglu(dgu.as<bf16>(), L, ffn, act.as<bf16>(), nullptr);
+    expect_close(down_bf(act, want.size()), want, 1e-4, 8e-3, "swiglu ffn=" + std::to_string(ffn));
+  }
 
   auto table = rounded(randn(size_t(vocab * d), 28));
   std::vector<int32_t> ids;
