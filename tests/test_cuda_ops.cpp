@@ -160,13 +160,12 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
     const int64_t nc = int64_t(cs.size());
     DeviceBuffer dm = upload(mixed, "m"), dg = upload(g, "g"), db = upload(beta, "b"), dcs = upload(cs, "cs"), dcl = upload(cl, "cl"),
                  dsc = upload(sc, "sc"), w(size_t(nc * Hv * 64 * Dk) * 4), u(size_t(nc * Hv * 64 * Dv) * 4),
-                 a(size_t(nc * Hv * 64 * 64) * 4), st(size_t(nc * Hv * Dk * Dv) * 4), o(want.size() * 4);
+                 a(size_t(nc * Hv * 64 * 64) * 4), o(want.size() * 4);
     GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
     for (GdnPath path : {GdnPath::TensorCores, GdnPath::Simt}) {
       const char* name = path == GdnPath::Simt ? "simt" : "tensor cores";
       check(cudaMemset(o.get(), 0xff, want.size() * 4), "poison o");  // NaN: every output must be written
-      gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch,
-                  GdnScratch{w.as<float>(), u.as<float>(), a.as<float>(), st.as<float>()},
+      gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, GdnScratch{w.as<float>(), u.as<float>(), a.as<float>()},
                   o.as<float>(), nullptr, path);
       expect_close(down<float>(o, want.size()), want, 2e-5, 1e-4, std::string("gdn_chunked ") + name + " Dk=" + std::to_string(Dk));
     }

@@ -63,7 +63,6 @@ struct Forward::Batch {
     gs.w = a.carve<float>(nchunks * c.v_heads * kChunk * c.k_head_dim, "gdn W");
     gs.u = a.carve<float>(nchunks * c.v_heads * kChunk * c.v_head_dim, "gdn U");
     gs.aqk = a.carve<float>(nchunks * c.v_heads * kChunk * kChunk, "gdn A");
-    gs.s = a.carve<float>(nchunks * c.v_heads * c.k_head_dim * c.v_head_dim, "gdn chunk states");
     q = a.carve<bf16>(L * c.q_heads * c.head_dim, "attn q");
     k = a.carve<bf16>(L * c.kv_heads * c.head_dim, "attn k");
     hidden = a.carve<float>(L * H, "hidden");

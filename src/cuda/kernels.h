@@ -50,7 +50,6 @@ struct GdnChunks {
 };
 struct GdnScratch {
   float *w, *u, *aqk;  // [n_chunks, Hv, 64, Dk], [n_chunks, Hv, 64, Dv], [n_chunks, Hv, 64, 64]
-  float* s;            // [n_chunks, Hv, Dk, Dv]: each chunk's starting state (tensor-core scan)
 };
 // Which kernels: Auto = tensor cores (mma.sync TF32, 3xTF32 split: fp32-level accuracy) when
 // Dk % 16 == 0 and Dv % 8 == 0 unless CLEFRT_GDN_SIMT=1, else the fp32 CUDA-core kernels. The

@@ -28,35 +28,45 @@ namespace {
 constexpr int C = 64;   // chunk
 constexpr int SW = 32;  // state columns per scan CTA
 
-// grid (L, channel blocks): 4 channels per thread, read as float4 when Cn and ldx are multiples
-// of 4 (a flat grid-stride loop spent more on 64-bit index division than on the data). The taps
-// are summed in the same order in both forms.
-constexpr int kConvThreads = 128;
-__global__ void conv_silu_k(const float* x, int64_t ldx, const int32_t* seq_start, int64_t Cn, const float* w, int K, float* y) {
-  const int64_t t = blockIdx.x, s0 = seq_start[t];
-  const int64_t c0 = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * 4;
-  if (c0 >= Cn) return;
-  if (Cn % 4 == 0 && ldx % 4 == 0) {
+// Depthwise causal conv + SiLU. Clef's case (K = 4, Cn and ldx multiples of 4): four channels
+// per thread, x and the taps read as float4, 32-bit index arithmetic (the per-element 64-bit
+// division of the general form cost more than the data). Taps are summed in the same order in
+// both forms.
+__global__ void conv_silu4_k(const float* x, int64_t ldx, const int32_t* seq_start, uint32_t n, uint32_t c4n, const float* w, float* y) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const uint32_t t = i / c4n, c0 = (i - t * c4n) * 4;
+    const int64_t s0 = seq_start[t];
+    const float4 w0 = reinterpret_cast<const float4*>(w)[c0], w1 = reinterpret_cast<const float4*>(w)[c0 + 1],
+                 w2 = reinterpret_cast<const float4*>(w)[c0 + 2], w3 = reinterpret_cast<const float4*>(w)[c0 + 3];
+    const float k0[4] = {w0.x, w0.y, w0.z, w0.w}, k1[4] = {w1.x, w1.y, w1.z, w1.w}, k2[4] = {w2.x, w2.y, w2.z, w2.w},
+                k3[4] = {w3.x, w3.y, w3.z, w3.w};
     float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    for (int j = 0; j < K; ++j) {
-      const int64_t src = t - K + 1 + j;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t src = int64_t(t) - 3 + j;
       if (src < s0) continue;
       const float4 v = *reinterpret_cast<const float4*>(x + src * ldx + c0);
-      a0 += w[c0 * K + j] * v.x;
-      a1 += w[(c0 + 1) * K + j] * v.y;
-      a2 += w[(c0 + 2) * K + j] * v.z;
-      a3 += w[(c0 + 3) * K + j] * v.w;
+      a0 += k0[j] * v.x;
+      a1 += k1[j] * v.y;
+      a2 += k2[j] * v.z;
+      a3 += k3[j] * v.w;
     }
-    *reinterpret_cast<float4*>(y + t * Cn + c0) = make_float4(silu_f(a0), silu_f(a1), silu_f(a2), silu_f(a3));
-    return;
+    *reinterpret_cast<float4*>(y + int64_t(t) * (4 * int64_t(c4n)) + c0) = make_float4(silu_f(a0), silu_f(a1), silu_f(a2), silu_f(a3));
   }
-  for (int64_t c = c0; c < c0 + 4 && c < Cn; ++c) {
+}
+
+__global__ void conv_silu_k(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t Cn, const float* w, int K,
+                            float* y) {
+  const int64_t n = L * Cn;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i / Cn, c = i - t * Cn;
+    const int64_t s0 = seq_start[t];
     float acc = 0;
     for (int j = 0; j < K; ++j) {
       const int64_t src = t - K + 1 + j;
       if (src >= s0) acc += w[c * K + j] * x[src * ldx + c];
     }
-    y[t * Cn + c] = silu_f(acc);
+    y[i] = silu_f(acc);
   }
 }
 
@@ -510,62 +520,64 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
   }
 }
 
-// ---- the scan on tensor cores: sequential states, then parallel outputs ----
-// Only the state recurrence is sequential over chunks:
-//   Vn = U - W S_c;  S_(c+1) = e^gamma_C S_c + (K e^(gamma_C - gamma))^T Vn
-// gdn_chunk_states_tc_k walks it (one CTA per sequence, value head and 32 state columns), writing
-// each chunk's starting state S_c and Vn (over U, in place). gdn_chunk_output_tc_k then computes
-//   O = e^gamma Q S_c + A Vn
-// for every chunk at once. (The single-kernel form did the output products and their Q and A
-// loads inside the sequential loop: 194 ms of 985 at 8,192 tokens on the 27B shapes.) The
-// products are 3xTF32 tiles; shared-memory strides are padded so the fragment loads do not
-// conflict: rows read as A operands of Dk + 4 or C + 4 floats, rows read as B [k][col] of
-// width + 8.
+// ---- the scan on tensor cores ----
+// The same three products per chunk as gdn_chunk_scan_k, with the 3xTF32 tiles above.
+// Shared-memory strides are padded so the fragment loads do not conflict: rows of Dk + 4 and of
+// C + 4, state rows of SW + 8.
 constexpr int SWP = SW + 8;
 
-struct StatesTcSmem {
-  // S [Dk][SWP], W and K [C][Dk + 4] each, Vn [C][SWP], e^(gamma_C - gamma): ~100 KiB at Dk = 128,
-  // two CTAs per SM
-  static size_t bytes(int64_t Dk) { return sizeof(double) * C + sizeof(float) * (Dk * SWP + 2 * C * (Dk + 4) + C * SWP + C); }
+struct ScanTcSmem {
+  // W, then A, then K share one region (each is done before the next arrives): ~100 KiB at
+  // Dk = 128, two CTAs per SM
+  static size_t bytes(int64_t Dk) {
+    const int64_t ld = Dk + 4, region = C * (ld > C + 4 ? ld : C + 4);
+    return sizeof(double) * C + sizeof(float) * (Dk * SWP + region + C * ld + C * SWP + 2 * C);
+  }
 };
 
-// Each warp owns 16 x 8 tiles: Vn 64 x 32 (2 per warp), S 128 x 32 (Dk / 16 x 4 over the 8 warps).
-__global__ void __launch_bounds__(256) gdn_chunk_states_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
-                                                             int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc) {
+// One CTA (8 warps) per (sequence, value head, 32 state columns), as gdn_chunk_scan_k. Each warp
+// owns output tiles of 16 x 8: Vn and O 64 x 32 (2 tiles per warp), S 128 x 32 (Dk / 16 x 4 tiles).
+__global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                           int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* o) {
   extern __shared__ double smem_d[];
-  const int ld = int(Dk) + 4;
+  const int ld = int(Dk) + 4, lda = C + 4;
   double* gam = smem_d;
   float* S = reinterpret_cast<float*>(gam + C);  // [Dk][SWP]
-  float* Ws = S + Dk * SWP;                      // [C][ld]
-  float* ks = Ws + C * ld;                       // [C][ld]
-  float* Vn = ks + C * ld;                       // [C][SWP]
-  float* ek = Vn + C * SWP;                      // e^(gamma_C - gamma_i)
+  float* Ws = S + Dk * SWP;                      // [C][ld]: W, then A ([C][lda]), then K
+  float* qs = Ws + C * (ld > lda ? ld : lda);    // [C][ld]
+  float* ks = Ws;
+  float* As = Ws;
+  float* Vn = qs + C * ld;    // [C][SWP]
+  float* eg = Vn + C * SWP;   // e^gamma_i
+  float* ek = eg + C;         // e^(gamma_C - gamma_i)
 
-  const int64_t seq = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SW;
-  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
+  const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SW;
+  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk, value_dim = Hv * Dv;
   const int sw = int(Dv - c0_col < SW ? Dv - c0_col : SW);
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
   const int gq = lane >> 2, tq = lane & 3;
-  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;  // this warp's Vn tiles
+  // this warp's 16 x 8 tiles of the 64 x 32 outputs: rows 16 * (warp % 4), columns 8 * ct
+  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;
 
   for (int64_t e = tid; e < Dk * SWP; e += nt) S[e] = 0.0f;
-  for (int64_t c = ch.seq_chunk[seq]; c < ch.seq_chunk[seq + 1]; ++c) {
+  for (int64_t c = ch.seq_chunk[s]; c < ch.seq_chunk[s + 1]; ++c) {
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
-    float* u = sc.u + (c * Hv + j) * C * Dv + c0_col;
-    float* s_out = sc.s + (c * Hv + j) * Dk * Dv + c0_col;
-    __syncthreads();  // the previous chunk's S update and readers of W/K/Vn are done
-    load_tile_async(Ws, ld, sc.w + (c * Hv + j) * C * Dk, Dk, C, int(Dk), C, int(Dk));
-    load_tile_async(ks, ld, mixed + t0 * conv_dim + key_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
-    load_tile_async(Vn, SWP, u, Dv, C, SW, C, sw);
+    const float* w = sc.w + (c * Hv + j) * C * Dk;
+    const float* u = sc.u + (c * Hv + j) * C * Dv;
+    const float* aqk = sc.aqk + (c * Hv + j) * C * C;
+    const float* rows = mixed + t0 * conv_dim;
+    __syncthreads();  // the previous chunk's readers of q/k/Vn/S are done
+    load_tile_async(Ws, ld, w, Dk, C, int(Dk), C, int(Dk));
+    load_tile_async(qs, ld, rows + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+    load_tile_async(Vn, SWP, u + c0_col, Dv, C, SW, C, sw);
     chunk_gamma(gam, g, t0, n, Hv, j);
-    for (int e = tid; e < int(Dk) * SW; e += nt) {  // the state this chunk starts from
-      const int y = e / SW, x = e % SW;
-      if (x < sw) s_out[int64_t(y) * Dv + x] = S[y * SWP + x];
-    }
     cp_async_wait_all();
     __syncthreads();
-    if (tid < C) ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
+    if (tid < C) {
+      eg[tid] = float(exp(gam[tid]));
+      ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
+    }
     // Vn = U - W S
     for (int q = 0; q < 2; ++q) {
       const int cc = ct0 + 8 * q;
@@ -577,14 +589,32 @@ __global__ void __launch_bounds__(256) gdn_chunk_states_tc_k(const float* mixed,
       Vn[(rt + gq + 8) * SWP + cc + 2 * tq] -= d[2];
       Vn[(rt + gq + 8) * SWP + cc + 2 * tq + 1] -= d[3];
     }
+    __syncthreads();  // W is done: A into its space
+    load_tile_async(As, lda, aqk, C, C, C, C, C);
+    cp_async_wait_all();
     __syncthreads();
-    // Vn out (over U), then scaled by e^(gamma_C - gamma) for the state update
-    for (int e = tid; e < C * SW; e += nt) {
-      const int i = e / SW, x = e % SW;
-      const float v = Vn[i * SWP + x];
-      if (x < sw) u[int64_t(i) * Dv + x] = v;
-      Vn[i * SWP + x] = v * ek[i];
+    // O = e^gamma Q S + A Vn
+    for (int q = 0; q < 2; ++q) {
+      const int cc = ct0 + 8 * q;
+      float d[4] = {0, 0, 0, 0};
+      mma_3xtf32_tile(
+          d, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; }, [&](int k, int col) { return S[k * SWP + cc + col]; });
+      const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
+      float a[4] = {d[0] * e0, d[1] * e0, d[2] * e1, d[3] * e1};
+      mma_3xtf32_tile(
+          a, C, [&](int r, int k) { return As[(rt + r) * lda + k]; }, [&](int k, int col) { return Vn[k * SWP + cc + col]; });
+      const int r0 = rt + gq, r1 = rt + gq + 8, col = cc + 2 * tq;
+      float* out0 = o + (t0 + r0) * value_dim + j * Dv + c0_col + col;
+      float* out1 = o + (t0 + r1) * value_dim + j * Dv + c0_col + col;
+      if (r0 < n && col < sw) out0[0] = a[0];
+      if (r0 < n && col + 1 < sw) out0[1] = a[1];
+      if (r1 < n && col < sw) out1[0] = a[2];
+      if (r1 < n && col + 1 < sw) out1[1] = a[3];
     }
+    __syncthreads();  // Q, A and Vn reads are done
+    load_tile_async(ks, ld, rows + key_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));  // K into W's (then A's) space
+    for (int e = tid; e < C * SW; e += nt) Vn[(e / SW) * SWP + e % SW] *= ek[e / SW];
+    cp_async_wait_all();
     __syncthreads();
     // S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn): (Dk / 16) x 4 tiles over the 8 warps
     const float eC = float(exp(gam[n - 1]));
@@ -601,62 +631,6 @@ __global__ void __launch_bounds__(256) gdn_chunk_states_tc_k(const float* mixed,
       s1[0] = s1[0] * eC + d[2];
       s1[1] = s1[1] * eC + d[3];
     }
-  }
-}
-
-constexpr int OW = 64;  // output columns per gdn_chunk_output_tc_k CTA
-
-struct OutputTcSmem {
-  // Q [C][Dk + 4], S_c [Dk][OW + 8], Vn [C][OW + 8], A [C][C + 4], e^gamma: ~105 KiB at Dk = 128
-  static size_t bytes(int64_t Dk) {
-    return sizeof(double) * C + sizeof(float) * (C * (Dk + 4) + Dk * (OW + 8) + C * (OW + 8) + C * (C + 4) + C);
-  }
-};
-
-// grid (chunks, value heads, Dv / 64): O = e^gamma Q S_c + A Vn for 64 columns, 16 x 8 tiles,
-// four per warp (A is lower triangular: its k stops at the tile's last row).
-__global__ void __launch_bounds__(256) gdn_chunk_output_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
-                                                             int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* o) {
-  extern __shared__ double smem_d[];
-  const int ldq = int(Dk) + 4, lds = OW + 8, lda = C + 4;
-  double* gam = smem_d;
-  float* qs = reinterpret_cast<float*>(gam + C);  // [C][ldq]
-  float* Ss = qs + C * ldq;                       // [Dk][lds]
-  float* Vs = Ss + Dk * lds;                      // [C][lds]
-  float* As = Vs + C * lds;                       // [C][lda]
-  float* eg = As + C * lda;                       // e^gamma_i
-
-  const int64_t c = blockIdx.x, j = blockIdx.y, col0 = int64_t(blockIdx.z) * OW;
-  const int64_t t0 = ch.chunk_start[c];
-  const int n = ch.chunk_len[c];
-  const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
-  const int cw = int(Dv - col0 < OW ? Dv - col0 : OW);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
-
-  load_tile_async(qs, ldq, mixed + t0 * conv_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
-  load_tile_async(Ss, lds, sc.s + (c * Hv + j) * Dk * Dv + col0, Dv, int(Dk), OW, int(Dk), cw);
-  load_tile_async(Vs, lds, sc.u + (c * Hv + j) * C * Dv + col0, Dv, C, OW, C, cw);
-  load_tile_async(As, lda, sc.aqk + (c * Hv + j) * C * C, C, C, C, C, C);
-  chunk_gamma(gam, g, t0, n, Hv, j);
-  cp_async_wait_all();
-  __syncthreads();
-  if (tid < C) eg[tid] = float(exp(gam[tid]));
-  __syncthreads();
-  for (int tile = warp; tile < (C / 16) * (OW / 8); tile += 8) {
-    const int rt = (tile % (C / 16)) * 16, cc = (tile / (C / 16)) * 8;
-    if (cc >= cw) continue;
-    float d[4] = {0, 0, 0, 0};
-    mma_3xtf32_tile(
-        d, int(Dk), [&](int r, int k) { return qs[(rt + r) * ldq + k]; }, [&](int k, int col) { return Ss[k * lds + cc + col]; });
-    const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
-    float a[4] = {d[0] * e0, d[1] * e0, d[2] * e1, d[3] * e1};
-    mma_3xtf32_tile(
-        a, rt + 16, [&](int r, int k) { return As[(rt + r) * lda + k]; }, [&](int k, int col) { return Vs[k * lds + cc + col]; });
-    const int r0 = rt + gq, r1 = r0 + 8, col = cc + 2 * tq;
-    float* out0 = o + (t0 + r0) * value_dim + j * Dv + col0 + col;
-    float* out1 = o + (t0 + r1) * value_dim + j * Dv + col0 + col;
-    if (r0 < n) *reinterpret_cast<float2*>(out0) = make_float2(a[0], a[1]);
-    if (r1 < n) *reinterpret_cast<float2*>(out1) = make_float2(a[2], a[3]);
   }
 }
 
@@ -693,8 +667,12 @@ __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const flo
 void conv_silu(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t Cn, const float* w, int64_t K, float* y,
                cudaStream_t s) {
   if (L == 0) return;
-  const int64_t blocks = (Cn + 4 * kConvThreads - 1) / (4 * kConvThreads);
-  conv_silu_k<<<dim3(unsigned(L), unsigned(blocks)), kConvThreads, 0, s>>>(x, ldx, seq_start, Cn, w, int(K), y);
+  if (K == 4 && Cn % 4 == 0 && ldx % 4 == 0 && L * Cn / 4 < (int64_t(1) << 32)) {
+    const int64_t n = L * Cn / 4;
+    conv_silu4_k<<<grid_for(n), 256, 0, s>>>(x, ldx, seq_start, uint32_t(n), uint32_t(Cn / 4), w, y);
+  } else {
+    conv_silu_k<<<grid_for(L * Cn), 256, 0, s>>>(x, ldx, seq_start, L, Cn, w, int(K), y);
+  }
   check_launch("gdn conv_silu");
 }
 
@@ -715,8 +693,7 @@ void set_smem_limits() {
     check(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
-    check(cudaFuncSetAttribute(gdn_chunk_states_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_states smem");
-    check(cudaFuncSetAttribute(gdn_chunk_output_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_output smem");
+    check(cudaFuncSetAttribute(gdn_chunk_scan_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     attr = true;
   }
 }
@@ -741,14 +718,9 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
   set_smem_limits();
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
   const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW));
-  if (use_tensor_cores(path, Dk, Dv)) {
-    gdn_chunk_states_tc_k<<<grid, 256, StatesTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc);
-    check_launch("gdn_chunk_states");
-    const dim3 ogrid(unsigned(ch.n_chunks), unsigned(Hv), unsigned((Dv + OW - 1) / OW));
-    gdn_chunk_output_tc_k<<<ogrid, 256, OutputTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
-    check_launch("gdn_chunk_output");
-    return;
-  }
+  if (use_tensor_cores(path, Dk, Dv))
+    gdn_chunk_scan_tc_k<<<grid, 256, ScanTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
+  else
     gdn_chunk_scan_k<<<grid, 256, ScanSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
   check_launch("gdn_chunk_scan");
 }
