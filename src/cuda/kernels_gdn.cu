@@ -133,21 +133,53 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// d += A[16 x K] B[K x 8]: A(r, k) = a_at(r, k), B(k, c) = b_at(k, c); r, c relative to the tile.
-template <class FA, class FB>
-__device__ __forceinline__ void mma_3xtf32_tile(float (&d)[4], int K, FA a_at, FB b_at) {
+// d[q] += A[16 x K] B_q[K x 8] for q < nb <= NB: A(r, k) = a_at(r, k), B_q(k, c) = b_at(q, k, c), r and
+// c relative to the tile. One A fragment, split once per k-step, serves the nb tiles (the split,
+// not the MMA, is most of the instructions). Per tile: the same operations in the same order as
+// one tile alone.
+template <int NB, class FA, class FB>
+__device__ __forceinline__ void mma_3xtf32_shared_a(float (&d)[NB][4], int nb, int K, FA a_at, FB b_at) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   for (int k0 = 0; k0 < K; k0 += 8) {
-    uint32_t ah[4], al[4], bh[2], bl[2];
+    uint32_t ah[4], al[4];
     split_tf32(a_at(g, k0 + t), ah[0], al[0]);
     split_tf32(a_at(g + 8, k0 + t), ah[1], al[1]);
     split_tf32(a_at(g, k0 + t + 4), ah[2], al[2]);
     split_tf32(a_at(g + 8, k0 + t + 4), ah[3], al[3]);
+#pragma unroll
+    for (int q = 0; q < NB; ++q) {
+      if (q >= nb) break;
+      uint32_t bh[2], bl[2];
+      split_tf32(b_at(q, k0 + t, g), bh[0], bl[0]);
+      split_tf32(b_at(q, k0 + t + 4, g), bh[1], bl[1]);
+      mma_tf32(d[q], al, bh);
+      mma_tf32(d[q], ah, bl);
+      mma_tf32(d[q], ah, bh);
+    }
+  }
+}
+
+// d[q] += A_q[16 x K] B[K x 8] for q < na <= NA: A_q(r, k) = a_at(q, r, k); one B fragment serves
+// the na tiles.
+template <int NA, class FA, class FB>
+__device__ __forceinline__ void mma_3xtf32_shared_b(float (&d)[NA][4], int na, int K, FA a_at, FB b_at) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    uint32_t bh[2], bl[2];
     split_tf32(b_at(k0 + t, g), bh[0], bl[0]);
     split_tf32(b_at(k0 + t + 4, g), bh[1], bl[1]);
-    mma_tf32(d, al, bh);
-    mma_tf32(d, ah, bl);
-    mma_tf32(d, ah, bh);
+#pragma unroll
+    for (int q = 0; q < NA; ++q) {
+      if (q >= na) break;
+      uint32_t ah[4], al[4];
+      split_tf32(a_at(q, g, k0 + t), ah[0], al[0]);
+      split_tf32(a_at(q, g + 8, k0 + t), ah[1], al[1]);
+      split_tf32(a_at(q, g, k0 + t + 4), ah[2], al[2]);
+      split_tf32(a_at(q, g + 8, k0 + t + 4), ah[3], al[3]);
+      mma_tf32(d[q], al, bh);
+      mma_tf32(d[q], ah, bl);
+      mma_tf32(d[q], ah, bh);
+    }
   }
 }
 
@@ -305,31 +337,36 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
   __syncthreads();
   if (tid < C) sk[tid] = bs[tid] * float(exp(gam[tid]));
 
-  // 1. Lm and A
+  // 1. Lm and A. Warp w owns column tile cc = 8 w of both (tiles w + 8 i: row tile rt = 16 i);
+  // its tiles at or below the diagonal (i >= w / 2) share their K-column fragment.
   float* aqk = sc.aqk + (c * Hv + j) * C * C;
-  for (int tile = warp; tile < (C / 16) * (C / 8); tile += 8) {
-    const int rt = (tile / (C / 8)) * 16, cc = (tile % (C / 8)) * 8;
-    const int i0 = rt + gq, i1 = i0 + 8, jj = cc + 2 * tq;
-    if (cc > rt + 15) {  // wholly above the diagonal
-      *reinterpret_cast<float2*>(aqk + i0 * C + jj) = make_float2(0.0f, 0.0f);
-      *reinterpret_cast<float2*>(aqk + i1 * C + jj) = make_float2(0.0f, 0.0f);
-      continue;
+  {
+    static_assert(C == 64, "the tile assignment assumes 4 row tiles x 8 column tiles");
+    const int cc = 8 * warp, i_min = warp / 2, jj = cc + 2 * tq;
+    for (int i = 0; i < i_min; ++i) {  // wholly above the diagonal
+      *reinterpret_cast<float2*>(aqk + (16 * i + gq) * C + jj) = make_float2(0.0f, 0.0f);
+      *reinterpret_cast<float2*>(aqk + (16 * i + gq + 8) * C + jj) = make_float2(0.0f, 0.0f);
     }
-    float dk[4] = {0, 0, 0, 0}, dq[4] = {0, 0, 0, 0};
-    mma_3xtf32_tile(
-        dk, int(Dk), [&](int r, int k) { return ks[(rt + r) * ldk + k]; }, [&](int k, int col) { return ks[(cc + col) * ldk + k]; });
-    mma_3xtf32_tile(
-        dq, int(Dk), [&](int r, int k) { return qs[(rt + r) * ldk + k]; }, [&](int k, int col) { return ks[(cc + col) * ldk + k]; });
-    float a[4], l[4];
-    for (int e = 0; e < 4; ++e) {
-      const int i = e < 2 ? i0 : i1, jc = jj + (e & 1);
-      const float G = i >= jc ? expf(float(gam[i] - gam[jc])) : 0.0f;
-      a[e] = i >= jc ? dq[e] * G : 0.0f;
-      l[e] = i > jc ? bs[i] * dk[e] * G : 0.0f;
-      Lm[i * ldl + jc] = l[e];
+    float d[8][4] = {};  // d[2 (i - i_min)]: K K^T, d[2 (i - i_min) + 1]: Q K^T
+    mma_3xtf32_shared_b<8>(
+        d, 2 * (4 - i_min), int(Dk),
+        [&](int q, int r, int k) { return ((q & 1) ? qs : ks)[(16 * (i_min + q / 2) + r) * ldk + k]; },
+        [&](int k, int col) { return ks[(cc + col) * ldk + k]; });
+    for (int i = i_min; i < 4; ++i) {
+      const float* dk = d[2 * (i - i_min)];
+      const float* dq = d[2 * (i - i_min) + 1];
+      const int i0 = 16 * i + gq, i1 = i0 + 8;
+      float a[4], l[4];
+      for (int e = 0; e < 4; ++e) {
+        const int ii = e < 2 ? i0 : i1, jc = jj + (e & 1);
+        const float G = ii >= jc ? expf(float(gam[ii] - gam[jc])) : 0.0f;
+        a[e] = ii >= jc ? dq[e] * G : 0.0f;
+        l[e] = ii > jc ? bs[ii] * dk[e] * G : 0.0f;
+        Lm[ii * ldl + jc] = l[e];
+      }
+      *reinterpret_cast<float2*>(aqk + i0 * C + jj) = make_float2(a[0], a[1]);
+      *reinterpret_cast<float2*>(aqk + i1 * C + jj) = make_float2(a[2], a[3]);
     }
-    *reinterpret_cast<float2*>(aqk + i0 * C + jj) = make_float2(a[0], a[1]);
-    *reinterpret_cast<float2*>(aqk + i1 * C + jj) = make_float2(a[2], a[3]);
   }
   __syncthreads();  // Q is done: V into its space (beta is applied as it is read)
   load_tile_async(vs, ldv, rows + 2 * key_dim + j * Dv, conv_dim, C, int(Dv), n, int(Dv));
@@ -367,26 +404,26 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
   // 3. U = T (beta V), W = T (beta e^gamma K): column tiles of U, then of W
   float* u = sc.u + (c * Hv + j) * C * Dv;
   float* w = sc.w + (c * Hv + j) * C * Dk;
-  const int col_tiles = int(Dv / 8 + Dk / 8);
-  for (int tile = warp; tile < (C / 16) * col_tiles; tile += 8) {
-    const int rt = (tile % (C / 16)) * 16, col0 = (tile / (C / 16)) * 8;
-    float d[4] = {0, 0, 0, 0};
-    float* out;
-    int64_t ldo;
-    if (col0 < Dv) {
-      mma_3xtf32_tile(
-          d, rt + 16, [&](int r, int k) { return T[(rt + r) * ldl + k]; }, [&](int k, int col) { return bs[k] * vs[k * ldv + col0 + col]; });
-      out = u + col0;
-      ldo = Dv;
-    } else {
-      const int cw = col0 - int(Dv);
-      mma_3xtf32_tile(
-          d, rt + 16, [&](int r, int k) { return T[(rt + r) * ldl + k]; }, [&](int k, int col) { return sk[k] * ks[k * ldk + cw + col]; });
-      out = w + cw;
-      ldo = Dk;
+  // Warp w's tiles (w + 8 m) share the row tile rt = 16 (w % 4), hence their T fragment; column
+  // tile (w / 4 + 2 m) of U (beta V), then of W (beta e^gamma K). In groups of four.
+  const int col_tiles = int(Dv / 8 + Dk / 8), rt = (warp % 4) * 16;
+  const int count = (4 * col_tiles - warp + 7) / 8;
+  for (int m0 = 0; m0 < count; m0 += 4) {
+    const int nb = count - m0 < 4 ? count - m0 : 4;
+    float d[4][4] = {};
+    mma_3xtf32_shared_a<4>(
+        d, nb, rt + 16, [&](int r, int k) { return T[(rt + r) * ldl + k]; },
+        [&](int q, int k, int col) {
+          const int col0 = (warp / 4 + 2 * (m0 + q)) * 8;
+          return col0 < Dv ? bs[k] * vs[k * ldv + col0 + col] : sk[k] * ks[k * ldk + (col0 - int(Dv)) + col];
+        });
+    for (int q = 0; q < nb; ++q) {
+      const int col0 = (warp / 4 + 2 * (m0 + q)) * 8;
+      float* out = col0 < Dv ? u + col0 : w + (col0 - int(Dv));
+      const int64_t ldo = col0 < Dv ? Dv : Dk;
+      *reinterpret_cast<float2*>(out + (rt + gq) * ldo + 2 * tq) = make_float2(d[q][0], d[q][1]);
+      *reinterpret_cast<float2*>(out + (rt + gq + 8) * ldo + 2 * tq) = make_float2(d[q][2], d[q][3]);
     }
-    *reinterpret_cast<float2*>(out + (rt + gq) * ldo + 2 * tq) = make_float2(d[0], d[1]);
-    *reinterpret_cast<float2*>(out + (rt + gq + 8) * ldo + 2 * tq) = make_float2(d[2], d[3]);
   }
 }
 
@@ -578,58 +615,75 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
       eg[tid] = float(exp(gam[tid]));
       ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
     }
-    // Vn = U - W S
-    for (int q = 0; q < 2; ++q) {
-      const int cc = ct0 + 8 * q;
-      float d[4] = {0, 0, 0, 0};
-      mma_3xtf32_tile(
-          d, int(Dk), [&](int r, int k) { return Ws[(rt + r) * ld + k]; }, [&](int k, int col) { return S[k * SWP + cc + col]; });
-      Vn[(rt + gq) * SWP + cc + 2 * tq] -= d[0];
-      Vn[(rt + gq) * SWP + cc + 2 * tq + 1] -= d[1];
-      Vn[(rt + gq + 8) * SWP + cc + 2 * tq] -= d[2];
-      Vn[(rt + gq + 8) * SWP + cc + 2 * tq + 1] -= d[3];
+    // Vn = U - W S: this warp's two tiles share their W fragment
+    {
+      float d[2][4] = {};
+      mma_3xtf32_shared_a<2>(
+          d, 2, int(Dk), [&](int r, int k) { return Ws[(rt + r) * ld + k]; },
+          [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
+      for (int q = 0; q < 2; ++q) {
+        const int cc = ct0 + 8 * q;
+        Vn[(rt + gq) * SWP + cc + 2 * tq] -= d[q][0];
+        Vn[(rt + gq) * SWP + cc + 2 * tq + 1] -= d[q][1];
+        Vn[(rt + gq + 8) * SWP + cc + 2 * tq] -= d[q][2];
+        Vn[(rt + gq + 8) * SWP + cc + 2 * tq + 1] -= d[q][3];
+      }
     }
     __syncthreads();  // W is done: A into its space
     load_tile_async(As, lda, aqk, C, C, C, C, C);
     cp_async_wait_all();
     __syncthreads();
-    // O = e^gamma Q S + A Vn
-    for (int q = 0; q < 2; ++q) {
-      const int cc = ct0 + 8 * q;
-      float d[4] = {0, 0, 0, 0};
-      mma_3xtf32_tile(
-          d, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; }, [&](int k, int col) { return S[k * SWP + cc + col]; });
+    // O = e^gamma Q S + A Vn (A is lower triangular: k stops at the tile's last row)
+    {
+      float d[2][4] = {};
+      mma_3xtf32_shared_a<2>(
+          d, 2, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; },
+          [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
       const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
-      float a[4] = {d[0] * e0, d[1] * e0, d[2] * e1, d[3] * e1};
-      mma_3xtf32_tile(
-          a, C, [&](int r, int k) { return As[(rt + r) * lda + k]; }, [&](int k, int col) { return Vn[k * SWP + cc + col]; });
-      const int r0 = rt + gq, r1 = rt + gq + 8, col = cc + 2 * tq;
-      float* out0 = o + (t0 + r0) * value_dim + j * Dv + c0_col + col;
-      float* out1 = o + (t0 + r1) * value_dim + j * Dv + c0_col + col;
-      if (r0 < n && col < sw) out0[0] = a[0];
-      if (r0 < n && col + 1 < sw) out0[1] = a[1];
-      if (r1 < n && col < sw) out1[0] = a[2];
-      if (r1 < n && col + 1 < sw) out1[1] = a[3];
+      float a[2][4];
+      for (int q = 0; q < 2; ++q) {
+        a[q][0] = d[q][0] * e0;
+        a[q][1] = d[q][1] * e0;
+        a[q][2] = d[q][2] * e1;
+        a[q][3] = d[q][3] * e1;
+      }
+      mma_3xtf32_shared_a<2>(
+          a, 2, rt + 16, [&](int r, int k) { return As[(rt + r) * lda + k]; },
+          [&](int q, int k, int col) { return Vn[k * SWP + ct0 + 8 * q + col]; });
+      for (int q = 0; q < 2; ++q) {
+        const int r0 = rt + gq, r1 = rt + gq + 8, col = ct0 + 8 * q + 2 * tq;
+        float* out0 = o + (t0 + r0) * value_dim + j * Dv + c0_col + col;
+        float* out1 = o + (t0 + r1) * value_dim + j * Dv + c0_col + col;
+        if (r0 < n && col < sw) out0[0] = a[q][0];
+        if (r0 < n && col + 1 < sw) out0[1] = a[q][1];
+        if (r1 < n && col < sw) out1[0] = a[q][2];
+        if (r1 < n && col + 1 < sw) out1[1] = a[q][3];
+      }
     }
     __syncthreads();  // Q, A and Vn reads are done
     load_tile_async(ks, ld, rows + key_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));  // K into W's (then A's) space
     for (int e = tid; e < C * SW; e += nt) Vn[(e / SW) * SWP + e % SW] *= ek[e / SW];
     cp_async_wait_all();
     __syncthreads();
-    // S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn): (Dk / 16) x 4 tiles over the 8 warps
+    // S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn): (Dk / 16) x 4 tiles over the 8 warps; a
+    // warp's tiles (warp + 8 i) share their columns, so one Vn fragment serves them all
     const float eC = float(exp(gam[n - 1]));
-    const int tiles = int(Dk / 16) * 4;
-    for (int tile = warp; tile < tiles; tile += 8) {
-      const int r0 = (tile >> 2) * 16, cc = (tile & 3) * 8;
-      float d[4] = {0, 0, 0, 0};
-      mma_3xtf32_tile(
-          d, C, [&](int r, int k) { return ks[k * ld + r0 + r]; }, [&](int k, int col) { return Vn[k * SWP + cc + col]; });
-      float* s0 = S + (r0 + gq) * SWP + cc + 2 * tq;
-      float* s1 = S + (r0 + gq + 8) * SWP + cc + 2 * tq;
-      s0[0] = s0[0] * eC + d[0];
-      s0[1] = s0[1] * eC + d[1];
-      s1[0] = s1[0] * eC + d[2];
-      s1[1] = s1[1] * eC + d[3];
+    const int tiles = int(Dk / 16) * 4, na = warp < tiles ? (tiles - warp + 7) / 8 : 0;
+    const int cc = (warp & 3) * 8;
+    if (na > 0) {
+      float d[4][4] = {};
+      mma_3xtf32_shared_b<4>(
+          d, na, C, [&](int q, int r, int k) { return ks[k * ld + ((warp + 8 * q) >> 2) * 16 + r]; },
+          [&](int k, int col) { return Vn[k * SWP + cc + col]; });
+      for (int q = 0; q < na; ++q) {
+        const int r0 = ((warp + 8 * q) >> 2) * 16;
+        float* s0 = S + (r0 + gq) * SWP + cc + 2 * tq;
+        float* s1 = S + (r0 + gq + 8) * SWP + cc + 2 * tq;
+        s0[0] = s0[0] * eC + d[q][0];
+        s0[1] = s0[1] * eC + d[q][1];
+        s1[0] = s1[0] * eC + d[q][2];
+        s1[1] = s1[1] * eC + d[q][3];
+      }
     }
   }
 }
