@@ -112,6 +112,38 @@ TEST(CudaEngine, TinyBHalvesAgainstCpu) { check_halves("tiny-b", true); }
 TEST(CudaEngine, TinyAAgainstReference) { check_folder("tiny-a"); }
 TEST(CudaEngine, TinyBAgainstReference) { check_folder("tiny-b"); }
 
+// Issue 4's accuracy target, every probability within 2e-3 with bf16 compute, on a model where
+// it means something: the oracle folders amplify rounding ~200x per layer (check_folder above),
+// so it is checked here on the `small` preset (8 layers, Hv > Hk, two attention layers)
+// synthesized with Linear gain 0.5, whose answers bf16 rounding moves by ~1e-3
+// (Engine.LinearGainHalfIsWellConditionedUnderBf16). The reference is the CPU engine in fp32,
+// itself within 1e-4 of transformers' fp32 forward on the oracle folders (test_oracle.cpp).
+// All 120 corpus requests (up to 12,086 tokens), one at a time.
+TEST(CudaEngine, WellConditionedAgainstCpuFp32) {
+  NEED_GPU();
+  const std::string dir = test::synth_tiny("calm-small", 5, "small", 0.5f);
+  auto cpu = Engine::load(dir);
+  EngineOptions o;
+  o.device = Device::Cuda;
+  o.max_batch_tokens = 65536;
+  auto gpu = Engine::load(dir, o);
+  double worst = 0, sum = 0;
+  size_t n = 0, over_1e3 = 0, longest = 0;
+  for (const auto& text : test::corpus_requests(120)) {
+    const Encoded e = cpu->encoder().encode(parse_request(text));
+    const double w = worst_diff(gpu->probs({&e})[0], cpu->probs({&e})[0]);
+    worst = std::max(worst, w);
+    sum += w;
+    over_1e3 += w >= 1e-3;
+    longest = std::max(longest, e.input_ids.size());
+    ++n;
+  }
+  std::cout << "[ cuda    ] small, linear gain 0.5: " << n << " requests (up to " << longest << " tokens), GPU (bf16) vs CPU (fp32): worst |dp| "
+            << worst << ", mean " << sum / double(n) << ", " << over_1e3 << " at or over 1e-3\n";
+  EXPECT_GE(n, 100u);
+  EXPECT_LT(worst, 2e-3);
+}
+
 TEST(CudaEngine, RefusesBatchOverThePlan) {
   NEED_GPU();
   EngineOptions o;

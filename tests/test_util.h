@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
 #include "common/file.h"
+#include "common/json.h"
 #include "model/synth.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,19 +38,37 @@ inline const Tokenizer& qwen3() {
   return tok;
 }
 
-// A `tiny` random-weight folder under the test temp dir, made once per process and tag (ctest
-// runs tests in parallel processes, so the pid keeps them apart).
-inline std::string synth_tiny(const std::string& tag, uint64_t seed) {
+// A random-weight folder of a synth preset under the test temp dir, made once per process and
+// tag (ctest runs tests in parallel processes, so the pid keeps them apart).
+inline std::string synth_tiny(const std::string& tag, uint64_t seed, const std::string& preset = "tiny", float linear_gain = 1.0f) {
   const std::string d = testing::TempDir() + "clefrt-" + tag + "-" + std::to_string(getpid());
   if (!std::filesystem::exists(d + "/config.json")) {
     model::SynthOptions o;
     o.out_dir = d;
+    o.preset = preset;
     o.tokenizer = source_path(".deps/qwen3/tokenizer.json");
     o.seed = seed;
     o.progress = false;
+    o.linear_gain = linear_gain;
     model::synthesize(o);
   }
   return d;
+}
+
+// The requests of the oracle corpus (tests/fixtures/oracle/tiny-a.expected.jsonl), at most
+// `count` of them, as JSON texts (key order kept).
+inline std::vector<std::string> corpus_requests(size_t count) {
+  std::vector<std::string> out;
+  const std::string all = read_file(source_path("tests/fixtures/oracle/tiny-a.expected.jsonl"));
+  size_t pos = 0;
+  while (pos < all.size() && out.size() < count) {
+    size_t end = all.find('\n', pos);
+    if (end == std::string::npos) end = all.size();
+    const json::Value rec = json::parse(std::string_view(all).substr(pos, end - pos));
+    out.push_back(json::write(*rec.find("request")));
+    pos = end + 1;
+  }
+  return out;
 }
 
 }  // namespace clefrt::test

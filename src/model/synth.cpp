@@ -133,7 +133,9 @@ void synthesize(const SynthOptions& o) {
   fs::copy_file(o.tokenizer, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
 
   // Backbone tensors, split into shards by layer.
-  auto lin = [&](int64_t out, int64_t in) { return g.normal(out * in, 1.0f / std::sqrt(float(in))); };
+  if (!(o.linear_gain > 0.0f) || !std::isfinite(o.linear_gain))
+    throw std::invalid_argument("synth: linear gain must be a positive number, got " + std::to_string(o.linear_gain));
+  auto lin = [&](int64_t out, int64_t in) { return g.normal(out * in, o.linear_gain / std::sqrt(float(in))); };
   std::vector<std::vector<io::OutTensor>> shards(size_t(P.shards));
   auto put = [&](size_t shard, std::string name, std::vector<int64_t> shape, const std::vector<float>& v) {
     shards[shard].push_back({std::move(name), io::DType::BF16, std::move(shape), io::bf16_bytes(v)});
