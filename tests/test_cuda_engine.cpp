@@ -118,7 +118,8 @@ TEST(CudaEngine, TinyBAgainstReference) { check_folder("tiny-b"); }
 // synthesized with Linear gain 0.5, whose answers bf16 rounding moves by ~1e-3
 // (Engine.LinearGainHalfIsWellConditionedUnderBf16). The reference is the CPU engine in fp32,
 // itself within 1e-4 of transformers' fp32 forward on the oracle folders (test_oracle.cpp).
-// All 120 corpus requests (up to 12,086 tokens), one at a time.
+// All 120 corpus requests (up to 5,499 tokens with the full Qwen3 tokenizer), one at a time.
+// Measured on the H200 at 43fef1e: worst 7.5e-4, mean 3.6e-4, none at or over 1e-3.
 TEST(CudaEngine, WellConditionedAgainstCpuFp32) {
   NEED_GPU();
   const std::string dir = test::synth_tiny("calm-small", 5, "small", 0.5f);
