@@ -1,16 +1,27 @@
 #include "cpu/ops.h"
 
 #include <cblas.h>
+#include <malloc.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <mutex>
 #include <cstring>
 #include <vector>
 
 namespace clefrt::cpu {
+
+void keep_freed_memory() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // both or neither: setting one turns off glibc's dynamic adjustment of the other
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  });
+}
 
 namespace {
 

@@ -5,6 +5,13 @@
 
 namespace clefrt::cpu {
 
+// Once per process, before a CPU forward: the forward allocates and frees its activations layer
+// by layer, and glibc's defaults handed large freed blocks back to the OS (mmap / heap trim), so
+// every layer faulted in fresh zeroed pages: 15% of a 4,096-token forward of the `small` model in
+// page faults (perf), 3,800 -> 5,200 tokens/s on 2 cores with them kept. Blocks up to 32 MiB
+// (glibc's limit for this setting) stay in the heap and the heap is not trimmed below 1 GiB.
+void keep_freed_memory();
+
 // y[m, n] = x[m, k] * w[n, k]^T (+ bias[n] when given). OpenBLAS sgemm.
 void linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y, const float* bias = nullptr);
 

@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include "cpu/ops.h"
+
 #include <omp.h>
 
 #include <cstdio>
@@ -91,6 +93,7 @@ std::string Engine::gpu_summary() const {
 
 std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts) {
   if (opts.threads > 0) omp_set_num_threads(opts.threads);
+  if (opts.device != Device::Cuda) cpu::keep_freed_memory();
   auto e = std::unique_ptr<Engine>(new Engine());
   e->opts_ = opts;
   std::string why;
