@@ -73,6 +73,9 @@ class Arena {
   }
   void reserve(size_t bytes) { buf_ = DeviceBuffer(bytes, "activation arena"); used_ = 0; }
   void reset() { used_ = 0; }
+  // Back (or forward) to an earlier used() mark: what was carved after it may be carved again
+  // for buffers that are never live at the same time as it.
+  void rewind(size_t used) { used_ = used; }
   template <class T>
   T* carve(size_t count, const char* what) { return static_cast<T*>(carve_bytes(count * sizeof(T), what)); }
   void* carve_bytes(size_t bytes, const char* what);

@@ -51,6 +51,11 @@ struct Forward::Batch {
     const int64_t n_act = std::max({c.ffn, value_dim, c.q_heads * c.head_dim});
     const int64_t d = hc.hidden, W = hc.width, sh = W * 4;  // scorer hidden <= 4W is checked at load
     dmeta = a.carve<int32_t>(meta_capacity(), "batch index arrays");
+    hidden = a.carve<float>(L * H, "hidden");
+    // The backbone's scratch and the head's share one region: the head reads only `hidden` (and
+    // the index arrays), and the backbone is done with its scratch once the final norm has
+    // written `hidden`. (About a third of the arena at 4,096 tokens on the 27B shapes.)
+    const size_t shared_from = a.used();
     x = a.carve<float>(L * H, "residual");
     h = a.carve<bf16>(L * H, "normed");
     big = a.carve<bf16>(L * n_big, "projections");
@@ -65,7 +70,6 @@ struct Forward::Batch {
     gs.aqk = a.carve<float>(nchunks * c.v_heads * kChunk * kChunk, "gdn A");
     q = a.carve<bf16>(L * c.q_heads * c.head_dim, "attn q");
     k = a.carve<bf16>(L * c.kv_heads * c.head_dim, "attn k");
-    hidden = a.carve<float>(L * H, "hidden");
     if (m.has_w4a4) qs.xq16 = a.carve<bf16>(L * m.max_k, "W4A4 activations");
     if (m.has_native_fp4) {
       qs.xq4 = a.carve<uint8_t>(L * m.max_k / 2, "FP4 activations");
@@ -76,6 +80,8 @@ struct Forward::Batch {
       qs.xs = a.carve<float>(L, "FP8 activation scales");
       qs.acc = a.carve<float>(L * LinearRunner::fp8_scratch_cols(m), "FP8 GEMM out");
     }
+    const size_t backbone_end = a.used();
+    a.rewind(shared_from);
     Hn = a.carve<float>(L * d, "head Hn");
     M = a.carve<float>(L * W, "head memory");
     mem = a.carve<float>(L * W, "head memory norm");
@@ -99,6 +105,7 @@ struct Forward::Batch {
     feat = a.carve<float>(O * 4 * W, "scorer features");
     gp = a.carve<float>(nseq * W, "gp");
     logits = a.carve<float>(O, "logits");
+    a.rewind(std::max(a.used(), backbone_end));
   }
   size_t meta_capacity() const { return size_t(L * 2 + 3 * nchunks + nseq + 1 + 3 * ntiles + 10 * Q + 8 * O + nseq + 64); }
 };
