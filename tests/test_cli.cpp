@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+
+#include <unistd.h>
 
 #include "common/json.h"
 #include "test_util.h"
@@ -77,6 +80,16 @@ TEST(Cli, StdinAndHelp) {
   EXPECT_NE(none.status, 0);
   CmdResult missing = run("encode " + tok() + " /nonexistent.json");
   EXPECT_NE(missing.status, 0);
+}
+
+// A bad --linear-gain is refused before anything is written.
+TEST(Cli, SynthRefusesABadLinearGainAndWritesNothing) {
+  const std::string out = testing::TempDir() + "clefrt-badgain-" + std::to_string(getpid());
+  for (const char* gain : {"0", "-1", "nan"}) {
+    CmdResult r = run("synth --out " + out + " --config tiny " + tok() + " --linear-gain " + gain);
+    EXPECT_NE(r.status, 0) << gain;
+    EXPECT_FALSE(std::filesystem::exists(out)) << gain << ": a folder was written";
+  }
 }
 
 TEST(Cli, InspectAndDecideOnAnOracleFolder) {

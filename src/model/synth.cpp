@@ -109,6 +109,9 @@ Value head_config_json(const Preset& P) {
 
 void synthesize(const SynthOptions& o) {
   const Preset P = preset(o.preset);
+  if (!(o.linear_gain > 0.0f) || !std::isfinite(o.linear_gain))
+    throw std::invalid_argument("synth: linear gain must be a positive number, got " + std::to_string(o.linear_gain));
+
   Tokenizer tok = Tokenizer::load(o.tokenizer);
   const int64_t vocab = std::max<int64_t>(P.min_vocab, (int64_t(tok.vocab_size()) + 63) / 64 * 64);
   fs::create_directories(o.out_dir);
@@ -133,8 +136,6 @@ void synthesize(const SynthOptions& o) {
   fs::copy_file(o.tokenizer, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
 
   // Backbone tensors, split into shards by layer.
-  if (!(o.linear_gain > 0.0f) || !std::isfinite(o.linear_gain))
-    throw std::invalid_argument("synth: linear gain must be a positive number, got " + std::to_string(o.linear_gain));
   auto lin = [&](int64_t out, int64_t in) { return g.normal(out * in, o.linear_gain / std::sqrt(float(in))); };
   std::vector<std::vector<io::OutTensor>> shards(size_t(P.shards));
   auto put = [&](size_t shard, std::string name, std::vector<int64_t> shape, const std::vector<float>& v) {

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Quality of each quantized format against bf16 on the CPU engine (issue 6), on a well-conditioned
+# random model: `small` with --linear-gain 0.5 (bf16 rounding moves its answers by ~1e-3; at unit
+# gain these random models amplify any change by orders of magnitude). The CPU engine runs each
+# quantized folder exactly as spec/quant.md defines it (the GPU paths are tested against it).
+# Requests: tests/fixtures/encode_inputs.jsonl + the oracle corpus (440). About 15 minutes on
+# 2 cores. Usage: bench/run_quality_cpu.sh [WORKDIR]; then bench/quality_report.py (printed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+w=${1:-/tmp/clefrt-quality}
+mkdir -p "$w"
+python3 -c "
+import json
+with open('$w/requests.jsonl', 'w') as out:
+    for f in ('tests/fixtures/encode_inputs.jsonl', 'tests/fixtures/oracle/tiny-a.expected.jsonl'):
+        for line in open(f, encoding='utf-8'):
+            out.write(json.dumps(json.loads(line)['request'], ensure_ascii=False) + '\n')
+"
+tail -64 "$w/requests.jsonl" > "$w/calib.jsonl"
+build/clefrt synth --out "$w/small" --config small --tokenizer .deps/qwen3/tokenizer.json --linear-gain 0.5 2> /dev/null
+build/clefrt quantize --model "$w/small" --out "$w/small-fp8" --scheme fp8 2> /dev/null
+build/clefrt quantize --model "$w/small" --out "$w/small-w4a16" --scheme nvfp4-w4a16 2> /dev/null
+build/clefrt quantize --model "$w/small" --out "$w/small-nvfp4" --scheme nvfp4 --calib "$w/calib.jsonl" --calib-records 64 2> /dev/null
+build/clefrt decide --model "$w/small" --device cpu --precise "$w/requests.jsonl" > "$w/q-bf16.jsonl" 2> /dev/null
+for m in fp8 w4a16 nvfp4; do
+  build/clefrt decide --model "$w/small-$m" --device cpu --precise "$w/requests.jsonl" > "$w/q-$m.jsonl" 2> /dev/null
+done
+python3 bench/quality_report.py "$w/q-bf16.jsonl" fp8="$w/q-fp8.jsonl" nvfp4-w4a16="$w/q-w4a16.jsonl" "nvfp4 (W4A4)=$w/q-nvfp4.jsonl"
