@@ -122,7 +122,7 @@ TEST(CudaEngine, TinyBAgainstReference) { check_folder("tiny-b"); }
 // Measured on the H200 at 43fef1e: worst 7.5e-4, mean 3.6e-4, none at or over 1e-3.
 TEST(CudaEngine, WellConditionedAgainstCpuFp32) {
   NEED_GPU();
-  const std::string dir = test::synth_tiny("calm-small", 5, "small", 0.5f);
+  const std::string dir = test::synth_folder("calm-small", 5, "small", 0.5f);
   auto cpu = Engine::load(dir);
   EngineOptions o;
   o.device = Device::Cuda;

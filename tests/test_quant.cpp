@@ -139,7 +139,7 @@ TEST(Quant, ActivationFakeQuantization) {
 // A tiny synthesized folder rewritten as an NVFP4 checkpoint: every Linear of the decoder whose
 // inputs are a multiple of 16 (not in_proj_a/b, as the recipe keeps them), W4A16 or W4A4.
 std::string nvfp4_folder(bool w4a4) {
-  const std::string src = test::synth_tiny("q-src", 5);
+  const std::string src = test::synth_folder("q-src", 5);
   const std::string dst = testing::TempDir() + "clefrt-q-" + (w4a4 ? "w4a4-" : "w4a16-") + std::to_string(getpid());
   fs::create_directories(dst);
   for (auto& e : fs::directory_iterator(src))
@@ -263,7 +263,7 @@ namespace clefrt {
 namespace {
 
 TEST(Quant, QuantizeCommandWritesLoadableFolders) {
-  const std::string src = test::synth_tiny("qq-src", 9);
+  const std::string src = test::synth_folder("qq-src", 9);
   const std::string calib = testing::TempDir() + "clefrt-qq-calib-" + std::to_string(getpid()) + ".jsonl";
   std::ofstream(calib) << R"({"state":"checkout is down","questions":{"a":{"type":"noul"}}})" << "\n"
                        << R"({"state":"a second record, a bit longer than the first","questions":{"s":{"type":"score","criteria":["lo","hi"]}}})"

@@ -21,7 +21,7 @@ namespace clefrt::server {
 namespace {
 
 const std::string& tiny_dir() {
-  static const std::string dir = test::synth_tiny("serve-tiny", 11);
+  static const std::string dir = test::synth_folder("serve-tiny", 11);
   return dir;
 }
 

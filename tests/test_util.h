@@ -40,7 +40,7 @@ inline const Tokenizer& qwen3() {
 
 // A random-weight folder of a synth preset under the test temp dir, made once per process and
 // tag (ctest runs tests in parallel processes, so the pid keeps them apart).
-inline std::string synth_tiny(const std::string& tag, uint64_t seed, const std::string& preset = "tiny", float linear_gain = 1.0f) {
+inline std::string synth_folder(const std::string& tag, uint64_t seed, const std::string& preset = "tiny", float linear_gain = 1.0f) {
   const std::string d = testing::TempDir() + "clefrt-" + tag + "-" + std::to_string(getpid());
   if (!std::filesystem::exists(d + "/config.json")) {
     model::SynthOptions o;

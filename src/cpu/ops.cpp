@@ -8,8 +8,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <mutex>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 namespace clefrt::cpu {

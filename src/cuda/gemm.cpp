@@ -2,7 +2,6 @@
 
 #include "cuda/check.h"
 
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -93,64 +92,21 @@ cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, 
   if (!batch_invariant_) return res[0].algo;
   // The first candidate that runs without split-K or a reduction scheme (one CTA reduces the
   // whole k for its tile, in order).
-  cublasLtMatmulAlgo_t a = res[0].algo;
-  bool plain = false;
-  for (int i = 0; i < found && !plain; ++i) {
+  for (int i = 0; i < found; ++i) {
+    cublasLtMatmulAlgo_t a = res[i].algo;
     int32_t splitk = 1;
     uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE;
     size_t got = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &got);
-    if (splitk <= 1 && red == CUBLASLT_REDUCTION_SCHEME_NONE) {
-      a = res[i].algo;
-      plain = true;
-    }
+    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &got);
+    if (splitk <= 1 && red == CUBLASLT_REDUCTION_SCHEME_NONE) return a;
   }
-  if (!plain) {
-    int32_t one = 1;
-    uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
-    check(cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one), op);
-    check(cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none), op);
-  }
-  apply_fixed_split(a, m, n, k, ldx, ldy, yt, in, op);
+  cublasLtMatmulAlgo_t a = res[0].algo;
+  int32_t one = 1;
+  uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+  check(cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one), op);
+  check(cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none), op);
   return a;
-}
-
-// Measurement knob (CLEFRT_INVARIANT_SPLITK=N, default off): the same N-way split of k for every
-// m of a shape keeps a row's sums independent of the batch, since the parts are added in a fixed
-// order. Only for fp32 outputs with n <= 8,192 (the residual-accumulating down / out_proj / o_proj
-// GEMMs, whose few output tiles leave SMs idle at small m) and with cuBLASLt's in-place
-// reduction, which adds the parts in order into the fp32 output (no workspace that grows with m).
-void Gemm::apply_fixed_split(cublasLtMatmulAlgo_t& a, int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, In in,
-                             const char* op) {
-  static const int32_t splits = [] {
-    const char* v = std::getenv("CLEFRT_INVARIANT_SPLITK");
-    return v && *v ? int32_t(std::atoi(v)) : 1;
-  }();
-  if (splits <= 1 || yt != OutType::F32 || n > 8192 || in != In::BF16) return;
-  int32_t can_split = 0;
-  uint32_t schemes = 0;
-  size_t got = 0;
-  cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &can_split, sizeof can_split, &got);
-  cublasLtMatmulAlgoCapGetAttribute(&a, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes, &got);
-  if (!can_split || !(schemes & CUBLASLT_REDUCTION_SCHEME_INPLACE)) {
-    std::fprintf(stderr, "clefrt: %s (n=%lld k=%lld): algorithm without in-place split-K; not split\n", op, (long long)n, (long long)k);
-    return;
-  }
-  cublasLtMatmulAlgo_t t = a;
-  const uint32_t inplace = CUBLASLT_REDUCTION_SCHEME_INPLACE;
-  check(cublasLtMatmulAlgoConfigSetAttribute(&t, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits), op);
-  check(cublasLtMatmulAlgoConfigSetAttribute(&t, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &inplace, sizeof inplace), op);
-  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), op);
-  cublasLtMatmulHeuristicResult_t r{};
-  const cublasStatus_t st = cublasLtMatmulAlgoCheck(lt_, l.desc, l.a, l.b, l.c, l.c, &t, &r);
-  destroy(l);
-  if (st != CUBLAS_STATUS_SUCCESS || r.workspaceSize > workspace_.bytes()) {
-    std::fprintf(stderr, "clefrt: %s (n=%lld k=%lld): split-K %d refused (status %d, workspace %zu); not split\n", op, (long long)n,
-                 (long long)k, int(splits), int(st), r.workspaceSize);
-    return;
-  }
-  a = t;
 }
 
 Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op) {

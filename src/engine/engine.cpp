@@ -1,7 +1,5 @@
 #include "engine/engine.h"
 
-#include "cpu/ops.h"
-
 #include <omp.h>
 
 #include <cstdio>
@@ -9,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "cpu/ops.h"
 #include "io/safetensors.h"
 #include "model/synth.h"
 #ifdef CLEFRT_HAVE_CUDA
