@@ -59,25 +59,9 @@ inline Fixture read_fixture(const Engine& e, const std::string& name) {
     auto rec = json::parse(line);
     f.enc.push_back(e.encoder().encode(parse_request(*rec.find("request"))));
     f.raw.push_back(json::write(*rec.find("request")));
-    std::vector<std::vector<double>> p;
-    for (const auto& q : rec.find("probs")->arr) {
-      p.emplace_back();
-      for (const auto& x : q.arr) p.back().push_back(x.d);
-    }
-    f.want.push_back(std::move(p));
+    f.want.push_back(probs_of(*rec.find("probs")));
   }
   return f;
-}
-
-// max |a - b| over one request's probabilities (shapes must agree)
-inline double worst_diff(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
-  double w = 0;
-  EXPECT_EQ(a.size(), b.size());
-  for (size_t q = 0; q < a.size() && q < b.size(); ++q) {
-    EXPECT_EQ(a[q].size(), b[q].size());
-    for (size_t j = 0; j < a[q].size() && j < b[q].size(); ++j) w = std::max(w, std::fabs(a[q][j] - b[q][j]));
-  }
-  return w;
 }
 
 // The first n backbone layers for one request: max |h_gpu - h_cpu| / max |h_cpu|, the CPU run

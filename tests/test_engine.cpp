@@ -118,10 +118,8 @@ double bf16_points_worst(const std::string& dir, size_t n) {
     const std::vector<int64_t> offs = {0, int64_t(e.input_ids.size())};
     auto h32 = model::backbone_forward(tw, cfg.text, e.input_ids, offs);
     auto h16 = model::backbone_forward_bf16_points(tw, cfg.text, e.input_ids, offs);
-    auto p32 = model::joint_head(hw, cfg.head, tw.lm_head, h32.data(), e);
-    auto p16 = model::joint_head(hw, cfg.head, tw.lm_head, h16.data(), e);
-    for (size_t q = 0; q < p32.size(); ++q)
-      for (size_t j = 0; j < p32[q].size(); ++j) worst = std::max(worst, std::fabs(p32[q][j] - p16[q][j]));
+    worst = std::max(worst, test::worst_diff(model::joint_head(hw, cfg.head, tw.lm_head, h32.data(), e),
+                                             model::joint_head(hw, cfg.head, tw.lm_head, h16.data(), e)));
   }
   return worst;
 }

@@ -21,16 +21,6 @@ struct Agreement {
   size_t over = 0, over_f64 = 0, ref_over_f64 = 0;        // requests at or over 1e-4
 };
 
-double worst_diff(const std::vector<std::vector<double>>& p, const json::Value& want) {
-  double w = 0;
-  EXPECT_EQ(p.size(), want.arr.size());
-  for (size_t q = 0; q < want.arr.size() && q < p.size(); ++q) {
-    EXPECT_EQ(p[q].size(), want.arr[q].arr.size());
-    for (size_t j = 0; j < p[q].size() && j < want.arr[q].arr.size(); ++j) w = std::max(w, std::fabs(p[q][j] - want.arr[q].arr[j].d));
-  }
-  return w;
-}
-
 // Each fixture line holds the fp32 reference's probabilities ("probs") and the same forward run in
 // fp64 ("probs_f64": make_oracle.py with ORACLE_DTYPE=float64, RoPE angles in fp32 as the spec
 // defines them), the exact value the fp32 computations approximate.
@@ -51,16 +41,11 @@ Agreement check_folder(const std::string& name) {
       continue;
     }
     auto probs = engine->probs({&enc})[0];
-    const json::Value& ref = *rec.find("probs");
-    const json::Value* exact = rec.find("probs_f64");
-    EXPECT_TRUE(exact) << name << ": fixture line without probs_f64";
-    if (!exact) break;
-    std::vector<std::vector<double>> ref_p;
-    for (const auto& q : ref.arr) {
-      ref_p.emplace_back();
-      for (const auto& v : q.arr) ref_p.back().push_back(v.d);
-    }
-    const double d32 = worst_diff(probs, ref), d64 = worst_diff(probs, *exact), r64 = worst_diff(ref_p, *exact);
+    const json::Value* f64 = rec.find("probs_f64");
+    EXPECT_TRUE(f64) << name << ": fixture line without probs_f64";
+    if (!f64) break;
+    const test::Probs ref = test::probs_of(*rec.find("probs")), exact = test::probs_of(*f64);
+    const double d32 = test::worst_diff(probs, ref), d64 = test::worst_diff(probs, exact), r64 = test::worst_diff(ref, exact);
     if (std::getenv("CLEFRT_ORACLE_VERBOSE"))
       std::cout << "  request " << a.n << ": " << enc.input_ids.size() << " tokens, vs fp32 ref " << d32 << ", vs fp64 " << d64
                 << ", fp32 ref vs fp64 " << r64 << "\n";
@@ -104,10 +89,8 @@ TEST(Oracle, TinyA_ChunkedAgreesWithRecurrent) {
   double worst = 0;
   while (std::getline(in, line)) {
     Encoded enc = engine->encoder().encode(parse_request(*json::parse(line).find("request")));
-    auto c = engine->probs({&enc}, model::GdnForm::Chunked)[0];
-    auto r = engine->probs({&enc}, model::GdnForm::Recurrent)[0];
-    for (size_t q = 0; q < c.size(); ++q)
-      for (size_t j = 0; j < c[q].size(); ++j) worst = std::max(worst, std::fabs(c[q][j] - r[q][j]));
+    worst = std::max(worst, test::worst_diff(engine->probs({&enc}, model::GdnForm::Chunked)[0],
+                                             engine->probs({&enc}, model::GdnForm::Recurrent)[0]));
   }
   std::cout << "[ oracle  ] tiny-a: chunked vs recurrent GDN, worst |dp| = " << worst << "\n";
   EXPECT_LT(worst, 5e-5);

@@ -2,6 +2,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -69,6 +71,29 @@ inline std::vector<std::string> corpus_requests(size_t count) {
     pos = end + 1;
   }
   return out;
+}
+
+using Probs = std::vector<std::vector<double>>;  // one request: per question, per option
+
+// A fixture line's probabilities ("probs" / "probs_f64": an array per question) as numbers.
+inline Probs probs_of(const json::Value& questions) {
+  Probs p;
+  for (const auto& q : questions.arr) {
+    p.emplace_back();
+    for (const auto& x : q.arr) p.back().push_back(x.d);
+  }
+  return p;
+}
+
+// max |a - b| over one request's probabilities (shapes must agree)
+inline double worst_diff(const Probs& a, const Probs& b) {
+  double w = 0;
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t q = 0; q < a.size() && q < b.size(); ++q) {
+    EXPECT_EQ(a[q].size(), b[q].size());
+    for (size_t j = 0; j < a[q].size() && j < b[q].size(); ++j) w = std::max(w, std::fabs(a[q][j] - b[q][j]));
+  }
+  return w;
 }
 
 }  // namespace clefrt::test
