@@ -86,8 +86,8 @@ TEST(CudaOps, NormsMatchCpu) {
 
 TEST(CudaOps, ConvSiluPackedMatchesCpu) {
   NEED_GPU();
-  // float4 form (Cn, ldx multiples of 4) and scalar form (Cn = 1030, ldx = 1031); Cn > 512 spans
-  // two channel blocks
+  // the 4-channel float4 form (Cn, ldx multiples of 4, K = 4) and the general form (Cn = 1030,
+  // ldx = 1031)
   for (auto [Cn, ldx] : {std::pair<int64_t, int64_t>{48, 56}, {1030, 1031}}) {
   const std::vector<int64_t> lens = {1, 3, 64, 130};
   const int64_t K = 4;
