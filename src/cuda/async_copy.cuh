@@ -15,6 +15,11 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* src, bool
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
+// 4 bytes (through L1: .cg takes 16-byte copies only); both addresses 4-byte aligned.
+__device__ __forceinline__ void cp_async4(void* smem_dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits for this thread's copies (all but the newest `n` committed groups); a __syncthreads()
 // after it makes every thread's copies visible to the block.

@@ -6,6 +6,7 @@
 #include "cuda/async_copy.cuh"
 #include "cuda/check.h"
 #include "cuda/kernels.h"
+#include "cuda/mma.cuh"
 #include "cuda/reduce.cuh"
 
 namespace clefrt::cuda {
@@ -48,18 +49,6 @@ __global__ void attn_prep_k(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t H
     }
     dst[i] = __float2bfloat16(v);
   }
-}
-
-__device__ __forceinline__ void mma_bf16(float* d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 constexpr int BQ = 64, BK = 64;

@@ -1,6 +1,7 @@
 #include "cuda/qlinear.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "common/error.h"
@@ -25,6 +26,14 @@ std::vector<const DevLinear*> LinearRunner::schedule_order(const DevModel& m) {
   return order;
 }
 
+bool LinearRunner::fused_nvfp4(const DevLinearPart& p) {
+  static const bool staged = [] {
+    const char* v = std::getenv("CLEFRT_W4A16_STAGED");
+    return v && *v && std::string(v) != "0";
+  }();
+  return p.fmt == WFormat::NVFP4 && !p.scales_swizzled && !staged && nvfp4_gemm_supports(p.k, p.k);
+}
+
 namespace {
 // cuBLASLt's FP8 GEMM wants its output rows 16 bytes apart and 16-byte aligned (bf16: 8 values).
 bool fp8_direct(int64_t row0, int64_t ldy, size_t es) { return (size_t(ldy) * es) % 16 == 0 && (size_t(row0) * es) % 16 == 0; }
@@ -47,7 +56,8 @@ LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t
   size_t slot = 0;
   for (const DevLinear* l : schedule_order(m))
     for (const DevLinearPart& p : l->parts) {
-      if (p.fmt != WFormat::NVFP4 || p.scales_swizzled) continue;  // native FP4 parts need no staging
+      // native FP4 parts and fused W4A16 ones need no staging
+      if (p.fmt != WFormat::NVFP4 || p.scales_swizzled || fused_nvfp4(p)) continue;
       const int64_t rows_per_chunk = std::max<int64_t>(16, int64_t(stage_bytes / size_t(p.k * 2)));
       // equal chunks (GEMMs of similar shape) rather than full ones and a small remainder
       const int64_t nchunks = (p.n + rows_per_chunk - 1) / rows_per_chunk, rows = (p.n + nchunks - 1) / nchunks;
@@ -102,6 +112,10 @@ void LinearRunner::run_nvfp4(const bf16* x, int64_t m, int64_t ldx, const DevLin
     nvfp4_fake_quantize_rows(x, m, p.k, ldx, p.input_global_scale, sc_.xq16, p.k, s_);
     xin = sc_.xq16;
     ldxin = p.k;
+  }
+  if (fused_nvfp4(p)) {
+    nvfp4_gemm(xin, m, p.k, ldxin, p.packed, p.scales, p.row_gs, p.n, y, yt == OutType::F32, ldy, acc, s_);
+    return;
   }
   for (int64_t r0 = 0; r0 < p.n;) {
     if (cursor_ >= chunks_.size() || chunks_[cursor_].part != &p || chunks_[cursor_].r0 != r0)

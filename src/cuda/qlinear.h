@@ -1,9 +1,12 @@
 // Running a backbone Linear whatever its parts hold (device_model.h):
 // - BF16: cuBLASLt bf16 GEMM.
 // - NVFP4 (W4A16 / W4A4): the weights stay packed in GPU memory (4.5 bits per weight). Hopper
-//   has no FP4 tensor cores, so each part is dequantized (bit-exact, spec/quant.md) into one of
-//   two bf16 staging slots by a side stream, in row chunks, one chunk ahead of the GEMM that
-//   reads it: the dequantization of chunk i+1 overlaps the GEMM of chunk i. W4A4 first
+//   has no FP4 tensor cores: parts whose k is a multiple of 64 (every real Clef shape) run the
+//   W4A16 GEMM (kernels_w4a16.cu), which dequantizes each weight tile in shared memory
+//   (bit-exact, spec/quant.md) right before the bf16 tensor cores use it. Other parts (odd test
+//   shapes), and every part under CLEFRT_W4A16_STAGED=1 (a measurement switch: the session-3
+//   path, to compare), are dequantized into one of two bf16 staging slots by a side stream, in
+//   row chunks, one chunk ahead of the cuBLASLt GEMM that reads it. W4A4 first
 //   quantizes-dequantizes the activations per token and per 16 inputs (the exact W4A4 numerics).
 // - FP8: activations quantized per token to e4m3, cuBLASLt FP8 GEMM (fp32 accumulation), then
 //   the per-token x per-channel scales in a separate pass (sm_90 cuBLASLt takes scalar scales only).
@@ -55,6 +58,8 @@ class LinearRunner {
 
   // The backbone's Linears in the order Forward::backbone runs them.
   static std::vector<const DevLinear*> schedule_order(const DevModel& m);
+  // Whether part p runs the fused W4A16 GEMM (else staging or another format).
+  static bool fused_nvfp4(const DevLinearPart& p);
 
  private:
   struct Chunk {

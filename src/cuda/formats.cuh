@@ -1,0 +1,47 @@
+// NVFP4 / FP8 e4m3 element conversions on the GPU, shared by the conversion kernels
+// (kernels_quant.cu) and the W4A16 GEMM (kernels_w4a16.cu). They repeat quant/formats.cpp's
+// definitions operation for operation (the tests compare bytes).
+#pragma once
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace clefrt::cuda {
+
+// [0, .5, 1, 1.5, 2, 3, 4, 6] from the bits: exponent e = bits 1-2, mantissa m = bit 0;
+// e > 0 is 1.m x 2^(e-1), e = 0 is m x 0.5. Built as float bits, not read from a table: a local
+// array indexed at run time lives in local memory and made the dequantization 10x slower.
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+  const uint32_t e = (code >> 1) & 3, m = code & 1;
+  const uint32_t mag = e ? ((e + 126u) << 23) | (m << 22) : (m ? 0x3f000000u : 0u);
+  return __uint_as_float(mag | ((code & 8u) << 28));
+}
+// Round to nearest even on [0, .5, 1, 1.5, 2, 3, 4, 6] after clamping: the thresholds are the
+// midpoints, a tie going to the code with the even last bit (formats.cpp's search, closed form).
+__device__ __forceinline__ uint32_t e2m1_encode(float x) {
+  if (isnan(x)) return 0;
+  const uint32_t sign = signbit(x) ? 8u : 0u;
+  const float a = fminf(fabsf(x), 6.0f);
+  uint32_t c;
+  if (a <= 0.25f) c = 0;
+  else if (a < 0.75f) c = 1;
+  else if (a <= 1.25f) c = 2;
+  else if (a < 1.75f) c = 3;
+  else if (a <= 2.5f) c = 4;
+  else if (a < 3.5f) c = 5;
+  else if (a <= 5.0f) c = 6;
+  else c = 7;
+  return sign | c;
+}
+__device__ __forceinline__ float e4m3_value(uint8_t b) {
+  __nv_fp8_e4m3 f;
+  f.__x = b;
+  return float(f);  // exact: every e4m3 value is a float
+}
+__device__ __forceinline__ uint8_t e4m3_encode(float x) {
+  if (isnan(x)) return 0x7f;
+  return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+}  // namespace clefrt::cuda
