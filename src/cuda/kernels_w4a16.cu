@@ -3,10 +3,13 @@
 //
 // Per CTA a 128-column (output channel) x BM-row (token) tile; per 64-wide k step:
 //   1. cp.async brings x's [BM, 64] bf16 tile and W's [128, 32] packed bytes + [128, 4] e4m3
-//      scales, STAGES - 1 steps ahead of the math (global latency under the MMAs);
-//   2. each of the 256 threads dequantizes 32 weights (one row, half the step) into a bf16 tile,
-//      W = bf16(code * (e4m3(scale) / gs_row)) exactly as spec/quant.md and nvfp4_dequant_k;
-//   3. 8 warps (2 x 4, warp tile BM/2 x 32) run mma.sync m16n8k16 on ldmatrix fragments.
+//      scales, several steps ahead of the math (global latency under the MMAs);
+//   2. each of the 256 threads dequantizes 32 weights of the NEXT step (one row, half the step)
+//      into one of two bf16 tiles, W = bf16(code * (e4m3(scale) / gs_row)) exactly as
+//      spec/quant.md and nvfp4_dequant_k, interleaved with
+//   3. the MMAs of this step: 8 warps (2 x 4, warp tile BM/2 x 32), mma.sync m16n8k16 on
+//      ldmatrix fragments. The ALU work of 2. issues between the tensor-core work of 3 (a first
+//      version that dequantized, synchronized, then multiplied ran at ~200 TFLOP/s).
 // Shared tiles keep 128-byte rows (64 bf16) with the 16-byte chunks XOR-swizzled by row % 8, so
 // the 8 rows an ldmatrix phase reads sit in distinct banks.
 //
@@ -26,16 +29,18 @@ namespace clefrt::cuda {
 
 namespace {
 
-constexpr int BN = 128, BK = 64, STAGES = 4, THREADS = 256;
+constexpr int BN = 128, BK = 64, THREADS = 256;
 
 template <int BM>
 struct W4Smem {
+  // copy stages in flight: two CTAs of either size fit an SM's 228 KB
+  static constexpr int STAGES = BM == 128 ? 3 : 4;
   static constexpr int a_bytes = BM * BK * 2;    // x tile, bf16
   static constexpr int wp_bytes = BN * BK / 2;   // packed codes
   static constexpr int ws_bytes = BN * BK / 16;  // e4m3 scales
   static constexpr int stage = a_bytes + wp_bytes + ws_bytes;
-  static constexpr int wb_bytes = BN * BK * 2;  // the dequantized tile
-  static constexpr int bytes = STAGES * stage + wb_bytes;
+  static constexpr int wb_bytes = BN * BK * 2;  // a dequantized tile (two: this step's, the next's)
+  static constexpr int bytes = STAGES * stage + 2 * wb_bytes;
 };
 
 // byte offset of 16-byte chunk c of row r in a tile of 128-byte rows
@@ -81,17 +86,17 @@ __global__ void __launch_bounds__(THREADS, 2)
     nvfp4_gemm_k(const bf16* __restrict__ x, int m, int k, int64_t ldx, const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
                  const float* __restrict__ row_gs, int n, void* y, bool y_f32, int64_t ldy, bool accumulate) {
   using S = W4Smem<BM>;
-  constexpr int WM = BM / 2, MI = WM / 16;
+  constexpr int WM = BM / 2, MI = WM / 16, STAGES = S::STAGES;
   extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* wb = smem + STAGES * S::stage;
+  unsigned char* const wbuf = smem + STAGES * S::stage;
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
   const int m0 = int(blockIdx.y) * BM, n0 = int(blockIdx.x) * BN;
   const int ktiles = k / BK;
   const int64_t prow = k / 2, srow = k / 16;
 
-  auto load_stage = [&](int kt, int st) {
-    unsigned char* a = smem + st * S::stage;
+  auto load_stage = [&](int kt) {
+    unsigned char* a = smem + (kt % STAGES) * S::stage;
     unsigned char* wp = a + S::a_bytes;
     unsigned char* ws = wp + S::wp_bytes;
     const int k0 = kt * BK;
@@ -112,15 +117,36 @@ __global__ void __launch_bounds__(THREADS, 2)
     }
   };
 
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ktiles) load_stage(s, s);
-    cp_async_commit();
-  }
-
   // this thread's share of the dequantization: row dr of the tile, k half dh (two scale blocks)
   const int dr = tid >> 1, dh = tid & 1;
   const float gs = n0 + dr < n ? row_gs[n0 + dr] : 1.0f;
+  // the packed word w (0-3: k dh*32 + 8w .. +7) of tile kt and its scale
+  uint4 pk;
+  float s0 = 0, s1 = 0;
+  auto fetch = [&](int kt) {
+    const unsigned char* st = smem + (kt % STAGES) * S::stage + S::a_bytes;
+    pk = *reinterpret_cast<const uint4*>(st + dr * 32 + dh * 16);
+    const unsigned char* sc = st + S::wp_bytes + dr * 4 + dh * 2;
+    s0 = __fdiv_rn(e4m3_value(sc[0]), gs);
+    s1 = __fdiv_rn(e4m3_value(sc[1]), gs);
+  };
+  auto dequant = [&](int w, unsigned char* wb) {
+    uint32_t o[4];
+    dequant_word(w == 0 ? pk.x : w == 1 ? pk.y : w == 2 ? pk.z : pk.w, w < 2 ? s0 : s1, o);
+    *reinterpret_cast<uint4*>(wb + swz(dr, dh * 4 + w)) = make_uint4(o[0], o[1], o[2], o[3]);
+  };
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < ktiles) load_stage(s);
+    cp_async_commit();
+  }
+  // tile 0's weights before the loop
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();
+  fetch(0);
+#pragma unroll
+  for (int w = 0; w < 4; ++w) dequant(w, wbuf);
 
   float acc[MI][4][4];
 #pragma unroll
@@ -131,35 +157,26 @@ __global__ void __launch_bounds__(THREADS, 2)
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
   for (int kt = 0; kt < ktiles; ++kt) {
-    cp_async_wait<STAGES - 2>();
-    // tile kt is visible to all; every warp is done with wb and with the stage of tile kt - 1
+    // tile kt + 1's copies are done (tile kt's were); after the barrier every thread's are
+    // visible, the dequantized tile kt is complete, and tile kt - 1's stage and dequantized
+    // buffer are free
+    cp_async_wait<STAGES - 3>();
     __syncthreads();
-    if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
+    if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1);
     cp_async_commit();
+    const bool next = kt + 1 < ktiles;
+    if (next) fetch(kt + 1);
 
-    const unsigned char* st = smem + (kt % STAGES) * S::stage;
-    {
-      const uint4 p = *reinterpret_cast<const uint4*>(st + S::a_bytes + dr * 32 + dh * 16);
-      const unsigned char* sc = st + S::a_bytes + S::wp_bytes + dr * 4 + dh * 2;
-      const float s0 = __fdiv_rn(e4m3_value(sc[0]), gs), s1 = __fdiv_rn(e4m3_value(sc[1]), gs);
-      uint32_t o[16];
-      dequant_word(p.x, s0, o);
-      dequant_word(p.y, s0, o + 4);
-      dequant_word(p.z, s1, o + 8);
-      dequant_word(p.w, s1, o + 12);
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        *reinterpret_cast<uint4*>(wb + swz(dr, dh * 4 + j)) = make_uint4(o[4 * j], o[4 * j + 1], o[4 * j + 2], o[4 * j + 3]);
-    }
-    __syncthreads();
-
+    const unsigned char* a = smem + (kt % STAGES) * S::stage;
+    const unsigned char* wb = wbuf + (kt & 1) * S::wb_bytes;
+    unsigned char* wn_buf = wbuf + ((kt + 1) & 1) * S::wb_bytes;
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
       uint32_t af[MI][4];
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
         const int r = wm * WM + mi * 16 + (lane & 15);
-        ldmatrix_x4(af[mi], st + swz(r, kk * 2 + (lane >> 4)));
+        ldmatrix_x4(af[mi], a + swz(r, kk * 2 + (lane >> 4)));
       }
       uint32_t bfr[2][4];
 #pragma unroll
@@ -167,6 +184,7 @@ __global__ void __launch_bounds__(THREADS, 2)
         const int r = wn * 32 + pr * 16 + (lane & 7) + ((lane >> 4) << 3);
         ldmatrix_x4(bfr[pr], wb + swz(r, kk * 2 + ((lane >> 3) & 1)));
       }
+      if (next) dequant(kk, wn_buf);  // the next tile's word kk, between this step's MMAs
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
