@@ -95,26 +95,30 @@ __global__ void __launch_bounds__(THREADS, 2)
   const int ktiles = k / BK;
   const int64_t prow = k / 2, srow = k / 16;
 
+  // This thread's copies, addresses fixed but for k: A_CH chunks of x rows, one 16-byte chunk of
+  // packed codes, and (threads < BN) one 4-byte word of scales. Rows past m or n read nothing
+  // and zero-fill (zero codes and zero scales dequantize to 0).
+  constexpr int A_CH = BM * 8 / THREADS;
+  const bf16* xsrc[A_CH];
+  int aoff[A_CH];
+  bool ain[A_CH];
+#pragma unroll
+  for (int i = 0; i < A_CH; ++i) {
+    const int e = tid + i * THREADS, r = e >> 3, c = e & 7;
+    ain[i] = m0 + r < m;
+    xsrc[i] = ain[i] ? x + int64_t(m0 + r) * ldx + c * 8 : x;
+    aoff[i] = swz(r, c);
+  }
+  const bool win = n0 + (tid >> 1) < n, sin = tid < BN && n0 + tid < n;
+  const uint8_t* wsrc = win ? packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : packed;
+  const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
   auto load_stage = [&](int kt) {
     unsigned char* a = smem + (kt % STAGES) * S::stage;
-    unsigned char* wp = a + S::a_bytes;
-    unsigned char* ws = wp + S::wp_bytes;
     const int k0 = kt * BK;
 #pragma unroll
-    for (int e = tid; e < BM * 8; e += THREADS) {
-      const int r = e >> 3, c = e & 7;
-      const bool in = m0 + r < m;
-      cp_async16(a + swz(r, c), in ? x + int64_t(m0 + r) * ldx + k0 + c * 8 : x, in);
-    }
-    {
-      const int r = tid >> 1, c = tid & 1;
-      const bool in = n0 + r < n;
-      cp_async16(wp + r * 32 + c * 16, in ? packed + int64_t(n0 + r) * prow + k0 / 2 + c * 16 : packed, in);
-    }
-    if (tid < BN) {
-      const bool in = n0 + tid < n;
-      cp_async4(ws + tid * 4, in ? scales + int64_t(n0 + tid) * srow + k0 / 16 : scales, in);
-    }
+    for (int i = 0; i < A_CH; ++i) cp_async16(a + aoff[i], ain[i] ? xsrc[i] + k0 : x, ain[i]);
+    cp_async16(a + S::a_bytes + tid * 16, win ? wsrc + k0 / 2 : packed, win);
+    if (tid < BN) cp_async4(a + S::a_bytes + S::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
   };
 
   // this thread's share of the dequantization: row dr of the tile, k half dh (two scale blocks)
@@ -222,6 +226,9 @@ void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* pac
             void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s) {
   static const bool configured = [] {
     check(cudaFuncSetAttribute(nvfp4_gemm_k<BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, W4Smem<BM>::bytes), "nvfp4_gemm");
+    // all of L1 as shared memory, so that two CTAs fit an SM
+    check(cudaFuncSetAttribute(nvfp4_gemm_k<BM>, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)),
+          "nvfp4_gemm");
     return true;
   }();
   (void)configured;
@@ -254,9 +261,9 @@ void nvfp4_gemm(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t*
     throw Error(Status::Internal, "internal_error",
                 "nvfp4_gemm: unsupported operands (k " + std::to_string(k) + " must be a multiple of 64, x rows 16-byte aligned, " +
                     "accumulation into fp32 only)");
-  // 128-row tiles when they alone fill the GPU twice over, else 64-row ones (more CTAs for short
-  // inputs). Either gives the same bits (header comment).
-  if ((m + 127) / 128 * ((n + BN - 1) / BN) >= 2 * sm_count())
+  // 128-row tiles (half the dequantization per multiply-add of 64-row ones) unless they leave
+  // most SMs idle. Either gives the same bits (header comment).
+  if (m > 64 && (m + 127) / 128 * ((n + BN - 1) / BN) >= sm_count())
     launch<128>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s);
   else
     launch<64>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s);
