@@ -257,14 +257,16 @@ TEST(CudaQuant, Fp8EpiloguesScaleRowsAndColumns) {
 }
 
 // One Linear of three parts (NVFP4 W4A4, bf16, FP8) through the LinearRunner against the CPU
-// formula: y = fake_quant(x) . dequant(W)^T per part. k = 64 runs the NVFP4 part on the W4A16
-// GEMM, k = 80 (not a multiple of 64) through the staging slots in several chunks.
+// formula: y = fake_quant(x) . dequant(W)^T per part, the NVFP4 part through the staging slots
+// in several chunks and (k = 64; k = 80 is not a multiple of 64 and stays staged) on the W4A16
+// GEMM.
 TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
   NEED_GPU();
   const int64_t M = 37, n1 = 48, n2 = 8, n3 = 32;
   const float igs = 300.0f;
   // pad: 2 more bf16 rows, so the FP8 part's output rows are not 16-byte aligned (it goes through
   // scratch). cuBLASLt's FP8 GEMM also wants its own row count a multiple of 16 (status 15 at 34).
+  for (cuda::W4A16Kernel kern : {cuda::W4A16Kernel::Staged, cuda::W4A16Kernel::Fused})
   for (int64_t k : {int64_t(64), int64_t(80)})
   for (int64_t pad : {0, 2}) {
     for (bool acc : {false, true}) {
@@ -331,7 +333,7 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
       cuda::check(cudaStreamCreate(&st), "stream");
       {
         cuda::Gemm gemm(st, true, size_t(8) << 20);
-        cuda::LinearRunner run(m, gemm, st, size_t(16 * k * 2));  // 16-row chunks: the staging rotates
+        cuda::LinearRunner run(m, gemm, st, size_t(16 * k * 2), kern);  // 16-row chunks: the staging rotates
         const int64_t cols = cuda::LinearRunner::fp8_scratch_cols(m);
         DeviceBuffer xq16(size_t(M * k) * 2), xq8(size_t(M * k)), xs(size_t(M) * 4), accb(size_t(M * cols) * 4);
         cuda::QuantScratch sc;
@@ -368,7 +370,7 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
             const double e = std::fabs(got[size_t(i * n + j)] - ref) / (1e-6 + mag + (acc ? 0.5 : 0.0));
             worst = std::max(worst, e);
           }
-        std::cout << "[ cuda    ] linear, k " << k << (cuda::LinearRunner::fused_nvfp4(p1) ? " (fused)" : " (staged)") << ", pad " << pad << (acc ? ", accumulate" : ", bf16 out") << ": worst error / sum|x w| = " << worst << "\n";
+        std::cout << "[ cuda    ] linear, k " << k << (run.fused_nvfp4(p1) ? " (fused)" : " (staged)") << ", pad " << pad << (acc ? ", accumulate" : ", bf16 out") << ": worst error / sum|x w| = " << worst << "\n";
         // bf16 output: one rounding (2^-9); fp32: the FP8 tensor cores' accumulation (~2^-13)
         EXPECT_LT(worst, acc ? 5e-4 : 8e-3) << "pad " << pad << (acc ? " accumulate" : " bf16 out");
       }
@@ -453,6 +455,52 @@ void check_quantized_folder(const std::string& scheme) {
   }
   std::cout << "[ cuda    ] " << scheme << ": batch of 16 vs alone, worst difference = " << batch_worst << "\n";
   EXPECT_EQ(batch_worst, 0.0) << "batch invariance (per-token activation scales)";
+}
+
+// The fused W4A16 GEMM inside whole forwards (tiny-b's shapes are not multiples of 64, so the
+// folder tests above run staged): `small` (k 256 / 512 / 768) synthesized well-conditioned
+// (--linear-gain 0.5), quantized to nvfp4-w4a16, GPU fused and staged against the CPU engine on
+// the same folder (bf16 compute against fp32: the 2e-3 of WellConditionedAgainstCpuFp32), and
+// the fused forward's batch invariance.
+TEST(CudaQuant, W4A16FusedForwardAgainstCpu) {
+  NEED_GPU();
+  const std::string src = test::synth_folder("calm-small", 5, "small", 0.5f);
+  const std::string dir = testing::TempDir() + "clefrt-gq-small-w4a16-" + std::to_string(getpid());
+  if (!std::ifstream(dir + "/config.json")) {
+    quant::QuantizeOptions qo;
+    qo.model_dir = src;
+    qo.out_dir = dir;
+    qo.scheme = "nvfp4-w4a16";
+    qo.progress = false;
+    quant::quantize_folder(qo);
+  }
+  auto cpu = Engine::load(dir);
+  EngineOptions o = gpu_opts();
+  o.max_batch_tokens = 65536;
+  auto staged = Engine::load(dir, o);
+  o.w4a16_fused = true;
+  auto fused = Engine::load(dir, o);
+  std::vector<Encoded> enc;
+  for (const auto& text : test::corpus_requests(48)) enc.push_back(cpu->encoder().encode(parse_request(text)));
+  double w_fused = 0, w_staged = 0, w_between = 0;
+  for (const auto& e : enc) {
+    const auto c = cpu->probs({&e})[0], f = fused->probs({&e})[0], st = staged->probs({&e})[0];
+    w_fused = std::max(w_fused, worst_diff(f, c));
+    w_staged = std::max(w_staged, worst_diff(st, c));
+    w_between = std::max(w_between, worst_diff(f, st));
+  }
+  double batch_worst = 0;
+  {
+    std::vector<const Encoded*> b;
+    for (size_t i = 0; i < 16; ++i) b.push_back(&enc[i]);
+    auto together = fused->probs(b);
+    for (size_t i = 0; i < 16; ++i) batch_worst = std::max(batch_worst, worst_diff(together[i], fused->probs({b[i]})[0]));
+  }
+  std::cout << "[ cuda    ] small nvfp4-w4a16, " << enc.size() << " requests: fused vs CPU worst |dp| " << w_fused << ", staged vs CPU "
+            << w_staged << ", fused vs staged " << w_between << ", fused batch of 16 vs alone " << batch_worst << "\n";
+  EXPECT_LT(w_fused, 2e-3);
+  EXPECT_LT(w_staged, 2e-3);
+  EXPECT_EQ(batch_worst, 0.0);
 }
 
 TEST(CudaQuant, Nvfp4W4A16FolderAgainstCpu) { check_quantized_folder("nvfp4-w4a16"); }

@@ -122,7 +122,8 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
     throw load_error("joint_head.safetensors", "residual_scorer hidden size above 4 x width is not supported by the CUDA head");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   gemm_ = std::make_unique<Gemm>(stream_, o.batch_invariant, gemm_workspace_bytes());
-  lin_ = std::make_unique<LinearRunner>(m, *gemm_, stream_);
+  lin_ = std::make_unique<LinearRunner>(m, *gemm_, stream_, LinearRunner::kStageBytes,
+                                        o.w4a16_fused ? W4A16Kernel::Fused : w4a16_kernel_from_env());
   arena_.reserve(plan_bytes(m, o.max_tokens, o.max_seqs));
 }
 

@@ -21,6 +21,7 @@ struct ForwardOptions {
   int64_t max_tokens = 16384;  // the activation arena holds a batch of this many tokens
   int64_t max_seqs = 256;      // requests per batch
   bool batch_invariant = true; // GEMM algorithms fixed per shape class (see gemm.h)
+  bool w4a16_fused = false;    // NVFP4 parts on the fused W4A16 GEMM (qlinear.h; or CLEFRT_W4A16_FUSED=1)
   int64_t debug_layers = -1;   // tests: run only the first N backbone layers (-1: all)
 };
 

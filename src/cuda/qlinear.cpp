@@ -26,12 +26,16 @@ std::vector<const DevLinear*> LinearRunner::schedule_order(const DevModel& m) {
   return order;
 }
 
-bool LinearRunner::fused_nvfp4(const DevLinearPart& p) {
-  static const bool staged = [] {
-    const char* v = std::getenv("CLEFRT_W4A16_STAGED");
-    return v && *v && std::string(v) != "0";
+W4A16Kernel w4a16_kernel_from_env() {
+  static const W4A16Kernel k = [] {
+    const char* v = std::getenv("CLEFRT_W4A16_FUSED");
+    return v && *v && std::string(v) != "0" ? W4A16Kernel::Fused : W4A16Kernel::Staged;
   }();
-  return p.fmt == WFormat::NVFP4 && !p.scales_swizzled && !staged && nvfp4_gemm_supports(p.k, p.k);
+  return k;
+}
+
+bool LinearRunner::fused_nvfp4(const DevLinearPart& p) const {
+  return w4a16_ == W4A16Kernel::Fused && p.fmt == WFormat::NVFP4 && !p.scales_swizzled && nvfp4_gemm_supports(p.k, p.k);
 }
 
 namespace {
@@ -50,8 +54,8 @@ int64_t LinearRunner::fp8_scratch_cols(const DevModel& m) {
   return cols;
 }
 
-LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes)
-    : m_(m), gemm_(gemm), s_(s), fp8_cols_(fp8_scratch_cols(m)) {
+LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes, W4A16Kernel w4a16)
+    : m_(m), gemm_(gemm), s_(s), w4a16_(w4a16), fp8_cols_(fp8_scratch_cols(m)) {
   if (!m.has_nvfp4) return;
   size_t slot = 0;
   for (const DevLinear* l : schedule_order(m))

@@ -1,13 +1,15 @@
 // Running a backbone Linear whatever its parts hold (device_model.h):
 // - BF16: cuBLASLt bf16 GEMM.
 // - NVFP4 (W4A16 / W4A4): the weights stay packed in GPU memory (4.5 bits per weight). Hopper
-//   has no FP4 tensor cores: parts whose k is a multiple of 64 (every real Clef shape) run the
-//   W4A16 GEMM (kernels_w4a16.cu), which dequantizes each weight tile in shared memory
-//   (bit-exact, spec/quant.md) right before the bf16 tensor cores use it. Other parts (odd test
-//   shapes), and every part under CLEFRT_W4A16_STAGED=1 (a measurement switch: the session-3
-//   path, to compare), are dequantized into one of two bf16 staging slots by a side stream, in
-//   row chunks, one chunk ahead of the cuBLASLt GEMM that reads it. W4A4 first
-//   quantizes-dequantizes the activations per token and per 16 inputs (the exact W4A4 numerics).
+//   has no FP4 tensor cores. Default: each part is dequantized (bit-exact, spec/quant.md) into
+//   one of two bf16 staging slots by a side stream, in row chunks, one chunk ahead of the
+//   cuBLASLt GEMM that reads it (the dequantization of chunk i+1 overlaps the GEMM of chunk i).
+//   With W4A16Kernel::Fused (CLEFRT_W4A16_FUSED=1) parts whose k is a multiple of 64 run the
+//   W4A16 GEMM of kernels_w4a16.cu instead (dequantized per tile in shared memory, no staging
+//   slots): measured on the H200 at the 27B shapes it is slower than staging at every size a Clef
+//   prompt has (blog 120 vs 98 ms, 8,192 tokens 2,043 vs 948 ms; bench/results), so it is not the
+//   default. W4A4 first quantizes-dequantizes the activations per token and per 16 inputs (the
+//   exact W4A4 numerics).
 // - FP8: activations quantized per token to e4m3, cuBLASLt FP8 GEMM (fp32 accumulation), then
 //   the per-token x per-channel scales in a separate pass (sm_90 cuBLASLt takes scalar scales only).
 // - NVFP4 W4A4 on Blackwell (parts with scales_swizzled; UNTESTED, no such GPU here): activations
@@ -34,12 +36,17 @@ struct QuantScratch {
                           // outputs the FP8 GEMM cannot write in place (alignment)
 };
 
+enum class W4A16Kernel { Staged, Fused };
+// CLEFRT_W4A16_FUSED=1 -> Fused, else Staged (read once).
+W4A16Kernel w4a16_kernel_from_env();
+
 class LinearRunner {
  public:
   // `stage_bytes`: each of the two NVFP4 staging slots holds row chunks of at most this size
   // (a part is split into chunks of whole rows).
   static constexpr size_t kStageBytes = size_t(96) << 20;
-  LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes = kStageBytes);
+  LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes = kStageBytes,
+               W4A16Kernel w4a16 = w4a16_kernel_from_env());
   ~LinearRunner();
   LinearRunner(const LinearRunner&) = delete;
   LinearRunner& operator=(const LinearRunner&) = delete;
@@ -59,7 +66,7 @@ class LinearRunner {
   // The backbone's Linears in the order Forward::backbone runs them.
   static std::vector<const DevLinear*> schedule_order(const DevModel& m);
   // Whether part p runs the fused W4A16 GEMM (else staging or another format).
-  static bool fused_nvfp4(const DevLinearPart& p);
+  bool fused_nvfp4(const DevLinearPart& p) const;
 
  private:
   struct Chunk {
@@ -73,6 +80,7 @@ class LinearRunner {
   const DevModel& m_;
   Gemm& gemm_;
   cudaStream_t s_;
+  W4A16Kernel w4a16_;
   int64_t fp8_cols_;
   cudaStream_t side_ = nullptr;
   cudaEvent_t ready_[2] = {nullptr, nullptr}, free_[2] = {nullptr, nullptr};

@@ -36,6 +36,7 @@ struct GpuBackend {
     fo.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);
     fo.max_seqs = opts.max_batch_requests;
     fo.batch_invariant = opts.batch_invariant;
+    fo.w4a16_fused = opts.w4a16_fused;
     forward = std::make_unique<cuda::Forward>(model, fo);
   }
 };

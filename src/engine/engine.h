@@ -32,6 +32,9 @@ struct EngineOptions {
   QuantMode quant = QuantMode::Auto;
   // CUDA: embed_tokens / lm_head stay in pinned host memory; kernels read only the rows they need.
   bool offload_embeddings = false;
+  // CUDA, NVFP4 parts: the fused W4A16 GEMM instead of staging (cuda/qlinear.h; slower on the
+  // H200 at Clef's shapes, no staging memory). CLEFRT_W4A16_FUSED=1 sets it too.
+  bool w4a16_fused = false;
 };
 
 // Whether this build has the CUDA backend and a usable GPU (reason says why not, if not).
