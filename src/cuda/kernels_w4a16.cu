@@ -13,6 +13,15 @@
 // Shared tiles keep 128-byte rows (64 bf16) with the 16-byte chunks XOR-swizzled by row % 8, so
 // the 8 rows an ldmatrix phase reads sit in distinct banks.
 //
+// Measured (H200, 27B shapes, bench/results/2026-12-01-h200-clef-27b-quant.md, session 5): ~200
+// TFLOP/s at 8,192 tokens, 130-165 at the blog's 318, against cuBLASLt's bf16 400-700: slower
+// than the staged path (qlinear.h) everywhere but the blog's down projection, so not the default.
+// Nsight Compute (gdn in_proj, 8,192 x 16,384 x 5,120): issue-bound, IPC 2.27 of 4, 25% occupancy
+// (registers and shared memory), ~600 instructions per warp per k step for its 64 MMAs: the
+// dequantization (~5.5 instructions a weight, 32 weights a thread a step), copies and address
+// math. What would close the gap: a cheaper dequantization (byte-permute lookups), 256-row tiles
+// (half the dequantization per MMA), or wgmma with the dequantized tile as its B operand.
+//
 // Every output element is one thread's fp32 sum over k in increasing 16-wide steps, whatever m
 // is and whichever BM is chosen: a row's result does not depend on the batch it runs in.
 #include <cstdint>
