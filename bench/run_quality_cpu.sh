@@ -3,16 +3,19 @@
 # random model: `small` with --linear-gain 0.5 (bf16 rounding moves its answers by ~1e-3; at unit
 # gain these random models amplify any change by orders of magnitude). The CPU engine runs each
 # quantized folder exactly as spec/quant.md defines it (the GPU paths are tested against it).
-# Requests: tests/fixtures/encode_inputs.jsonl + the oracle corpus (440). About 15 minutes on
-# 2 cores. Usage: bench/run_quality_cpu.sh [WORKDIR]; then bench/quality_report.py (printed).
+# Requests: tests/fixtures/encode_inputs.jsonl, the oracle corpus, and a second corpus of the
+# same generator (tools/reference/make_corpus.py, CORPUS_SEED=7): 760; those over the context or
+# with images are refused by every mode. About 30 minutes on 2 cores.
+# Usage: bench/run_quality_cpu.sh [WORKDIR]; then bench/quality_report.py (printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 w=${1:-/tmp/clefrt-quality}
 mkdir -p "$w"
+CORPUS_SEED=7 python3 tools/reference/make_corpus.py "$w/corpus7" > /dev/null
 python3 -c "
 import json
 with open('$w/requests.jsonl', 'w') as out:
-    for f in ('tests/fixtures/encode_inputs.jsonl', 'tests/fixtures/oracle/tiny-a.expected.jsonl'):
+    for f in ('tests/fixtures/encode_inputs.jsonl', 'tests/fixtures/oracle/tiny-a.expected.jsonl', '$w/corpus7/encode_inputs.jsonl'):
         for line in open(f, encoding='utf-8'):
             out.write(json.dumps(json.loads(line)['request'], ensure_ascii=False) + '\n')
 "

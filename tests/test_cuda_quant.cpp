@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "common/error.h"
@@ -123,10 +124,13 @@ TEST(CudaQuant, W4A16GemmAgainstCpu) {
   struct Shape {
     int64_t m, n, k;
   };
-  // 64-row tiles for the small ones, 128-row tiles for the last (>= 2 CTAs per SM on an H200)
-  for (Shape sh : {Shape{1, 128, 64}, Shape{37, 200, 192}, Shape{318, 384, 1024}, Shape{1100, 3840, 128}}) {
+  // every tile height the kernel has (64 / 128 / 256 rows on an H200: printed and checked below)
+  std::set<int> heights;
+  for (Shape sh : {Shape{1, 128, 64}, Shape{37, 200, 192}, Shape{318, 384, 1024}, Shape{300, 17000, 64}, Shape{1100, 3840, 128}}) {
     const int64_t m = sh.m, n = sh.n, k = sh.k;
-    const std::string at = " at m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k);
+    heights.insert(cuda::nvfp4_gemm_tile_rows(m, n));
+    const std::string at = " at m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " (" +
+                           std::to_string(cuda::nvfp4_gemm_tile_rows(m, n)) + "-row tiles)";
     std::vector<float> w = test_values(size_t(n * k), uint64_t(n * 7 + k));
     // two row halves with their own global scales (fused parts do that)
     const int64_t h = n / 2;
@@ -195,6 +199,7 @@ TEST(CudaQuant, W4A16GemmAgainstCpu) {
       for (size_t e = 0; e < g.size(); ++e) ASSERT_EQ(g[e], gb[e]) << "row " << e / size_t(n) << " alone vs in " << m << " rows" << at;
     }
   }
+  EXPECT_EQ(heights.size(), 3u) << "the shapes should exercise 64-, 128- and 256-row tiles (fewer SMs than an H200's 132?)";
 }
 
 // The pieces of the Blackwell FP4 path that run anywhere: the scale swizzle and the packed W4A4

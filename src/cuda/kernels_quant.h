@@ -20,6 +20,8 @@ void nvfp4_dequantize(const uint8_t* packed, const uint8_t* scales, const float*
 // into fp32 only. Needs nvfp4_gemm_supports(k, ldx), x and packed 16-byte aligned, scales
 // 4-byte aligned. A row's result does not depend on m (the batch).
 bool nvfp4_gemm_supports(int64_t k, int64_t ldx);
+// The CTA tile height (tokens: 64, 128 or 256) nvfp4_gemm picks for m x n (tests).
+int nvfp4_gemm_tile_rows(int64_t m, int64_t n);
 void nvfp4_gemm(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n,
                 void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s);
 // spec/quant.md "Quantize (weights)" with a given global scale gs (shared by the whole matrix).

@@ -38,115 +38,130 @@ namespace clefrt::cuda {
 
 namespace {
 
-constexpr int BN = 128, BK = 64, THREADS = 256;
+constexpr int BN = 128, BK = 64;
 
-template <int BM>
-struct W4Smem {
-  // copy stages in flight: two CTAs of either size fit an SM's 228 KB
+// A CTA of THREADS threads computes BM tokens x 128 channels; warps 4 across the channels (32
+// each) and THREADS / 128 down the tokens.
+template <int BM, int THREADS>
+struct W4Cfg {
+  static constexpr int WARPS_N = 4, WARPS_M = THREADS / 32 / WARPS_N;
+  static constexpr int WM = BM / WARPS_M, MI = WM / 16;
+  // copy stages in flight: two 256-thread CTAs, or one 512-thread CTA, per SM's 228 KB
   static constexpr int STAGES = BM == 128 ? 3 : 4;
+  static constexpr int MIN_BLOCKS = THREADS == 512 ? 1 : 2;
   static constexpr int a_bytes = BM * BK * 2;    // x tile, bf16
   static constexpr int wp_bytes = BN * BK / 2;   // packed codes
   static constexpr int ws_bytes = BN * BK / 16;  // e4m3 scales
   static constexpr int stage = a_bytes + wp_bytes + ws_bytes;
   static constexpr int wb_bytes = BN * BK * 2;  // a dequantized tile (two: this step's, the next's)
   static constexpr int bytes = STAGES * stage + 2 * wb_bytes;
+  static constexpr int A_CH = BM * 8 / THREADS;          // 16-byte x copies per thread and step
+  static constexpr int WP_CH = wp_bytes / 16;            // 16-byte packed copies per step
+  static constexpr int UNITS = BN * (BK / 16) / THREADS;  // (row, 16-weight block)s per thread and step
+  static_assert(A_CH >= 1 && UNITS >= 1 && WP_CH <= THREADS && MI >= 1, "tile shape");
 };
 
 // byte offset of 16-byte chunk c of row r in a tile of 128-byte rows
 __device__ __forceinline__ int swz(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
-template <int S>
-__device__ __forceinline__ uint32_t shl(uint32_t w) {
-  if constexpr (S >= 0) return w << S;
-  else return w >> (-S);
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
 }
 
-// Byte B of w (codes k = 2B in the low nibble, 2B + 1 in the high one) as a bf16 pair, for
-// scales below 4. A code's bits placed as a float's (magnitude bits 0-2 at 22-24, sign at 31)
-// make the float code_value x 2^-126 (exponent field e, mantissa m: 2^(e-127)(1 + m/2), and the
-// subnormal m x 2^-127 for e = 0), so x (s32 x 2^126) is the same real product as
-// code_value x s32 and rounds to the same float; s32 x 2^126 is exact and finite for s32 < 4.
-template <int B>
-__device__ __forceinline__ uint32_t pair_fast(uint32_t w, float sp) {
-  const float lo = __uint_as_float((shl<22 - 8 * B>(w) & 0x01C00000u) | (shl<28 - 8 * B>(w) & 0x80000000u));
-  const float hi = __uint_as_float((shl<18 - 8 * B>(w) & 0x01C00000u) | (shl<24 - 8 * B>(w) & 0x80000000u));
-  return pack_bf16(__fmul_rn(lo, sp), __fmul_rn(hi, sp));
+// The 8 magnitudes of one scale block, T[c] = bf16(e2m1(c) * s32) for c = 0..7 (the spec's
+// product, computed as such), as byte tables for prmt: lo = their low bytes, hi = their high
+// bytes, codes 0-3 in *0 and 4-7 in *1.
+struct Table {
+  uint32_t lo0, lo1, hi0, hi1;
+};
+__device__ __forceinline__ Table make_table(float s32) {
+  const uint32_t p01 = pack_bf16(__fmul_rn(0.0f, s32), __fmul_rn(0.5f, s32));
+  const uint32_t p23 = pack_bf16(s32, __fmul_rn(1.5f, s32));
+  const uint32_t p45 = pack_bf16(__fmul_rn(2.0f, s32), __fmul_rn(3.0f, s32));
+  const uint32_t p67 = pack_bf16(__fmul_rn(4.0f, s32), __fmul_rn(6.0f, s32));
+  return {prmt(p01, p23, 0x6420), prmt(p45, p67, 0x6420), prmt(p01, p23, 0x7531), prmt(p45, p67, 0x7531)};
 }
 
-// 8 codes (one packed word) sharing the scale s32 -> 4 bf16 pairs in k order.
-__device__ __forceinline__ void dequant_word(uint32_t w, float s32, uint32_t* out) {
-  if (s32 < 4.0f) {
-    const float sp = __fmul_rn(s32, __uint_as_float(0x7E800000u));  // 2^126
-    out[0] = pair_fast<0>(w, sp);
-    out[1] = pair_fast<1>(w, sp);
-    out[2] = pair_fast<2>(w, sp);
-    out[3] = pair_fast<3>(w, sp);
-  } else {  // huge weights (|W| > ~24 in the block): the direct formula
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const uint32_t byte = (w >> (8 * b)) & 0xff;
-      out[b] = pack_bf16(__fmul_rn(e2m1_value(byte & 15), s32), __fmul_rn(e2m1_value(byte >> 4), s32));
-    }
-  }
+// 8 codes (one packed word: code j in nibble j, k order) -> 4 bf16 pairs. Magnitudes are looked
+// up 4 at a time (prmt with the 3-bit magnitudes as byte selectors, low and high bytes
+// separately, then interleaved); the sign (bf16(-v s) = -bf16(v s)) is xor-ed into bit 15 / 31
+// from a prmt in sign-replicating mode: code 2p's sign is bit 3 of byte p (bit 7 of byte p of
+// w << 4), code 2p + 1's is bit 7 of byte p. ~19 instructions for 8 weights.
+__device__ __forceinline__ void dequant_word(uint32_t w, const Table& t, uint32_t* out) {
+  const uint32_t idx = w & 0x77777777u, w4 = w << 4;
+  const uint32_t la = prmt(t.lo0, t.lo1, idx), ha = prmt(t.hi0, t.hi1, idx);
+  const uint32_t lb = prmt(t.lo0, t.lo1, idx >> 16), hb = prmt(t.hi0, t.hi1, idx >> 16);
+  out[0] = prmt(la, ha, 0x5140) ^ (prmt(w4, w, 0xCC88) & 0x80008000u);
+  out[1] = prmt(la, ha, 0x7362) ^ (prmt(w4, w, 0xDD99) & 0x80008000u);
+  out[2] = prmt(lb, hb, 0x5140) ^ (prmt(w4, w, 0xEEAA) & 0x80008000u);
+  out[3] = prmt(lb, hb, 0x7362) ^ (prmt(w4, w, 0xFFBB) & 0x80008000u);
 }
 
-template <int BM>
-__global__ void __launch_bounds__(THREADS, 2)
+template <int BM, int THREADS>
+__global__ void __launch_bounds__(THREADS, W4Cfg<BM, THREADS>::MIN_BLOCKS)
     nvfp4_gemm_k(const bf16* __restrict__ x, int m, int k, int64_t ldx, const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
                  const float* __restrict__ row_gs, int n, void* y, bool y_f32, int64_t ldy, bool accumulate) {
-  using S = W4Smem<BM>;
-  constexpr int WM = BM / 2, MI = WM / 16, STAGES = S::STAGES;
+  using C = W4Cfg<BM, THREADS>;
+  constexpr int STAGES = C::STAGES, WM = C::WM, MI = C::MI, A_CH = C::A_CH, UNITS = C::UNITS;
   extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* const wbuf = smem + STAGES * S::stage;
+  unsigned char* const wbuf = smem + STAGES * C::stage;
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int wm = warp >> 2, wn = warp & 3;
+  const int wm = warp / C::WARPS_N, wn = warp % C::WARPS_N;
   const int m0 = int(blockIdx.y) * BM, n0 = int(blockIdx.x) * BN;
   const int ktiles = k / BK;
   const int64_t prow = k / 2, srow = k / 16;
 
   // This thread's copies, addresses fixed but for k: A_CH chunks of x rows, one 16-byte chunk of
-  // packed codes, and (threads < BN) one 4-byte word of scales. Rows past m or n read nothing
-  // and zero-fill (zero codes and zero scales dequantize to 0).
-  constexpr int A_CH = BM * 8 / THREADS;
-  const bf16* xsrc[A_CH];
-  int aoff[A_CH];
-  bool ain[A_CH];
-#pragma unroll
-  for (int i = 0; i < A_CH; ++i) {
-    const int e = tid + i * THREADS, r = e >> 3, c = e & 7;
-    ain[i] = m0 + r < m;
-    xsrc[i] = ain[i] ? x + int64_t(m0 + r) * ldx + c * 8 : x;
-    aoff[i] = swz(r, c);
-  }
-  const bool win = n0 + (tid >> 1) < n, sin = tid < BN && n0 + tid < n;
+  // packed codes (threads < WP_CH), one 4-byte word of scales (threads < BN). Rows past m or n
+  // read nothing and zero-fill (zero codes and zero scales dequantize to 0).
+  // x: rows ar + i * (THREADS / 8), 16-byte chunk ac; the row step is a multiple of 8, so the
+  // swizzle (row % 8) is the same for every i
+  constexpr int AROWS = THREADS / 8;
+  const int ar = tid >> 3, ac = tid & 7, aoff = swz(ar, ac);
+  const bf16* xsrc = x + int64_t(m0 + ar) * ldx + ac * 8;
+  const bool wthr = tid < C::WP_CH, win = wthr && n0 + (tid >> 1) < n, sin = tid < BN && n0 + tid < n;
   const uint8_t* wsrc = win ? packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : packed;
   const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
   auto load_stage = [&](int kt) {
-    unsigned char* a = smem + (kt % STAGES) * S::stage;
+    unsigned char* a = smem + (kt % STAGES) * C::stage;
     const int k0 = kt * BK;
 #pragma unroll
-    for (int i = 0; i < A_CH; ++i) cp_async16(a + aoff[i], ain[i] ? xsrc[i] + k0 : x, ain[i]);
-    cp_async16(a + S::a_bytes + tid * 16, win ? wsrc + k0 / 2 : packed, win);
-    if (tid < BN) cp_async4(a + S::a_bytes + S::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
+    for (int i = 0; i < A_CH; ++i) {
+      const bool in = m0 + ar + i * AROWS < m;
+      cp_async16(a + aoff + i * AROWS * 128, in ? xsrc + int64_t(i * AROWS) * ldx + k0 : x, in);
+    }
+    if (wthr) cp_async16(a + C::a_bytes + tid * 16, win ? wsrc + k0 / 2 : packed, win);
+    if (tid < BN) cp_async4(a + C::a_bytes + C::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
   };
 
-  // this thread's share of the dequantization: row dr of the tile, k half dh (two scale blocks)
-  const int dr = tid >> 1, dh = tid & 1;
-  const float gs = n0 + dr < n ? row_gs[n0 + dr] : 1.0f;
-  // the packed word w (0-3: k dh*32 + 8w .. +7) of tile kt and its scale
-  uint4 pk;
-  float s0 = 0, s1 = 0;
-  auto fetch = [&](int kt) {
-    const unsigned char* st = smem + (kt % STAGES) * S::stage + S::a_bytes;
-    pk = *reinterpret_cast<const uint4*>(st + dr * 32 + dh * 16);
-    const unsigned char* sc = st + S::wp_bytes + dr * 4 + dh * 2;
-    s0 = __fdiv_rn(e4m3_value(sc[0]), gs);
-    s1 = __fdiv_rn(e4m3_value(sc[1]), gs);
+  // This thread's dequantization units: rows ur0 + i * (THREADS / 4), 16-weight block ub (8
+  // packed bytes and one scale each).
+  constexpr int UROWS = THREADS / 4;
+  const int ur0 = tid >> 2, ub = tid & 3;
+  float ugs[UNITS];
+#pragma unroll
+  for (int i = 0; i < UNITS; ++i) ugs[i] = n0 + ur0 + i * UROWS < n ? row_gs[n0 + ur0 + i * UROWS] : 1.0f;
+  uint2 pk[UNITS];
+  float us[UNITS];
+  auto fetch = [&](int kt) {  // tile kt's codes and scales of this thread's units, into registers
+    const unsigned char* st = smem + (kt % STAGES) * C::stage + C::a_bytes;
+#pragma unroll
+    for (int i = 0; i < UNITS; ++i) {
+      const int r = ur0 + i * UROWS;
+      pk[i] = *reinterpret_cast<const uint2*>(st + r * 32 + ub * 8);
+      us[i] = __fdiv_rn(e4m3_value(st[C::wp_bytes + r * 4 + ub]), ugs[i]);
+    }
   };
-  auto dequant = [&](int w, unsigned char* wb) {
-    uint32_t o[4];
-    dequant_word(w == 0 ? pk.x : w == 1 ? pk.y : w == 2 ? pk.z : pk.w, w < 2 ? s0 : s1, o);
-    *reinterpret_cast<uint4*>(wb + swz(dr, dh * 4 + w)) = make_uint4(o[0], o[1], o[2], o[3]);
+  auto dequant = [&](int i, unsigned char* wb) {
+    const Table t = make_table(us[i]);
+    uint32_t o[8];
+    dequant_word(pk[i].x, t, o);
+    dequant_word(pk[i].y, t, o + 4);
+    const int r = ur0 + i * UROWS;
+    *reinterpret_cast<uint4*>(wb + swz(r, ub * 2)) = make_uint4(o[0], o[1], o[2], o[3]);
+    *reinterpret_cast<uint4*>(wb + swz(r, ub * 2 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
   };
 
 #pragma unroll
@@ -159,7 +174,7 @@ __global__ void __launch_bounds__(THREADS, 2)
   __syncthreads();
   fetch(0);
 #pragma unroll
-  for (int w = 0; w < 4; ++w) dequant(w, wbuf);
+  for (int i = 0; i < UNITS; ++i) dequant(i, wbuf);
 
   float acc[MI][4][4];
 #pragma unroll
@@ -180,9 +195,9 @@ __global__ void __launch_bounds__(THREADS, 2)
     const bool next = kt + 1 < ktiles;
     if (next) fetch(kt + 1);
 
-    const unsigned char* a = smem + (kt % STAGES) * S::stage;
-    const unsigned char* wb = wbuf + (kt & 1) * S::wb_bytes;
-    unsigned char* wn_buf = wbuf + ((kt + 1) & 1) * S::wb_bytes;
+    const unsigned char* a = smem + (kt % STAGES) * C::stage;
+    const unsigned char* wb = wbuf + (kt & 1) * C::wb_bytes;
+    unsigned char* wb_next = wbuf + ((kt + 1) & 1) * C::wb_bytes;
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
       uint32_t af[MI][4];
@@ -197,7 +212,8 @@ __global__ void __launch_bounds__(THREADS, 2)
         const int r = wn * 32 + pr * 16 + (lane & 7) + ((lane >> 4) << 3);
         ldmatrix_x4(bfr[pr], wb + swz(r, kk * 2 + ((lane >> 3) & 1)));
       }
-      if (next) dequant(kk, wn_buf);  // the next tile's word kk, between this step's MMAs
+      // the next tile's units, spread over this step's MMAs
+      if (next && kk % (4 / UNITS) == 0) dequant(kk / (4 / UNITS), wb_next);
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -230,20 +246,22 @@ __global__ void __launch_bounds__(THREADS, 2)
       }
 }
 
-template <int BM>
+template <int BM, int THREADS>
 void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n,
             void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s) {
+  using C = W4Cfg<BM, THREADS>;
   static const bool configured = [] {
-    check(cudaFuncSetAttribute(nvfp4_gemm_k<BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, W4Smem<BM>::bytes), "nvfp4_gemm");
-    // all of L1 as shared memory, so that two CTAs fit an SM
-    check(cudaFuncSetAttribute(nvfp4_gemm_k<BM>, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)),
+    check(cudaFuncSetAttribute(nvfp4_gemm_k<BM, THREADS>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "nvfp4_gemm");
+    // all of L1 as shared memory, so that the CTAs fit
+    check(cudaFuncSetAttribute(nvfp4_gemm_k<BM, THREADS>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               int(cudaSharedmemCarveoutMaxShared)),
           "nvfp4_gemm");
     return true;
   }();
   (void)configured;
   const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + BM - 1) / BM));
-  nvfp4_gemm_k<BM><<<grid, THREADS, W4Smem<BM>::bytes, s>>>(x, int(m), int(k), ldx, packed, scales, row_gs, int(n), y, y_f32, ldy,
-                                                             accumulate);
+  nvfp4_gemm_k<BM, THREADS><<<grid, THREADS, C::bytes, s>>>(x, int(m), int(k), ldx, packed, scales, row_gs, int(n), y, y_f32, ldy,
+                                                              accumulate);
   check_launch("nvfp4_gemm");
 }
 
@@ -261,6 +279,22 @@ int sm_count() {
 
 bool nvfp4_gemm_supports(int64_t k, int64_t ldx) { return k > 0 && k % BK == 0 && ldx % 8 == 0; }
 
+int nvfp4_gemm_tile_rows(int64_t m, int64_t n) {
+  // Taller tiles spend less dequantization and fewer copies per multiply-add (a weight tile is
+  // dequantized once per CTA) but pad m more and make fewer CTAs: pick the least padded rows x
+  // an overhead guess among tiles that still give every SM a CTA. Any choice gives the same bits.
+  const int64_t nt = (n + BN - 1) / BN;
+  int pick = 64;
+  double best = 1e300;
+  for (auto [bm, f] : {std::pair{256, 1.0}, {128, 1.25}, {64, 1.6}}) {
+    const int64_t tiles = (m + bm - 1) / bm;
+    if (bm != 64 && tiles * nt < sm_count()) continue;
+    const double cost = double(tiles * bm) * f;
+    if (cost < best) best = cost, pick = bm;
+  }
+  return pick;
+}
+
 void nvfp4_gemm(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n,
                 void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s) {
   if (m == 0 || n == 0) return;
@@ -270,12 +304,11 @@ void nvfp4_gemm(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t*
     throw Error(Status::Internal, "internal_error",
                 "nvfp4_gemm: unsupported operands (k " + std::to_string(k) + " must be a multiple of 64, x rows 16-byte aligned, " +
                     "accumulation into fp32 only)");
-  // 128-row tiles (half the dequantization per multiply-add of 64-row ones) unless they leave
-  // most SMs idle. Either gives the same bits (header comment).
-  if (m > 64 && (m + 127) / 128 * ((n + BN - 1) / BN) >= sm_count())
-    launch<128>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s);
-  else
-    launch<64>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s);
+  switch (nvfp4_gemm_tile_rows(m, n)) {
+    case 256: launch<256, 512>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s); break;
+    case 128: launch<128, 256>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s); break;
+    default: launch<64, 256>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s); break;
+  }
 }
 
 }  // namespace clefrt::cuda

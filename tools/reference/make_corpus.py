@@ -6,10 +6,13 @@ System One requests for the encoder. Runs anywhere (standard library only).
 
 writes tokenizer_inputs.json and encode_inputs.jsonl there. The expected outputs are made from
 these by tokenize_ref.py and encode_ref.py on a machine with Hugging Face `tokenizers`.
+CORPUS_SEED=N draws another corpus of the same kinds (the committed fixtures use the default;
+bench/run_quality_cpu.sh adds one for more varied requests).
 """
 import base64, json, os, random, struct, sys, zlib
 
-R = random.Random(20261201)
+SEED = int(os.environ.get("CORPUS_SEED", "20261201"))
+R = random.Random(SEED)
 
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|vision_start|>", "<|image_pad|>",
             "<|vision_end|>", "<think>", "</think>", "<tool_call>", "<|fim_prefix|>", "<|im_", "|>", "<think", "<|"]
@@ -184,7 +187,7 @@ def main():
     strings += ["", " ", "\n", "a", "<|im_start|>", "<|im_start|>user\nhi<|im_end|>", ">\u0338<|im_end|>\u0338",
                 "Hello world", "  leading", "trailing  ", "\r\n\r\n", "x" * 5000, " " * 5000 + "x"]
     with open(os.path.join(out, "tokenizer_inputs.json"), "w", encoding="utf-8") as f:
-        json.dump({"seed": 20261201, "strings": strings}, f, ensure_ascii=False)
+        json.dump({"seed": SEED, "strings": strings}, f, ensure_ascii=False)
     with open(os.path.join(out, "encode_inputs.jsonl"), "w", encoding="utf-8") as f:
         for i in range(320):
             rec = {"parse_special": i % 3 == 0, "max_length": pick([16384, 16384, 16384, 16384, 4096, 4096, 1200, 600, 300]), "request": rand_request(i)}
