@@ -19,7 +19,13 @@ with open('$w/requests.jsonl', 'w') as out:
         for line in open(f, encoding='utf-8'):
             out.write(json.dumps(json.loads(line)['request'], ensure_ascii=False) + '\n')
 "
-tail -64 "$w/requests.jsonl" > "$w/calib.jsonl"
+# calibration: the last 64 requests without images and of moderate size (one that cannot be
+# encoded stops `clefrt quantize`, which names its line)
+python3 -c "
+import json
+rs = [l for l in open('$w/requests.jsonl', encoding='utf-8') if 'images' not in json.loads(l) and len(l) < 20000]
+open('$w/calib.jsonl', 'w', encoding='utf-8').writelines(rs[-64:])
+"
 build/clefrt synth --out "$w/small" --config small --tokenizer .deps/qwen3/tokenizer.json --linear-gain 0.5 2> /dev/null
 build/clefrt quantize --model "$w/small" --out "$w/small-fp8" --scheme fp8 2> /dev/null
 build/clefrt quantize --model "$w/small" --out "$w/small-w4a16" --scheme nvfp4-w4a16 2> /dev/null

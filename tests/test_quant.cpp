@@ -321,6 +321,24 @@ TEST(Quant, QuantizeCommandWritesLoadableFolders) {
   bad.scheme = "fp8";
   bad.out_dir = src;
   EXPECT_THROW(quant::quantize_folder(bad), Error);
+  // a calibration record that cannot be encoded: the error names the file and line
+  {
+    const std::string bad_calib = testing::TempDir() + "clefrt-qq-badcalib-" + std::to_string(getpid()) + ".jsonl";
+    std::ofstream(bad_calib) << R"({"state":"fine","questions":{"a":{"type":"noul"}}})" << "\n\n"
+                             << R"({"state":"broken","questions":{"a":{"type":"nope"}}})" << "\n";
+    quant::QuantizeOptions q;
+    q.model_dir = src;
+    q.out_dir = testing::TempDir() + "clefrt-qq-badcalib-out-" + std::to_string(getpid());
+    q.scheme = "nvfp4";
+    q.calib_file = bad_calib;
+    q.progress = false;
+    try {
+      quant::quantize_folder(q);
+      ADD_FAILURE() << "expected the bad calibration record to be refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad_calib + ":3"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

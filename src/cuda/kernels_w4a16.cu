@@ -1,26 +1,28 @@
 // The NVFP4 W4A16 GEMM (kernels_quant.h nvfp4_gemm): y (+)= x W^T with W packed (4.5 bits a
 // weight) in global memory and dequantized per tile in shared memory, then bf16 tensor cores.
 //
-// Per CTA a 128-column (output channel) x BM-row (token) tile; per 64-wide k step:
+// Per CTA a 128-column (output channel) x BM-row (token) tile, BM = 64, 128 (256 threads) or 256
+// (512 threads); per 64-wide k step:
 //   1. cp.async brings x's [BM, 64] bf16 tile and W's [128, 32] packed bytes + [128, 4] e4m3
 //      scales, several steps ahead of the math (global latency under the MMAs);
-//   2. each of the 256 threads dequantizes 32 weights of the NEXT step (one row, half the step)
-//      into one of two bf16 tiles, W = bf16(code * (e4m3(scale) / gs_row)) exactly as
-//      spec/quant.md and nvfp4_dequant_k, interleaved with
-//   3. the MMAs of this step: 8 warps (2 x 4, warp tile BM/2 x 32), mma.sync m16n8k16 on
-//      ldmatrix fragments. The ALU work of 2. issues between the tensor-core work of 3 (a first
-//      version that dequantized, synchronized, then multiplied ran at ~200 TFLOP/s).
+//   2. each thread dequantizes one or two (row, 16-weight block)s of the NEXT step into one of
+//      two bf16 tiles: the block's 8 magnitudes bf16(code_value * (e4m3(scale) / gs_row)) are
+//      computed as spec/quant.md says, then looked up four codes at a time with byte permutes
+//      (exactly nvfp4_dequant_k's values, tested bit for bit), interleaved with
+//   3. the MMAs of this step: warps 4 across (32 channels each) x BM/64 or 2 down, mma.sync
+//      m16n8k16 on ldmatrix fragments.
 // Shared tiles keep 128-byte rows (64 bf16) with the 16-byte chunks XOR-swizzled by row % 8, so
 // the 8 rows an ldmatrix phase reads sit in distinct banks.
 //
-// Measured (H200, 27B shapes, bench/results/2026-12-01-h200-clef-27b-quant.md, session 5): ~200
-// TFLOP/s at 8,192 tokens, 130-165 at the blog's 318, against cuBLASLt's bf16 400-700: slower
-// than the staged path (qlinear.h) everywhere but the blog's down projection, so not the default.
-// Nsight Compute (gdn in_proj, 8,192 x 16,384 x 5,120): issue-bound, IPC 2.27 of 4, 25% occupancy
-// (registers and shared memory), ~600 instructions per warp per k step for its 64 MMAs: the
-// dequantization (~5.5 instructions a weight, 32 weights a thread a step), copies and address
-// math. What would close the gap: a cheaper dequantization (byte-permute lookups), 256-row tiles
-// (half the dequantization per MMA), or wgmma with the dequantized tile as its B operand.
+// Measured (H200, 27B shapes, bench/results/2026-12-01-h200-clef-27b-quant.md, session 5): ~295
+// TFLOP/s on the 8,192-token gate_up, ~175 at the blog's 318 tokens, against 400-700 for
+// cuBLASLt's bf16 GEMMs behind the staged path (qlinear.h): slower everywhere but the blog's down
+// projection, so not the default. History: a first version (dequantize, barrier, multiply; the
+// direct float formula, ~5.5 instructions a weight) ran ~200 TFLOP/s and Nsight Compute found it
+// issue-bound (IPC 2.27 of 4, ~600 instructions per warp per k step for 64 MMAs); overlapping
+// the dequantization with the MMAs gained nothing, hoisting copy addresses 7%, the byte-permute
+// lookups (~3.3 instructions a weight) with 256-row tiles another 17-20%. Next: wgmma (the
+// dequantized tile as its shared-memory B operand), which mma.sync cannot approach on Hopper.
 //
 // Every output element is one thread's fp32 sum over k in increasing 16-wide steps, whatever m
 // is and whichever BM is chosen: a row's result does not depend on the batch it runs in.

@@ -7,7 +7,7 @@
 //   With W4A16Kernel::Fused (CLEFRT_W4A16_FUSED=1) parts whose k is a multiple of 64 run the
 //   W4A16 GEMM of kernels_w4a16.cu instead (dequantized per tile in shared memory, no staging
 //   slots): measured on the H200 at the 27B shapes it is slower than staging at every size a Clef
-//   prompt has (blog 120 vs 98 ms, 8,192 tokens 2,043 vs 948 ms; bench/results), so it is not the
+//   prompt has (blog 113 vs 98 ms, 8,192 tokens 1,702 vs 948 ms; bench/results), so it is not the
 //   default. W4A4 first quantizes-dequantizes the activations per token and per 16 inputs (the
 //   exact W4A4 numerics).
 // - FP8: activations quantized per token to e4m3, cuBLASLt FP8 GEMM (fp32 accumulation), then

@@ -82,18 +82,26 @@ void quantize_folder(const QuantizeOptions& o) {
     std::ifstream in(o.calib_file);
     if (!in) throw load_error(o.calib_file, "cannot read the calibration records");
     std::string line;
-    size_t n = 0;
+    size_t n = 0, line_no = 0;
     model::set_activation_observer(&Calibration::observe, &cal);
     try {
       while (n < o.calib_records && std::getline(in, line)) {
+        ++line_no;
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        Encoded e = engine->encoder().encode(parse_request(line));
+        Encoded e;
+        try {
+          e = engine->encoder().encode(parse_request(line));
+        } catch (const Error& err) {  // say which record: the message alone does not
+          const std::string at = o.calib_file + ":" + std::to_string(line_no);
+          throw Error(err.status(), err.type(), err.message(), err.where().empty() ? at : at + ": " + err.where());
+        }
         engine->probs({&e});
         ++n;
         if (o.progress) std::fprintf(stderr, "\rquantize: calibration %zu/%zu records", n, o.calib_records);
       }
     } catch (...) {
       model::set_activation_observer(nullptr, nullptr);
+      if (o.progress) std::fprintf(stderr, "\n");  // end the progress line before the error
       throw;
     }
     model::set_activation_observer(nullptr, nullptr);
