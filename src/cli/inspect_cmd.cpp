@@ -132,9 +132,10 @@ Runner add_inspect(CLI::App& app) {
                      Mode{"nvfp4 (W4A4)", QuantMode::NVFP4, 0.5625, 4}}) {
         const double weights = lin * m.bytes_per_weight + lin_rows * m.bytes_per_row + other * 2 + head;
         const double arena = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, *max_tokens, 64, m.q));
-        // staging: two slots of up to LinearRunner::kStageBytes
+        // staging: two slots of up to LinearRunner::kStageBytes (none with the fused W4A16 GEMM)
+        const bool staged = cuda::w4a16_kernel_from_env() == cuda::W4A16Kernel::Staged;
         const double staging =
-            (m.q == QuantMode::NVFP4 || m.q == QuantMode::NVFP4_W4A16) ? 2.0 * double(cuda::LinearRunner::kStageBytes) : 0.0;
+            staged && (m.q == QuantMode::NVFP4 || m.q == QuantMode::NVFP4_W4A16) ? 2.0 * double(cuda::LinearRunner::kStageBytes) : 0.0;
         const double total = weights + arena + ws + staging;
         std::printf("  cuda --quant %-12s weights %s + embeddings %s + activations (%lld tokens) %s + workspaces %s = %s; "
                     "with --offload-embeddings %s\n",
