@@ -1,0 +1,146 @@
+// The W4A16 GEMM against bf16 at the GEMM level (issue 6: "beat the bf16 GEMM at small M,
+// >= 70% of its rate at M >= 2,048"), at the 27B model's MLP shapes, for token counts from 1 to
+// 8,192. Per shape and m (CUDA events, median of 20 after 3 warm-ups):
+//   bf16 inv     cuBLASLt bf16 GEMM, batch-invariant algorithm (the engine's default)
+//   bf16 heur    cuBLASLt bf16 GEMM, the heuristic's algorithm for this m
+//   staged       the whole NVFP4 weight dequantized to bf16, then the invariant GEMM, serially
+//                (the engine overlaps the two in chunks: an upper bound of its cost)
+//   fused        nvfp4_gemm (kernels_w4a16.cu)
+// Random weights, quantized on the GPU. Usage: clefrt_bench_w4a16 [--commit ID] [--json FILE]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "cuda/buffer.h"
+#include "cuda/check.h"
+#include "cuda/gemm.h"
+#include "cuda/hardware.h"
+#include "cuda/kernels.h"
+#include "cuda/kernels_quant.h"
+
+using namespace clefrt;
+using namespace clefrt::cuda;
+
+namespace {
+
+template <class F>
+double median_ms(cudaStream_t s, F f) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < 3; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < 20; ++i) {
+    check(cudaEventRecord(a, s), "event");
+    f();
+    check(cudaEventRecord(b, s), "event");
+    check(cudaEventSynchronize(b), "event");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "event");
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string commit = "unknown", json_out;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_out = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--commit ID] [--json FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    const HardwareLimits hw = measure_hardware();
+    std::printf("%s: bf16 GEMM peak %.0f TFLOP/s, copy %.0f GB/s\n", hw.gpu.c_str(), hw.peak_bf16_tflops, hw.copy_gbps);
+    cudaStream_t s;
+    check(cudaStreamCreate(&s), "stream");
+    Gemm inv(s, true), heur(s, false);
+    const std::vector<int64_t> ms = {1, 16, 64, 128, 318, 1024, 2048, 8192};
+    json::Value shapes = json::Value::array();
+    struct Shape {
+      const char* name;
+      int64_t n, k;
+    };
+    for (Shape sh : {Shape{"mlp gate_up", 34816, 5120}, Shape{"mlp down", 5120, 17408}}) {
+      const int64_t n = sh.n, k = sh.k, mmax = ms.back();
+      DeviceBuffer w(size_t(n * k) * 2, "W"), wd(size_t(n * k) * 2, "W dequantized"), packed(size_t(n * k / 2), "W packed"),
+          scales(size_t(n * k / 16), "W scales"), gsr(size_t(n) * 4, "gs"), amax(4, "amax"), x(size_t(mmax * k) * 2, "x"),
+          y(size_t(mmax * n) * 2, "y");
+      fill_normal_bf16(w.as<bf16>(), n * k, 11, 0.0f, 0.02f, s);
+      fill_normal_bf16(x.as<bf16>(), mmax * k, 12, 0.0f, 1.0f, s);
+      check(cudaMemsetAsync(amax.get(), 0, 4, s), "amax");
+      amax_bf16(w.as<bf16>(), n * k, amax.as<float>(), s);
+      float a = 0;
+      check(cudaMemcpyAsync(&a, amax.get(), 4, cudaMemcpyDeviceToHost, s), "amax");
+      check(cudaStreamSynchronize(s), "amax");
+      const float gs = 448.0f * 6.0f / a;
+      const std::vector<float> gsv(size_t(n), gs);
+      check(cudaMemcpy(gsr.get(), gsv.data(), gsv.size() * 4, cudaMemcpyHostToDevice), "gs");
+      nvfp4_quantize(w.as<bf16>(), n, k, gs, packed.as<uint8_t>(), scales.as<uint8_t>(), s);
+      std::printf("\n%s: n %lld, k %lld (packed weights %.1f MB, bf16 %.1f MB)\n", sh.name, (long long)n, (long long)k,
+                  double(n * k) * 0.5625 / 1e6, double(n * k) * 2 / 1e6);
+      std::printf("%6s %10s %10s %10s %10s   %8s %8s %8s %8s  fused/bf16inv  fused weight GB/s\n", "m", "bf16 inv", "bf16 heur",
+                  "staged", "fused", "TF/s", "TF/s", "TF/s", "TF/s");
+      json::Value rows = json::Value::array();
+      for (int64_t m : ms) {
+        const double t_inv = median_ms(s, [&] { inv.run(x.as<bf16>(), m, k, k, w.as<bf16>(), n, y.get(), OutType::BF16, n, false, "bench"); });
+        const double t_heur =
+            median_ms(s, [&] { heur.run(x.as<bf16>(), m, k, k, w.as<bf16>(), n, y.get(), OutType::BF16, n, false, "bench"); });
+        const double t_staged = median_ms(s, [&] {
+          nvfp4_dequantize(packed.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, k, wd.as<bf16>(), s);
+          inv.run(x.as<bf16>(), m, k, k, wd.as<bf16>(), n, y.get(), OutType::BF16, n, false, "bench");
+        });
+        const double t_fused = median_ms(s, [&] {
+          nvfp4_gemm(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, y.get(), false, n, false, s);
+        });
+        const double flop = 2.0 * double(m) * double(n) * double(k);
+        auto tf = [&](double t) { return flop / (t * 1e-3) / 1e12; };
+        const double wbw = double(n * k) * 0.5625 / (t_fused * 1e-3) / 1e9;
+        std::printf("%6lld %10.3f %10.3f %10.3f %10.3f   %8.1f %8.1f %8.1f %8.1f  %12.2fx %12.0f\n", (long long)m, t_inv, t_heur, t_staged,
+                    t_fused, tf(t_inv), tf(t_heur), tf(t_staged), tf(t_fused), t_inv / t_fused, wbw);
+        json::Value r = json::Value::object();
+        r.add("m", json::Value::integer(m));
+        r.add("bf16_invariant_ms", json::Value::number(t_inv));
+        r.add("bf16_heuristic_ms", json::Value::number(t_heur));
+        r.add("staged_serial_ms", json::Value::number(t_staged));
+        r.add("fused_ms", json::Value::number(t_fused));
+        r.add("fused_weight_gbps", json::Value::number(wbw));
+        rows.arr.push_back(std::move(r));
+      }
+      json::Value sv = json::Value::object();
+      sv.add("name", json::Value::string(sh.name));
+      sv.add("n", json::Value::integer(n));
+      sv.add("k", json::Value::integer(k));
+      sv.add("points", std::move(rows));
+      shapes.arr.push_back(std::move(sv));
+    }
+    if (!json_out.empty()) {
+      json::Value out = json::Value::object();
+      out.add("gpu", json::Value::string(hw.gpu));
+      out.add("commit", json::Value::string(commit));
+      out.add("peak_bf16_tflops", json::Value::number(hw.peak_bf16_tflops));
+      out.add("copy_gbps", json::Value::number(hw.copy_gbps));
+      out.add("shapes", std::move(shapes));
+      std::ofstream(json_out) << json::write(out) << "\n";
+    }
+    cudaStreamDestroy(s);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "clefrt_bench_w4a16: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
