@@ -9,7 +9,7 @@
 //      two bf16 tiles: the block's 8 magnitudes bf16(code_value * (e4m3(scale) / gs_row)) are
 //      computed as spec/quant.md says, then looked up four codes at a time with byte permutes
 //      (exactly nvfp4_dequant_k's values, tested bit for bit), interleaved with
-//   3. the MMAs of this step: warps 4 across (32 channels each) x BM/64 or 2 down, mma.sync
+//   3. the MMAs of this step: warps 4 across (32 channels each) x THREADS/128 down, mma.sync
 //      m16n8k16 on ldmatrix fragments.
 // Shared tiles keep 128-byte rows (64 bf16) with the 16-byte chunks XOR-swizzled by row % 8, so
 // the 8 rows an ldmatrix phase reads sit in distinct banks.
