@@ -29,13 +29,16 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// rows x cols fp32 (cols % 4 == 0) from src (row stride lds floats) to dst (row stride ldd);
-// rows >= valid_rows and columns >= valid_cols are zero-filled. All threads of the block take part.
-__device__ __forceinline__ void load_tile_async(float* dst, int ldd, const float* src, int64_t lds, int rows, int cols, int valid_rows,
+// rows x cols of T (cols a multiple of 16 bytes' worth) from src (row stride lds elements) to
+// dst (row stride ldd), in 16-byte copies; rows >= valid_rows and columns >= valid_cols are
+// zero-filled. All threads of the block take part. fp32 tiles (GDN) and bf16 ones (attention).
+template <class T>
+__device__ __forceinline__ void load_tile_async(T* dst, int ldd, const T* src, int64_t lds, int rows, int cols, int valid_rows,
                                                 int valid_cols) {
-  const int q = cols / 4;
+  constexpr int V = 16 / int(sizeof(T));
+  const int q = cols / V;
   for (int e = int(threadIdx.x); e < rows * q; e += int(blockDim.x)) {
-    const int i = e / q, x = (e - i * q) * 4;
+    const int i = e / q, x = (e - i * q) * V;
     const bool in = i < valid_rows && x < valid_cols;
     cp_async16(dst + i * ldd + x, in ? src + i * lds + x : src, in);
   }

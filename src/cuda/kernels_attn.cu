@@ -62,15 +62,11 @@ struct FlashSmem {
 };
 
 // rows x D bf16 from src (row stride lds elements) into a tile (row stride D + 8); rows >= valid
-// are zero-filled.
+// (which may lie outside [0, rows]) are zero-filled.
 template <int D>
 __device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* src, int64_t lds, int rows, int64_t valid) {
-  constexpr int LD = FlashSmem<D>::LD;
-  for (int e = int(threadIdx.x); e < rows * (D / 8); e += int(blockDim.x)) {
-    const int r = e / (D / 8), c = (e % (D / 8)) * 8;
-    const bool in = r < valid;
-    cp_async16(dst + r * LD + c, in ? src + r * lds + c : src, in);
-  }
+  const int v = int(valid < 0 ? 0 : valid > rows ? rows : valid);
+  load_tile_async(dst, FlashSmem<D>::LD, src, lds, rows, D, v, D);
 }
 
 // grid (tiles, Hq), 128 threads; each warp owns 16 query rows of the tile. Per key block: V's
