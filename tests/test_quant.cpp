@@ -321,10 +321,14 @@ TEST(Quant, QuantizeCommandWritesLoadableFolders) {
   bad.scheme = "fp8";
   bad.out_dir = src;
   EXPECT_THROW(quant::quantize_folder(bad), Error);
-  // a calibration record that cannot be encoded: the error names the file and line
+  // calibration records: one over the context is skipped (it is valid, just too long), an
+  // invalid one stops the run and the error names the file and line
   {
+    std::string huge(90000, 'x');
+    for (size_t i = 0; i < huge.size(); i += 6) huge[i] = ' ';
     const std::string bad_calib = testing::TempDir() + "clefrt-qq-badcalib-" + std::to_string(getpid()) + ".jsonl";
-    std::ofstream(bad_calib) << R"({"state":"fine","questions":{"a":{"type":"noul"}}})" << "\n\n"
+    std::ofstream(bad_calib) << R"({"state":"fine","questions":{"a":{"type":"noul","instructions":")" << huge << R"("}}})"
+                             << "\n\n"
                              << R"({"state":"broken","questions":{"a":{"type":"nope"}}})" << "\n";
     quant::QuantizeOptions q;
     q.model_dir = src;
@@ -337,6 +341,15 @@ TEST(Quant, QuantizeCommandWritesLoadableFolders) {
       ADD_FAILURE() << "expected the bad calibration record to be refused";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(bad_calib + ":3"), std::string::npos) << e.what();
+    }
+    // only the record over the context: skipped, and then nothing is left to calibrate on
+    std::ofstream(bad_calib) << R"({"state":"fine","questions":{"a":{"type":"noul","instructions":")" << huge << R"("}}})" << "\n";
+    q.out_dir += "-2";
+    try {
+      quant::quantize_folder(q);
+      ADD_FAILURE() << "expected 'no calibration records'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no calibration records that fit the context"), std::string::npos) << e.what();
     }
   }
 }

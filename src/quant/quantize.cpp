@@ -82,7 +82,7 @@ void quantize_folder(const QuantizeOptions& o) {
     std::ifstream in(o.calib_file);
     if (!in) throw load_error(o.calib_file, "cannot read the calibration records");
     std::string line;
-    size_t n = 0, line_no = 0;
+    size_t n = 0, line_no = 0, too_long = 0, first_too_long = 0;
     model::set_activation_observer(&Calibration::observe, &cal);
     try {
       while (n < o.calib_records && std::getline(in, line)) {
@@ -91,7 +91,13 @@ void quantize_folder(const QuantizeOptions& o) {
         Encoded e;
         try {
           e = engine->encoder().encode(parse_request(line));
-        } catch (const Error& err) {  // say which record: the message alone does not
+        } catch (const Error& err) {
+          // A valid record over the context (413) cannot be run: skipped and counted, as logged
+          // traffic holds such records. Anything else is a broken file: stop and say which record.
+          if (err.http_status() == 413) {
+            if (too_long++ == 0) first_too_long = line_no;
+            continue;
+          }
           const std::string at = o.calib_file + ":" + std::to_string(line_no);
           throw Error(err.status(), err.type(), err.message(), err.where().empty() ? at : at + ": " + err.where());
         }
@@ -106,7 +112,10 @@ void quantize_folder(const QuantizeOptions& o) {
     }
     model::set_activation_observer(nullptr, nullptr);
     if (o.progress) std::fprintf(stderr, "\n");
-    if (n == 0) throw load_error(o.calib_file, "no calibration records");
+    if (too_long)
+      std::fprintf(stderr, "quantize: skipped %zu calibration record(s) over the model's context (the first at %s:%zu)\n", too_long,
+                   o.calib_file.c_str(), first_too_long);
+    if (n == 0) throw load_error(o.calib_file, "no calibration records" + std::string(too_long ? " that fit the context" : ""));
   }
 
   io::TensorStore st = io::TensorStore::open_folder(o.model_dir);
