@@ -27,15 +27,6 @@ with open('$w/$f.requests.jsonl', 'w', encoding='utf-8') as out:
     for line in open('$src.expected.jsonl', encoding='utf-8'):
         out.write(json.dumps(json.loads(line)['request'], ensure_ascii=False) + '\n')
 "
-  rm -rf "$w/$f-fp8" "$w/$f-w4a16" "$w/$f-nvfp4"
-  build/clefrt quantize --model "$src" --out "$w/$f-fp8" --scheme fp8 2> /dev/null
-  build/clefrt quantize --model "$src" --out "$w/$f-w4a16" --scheme nvfp4-w4a16 2> /dev/null
-  build/clefrt quantize --model "$src" --out "$w/$f-nvfp4" --scheme nvfp4 --calib "$w/calib.jsonl" --calib-records 64 2> /dev/null
-  # exit status 1: some requests were refused (as in every mode)
-  build/clefrt decide --model "$src" --device cpu --precise "$w/$f.requests.jsonl" > "$w/$f-q-bf16.jsonl" 2> /dev/null || [ $? -eq 1 ]
-  for m in fp8 w4a16 nvfp4; do
-    build/clefrt decide --model "$w/$f-$m" --device cpu --precise "$w/$f.requests.jsonl" > "$w/$f-q-$m.jsonl" 2> /dev/null || [ $? -eq 1 ]
-  done
   echo "$f:"
-  python3 bench/quality_report.py "$w/$f-q-bf16.jsonl" fp8="$w/$f-q-fp8.jsonl" nvfp4-w4a16="$w/$f-q-w4a16.jsonl" "nvfp4 (W4A4)=$w/$f-q-nvfp4.jsonl"
+  bench/quality_formats.sh "$src" "$w/$f.requests.jsonl" "$w/calib.jsonl" "$w/$f"
 done
