@@ -386,10 +386,11 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
 
 // ---- whole forwards ----
 
-// tiny-b quantized by `clefrt quantize` (the CPU), once per scheme and process.
-std::string quantized_tiny_b(const std::string& scheme) {
-  const std::string src = test::source_path("tests/fixtures/oracle/tiny-b");
-  const std::string out = testing::TempDir() + "clefrt-gq-" + scheme + "-" + std::to_string(getpid());
+// `src` quantized by `clefrt quantize` (the CPU) into a folder named by `tag`, once per process;
+// W4A4 (nvfp4) calibrates on `calib` records.
+std::string quantized_folder(const std::string& src, const std::string& tag, const std::string& scheme,
+                             const std::vector<std::string>& calib = {}) {
+  const std::string out = testing::TempDir() + "clefrt-gq-" + tag + "-" + std::to_string(getpid());
   if (std::ifstream(out + "/config.json")) return out;
   quant::QuantizeOptions qo;
   qo.model_dir = src;
@@ -397,14 +398,24 @@ std::string quantized_tiny_b(const std::string& scheme) {
   qo.scheme = scheme;
   qo.progress = false;
   if (scheme == "nvfp4") {
-    auto cpu = Engine::load(src);
-    const std::vector<std::string> raw = test::read_fixture(*cpu, "tiny-b").raw;
     qo.calib_file = out + ".calib.jsonl";
     std::ofstream f(qo.calib_file);
-    for (size_t i = 0; i < 32 && i < raw.size(); ++i) f << raw[i] << "\n";
+    for (const auto& r : calib) f << r << "\n";
   }
   quant::quantize_folder(qo);
   return out;
+}
+
+// tiny-b quantized, once per scheme and process (W4A4 calibrated on its first 32 requests).
+std::string quantized_tiny_b(const std::string& scheme) {
+  const std::string src = test::source_path("tests/fixtures/oracle/tiny-b");
+  std::vector<std::string> calib;
+  if (scheme == "nvfp4") {
+    auto cpu = Engine::load(src);
+    const std::vector<std::string> raw = test::read_fixture(*cpu, "tiny-b").raw;
+    calib.assign(raw.begin(), raw.begin() + std::min<size_t>(32, raw.size()));
+  }
+  return quantized_folder(src, scheme, scheme, calib);
 }
 
 EngineOptions gpu_opts(QuantMode q = QuantMode::Auto, bool offload = false) {
@@ -469,16 +480,7 @@ void check_quantized_folder(const std::string& scheme) {
 // the fused forward's batch invariance.
 TEST(CudaQuant, W4A16FusedForwardAgainstCpu) {
   NEED_GPU();
-  const std::string src = test::synth_folder("calm-small", 5, "small", 0.5f);
-  const std::string dir = testing::TempDir() + "clefrt-gq-small-w4a16-" + std::to_string(getpid());
-  if (!std::ifstream(dir + "/config.json")) {
-    quant::QuantizeOptions qo;
-    qo.model_dir = src;
-    qo.out_dir = dir;
-    qo.scheme = "nvfp4-w4a16";
-    qo.progress = false;
-    quant::quantize_folder(qo);
-  }
+  const std::string dir = quantized_folder(test::synth_folder("calm-small", 5, "small", 0.5f), "small-w4a16", "nvfp4-w4a16");
   auto cpu = Engine::load(dir);
   EngineOptions o = gpu_opts();
   o.max_batch_tokens = 65536;
