@@ -5,7 +5,8 @@
 //   bf16 heur    cuBLASLt bf16 GEMM, the heuristic's algorithm for this m
 //   staged       the whole NVFP4 weight dequantized to bf16, then the invariant GEMM, serially
 //                (the engine overlaps the two in chunks: an upper bound of its cost)
-//   fused        nvfp4_gemm (kernels_w4a16.cu)
+//   mma.sync     nvfp4_gemm's mma.sync kernel (kernels_w4a16.cu)
+//   wgmma        nvfp4_gemm's wgmma kernel (kernels_w4a16_wgmma.cu; sm_90a builds on Hopper)
 // Random weights, quantized on the GPU. Usage: clefrt_bench_w4a16 [--commit ID] [--json FILE]
 #include <cuda_runtime.h>
 
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
     check(cudaStreamCreate(&s), "stream");
     Gemm inv(s, true), heur(s, false);
     const std::vector<int64_t> ms = {1, 16, 64, 128, 318, 1024, 2048, 8192};
+    const bool wgmma = nvfp4_gemm_wgmma_available();
     json::Value shapes = json::Value::array();
     struct Shape {
       const char* name;
@@ -93,8 +95,8 @@ int main(int argc, char** argv) {
       nvfp4_quantize(w.as<bf16>(), n, k, gs, packed.as<uint8_t>(), scales.as<uint8_t>(), s);
       std::printf("\n%s: n %lld, k %lld (packed weights %.1f MB, bf16 %.1f MB)\n", sh.name, (long long)n, (long long)k,
                   double(n * k) * 0.5625 / 1e6, double(n * k) * 2 / 1e6);
-      std::printf("%6s %10s %10s %10s %10s   %8s %8s %8s %8s  fused/bf16inv  fused weight GB/s\n", "m", "bf16 inv", "bf16 heur",
-                  "staged", "fused", "TF/s", "TF/s", "TF/s", "TF/s");
+      std::printf("%6s %10s %10s %10s %10s %10s   %7s %7s %7s %7s %7s  wgmma/bf16inv  wgmma weight GB/s\n", "m", "bf16 inv",
+                  "bf16 heur", "staged", "mma.sync", "wgmma", "TF/s", "TF/s", "TF/s", "TF/s", "TF/s");
       json::Value rows = json::Value::array();
       for (int64_t m : ms) {
         const double t_inv = median_ms(s, [&] { inv.run(x.as<bf16>(), m, k, k, w.as<bf16>(), n, y.get(), OutType::BF16, n, false, "bench"); });
@@ -105,20 +107,28 @@ int main(int argc, char** argv) {
           inv.run(x.as<bf16>(), m, k, k, wd.as<bf16>(), n, y.get(), OutType::BF16, n, false, "bench");
         });
         const double t_fused = median_ms(s, [&] {
-          nvfp4_gemm(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, y.get(), false, n, false, s);
+          nvfp4_gemm(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, y.get(), false, n, false, s,
+                     W4A16Gemm::MmaSync);
+        });
+        const double t_wg = !wgmma ? 0.0 : median_ms(s, [&] {
+          nvfp4_gemm(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, y.get(), false, n, false, s,
+                     W4A16Gemm::Wgmma);
         });
         const double flop = 2.0 * double(m) * double(n) * double(k);
         auto tf = [&](double t) { return flop / (t * 1e-3) / 1e12; };
-        const double wbw = double(n * k) * 0.5625 / (t_fused * 1e-3) / 1e9;
-        std::printf("%6lld %10.3f %10.3f %10.3f %10.3f   %8.1f %8.1f %8.1f %8.1f  %12.2fx %12.0f\n", (long long)m, t_inv, t_heur, t_staged,
-                    t_fused, tf(t_inv), tf(t_heur), tf(t_staged), tf(t_fused), t_inv / t_fused, wbw);
+        const double t_best = wgmma ? t_wg : t_fused;
+        const double wbw = double(n * k) * 0.5625 / (t_best * 1e-3) / 1e9;
+        std::printf("%6lld %10.3f %10.3f %10.3f %10.3f %10.3f   %7.1f %7.1f %7.1f %7.1f %7.1f  %12.2fx %12.0f\n", (long long)m, t_inv,
+                    t_heur, t_staged, t_fused, t_wg, tf(t_inv), tf(t_heur), tf(t_staged), tf(t_fused), wgmma ? tf(t_wg) : 0.0,
+                    t_inv / t_best, wbw);
         json::Value r = json::Value::object();
         r.add("m", json::Value::integer(m));
         r.add("bf16_invariant_ms", json::Value::number(t_inv));
         r.add("bf16_heuristic_ms", json::Value::number(t_heur));
         r.add("staged_serial_ms", json::Value::number(t_staged));
-        r.add("fused_ms", json::Value::number(t_fused));
-        r.add("fused_weight_gbps", json::Value::number(wbw));
+        r.add("mma_sync_ms", json::Value::number(t_fused));
+        if (wgmma) r.add("wgmma_ms", json::Value::number(t_wg));
+        r.add("best_fused_weight_gbps", json::Value::number(wbw));
         rows.arr.push_back(std::move(r));
       }
       json::Value sv = json::Value::object();

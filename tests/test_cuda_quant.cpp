@@ -114,7 +114,7 @@ TEST(CudaQuant, KernelsMatchCpuByteForByte) {
   }
 }
 
-// The W4A16 GEMM (kernels_w4a16.cu) against the CPU: its in-kernel dequantization bit for bit
+// The W4A16 GEMMs (kernels_w4a16.cu on mma.sync, kernels_w4a16_wgmma.cu on wgmma) against the CPU: its in-kernel dequantization bit for bit
 // (x = identity rows pick single weights out exactly), its products against a double reference,
 // accumulation into fp32, and rows that do not depend on the batch (m) they run in. Weights mix
 // per-row global scales, zero blocks, subnormal and saturated scales (test_values): scales >= 4
@@ -124,82 +124,87 @@ TEST(CudaQuant, W4A16GemmAgainstCpu) {
   struct Shape {
     int64_t m, n, k;
   };
-  // every tile height the kernel has (64 / 128 / 256 rows on an H200: printed and checked below)
-  std::set<int> heights;
-  for (Shape sh : {Shape{1, 128, 64}, Shape{37, 200, 192}, Shape{318, 384, 1024}, Shape{300, 17000, 64}, Shape{1100, 3840, 128}}) {
-    const int64_t m = sh.m, n = sh.n, k = sh.k;
-    heights.insert(cuda::nvfp4_gemm_tile_rows(m, n));
-    const std::string at = " at m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " (" +
-                           std::to_string(cuda::nvfp4_gemm_tile_rows(m, n)) + "-row tiles)";
-    std::vector<float> w = test_values(size_t(n * k), uint64_t(n * 7 + k));
-    // two row halves with their own global scales (fused parts do that)
-    const int64_t h = n / 2;
-    const float gs0 = quant::nvfp4_global_scale(w.data(), h * k), gs1 = quant::nvfp4_global_scale(w.data() + h * k, (n - h) * k);
-    quant::Nvfp4Weight q0 = quant::nvfp4_quantize(w.data(), h, k, gs0), q1 = quant::nvfp4_quantize(w.data() + h * k, n - h, k, gs1);
-    std::vector<uint8_t> packed = q0.packed, scales = q0.scales;
-    packed.insert(packed.end(), q1.packed.begin(), q1.packed.end());
-    scales.insert(scales.end(), q1.scales.begin(), q1.scales.end());
-    std::vector<float> wd = quant::nvfp4_dequantize(q0.packed.data(), q0.scales.data(), gs0, h, k);
-    {
-      std::vector<float> wd1 = quant::nvfp4_dequantize(q1.packed.data(), q1.scales.data(), gs1, n - h, k);
-      wd.insert(wd.end(), wd1.begin(), wd1.end());
-    }
-    std::vector<float> rgs(size_t(n), gs0);
-    for (int64_t r = h; r < n; ++r) rgs[size_t(r)] = gs1;
-    DeviceBuffer dp = cuda::upload(packed, "p"), ds = cuda::upload(scales, "s"), dg = cuda::upload(rgs, "g");
-
-    // 1. dequantization: y = I W^T = W^T, one exact product per element
-    {
-      std::vector<float> eye(size_t(k * k), 0.0f);
-      for (int64_t i = 0; i < k; ++i) eye[size_t(i * k + i)] = 1.0f;
-      DeviceBuffer dx = cuda::upload(to_bf(eye), "x"), y(size_t(k * n) * 4);
-      cuda::nvfp4_gemm(dx.as<bf16>(), k, k, k, dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), n, y.get(), true, n, false, nullptr);
-      auto got = down<float>(y, size_t(k * n));
-      for (int64_t c = 0; c < k; ++c)
-        for (int64_t r = 0; r < n; ++r)
-          ASSERT_EQ(got[size_t(c * n + r)], wd[size_t(r * k + c)]) << "weight " << r << "," << c << at;
-    }
-
-    // 2. products, bf16 and accumulated fp32 outputs (x rows strided: ldx = k + 8)
-    const int64_t ldx = k + 8;
-    std::vector<float> x(size_t(m * ldx), 0.0f);
-    {
-      std::mt19937_64 r{uint64_t(m)};
-      std::normal_distribution<float> d(0.0f, 1.0f);
-      for (auto& v : x) v = quant::bf16_round(d(r));
-    }
-    DeviceBuffer dx = cuda::upload(to_bf(x), "x");
-    DeviceBuffer yb(size_t(m * n) * 2), yf = cuda::upload(std::vector<float>(size_t(m * n), 0.5f), "y");
-    cuda::nvfp4_gemm(dx.as<bf16>(), m, k, ldx, dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), n, yb.get(), false, n, false, nullptr);
-    cuda::nvfp4_gemm(dx.as<bf16>(), m, k, ldx, dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), n, yf.get(), true, n, true, nullptr);
-    const auto gb = down_bf(yb, size_t(m * n));
-    const auto gf = down<float>(yf, size_t(m * n));
-    double worst_b = 0, worst_f = 0;
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double ref = 0, mag = 0;
-        for (int64_t c = 0; c < k; ++c) {
-          const double wv = wd[size_t(j * k + c)];
-          const double t = double(x[size_t(i * ldx + c)]) * wv;
-          ref += t;
-          mag += std::fabs(t);
-        }
-        worst_b = std::max(worst_b, std::fabs(gb[size_t(i * n + j)] - ref) / (1e-30 + mag));
-        worst_f = std::max(worst_f, std::fabs(gf[size_t(i * n + j)] - 0.5 - ref) / (1e-30 + mag + 0.5));
+  std::vector<cuda::W4A16Gemm> kernels{cuda::W4A16Gemm::MmaSync};
+  if (cuda::nvfp4_gemm_wgmma_available()) kernels.push_back(cuda::W4A16Gemm::Wgmma);
+  for (cuda::W4A16Gemm which : kernels) {
+    const std::string kname = which == cuda::W4A16Gemm::Wgmma ? "wgmma" : "mma.sync";
+    // every tile height the kernel has (64 / 128 / 256 rows on an H200: printed and checked below)
+    std::set<int> heights;
+    for (Shape sh : {Shape{1, 128, 64}, Shape{37, 200, 192}, Shape{318, 384, 1024}, Shape{300, 17000, 64}, Shape{1100, 3840, 128}}) {
+      const int64_t m = sh.m, n = sh.n, k = sh.k;
+      heights.insert(cuda::nvfp4_gemm_tile_rows(m, n, which));
+      const std::string at = " (" + kname + ") at m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) + " (" +
+                             std::to_string(cuda::nvfp4_gemm_tile_rows(m, n, which)) + "-row tiles)";
+      std::vector<float> w = test_values(size_t(n * k), uint64_t(n * 7 + k));
+      // two row halves with their own global scales (fused parts do that)
+      const int64_t h = n / 2;
+      const float gs0 = quant::nvfp4_global_scale(w.data(), h * k), gs1 = quant::nvfp4_global_scale(w.data() + h * k, (n - h) * k);
+      quant::Nvfp4Weight q0 = quant::nvfp4_quantize(w.data(), h, k, gs0), q1 = quant::nvfp4_quantize(w.data() + h * k, n - h, k, gs1);
+      std::vector<uint8_t> packed = q0.packed, scales = q0.scales;
+      packed.insert(packed.end(), q1.packed.begin(), q1.packed.end());
+      scales.insert(scales.end(), q1.scales.begin(), q1.scales.end());
+      std::vector<float> wd = quant::nvfp4_dequantize(q0.packed.data(), q0.scales.data(), gs0, h, k);
+      {
+        std::vector<float> wd1 = quant::nvfp4_dequantize(q1.packed.data(), q1.scales.data(), gs1, n - h, k);
+        wd.insert(wd.end(), wd1.begin(), wd1.end());
       }
-    std::cout << "[ cuda    ] W4A16 GEMM" << at << ": worst error / sum|x w| bf16 out " << worst_b << ", fp32 accumulate " << worst_f << "\n";
-    EXPECT_LT(worst_b, 4e-3) << "bf16 output (one rounding, 2^-9)" << at;
-    EXPECT_LT(worst_f, 2e-5) << "fp32 accumulation" << at;
+      std::vector<float> rgs(size_t(n), gs0);
+      for (int64_t r = h; r < n; ++r) rgs[size_t(r)] = gs1;
+      DeviceBuffer dp = cuda::upload(packed, "p"), ds = cuda::upload(scales, "s"), dg = cuda::upload(rgs, "g");
 
-    // 3. batch invariance: the first rows alone give the same bits
-    for (int64_t ms : {int64_t(1), std::min<int64_t>(m, 37)}) {
-      DeviceBuffer ys(size_t(ms * n) * 2);
-      cuda::nvfp4_gemm(dx.as<bf16>(), ms, k, ldx, dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), n, ys.get(), false, n, false, nullptr);
-      const auto g = down_bf(ys, size_t(ms * n));
-      for (size_t e = 0; e < g.size(); ++e) ASSERT_EQ(g[e], gb[e]) << "row " << e / size_t(n) << " alone vs in " << m << " rows" << at;
+      // 1. dequantization: y = I W^T = W^T, one exact product per element
+      {
+        std::vector<float> eye(size_t(k * k), 0.0f);
+        for (int64_t i = 0; i < k; ++i) eye[size_t(i * k + i)] = 1.0f;
+        DeviceBuffer dx = cuda::upload(to_bf(eye), "x"), y(size_t(k * n) * 4);
+        cuda::nvfp4_gemm(dx.as<bf16>(), k, k, k, dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), n, y.get(), true, n, false, nullptr, which);
+        auto got = down<float>(y, size_t(k * n));
+        for (int64_t c = 0; c < k; ++c)
+          for (int64_t r = 0; r < n; ++r)
+            ASSERT_EQ(got[size_t(c * n + r)], wd[size_t(r * k + c)]) << "weight " << r << "," << c << at;
+      }
+
+      // 2. products, bf16 and accumulated fp32 outputs (x rows strided: ldx = k + 8)
+      const int64_t ldx = k + 8;
+      std::vector<float> x(size_t(m * ldx), 0.0f);
+      {
+        std::mt19937_64 r{uint64_t(m)};
+        std::normal_distribution<float> d(0.0f, 1.0f);
+        for (auto& v : x) v = quant::bf16_round(d(r));
+      }
+      DeviceBuffer dx = cuda::upload(to_bf(x), "x");
+      DeviceBuffer yb(size_t(m * n) * 2), yf = cuda::upload(std::vector<float>(size_t(m * n), 0.5f), "y");
+      cuda::nvfp4_gemm(dx.as<bf16>(), m, k, ldx, dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), n, yb.get(), false, n, false, nullptr, which);
+      cuda::nvfp4_gemm(dx.as<bf16>(), m, k, ldx, dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), n, yf.get(), true, n, true, nullptr, which);
+      const auto gb = down_bf(yb, size_t(m * n));
+      const auto gf = down<float>(yf, size_t(m * n));
+      double worst_b = 0, worst_f = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = 0, mag = 0;
+          for (int64_t c = 0; c < k; ++c) {
+            const double wv = wd[size_t(j * k + c)];
+            const double t = double(x[size_t(i * ldx + c)]) * wv;
+            ref += t;
+            mag += std::fabs(t);
+          }
+          worst_b = std::max(worst_b, std::fabs(gb[size_t(i * n + j)] - ref) / (1e-30 + mag));
+          worst_f = std::max(worst_f, std::fabs(gf[size_t(i * n + j)] - 0.5 - ref) / (1e-30 + mag + 0.5));
+        }
+      std::cout << "[ cuda    ] W4A16 GEMM" << at << ": worst error / sum|x w| bf16 out " << worst_b << ", fp32 accumulate " << worst_f << "\n";
+      EXPECT_LT(worst_b, 4e-3) << "bf16 output (one rounding, 2^-9)" << at;
+      EXPECT_LT(worst_f, 2e-5) << "fp32 accumulation" << at;
+
+      // 3. batch invariance: the first rows alone give the same bits
+      for (int64_t ms : {int64_t(1), std::min<int64_t>(m, 37)}) {
+        DeviceBuffer ys(size_t(ms * n) * 2);
+        cuda::nvfp4_gemm(dx.as<bf16>(), ms, k, ldx, dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), n, ys.get(), false, n, false, nullptr, which);
+        const auto g = down_bf(ys, size_t(ms * n));
+        for (size_t e = 0; e < g.size(); ++e) ASSERT_EQ(g[e], gb[e]) << "row " << e / size_t(n) << " alone vs in " << m << " rows" << at;
+      }
     }
+    EXPECT_EQ(heights.size(), 3u) << "the shapes should exercise 64-, 128- and 256-row tiles (fewer SMs than an H200's 132?) " << kname;
   }
-  EXPECT_EQ(heights.size(), 3u) << "the shapes should exercise 64-, 128- and 256-row tiles (fewer SMs than an H200's 132?)";
 }
 
 // The pieces of the Blackwell FP4 path that run anywhere: the scale swizzle and the packed W4A4

@@ -14,16 +14,23 @@ using bf16 = __nv_bfloat16;
 // W[r, c] = bf16(e2m1(code) * (e4m3(scale[r, c/16]) / gs[r])) for rows [0, n) of a packed
 // [n, k/2] matrix; gs holds one global scale per row (fused parts may differ). k % 16 == 0.
 void nvfp4_dequantize(const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n, int64_t k, bf16* w, cudaStream_t s);
-// The W4A16 GEMM (kernels_w4a16.cu): y (+)= x W^T, x bf16 [m, k] (row stride ldx), W NVFP4
-// [n, k] as above (dequantized per tile in shared memory to exactly nvfp4_dequantize's values),
-// bf16 tensor cores with fp32 accumulation; y bf16 or fp32 [m, n] (row stride ldy), accumulate
-// into fp32 only. Needs nvfp4_gemm_supports(k, ldx), x and packed 16-byte aligned, scales
-// 4-byte aligned. A row's result does not depend on m (the batch).
+// The W4A16 GEMM: y (+)= x W^T, x bf16 [m, k] (row stride ldx), W NVFP4 [n, k] as above
+// (dequantized per tile in shared memory to exactly nvfp4_dequantize's values), bf16 tensor cores
+// with fp32 accumulation; y bf16 or fp32 [m, n] (row stride ldy), accumulate into fp32 only.
+// Needs nvfp4_gemm_supports(k, ldx), x and packed 16-byte aligned, scales 4-byte aligned. A row's
+// result does not depend on m (the batch). Two kernels: wgmma (kernels_w4a16_wgmma.cu; sm_90a
+// builds on compute capability 9.0, the Auto choice there) and mma.sync (kernels_w4a16.cu; any
+// sm_80+ GPU). They sum in different orders: their results differ in rounding.
+enum class W4A16Gemm { Auto, MmaSync, Wgmma };
 bool nvfp4_gemm_supports(int64_t k, int64_t ldx);
+bool nvfp4_gemm_wgmma_available();
 // The CTA tile height (tokens: 64, 128 or 256) nvfp4_gemm picks for m x n (tests).
-int nvfp4_gemm_tile_rows(int64_t m, int64_t n);
+int nvfp4_gemm_tile_rows(int64_t m, int64_t n, W4A16Gemm which = W4A16Gemm::Auto);
 void nvfp4_gemm(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n,
-                void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s);
+                void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s, W4A16Gemm which = W4A16Gemm::Auto);
+// The wgmma kernel with a given tile height (nvfp4_gemm's dispatch; no checks of its own).
+void nvfp4_gemm_wgmma(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs,
+                      int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, int bm, cudaStream_t s);
 // spec/quant.md "Quantize (weights)" with a given global scale gs (shared by the whole matrix).
 void nvfp4_quantize(const bf16* w, int64_t n, int64_t k, float gs, uint8_t* packed, uint8_t* scales, cudaStream_t s);
 // *amax = max |x| over n values (amax must hold 0 before; non-negative floats compare as ints).

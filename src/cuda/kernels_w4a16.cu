@@ -35,6 +35,7 @@
 #include "cuda/formats.cuh"
 #include "cuda/kernels_quant.h"
 #include "cuda/mma.cuh"
+#include "cuda/nvfp4_dequant.cuh"
 
 namespace clefrt::cuda {
 
@@ -65,41 +66,6 @@ struct W4Cfg {
 
 // byte offset of 16-byte chunk c of row r in a tile of 128-byte rows
 __device__ __forceinline__ int swz(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
-
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
-
-// The 8 magnitudes of one scale block, T[c] = bf16(e2m1(c) * s32) for c = 0..7 (the spec's
-// product, computed as such), as byte tables for prmt: lo = their low bytes, hi = their high
-// bytes, codes 0-3 in *0 and 4-7 in *1.
-struct Table {
-  uint32_t lo0, lo1, hi0, hi1;
-};
-__device__ __forceinline__ Table make_table(float s32) {
-  const uint32_t p01 = pack_bf16(__fmul_rn(0.0f, s32), __fmul_rn(0.5f, s32));
-  const uint32_t p23 = pack_bf16(s32, __fmul_rn(1.5f, s32));
-  const uint32_t p45 = pack_bf16(__fmul_rn(2.0f, s32), __fmul_rn(3.0f, s32));
-  const uint32_t p67 = pack_bf16(__fmul_rn(4.0f, s32), __fmul_rn(6.0f, s32));
-  return {prmt(p01, p23, 0x6420), prmt(p45, p67, 0x6420), prmt(p01, p23, 0x7531), prmt(p45, p67, 0x7531)};
-}
-
-// 8 codes (one packed word: code j in nibble j, k order) -> 4 bf16 pairs. Magnitudes are looked
-// up 4 at a time (prmt with the 3-bit magnitudes as byte selectors, low and high bytes
-// separately, then interleaved); the sign (bf16(-v s) = -bf16(v s)) is xor-ed into bit 15 / 31
-// from a prmt in sign-replicating mode: code 2p's sign is bit 3 of byte p (bit 7 of byte p of
-// w << 4), code 2p + 1's is bit 7 of byte p. ~19 instructions for 8 weights.
-__device__ __forceinline__ void dequant_word(uint32_t w, const Table& t, uint32_t* out) {
-  const uint32_t idx = w & 0x77777777u, w4 = w << 4;
-  const uint32_t la = prmt(t.lo0, t.lo1, idx), ha = prmt(t.hi0, t.hi1, idx);
-  const uint32_t lb = prmt(t.lo0, t.lo1, idx >> 16), hb = prmt(t.hi0, t.hi1, idx >> 16);
-  out[0] = prmt(la, ha, 0x5140) ^ (prmt(w4, w, 0xCC88) & 0x80008000u);
-  out[1] = prmt(la, ha, 0x7362) ^ (prmt(w4, w, 0xDD99) & 0x80008000u);
-  out[2] = prmt(lb, hb, 0x5140) ^ (prmt(w4, w, 0xEEAA) & 0x80008000u);
-  out[3] = prmt(lb, hb, 0x7362) ^ (prmt(w4, w, 0xFFBB) & 0x80008000u);
-}
 
 template <int BM, int THREADS>
 __global__ void __launch_bounds__(THREADS, W4Cfg<BM, THREADS>::MIN_BLOCKS)
@@ -281,14 +247,37 @@ int sm_count() {
 
 bool nvfp4_gemm_supports(int64_t k, int64_t ldx) { return k > 0 && k % BK == 0 && ldx % 8 == 0; }
 
-int nvfp4_gemm_tile_rows(int64_t m, int64_t n) {
+bool nvfp4_gemm_wgmma_available() {
+#ifdef CLEFRT_SM90A
+  static const bool ok = [] {
+    int dev = 0, major = 0, minor = 0;
+    check(cudaGetDevice(&dev), "nvfp4_gemm");
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "nvfp4_gemm");
+    check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "nvfp4_gemm");
+    return major == 9 && minor == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+static bool use_wgmma(W4A16Gemm which) {
+  if (which == W4A16Gemm::MmaSync) return false;
+  if (which == W4A16Gemm::Wgmma && !nvfp4_gemm_wgmma_available())
+    throw Error(Status::Internal, "internal_error", "nvfp4_gemm: the wgmma kernel needs an sm_90a build on a compute capability 9.0 GPU");
+  return nvfp4_gemm_wgmma_available();
+}
+
+int nvfp4_gemm_tile_rows(int64_t m, int64_t n, W4A16Gemm which) {
   // Taller tiles spend less dequantization and fewer copies per multiply-add (a weight tile is
   // dequantized once per CTA) but pad m more and make fewer CTAs: pick the least padded rows x
   // an overhead guess among tiles that still give every SM a CTA. Any choice gives the same bits.
   const int64_t nt = (n + BN - 1) / BN;
+  const bool wg = use_wgmma(which);
   int pick = 64;
   double best = 1e300;
-  for (auto [bm, f] : {std::pair{256, 1.0}, {128, 1.25}, {64, 1.6}}) {
+  for (auto [bm, f] : {std::pair{256, 1.0}, {128, wg ? 1.15 : 1.25}, {64, wg ? 1.5 : 1.6}}) {
     const int64_t tiles = (m + bm - 1) / bm;
     if (bm != 64 && tiles * nt < sm_count()) continue;
     const double cost = double(tiles * bm) * f;
@@ -298,7 +287,7 @@ int nvfp4_gemm_tile_rows(int64_t m, int64_t n) {
 }
 
 void nvfp4_gemm(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n,
-                void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s) {
+                void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s, W4A16Gemm which) {
   if (m == 0 || n == 0) return;
   const auto misaligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a != 0; };
   if (!nvfp4_gemm_supports(k, ldx) || misaligned(x, 16) || misaligned(packed, 16) || misaligned(scales, 4) || m > INT32_MAX ||
@@ -306,7 +295,9 @@ void nvfp4_gemm(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t*
     throw Error(Status::Internal, "internal_error",
                 "nvfp4_gemm: unsupported operands (k " + std::to_string(k) + " must be a multiple of 64, x rows 16-byte aligned, " +
                     "accumulation into fp32 only)");
-  switch (nvfp4_gemm_tile_rows(m, n)) {
+  const int bm = nvfp4_gemm_tile_rows(m, n, which);
+  if (use_wgmma(which)) return nvfp4_gemm_wgmma(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, bm, s);
+  switch (bm) {
     case 256: launch<256, 512>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s); break;
     case 128: launch<128, 256>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s); break;
     default: launch<64, 256>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s); break;

@@ -1,0 +1,222 @@
+// The NVFP4 W4A16 GEMM on Hopper's warpgroup MMA (sm_90a; kernels_quant.h nvfp4_gemm picks it
+// on compute capability 9.0): y (+)= x W^T with W packed (4.5 bits a weight) in global memory,
+// dequantized per tile into shared memory, and multiplied by wgmma with both operands read from
+// shared memory (wgmma.cuh's core-matrix layout).
+//
+// Per CTA (256 threads = two warpgroups) a BM-token x 128-channel tile; per 64-wide k step:
+//   1. cp.async brings x's [BM, 64] bf16 tile (straight into wgmma's A layout) and W's [128, 32]
+//      packed bytes + [128, 4] e4m3 scales, STAGES - 1 steps ahead;
+//   2. both warpgroups issue this step's wgmmas (asynchronous: the tensor cores run them while
+//      the threads go on) on x's tile and the dequantized weight tile of this step, then
+//   3. every thread dequantizes two (channel, 16-weight block)s of the NEXT step into the other
+//      of two bf16 weight tiles (nvfp4_dequant.cuh: a byte-permute table per block, exactly
+//      nvfp4_dequantize's values), and waits for its wgmmas.
+// mma.sync (kernels_w4a16.cu) spends most of its issue slots on ldmatrix and one MMA per 16x8x16;
+// here one instruction covers 64 x 128 x 16 and the threads' slots go to the dequantization.
+//
+// Tiles: BM = 256 (each warpgroup 128 tokens x 128 channels: two m64n128 per k16), 128 (64 x 128
+// each) or 64 (each warpgroup 64 tokens x 64 channels, m64n64). Every output element is the
+// tensor cores' fp32 sum over k in increasing 16-wide steps whatever m and the tile are (the
+// per-element result of wgmma does not depend on the instruction's N: tested bit for bit across
+// tile heights), so a row's result does not depend on the batch it runs in.
+#include <cstdint>
+#include <string>
+
+#include "common/error.h"
+#include "cuda/async_copy.cuh"
+#include "cuda/check.h"
+#include "cuda/formats.cuh"
+#include "cuda/kernels_quant.h"
+#include "cuda/nvfp4_dequant.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace clefrt::cuda {
+
+namespace {
+
+constexpr int BN = 128, BK = 64, THREADS = 256;
+
+template <int BM>
+struct WgCfg {
+  // warpgroups along the tokens (2) or, for the 64-token tile, along the channels
+  static constexpr int WG_M = BM >= 128 ? 2 : 1, WG_N = 2 / WG_M;
+  static constexpr int WM = BM / WG_M, MB = WM / 64;  // tokens per warpgroup, m64 blocks
+  static constexpr int WN = BN / WG_N;                // channels per warpgroup = wgmma N
+  // copy stages in flight: one 256-token CTA or two smaller ones per SM's 227 KB
+  static constexpr int STAGES = BM == 128 ? 3 : 4;
+  static constexpr int a_bytes = BM * BK * 2;    // x tile, bf16, core-matrix layout
+  static constexpr int wp_bytes = BN * BK / 2;   // packed codes, [128][32] bytes
+  static constexpr int ws_bytes = BN * BK / 16;  // e4m3 scales, [128][4]
+  static constexpr int stage = a_bytes + wp_bytes + ws_bytes;
+  static constexpr int wb_bytes = BN * BK * 2;  // a dequantized tile (two: this step's, the next's)
+  static constexpr int bytes = STAGES * stage + 2 * wb_bytes;
+  static constexpr int MIN_BLOCKS = BM == 256 ? 1 : 2;
+  static constexpr int A_CH = BM * 8 / THREADS;           // 16-byte x copies per thread and step
+  static constexpr int UNITS = BN * (BK / 16) / THREADS;  // (channel, block)s per thread and step
+  static_assert(MB >= 1 && A_CH >= 1 && UNITS == 2, "tile shape");
+};
+
+template <int BM>
+__global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
+    nvfp4_gemm_wgmma_k(const bf16* __restrict__ x, int m, int k, int64_t ldx, const uint8_t* __restrict__ packed,
+                       const uint8_t* __restrict__ scales, const float* __restrict__ row_gs, int n, void* y, bool y_f32, int64_t ldy,
+                       bool accumulate) {
+  using C = WgCfg<BM>;
+  constexpr int STAGES = C::STAGES, MB = C::MB, WN = C::WN, A_CH = C::A_CH, UNITS = C::UNITS;
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* const wbuf = smem + STAGES * C::stage;
+  const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7;
+  const int wm = C::WG_M == 2 ? wg : 0, wn = C::WG_M == 2 ? 0 : wg;
+  const int m0 = int(blockIdx.y) * BM, n0 = int(blockIdx.x) * BN;
+  const int ktiles = k / BK;
+  const int64_t prow = k / 2, srow = k / 16;
+
+  // x copies: chunk e = tid + i * 256 is row (e % 8) + 8 (e / 64), 16-byte k chunk (e / 8) % 8,
+  // so each 8 lanes write one 128-byte core matrix (conflict-free). Rows past m zero-fill.
+  const bf16* xsrc[A_CH];
+  int aoff[A_CH];
+  bool ain[A_CH];
+#pragma unroll
+  for (int i = 0; i < A_CH; ++i) {
+    const int e = tid + i * THREADS, r = (e & 7) + ((e >> 6) << 3), c = (e >> 3) & 7;
+    aoff[i] = core_offset(r, c);
+    ain[i] = m0 + r < m;
+    xsrc[i] = ain[i] ? x + int64_t(m0 + r) * ldx + c * 8 : x;
+  }
+  // packed codes: one 16-byte chunk per thread (channel tid / 2, half tid % 2); scales: 4 bytes
+  // per channel (threads < 128). Channels past n read nothing: zero codes and scales give 0.
+  const bool win = n0 + (tid >> 1) < n, sin = tid < BN && n0 + tid < n;
+  const uint8_t* wsrc = win ? packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : packed;
+  const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
+  auto load_stage = [&](int kt) {
+    unsigned char* a = smem + (kt % STAGES) * C::stage;
+    const int k0 = kt * BK;
+#pragma unroll
+    for (int i = 0; i < A_CH; ++i) cp_async16(a + aoff[i], ain[i] ? xsrc[i] + k0 : x, ain[i]);
+    cp_async16(a + C::a_bytes + tid * 16, win ? wsrc + k0 / 2 : packed, win);
+    if (tid < BN) cp_async4(a + C::a_bytes + C::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
+  };
+
+  // Dequantization units: u = tid + i * 256 is channel (u % 8) + 8 (u / 32), block (u / 8) % 4,
+  // so each 8 lanes store into one core matrix (conflict-free 16-byte stores).
+  int urow[UNITS], ublk[UNITS];
+  float ugs[UNITS];
+#pragma unroll
+  for (int i = 0; i < UNITS; ++i) {
+    const int u = tid + i * THREADS;
+    urow[i] = (u & 7) + ((u >> 5) << 3);
+    ublk[i] = (u >> 3) & 3;
+    ugs[i] = n0 + urow[i] < n ? row_gs[n0 + urow[i]] : 1.0f;
+  }
+  auto dequant = [&](int kt, unsigned char* wb) {
+    const unsigned char* st = smem + (kt % STAGES) * C::stage + C::a_bytes;
+#pragma unroll
+    for (int i = 0; i < UNITS; ++i) {
+      const uint2 pk = *reinterpret_cast<const uint2*>(st + urow[i] * 32 + ublk[i] * 8);
+      const Table t = make_table(__fdiv_rn(e4m3_value(st[C::wp_bytes + urow[i] * 4 + ublk[i]]), ugs[i]));
+      uint32_t o[8];
+      dequant_word(pk.x, t, o);
+      dequant_word(pk.y, t, o + 4);
+      *reinterpret_cast<uint4*>(wb + core_offset(urow[i], ublk[i] * 2)) = make_uint4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<uint4*>(wb + core_offset(urow[i], ublk[i] * 2 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
+    }
+  };
+
+  float acc[MB][WN / 2];
+#pragma unroll
+  for (int b = 0; b < MB; ++b)
+#pragma unroll
+    for (int j = 0; j < WN / 2; ++j) acc[b][j] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < ktiles) load_stage(s);
+    cp_async_commit();
+  }
+  // tile 0's weights before the loop
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();
+  dequant(0, wbuf);
+
+  for (int kt = 0; kt < ktiles; ++kt) {
+    // After the barrier: tile kt + 1's copies (and kt's) are visible to every thread and to the
+    // tensor cores (the fence), the dequantized tile kt is complete, and every warpgroup's
+    // wgmmas of tile kt - 1 are done, so its stage and dequantized buffer are free.
+    cp_async_wait<STAGES - 3>();
+    fence_proxy_async();
+    __syncthreads();
+    if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1);
+    cp_async_commit();
+
+    const unsigned char* a = smem + (kt % STAGES) * C::stage + wm * C::WM * 128;
+    const unsigned char* wb = wbuf + (kt & 1) * C::wb_bytes + wn * WN * 128;
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < BK / 16; ++s) {
+      const uint64_t db = wgmma_desc(wb + s * 256);
+#pragma unroll
+      for (int b = 0; b < MB; ++b) wgmma_bf16<WN>(acc[b], wgmma_desc(a + b * 64 * 128 + s * 256), db);
+    }
+    wgmma_commit();
+    if (kt + 1 < ktiles) dequant(kt + 1, wbuf + ((kt + 1) & 1) * C::wb_bytes);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int b = 0; b < MB; ++b)
+#pragma unroll
+      for (int j = 0; j < WN / 2; ++j) fence_operand(acc[b][j]);
+  }
+  cp_async_wait_all();
+
+  const int warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int b = 0; b < MB; ++b)
+#pragma unroll
+    for (int j = 0; j < WN / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = m0 + wm * C::WM + b * 64 + warp * 16 + g + h * 8;
+        if (r >= m) continue;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int col = n0 + wn * WN + j * 8 + t * 2 + c;
+          if (col >= n) continue;
+          const float v = acc[b][j * 4 + h * 2 + c];
+          if (y_f32) {
+            float* d = static_cast<float*>(y) + int64_t(r) * ldy + col;
+            *d = accumulate ? *d + v : v;
+          } else {
+            static_cast<bf16*>(y)[int64_t(r) * ldy + col] = __float2bfloat16_rn(v);
+          }
+        }
+      }
+}
+
+template <int BM>
+void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n,
+            void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s) {
+  using C = WgCfg<BM>;
+  static const bool configured = [] {
+    check(cudaFuncSetAttribute(nvfp4_gemm_wgmma_k<BM>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "nvfp4_gemm (wgmma)");
+    check(cudaFuncSetAttribute(nvfp4_gemm_wgmma_k<BM>, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)),
+          "nvfp4_gemm (wgmma)");
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + BM - 1) / BM));
+  nvfp4_gemm_wgmma_k<BM><<<grid, THREADS, C::bytes, s>>>(x, int(m), int(k), ldx, packed, scales, row_gs, int(n), y, y_f32, ldy, accumulate);
+  check_launch("nvfp4_gemm (wgmma)");
+}
+
+}  // namespace
+
+// Called by nvfp4_gemm (kernels_w4a16.cu) after its checks, with the tile height it chose.
+void nvfp4_gemm_wgmma(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs,
+                      int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, int bm, cudaStream_t s) {
+  switch (bm) {
+    case 256: launch<256>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s); break;
+    case 128: launch<128>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s); break;
+    default: launch<64>(x, m, k, ldx, packed, scales, row_gs, n, y, y_f32, ldy, accumulate, s); break;
+  }
+}
+
+}  // namespace clefrt::cuda

@@ -1,0 +1,49 @@
+// NVFP4 -> bf16 dequantization in registers, shared by the W4A16 GEMMs (kernels_w4a16.cu on
+// mma.sync, kernels_w4a16_wgmma.cu on wgmma): exactly nvfp4_dequantize's values (spec/quant.md:
+// s32 = e4m3(scale) / gs in fp32, W = bf16(code_value * s32)), tested bit for bit.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/mma.cuh"
+
+namespace clefrt::cuda {
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+// The 8 magnitudes of one scale block, T[c] = bf16(e2m1(c) * s32) for c = 0..7 (the spec's
+// product, computed as such), as byte tables for prmt: lo = their low bytes, hi = their high
+// bytes, codes 0-3 in *0 and 4-7 in *1.
+struct Table {
+  uint32_t lo0, lo1, hi0, hi1;
+};
+__device__ __forceinline__ Table make_table(float s32) {
+  const uint32_t p01 = pack_bf16(__fmul_rn(0.0f, s32), __fmul_rn(0.5f, s32));
+  const uint32_t p23 = pack_bf16(s32, __fmul_rn(1.5f, s32));
+  const uint32_t p45 = pack_bf16(__fmul_rn(2.0f, s32), __fmul_rn(3.0f, s32));
+  const uint32_t p67 = pack_bf16(__fmul_rn(4.0f, s32), __fmul_rn(6.0f, s32));
+  return {prmt(p01, p23, 0x6420), prmt(p45, p67, 0x6420), prmt(p01, p23, 0x7531), prmt(p45, p67, 0x7531)};
+}
+
+// 8 codes (one packed word: code j in nibble j, k order) -> 4 bf16 pairs. Magnitudes are looked
+// up 4 at a time (prmt with the 3-bit magnitudes as byte selectors, low and high bytes
+// separately, then interleaved); the sign (bf16(-v s) = -bf16(v s)) is xor-ed into bit 15 / 31
+// from a prmt in sign-replicating mode: code 2p's sign is bit 3 of byte p (bit 7 of byte p of
+// w << 4), code 2p + 1's is bit 7 of byte p. ~19 instructions for 8 weights.
+__device__ __forceinline__ void dequant_word(uint32_t w, const Table& t, uint32_t* out) {
+  const uint32_t idx = w & 0x77777777u, w4 = w << 4;
+  const uint32_t la = prmt(t.lo0, t.lo1, idx), ha = prmt(t.hi0, t.hi1, idx);
+  const uint32_t lb = prmt(t.lo0, t.lo1, idx >> 16), hb = prmt(t.hi0, t.hi1, idx >> 16);
+  out[0] = prmt(la, ha, 0x5140) ^ (prmt(w4, w, 0xCC88) & 0x80008000u);
+  out[1] = prmt(la, ha, 0x7362) ^ (prmt(w4, w, 0xDD99) & 0x80008000u);
+  out[2] = prmt(lb, hb, 0x5140) ^ (prmt(w4, w, 0xEEAA) & 0x80008000u);
+  out[3] = prmt(lb, hb, 0x7362) ^ (prmt(w4, w, 0xFFBB) & 0x80008000u);
+}
+
+}  // namespace clefrt::cuda

@@ -1,0 +1,105 @@
+// Hopper warpgroup MMA (wgmma, sm_90a only): shared-memory matrix descriptors and the bf16
+// m64nNk16 instructions with fp32 accumulators, both operands K-major in shared memory without
+// swizzle. PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
+//
+// Operand layout ("core matrices"): a K-major tile of R rows x 64 bf16 is stored as 8-row x
+// 16-byte core matrices, 128 contiguous bytes each (row r's 8 elements at r * 16), core matrix
+// (row group g, 8-element k chunk c) at byte (g * 8 + c) * 128. The descriptor of the 16-wide k
+// step s starts at chunk 2s; LBO (next core matrix along k) = 128, SBO (next 8 rows) = 1024.
+// Without swizzle every 128-byte core matrix covers the 32 banks once, so wgmma's reads are
+// conflict-free.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace clefrt::cuda {
+
+// byte offset of row r's k chunk c in a core-matrix tile (64 k a row)
+__device__ __forceinline__ int core_offset(int r, int c) { return ((r >> 3) * 8 + c) * 128 + (r & 7) * 16; }
+
+__device__ __forceinline__ uint64_t wgmma_desc(const void* smem) {
+  const uint64_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  // start address, LBO 128, SBO 1024 (all >> 4), layout type 0 = no swizzle (bits 62-63)
+  return ((a & 0x3FFFF) >> 4) | (uint64_t(128 >> 4) << 16) | (uint64_t(1024 >> 4) << 32);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CLEFRT_WGMMA 1
+#endif
+
+// wgmma.fence: orders this thread's register writes (accumulators) before the next wgmma's reads.
+__device__ __forceinline__ void wgmma_fence() {
+#ifdef CLEFRT_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#ifdef CLEFRT_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+// Waits until at most n committed groups of this warpgroup are in flight.
+template <int n>
+__device__ __forceinline__ void wgmma_wait() {
+#ifdef CLEFRT_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(n) : "memory");
+#endif
+}
+// Generic-proxy shared-memory writes (st.shared, cp.async) become visible to wgmma's reads
+// (the async proxy) after this fence and a barrier.
+__device__ __forceinline__ void fence_proxy_async() {
+#ifdef CLEFRT_WGMMA
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// Keeps the compiler from moving accumulator registers across an asm boundary (between a
+// wgmma and its wait the hardware still writes them).
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// D (64 x N fp32, N / 2 per thread: d[4j .. 4j + 3] = rows 16 w + g and + 8, columns 8j + 2t and
+// + 1 for warp w of the warpgroup, g = lane / 4, t = lane % 4) += A (64 x 16) B (16 x N), A and B
+// K-major in shared memory.
+template <int N>
+__device__ __forceinline__ void wgmma_bf16(float* d, uint64_t da, uint64_t db);
+
+#define CLEFRT_WGMMA_D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<64>(float* d, uint64_t da, uint64_t db) {
+#ifdef CLEFRT_WGMMA
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, 1, 1, 1, 0, 0;\n"
+      : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8), CLEFRT_WGMMA_D8(16), CLEFRT_WGMMA_D8(24)
+      : "l"(da), "l"(db));
+#else
+  (void)d, (void)da, (void)db;
+  __trap();
+#endif
+}
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<128>(float* d, uint64_t da, uint64_t db) {
+#ifdef CLEFRT_WGMMA
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, 1, 1, 1, 0, 0;\n"
+      : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8), CLEFRT_WGMMA_D8(16), CLEFRT_WGMMA_D8(24), CLEFRT_WGMMA_D8(32), CLEFRT_WGMMA_D8(40),
+        CLEFRT_WGMMA_D8(48), CLEFRT_WGMMA_D8(56)
+      : "l"(da), "l"(db));
+#else
+  (void)d, (void)da, (void)db;
+  __trap();
+#endif
+}
+
+#undef CLEFRT_WGMMA_D8
+
+}  // namespace clefrt::cuda
