@@ -3,14 +3,15 @@
 // dequantized per tile into shared memory, and multiplied by wgmma with both operands read from
 // shared memory (wgmma.cuh's core-matrix layout).
 //
-// Per CTA (256 threads = two warpgroups) a BM-token x 128-channel tile; per 64-wide k step:
-//   1. cp.async brings x's [BM, 64] bf16 tile (straight into wgmma's A layout) and W's [128, 32]
-//      packed bytes + [128, 4] e4m3 scales, STAGES - 1 steps ahead;
-//   2. both warpgroups issue this step's wgmmas (asynchronous: the tensor cores run them while
-//      the threads go on) on x's tile and the dequantized weight tile of this step, then
-//   3. every thread dequantizes two (channel, 16-weight block)s of the NEXT step into the other
-//      of two bf16 weight tiles (nvfp4_dequant.cuh: a byte-permute table per block, exactly
-//      nvfp4_dequantize's values), and waits for its wgmmas.
+// Per CTA (256 threads = two warpgroups) a BM-token x 128-channel tile; per 64-wide k step kt:
+//   1. cp.async brings x's [BM, 64] bf16 tile (straight into wgmma's swizzled A layout) two steps
+//      ahead and W's [128, 32] packed bytes + [128, 4] e4m3 scales three steps ahead;
+//   2. both warpgroups issue step kt's wgmmas (asynchronous: the tensor cores run them while the
+//      threads go on) on x's tile and the dequantized weight tile kt, then
+//   3. every thread dequantizes two (channel, 16-weight block)s of step kt + 1 into the next of
+//      three bf16 weight tiles (nvfp4_dequant.cuh: a byte-permute table per block, exactly
+//      nvfp4_dequantize's values), and waits for its wgmmas of step kt - 1 only: step kt's stay
+//      in flight across the barrier, so the tensor cores always have the next step queued.
 // mma.sync (kernels_w4a16.cu) spends most of its issue slots on ldmatrix and one MMA per 16x8x16;
 // here one instruction covers 64 x 128 x 16 and the threads' slots go to the dequantization.
 //
@@ -42,18 +43,21 @@ struct WgCfg {
   static constexpr int WG_M = BM >= 128 ? 2 : 1, WG_N = 2 / WG_M;
   static constexpr int WM = BM / WG_M, MB = WM / 64;  // tokens per warpgroup, m64 blocks
   static constexpr int WN = BN / WG_N;                // channels per warpgroup = wgmma N
-  // copy stages in flight: one 256-token CTA or two smaller ones per SM's 227 KB
-  static constexpr int STAGES = BM == 128 ? 3 : 4;
-  static constexpr int a_bytes = BM * BK * 2;    // x tile, bf16, core-matrix layout
-  static constexpr int wp_bytes = BN * BK / 2;   // packed codes, [128][32] bytes
-  static constexpr int ws_bytes = BN * BK / 16;  // e4m3 scales, [128][4]
-  static constexpr int stage = a_bytes + wp_bytes + ws_bytes;
-  static constexpr int wb_bytes = BN * BK * 2;  // a dequantized tile (two: this step's, the next's)
-  static constexpr int bytes = STAGES * stage + 2 * wb_bytes;
-  static constexpr int MIN_BLOCKS = BM == 256 ? 1 : 2;
+  // copy stages (x tiles and packed weights alike; the pipeline needs 4)
+  static constexpr int STAGES = 4;
+  static constexpr int WBUFS = 3;                 // dequantized tiles: kt - 1 (in flight), kt, kt + 1
+  static constexpr int wb_bytes = BN * BK * 2;    // a dequantized tile, bf16, swizzled
+  static constexpr int a_bytes = BM * BK * 2;     // x tile, bf16, swizzled
+  static constexpr int wp_bytes = BN * BK / 2;    // packed codes, [128][32] bytes
+  static constexpr int ws_bytes = BN * BK / 16;   // e4m3 scales, [128][4]
+  static constexpr int a_base = WBUFS * wb_bytes;             // swizzled tiles stay 1024-aligned
+  static constexpr int w_base = a_base + STAGES * a_bytes;
+  static constexpr int bytes = w_base + STAGES * (wp_bytes + ws_bytes) + 1024;  // + alignment slack
+  static constexpr int MIN_BLOCKS = BM == 64 ? 2 : 1;  // what fits the SM's 227 KB
   static constexpr int A_CH = BM * 8 / THREADS;           // 16-byte x copies per thread and step
   static constexpr int UNITS = BN * (BK / 16) / THREADS;  // (channel, block)s per thread and step
   static_assert(MB >= 1 && A_CH >= 1 && UNITS == 2, "tile shape");
+  static_assert(MIN_BLOCKS * (bytes + 1024) <= 233472, "shared memory per SM");
 };
 
 template <int BM>
@@ -63,23 +67,27 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
                        bool accumulate) {
   using C = WgCfg<BM>;
   constexpr int STAGES = C::STAGES, MB = C::MB, WN = C::WN, A_CH = C::A_CH, UNITS = C::UNITS;
-  extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* const wbuf = smem + STAGES * C::stage;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // the swizzle is computed from address bits: tiles must sit on 1024-byte boundaries
+  unsigned char* const smem = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7;
   const int wm = C::WG_M == 2 ? wg : 0, wn = C::WG_M == 2 ? 0 : wg;
   const int m0 = int(blockIdx.y) * BM, n0 = int(blockIdx.x) * BN;
   const int ktiles = k / BK;
   const int64_t prow = k / 2, srow = k / 16;
+  auto xtile = [&](int kt) { return smem + C::a_base + (kt % STAGES) * C::a_bytes; };
+  auto wtile = [&](int kt) { return smem + C::w_base + (kt % STAGES) * (C::wp_bytes + C::ws_bytes); };
+  auto dtile = [&](int kt) { return smem + (kt % C::WBUFS) * C::wb_bytes; };
 
-  // x copies: chunk e = tid + i * 256 is row (e % 8) + 8 (e / 64), 16-byte k chunk (e / 8) % 8,
-  // so each 8 lanes write one 128-byte core matrix (conflict-free). Rows past m zero-fill.
+  // x copies: chunk e = tid + i * 256 is row e / 8, 16-byte k chunk e % 8 (8 lanes: one row's 128
+  // bytes, conflict-free under the swizzle). Rows past m zero-fill.
   const bf16* xsrc[A_CH];
   int aoff[A_CH];
   bool ain[A_CH];
 #pragma unroll
   for (int i = 0; i < A_CH; ++i) {
-    const int e = tid + i * THREADS, r = (e & 7) + ((e >> 6) << 3), c = (e >> 3) & 7;
-    aoff[i] = core_offset(r, c);
+    const int e = tid + i * THREADS, r = e >> 3, c = e & 7;
+    aoff[i] = swizzle128(r, c);
     ain[i] = m0 + r < m;
     xsrc[i] = ain[i] ? x + int64_t(m0 + r) * ldx + c * 8 : x;
   }
@@ -88,28 +96,35 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
   const bool win = n0 + (tid >> 1) < n, sin = tid < BN && n0 + tid < n;
   const uint8_t* wsrc = win ? packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : packed;
   const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
-  auto load_stage = [&](int kt) {
-    unsigned char* a = smem + (kt % STAGES) * C::stage;
+  auto load_x = [&](int kt) {
+    if (kt >= ktiles) return;
+    unsigned char* a = xtile(kt);
     const int k0 = kt * BK;
 #pragma unroll
     for (int i = 0; i < A_CH; ++i) cp_async16(a + aoff[i], ain[i] ? xsrc[i] + k0 : x, ain[i]);
-    cp_async16(a + C::a_bytes + tid * 16, win ? wsrc + k0 / 2 : packed, win);
-    if (tid < BN) cp_async4(a + C::a_bytes + C::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
+  };
+  auto load_w = [&](int kt) {
+    if (kt >= ktiles) return;
+    unsigned char* w = wtile(kt);
+    const int k0 = kt * BK;
+    cp_async16(w + tid * 16, win ? wsrc + k0 / 2 : packed, win);
+    if (tid < BN) cp_async4(w + C::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
   };
 
-  // Dequantization units: u = tid + i * 256 is channel (u % 8) + 8 (u / 32), block (u / 8) % 4,
-  // so each 8 lanes store into one core matrix (conflict-free 16-byte stores).
+  // Dequantization units: u = tid + i * 256 is channel u / 4, block u % 4 (8 lanes: two channels'
+  // four blocks, whose swizzled 16-byte stores cover the 32 banks once).
   int urow[UNITS], ublk[UNITS];
   float ugs[UNITS];
 #pragma unroll
   for (int i = 0; i < UNITS; ++i) {
     const int u = tid + i * THREADS;
-    urow[i] = (u & 7) + ((u >> 5) << 3);
-    ublk[i] = (u >> 3) & 3;
+    urow[i] = u >> 2;
+    ublk[i] = u & 3;
     ugs[i] = n0 + urow[i] < n ? row_gs[n0 + urow[i]] : 1.0f;
   }
-  auto dequant = [&](int kt, unsigned char* wb) {
-    const unsigned char* st = smem + (kt % STAGES) * C::stage + C::a_bytes;
+  auto dequant = [&](int kt) {
+    const unsigned char* st = wtile(kt);
+    unsigned char* wb = dtile(kt);
 #pragma unroll
     for (int i = 0; i < UNITS; ++i) {
       const uint2 pk = *reinterpret_cast<const uint2*>(st + urow[i] * 32 + ublk[i] * 8);
@@ -117,8 +132,8 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
       uint32_t o[8];
       dequant_word(pk.x, t, o);
       dequant_word(pk.y, t, o + 4);
-      *reinterpret_cast<uint4*>(wb + core_offset(urow[i], ublk[i] * 2)) = make_uint4(o[0], o[1], o[2], o[3]);
-      *reinterpret_cast<uint4*>(wb + core_offset(urow[i], ublk[i] * 2 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
+      *reinterpret_cast<uint4*>(wb + swizzle128(urow[i], ublk[i] * 2)) = make_uint4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<uint4*>(wb + swizzle128(urow[i], ublk[i] * 2 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
     }
   };
 
@@ -128,43 +143,47 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
 #pragma unroll
     for (int j = 0; j < WN / 2; ++j) acc[b][j] = 0.0f;
 
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ktiles) load_stage(s);
-    cp_async_commit();
-  }
-  // tile 0's weights before the loop
-  cp_async_wait<STAGES - 2>();
+  // Step kt's copies (committed as one group after its barrier): x tile kt + 2 and weight tile
+  // kt + 3. Stage j % 4 holds both tiles j; x tile j is read by wgmma j until step j + 1 ends,
+  // weight tile j by dequant j in step j - 1. The prologue stands in for steps -2 and -1.
+  load_w(0), load_x(0), load_w(1);
+  cp_async_commit();
+  load_x(1), load_w(2);
+  cp_async_commit();
+  cp_async_wait<1>();
   __syncthreads();
-  dequant(0, wbuf);
+  dequant(0);
 
   for (int kt = 0; kt < ktiles; ++kt) {
-    // After the barrier: tile kt + 1's copies (and kt's) are visible to every thread and to the
-    // tensor cores (the fence), the dequantized tile kt is complete, and every warpgroup's
-    // wgmmas of tile kt - 1 are done, so its stage and dequantized buffer are free.
-    cp_async_wait<STAGES - 3>();
+    // This thread's copies committed in step kt - 2 (x tile kt, weight tile kt + 1) have landed.
+    // After the fence and the barrier every thread's copies and dequantized tile kt are visible
+    // to the tensor cores, and every warpgroup's wgmmas of step kt - 2 are done (each waited
+    // for them at the end of step kt - 1): stage (kt + 2) % 4 and dequantized tile (kt + 1) % 3
+    // are free.
+    cp_async_wait<1>();
     fence_proxy_async();
     __syncthreads();
-    if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1);
+    load_x(kt + 2), load_w(kt + 3);
     cp_async_commit();
 
-    const unsigned char* a = smem + (kt % STAGES) * C::stage + wm * C::WM * 128;
-    const unsigned char* wb = wbuf + (kt & 1) * C::wb_bytes + wn * WN * 128;
+    const unsigned char* a = xtile(kt) + wm * C::WM * 128;
+    const unsigned char* wb = dtile(kt) + wn * WN * 128;
     wgmma_fence();
 #pragma unroll
     for (int s = 0; s < BK / 16; ++s) {
-      const uint64_t db = wgmma_desc(wb + s * 256);
+      const uint64_t db = wgmma_desc(wb + s * 32);
 #pragma unroll
-      for (int b = 0; b < MB; ++b) wgmma_bf16<WN>(acc[b], wgmma_desc(a + b * 64 * 128 + s * 256), db);
+      for (int b = 0; b < MB; ++b) wgmma_bf16<WN>(acc[b], wgmma_desc(a + b * 64 * 128 + s * 32), db);
     }
     wgmma_commit();
-    if (kt + 1 < ktiles) dequant(kt + 1, wbuf + ((kt + 1) & 1) * C::wb_bytes);
-    wgmma_wait<0>();
-#pragma unroll
-    for (int b = 0; b < MB; ++b)
-#pragma unroll
-      for (int j = 0; j < WN / 2; ++j) fence_operand(acc[b][j]);
+    if (kt + 1 < ktiles) dequant(kt + 1);
+    wgmma_wait<1>();  // step kt - 1's wgmmas; step kt's stay in flight
   }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int b = 0; b < MB; ++b)
+#pragma unroll
+    for (int j = 0; j < WN / 2; ++j) fence_operand(acc[b][j]);
   cp_async_wait_all();
 
   const int warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
