@@ -8,10 +8,12 @@
 //   mma.sync     nvfp4_gemm's mma.sync kernel (kernels_w4a16.cu)
 //   wgmma        nvfp4_gemm's wgmma kernel (kernels_w4a16_wgmma.cu; sm_90a builds on Hopper)
 // Random weights, quantized on the GPU. Usage: clefrt_bench_w4a16 [--commit ID] [--json FILE]
+// [--shape gate_up|down] [--m M] (one shape / one m: for profilers)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -55,12 +57,15 @@ double median_ms(cudaStream_t s, F f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string commit = "unknown", json_out;
+  std::string commit = "unknown", json_out, only_shape;
+  int64_t only_m = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_out = argv[++i];
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
+    else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) only_m = std::atoll(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--commit ID] [--json FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--commit ID] [--json FILE] [--shape gate_up|down] [--m M]\n", argv[0]);
       return 2;
     }
   }
@@ -70,7 +75,8 @@ int main(int argc, char** argv) {
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
     Gemm inv(s, true), heur(s, false);
-    const std::vector<int64_t> ms = {1, 16, 64, 128, 318, 1024, 2048, 8192};
+    std::vector<int64_t> ms = {1, 16, 64, 128, 318, 1024, 2048, 8192};
+    if (only_m > 0) ms = {only_m};
     const bool wgmma = nvfp4_gemm_wgmma_available();
     json::Value shapes = json::Value::array();
     struct Shape {
@@ -78,6 +84,7 @@ int main(int argc, char** argv) {
       int64_t n, k;
     };
     for (Shape sh : {Shape{"mlp gate_up", 34816, 5120}, Shape{"mlp down", 5120, 17408}}) {
+      if (!only_shape.empty() && std::string(sh.name) != "mlp " + only_shape) continue;
       const int64_t n = sh.n, k = sh.k, mmax = ms.back();
       DeviceBuffer w(size_t(n * k) * 2, "W"), wd(size_t(n * k) * 2, "W dequantized"), packed(size_t(n * k / 2), "W packed"),
           scales(size_t(n * k / 16), "W scales"), gsr(size_t(n) * 4, "gs"), amax(4, "amax"), x(size_t(mmax * k) * 2, "x"),

@@ -137,11 +137,15 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
     }
   };
 
+  // no zeroing: step 0's wgmmas overwrite (any other instruction writing the accumulators
+  // between wgmmas makes ptxas serialize them all)
   float acc[MB][WN / 2];
+  auto fence_accumulators = [&] {
 #pragma unroll
-  for (int b = 0; b < MB; ++b)
+    for (int b = 0; b < MB; ++b)
 #pragma unroll
-    for (int j = 0; j < WN / 2; ++j) acc[b][j] = 0.0f;
+      for (int j = 0; j < WN / 2; ++j) fence_operand(acc[b][j]);
+  };
 
   // Step kt's copies (committed as one group after its barrier): x tile kt + 2 and weight tile
   // kt + 3. Stage j % 4 holds both tiles j; x tile j is read by wgmma j until step j + 1 ends,
@@ -168,22 +172,22 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
 
     const unsigned char* a = xtile(kt) + wm * C::WM * 128;
     const unsigned char* wb = dtile(kt) + wn * WN * 128;
+    // the accumulators pinned in registers before the wgmmas (ptxas serializes every wgmma,
+    // C7515, if another instruction defines them inside the pipeline: measured 2x slower)
+    fence_accumulators();
     wgmma_fence();
 #pragma unroll
     for (int s = 0; s < BK / 16; ++s) {
       const uint64_t db = wgmma_desc(wb + s * 32);
 #pragma unroll
-      for (int b = 0; b < MB; ++b) wgmma_bf16<WN>(acc[b], wgmma_desc(a + b * 64 * 128 + s * 32), db);
+      for (int b = 0; b < MB; ++b) wgmma_bf16<WN>(acc[b], wgmma_desc(a + b * 64 * 128 + s * 32), db, kt > 0 || s > 0);
     }
     wgmma_commit();
     if (kt + 1 < ktiles) dequant(kt + 1);
     wgmma_wait<1>();  // step kt - 1's wgmmas; step kt's stay in flight
   }
   wgmma_wait<0>();
-#pragma unroll
-  for (int b = 0; b < MB; ++b)
-#pragma unroll
-    for (int j = 0; j < WN / 2; ++j) fence_operand(acc[b][j]);
+  fence_accumulators();
   cp_async_wait_all();
 
   const int warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;

@@ -57,44 +57,46 @@ __device__ __forceinline__ void fence_proxy_async() {
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
 // D (64 x N fp32, N / 2 per thread: d[4j .. 4j + 3] = rows 16 w + g and + 8, columns 8j + 2t and
-// + 1 for warp w of the warpgroup, g = lane / 4, t = lane % 4) += A (64 x 16) B (16 x N), A and B
-// K-major in shared memory.
+// + 1 for warp w of the warpgroup, g = lane / 4, t = lane % 4) (+)= A (64 x 16) B (16 x N), A and
+// B K-major in shared memory; accumulate false overwrites D (its old values are never read).
 template <int N>
-__device__ __forceinline__ void wgmma_bf16(float* d, uint64_t da, uint64_t db);
+__device__ __forceinline__ void wgmma_bf16(float* d, uint64_t da, uint64_t db, bool accumulate);
 
 #define CLEFRT_WGMMA_D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 
 template <>
-__device__ __forceinline__ void wgmma_bf16<64>(float* d, uint64_t da, uint64_t db) {
+__device__ __forceinline__ void wgmma_bf16<64>(float* d, uint64_t da, uint64_t db, bool accumulate) {
 #ifdef CLEFRT_WGMMA
   asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, 1, 1, 1, 0, 0;\n"
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
       : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8), CLEFRT_WGMMA_D8(16), CLEFRT_WGMMA_D8(24)
-      : "l"(da), "l"(db));
+      : "l"(da), "l"(db), "r"(int(accumulate)));
 #else
-  (void)d, (void)da, (void)db;
+  (void)d, (void)da, (void)db, (void)accumulate;
   __trap();
 #endif
 }
 
 template <>
-__device__ __forceinline__ void wgmma_bf16<128>(float* d, uint64_t da, uint64_t db) {
+__device__ __forceinline__ void wgmma_bf16<128>(float* d, uint64_t da, uint64_t db, bool accumulate) {
 #ifdef CLEFRT_WGMMA
   asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, 1, 1, 1, 0, 0;\n"
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
       : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8), CLEFRT_WGMMA_D8(16), CLEFRT_WGMMA_D8(24), CLEFRT_WGMMA_D8(32), CLEFRT_WGMMA_D8(40),
         CLEFRT_WGMMA_D8(48), CLEFRT_WGMMA_D8(56)
-      : "l"(da), "l"(db));
+      : "l"(da), "l"(db), "r"(int(accumulate)));
 #else
-  (void)d, (void)da, (void)db;
+  (void)d, (void)da, (void)db, (void)accumulate;
   __trap();
 #endif
 }
