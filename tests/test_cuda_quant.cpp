@@ -152,7 +152,8 @@ TEST(CudaQuant, W4A16GemmAgainstCpu) {
       for (int64_t r = h; r < n; ++r) rgs[size_t(r)] = gs1;
       DeviceBuffer dp = cuda::upload(packed, "p"), ds = cuda::upload(scales, "s"), dg = cuda::upload(rgs, "g");
 
-      // 1. dequantization: y = I W^T = W^T, one exact product per element
+      // 1. dequantization: y = I W^T = W^T, one exact product per element; then again with a
+      // random global scale per row over a wide range (the kernels' scale division and table)
       {
         std::vector<float> eye(size_t(k * k), 0.0f);
         for (int64_t i = 0; i < k; ++i) eye[size_t(i * k + i)] = 1.0f;
@@ -162,6 +163,18 @@ TEST(CudaQuant, W4A16GemmAgainstCpu) {
         for (int64_t c = 0; c < k; ++c)
           for (int64_t r = 0; r < n; ++r)
             ASSERT_EQ(got[size_t(c * n + r)], wd[size_t(r * k + c)]) << "weight " << r << "," << c << at;
+        std::vector<float> wide(static_cast<size_t>(n), 0.0f);
+        std::mt19937_64 rng{uint64_t(n + k)};
+        for (auto& g : wide) g = std::ldexp(std::uniform_real_distribution<float>(1.0f, 2.0f)(rng), int(rng() % 160) - 80);
+        DeviceBuffer dgw = cuda::upload(wide, "g");
+        cuda::nvfp4_gemm(dx.as<bf16>(), k, k, k, dp.as<uint8_t>(), ds.as<uint8_t>(), dgw.as<float>(), n, y.get(), true, n, false, nullptr, which);
+        got = down<float>(y, size_t(k * n));
+        for (int64_t r = 0; r < n; ++r) {
+          const std::vector<float> ref =
+              quant::nvfp4_dequantize(packed.data() + size_t(r * k / 2), scales.data() + size_t(r * k / 16), wide[size_t(r)], 1, k);
+          for (int64_t c = 0; c < k; ++c)
+            ASSERT_EQ(got[size_t(c * n + r)], ref[size_t(c)]) << "weight " << r << "," << c << " with global scale " << wide[size_t(r)] << at;
+        }
       }
 
       // 2. products, bf16 and accumulated fp32 outputs (x rows strided: ldx = k + 8)

@@ -5,11 +5,11 @@
 //
 // Per CTA a BM-token x 128-channel tile and three warpgroups with separate jobs (warp
 // specialization), handing pipeline stages over through mbarriers:
-//   producer (warpgroup 0): per 64-wide k step j, cp.async brings x's [BM, 64] bf16 tile (straight
+//   producers (warpgroups 0 and 1): per 64-wide k step j, cp.async brings x's [BM, 64] bf16 tile (straight
 //     into wgmma's swizzled A layout) and W's [128, 32] packed bytes + [128, 4] e4m3 scales two
 //     steps ahead; it dequantizes step j's weights into the stage's bf16 tile (nvfp4_dequant.cuh:
 //     a byte-permute table per block, exactly nvfp4_dequantize's values) and marks the stage full;
-//   consumers (warpgroups 1 and 2): wait for stage j, issue its wgmmas (asynchronous), wait for
+//   consumers (warpgroups 2 and 3): wait for stage j, issue its wgmmas (asynchronous), wait for
 //     step j - 1's and mark that stage empty, so the tensor cores always have the next step queued.
 // The tensor cores never wait for a barrier of the whole CTA, and the consumers' issue slots go to
 // the wgmmas alone (mma.sync, kernels_w4a16.cu, spends most of its on ldmatrix and one MMA per
@@ -36,7 +36,10 @@ namespace clefrt::cuda {
 
 namespace {
 
-constexpr int BN = 128, BK = 64, THREADS = 384, PRODUCERS = 128;
+// 4 warpgroups: 2 producers, 2 consumers. Registers move from the producers (which need few) to
+// the consumers (the 256-token tile's 128 fp32 accumulators a thread) with setmaxnreg.
+constexpr int BN = 128, BK = 64, THREADS = 512, PRODUCERS = 256, PRODUCER_REGS = 80, CONSUMER_REGS = 176;
+static_assert(PRODUCER_REGS * PRODUCERS + CONSUMER_REGS * (THREADS - PRODUCERS) <= 65536, "register file");
 
 template <int BM>
 struct WgCfg {
@@ -55,11 +58,24 @@ struct WgCfg {
   static constexpr int bytes = bar_base + 2 * STAGES * 8 + 1024;  // + alignment slack
   static constexpr int A_CH = BM * 8 / PRODUCERS;                 // 16-byte x copies per producer and step
   static constexpr int UNITS = BN * (BK / 16) / PRODUCERS;        // (channel, block)s per producer and step
-  static_assert(MB >= 1 && A_CH >= 1 && UNITS == 4 && AHEAD <= STAGES - 2, "tile shape");
+  static_assert(MB >= 1 && A_CH >= 1 && UNITS == 2 && AHEAD <= STAGES - 2, "tile shape");
   static_assert(bytes + 1024 <= 233472, "shared memory per SM");
 };
 
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(PRODUCERS) : "memory"); }
+// Gives up (dec) or claims (inc) registers for the rest of this warpgroup's run (sm_90a).
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#ifdef CLEFRT_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#ifdef CLEFRT_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
+}
 
 template <int BM>
 __global__ void __launch_bounds__(THREADS, 1)
@@ -83,8 +99,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], PRODUCERS), mbar_init(&empty[s], THREADS - PRODUCERS);
   __syncthreads();
 
-  if (wg == 0) {
-    // ---- producer ----
+  if (wg < 2) {
+    // ---- producers ----
+    setmaxnreg_dec<PRODUCER_REGS>();
     const int p = tid;
     const int64_t prow = k / 2, srow = k / 16;
     // x copies: chunk e = p + i * 128 is row e / 8, 16-byte k chunk e % 8 (8 lanes: one row's 128
@@ -99,11 +116,10 @@ __global__ void __launch_bounds__(THREADS, 1)
       ain[i] = m0 + r < m;
       xsrc[i] = ain[i] ? x + int64_t(m0 + r) * ldx + c * 8 : x;
     }
-    // packed codes: 16-byte chunks q = p and p + 128 (channel q / 2, half q % 2); scales: 4 bytes
-    // of channel p. Channels past n read nothing: zero codes and scales give 0.
-    const bool win0 = n0 + (p >> 1) < n, win1 = n0 + 64 + (p >> 1) < n, sin = n0 + p < n;
-    const uint8_t* wsrc0 = win0 ? packed + int64_t(n0 + (p >> 1)) * prow + (p & 1) * 16 : packed;
-    const uint8_t* wsrc1 = win1 ? packed + int64_t(n0 + 64 + (p >> 1)) * prow + (p & 1) * 16 : packed;
+    // packed codes: 16-byte chunk p (channel p / 2, half p % 2); scales: 4 bytes of channel p
+    // (p < 128). Channels past n read nothing: zero codes and scales give 0.
+    const bool win = n0 + (p >> 1) < n, sin = p < BN && n0 + p < n;
+    const uint8_t* wsrc = win ? packed + int64_t(n0 + (p >> 1)) * prow + (p & 1) * 16 : packed;
     const uint8_t* ssrc = sin ? scales + int64_t(n0 + p) * srow : scales;
     auto issue = [&](int j) {
       if (j < ktiles) {
@@ -112,19 +128,19 @@ __global__ void __launch_bounds__(THREADS, 1)
         const int k0 = j * BK;
 #pragma unroll
         for (int i = 0; i < C::A_CH; ++i) cp_async16(a + aoff[i], ain[i] ? xsrc[i] + k0 : x, ain[i]);
-        cp_async16(w + p * 16, win0 ? wsrc0 + k0 / 2 : packed, win0);
-        cp_async16(w + (p + PRODUCERS) * 16, win1 ? wsrc1 + k0 / 2 : packed, win1);
-        cp_async4(w + C::wp_bytes + p * 4, sin ? ssrc + k0 / 16 : scales, sin);
+        cp_async16(w + p * 16, win ? wsrc + k0 / 2 : packed, win);
+        if (p < BN) cp_async4(w + C::wp_bytes + p * 4, sin ? ssrc + k0 / 16 : scales, sin);
       }
       cp_async_commit();
     };
-    // Dequantization units: u = p + i * 128 is channel u / 4, block u % 4 (8 lanes: two channels'
+    // Dequantization units: u = p + i * 256 is channel u / 4, block u % 4 (8 lanes: two channels'
     // four blocks, whose swizzled 16-byte stores cover the 32 banks once).
-    float ugs[C::UNITS];
+    float ugs[C::UNITS], urc[C::UNITS];
 #pragma unroll
     for (int i = 0; i < C::UNITS; ++i) {
       const int r = (p + i * PRODUCERS) >> 2;
       ugs[i] = n0 + r < n ? row_gs[n0 + r] : 1.0f;
+      urc[i] = row_reciprocal(ugs[i]);
     }
     for (int j = 0; j < AHEAD; ++j) issue(j);
     for (int j = 0; j < ktiles; ++j) {
@@ -140,7 +156,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int i = 0; i < C::UNITS; ++i) {
         const int u = p + i * PRODUCERS, r = u >> 2, b = u & 3;
         const uint2 pk = *reinterpret_cast<const uint2*>(st + r * 32 + b * 8);
-        const Table t = make_table(__fdiv_rn(e4m3_value(st[C::wp_bytes + r * 4 + b]), ugs[i]));
+        const Table t = make_table_shift(scale_quotient(e4m3_value(st[C::wp_bytes + r * 4 + b]), ugs[i], urc[i]));
         uint32_t o[8];
         dequant_word(pk.x, t, o);
         dequant_word(pk.y, t, o + 4);
@@ -157,7 +173,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
 
   // ---- consumers ----
-  const int cw = wg - 1, wm = C::WG_M == 2 ? cw : 0, wn = C::WG_M == 2 ? 0 : cw;
+  setmaxnreg_inc<CONSUMER_REGS>();
+  const int cw = wg - 2, wm = C::WG_M == 2 ? cw : 0, wn = C::WG_M == 2 ? 0 : cw;
   // no zeroing: step 0's wgmmas overwrite (any other instruction writing the accumulators
   // between wgmmas makes ptxas serialize them all: C7515)
   float acc[MB][WN / 2];
