@@ -16,13 +16,13 @@
 //
 // Measured (H200, 27B shapes, bench/results/2026-12-01-h200-clef-27b-quant.md, session 5): ~295
 // TFLOP/s on the 8,192-token gate_up, ~175 at the blog's 318 tokens, against 400-700 for
-// cuBLASLt's bf16 GEMMs behind the staged path (qlinear.h): slower everywhere but the blog's down
-// projection, so not the default. History: a first version (dequantize, barrier, multiply; the
-// direct float formula, ~5.5 instructions a weight) ran ~200 TFLOP/s and Nsight Compute found it
-// issue-bound (IPC 2.27 of 4, ~600 instructions per warp per k step for 64 MMAs); overlapping
-// the dequantization with the MMAs gained nothing, hoisting copy addresses 7%, the byte-permute
-// lookups (~3.3 instructions a weight) with 256-row tiles another 17-20%. Next: wgmma (the
-// dequantized tile as its shared-memory B operand), which mma.sync cannot approach on Hopper.
+// cuBLASLt's bf16 GEMMs behind the staged path (qlinear.h). History: a first version (dequantize,
+// barrier, multiply; the direct float formula, ~5.5 instructions a weight) ran ~200 TFLOP/s and
+// Nsight Compute found it issue-bound (IPC 2.27 of 4, ~600 instructions per warp per k step for
+// 64 MMAs); overlapping the dequantization with the MMAs gained nothing, hoisting copy addresses
+// 7%, the byte-permute lookups (~3.3 instructions a weight) with 256-row tiles another 17-20%.
+// On Hopper nvfp4_gemm now runs kernels_w4a16_wgmma.cu instead (1.4-1.8x this kernel at m >=
+// 318); this one serves other GPUs (and is tested beside it).
 //
 // Every output element is one thread's fp32 sum over k in increasing 16-wide steps, whatever m
 // is and whichever BM is chosen: a row's result does not depend on the batch it runs in.
