@@ -17,11 +17,15 @@
 //
 // Measured (H200, bench/results/2026-12-01-h200-gemm-w4a16-s6.json): unswizzled operands ran
 // below mma.sync; the swizzle + one step in flight, then no accumulator zeroing (ptxas had
-// serialized every wgmma of the 256-token tile, C7515) brought ~375-435 TFLOP/s at 8,192 tokens
-// (~55% of cuBLASLt's bf16). Warp specialization (producer warpgroups copying and dequantizing,
+// serialized every wgmma of the 256-token tile, C7515) brought ~375-435 TFLOP/s at 8,192 tokens,
+// and the cheaper exact dequantization (nvfp4_dequant.cuh: make_table_shift, scale_quotient)
+// 413-454 (~59% of cuBLASLt's bf16; 1.13-1.28x the batch-invariant bf16 GEMM at m <= 64 on the
+// wide MLP shape). Warp specialization (producer warpgroups copying and dequantizing,
 // consumer warpgroups only issuing wgmmas, mbarrier hand-over; one or two producer warpgroups,
-// setmaxnreg) measured slower at every size (347-384 at 8,192, 0.8-0.95x at m <= 128) and was
-// dropped; Nsight Compute on it: tensor pipe 38% active, long-scoreboard stalls dominant.
+// setmaxnreg) measured slower at every size (329-384 at 8,192, 0.8-0.95x at m <= 128) and was
+// dropped; Nsight Compute on it: tensor pipe 38% active, long-scoreboard stalls dominant. Per
+// 64-k step a 256 x 128 CTA moves ~150 KB through shared memory (wgmma operand reads 96 KB,
+// copies 37 KB, dequantized stores 16 KB) for ~1,024 tensor cycles: this design's ceiling.
 //
 // Tiles: BM = 256 (each warpgroup 128 tokens x 128 channels: two m64n128 per k16), 128 (64 x 128
 // each) or 64 (each warpgroup 64 tokens x 64 channels, m64n64). Every output element is the
@@ -181,8 +185,10 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
 
     const unsigned char* a = xtile(kt) + wm * C::WM * 128;
     const unsigned char* wb = dtile(kt) + wn * WN * 128;
-    // the accumulators pinned in registers before the wgmmas (ptxas serializes every wgmma,
-    // C7515, if another instruction defines them inside the pipeline: measured 2x slower)
+    // the accumulators pinned in registers before the wgmmas (ptxas serializes every wgmma if
+    // another instruction defines them inside the pipeline, and says so only as an info line:
+    // "C7515" under -Xptxas -v; check it after any change here. Serialized, the 256-token tile
+    // measured 8-11% slower at 8,192 tokens)
     fence_accumulators();
     wgmma_fence();
 #pragma unroll
