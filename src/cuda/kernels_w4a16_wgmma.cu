@@ -4,8 +4,9 @@
 // shared memory (wgmma.cuh's core-matrix layout).
 //
 // Per CTA (256 threads = two warpgroups) a BM-token x 128-channel tile; per 64-wide k step kt:
-//   1. cp.async brings x's [BM, 64] bf16 tile (straight into wgmma's swizzled A layout) two steps
-//      ahead and W's [128, 32] packed bytes + [128, 4] e4m3 scales three steps ahead;
+//   1. one TMA copy (tma.cuh) brings x's [BM, 64] bf16 tile, already in wgmma's swizzled A layout,
+//      two steps ahead, and cp.async W's [128, 32] packed bytes + [128, 4] e4m3 scales three
+//      steps ahead;
 //   2. both warpgroups issue step kt's wgmmas (asynchronous: the tensor cores run them while the
 //      threads go on) on x's tile and the dequantized weight tile kt, then
 //   3. every thread dequantizes two (channel, 16-weight block)s of step kt + 1 into the next of
@@ -32,6 +33,8 @@
 // tensor cores' fp32 sum over k in increasing 16-wide steps whatever m and the tile are (the
 // per-element result of wgmma does not depend on the instruction's N: tested bit for bit across
 // tile heights), so a row's result does not depend on the batch it runs in.
+#include <cudaTypedefs.h>
+
 #include <cstdint>
 #include <string>
 
@@ -41,6 +44,7 @@
 #include "cuda/formats.cuh"
 #include "cuda/kernels_quant.h"
 #include "cuda/nvfp4_dequant.cuh"
+#include "cuda/tma.cuh"
 #include "cuda/wgmma.cuh"
 
 namespace clefrt::cuda {
@@ -64,21 +68,21 @@ struct WgCfg {
   static constexpr int ws_bytes = BN * BK / 16;   // e4m3 scales, [128][4]
   static constexpr int a_base = WBUFS * wb_bytes;             // swizzled tiles stay 1024-aligned
   static constexpr int w_base = a_base + STAGES * a_bytes;
-  static constexpr int bytes = w_base + STAGES * (wp_bytes + ws_bytes) + 1024;  // + alignment slack
+  static constexpr int bar_base = w_base + STAGES * (wp_bytes + ws_bytes);
+  static constexpr int bytes = bar_base + STAGES * 8 + 1024;  // + alignment slack
   static constexpr int MIN_BLOCKS = BM == 64 ? 2 : 1;  // what fits the SM's 227 KB
-  static constexpr int A_CH = BM * 8 / THREADS;           // 16-byte x copies per thread and step
   static constexpr int UNITS = BN * (BK / 16) / THREADS;  // (channel, block)s per thread and step
-  static_assert(MB >= 1 && A_CH >= 1 && UNITS == 2, "tile shape");
+  static_assert(MB >= 1 && UNITS == 2, "tile shape");
   static_assert(MIN_BLOCKS * (bytes + 1024) <= 233472, "shared memory per SM");
 };
 
 template <int BM>
 __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
-    nvfp4_gemm_wgmma_k(const bf16* __restrict__ x, int m, int k, int64_t ldx, const uint8_t* __restrict__ packed,
+    nvfp4_gemm_wgmma_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ packed,
                        const uint8_t* __restrict__ scales, const float* __restrict__ row_gs, int n, void* y, bool y_f32, int64_t ldy,
                        bool accumulate) {
   using C = WgCfg<BM>;
-  constexpr int STAGES = C::STAGES, MB = C::MB, WN = C::WN, A_CH = C::A_CH, UNITS = C::UNITS;
+  constexpr int STAGES = C::STAGES, MB = C::MB, WN = C::WN, UNITS = C::UNITS;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // the swizzle is computed from address bits: tiles must sit on 1024-byte boundaries
   unsigned char* const smem = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
@@ -91,29 +95,23 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
   auto wtile = [&](int kt) { return smem + C::w_base + (kt % STAGES) * (C::wp_bytes + C::ws_bytes); };
   auto dtile = [&](int kt) { return smem + (kt % C::WBUFS) * C::wb_bytes; };
 
-  // x copies: chunk e = tid + i * 256 is row e / 8, 16-byte k chunk e % 8 (8 lanes: one row's 128
-  // bytes, conflict-free under the swizzle). Rows past m zero-fill.
-  const bf16* xsrc[A_CH];
-  int aoff[A_CH];
-  bool ain[A_CH];
-#pragma unroll
-  for (int i = 0; i < A_CH; ++i) {
-    const int e = tid + i * THREADS, r = e >> 3, c = e & 7;
-    aoff[i] = swizzle128(r, c);
-    ain[i] = m0 + r < m;
-    xsrc[i] = ain[i] ? x + int64_t(m0 + r) * ldx + c * 8 : x;
+  // x tiles: one TMA copy each (thread 0), [BM, 64] bf16 at (k0, m0) swizzled as wgmma reads it;
+  // rows past m arrive as zeros. xfull[s] completes when stage s's tile has landed.
+  uint64_t* const xfull = reinterpret_cast<uint64_t*>(smem + C::bar_base);
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(&xfull[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
   }
+  __syncthreads();
   // packed codes: one 16-byte chunk per thread (channel tid / 2, half tid % 2); scales: 4 bytes
   // per channel (threads < 128). Channels past n read nothing: zero codes and scales give 0.
   const bool win = n0 + (tid >> 1) < n, sin = tid < BN && n0 + tid < n;
   const uint8_t* wsrc = win ? packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : packed;
   const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
   auto load_x = [&](int kt) {
-    if (kt >= ktiles) return;
-    unsigned char* a = xtile(kt);
-    const int k0 = kt * BK;
-#pragma unroll
-    for (int i = 0; i < A_CH; ++i) cp_async16(a + aoff[i], ain[i] ? xsrc[i] + k0 : x, ain[i]);
+    if (tid != 0 || kt >= ktiles) return;
+    mbar_arrive_expect_tx(&xfull[kt % STAGES], C::a_bytes);
+    tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &xfull[kt % STAGES]);
   };
   auto load_w = [&](int kt) {
     if (kt >= ktiles) return;
@@ -160,9 +158,10 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
       for (int j = 0; j < WN / 2; ++j) fence_operand(acc[b][j]);
   };
 
-  // Step kt's copies (committed as one group after its barrier): x tile kt + 2 and weight tile
-  // kt + 3. Stage j % 4 holds both tiles j; x tile j is read by wgmma j until step j + 1 ends,
-  // weight tile j by dequant j in step j - 1. The prologue stands in for steps -2 and -1.
+  // Step kt's copies, issued after its barrier: x tile kt + 2 (TMA) and weight tile kt + 3
+  // (cp.async, one commit group). Stage j % 4 holds both tiles j; x tile j is read by wgmma j until
+  // step j + 1 ends, weight tile j by dequant j in step j - 1. The prologue stands in for steps
+  // -2 and -1.
   load_w(0), load_x(0), load_w(1);
   cp_async_commit();
   load_x(1), load_w(2);
@@ -172,9 +171,9 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
   dequant(0);
 
   for (int kt = 0; kt < ktiles; ++kt) {
-    // This thread's copies committed in step kt - 2 (x tile kt, weight tile kt + 1) have landed.
-    // After the fence and the barrier every thread's copies and dequantized tile kt are visible
-    // to the tensor cores, and every warpgroup's wgmmas of step kt - 2 are done (each waited
+    // This thread's weight copies committed in step kt - 2 (tile kt + 1) have landed. After the
+    // fence and the barrier every thread's copies and dequantized tile kt are visible to the
+    // tensor cores, and every warpgroup's wgmmas of step kt - 2 are done (each waited
     // for them at the end of step kt - 1): stage (kt + 2) % 4 and dequantized tile (kt + 1) % 3
     // are free.
     cp_async_wait<1>();
@@ -183,6 +182,7 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
     load_x(kt + 2), load_w(kt + 3);
     cp_async_commit();
 
+    mbar_wait(&xfull[kt % STAGES], uint32_t((kt / STAGES) & 1));  // x tile kt
     const unsigned char* a = xtile(kt) + wm * C::WM * 128;
     const unsigned char* wb = dtile(kt) + wn * WN * 128;
     // the accumulators pinned in registers before the wgmmas (ptxas serializes every wgmma if
@@ -229,6 +229,31 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
       }
 }
 
+// x as a TMA tensor map: [m, k] bf16, rows ldx apart, boxes of 64 x BM, 128-byte swizzle
+// (what wgmma_desc expects), out-of-bounds rows zero-filled. The driver's encoder comes through
+// the runtime (no libcuda link).
+CUtensorMap x_tensor_map(const bf16* x, int64_t m, int64_t k, int64_t ldx, int bm) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q), "nvfp4_gemm (wgmma)");
+    if (q != cudaDriverEntryPointSuccess || !fn)
+      throw Error(Status::Internal, "internal_error", "nvfp4_gemm (wgmma): the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(m)}, strides[1] = {cuuint64_t(ldx) * 2};
+  const cuuint32_t box[2] = {cuuint32_t(BK), cuuint32_t(bm)}, elem[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(x), dims, strides, box, elem,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(Status::Internal, "internal_error",
+                "nvfp4_gemm (wgmma): cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ") for x [" + std::to_string(m) + ", " +
+                    std::to_string(k) + "], row stride " + std::to_string(ldx));
+  return map;
+}
+
 template <int BM>
 void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n,
             void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s) {
@@ -240,8 +265,9 @@ void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* pac
     return true;
   }();
   (void)configured;
+  const CUtensorMap xmap = x_tensor_map(x, m, k, ldx, BM);
   const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + BM - 1) / BM));
-  nvfp4_gemm_wgmma_k<BM><<<grid, THREADS, C::bytes, s>>>(x, int(m), int(k), ldx, packed, scales, row_gs, int(n), y, y_f32, ldy, accumulate);
+  nvfp4_gemm_wgmma_k<BM><<<grid, THREADS, C::bytes, s>>>(xmap, int(m), int(k), packed, scales, row_gs, int(n), y, y_f32, ldy, accumulate);
   check_launch("nvfp4_gemm (wgmma)");
 }
 

@@ -1,0 +1,57 @@
+// Hopper tensor-memory-accelerator copies (sm_90): one thread moves a whole 2-D box of a global
+// tensor into shared memory (swizzled as the tensor map says), and the block learns of its arrival
+// through an mbarrier whose transaction count the copy decrements. The threads spend no issue
+// slots on addresses. PTX ISA: "cp.async.bulk.tensor", "mbarrier".
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace clefrt::cuda {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define CLEFRT_TMA 1
+#endif
+
+// One thread initializes; a __syncthreads() must follow before the barrier is used.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+#ifdef CLEFRT_TMA
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+#endif
+}
+// The calling thread's arrival, announcing `bytes` of copies that will complete on this barrier.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#ifdef CLEFRT_TMA
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+#endif
+}
+// Blocks until the barrier's phase of the given parity (the k-th completion has parity k % 2)
+// has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#ifdef CLEFRT_TMA
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_again:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_again;\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+// The box at (c0 = innermost coordinate, c1) of the tensor map into shared memory at dst;
+// completes `bytes` (the box's size, out-of-bounds elements zero-filled and counted) on bar.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+#ifdef CLEFRT_TMA
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+      : "memory");
+#endif
+}
+
+}  // namespace clefrt::cuda
