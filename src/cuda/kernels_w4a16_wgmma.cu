@@ -3,13 +3,13 @@
 // dequantized per tile into shared memory, and multiplied by wgmma with both operands read from
 // shared memory (wgmma.cuh's core-matrix layout).
 //
-// Per CTA (256 threads = two warpgroups) a BM-token x 128-channel tile; per 64-wide k step kt:
+// Per CTA (512 threads = four warpgroups) a BM-token x 128-channel tile; per 64-wide k step kt:
 //   1. one TMA copy (tma.cuh) brings x's [BM, 64] bf16 tile, already in wgmma's swizzled A layout,
 //      two steps ahead, and cp.async W's [128, 32] packed bytes + [128, 4] e4m3 scales three
 //      steps ahead;
 //   2. both warpgroups issue step kt's wgmmas (asynchronous: the tensor cores run them while the
 //      threads go on) on x's tile and the dequantized weight tile kt, then
-//   3. every thread dequantizes two (channel, 16-weight block)s of step kt + 1 into the next of
+//   3. every thread dequantizes one (channel, 16-weight block) of step kt + 1 into the next of
 //      three bf16 weight tiles (nvfp4_dequant.cuh: a byte-permute table per block, exactly
 //      nvfp4_dequantize's values), and waits for its wgmmas of step kt - 1 only: step kt's stay
 //      in flight across the barrier, so the tensor cores always have the next step queued.
@@ -28,11 +28,13 @@
 // 64-k step a 256 x 128 CTA moves ~150 KB through shared memory (wgmma operand reads 96 KB,
 // copies 37 KB, dequantized stores 16 KB) for ~1,024 tensor cycles: this design's ceiling.
 //
-// Tiles: BM = 256 (each warpgroup 128 tokens x 128 channels: two m64n128 per k16), 128 (64 x 128
-// each) or 64 (each warpgroup 64 tokens x 64 channels, m64n64). Every output element is the
-// tensor cores' fp32 sum over k in increasing 16-wide steps whatever m and the tile are (the
-// per-element result of wgmma does not depend on the instruction's N: tested bit for bit across
-// tile heights), so a row's result does not depend on the batch it runs in.
+// Tiles: BM = 256, 128 or 64 tokens x 128 channels, four warpgroups of 64 tokens each (4 x 1:
+// m64n128; 2 x 2: m64n64; 1 x 4: m64n32), so that each thread dequantizes one block a step: with
+// two warpgroups (two blocks a thread) the per-warp instruction stream, not the tensor cores, set
+// the pace. Every output element is the tensor cores' fp32 sum over k in increasing 16-wide steps
+// whatever m and the tile are (the per-element result of wgmma does not depend on the
+// instruction's N: tested bit for bit across tile heights), so a row's result does not depend on
+// the batch it runs in.
 #include <cudaTypedefs.h>
 
 #include <cstdint>
@@ -51,13 +53,13 @@ namespace clefrt::cuda {
 
 namespace {
 
-constexpr int BN = 128, BK = 64, THREADS = 256;
+constexpr int BN = 128, BK = 64, THREADS = 512;
 
 template <int BM>
 struct WgCfg {
-  // warpgroups along the tokens (2) or, for the 64-token tile, along the channels
-  static constexpr int WG_M = BM >= 128 ? 2 : 1, WG_N = 2 / WG_M;
-  static constexpr int WM = BM / WG_M, MB = WM / 64;  // tokens per warpgroup, m64 blocks
+  // four warpgroups, each 64 tokens of the tile: 4 x 1 (BM 256), 2 x 2 (128), 1 x 4 (64)
+  static constexpr int WG_M = BM / 64, WG_N = 4 / WG_M;
+  static constexpr int WM = BM / WG_M, MB = WM / 64;  // tokens per warpgroup (64), m64 blocks (1)
   static constexpr int WN = BN / WG_N;                // channels per warpgroup = wgmma N
   // copy stages (x tiles and packed weights alike; the pipeline needs 4)
   static constexpr int STAGES = 4;
@@ -70,9 +72,9 @@ struct WgCfg {
   static constexpr int w_base = a_base + STAGES * a_bytes;
   static constexpr int bar_base = w_base + STAGES * (wp_bytes + ws_bytes);
   static constexpr int bytes = bar_base + STAGES * 8 + 1024;  // + alignment slack
-  static constexpr int MIN_BLOCKS = BM == 64 ? 2 : 1;  // what fits the SM's 227 KB
+  static constexpr int MIN_BLOCKS = 1;  // 512 threads x 128 registers: the whole register file
   static constexpr int UNITS = BN * (BK / 16) / THREADS;  // (channel, block)s per thread and step
-  static_assert(MB >= 1 && UNITS == 2, "tile shape");
+  static_assert(MB == 1 && UNITS == 1 && WG_M * WG_N == 4, "tile shape");
   static_assert(MIN_BLOCKS * (bytes + 1024) <= 233472, "shared memory per SM");
 };
 
@@ -87,7 +89,7 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
   // the swizzle is computed from address bits: tiles must sit on 1024-byte boundaries
   unsigned char* const smem = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7;
-  const int wm = C::WG_M == 2 ? wg : 0, wn = C::WG_M == 2 ? 0 : wg;
+  const int wm = wg % C::WG_M, wn = wg / C::WG_M;
   const int m0 = int(blockIdx.y) * BM, n0 = int(blockIdx.x) * BN;
   const int ktiles = k / BK;
   const int64_t prow = k / 2, srow = k / 16;
@@ -103,9 +105,9 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
   }
   __syncthreads();
-  // packed codes: one 16-byte chunk per thread (channel tid / 2, half tid % 2); scales: 4 bytes
-  // per channel (threads < 128). Channels past n read nothing: zero codes and scales give 0.
-  const bool win = n0 + (tid >> 1) < n, sin = tid < BN && n0 + tid < n;
+  // packed codes: one 16-byte chunk per thread < 256 (channel tid / 2, half tid % 2); scales: 4
+  // bytes per channel (threads < 128). Channels past n read nothing: zero codes and scales give 0.
+  const bool wthr = tid < 2 * BN, win = wthr && n0 + (tid >> 1) < n, sin = tid < BN && n0 + tid < n;
   const uint8_t* wsrc = win ? packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : packed;
   const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
   auto load_x = [&](int kt) {
@@ -117,11 +119,11 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
     if (kt >= ktiles) return;
     unsigned char* w = wtile(kt);
     const int k0 = kt * BK;
-    cp_async16(w + tid * 16, win ? wsrc + k0 / 2 : packed, win);
+    if (wthr) cp_async16(w + tid * 16, win ? wsrc + k0 / 2 : packed, win);
     if (tid < BN) cp_async4(w + C::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
   };
 
-  // Dequantization units: u = tid + i * 256 is channel u / 4, block u % 4 (8 lanes: two channels'
+  // Dequantization units: u = tid + i * 512 is channel u / 4, block u % 4 (8 lanes: two channels'
   // four blocks, whose swizzled 16-byte stores cover the 32 banks once).
   int urow[UNITS], ublk[UNITS];
   float ugs[UNITS], urc[UNITS];
