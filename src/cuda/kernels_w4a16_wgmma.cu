@@ -3,13 +3,13 @@
 // dequantized per tile into shared memory, and multiplied by wgmma with both operands read from
 // shared memory (wgmma.cuh's core-matrix layout).
 //
-// Per CTA (512 threads = four warpgroups) a BM-token x 128-channel tile; per 64-wide k step kt:
+// Per CTA (256 threads = two warpgroups) a BM-token x 128-channel tile; per 64-wide k step kt:
 //   1. one TMA copy (tma.cuh) brings x's [BM, 64] bf16 tile, already in wgmma's swizzled A layout,
-//      two steps ahead, and cp.async W's [128, 32] packed bytes + [128, 4] e4m3 scales three
-//      steps ahead;
+//      two steps ahead; each thread loads its two blocks' packed bytes and scales of step kt + 2
+//      into registers;
 //   2. both warpgroups issue step kt's wgmmas (asynchronous: the tensor cores run them while the
 //      threads go on) on x's tile and the dequantized weight tile kt, then
-//   3. every thread dequantizes one (channel, 16-weight block) of step kt + 1 into the next of
+//   3. every thread dequantizes two (channel, 16-weight block)s of step kt + 1 into the next of
 //      three bf16 weight tiles (nvfp4_dequant.cuh: a byte-permute table per block, exactly
 //      nvfp4_dequantize's values), and waits for its wgmmas of step kt - 1 only: step kt's stay
 //      in flight across the barrier, so the tensor cores always have the next step queued.
@@ -28,13 +28,11 @@
 // 64-k step a 256 x 128 CTA moves ~150 KB through shared memory (wgmma operand reads 96 KB,
 // copies 37 KB, dequantized stores 16 KB) for ~1,024 tensor cycles: this design's ceiling.
 //
-// Tiles: BM = 256, 128 or 64 tokens x 128 channels, four warpgroups of 64 tokens each (4 x 1:
-// m64n128; 2 x 2: m64n64; 1 x 4: m64n32), so that each thread dequantizes one block a step: with
-// two warpgroups (two blocks a thread) the per-warp instruction stream, not the tensor cores, set
-// the pace. Every output element is the tensor cores' fp32 sum over k in increasing 16-wide steps
-// whatever m and the tile are (the per-element result of wgmma does not depend on the
-// instruction's N: tested bit for bit across tile heights), so a row's result does not depend on
-// the batch it runs in.
+// Tiles: BM = 256 (each warpgroup 128 tokens x 128 channels: two m64n128 per k16), 128 (64 x 128
+// each) or 64 (each warpgroup 64 tokens x 64 channels, m64n64). Every output element is the
+// tensor cores' fp32 sum over k in increasing 16-wide steps whatever m and the tile are (the
+// per-element result of wgmma does not depend on the instruction's N: tested bit for bit across
+// tile heights), so a row's result does not depend on the batch it runs in.
 #include <cudaTypedefs.h>
 
 #include <cstdint>
@@ -53,28 +51,25 @@ namespace clefrt::cuda {
 
 namespace {
 
-constexpr int BN = 128, BK = 64, THREADS = 512;
+constexpr int BN = 128, BK = 64, THREADS = 256;
 
 template <int BM>
 struct WgCfg {
-  // four warpgroups, each 64 tokens of the tile: 4 x 1 (BM 256), 2 x 2 (128), 1 x 4 (64)
-  static constexpr int WG_M = BM / 64, WG_N = 4 / WG_M;
-  static constexpr int WM = BM / WG_M, MB = WM / 64;  // tokens per warpgroup (64), m64 blocks (1)
+  // warpgroups along the tokens (2) or, for the 64-token tile, along the channels
+  static constexpr int WG_M = BM >= 128 ? 2 : 1, WG_N = 2 / WG_M;
+  static constexpr int WM = BM / WG_M, MB = WM / 64;  // tokens per warpgroup, m64 blocks
   static constexpr int WN = BN / WG_N;                // channels per warpgroup = wgmma N
   // copy stages (x tiles and packed weights alike; the pipeline needs 4)
   static constexpr int STAGES = 4;
   static constexpr int WBUFS = 3;                 // dequantized tiles: kt - 1 (in flight), kt, kt + 1
   static constexpr int wb_bytes = BN * BK * 2;    // a dequantized tile, bf16, swizzled
   static constexpr int a_bytes = BM * BK * 2;     // x tile, bf16, swizzled
-  static constexpr int wp_bytes = BN * BK / 2;    // packed codes, [128][32] bytes
-  static constexpr int ws_bytes = BN * BK / 16;   // e4m3 scales, [128][4]
   static constexpr int a_base = WBUFS * wb_bytes;             // swizzled tiles stay 1024-aligned
-  static constexpr int w_base = a_base + STAGES * a_bytes;
-  static constexpr int bar_base = w_base + STAGES * (wp_bytes + ws_bytes);
+  static constexpr int bar_base = a_base + STAGES * a_bytes;
   static constexpr int bytes = bar_base + STAGES * 8 + 1024;  // + alignment slack
-  static constexpr int MIN_BLOCKS = 1;  // 512 threads x 128 registers: the whole register file
+  static constexpr int MIN_BLOCKS = BM == 64 ? 2 : 1;  // what fits the SM's 227 KB
   static constexpr int UNITS = BN * (BK / 16) / THREADS;  // (channel, block)s per thread and step
-  static_assert(MB == 1 && UNITS == 1 && WG_M * WG_N == 4, "tile shape");
+  static_assert(MB >= 1 && UNITS == 2, "tile shape");
   static_assert(MIN_BLOCKS * (bytes + 1024) <= 233472, "shared memory per SM");
 };
 
@@ -89,12 +84,11 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
   // the swizzle is computed from address bits: tiles must sit on 1024-byte boundaries
   unsigned char* const smem = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7;
-  const int wm = wg % C::WG_M, wn = wg / C::WG_M;
+  const int wm = C::WG_M == 2 ? wg : 0, wn = C::WG_M == 2 ? 0 : wg;
   const int m0 = int(blockIdx.y) * BM, n0 = int(blockIdx.x) * BN;
   const int ktiles = k / BK;
   const int64_t prow = k / 2, srow = k / 16;
   auto xtile = [&](int kt) { return smem + C::a_base + (kt % STAGES) * C::a_bytes; };
-  auto wtile = [&](int kt) { return smem + C::w_base + (kt % STAGES) * (C::wp_bytes + C::ws_bytes); };
   auto dtile = [&](int kt) { return smem + (kt % C::WBUFS) * C::wb_bytes; };
 
   // x tiles: one TMA copy each (thread 0), [BM, 64] bf16 at (k0, m0) swizzled as wgmma reads it;
@@ -105,46 +99,54 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
   }
   __syncthreads();
-  // packed codes: one 16-byte chunk per thread < 256 (channel tid / 2, half tid % 2); scales: 4
-  // bytes per channel (threads < 128). Channels past n read nothing: zero codes and scales give 0.
-  const bool wthr = tid < 2 * BN, win = wthr && n0 + (tid >> 1) < n, sin = tid < BN && n0 + tid < n;
-  const uint8_t* wsrc = win ? packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : packed;
-  const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
   auto load_x = [&](int kt) {
     if (tid != 0 || kt >= ktiles) return;
     mbar_arrive_expect_tx(&xfull[kt % STAGES], C::a_bytes);
     tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &xfull[kt % STAGES]);
   };
-  auto load_w = [&](int kt) {
-    if (kt >= ktiles) return;
-    unsigned char* w = wtile(kt);
-    const int k0 = kt * BK;
-    if (wthr) cp_async16(w + tid * 16, win ? wsrc + k0 / 2 : packed, win);
-    if (tid < BN) cp_async4(w + C::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
-  };
 
-  // Dequantization units: u = tid + i * 512 is channel u / 4, block u % 4 (8 lanes: two channels'
-  // four blocks, whose swizzled 16-byte stores cover the 32 banks once).
+  // Dequantization units: u = tid + i * 256 is channel u / 4, block u % 4 (8 lanes: two channels'
+  // four blocks, whose swizzled 16-byte stores cover the 32 banks once). A unit's 8 packed bytes
+  // and its scale come straight from global memory into registers one step ahead (4 lanes read
+  // one channel's 32 contiguous bytes): no shared-memory staging and no cp.async, whose pending
+  // copies the proxy fence below would otherwise have to wait for. Channels past n load nothing
+  // (zero codes and scale: 0).
   int urow[UNITS], ublk[UNITS];
   float ugs[UNITS], urc[UNITS];
+  const uint8_t* upk[UNITS];
+  const uint8_t* usc[UNITS];
+  bool uin[UNITS];
 #pragma unroll
   for (int i = 0; i < UNITS; ++i) {
     const int u = tid + i * THREADS;
     urow[i] = u >> 2;
     ublk[i] = u & 3;
-    ugs[i] = n0 + urow[i] < n ? row_gs[n0 + urow[i]] : 1.0f;
+    uin[i] = n0 + urow[i] < n;
+    ugs[i] = uin[i] ? row_gs[n0 + urow[i]] : 1.0f;
     urc[i] = row_reciprocal(ugs[i]);
+    upk[i] = packed + int64_t(uin[i] ? n0 + urow[i] : 0) * prow + ublk[i] * 8;
+    usc[i] = scales + int64_t(uin[i] ? n0 + urow[i] : 0) * srow + ublk[i];
   }
-  auto dequant = [&](int kt) {
-    const unsigned char* st = wtile(kt);
+  uint2 pk[UNITS];
+  uint32_t sc[UNITS];
+  auto load_w = [&](int kt) {  // tile kt's codes and scales of this thread's units, into registers
+#pragma unroll
+    for (int i = 0; i < UNITS; ++i) {
+      pk[i] = make_uint2(0, 0), sc[i] = 0;
+      if (uin[i] && kt < ktiles) {
+        pk[i] = __ldg(reinterpret_cast<const uint2*>(upk[i] + kt * (BK / 2)));
+        sc[i] = __ldg(usc[i] + kt * (BK / 16));
+      }
+    }
+  };
+  auto dequant = [&](int kt) {  // the registers' tile (kt) into dequantized tile kt
     unsigned char* wb = dtile(kt);
 #pragma unroll
     for (int i = 0; i < UNITS; ++i) {
-      const uint2 pk = *reinterpret_cast<const uint2*>(st + urow[i] * 32 + ublk[i] * 8);
-      const Table t = make_table_shift(scale_quotient(e4m3_value(st[C::wp_bytes + urow[i] * 4 + ublk[i]]), ugs[i], urc[i]));
+      const Table t = make_table_shift(scale_quotient(e4m3_value(uint8_t(sc[i])), ugs[i], urc[i]));
       uint32_t o[8];
-      dequant_word(pk.x, t, o);
-      dequant_word(pk.y, t, o + 4);
+      dequant_word(pk[i].x, t, o);
+      dequant_word(pk[i].y, t, o + 4);
       *reinterpret_cast<uint4*>(wb + swizzle128(urow[i], ublk[i] * 2)) = make_uint4(o[0], o[1], o[2], o[3]);
       *reinterpret_cast<uint4*>(wb + swizzle128(urow[i], ublk[i] * 2 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
     }
@@ -160,29 +162,22 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
       for (int j = 0; j < WN / 2; ++j) fence_operand(acc[b][j]);
   };
 
-  // Step kt's copies, issued after its barrier: x tile kt + 2 (TMA) and weight tile kt + 3
-  // (cp.async, one commit group). Stage j % 4 holds both tiles j; x tile j is read by wgmma j until
-  // step j + 1 ends, weight tile j by dequant j in step j - 1. The prologue stands in for steps
-  // -2 and -1.
-  load_w(0), load_x(0), load_w(1);
-  cp_async_commit();
-  load_x(1), load_w(2);
-  cp_async_commit();
-  cp_async_wait<1>();
-  __syncthreads();
+  // x tile j (TMA) is issued in step j - 2 into stage j % 4 and read by wgmma j until step j + 1
+  // ends; weight tile j is loaded into registers in step j - 2 and dequantized in step j - 1. The
+  // prologue stands in for steps -2 and -1.
+  load_x(0), load_x(1);
+  load_w(0);
   dequant(0);
+  fence_proxy_async();
+  load_w(1);
 
   for (int kt = 0; kt < ktiles; ++kt) {
-    // This thread's weight copies committed in step kt - 2 (tile kt + 1) have landed. After the
-    // fence and the barrier every thread's copies and dequantized tile kt are visible to the
-    // tensor cores, and every warpgroup's wgmmas of step kt - 2 are done (each waited
-    // for them at the end of step kt - 1): stage (kt + 2) % 4 and dequantized tile (kt + 1) % 3
-    // are free.
-    cp_async_wait<1>();
-    fence_proxy_async();
+    // After the barrier every thread's dequantized tile kt is visible to the tensor cores (each
+    // fenced its stores in step kt - 1), and every warpgroup's wgmmas of step kt - 2 are done
+    // (each waited for them at the end of step kt - 1): stage (kt + 2) % 4 and dequantized tile
+    // (kt + 1) % 3 are free.
     __syncthreads();
-    load_x(kt + 2), load_w(kt + 3);
-    cp_async_commit();
+    load_x(kt + 2);
 
     mbar_wait(&xfull[kt % STAGES], uint32_t((kt / STAGES) & 1));  // x tile kt
     const unsigned char* a = xtile(kt) + wm * C::WM * 128;
@@ -200,12 +195,17 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
       for (int b = 0; b < MB; ++b) wgmma_bf16<WN>(acc[b], wgmma_desc(a + b * 64 * 128 + s * 32), db, kt > 0 || s > 0);
     }
     wgmma_commit();
-    if (kt + 1 < ktiles) dequant(kt + 1);
+    if (kt + 1 < ktiles) {
+      dequant(kt + 1);
+      // the stores, visible to the tensor cores after the next barrier; fenced before the next
+      // loads are in flight, which the fence would otherwise wait for
+      fence_proxy_async();
+      load_w(kt + 2);
+    }
     wgmma_wait<1>();  // step kt - 1's wgmmas; step kt's stay in flight
   }
   wgmma_wait<0>();
   fence_accumulators();
-  cp_async_wait_all();
 
   const int warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
 #pragma unroll

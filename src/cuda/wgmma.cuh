@@ -1,5 +1,5 @@
 // Hopper warpgroup MMA (wgmma, sm_90a only): shared-memory matrix descriptors and the bf16
-// m64nNk16 instructions (N = 32, 64, 128) with fp32 accumulators, both operands K-major in shared memory. PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
+// m64nNk16 instructions with fp32 accumulators, both operands K-major in shared memory. PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
 //
 // Operand layout: K-major tiles of 64 bf16 (128 bytes) a row, "128-byte swizzle": row r at
 // r * 128, its 16-byte chunk c at ((c ^ (r % 8)) * 16), tiles 1024-byte aligned (the hardware
@@ -63,22 +63,6 @@ template <int N>
 __device__ __forceinline__ void wgmma_bf16(float* d, uint64_t da, uint64_t db, bool accumulate);
 
 #define CLEFRT_WGMMA_D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-
-template <>
-__device__ __forceinline__ void wgmma_bf16<32>(float* d, uint64_t da, uint64_t db, bool accumulate) {
-#ifdef CLEFRT_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "%16, %17, p, 1, 1, 0, 0;\n}\n"
-      : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8)
-      : "l"(da), "l"(db), "r"(int(accumulate)));
-#else
-  (void)d, (void)da, (void)db, (void)accumulate;
-  __trap();
-#endif
-}
 
 template <>
 __device__ __forceinline__ void wgmma_bf16<64>(float* d, uint64_t da, uint64_t db, bool accumulate) {
