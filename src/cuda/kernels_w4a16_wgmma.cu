@@ -5,8 +5,8 @@
 //
 // Per CTA (256 threads = two warpgroups) a BM-token x 128-channel tile; per 64-wide k step kt:
 //   1. one TMA copy (tma.cuh) brings x's [BM, 64] bf16 tile, already in wgmma's swizzled A layout,
-//      two steps ahead; each thread loads its two blocks' packed bytes and scales of step kt + 2
-//      into registers;
+//      two steps ahead, and cp.async W's [128, 32] packed bytes + [128, 4] e4m3 scales three
+//      steps ahead;
 //   2. both warpgroups issue step kt's wgmmas (asynchronous: the tensor cores run them while the
 //      threads go on) on x's tile and the dequantized weight tile kt, then
 //   3. every thread dequantizes two (channel, 16-weight block)s of step kt + 1 into the next of
@@ -16,17 +16,17 @@
 // mma.sync (kernels_w4a16.cu) spends most of its issue slots on ldmatrix and one MMA per 16x8x16;
 // here one instruction covers 64 x 128 x 16 and the threads' slots go to the dequantization.
 //
-// Measured (H200, bench/results/2026-12-01-h200-gemm-w4a16-s6.json): unswizzled operands ran
-// below mma.sync; the swizzle + one step in flight, then no accumulator zeroing (ptxas had
-// serialized every wgmma of the 256-token tile, C7515) brought ~375-435 TFLOP/s at 8,192 tokens,
-// and the cheaper exact dequantization (nvfp4_dequant.cuh: make_table_shift, scale_quotient)
-// 413-454 (~59% of cuBLASLt's bf16; 1.13-1.28x the batch-invariant bf16 GEMM at m <= 64 on the
-// wide MLP shape). Warp specialization (producer warpgroups copying and dequantizing,
-// consumer warpgroups only issuing wgmmas, mbarrier hand-over; one or two producer warpgroups,
-// setmaxnreg) measured slower at every size (329-384 at 8,192, 0.8-0.95x at m <= 128) and was
-// dropped; Nsight Compute on it: tensor pipe 38% active, long-scoreboard stalls dominant. Per
-// 64-k step a 256 x 128 CTA moves ~150 KB through shared memory (wgmma operand reads 96 KB,
-// copies 37 KB, dequantized stores 16 KB) for ~1,024 tensor cycles: this design's ceiling.
+// Measured (H200, bench/results/2026-12-01-h200-gemm-w4a16-s6*.json, section "Session 6" of
+// 2026-12-01-h200-clef-27b-quant.md): unswizzled operands ran below mma.sync; the swizzle + one
+// step in flight, then no accumulator zeroing (ptxas had serialized every wgmma of the 256-token
+// tile, C7515), the cheaper exact dequantization (nvfp4_dequant.cuh) and x by TMA brought 406-476
+// TFLOP/s at 8,192 tokens (~50-60% of cuBLASLt's bf16) and 1.1-1.4x the batch-invariant bf16 GEMM
+// at m <= 64. Measured slower and dropped: warp specialization (producer warpgroups copying and
+// dequantizing, consumers only issuing wgmmas, mbarrier hand-over, setmaxnreg: 329-384 at 8,192,
+// 0.8-0.95x at m <= 128); four warpgroups of 64 tokens (one block a thread: same at 8,192, slower
+// below); weights loaded into registers a step ahead instead of cp.async (slower everywhere).
+// Nsight Compute: tensor pipe 38-46% active, 8 warps per SM, ~0.45 eligible per scheduler, issue
+// slots 40% busy. What holds the tensor cores back is not settled (see the note on issue 6).
 //
 // Tiles: BM = 256 (each warpgroup 128 tokens x 128 channels: two m64n128 per k16), 128 (64 x 128
 // each) or 64 (each warpgroup 64 tokens x 64 channels, m64n64). Every output element is the
@@ -64,8 +64,11 @@ struct WgCfg {
   static constexpr int WBUFS = 3;                 // dequantized tiles: kt - 1 (in flight), kt, kt + 1
   static constexpr int wb_bytes = BN * BK * 2;    // a dequantized tile, bf16, swizzled
   static constexpr int a_bytes = BM * BK * 2;     // x tile, bf16, swizzled
+  static constexpr int wp_bytes = BN * BK / 2;    // packed codes, [128][32] bytes
+  static constexpr int ws_bytes = BN * BK / 16;   // e4m3 scales, [128][4]
   static constexpr int a_base = WBUFS * wb_bytes;             // swizzled tiles stay 1024-aligned
-  static constexpr int bar_base = a_base + STAGES * a_bytes;
+  static constexpr int w_base = a_base + STAGES * a_bytes;
+  static constexpr int bar_base = w_base + STAGES * (wp_bytes + ws_bytes);
   static constexpr int bytes = bar_base + STAGES * 8 + 1024;  // + alignment slack
   static constexpr int MIN_BLOCKS = BM == 64 ? 2 : 1;  // what fits the SM's 227 KB
   static constexpr int UNITS = BN * (BK / 16) / THREADS;  // (channel, block)s per thread and step
@@ -89,6 +92,7 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
   const int ktiles = k / BK;
   const int64_t prow = k / 2, srow = k / 16;
   auto xtile = [&](int kt) { return smem + C::a_base + (kt % STAGES) * C::a_bytes; };
+  auto wtile = [&](int kt) { return smem + C::w_base + (kt % STAGES) * (C::wp_bytes + C::ws_bytes); };
   auto dtile = [&](int kt) { return smem + (kt % C::WBUFS) * C::wb_bytes; };
 
   // x tiles: one TMA copy each (thread 0), [BM, 64] bf16 at (k0, m0) swizzled as wgmma reads it;
@@ -99,54 +103,46 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
   }
   __syncthreads();
+  // packed codes: one 16-byte chunk per thread (channel tid / 2, half tid % 2); scales: 4 bytes
+  // per channel (threads < 128). Channels past n read nothing: zero codes and scales give 0.
+  const bool win = n0 + (tid >> 1) < n, sin = tid < BN && n0 + tid < n;
+  const uint8_t* wsrc = win ? packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : packed;
+  const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
   auto load_x = [&](int kt) {
     if (tid != 0 || kt >= ktiles) return;
     mbar_arrive_expect_tx(&xfull[kt % STAGES], C::a_bytes);
     tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &xfull[kt % STAGES]);
   };
+  auto load_w = [&](int kt) {
+    if (kt >= ktiles) return;
+    unsigned char* w = wtile(kt);
+    const int k0 = kt * BK;
+    cp_async16(w + tid * 16, win ? wsrc + k0 / 2 : packed, win);
+    if (tid < BN) cp_async4(w + C::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
+  };
 
   // Dequantization units: u = tid + i * 256 is channel u / 4, block u % 4 (8 lanes: two channels'
-  // four blocks, whose swizzled 16-byte stores cover the 32 banks once). A unit's 8 packed bytes
-  // and its scale come straight from global memory into registers one step ahead (4 lanes read
-  // one channel's 32 contiguous bytes): no shared-memory staging and no cp.async, whose pending
-  // copies the proxy fence below would otherwise have to wait for. Channels past n load nothing
-  // (zero codes and scale: 0).
+  // four blocks, whose swizzled 16-byte stores cover the 32 banks once).
   int urow[UNITS], ublk[UNITS];
   float ugs[UNITS], urc[UNITS];
-  const uint8_t* upk[UNITS];
-  const uint8_t* usc[UNITS];
-  bool uin[UNITS];
 #pragma unroll
   for (int i = 0; i < UNITS; ++i) {
     const int u = tid + i * THREADS;
     urow[i] = u >> 2;
     ublk[i] = u & 3;
-    uin[i] = n0 + urow[i] < n;
-    ugs[i] = uin[i] ? row_gs[n0 + urow[i]] : 1.0f;
+    ugs[i] = n0 + urow[i] < n ? row_gs[n0 + urow[i]] : 1.0f;
     urc[i] = row_reciprocal(ugs[i]);
-    upk[i] = packed + int64_t(uin[i] ? n0 + urow[i] : 0) * prow + ublk[i] * 8;
-    usc[i] = scales + int64_t(uin[i] ? n0 + urow[i] : 0) * srow + ublk[i];
   }
-  uint2 pk[UNITS];
-  uint32_t sc[UNITS];
-  auto load_w = [&](int kt) {  // tile kt's codes and scales of this thread's units, into registers
-#pragma unroll
-    for (int i = 0; i < UNITS; ++i) {
-      pk[i] = make_uint2(0, 0), sc[i] = 0;
-      if (uin[i] && kt < ktiles) {
-        pk[i] = __ldg(reinterpret_cast<const uint2*>(upk[i] + kt * (BK / 2)));
-        sc[i] = __ldg(usc[i] + kt * (BK / 16));
-      }
-    }
-  };
-  auto dequant = [&](int kt) {  // the registers' tile (kt) into dequantized tile kt
+  auto dequant = [&](int kt) {
+    const unsigned char* st = wtile(kt);
     unsigned char* wb = dtile(kt);
 #pragma unroll
     for (int i = 0; i < UNITS; ++i) {
-      const Table t = make_table_shift(scale_quotient(e4m3_value(uint8_t(sc[i])), ugs[i], urc[i]));
+      const uint2 pk = *reinterpret_cast<const uint2*>(st + urow[i] * 32 + ublk[i] * 8);
+      const Table t = make_table_shift(scale_quotient(e4m3_value(st[C::wp_bytes + urow[i] * 4 + ublk[i]]), ugs[i], urc[i]));
       uint32_t o[8];
-      dequant_word(pk[i].x, t, o);
-      dequant_word(pk[i].y, t, o + 4);
+      dequant_word(pk.x, t, o);
+      dequant_word(pk.y, t, o + 4);
       *reinterpret_cast<uint4*>(wb + swizzle128(urow[i], ublk[i] * 2)) = make_uint4(o[0], o[1], o[2], o[3]);
       *reinterpret_cast<uint4*>(wb + swizzle128(urow[i], ublk[i] * 2 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
     }
@@ -162,22 +158,29 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
       for (int j = 0; j < WN / 2; ++j) fence_operand(acc[b][j]);
   };
 
-  // x tile j (TMA) is issued in step j - 2 into stage j % 4 and read by wgmma j until step j + 1
-  // ends; weight tile j is loaded into registers in step j - 2 and dequantized in step j - 1. The
-  // prologue stands in for steps -2 and -1.
-  load_x(0), load_x(1);
-  load_w(0);
+  // Step kt's copies, issued after its barrier: x tile kt + 2 (TMA) and weight tile kt + 3
+  // (cp.async, one commit group). Stage j % 4 holds both tiles j; x tile j is read by wgmma j until
+  // step j + 1 ends, weight tile j by dequant j in step j - 1. The prologue stands in for steps
+  // -2 and -1.
+  load_w(0), load_x(0), load_w(1);
+  cp_async_commit();
+  load_x(1), load_w(2);
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
   dequant(0);
-  fence_proxy_async();
-  load_w(1);
 
   for (int kt = 0; kt < ktiles; ++kt) {
-    // After the barrier every thread's dequantized tile kt is visible to the tensor cores (each
-    // fenced its stores in step kt - 1), and every warpgroup's wgmmas of step kt - 2 are done
-    // (each waited for them at the end of step kt - 1): stage (kt + 2) % 4 and dequantized tile
-    // (kt + 1) % 3 are free.
+    // This thread's weight copies committed in step kt - 2 (tile kt + 1) have landed. After the
+    // fence and the barrier every thread's copies and dequantized tile kt are visible to the
+    // tensor cores, and every warpgroup's wgmmas of step kt - 2 are done (each waited
+    // for them at the end of step kt - 1): stage (kt + 2) % 4 and dequantized tile (kt + 1) % 3
+    // are free.
+    cp_async_wait<1>();
+    fence_proxy_async();
     __syncthreads();
-    load_x(kt + 2);
+    load_x(kt + 2), load_w(kt + 3);
+    cp_async_commit();
 
     mbar_wait(&xfull[kt % STAGES], uint32_t((kt / STAGES) & 1));  // x tile kt
     const unsigned char* a = xtile(kt) + wm * C::WM * 128;
@@ -195,17 +198,12 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
       for (int b = 0; b < MB; ++b) wgmma_bf16<WN>(acc[b], wgmma_desc(a + b * 64 * 128 + s * 32), db, kt > 0 || s > 0);
     }
     wgmma_commit();
-    if (kt + 1 < ktiles) {
-      dequant(kt + 1);
-      // the stores, visible to the tensor cores after the next barrier; fenced before the next
-      // loads are in flight, which the fence would otherwise wait for
-      fence_proxy_async();
-      load_w(kt + 2);
-    }
+    if (kt + 1 < ktiles) dequant(kt + 1);
     wgmma_wait<1>();  // step kt - 1's wgmmas; step kt's stay in flight
   }
   wgmma_wait<0>();
   fence_accumulators();
+  cp_async_wait_all();
 
   const int warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
 #pragma unroll
