@@ -91,7 +91,6 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
   const int m0 = int(blockIdx.y) * BM, n0 = int(blockIdx.x) * BN;
   const int ktiles = k / BK;
   const int64_t prow = k / 2, srow = k / 16;
-  const uint64_t sdesc = wgmma_desc(smem);  // the base's descriptor; tiles add their offset
   auto xtile = [&](int kt) { return smem + C::a_base + (kt % STAGES) * C::a_bytes; };
   auto wtile = [&](int kt) { return smem + C::w_base + (kt % STAGES) * (C::wp_bytes + C::ws_bytes); };
   auto dtile = [&](int kt) { return smem + (kt % C::WBUFS) * C::wb_bytes; };
@@ -134,26 +133,16 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
     ugs[i] = n0 + urow[i] < n ? row_gs[n0 + urow[i]] : 1.0f;
     urc[i] = row_reciprocal(ugs[i]);
   }
-  // fetch: tile kt's codes and scales of this thread's units from shared memory into registers
-  // (issued before the step's wgmmas, so their latency hides behind them); dequant: the rest
-  uint2 pk[UNITS];
-  uint8_t sc[UNITS];
-  auto fetch = [&](int kt) {
-    const unsigned char* st = wtile(kt);
-#pragma unroll
-    for (int i = 0; i < UNITS; ++i) {
-      pk[i] = *reinterpret_cast<const uint2*>(st + urow[i] * 32 + ublk[i] * 8);
-      sc[i] = st[C::wp_bytes + urow[i] * 4 + ublk[i]];
-    }
-  };
   auto dequant = [&](int kt) {
+    const unsigned char* st = wtile(kt);
     unsigned char* wb = dtile(kt);
 #pragma unroll
     for (int i = 0; i < UNITS; ++i) {
-      const Table t = make_table_shift(scale_quotient(e4m3_value(sc[i]), ugs[i], urc[i]));
+      const uint2 pk = *reinterpret_cast<const uint2*>(st + urow[i] * 32 + ublk[i] * 8);
+      const Table t = make_table_shift(scale_quotient(e4m3_value(st[C::wp_bytes + urow[i] * 4 + ublk[i]]), ugs[i], urc[i]));
       uint32_t o[8];
-      dequant_word(pk[i].x, t, o);
-      dequant_word(pk[i].y, t, o + 4);
+      dequant_word(pk.x, t, o);
+      dequant_word(pk.y, t, o + 4);
       *reinterpret_cast<uint4*>(wb + swizzle128(urow[i], ublk[i] * 2)) = make_uint4(o[0], o[1], o[2], o[3]);
       *reinterpret_cast<uint4*>(wb + swizzle128(urow[i], ublk[i] * 2 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
     }
@@ -179,7 +168,6 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
-  fetch(0);
   dequant(0);
 
   for (int kt = 0; kt < ktiles; ++kt) {
@@ -195,10 +183,8 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
     cp_async_commit();
 
     mbar_wait(&xfull[kt % STAGES], uint32_t((kt / STAGES) & 1));  // x tile kt
-    if (kt + 1 < ktiles) fetch(kt + 1);
-    // descriptors: the tiles' shared addresses as uniform offsets from the CTA's base
-    const uint32_t a_off = C::a_base + (kt % STAGES) * C::a_bytes + wm * C::WM * 128;
-    const uint32_t b_off = (kt % C::WBUFS) * C::wb_bytes + wn * WN * 128;
+    const unsigned char* a = xtile(kt) + wm * C::WM * 128;
+    const unsigned char* wb = dtile(kt) + wn * WN * 128;
     // the accumulators pinned in registers before the wgmmas (ptxas serializes every wgmma if
     // another instruction defines them inside the pipeline, and says so only as an info line:
     // "C7515" under -Xptxas -v; check it after any change here. Serialized, the 256-token tile
@@ -207,9 +193,9 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
     wgmma_fence();
 #pragma unroll
     for (int s = 0; s < BK / 16; ++s) {
-      const uint64_t db = wgmma_desc_at(sdesc, b_off + s * 32);
+      const uint64_t db = wgmma_desc(wb + s * 32);
 #pragma unroll
-      for (int b = 0; b < MB; ++b) wgmma_bf16<WN>(acc[b], wgmma_desc_at(sdesc, a_off + b * 64 * 128 + s * 32), db, kt > 0 || s > 0);
+      for (int b = 0; b < MB; ++b) wgmma_bf16<WN>(acc[b], wgmma_desc(a + b * 64 * 128 + s * 32), db, kt > 0 || s > 0);
     }
     wgmma_commit();
     if (kt + 1 < ktiles) dequant(kt + 1);

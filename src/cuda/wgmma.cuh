@@ -23,10 +23,6 @@ __device__ __forceinline__ uint64_t wgmma_desc(const void* smem) {
   return ((a & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
-// The descriptor of the tile `byte_offset` bytes past the one `base` describes (a multiple of 16;
-// the address field cannot carry into the next: shared addresses stay below 2^18).
-__device__ __forceinline__ uint64_t wgmma_desc_at(uint64_t base, uint32_t byte_offset) { return base + (byte_offset >> 4); }
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CLEFRT_WGMMA 1
 #endif
