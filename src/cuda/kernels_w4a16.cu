@@ -64,9 +64,6 @@ struct W4Cfg {
   static_assert(A_CH >= 1 && UNITS >= 1 && WP_CH <= THREADS && MI >= 1, "tile shape");
 };
 
-// byte offset of 16-byte chunk c of row r in a tile of 128-byte rows
-__device__ __forceinline__ int swz(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
-
 template <int BM, int THREADS>
 __global__ void __launch_bounds__(THREADS, W4Cfg<BM, THREADS>::MIN_BLOCKS)
     nvfp4_gemm_k(const bf16* __restrict__ x, int m, int k, int64_t ldx, const uint8_t* __restrict__ packed, const uint8_t* __restrict__ scales,
@@ -87,7 +84,7 @@ __global__ void __launch_bounds__(THREADS, W4Cfg<BM, THREADS>::MIN_BLOCKS)
   // x: rows ar + i * (THREADS / 8), 16-byte chunk ac; the row step is a multiple of 8, so the
   // swizzle (row % 8) is the same for every i
   constexpr int AROWS = THREADS / 8;
-  const int ar = tid >> 3, ac = tid & 7, aoff = swz(ar, ac);
+  const int ar = tid >> 3, ac = tid & 7, aoff = swizzle128(ar, ac);
   const bf16* xsrc = x + int64_t(m0 + ar) * ldx + ac * 8;
   const bool wthr = tid < C::WP_CH, win = wthr && n0 + (tid >> 1) < n, sin = tid < BN && n0 + tid < n;
   const uint8_t* wsrc = win ? packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : packed;
@@ -128,8 +125,8 @@ __global__ void __launch_bounds__(THREADS, W4Cfg<BM, THREADS>::MIN_BLOCKS)
     dequant_word(pk[i].x, t, o);
     dequant_word(pk[i].y, t, o + 4);
     const int r = ur0 + i * UROWS;
-    *reinterpret_cast<uint4*>(wb + swz(r, ub * 2)) = make_uint4(o[0], o[1], o[2], o[3]);
-    *reinterpret_cast<uint4*>(wb + swz(r, ub * 2 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
+    *reinterpret_cast<uint4*>(wb + swizzle128(r, ub * 2)) = make_uint4(o[0], o[1], o[2], o[3]);
+    *reinterpret_cast<uint4*>(wb + swizzle128(r, ub * 2 + 1)) = make_uint4(o[4], o[5], o[6], o[7]);
   };
 
 #pragma unroll
@@ -172,13 +169,13 @@ __global__ void __launch_bounds__(THREADS, W4Cfg<BM, THREADS>::MIN_BLOCKS)
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
         const int r = wm * WM + mi * 16 + (lane & 15);
-        ldmatrix_x4(af[mi], a + swz(r, kk * 2 + (lane >> 4)));
+        ldmatrix_x4(af[mi], a + swizzle128(r, kk * 2 + (lane >> 4)));
       }
       uint32_t bfr[2][4];
 #pragma unroll
       for (int pr = 0; pr < 2; ++pr) {
         const int r = wn * 32 + pr * 16 + (lane & 7) + ((lane >> 4) << 3);
-        ldmatrix_x4(bfr[pr], wb + swz(r, kk * 2 + ((lane >> 3) & 1)));
+        ldmatrix_x4(bfr[pr], wb + swizzle128(r, kk * 2 + ((lane >> 3) & 1)));
       }
       // the next tile's units, spread over this step's MMAs
       if (next && kk % (4 / UNITS) == 0) dequant(kk / (4 / UNITS), wb_next);

@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
   constexpr int STAGES = C::STAGES, MB = C::MB, WN = C::WN, UNITS = C::UNITS;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // the swizzle is computed from address bits: tiles must sit on 1024-byte boundaries
-  unsigned char* const smem = smem_raw + ((1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023);
+  unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7;
   const int wm = C::WG_M == 2 ? wg : 0, wn = C::WG_M == 2 ? 0 : wg;
   const int m0 = int(blockIdx.y) * BM, n0 = int(blockIdx.x) * BN;

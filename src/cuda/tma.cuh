@@ -8,9 +8,9 @@
 
 #include <cstdint>
 
-namespace clefrt::cuda {
+#include "cuda/async_copy.cuh"
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+namespace clefrt::cuda {
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define CLEFRT_TMA 1

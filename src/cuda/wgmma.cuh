@@ -1,9 +1,10 @@
 // Hopper warpgroup MMA (wgmma, sm_90a only): shared-memory matrix descriptors and the bf16
-// m64nNk16 instructions with fp32 accumulators, both operands K-major in shared memory. PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
+// m64nNk16 instructions with fp32 accumulators, both operands K-major in shared memory. PTX ISA,
+// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
 //
-// Operand layout: K-major tiles of 64 bf16 (128 bytes) a row, "128-byte swizzle": row r at
-// r * 128, its 16-byte chunk c at ((c ^ (r % 8)) * 16), tiles 1024-byte aligned (the hardware
-// swizzles by address bits). The descriptor of the 16-wide k step s starts 32 s bytes into the
+// Operand layout: K-major tiles of 64 bf16 (128 bytes) a row, "128-byte swizzle" (swizzle128 in
+// async_copy.cuh): row r at r * 128, its 16-byte chunk c at ((c ^ (r % 8)) * 16), tiles
+// 1024-byte aligned (the hardware swizzles by address bits). The descriptor of the 16-wide k step s starts 32 s bytes into the
 // tile; SBO (next 8 rows) = 1024. The swizzle spreads the 8 rows the tensor cores read together
 // over all 32 banks (the unswizzled "core matrix" layout measured 15% slower than mma.sync).
 #pragma once
@@ -11,13 +12,12 @@
 
 #include <cstdint>
 
+#include "cuda/async_copy.cuh"  // smem_u32, swizzle128 (the layout below)
+
 namespace clefrt::cuda {
 
-// byte offset of row r's 16-byte k chunk c in a swizzled tile (64 k a row)
-__device__ __forceinline__ int swizzle128(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
-
 __device__ __forceinline__ uint64_t wgmma_desc(const void* smem) {
-  const uint64_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint64_t a = smem_u32(smem);
   // start address, LBO 1 (unused by swizzled K-major layouts), SBO 1024 (both >> 4), layout
   // type 1 = 128-byte swizzle (bits 62-63)
   return ((a & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
