@@ -200,13 +200,7 @@ __global__ void __launch_bounds__(THREADS, W4Cfg<BM, THREADS>::MIN_BLOCKS)
         for (int c = 0; c < 2; ++c) {
           const int col = n0 + wn * 32 + ni * 8 + (lane & 3) * 2 + c;
           if (col >= n) continue;
-          const float v = acc[mi][ni][h * 2 + c];
-          if (y_f32) {
-            float* d = static_cast<float*>(y) + int64_t(r) * ldy + col;
-            *d = accumulate ? *d + v : v;
-          } else {
-            static_cast<bf16*>(y)[int64_t(r) * ldy + col] = __float2bfloat16_rn(v);
-          }
+          store_output(y, y_f32, ldy, accumulate, r, col, acc[mi][ni][h * 2 + c]);
         }
       }
 }

@@ -218,13 +218,7 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
         for (int c = 0; c < 2; ++c) {
           const int col = n0 + wn * WN + j * 8 + t * 2 + c;
           if (col >= n) continue;
-          const float v = acc[b][j * 4 + h * 2 + c];
-          if (y_f32) {
-            float* d = static_cast<float*>(y) + int64_t(r) * ldy + col;
-            *d = accumulate ? *d + v : v;
-          } else {
-            static_cast<bf16*>(y)[int64_t(r) * ldy + col] = __float2bfloat16_rn(v);
-          }
+          store_output(y, y_f32, ldy, accumulate, r, col, acc[b][j * 4 + h * 2 + c]);
         }
       }
 }

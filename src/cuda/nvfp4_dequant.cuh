@@ -1,6 +1,7 @@
-// NVFP4 -> bf16 dequantization in registers, shared by the W4A16 GEMMs (kernels_w4a16.cu on
-// mma.sync, kernels_w4a16_wgmma.cu on wgmma): exactly nvfp4_dequantize's values (spec/quant.md:
-// s32 = e4m3(scale) / gs in fp32, W = bf16(code_value * s32)), tested bit for bit.
+// Device code shared by the W4A16 GEMMs (kernels_w4a16.cu on mma.sync, kernels_w4a16_wgmma.cu on
+// wgmma): NVFP4 -> bf16 dequantization in registers, exactly nvfp4_dequantize's values
+// (spec/quant.md: s32 = e4m3(scale) / gs in fp32, W = bf16(code_value * s32)), tested bit for
+// bit; and the output element store.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -72,6 +73,16 @@ __device__ __forceinline__ void dequant_word(uint32_t w, const Table& t, uint32_
   out[1] = prmt(la, ha, 0x7362) ^ (prmt(w4, w, 0xDD99) & 0x80008000u);
   out[2] = prmt(lb, hb, 0x5140) ^ (prmt(w4, w, 0xEEAA) & 0x80008000u);
   out[3] = prmt(lb, hb, 0x7362) ^ (prmt(w4, w, 0xFFBB) & 0x80008000u);
+}
+
+// y[r, col] = v (bf16 rounded or fp32), or += v into fp32 (nvfp4_gemm's accumulate mode)
+__device__ __forceinline__ void store_output(void* y, bool y_f32, int64_t ldy, bool accumulate, int r, int col, float v) {
+  if (y_f32) {
+    float* d = static_cast<float*>(y) + int64_t(r) * ldy + col;
+    *d = accumulate ? *d + v : v;
+  } else {
+    static_cast<__nv_bfloat16*>(y)[int64_t(r) * ldy + col] = __float2bfloat16_rn(v);
+  }
 }
 
 }  // namespace clefrt::cuda
