@@ -279,6 +279,88 @@ TEST(CudaQuant, Fp8EpiloguesScaleRowsAndColumns) {
     }
 }
 
+// The vectorized epilogues (n % 4 == 0, aligned rows) and the element-wise fallback (odd n or
+// row strides), each against v * rs * cs in fp32 (then bf16), bit for bit, at several sizes.
+TEST(CudaQuant, Fp8EpiloguesVectorAndFallbackPaths) {
+  NEED_GPU();
+  struct Case {
+    int64_t m, n, ld;
+  };
+  for (Case c : {Case{3, 8, 8}, Case{70, 520, 528}, Case{5, 13, 13}, Case{9, 36, 38}, Case{300, 1028, 1028}}) {
+    const std::string at = " at " + std::to_string(c.m) + " x " + std::to_string(c.n) + " ld " + std::to_string(c.ld);
+    std::mt19937 rng(uint32_t(c.m * 7 + c.n));
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> t(size_t(c.m * c.ld)), acc(size_t(c.m * c.ld)), rs(size_t(c.m)), cs(size_t(c.n));
+    for (auto& v : t) v = nd(rng);
+    for (auto& v : acc) v = nd(rng);
+    for (auto& v : rs) v = std::fabs(nd(rng)) + 0.01f;
+    for (auto& v : cs) v = std::fabs(nd(rng)) * 1e-3f + 1e-5f;
+    std::vector<float> tb = t;
+    for (auto& v : tb) v = quant::bf16_round(v);
+    DeviceBuffer dt = cuda::upload(t, "t"), drs = cuda::upload(rs, "rs"), dcs = cuda::upload(cs, "cs"), dacc = cuda::upload(acc, "acc"),
+                 dtb = cuda::upload(to_bf(tb), "tb"), dyb(size_t(c.m * c.ld) * 2), dyf(size_t(c.m * c.ld) * 4);
+    cuda::check(cudaMemset(dyb.get(), 0, dyb.bytes()), "test");
+    cuda::check(cudaMemset(dyf.get(), 0, dyf.bytes()), "test");
+    cuda::scale_rows_cols_acc(dt.as<float>(), c.m, c.n, c.ld, drs.as<float>(), dcs.as<float>(), dacc.as<float>(), c.ld, nullptr);
+    cuda::scale_rows_cols_store(dt.as<float>(), c.m, c.n, c.ld, drs.as<float>(), dcs.as<float>(), dyb.get(), true, c.ld, nullptr);
+    cuda::scale_rows_cols_store(dt.as<float>(), c.m, c.n, c.ld, drs.as<float>(), dcs.as<float>(), dyf.get(), false, c.ld, nullptr);
+    cuda::scale_rows_cols_bf16(dtb.as<bf16>(), c.m, c.n, c.ld, drs.as<float>(), dcs.as<float>(), nullptr);
+    cuda::scale_rows_cols_f32(dt.as<float>(), c.m, c.n, c.ld, drs.as<float>(), dcs.as<float>(), nullptr);
+    const auto ga = down<float>(dacc, acc.size()), gf = down<float>(dyf, t.size()), gt = down<float>(dt, t.size());
+    const auto gb = down_bf(dyb, t.size()), gtb = down_bf(dtb, t.size());
+    for (int64_t r = 0; r < c.m; ++r)
+      for (int64_t j = 0; j < c.ld; ++j) {
+        const size_t i = size_t(r * c.ld + j);
+        if (j >= c.n) {  // past n: untouched
+          ASSERT_EQ(ga[i], acc[i]) << r << "," << j << at;
+          ASSERT_EQ(gb[i], 0.0f) << r << "," << j << at;
+          ASSERT_EQ(gt[i], t[i]) << r << "," << j << at;
+          continue;
+        }
+        volatile float p = t[i] * rs[size_t(r)];
+        p = p * cs[size_t(j)];
+        volatile float pb = tb[i] * rs[size_t(r)];
+        pb = pb * cs[size_t(j)];
+        volatile float sum = acc[i] + p;
+        ASSERT_EQ(gf[i], p) << "store f32 " << r << "," << j << at;
+        ASSERT_EQ(gt[i], p) << "in place f32 " << r << "," << j << at;
+        ASSERT_EQ(gb[i], quant::bf16_round(p)) << "store bf16 " << r << "," << j << at;
+        ASSERT_EQ(gtb[i], quant::bf16_round(pb)) << "in place bf16 " << r << "," << j << at;
+        ASSERT_EQ(ga[i], sum) << "residual " << r << "," << j << at;
+      }
+  }
+}
+
+// FP8 rows through the vector kernel (k, kp, ldx multiples of 8) and the scalar one (odd k / ldx),
+// against the CPU formula byte for byte.
+TEST(CudaQuant, Fp8QuantizeRowsVectorAndScalarPaths) {
+  NEED_GPU();
+  struct Case {
+    int64_t rows, k, ldx, kp;
+  };
+  for (Case c : {Case{4, 8, 8, 8}, Case{33, 2056, 2064, 2072}, Case{6, 37, 41, 48}, Case{3, 24, 27, 24}, Case{2, 5120, 5120, 5120}}) {
+    const std::string at = " at " + std::to_string(c.rows) + " x " + std::to_string(c.k) + " ldx " + std::to_string(c.ldx);
+    std::vector<float> x = test_values(size_t(c.rows * c.ldx), uint64_t(c.k * 31 + c.ldx));
+    if (c.rows > 3)  // an all-zero row: scale 1
+      std::fill(x.begin(), x.begin() + c.ldx, 0.0f);
+    DeviceBuffer dx = cuda::upload(to_bf(x), "x"), q(size_t(c.rows * c.kp)), rs(size_t(c.rows) * 4);
+    cuda::check(cudaMemset(q.get(), 0xab, q.bytes()), "test");
+    cuda::fp8_quantize_rows(dx.as<bf16>(), c.rows, c.k, c.ldx, q.as<uint8_t>(), c.kp, rs.as<float>(), nullptr);
+    const auto gq = down<uint8_t>(q, size_t(c.rows * c.kp));
+    const auto gs = down<float>(rs, size_t(c.rows));
+    for (int64_t r = 0; r < c.rows; ++r) {
+      float m = 0;
+      for (int64_t j = 0; j < c.k; ++j) m = std::fmax(m, std::fabs(x[size_t(r * c.ldx + j)]));
+      const float sc = m > 0 ? m / 448.0f : 1.0f;
+      ASSERT_EQ(gs[size_t(r)], sc) << "scale row " << r << at;
+      for (int64_t j = 0; j < c.kp; ++j) {
+        const uint8_t e = j < c.k ? quant::e4m3_encode(x[size_t(r * c.ldx + j)] / sc) : 0;
+        ASSERT_EQ(gq[size_t(r * c.kp + j)], e) << "code " << r << "," << j << at;
+      }
+    }
+  }
+}
+
 // One Linear of three parts (NVFP4 W4A4, bf16, FP8) through the LinearRunner against the CPU
 // formula: y = fake_quant(x) . dequant(W)^T per part, the NVFP4 part through the staging slots
 // in several chunks and (k = 64; k = 80 is not a multiple of 64 and stays staged) on the W4A16

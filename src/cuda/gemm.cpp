@@ -160,6 +160,54 @@ void Gemm::run_fp4(const uint8_t* x, const uint8_t* x_scales, int64_t m, int64_t
   launch(p, x, w, y, accumulate, op, alpha);
 }
 
+std::vector<Gemm::Candidate> Gemm::candidates(bool fp8, int64_t m, int64_t n, int64_t k, OutType yt, const char* op) {
+  Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), op);
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), op);
+  size_t ws = workspace_.bytes();
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), op);
+  cublasLtMatmulHeuristicResult_t res[16];
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, l.desc, l.a, l.b, l.c, l.c, pref, 16, res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  destroy(l);
+  check(st, op);
+  std::vector<Candidate> out;
+  for (int i = 0; i < found; ++i) {
+    Candidate c;
+    c.algo = res[i].algo;
+    int32_t id = 0, tile = 0, stages = 0, splitk = 1, swizzle = 0, cluster = 0;
+    uint32_t red = 0;
+    size_t got = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof swizzle, &got);
+    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster, &got);
+    c.config = "algo " + std::to_string(id) + " tile " + std::to_string(tile) + " stages " + std::to_string(stages) + " splitk " +
+               std::to_string(splitk) + " reduction " + std::to_string(red) + " swizzle " + std::to_string(swizzle) + " cluster " +
+               std::to_string(cluster);
+    c.invariant = splitk <= 1 && red == CUBLASLT_REDUCTION_SCHEME_NONE;
+    out.push_back(c);
+  }
+  return out;
+}
+
+void Gemm::run_candidate(const Candidate& c, bool fp8, const void* x, int64_t m, int64_t k, const void* w, int64_t n, void* y, OutType yt,
+                         const char* op) {
+  Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), op);
+  Plan p{l.desc, l.a, l.b, l.c, c.algo};
+  try {
+    launch(p, x, w, y, false, op);
+  } catch (...) {
+    destroy(l);
+    throw;
+  }
+  destroy(l);
+}
+
 void Gemm::launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op, float alpha) {
   const float beta = accumulate ? 1.0f : 0.0f;
   check(cublasLtMatmul(lt_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.get(), workspace_.bytes(),

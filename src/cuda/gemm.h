@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
+#include <vector>
 #include <tuple>
 
 #include "cuda/buffer.h"
@@ -48,6 +50,18 @@ class Gemm {
                float alpha, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
 
   bool batch_invariant() const { return batch_invariant_; }
+
+  // For benchmarks: the cuBLASLt heuristic's candidates (up to 16) for an FP8 (fp8 = true) or
+  // bf16 shape at this m, each with its configuration in words and whether it is batch-invariant
+  // (no split-K, no reduction); run_candidate runs one of them (y = x w^T, no accumulation).
+  struct Candidate {
+    cublasLtMatmulAlgo_t algo{};
+    std::string config;
+    bool invariant = false;
+  };
+  std::vector<Candidate> candidates(bool fp8, int64_t m, int64_t n, int64_t k, OutType yt, const char* op);
+  void run_candidate(const Candidate& c, bool fp8, const void* x, int64_t m, int64_t k, const void* w, int64_t n, void* y, OutType yt,
+                     const char* op);
 
  private:
   struct Plan {

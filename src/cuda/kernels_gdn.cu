@@ -135,11 +135,15 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 
 // d[q] += A[16 x K] B_q[K x 8] for q < nb <= NB: A(r, k) = a_at(r, k), B_q(k, c) = b_at(q, k, c), r and
 // c relative to the tile. One A fragment, split once per k-step, serves the nb tiles (the split,
-// not the MMA, is most of the instructions). Per tile: the same operations in the same order as
-// one tile alone.
+// not the MMA, is most of the instructions). The three products of a k-step go to three
+// accumulators (hi*hi, lo*hi, hi*lo), summed at the end: one chain of dependent MMAs per tile
+// was three times as long (Nsight Compute: "fixed latency" the top stall of the scan). Per tile:
+// the same operations in the same order as one tile alone.
 template <int NB, class FA, class FB>
 __device__ __forceinline__ void mma_3xtf32_shared_a(float (&d)[NB][4], int nb, int K, FA a_at, FB b_at) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float e1[NB][4] = {}, e2[NB][4] = {};
+#pragma unroll 2
   for (int k0 = 0; k0 < K; k0 += 8) {
     uint32_t ah[4], al[4];
     split_tf32(a_at(g, k0 + t), ah[0], al[0]);
@@ -152,18 +156,25 @@ __device__ __forceinline__ void mma_3xtf32_shared_a(float (&d)[NB][4], int nb, i
       uint32_t bh[2], bl[2];
       split_tf32(b_at(q, k0 + t, g), bh[0], bl[0]);
       split_tf32(b_at(q, k0 + t + 4, g), bh[1], bl[1]);
-      mma_tf32(d[q], al, bh);
-      mma_tf32(d[q], ah, bl);
+      mma_tf32(e1[q], al, bh);
+      mma_tf32(e2[q], ah, bl);
       mma_tf32(d[q], ah, bh);
     }
   }
+#pragma unroll
+  for (int q = 0; q < NB; ++q)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) d[q][i] += e1[q][i] + e2[q][i];
 }
 
 // d[q] += A_q[16 x K] B[K x 8] for q < na <= NA: A_q(r, k) = a_at(q, r, k); one B fragment serves
-// the na tiles.
+// the na tiles. The two correction products share one accumulator here (NA goes up to 8 tiles:
+// three accumulators each would not fit the registers).
 template <int NA, class FA, class FB>
 __device__ __forceinline__ void mma_3xtf32_shared_b(float (&d)[NA][4], int na, int K, FA a_at, FB b_at) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float e[NA][4] = {};
+#pragma unroll 2
   for (int k0 = 0; k0 < K; k0 += 8) {
     uint32_t bh[2], bl[2];
     split_tf32(b_at(k0 + t, g), bh[0], bl[0]);
@@ -176,11 +187,15 @@ __device__ __forceinline__ void mma_3xtf32_shared_b(float (&d)[NA][4], int na, i
       split_tf32(a_at(q, g + 8, k0 + t), ah[1], al[1]);
       split_tf32(a_at(q, g, k0 + t + 4), ah[2], al[2]);
       split_tf32(a_at(q, g + 8, k0 + t + 4), ah[3], al[3]);
-      mma_tf32(d[q], al, bh);
-      mma_tf32(d[q], ah, bl);
+      mma_tf32(e[q], al, bh);
+      mma_tf32(e[q], ah, bl);
       mma_tf32(d[q], ah, bh);
     }
   }
+#pragma unroll
+  for (int q = 0; q < NA; ++q)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) d[q][i] += e[q][i];
 }
 
 struct PrepSmem {
@@ -352,9 +367,13 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
         d, 2 * (4 - i_min), int(Dk),
         [&](int q, int r, int k) { return ((q & 1) ? qs : ks)[(16 * (i_min + q / 2) + r) * ldk + k]; },
         [&](int k, int col) { return ks[(cc + col) * ldk + k]; });
-    for (int i = i_min; i < 4; ++i) {
-      const float* dk = d[2 * (i - i_min)];
-      const float* dq = d[2 * (i - i_min) + 1];
+    // constant indices into d (a loop from i_min put d in local memory)
+#pragma unroll
+    for (int qi = 0; qi < 4; ++qi) {
+      if (qi >= 4 - i_min) break;
+      const int i = i_min + qi;
+      const float* dk = d[2 * qi];
+      const float* dq = d[2 * qi + 1];
       const int i0 = 16 * i + gq, i1 = i0 + 8;
       float a[4], l[4];
       for (int e = 0; e < 4; ++e) {
@@ -417,7 +436,9 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
           const int col0 = (warp / 4 + 2 * (m0 + q)) * 8;
           return col0 < Dv ? bs[k] * vs[k * ldv + col0 + col] : sk[k] * ks[k * ldk + (col0 - int(Dv)) + col];
         });
-    for (int q = 0; q < nb; ++q) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      if (q >= nb) break;
       const int col0 = (warp / 4 + 2 * (m0 + q)) * 8;
       float* out = col0 < Dv ? u + col0 : w + (col0 - int(Dv));
       const int64_t ldo = col0 < Dv ? Dv : Dk;
@@ -675,7 +696,9 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
       mma_3xtf32_shared_b<4>(
           d, na, C, [&](int q, int r, int k) { return ks[k * ld + ((warp + 8 * q) >> 2) * 16 + r]; },
           [&](int k, int col) { return Vn[k * SWP + cc + col]; });
-      for (int q = 0; q < na; ++q) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (q >= na) break;
         const int r0 = ((warp + 8 * q) >> 2) * 16;
         float* s0 = S + (r0 + gq) * SWP + cc + 2 * tq;
         float* s1 = S + (r0 + gq + 8) * SWP + cc + 2 * tq;

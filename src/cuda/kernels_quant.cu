@@ -79,6 +79,42 @@ __global__ void fp8_quant_rows_k(const bf16* x, int64_t k, int64_t ldx, uint8_t*
   for (int64_t i = threadIdx.x; i < kp; i += blockDim.x) out[i] = i < k ? e4m3_encode(__fdiv_rn(__bfloat162float(row[i]), s)) : uint8_t(0);
 }
 
+// The same per row with 16-byte loads (8 bf16) and 8-byte stores (8 codes): rows 16-byte aligned,
+// k and kp multiples of 8. The scalar loop above reads 2 bytes a thread at a time and measured at
+// a fifth of the copy bandwidth (2.2 ms for 32,768 x 17,408).
+__global__ void fp8_quant_rows_v_k(const bf16* x, int64_t k8, int64_t ldx, uint8_t* q, int64_t kp8, float* scale) {
+  __shared__ float sh[32];
+  const uint4* row = reinterpret_cast<const uint4*>(x + int64_t(blockIdx.x) * ldx);
+  float m = 0;
+  for (int64_t i = threadIdx.x; i < k8; i += blockDim.x) {
+    const uint4 v = row[i];
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+    }
+  }
+  m = block_max(m, sh);
+  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f;
+  if (threadIdx.x == 0) scale[blockIdx.x] = s;
+  uint2* out = reinterpret_cast<uint2*>(q + int64_t(blockIdx.x) * kp8 * 8);
+  for (int64_t i = threadIdx.x; i < kp8; i += blockDim.x) {
+    uint32_t w[2] = {0u, 0u};
+    if (i < k8) {
+      const uint4 v = row[i];
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __bfloat1622float2(h[j]);
+        const uint32_t lo = e4m3_encode(__fdiv_rn(f.x, s)), hi = e4m3_encode(__fdiv_rn(f.y, s));
+        w[j / 2] |= (lo | hi << 8) << (16 * (j % 2));
+      }
+    }
+    out[i] = make_uint2(w[0], w[1]);
+  }
+}
+
 __global__ void fp8_dequant_rows_k(const uint8_t* q, int64_t kp, const float* scale, int64_t rows, int64_t k, bf16* w) {
   const int64_t total = rows * k;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -113,19 +149,24 @@ __global__ void nvfp4_fake_quant_k(const bf16* x, int64_t rows, int64_t k, int64
   }
 }
 
+// The FP8 epilogues: v * rs[r] * cs[c], multiplied in that order and never contracted into an FMA
+// with the residual add (the CPU tests compare bit for bit).
+__device__ __forceinline__ float scaled(float v, float r, float c) { return __fmul_rn(__fmul_rn(v, r), c); }
+
+// Element-wise forms (any shape and alignment).
 __global__ void scale_bf16_k(bf16* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs) {
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i - r * n;
     bf16& v = y[r * ldy + c];
-    v = __float2bfloat16_rn(__bfloat162float(v) * rs[r] * cs[c]);
+    v = __float2bfloat16_rn(scaled(__bfloat162float(v), rs[r], cs[c]));
   }
 }
 __global__ void scale_f32_k(float* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs) {
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i - r * n;
-    y[r * ldy + c] *= rs[r] * cs[c];
+    y[r * ldy + c] = scaled(y[r * ldy + c], rs[r], cs[c]);
   }
 }
 __global__ void scale_acc_k(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, float* acc,
@@ -133,19 +174,71 @@ __global__ void scale_acc_k(const float* t, int64_t rows, int64_t n, int64_t ldt
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i - r * n;
-    acc[r * ldacc + c] += t[r * ldt + c] * rs[r] * cs[c];
+    acc[r * ldacc + c] = __fadd_rn(acc[r * ldacc + c], scaled(t[r * ldt + c], rs[r], cs[c]));
   }
 }
-
 __global__ void scale_store_k(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, void* y, bool y_bf16,
                               int64_t ldy) {
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i - r * n;
-    const float v = t[r * ldt + c] * rs[r] * cs[c];
+    const float v = scaled(t[r * ldt + c], rs[r], cs[c]);
     if (y_bf16) static_cast<bf16*>(y)[r * ldy + c] = __float2bfloat16_rn(v);
     else static_cast<float*>(y)[r * ldy + c] = v;
   }
+}
+
+// Vector forms: one thread per 4 columns (16-byte loads of fp32, 8 of bf16), blockIdx.y striding
+// over rows, so there is no 64-bit division per element (the element-wise forms ran at a third
+// of the copy bandwidth: 4.1 ms for 32,768 x 34,816 bf16). Used when every row start and the
+// column scales are 16-byte aligned for fp32 (8-byte for bf16) and n % 4 == 0 (vec4_ok).
+struct Bf16x4 {
+  __nv_bfloat162 a, b;
+};
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 load4(const bf16* p) {
+  const Bf16x4 v = *reinterpret_cast<const Bf16x4*>(p);
+  const float2 a = __bfloat1622float2(v.a), b = __bfloat1622float2(v.b);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+__device__ __forceinline__ void store4(bf16* p, float4 v) {
+  *reinterpret_cast<Bf16x4*>(p) = Bf16x4{__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
+}
+__device__ __forceinline__ float4 scaled4(float4 v, float r, float4 c) {
+  return make_float4(scaled(v.x, r, c.x), scaled(v.y, r, c.y), scaled(v.z, r, c.z), scaled(v.w, r, c.w));
+}
+
+// y = scaled(t) (T in, Y out; in place when t == y), or y += scaled(t) with Acc.
+template <class T, class Y, bool Acc>
+__global__ void scale_rows_cols_v_k(const T* t, int64_t ldt, int64_t rows, int64_t n4, const float* rs, const float* cs, Y* y,
+                                    int64_t ldy) {
+  const int64_t c4 = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c4 >= n4) return;
+  const float4 c = load4(cs + 4 * c4);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    float4 v = scaled4(load4(t + r * ldt + 4 * c4), rs[r], c);
+    if constexpr (Acc) {
+      const float4 a = load4(y + r * ldy + 4 * c4);
+      v = make_float4(__fadd_rn(a.x, v.x), __fadd_rn(a.y, v.y), __fadd_rn(a.z, v.z), __fadd_rn(a.w, v.w));
+    }
+    store4(y + r * ldy + 4 * c4, v);
+  }
+}
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+template <class T, class Y>
+bool vec4_ok(const T* t, int64_t ldt, int64_t n, const float* cs, const Y* y, int64_t ldy) {
+  return n % 4 == 0 && aligned(t, 4 * sizeof(T)) && (ldt * int64_t(sizeof(T))) % (4 * sizeof(T)) == 0 && aligned(y, 4 * sizeof(Y)) &&
+         (ldy * int64_t(sizeof(Y))) % (4 * sizeof(Y)) == 0 && aligned(cs, 16);
+}
+
+template <bool Acc, class T, class Y>
+void launch_scale_v(const T* t, int64_t ldt, int64_t rows, int64_t n, const float* rs, const float* cs, Y* y, int64_t ldy, cudaStream_t s) {
+  const int64_t n4 = n / 4;
+  const dim3 grid(unsigned((n4 + 255) / 256), unsigned(rows < 65535 ? rows : 65535));
+  scale_rows_cols_v_k<T, Y, Acc><<<grid, 256, 0, s>>>(t, ldt, rows, n4, rs, cs, y, ldy);
 }
 
 __host__ __device__ __forceinline__ int64_t swz(int64_t r, int64_t c, int64_t col_tiles) {
@@ -211,7 +304,12 @@ void nvfp4_quantize_rows_packed(const bf16* x, int64_t rows, int64_t k, int64_t 
 void scale_rows_cols_store(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, void* y, bool y_bf16,
                            int64_t ldy, cudaStream_t s) {
   if (rows == 0) return;
-  scale_store_k<<<grid_for(rows * n), 256, 0, s>>>(t, rows, n, ldt, rs, cs, y, y_bf16, ldy);
+  if (y_bf16 && vec4_ok(t, ldt, n, cs, static_cast<bf16*>(y), ldy))
+    launch_scale_v<false>(t, ldt, rows, n, rs, cs, static_cast<bf16*>(y), ldy, s);
+  else if (!y_bf16 && vec4_ok(t, ldt, n, cs, static_cast<float*>(y), ldy))
+    launch_scale_v<false>(t, ldt, rows, n, rs, cs, static_cast<float*>(y), ldy, s);
+  else
+    scale_store_k<<<grid_for(rows * n), 256, 0, s>>>(t, rows, n, ldt, rs, cs, y, y_bf16, ldy);
   check_launch("fp8 epilogue (store)");
 }
 
@@ -232,7 +330,10 @@ void amax_bf16(const bf16* x, int64_t n, float* amax, cudaStream_t s) {
 }
 void fp8_quantize_rows(const bf16* x, int64_t rows, int64_t k, int64_t ldx, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
   if (rows == 0) return;
-  fp8_quant_rows_k<<<unsigned(rows), 256, 0, s>>>(x, k, ldx, q, kp, scale);
+  if (k % 8 == 0 && kp % 8 == 0 && ldx % 8 == 0 && aligned(x, 16) && aligned(q, 8))
+    fp8_quant_rows_v_k<<<unsigned(rows), 256, 0, s>>>(x, k / 8, ldx, q, kp / 8, scale);
+  else
+    fp8_quant_rows_k<<<unsigned(rows), 256, 0, s>>>(x, k, ldx, q, kp, scale);
   check_launch("fp8_quantize_rows");
 }
 void fp8_dequantize_rows(const uint8_t* q, int64_t kp, const float* scale, int64_t rows, int64_t k, bf16* w, cudaStream_t s) {
@@ -247,18 +348,21 @@ void nvfp4_fake_quantize_rows(const bf16* x, int64_t rows, int64_t k, int64_t ld
 }
 void scale_rows_cols_bf16(bf16* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs, cudaStream_t s) {
   if (rows == 0) return;
-  scale_bf16_k<<<grid_for(rows * n), 256, 0, s>>>(y, rows, n, ldy, rs, cs);
+  if (vec4_ok(y, ldy, n, cs, y, ldy)) launch_scale_v<false>(static_cast<const bf16*>(y), ldy, rows, n, rs, cs, y, ldy, s);
+  else scale_bf16_k<<<grid_for(rows * n), 256, 0, s>>>(y, rows, n, ldy, rs, cs);
   check_launch("fp8 epilogue (bf16)");
 }
 void scale_rows_cols_f32(float* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs, cudaStream_t s) {
   if (rows == 0) return;
-  scale_f32_k<<<grid_for(rows * n), 256, 0, s>>>(y, rows, n, ldy, rs, cs);
+  if (vec4_ok(y, ldy, n, cs, y, ldy)) launch_scale_v<false>(static_cast<const float*>(y), ldy, rows, n, rs, cs, y, ldy, s);
+  else scale_f32_k<<<grid_for(rows * n), 256, 0, s>>>(y, rows, n, ldy, rs, cs);
   check_launch("fp8 epilogue (f32)");
 }
 void scale_rows_cols_acc(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, float* acc, int64_t ldacc,
                          cudaStream_t s) {
   if (rows == 0) return;
-  scale_acc_k<<<grid_for(rows * n), 256, 0, s>>>(t, rows, n, ldt, rs, cs, acc, ldacc);
+  if (vec4_ok(t, ldt, n, cs, acc, ldacc)) launch_scale_v<true>(t, ldt, rows, n, rs, cs, acc, ldacc, s);
+  else scale_acc_k<<<grid_for(rows * n), 256, 0, s>>>(t, rows, n, ldt, rs, cs, acc, ldacc);
   check_launch("fp8 epilogue (residual)");
 }
 

@@ -1,0 +1,149 @@
+// The FP8 GEMM at the GEMM level (issue 6: "batched prefill >= 1.6x bf16" needs the FP8 GEMM
+// well above the bf16 one), at the 27B model's MLP shapes. Per shape and m (CUDA events, median
+// of 20 after 3 warm-ups):
+//   bf16 inv       cuBLASLt bf16, the engine's batch-invariant algorithm
+//   fp8 inv        cuBLASLt FP8 e4m3, the engine's batch-invariant algorithm (GEMM alone)
+//   quant / scale  the engine's per-token activation quantization and the scale pass after it
+//   candidates     every algorithm cuBLASLt's heuristic offers for this m, timed, with its
+//                  configuration; "inv" marks the batch-invariant ones (no split-K / reduction)
+// Random inputs. Usage: clefrt_bench_fp8 [--commit ID] [--json FILE] [--m M]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "cuda/buffer.h"
+#include "cuda/check.h"
+#include "cuda/gemm.h"
+#include "cuda/hardware.h"
+#include "cuda/kernels.h"
+#include "cuda/kernels_quant.h"
+
+using namespace clefrt;
+using namespace clefrt::cuda;
+
+namespace {
+
+template <class F>
+double median_ms(cudaStream_t s, F f) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < 3; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < 20; ++i) {
+    check(cudaEventRecord(a, s), "event");
+    f();
+    check(cudaEventRecord(b, s), "event");
+    check(cudaEventSynchronize(b), "event");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "event");
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string commit = "unknown", json_out;
+  int64_t only_m = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_out = argv[++i];
+    else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) only_m = std::atoll(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--commit ID] [--json FILE] [--m M]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    const HardwareLimits hw = measure_hardware();
+    std::printf("%s: bf16 GEMM peak %.0f TFLOP/s, copy %.0f GB/s\n", hw.gpu.c_str(), hw.peak_bf16_tflops, hw.copy_gbps);
+    cudaStream_t s;
+    check(cudaStreamCreate(&s), "stream");
+    Gemm inv(s, true), any(s, false);
+    std::vector<int64_t> ms = {318, 1024, 8192, 32768};
+    if (only_m > 0) ms = {only_m};
+    json::Value shapes = json::Value::array();
+    struct Shape {
+      const char* name;
+      int64_t n, k;
+    };
+    for (Shape sh : {Shape{"mlp gate_up", 34816, 5120}, Shape{"mlp down", 5120, 17408}}) {
+      const int64_t n = sh.n, k = sh.k, mmax = *std::max_element(ms.begin(), ms.end());
+      DeviceBuffer w(size_t(n * k) * 2, "W"), w8(size_t(n * k), "W fp8"), ws(size_t(n) * 4, "W scales"), x(size_t(mmax * k) * 2, "x"),
+          x8(size_t(mmax * k), "x fp8"), xs(size_t(mmax) * 4, "x scales"), y(size_t(mmax * n) * 2, "y");
+      fill_normal_bf16(w.as<bf16>(), n * k, 11, 0.0f, 0.02f, s);
+      fill_normal_bf16(x.as<bf16>(), mmax * k, 12, 0.0f, 1.0f, s);
+      fp8_quantize_rows(w.as<bf16>(), n, k, k, w8.as<uint8_t>(), k, ws.as<float>(), s);
+      fp8_quantize_rows(x.as<bf16>(), mmax, k, k, x8.as<uint8_t>(), k, xs.as<float>(), s);
+      std::printf("\n%s: n %lld, k %lld\n", sh.name, (long long)n, (long long)k);
+      json::Value rows = json::Value::array();
+      for (int64_t m : ms) {
+        const double flop = 2.0 * double(m) * double(n) * double(k);
+        auto tf = [&](double t) { return flop / (t * 1e-3) / 1e12; };
+        const double t_bf = median_ms(s, [&] { inv.run(x.as<bf16>(), m, k, k, w.as<bf16>(), n, y.get(), OutType::BF16, n, false, "bench"); });
+        const double t_f8 = median_ms(s, [&] { inv.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::BF16, n, "bench"); });
+        const double t_q = median_ms(s, [&] { fp8_quantize_rows(x.as<bf16>(), m, k, k, x8.as<uint8_t>(), k, xs.as<float>(), s); });
+        const double t_sc = median_ms(s, [&] { scale_rows_cols_bf16(y.as<bf16>(), m, n, n, xs.as<float>(), ws.as<float>(), s); });
+        std::printf("m %6lld  bf16 inv %8.3f ms %6.0f TF/s | fp8 inv %8.3f ms %6.0f TF/s (%.2fx bf16) | quant %.3f scale %.3f ms\n",
+                    (long long)m, t_bf, tf(t_bf), t_f8, tf(t_f8), t_bf / t_f8, t_q, t_sc);
+        json::Value cands = json::Value::array();
+        for (const Gemm::Candidate& c : any.candidates(true, m, n, k, OutType::BF16, "bench")) {
+          double t = -1;
+          try {
+            t = median_ms(s, [&] { any.run_candidate(c, true, x8.get(), m, k, w8.get(), n, y.get(), OutType::BF16, "bench"); });
+          } catch (const std::exception& e) {
+            std::printf("    %-70s failed: %s\n", c.config.c_str(), e.what());
+            continue;
+          }
+          std::printf("    %-70s %3s %8.3f ms %6.0f TF/s\n", c.config.c_str(), c.invariant ? "inv" : "", t, tf(t));
+          json::Value cv = json::Value::object();
+          cv.add("config", json::Value::string(c.config));
+          cv.add("invariant", json::Value::boolean(c.invariant));
+          cv.add("ms", json::Value::number(t));
+          cands.arr.push_back(std::move(cv));
+        }
+        json::Value r = json::Value::object();
+        r.add("m", json::Value::integer(m));
+        r.add("bf16_invariant_ms", json::Value::number(t_bf));
+        r.add("fp8_invariant_ms", json::Value::number(t_f8));
+        r.add("fp8_quantize_ms", json::Value::number(t_q));
+        r.add("fp8_scale_ms", json::Value::number(t_sc));
+        r.add("fp8_candidates", std::move(cands));
+        rows.arr.push_back(std::move(r));
+      }
+      json::Value sv = json::Value::object();
+      sv.add("name", json::Value::string(sh.name));
+      sv.add("n", json::Value::integer(n));
+      sv.add("k", json::Value::integer(k));
+      sv.add("points", std::move(rows));
+      shapes.arr.push_back(std::move(sv));
+    }
+    if (!json_out.empty()) {
+      json::Value out = json::Value::object();
+      out.add("gpu", json::Value::string(hw.gpu));
+      out.add("commit", json::Value::string(commit));
+      out.add("command", json::Value::string("clefrt_bench_fp8"));
+      out.add("peak_bf16_tflops", json::Value::number(hw.peak_bf16_tflops));
+      out.add("copy_gbps", json::Value::number(hw.copy_gbps));
+      out.add("shapes", std::move(shapes));
+      std::ofstream(json_out) << json::write(out) << "\n";
+    }
+    cudaStreamDestroy(s);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "clefrt_bench_fp8: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
