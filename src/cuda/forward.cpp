@@ -419,7 +419,7 @@ void Forward::head(Batch& b) {
     G.run_f32(x, m, w.k, w.k, w.w, w.n, y, w.n, acc, op);
   };
 
-  mark("head");
+  mark("head inputs");
   layer_norm(b.hidden, L, d, d, h.hidden_norm.w, h.hidden_norm.b, eps, nullptr, b.Hn, s);
   lin(b.Hn, L, h.memory_proj, b.M, false, "head memory_projection");
   span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_qbeg), b.d(b.off_qend), Q, d, b.qm, nullptr, s);
@@ -453,6 +453,7 @@ void Forward::head(Batch& b) {
     bias_act(y, rows, W, W, b2, false, s);
   };
 
+  mark("head evidence layers");
   for (const auto& ev : h.evidence) {
     layer_norm(b.M, L, W, W, ev.memory_norm.w, ev.memory_norm.b, eps, nullptr, b.mem, s);
     memory_kv(ev.attn, b.mem);
@@ -461,6 +462,7 @@ void Forward::head(Batch& b) {
     layer_norm(b.R, O, W, W, ev.ff_norm.w, ev.ff_norm.b, eps, nullptr, b.nrm, s);
     ffn(ev.ff0, ev.ff0_b, ev.ff3, ev.ff3_b, b.nrm, O, b.R);
   }
+  mark("head fields + decoder");
   lin(b.qm, Q, h.question_proj, b.B, false, "head question_projection");
   option_summary(b.R, b.B, b.d(b.off_optbeg), Q, W, b.summary, s);
   layer_norm(b.summary, Q, W, W, h.option_summary_norm.w, h.option_summary_norm.b, eps, nullptr, b.F, s);
@@ -482,6 +484,7 @@ void Forward::head(Batch& b) {
     layer_norm(b.F, Q, W, W, dl.norm3.w, dl.norm3.b, eps, nullptr, b.nrm, s);
     ffn(dl.lin1, dl.lin1_b, dl.lin2, dl.lin2_b, b.nrm, Q, b.F);
   }
+  mark("head scorer");
   layer_norm(b.F, Q, W, W, h.field_norm.w, h.field_norm.b, eps, nullptr, b.Fn, s);
   layer_norm(b.R, O, W, W, h.option_norm.w, h.option_norm.b, eps, nullptr, b.On, s);
   scorer_features(b.Fn, b.On, b.d(b.off_qof), O, W, b.feat, s);
