@@ -67,6 +67,36 @@ TEST(CudaOps, GemmMatchesSgemm) {
   }
 }
 
+// The head's fp32 GEMM: against a double-precision reference at several shapes (tile edges in m,
+// n and k), with and without accumulation, and each row alone equal to the row in the batch bit
+// for bit (batch invariance).
+TEST(CudaOps, HeadGemmMatchesReferenceAndIsRowInvariant) {
+  NEED_GPU();
+  for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 64, 31}, {33, 100, 70}, {70, 1024, 1024}, {3, 96, 5120}}) {
+    const std::string at = " at " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
+    auto x = randn(size_t(m * k), 11), w = randn(size_t(n * k), 12, 0.05f), y0 = randn(size_t(m * n), 13);
+    std::vector<float> want(size_t(m * n)), want_acc(size_t(m * n));
+    for (int r = 0; r < m; ++r)
+      for (int c = 0; c < n; ++c) {
+        double a = 0;
+        for (int i = 0; i < k; ++i) a += double(x[size_t(r * k + i)]) * w[size_t(c * k + i)];
+        want[size_t(r * n + c)] = float(a);
+        want_acc[size_t(r * n + c)] = float(a + y0[size_t(r * n + c)]);
+      }
+    DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), dy(size_t(m * n) * 4), dacc = upload(y0, "y0"), d1(size_t(n) * 4);
+    head_gemm(dx.as<float>(), k, m, k, dw.as<float>(), n, dy.as<float>(), n, false, nullptr);
+    head_gemm(dx.as<float>(), k, m, k, dw.as<float>(), n, dacc.as<float>(), n, true, nullptr);
+    const auto got = down<float>(dy, want.size());
+    expect_close(got, want, 1e-4, 1e-4, "head_gemm" + at);
+    expect_close(down<float>(dacc, want.size()), want_acc, 1e-4, 1e-4, "head_gemm accumulate" + at);
+    for (int r : {0, m / 2, m - 1}) {
+      head_gemm(dx.as<float>() + size_t(r) * size_t(k), k, 1, k, dw.as<float>(), n, d1.as<float>(), n, false, nullptr);
+      const auto alone = down<float>(d1, size_t(n));
+      for (int c = 0; c < n; ++c) ASSERT_EQ(alone[size_t(c)], got[size_t(r * n + c)]) << "row " << r << " col " << c << at;
+    }
+  }
+}
+
 TEST(CudaOps, NormsMatchCpu) {
   NEED_GPU();
   for (int64_t d : {16, 64, 1000, 5120, 1001}) {  // 1001: the scalar (not float4) form

@@ -415,13 +415,19 @@ void Forward::head(Batch& b) {
   cudaStream_t s = stream_;
   Gemm& G = *gemm_;
   constexpr float eps = 1e-5f;
-  auto lin = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char* op) {
+  // Linears over all L tokens (memory_projection and the memory keys / values): cuBLASLt's
+  // batch-invariant fp32 GEMM. Over question / option / sequence rows (a handful a request):
+  // head_gemm, whose per-row result does not depend on m either.
+  auto lin_tokens = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char* op) {
     G.run_f32(x, m, w.k, w.k, w.w, w.n, y, w.n, acc, op);
+  };
+  auto lin = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char*) {
+    head_gemm(x, w.k, m, w.k, w.w, w.n, y, w.n, acc, s);
   };
 
   mark("head inputs");
   layer_norm(b.hidden, L, d, d, h.hidden_norm.w, h.hidden_norm.b, eps, nullptr, b.Hn, s);
-  lin(b.Hn, L, h.memory_proj, b.M, false, "head memory_projection");
+  lin_tokens(b.Hn, L, h.memory_proj, b.M, false, "head memory_projection");
   span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_qbeg), b.d(b.off_qend), Q, d, b.qm, nullptr, s);
   span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_obeg), b.d(b.off_oend), O, d, b.cm, nullptr, s);
   span_mean(nullptr, 0, m_.lm_head, b.d(b.off_ids), b.d(b.off_obeg), b.d(b.off_oend), O, d, b.lm, nullptr, s);
@@ -443,7 +449,7 @@ void Forward::head(Batch& b) {
     bias_act(y, nq, W, W, m.out_b, false, s);
   };
   auto memory_kv = [&](const DevMha& m, const float* mem) {
-    lin(mem, L, kv_part(m), b.KV, false, "head mha kv");
+    lin_tokens(mem, L, kv_part(m), b.KV, false, "head mha kv");
     bias_act(b.KV, L, 2 * W, 2 * W, m.in_b + W, false, s);
   };
   auto ffn = [&](const DevLinear32& w1, const float* b1, const DevLinear32& w2, const float* b2, const float* x, int64_t rows, float* y) {

@@ -182,6 +182,57 @@ __global__ void question_softmax_k(float* logits, const int32_t* opt_beg, int64_
   for (int32_t j = b; j < e; ++j) logits[j] /= sum;
 }
 
+// ---- the head's Linears over question / option rows ----
+// y[m, n] (+)= x[m, k] w[n, k]^T in fp32, each element one thread's FMA chain over k = 0..K-1 in
+// order, whatever m and the tile are: batch-invariant by construction, without cuBLASLt's
+// reference-m algorithm, whose 128-row tiles left ~100 of 128 rows idle for a request's few
+// questions (the decoder's ~28 such GEMMs were 4.8 of the blog request's 8 ms head).
+// CTA tile 32 rows x 64 columns, 256 threads of 2 x 4 outputs, k in steps of 32 through shared
+// memory (zero-filled past m / n / k: the extra terms are exact zeros).
+constexpr int kHgM = 32, kHgN = 64, kHgK = 32;
+__global__ void __launch_bounds__(256) head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y,
+                                                   int64_t ldy, bool accumulate) {
+  __shared__ float xs[kHgK][kHgM + 1];
+  __shared__ float ws[kHgK][kHgN + 4];
+  const int tid = threadIdx.x, tr = (tid / 16) * 2, tc = (tid % 16) * 4;
+  const int64_t m0 = int64_t(blockIdx.y) * kHgM, n0 = int64_t(blockIdx.x) * kHgN;
+  // this thread's loads: x rows (tid / 32) + 8 i, w rows (tid / 32) + 8 i, at k offset tid % 32
+  const int lr = tid / kHgK, lk = tid % kHgK;
+  const float* xp = x + (m0 + lr) * ldx + lk;
+  const float* wp = w + (n0 + lr) * k + lk;
+  const int mr = int(m - m0 < kHgM ? m - m0 : kHgM), nr = int(n - n0 < kHgN ? n - n0 : kHgN);
+  float acc[2][4] = {};
+  for (int64_t k0 = 0; k0 < k; k0 += kHgK) {
+    const bool kin = k0 + lk < k;
+#pragma unroll
+    for (int i = 0; i < kHgM / 8; ++i) xs[lk][lr + 8 * i] = kin && lr + 8 * i < mr ? xp[int64_t(8 * i) * ldx + k0] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kHgN / 8; ++i) ws[lk][lr + 8 * i] = kin && lr + 8 * i < nr ? wp[int64_t(8 * i) * k + k0] : 0.0f;
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kHgK; ++kk) {
+      const float a0 = xs[kk][tr], a1 = xs[kk][tr + 1];
+      const float4 b = *reinterpret_cast<const float4*>(&ws[kk][tc]);
+      acc[0][0] = fmaf(a0, b.x, acc[0][0]);
+      acc[0][1] = fmaf(a0, b.y, acc[0][1]);
+      acc[0][2] = fmaf(a0, b.z, acc[0][2]);
+      acc[0][3] = fmaf(a0, b.w, acc[0][3]);
+      acc[1][0] = fmaf(a1, b.x, acc[1][0]);
+      acc[1][1] = fmaf(a1, b.y, acc[1][1]);
+      acc[1][2] = fmaf(a1, b.z, acc[1][2]);
+      acc[1][3] = fmaf(a1, b.w, acc[1][3]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = m0 + tr + i, c = n0 + tc + j;
+      if (r < m && c < n) y[r * ldy + c] = accumulate ? y[r * ldy + c] + acc[i][j] : acc[i][j];
+    }
+}
+
 }  // namespace
 
 void span_mean(const float* x, int64_t ldx, const bf16* table, const int32_t* ids, const int32_t* begin, const int32_t* end, int64_t n,
@@ -216,6 +267,14 @@ void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t
       throw Error(Status::Internal, "unsupported", "head attention: head dim " + std::to_string(hd) + " (8, 12, 16, 24, 32, 48, 64, 96 or 128)");
   }
   check_launch("head mha");
+}
+
+void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
+               cudaStream_t s) {
+  if (m == 0 || n == 0) return;
+  const dim3 grid(unsigned((n + kHgN - 1) / kHgN), unsigned((m + kHgM - 1) / kHgM));
+  head_gemm_k<<<grid, 256, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate);
+  check_launch("head gemm");
 }
 
 void option_summary(const float* R, const float* B, const int32_t* opt_beg, int64_t Q, int64_t W, float* summary, cudaStream_t s) {
