@@ -72,7 +72,7 @@ TEST(CudaOps, GemmMatchesSgemm) {
 // for bit (batch invariance).
 TEST(CudaOps, HeadGemmMatchesReferenceAndIsRowInvariant) {
   NEED_GPU();
-  for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 64, 31}, {33, 100, 70}, {70, 1024, 1024}, {3, 96, 5120}}) {
+  for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 64, 31}, {33, 100, 70}, {9, 37, 36}, {70, 1024, 1024}, {3, 96, 5120}}) {
     const std::string at = " at " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
     auto x = randn(size_t(m * k), 11), w = randn(size_t(n * k), 12, 0.05f), y0 = randn(size_t(m * n), 13);
     std::vector<float> want(size_t(m * n)), want_acc(size_t(m * n));
@@ -89,6 +89,12 @@ TEST(CudaOps, HeadGemmMatchesReferenceAndIsRowInvariant) {
     const auto got = down<float>(dy, want.size());
     expect_close(got, want, 1e-4, 1e-4, "head_gemm" + at);
     expect_close(down<float>(dacc, want.size()), want_acc, 1e-4, 1e-4, "head_gemm accumulate" + at);
+    // the same rows with a row stride of k + 1 (unaligned: the scalar loads) give the same bits
+    std::vector<float> xp(size_t(m) * size_t(k + 1), 0.0f);
+    for (int r = 0; r < m; ++r) std::copy(x.begin() + r * k, x.begin() + (r + 1) * k, xp.begin() + r * (k + 1));
+    DeviceBuffer dxp = upload(xp, "x padded"), dyp(size_t(m * n) * 4);
+    head_gemm(dxp.as<float>(), k + 1, m, k, dw.as<float>(), n, dyp.as<float>(), n, false, nullptr);
+    EXPECT_EQ(down<float>(dyp, want.size()), got) << "scalar vs vector loads" << at;
     for (int r : {0, m / 2, m - 1}) {
       head_gemm(dx.as<float>() + size_t(r) * size_t(k), k, 1, k, dw.as<float>(), n, d1.as<float>(), n, false, nullptr);
       const auto alone = down<float>(d1, size_t(n));

@@ -183,54 +183,77 @@ __global__ void question_softmax_k(float* logits, const int32_t* opt_beg, int64_
 }
 
 // ---- the head's Linears over question / option rows ----
-// y[m, n] (+)= x[m, k] w[n, k]^T in fp32, each element one thread's FMA chain over k = 0..K-1 in
-// order, whatever m and the tile are: batch-invariant by construction, without cuBLASLt's
-// reference-m algorithm, whose 128-row tiles left ~100 of 128 rows idle for a request's few
-// questions (the decoder's ~28 such GEMMs were 4.8 of the blog request's 8 ms head).
-// CTA tile 32 rows x 64 columns, 256 threads of 2 x 4 outputs, k in steps of 32 through shared
-// memory (zero-filled past m / n / k: the extra terms are exact zeros).
-constexpr int kHgM = 32, kHgN = 64, kHgK = 32;
-__global__ void __launch_bounds__(256) head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y,
-                                                   int64_t ldy, bool accumulate) {
-  __shared__ float xs[kHgK][kHgM + 1];
-  __shared__ float ws[kHgK][kHgN + 4];
-  const int tid = threadIdx.x, tr = (tid / 16) * 2, tc = (tid % 16) * 4;
-  const int64_t m0 = int64_t(blockIdx.y) * kHgM, n0 = int64_t(blockIdx.x) * kHgN;
-  // this thread's loads: x rows (tid / 32) + 8 i, w rows (tid / 32) + 8 i, at k offset tid % 32
-  const int lr = tid / kHgK, lk = tid % kHgK;
-  const float* xp = x + (m0 + lr) * ldx + lk;
-  const float* wp = w + (n0 + lr) * k + lk;
-  const int mr = int(m - m0 < kHgM ? m - m0 : kHgM), nr = int(n - n0 < kHgN ? n - n0 : kHgN);
-  float acc[2][4] = {};
-  for (int64_t k0 = 0; k0 < k; k0 += kHgK) {
-    const bool kin = k0 + lk < k;
+// y[m, n] (+)= x[m, k] w[n, k]^T in fp32 for a handful of rows: a warp per 4 columns x 8 rows,
+// its lanes striding over k in chunks of 4 (lane l: chunks l, l + 32, ...; each chunk's four
+// terms in order), then the 32 lane sums combined by a fixed xor butterfly. Every element's
+// operations depend on k only, never on m or the tile: batch-invariant by construction. Weights
+// stream through all SMs (k-parallel lanes, 16-byte loads) rather than 128-row cuBLASLt tiles of
+// which a request's few questions used a handful of rows (4.8 of the blog request's 8 ms head)
+// or a per-thread FMA chain over k (measured 170 us a GEMM: too few CTAs, each latency-bound).
+constexpr int kHgRows = 8, kHgCols = 4, kHgWarps = 8;
+template <bool Vec>
+__global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n,
+                                                             float* y, int64_t ldy, bool accumulate) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t c0 = (int64_t(blockIdx.x) * kHgWarps + warp) * kHgCols, r0 = int64_t(blockIdx.y) * kHgRows;
+  if (c0 >= n) return;
+  const int nc = int(n - c0 < kHgCols ? n - c0 : kHgCols), nr = int(m - r0 < kHgRows ? m - r0 : kHgRows);
+  float acc[kHgRows][kHgCols] = {};
+  const int64_t chunks = (k + 3) / 4;
+  for (int64_t i = lane; i < chunks; i += 32) {
+    float4 wv[kHgCols];
 #pragma unroll
-    for (int i = 0; i < kHgM / 8; ++i) xs[lk][lr + 8 * i] = kin && lr + 8 * i < mr ? xp[int64_t(8 * i) * ldx + k0] : 0.0f;
-#pragma unroll
-    for (int i = 0; i < kHgN / 8; ++i) ws[lk][lr + 8 * i] = kin && lr + 8 * i < nr ? wp[int64_t(8 * i) * k + k0] : 0.0f;
-    __syncthreads();
-#pragma unroll 8
-    for (int kk = 0; kk < kHgK; ++kk) {
-      const float a0 = xs[kk][tr], a1 = xs[kk][tr + 1];
-      const float4 b = *reinterpret_cast<const float4*>(&ws[kk][tc]);
-      acc[0][0] = fmaf(a0, b.x, acc[0][0]);
-      acc[0][1] = fmaf(a0, b.y, acc[0][1]);
-      acc[0][2] = fmaf(a0, b.z, acc[0][2]);
-      acc[0][3] = fmaf(a0, b.w, acc[0][3]);
-      acc[1][0] = fmaf(a1, b.x, acc[1][0]);
-      acc[1][1] = fmaf(a1, b.y, acc[1][1]);
-      acc[1][2] = fmaf(a1, b.z, acc[1][2]);
-      acc[1][3] = fmaf(a1, b.w, acc[1][3]);
+    for (int c = 0; c < kHgCols; ++c) {
+      const float* wr = w + (c0 + (c < nc ? c : 0)) * k + 4 * i;
+      if constexpr (Vec) {
+        wv[c] = c < nc ? __ldg(reinterpret_cast<const float4*>(wr)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      } else {
+        const int64_t left = k - 4 * i;
+        wv[c] = c < nc ? make_float4(wr[0], left > 1 ? wr[1] : 0.0f, left > 2 ? wr[2] : 0.0f, left > 3 ? wr[3] : 0.0f)
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
     }
-    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kHgRows; ++r) {
+      float4 xv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < nr) {
+        const float* xr = x + (r0 + r) * ldx + 4 * i;
+        if constexpr (Vec) {
+          xv = *reinterpret_cast<const float4*>(xr);
+        } else {
+          const int64_t left = k - 4 * i;
+          xv = make_float4(xr[0], left > 1 ? xr[1] : 0.0f, left > 2 ? xr[2] : 0.0f, left > 3 ? xr[3] : 0.0f);
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kHgCols; ++c) {
+        float a = acc[r][c];
+        a = fmaf(xv.x, wv[c].x, a);
+        a = fmaf(xv.y, wv[c].y, a);
+        a = fmaf(xv.z, wv[c].z, a);
+        acc[r][c] = fmaf(xv.w, wv[c].w, a);
+      }
+    }
   }
+  // butterfly: both partners add the same two values, so every lane ends with the same sum
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int r = 0; r < kHgRows; ++r)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t r = m0 + tr + i, c = n0 + tc + j;
-      if (r < m && c < n) y[r * ldy + c] = accumulate ? y[r * ldy + c] + acc[i][j] : acc[i][j];
+    for (int c = 0; c < kHgCols; ++c) {
+      float v = acc[r][c];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      acc[r][c] = v;
     }
+  // lane r * 4 + c writes element (r, c)
+#pragma unroll
+  for (int r = 0; r < kHgRows; ++r)
+#pragma unroll
+    for (int c = 0; c < kHgCols; ++c)
+      if (lane == r * kHgCols + c && r < nr && c < nc) {
+        float* out = y + (r0 + r) * ldy + c0 + c;
+        *out = accumulate ? *out + acc[r][c] : acc[r][c];
+      }
 }
 
 }  // namespace
@@ -272,8 +295,11 @@ void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                cudaStream_t s) {
   if (m == 0 || n == 0) return;
-  const dim3 grid(unsigned((n + kHgN - 1) / kHgN), unsigned((m + kHgM - 1) / kHgM));
-  head_gemm_k<<<grid, 256, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate);
+  const dim3 grid(unsigned((n + kHgWarps * kHgCols - 1) / (kHgWarps * kHgCols)), unsigned((m + kHgRows - 1) / kHgRows));
+  // 16-byte loads when every row start is 16-byte aligned; both forms do the same operations
+  const bool vec = k % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  if (vec) head_gemm_k<true><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate);
+  else head_gemm_k<false><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate);
   check_launch("head gemm");
 }
 
