@@ -18,6 +18,7 @@
 #include "cuda/buffer.h"
 #include "cuda/device_model.h"
 #include "cuda/forward.h"
+#include "cuda/kernels.h"
 #include "cuda/kernels_quant.h"
 #include "cuda/qlinear.h"
 #include "engine/engine.h"
@@ -328,6 +329,36 @@ TEST(CudaQuant, Fp8EpiloguesVectorAndFallbackPaths) {
         ASSERT_EQ(gtb[i], quant::bf16_round(pb)) << "in place bf16 " << r << "," << j << at;
         ASSERT_EQ(ga[i], sum) << "residual " << r << "," << j << at;
       }
+  }
+}
+
+// The fused FP8 SwiGLU (gate|up left unscaled by the GEMM) against the unfused path (the scale
+// epilogue in place, then swiglu) bit for bit: one scale array over both halves and a split at
+// ffn, with ffn a multiple of 8 (vector loads) and not.
+TEST(CudaQuant, Fp8ScaledSwigluEqualsScaleThenSwiglu) {
+  NEED_GPU();
+  for (int64_t ffn : {64, 44}) {
+    for (bool two_parts : {false, true}) {
+      const int64_t L = 7, n = 2 * ffn;
+      const std::string at = " at ffn " + std::to_string(ffn) + (two_parts ? " (two parts)" : " (one part)");
+      std::mt19937 rng(uint32_t(ffn + (two_parts ? 1 : 0)));
+      std::normal_distribution<float> nd(0.0f, 20.0f);
+      std::vector<float> gu(static_cast<size_t>(L * n)), rs(static_cast<size_t>(L)), cs(static_cast<size_t>(n));
+      for (auto& v : gu) v = quant::bf16_round(nd(rng));
+      for (auto& v : rs) v = std::fabs(nd(rng)) * 1e-2f + 1e-3f;
+      for (auto& v : cs) v = std::fabs(nd(rng)) * 1e-3f + 1e-4f;
+      DeviceBuffer dgu = cuda::upload(to_bf(gu), "gu"), dgu2 = cuda::upload(to_bf(gu), "gu"), drs = cuda::upload(rs, "rs"),
+                   dcs = cuda::upload(cs, "cs"), a1(size_t(L * ffn) * 2), a2(size_t(L * ffn) * 2);
+      // unfused: the epilogue (one scale array for all n columns), then swiglu
+      cuda::scale_rows_cols_bf16(dgu.as<bf16>(), L, n, n, drs.as<float>(), dcs.as<float>(), nullptr);
+      cuda::swiglu(dgu.as<bf16>(), L, ffn, a1.as<bf16>(), nullptr);
+      if (two_parts)
+        cuda::swiglu_fp8_scaled(dgu2.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), dcs.as<float>() + ffn, ffn, a2.as<bf16>(), nullptr);
+      else
+        cuda::swiglu_fp8_scaled(dgu2.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), nullptr, n, a2.as<bf16>(), nullptr);
+      const auto want = down<uint16_t>(a1, size_t(L * ffn)), got = down<uint16_t>(a2, size_t(L * ffn));
+      EXPECT_EQ(got, want) << at;
+    }
   }
 }
 

@@ -44,4 +44,8 @@ __device__ __forceinline__ uint8_t e4m3_encode(float x) {
   return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
+// The FP8 GEMM's scales: v * rs[r] * cs[c], multiplied in that order and never contracted into
+// an FMA (kernels_quant.cu's epilogues and swiglu_fp8_scaled round the same value).
+__device__ __forceinline__ float fp8_scaled(float v, float r, float c) { return __fmul_rn(__fmul_rn(v, r), c); }
+
 }  // namespace clefrt::cuda

@@ -399,9 +399,13 @@ void Forward::backbone(Batch& b) {
     mark("rms_norm");
     rms_norm_1p(b.x, L, H, l.post_norm, eps, b.h, nullptr, s);
     mark("gemm mlp gate_up");
-    lin.run(b.h, L, H, l.gate_up, b.big, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
+    // FP8: the GEMMs' scales are applied by the SwiGLU as it reads gate|up (same bits, one pass less)
+    LinearRunner::Fp8Scales gsc;
+    const bool fp8_fused = lin.run_fp8_unscaled(b.h, L, H, l.gate_up, b.big, 2 * c.ffn, "mlp gate_up_proj", gsc);
+    if (!fp8_fused) lin.run(b.h, L, H, l.gate_up, b.big, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
     mark("swiglu");
-    swiglu(b.big, L, c.ffn, b.act, s);
+    if (fp8_fused) swiglu_fp8_scaled(b.big, L, c.ffn, gsc.rs, gsc.cs_lo, gsc.cs_hi, gsc.split, b.act, s);
+    else swiglu(b.big, L, c.ffn, b.act, s);
     mark("gemm mlp down");
     lin.run(b.act, L, c.ffn, l.down, b.x, OutType::F32, H, true, "mlp down_proj");
   }

@@ -21,6 +21,11 @@ void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const floa
                 float* y32, cudaStream_t s);
 // act[t, j] = silu(gu[t, j]) * gu[t, ffn + j] (the fused gate|up GEMM output)
 void swiglu(const bf16* gu, int64_t L, int64_t ffn, bf16* act, cudaStream_t s);
+// The same from an FP8 gate|up GEMM output left unscaled (LinearRunner::run_fp8_unscaled): value
+// (t, c) is first rounded as the FP8 epilogue stores it, bf16(v * rs[t] * cs(c)) with cs(c) =
+// cs_lo[c] for c < split, else cs_hi[c - split]; the result equals the unfused one bit for bit.
+void swiglu_fp8_scaled(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
+                       bf16* act, cudaStream_t s);
 // y[r, :] (+)= bias, then gelu (erf) if asked; y fp32 [rows, n] with row stride ldy.
 void bias_act(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu, cudaStream_t s);
 void to_bf16(const float* x, int64_t n, bf16* y, cudaStream_t s);

@@ -1,5 +1,6 @@
 // Embedding gather, norms, SwiGLU, bias/GELU, casts and the synthetic-weight fill.
 #include "cuda/check.h"
+#include "cuda/formats.cuh"
 #include "cuda/kernels.h"
 #include "cuda/reduce.cuh"
 
@@ -69,7 +70,22 @@ __global__ void layer_norm_k(const float* x, int64_t d, int64_t ldx, const float
 // grid (L, column blocks): 8 outputs per thread, from 16-byte loads when ffn % 8 == 0 (no
 // 64-bit index division per element as in a flat grid-stride loop).
 constexpr int kSwigluThreads = 256;
-__global__ void swiglu_k(const bf16* gu, int64_t ffn, bf16* act) {
+// Scaled: gate|up came from the FP8 GEMM unscaled (LinearRunner::run_fp8_unscaled); each value is
+// first rounded exactly as the FP8 epilogue would have stored it, bf16(v * rs[t] * cs(c)), with
+// cs(c) = cs_lo[c] for c < split, else cs_hi[c - split]: bit for bit the unfused result, without
+// the epilogue's pass over the [L, 2 ffn] output.
+struct GuScales {
+  const float* rs = nullptr;  // null: not scaled
+  const float* cs_lo = nullptr;
+  const float* cs_hi = nullptr;
+  int64_t split = 0;
+};
+__device__ __forceinline__ float gu_value(bf16 v, int64_t t, int64_t c, const GuScales& sc) {
+  if (!sc.rs) return __bfloat162float(v);
+  const float cs = c < sc.split ? sc.cs_lo[c] : sc.cs_hi[c - sc.split];
+  return __bfloat162float(__float2bfloat16_rn(fp8_scaled(__bfloat162float(v), sc.rs[t], cs)));
+}
+__global__ void swiglu_k(const bf16* gu, int64_t ffn, bf16* act, GuScales sc) {
   const int64_t t = blockIdx.x;
   const bf16* g = gu + t * 2 * ffn;
   const bf16* u = g + ffn;
@@ -83,11 +99,11 @@ __global__ void swiglu_k(const bf16* gu, int64_t ffn, bf16* act) {
     uint4 ov;
     bf16* op = reinterpret_cast<bf16*>(&ov);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) op[i] = __float2bfloat16(silu_f(__bfloat162float(gp[i])) * __bfloat162float(up[i]));
+    for (int i = 0; i < 8; ++i) op[i] = __float2bfloat16(silu_f(gu_value(gp[i], t, j0 + i, sc)) * gu_value(up[i], t, ffn + j0 + i, sc));
     *reinterpret_cast<uint4*>(a + j0) = ov;
     return;
   }
-  for (int64_t j = j0; j < j0 + 8 && j < ffn; ++j) a[j] = __float2bfloat16(silu_f(__bfloat162float(g[j])) * __bfloat162float(u[j]));
+  for (int64_t j = j0; j < j0 + 8 && j < ffn; ++j) a[j] = __float2bfloat16(silu_f(gu_value(g[j], t, j, sc)) * gu_value(u[j], t, ffn + j, sc));
 }
 
 __global__ void bias_act_k(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu) {
@@ -151,11 +167,20 @@ void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const floa
   check_launch("layer_norm");
 }
 
-void swiglu(const bf16* gu, int64_t L, int64_t ffn, bf16* act, cudaStream_t s) {
+namespace {
+void launch_swiglu(const bf16* gu, int64_t L, int64_t ffn, bf16* act, GuScales sc, cudaStream_t s) {
   if (L == 0) return;
   const int64_t blocks = (ffn + 8 * kSwigluThreads - 1) / (8 * kSwigluThreads);
-  swiglu_k<<<dim3(unsigned(L), unsigned(blocks)), kSwigluThreads, 0, s>>>(gu, ffn, act);
+  swiglu_k<<<dim3(unsigned(L), unsigned(blocks)), kSwigluThreads, 0, s>>>(gu, ffn, act, sc);
   check_launch("swiglu");
+}
+}  // namespace
+
+void swiglu(const bf16* gu, int64_t L, int64_t ffn, bf16* act, cudaStream_t s) { launch_swiglu(gu, L, ffn, act, GuScales{}, s); }
+
+void swiglu_fp8_scaled(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
+                       bf16* act, cudaStream_t s) {
+  launch_swiglu(gu, L, ffn, act, GuScales{rs, cs_lo, cs_hi, split}, s);
 }
 
 void bias_act(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu, cudaStream_t s) {

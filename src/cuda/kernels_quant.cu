@@ -149,9 +149,9 @@ __global__ void nvfp4_fake_quant_k(const bf16* x, int64_t rows, int64_t k, int64
   }
 }
 
-// The FP8 epilogues: v * rs[r] * cs[c], multiplied in that order and never contracted into an FMA
-// with the residual add (the CPU tests compare bit for bit).
-__device__ __forceinline__ float scaled(float v, float r, float c) { return __fmul_rn(__fmul_rn(v, r), c); }
+// The FP8 epilogues (fp8_scaled, formats.cuh), never contracted into an FMA with the residual add
+// either (the CPU tests compare bit for bit).
+__device__ __forceinline__ float scaled(float v, float r, float c) { return fp8_scaled(v, r, c); }
 
 // Element-wise forms (any shape and alignment).
 __global__ void scale_bf16_k(bf16* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs) {

@@ -135,6 +135,19 @@ void LinearRunner::run_nvfp4(const bf16* x, int64_t m, int64_t ldx, const DevLin
   }
 }
 
+bool LinearRunner::run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, bf16* y, int64_t ldy, const char* op,
+                                    Fp8Scales& sc) {
+  if (l.parts.empty() || l.parts.size() > 2 || !sc_.xq8) return false;
+  for (const DevLinearPart& p : l.parts)
+    if (p.fmt != WFormat::FP8 || !fp8_direct(p.row0, ldy, 2)) return false;
+  if (m == 0) return false;
+  const DevLinearPart& p0 = l.parts[0];
+  fp8_quantize_rows(x, m, p0.k, ldx, sc_.xq8, p0.kp, sc_.xs, s_);  // the parts share the quantized input
+  for (const DevLinearPart& p : l.parts) gemm_.run_fp8(sc_.xq8, m, p.kp, p.w8, p.n, y + p.row0, OutType::BF16, ldy, op);
+  sc = Fp8Scales{sc_.xs, p0.row_scale, l.parts.size() == 2 ? l.parts[1].row_scale : nullptr, l.parts.size() == 2 ? l.parts[1].row0 : l.n};
+  return true;
+}
+
 void LinearRunner::run(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate,
                        const char* op) {
   if (m == 0) return;

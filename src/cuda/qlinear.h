@@ -57,6 +57,19 @@ class LinearRunner {
   // Linears must come in the order of schedule_order() (checked).
   void run(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
 
+  // The FP8 scales a caller applies itself after run_fp8_unscaled: y[t, c] * rs[t] * cs(c), cs(c)
+  // = cs_lo[c] for c < split, else cs_hi[c - split].
+  struct Fp8Scales {
+    const float* rs = nullptr;
+    const float* cs_lo = nullptr;
+    const float* cs_hi = nullptr;
+    int64_t split = 0;
+  };
+  // When every part of `l` is FP8 (at most two) and writes its bf16 output in place: quantizes x,
+  // runs the GEMMs into y without the scale pass, fills `sc` and returns true (the fused SwiGLU
+  // applies them: one pass over gate|up instead of two). Otherwise runs nothing, returns false.
+  bool run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, bf16* y, int64_t ldy, const char* op, Fp8Scales& sc);
+
   size_t staging_bytes() const { return slots_[0].bytes() + slots_[1].bytes(); }
 
   // Columns of QuantScratch::acc: the hidden size, or a wider FP8 part whose output rows are not
