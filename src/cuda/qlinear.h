@@ -11,7 +11,9 @@
 //   default. W4A4 first quantizes-dequantizes the activations per token and per 16 inputs (the
 //   exact W4A4 numerics).
 // - FP8: activations quantized per token to e4m3, cuBLASLt FP8 GEMM (fp32 accumulation), then
-//   the per-token x per-channel scales in a separate pass (sm_90 cuBLASLt takes scalar scales only).
+//   the per-token x per-channel scales in a separate pass (sm_90 cuBLASLt takes scalar scales only);
+//   for the MLP's gate|up, run_fp8_unscaled leaves them to the SwiGLU, which reads that output
+//   anyway (swiglu_fp8_scaled: the same bits, one pass less).
 // - NVFP4 W4A4 on Blackwell (parts with scales_swizzled; UNTESTED, no such GPU here): activations
 //   quantized to packed FP4 + swizzled scales, cuBLASLt block-scaled FP4 GEMM, no staging.
 #pragma once
