@@ -5,7 +5,9 @@
 //   fp8 inv        cuBLASLt FP8 e4m3, the engine's batch-invariant algorithm (GEMM alone)
 //   quant / scale  the engine's per-token activation quantization and the scale pass after it
 //   candidates     every algorithm cuBLASLt's heuristic offers for this m, timed, with its
-//                  configuration; "inv" marks the batch-invariant ones (no split-K / reduction)
+//                  configuration; "inv" marks the batch-invariant ones (no split-K / reduction);
+//                  and how many of its outputs differ in any bit from the engine's algorithm
+//                  (0 everywhere would mean it could replace it at this m without changing answers)
 // Random inputs. Usage: clefrt_bench_fp8 [--commit ID] [--json FILE] [--m M]
 #include <cuda_runtime.h>
 
@@ -99,6 +101,11 @@ int main(int argc, char** argv) {
         const double t_sc = median_ms(s, [&] { scale_rows_cols_bf16(y.as<bf16>(), m, n, n, xs.as<float>(), ws.as<float>(), s); });
         std::printf("m %6lld  bf16 inv %8.3f ms %6.0f TF/s | fp8 inv %8.3f ms %6.0f TF/s (%.2fx bf16) | quant %.3f scale %.3f ms\n",
                     (long long)m, t_bf, tf(t_bf), t_f8, tf(t_f8), t_bf / t_f8, t_q, t_sc);
+        // the engine's output (bf16) for these m rows, to compare each candidate's bits with
+        inv.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::BF16, n, "bench");
+        std::vector<uint16_t> ref(size_t(m * n)), got(size_t(m * n));
+        check(cudaMemcpyAsync(ref.data(), y.get(), ref.size() * 2, cudaMemcpyDeviceToHost, s), "bench");
+        check(cudaStreamSynchronize(s), "bench");
         json::Value cands = json::Value::array();
         for (const Gemm::Candidate& c : any.candidates(true, m, n, k, OutType::BF16, "bench")) {
           double t = -1;
@@ -108,11 +115,17 @@ int main(int argc, char** argv) {
             std::printf("    %-70s failed: %s\n", c.config.c_str(), e.what());
             continue;
           }
-          std::printf("    %-70s %3s %8.3f ms %6.0f TF/s\n", c.config.c_str(), c.invariant ? "inv" : "", t, tf(t));
+          check(cudaMemcpyAsync(got.data(), y.get(), got.size() * 2, cudaMemcpyDeviceToHost, s), "bench");
+          check(cudaStreamSynchronize(s), "bench");
+          size_t differ = 0;
+          for (size_t i = 0; i < got.size(); ++i) differ += got[i] != ref[i];
+          std::printf("    %-70s %3s %8.3f ms %6.0f TF/s  %zu of %zu outputs differ from the engine's\n", c.config.c_str(),
+                      c.invariant ? "inv" : "", t, tf(t), differ, got.size());
           json::Value cv = json::Value::object();
           cv.add("config", json::Value::string(c.config));
           cv.add("invariant", json::Value::boolean(c.invariant));
           cv.add("ms", json::Value::number(t));
+          cv.add("outputs_differing_from_engine", json::Value::integer(int64_t(differ)));
           cands.arr.push_back(std::move(cv));
         }
         json::Value r = json::Value::object();
