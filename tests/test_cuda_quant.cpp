@@ -18,6 +18,7 @@
 #include "cuda/buffer.h"
 #include "cuda/device_model.h"
 #include "cuda/forward.h"
+#include "cuda/gemm.h"
 #include "cuda/kernels.h"
 #include "cuda/kernels_quant.h"
 #include "cuda/qlinear.h"
@@ -330,6 +331,36 @@ TEST(CudaQuant, Fp8EpiloguesVectorAndFallbackPaths) {
         ASSERT_EQ(ga[i], sum) << "residual " << r << "," << j << at;
       }
   }
+}
+
+// FP8 GEMMs in the batch-invariant Gemm: the m buckets (gemm.h) may run other algorithms than the
+// reference one, but only after a probe found them equal bit for bit. Whatever was adopted, a
+// row's output must not depend on m: the first 40 rows at m = 40, 300 (bucket 256), 1,500
+// (1,024), 3,000 (4,096, the reference) and 9,000 (16,384), bf16 and fp32 outputs.
+TEST(CudaQuant, Fp8GemmRowsDoNotDependOnM) {
+  NEED_GPU();
+  const int64_t n = 384, k = 512, mmax = 9000;
+  std::vector<float> xv(size_t(mmax * k)), wv(size_t(n * k));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : xv) v = nd(rng);
+  for (auto& v : wv) v = nd(rng) * 0.05f;
+  DeviceBuffer dx = cuda::upload(to_bf(xv), "x"), dw = cuda::upload(to_bf(wv), "w"), x8(size_t(mmax * k)), w8(size_t(n * k)),
+               xs(size_t(mmax) * 4), ws(size_t(n) * 4), y(size_t(mmax * n) * 4);
+  cuda::fp8_quantize_rows(dx.as<bf16>(), mmax, k, k, x8.as<uint8_t>(), k, xs.as<float>(), nullptr);
+  cuda::fp8_quantize_rows(dw.as<bf16>(), n, k, k, w8.as<uint8_t>(), k, ws.as<float>(), nullptr);
+  cuda::Gemm gemm(nullptr, true);
+  for (cuda::OutType yt : {cuda::OutType::BF16, cuda::OutType::F32}) {
+    const size_t es = yt == cuda::OutType::F32 ? 4 : 2;
+    std::vector<uint8_t> first;
+    for (int64_t m : {40, 300, 1500, 3000, 9000}) {
+      gemm.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), yt, n, "test fp8");
+      auto got = down<uint8_t>(y, size_t(40 * n) * es);
+      if (first.empty()) first = got;
+      else EXPECT_EQ(got, first) << "m " << m << (yt == cuda::OutType::F32 ? " fp32" : " bf16");
+    }
+  }
+  std::cout << "FP8 m buckets: " << gemm.fp8_buckets_adopted() << " adopted, " << gemm.fp8_buckets_refused() << " kept the reference\n";
 }
 
 // The fused FP8 SwiGLU (gate|up left unscaled by the GEMM) against the unfused path (the scale

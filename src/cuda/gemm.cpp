@@ -2,8 +2,11 @@
 
 #include "cuda/check.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 namespace clefrt::cuda {
 
@@ -28,6 +31,17 @@ bool fp8_fast_accumulation() {
 }
 
 // FP8 needs this "TN" form too: A (the weights) transposed, B not.
+bool fp8_m_buckets() {
+  static const bool on = [] {
+    const char* v = std::getenv("CLEFRT_FP8_M_BUCKETS");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+// the reference m of m's bucket (gemm.h); 4,096 is the one every other GEMM uses
+int64_t fp8_bucket(int64_t m) { return m <= 512 ? 256 : m <= 2048 ? 1024 : m <= 8192 ? 4096 : 16384; }
+bool same_algo(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
 Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, int in_kind, const char* op) {
   const cudaDataType in = in_kind == 1 ? CUDA_R_32F : in_kind == 2 ? CUDA_R_8F_E4M3 : in_kind == 3 ? CUDA_R_4F_E2M1 : CUDA_R_16BF;
   Layouts l;
@@ -120,6 +134,23 @@ Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy
     auto a = invariant_algos_.find(ik);
     if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, in, op)).first;
     p.algo = a->second;
+    const int64_t bucket = fp8_bucket(m);
+    if (in == In::FP8 && !acc && bucket != 4096 && fp8_m_buckets()) {
+      auto d = fp8_bucket_algos_.find(std::make_tuple(bucket, n, k, ldy, int(yt)));
+      if (d != fp8_bucket_algos_.end()) {
+        p.algo = d->second;
+      } else {
+        const cublasLtMatmulAlgo_t cand = choose(bucket, n, k, ldx, ldy, yt, acc, in, op);
+        if (same_algo(cand, p.algo)) {
+          fp8_bucket_algos_.emplace(std::make_tuple(bucket, n, k, ldy, int(yt)), cand);
+        } else {  // decided by probe_fp8 at the first call, which has operands
+          p.probe = true;
+          p.reference = p.algo;
+          p.algo = cand;
+          p.bucket = bucket;
+        }
+      }
+    }
   } else {
     p.algo = choose(m, n, k, ldx, ldy, yt, acc, in, op);
   }
@@ -140,7 +171,53 @@ void Gemm::run(const __nv_bfloat16* x, int64_t m, int64_t k, int64_t ldx, const 
 
 void Gemm::run_fp8(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, OutType yt, int64_t ldy, const char* op) {
   if (m == 0) return;
-  launch(plan(m, n, k, k, ldy, yt, false, In::FP8, op), x, w, y, false, op);
+  Plan& p = plan(m, n, k, k, ldy, yt, false, In::FP8, op);
+  if (p.probe) probe_fp8(p, x, m, k, w, n, yt, ldy, op);
+  launch(p, x, w, y, false, op);
+}
+
+// Runs the reference and the bucket's algorithm on the call's first min(m, 64) rows into two
+// scratch outputs and keeps the bucket's only if every output bit agrees (then for every m of
+// the bucket and this shape). Once per (bucket, shape); synchronizes the stream.
+void Gemm::probe_fp8(Plan& p, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, OutType yt, int64_t ldy,
+                     const char* op) {
+  const int64_t rows = m < 64 ? m : 64;
+  const size_t es = yt == OutType::F32 ? 4 : 2, bytes = size_t(rows) * size_t(ldy) * es;
+  DeviceBuffer ref(bytes, "FP8 algorithm probe"), cand(bytes, "FP8 algorithm probe");
+  check(cudaMemsetAsync(ref.get(), 0, bytes, stream_), op);
+  check(cudaMemsetAsync(cand.get(), 0, bytes, stream_), op);
+  Layouts l = make_layouts(rows, n, k, k, ldy, yt, int(In::FP8), op);
+  Plan probe{l.desc, l.a, l.b, l.c, p.reference};
+  Plan bucket{l.desc, l.a, l.b, l.c, p.algo};
+  std::vector<char> a(bytes), b(bytes);
+  try {
+    launch(probe, x, w, ref.get(), false, op);
+    launch(bucket, x, w, cand.get(), false, op);
+    check(cudaMemcpyAsync(a.data(), ref.get(), bytes, cudaMemcpyDeviceToHost, stream_), op);
+    check(cudaMemcpyAsync(b.data(), cand.get(), bytes, cudaMemcpyDeviceToHost, stream_), op);
+    check(cudaStreamSynchronize(stream_), op);
+  } catch (...) {
+    destroy(l);
+    throw;
+  }
+  destroy(l);
+  const bool same = a == b;
+  if (same) ++fp8_adopted_;
+  else ++fp8_refused_;
+  if (!same) {
+    p.algo = p.reference;
+    std::fprintf(stderr, "gemm: %s: the FP8 algorithm for m bucket %lld rounds differently from the reference one; keeping the reference\n",
+                 op, (long long)p.bucket);
+  }
+  fp8_bucket_algos_.emplace(std::make_tuple(p.bucket, n, k, ldy, int(yt)), p.algo);
+  p.probe = false;
+  // other m of this bucket planned before the decision take it too
+  for (auto& [key, q] : plans_)
+    if (q.probe && q.bucket == p.bucket && std::get<1>(key) == n && std::get<2>(key) == k && std::get<4>(key) == ldy &&
+        std::get<5>(key) == int(yt) && std::get<7>(key) == int(In::FP8)) {
+      q.algo = p.algo;
+      q.probe = false;
+    }
 }
 
 void Gemm::run_f32(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,

@@ -8,6 +8,14 @@
 // tests and by `clefrt bench`'s invariance point at the real shapes). Measured: choosing such
 // kernels per m bucket (256 / 1,024 / 4,096) gained nothing for short requests (blog 84.8 ms vs
 // 84.5); the heuristic's 57.5 ms there comes from split-K / stream-K kernels, excluded here.
+//
+// FP8 exception (measured: clefrt_bench_fp8, bench/results): every batch-invariant FP8 candidate
+// cuBLASLt offers on sm_90 rounds bit for bit like the others, while the best one for short
+// inputs is up to 1.6x faster than the reference-m choice. So FP8 GEMMs take the heuristic's
+// first invariant algorithm at the reference m of their m bucket (256 for m <= 512, 1,024 up to
+// 2,048, 4,096 up to 8,192, then 16,384), but only after a probe on the call's own first (up to)
+// 64 rows has shown it equal to the reference algorithm in every output bit; otherwise (or with
+// CLEFRT_FP8_M_BUCKETS=0) the reference algorithm runs. Answers stay batch-invariant either way.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -50,6 +58,9 @@ class Gemm {
                float alpha, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
 
   bool batch_invariant() const { return batch_invariant_; }
+  // FP8 m buckets (see above): how many probes adopted the bucket's algorithm / kept the reference
+  int fp8_buckets_adopted() const { return fp8_adopted_; }
+  int fp8_buckets_refused() const { return fp8_refused_; }
 
   // For benchmarks: the cuBLASLt heuristic's candidates (up to 16) for an FP8 (fp8 = true) or
   // bf16 shape at this m, each with its configuration in words and whether it is batch-invariant
@@ -68,6 +79,10 @@ class Gemm {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    // FP8 m buckets: the reference algorithm and the bucket's, until a probe has decided
+    bool probe = false;
+    cublasLtMatmulAlgo_t reference{};
+    int64_t bucket = 0;
   };
   enum class In { BF16, F32, FP8, FP4 };
   // m, n, k, ldx, ldy, yt, acc, input type
@@ -81,8 +96,12 @@ class Gemm {
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer workspace_;
   std::map<Key, Plan> plans_;
+  int fp8_adopted_ = 0, fp8_refused_ = 0;
   // (n, k, ldx, ldy, yt, acc, input type) -> algorithm
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int>, cublasLtMatmulAlgo_t> invariant_algos_;
+  // FP8: (bucket reference m, n, k, ldy, yt) -> the algorithm the probe settled on
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int>, cublasLtMatmulAlgo_t> fp8_bucket_algos_;
+  void probe_fp8(Plan& p, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, OutType yt, int64_t ldy, const char* op);
 };
 
 }  // namespace clefrt::cuda
