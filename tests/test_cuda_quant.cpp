@@ -335,8 +335,8 @@ TEST(CudaQuant, Fp8EpiloguesVectorAndFallbackPaths) {
 
 // FP8 GEMMs in the batch-invariant Gemm: the m buckets (gemm.h) may run other algorithms than the
 // reference one, but only after a probe found them equal bit for bit. Whatever was adopted, a
-// row's output must not depend on m: the first 40 rows at m = 40, 300 (bucket 256), 1,500
-// (1,024), 3,000 (4,096, the reference) and 9,000 (16,384), bf16 and fp32 outputs.
+// row's output must not depend on m: the first 40 rows at m = 40, 300 (the reference), 1,500
+// (bucket 1,024), 3,000 (4,096, the reference) and 9,000 (16,384), bf16 and fp32 outputs.
 TEST(CudaQuant, Fp8GemmRowsDoNotDependOnM) {
   NEED_GPU();
   const int64_t n = 384, k = 512, mmax = 9000;

@@ -10,10 +10,11 @@
 // 84.5); the heuristic's 57.5 ms there comes from split-K / stream-K kernels, excluded here.
 //
 // FP8 exception (measured: clefrt_bench_fp8, bench/results): every batch-invariant FP8 candidate
-// cuBLASLt offers on sm_90 rounds bit for bit like the others, while the best one for short
-// inputs is up to 1.6x faster than the reference-m choice. So FP8 GEMMs take the heuristic's
-// first invariant algorithm at the reference m of their m bucket (256 for m <= 512, 1,024 up to
-// 2,048, 4,096 up to 8,192, then 16,384), but only after a probe on the call's own first (up to)
+// cuBLASLt offers on sm_90 rounds bit for bit like the others, while the best one is up to 1.6x
+// faster than the reference-m choice at some m. So FP8 GEMMs take the heuristic's first
+// invariant algorithm at the reference m of their m bucket (1,024 for 513..2,048 rows, 16,384
+// above 8,192; the reference 4,096 otherwise: the heuristic's pick at 256 was slower for short
+// inputs), but only after a probe on the call's own first (up to)
 // 64 rows has shown it equal to the reference algorithm in every output bit; otherwise (or with
 // CLEFRT_FP8_M_BUCKETS=0) the reference algorithm runs. Answers stay batch-invariant either way.
 #pragma once
