@@ -185,7 +185,15 @@ void Gemm::probe_fp8(Plan& p, const uint8_t* x, int64_t m, int64_t k, const uint
                      const char* op) {
   const int64_t rows = m < 64 ? m : 64;
   const size_t es = yt == OutType::F32 ? 4 : 2, bytes = size_t(rows) * size_t(ldy) * es;
-  DeviceBuffer ref(bytes, "FP8 algorithm probe"), cand(bytes, "FP8 algorithm probe");
+  DeviceBuffer ref, cand;
+  try {
+    ref = DeviceBuffer(bytes, "FP8 algorithm probe");
+    cand = DeviceBuffer(bytes, "FP8 algorithm probe");
+  } catch (const Error&) {  // no room for the probe (a card near full): the reference algorithm, unprobed
+    p.algo = p.reference;
+    p.probe = false;
+    return;
+  }
   check(cudaMemsetAsync(ref.get(), 0, bytes, stream_), op);
   check(cudaMemsetAsync(cand.get(), 0, bytes, stream_), op);
   Layouts l = make_layouts(rows, n, k, k, ldy, yt, int(In::FP8), op);

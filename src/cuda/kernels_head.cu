@@ -295,6 +295,8 @@ void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                cudaStream_t s) {
   if (m == 0 || n == 0) return;
+  if ((m + kHgRows - 1) / kHgRows > 65535)
+    throw Error(Status::Internal, "internal_error", "head gemm: " + std::to_string(m) + " rows (at most 524,280 question / option rows)");
   const dim3 grid(unsigned((n + kHgWarps * kHgCols - 1) / (kHgWarps * kHgCols)), unsigned((m + kHgRows - 1) / kHgRows));
   // 16-byte loads when every row start is 16-byte aligned; both forms do the same operations
   const bool vec = k % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;

@@ -140,6 +140,9 @@ bool LinearRunner::run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const
   if (l.parts.empty() || l.parts.size() > 2 || !sc_.xq8) return false;
   for (const DevLinearPart& p : l.parts)
     if (p.fmt != WFormat::FP8 || !fp8_direct(p.row0, ldy, 2)) return false;
+  // the parts tile the output columns from 0 (what Fp8Scales' split describes)
+  if (l.parts[0].row0 != 0 || l.parts.back().row0 + l.parts.back().n != l.n || (l.parts.size() == 2 && l.parts[1].row0 != l.parts[0].n))
+    return false;
   if (m == 0) return false;
   const DevLinearPart& p0 = l.parts[0];
   fp8_quantize_rows(x, m, p0.k, ldx, sc_.xq8, p0.kp, sc_.xs, s_);  // the parts share the quantized input
