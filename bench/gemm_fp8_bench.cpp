@@ -27,35 +27,12 @@
 #include "cuda/hardware.h"
 #include "cuda/kernels.h"
 #include "cuda/kernels_quant.h"
+#include "gpu_timing.h"
 
 using namespace clefrt;
 using namespace clefrt::cuda;
 
-namespace {
-
-template <class F>
-double median_ms(cudaStream_t s, F f) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<double> t;
-  for (int i = 0; i < 20; ++i) {
-    check(cudaEventRecord(a, s), "event");
-    f();
-    check(cudaEventRecord(b, s), "event");
-    check(cudaEventSynchronize(b), "event");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, a, b), "event");
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-}  // namespace
+using bench::median_ms;
 
 int main(int argc, char** argv) {
   std::string commit = "unknown", json_out;
