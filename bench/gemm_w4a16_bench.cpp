@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -124,6 +125,10 @@ int main(int argc, char** argv) {
     }
     if (!json_out.empty()) {
       json::Value out = json::Value::object();
+      const std::time_t now = std::time(nullptr);
+      char date[32];
+      std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+      out.add("date", json::Value::string(date));
       out.add("gpu", json::Value::string(hw.gpu));
       out.add("commit", json::Value::string(commit));
       out.add("peak_bf16_tflops", json::Value::number(hw.peak_bf16_tflops));
