@@ -44,6 +44,16 @@ bool fp8_m_buckets() {
 int64_t fp8_bucket(int64_t m) { return m <= 512 ? 4096 : m <= 2048 ? 1024 : m <= 8192 ? 4096 : 16384; }
 bool same_algo(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
+// No split-K and no reduction scheme: one CTA sums the whole k of its outputs, in order.
+bool invariant_algo(const cublasLtMatmulAlgo_t& a) {
+  int32_t splitk = 1;
+  uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE;
+  size_t got = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &got);
+  cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &got);
+  return splitk <= 1 && red == CUBLASLT_REDUCTION_SCHEME_NONE;
+}
+
 Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, int in_kind, const char* op) {
   const cudaDataType in = in_kind == 1 ? CUDA_R_32F : in_kind == 2 ? CUDA_R_8F_E4M3 : in_kind == 3 ? CUDA_R_4F_E2M1 : CUDA_R_16BF;
   Layouts l;
@@ -88,35 +98,36 @@ Gemm::~Gemm() {
   if (lt_) cublasLtDestroy(lt_);
 }
 
-cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in,
-                                  const char* op) {
-  (void)acc;
+// Up to 16 of cuBLASLt's heuristic candidates for the shape, best first.
+std::vector<cublasLtMatmulHeuristicResult_t> Gemm::heuristics(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, In in,
+                                                              const char* op) {
   Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), op);
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), op);
   size_t ws = workspace_.bytes();
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), op);
-  cublasLtMatmulHeuristicResult_t res[16];
+  std::vector<cublasLtMatmulHeuristicResult_t> res(16);
   int found = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, l.desc, l.a, l.b, l.c, l.c, pref, 16, res, &found);
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, l.desc, l.a, l.b, l.c, l.c, pref, int(res.size()), res.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   destroy(l);
   check(st, op);
-  if (found == 0)
+  res.resize(size_t(found));
+  return res;
+}
+
+cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in,
+                                  const char* op) {
+  (void)acc;
+  const std::vector<cublasLtMatmulHeuristicResult_t> res = heuristics(m, n, k, ldx, ldy, yt, in, op);
+  if (res.empty())
     throw Error(Status::Internal, "device_error",
                 std::string(op) + ": cuBLASLt has no algorithm for m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
   if (!batch_invariant_) return res[0].algo;
   // The first candidate that runs without split-K or a reduction scheme (one CTA reduces the
   // whole k for its tile, in order).
-  for (int i = 0; i < found; ++i) {
-    cublasLtMatmulAlgo_t a = res[i].algo;
-    int32_t splitk = 1;
-    uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE;
-    size_t got = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &got);
-    if (splitk <= 1 && red == CUBLASLT_REDUCTION_SCHEME_NONE) return a;
-  }
+  for (const auto& r : res)
+    if (invariant_algo(r.algo)) return r.algo;
   cublasLtMatmulAlgo_t a = res[0].algo;
   int32_t one = 1;
   uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
@@ -248,21 +259,10 @@ void Gemm::run_fp4(const uint8_t* x, const uint8_t* x_scales, int64_t m, int64_t
 }
 
 std::vector<Gemm::Candidate> Gemm::candidates(bool fp8, int64_t m, int64_t n, int64_t k, OutType yt, const char* op) {
-  Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), op);
-  cublasLtMatmulPreference_t pref = nullptr;
-  check(cublasLtMatmulPreferenceCreate(&pref), op);
-  size_t ws = workspace_.bytes();
-  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), op);
-  cublasLtMatmulHeuristicResult_t res[16];
-  int found = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt_, l.desc, l.a, l.b, l.c, l.c, pref, 16, res, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  destroy(l);
-  check(st, op);
   std::vector<Candidate> out;
-  for (int i = 0; i < found; ++i) {
+  for (const auto& r : heuristics(m, n, k, k, n, yt, fp8 ? In::FP8 : In::BF16, op)) {
     Candidate c;
-    c.algo = res[i].algo;
+    c.algo = r.algo;
     int32_t id = 0, tile = 0, stages = 0, splitk = 1, swizzle = 0, cluster = 0;
     uint32_t red = 0;
     size_t got = 0;
@@ -276,7 +276,7 @@ std::vector<Gemm::Candidate> Gemm::candidates(bool fp8, int64_t m, int64_t n, in
     c.config = "algo " + std::to_string(id) + " tile " + std::to_string(tile) + " stages " + std::to_string(stages) + " splitk " +
                std::to_string(splitk) + " reduction " + std::to_string(red) + " swizzle " + std::to_string(swizzle) + " cluster " +
                std::to_string(cluster);
-    c.invariant = splitk <= 1 && red == CUBLASLT_REDUCTION_SCHEME_NONE;
+    c.invariant = invariant_algo(c.algo);
     out.push_back(c);
   }
   return out;

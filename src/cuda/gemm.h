@@ -90,6 +90,8 @@ class Gemm {
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int>;
   Plan& plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op);
   cublasLtMatmulAlgo_t choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op);
+  std::vector<cublasLtMatmulHeuristicResult_t> heuristics(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, In in,
+                                                          const char* op);
   void launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op, float alpha = 1.0f);
 
   cudaStream_t stream_;
