@@ -15,8 +15,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -27,7 +25,7 @@
 #include "cuda/hardware.h"
 #include "cuda/kernels.h"
 #include "cuda/kernels_quant.h"
-#include "gpu_timing.h"
+#include "gpu_bench.h"
 
 using namespace clefrt;
 using namespace clefrt::cuda;
@@ -116,26 +114,9 @@ int main(int argc, char** argv) {
         r.add("best_fused_weight_gbps", json::Value::number(wbw));
         rows.arr.push_back(std::move(r));
       }
-      json::Value sv = json::Value::object();
-      sv.add("name", json::Value::string(sh.name));
-      sv.add("n", json::Value::integer(n));
-      sv.add("k", json::Value::integer(k));
-      sv.add("points", std::move(rows));
-      shapes.arr.push_back(std::move(sv));
+      shapes.arr.push_back(bench::shape_record(sh.name, n, k, std::move(rows)));
     }
-    if (!json_out.empty()) {
-      json::Value out = json::Value::object();
-      const std::time_t now = std::time(nullptr);
-      char date[32];
-      std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-      out.add("date", json::Value::string(date));
-      out.add("gpu", json::Value::string(hw.gpu));
-      out.add("commit", json::Value::string(commit));
-      out.add("peak_bf16_tflops", json::Value::number(hw.peak_bf16_tflops));
-      out.add("copy_gbps", json::Value::number(hw.copy_gbps));
-      out.add("shapes", std::move(shapes));
-      std::ofstream(json_out) << json::write(out) << "\n";
-    }
+    if (!json_out.empty()) bench::write_record(json_out, hw, commit, "", std::move(shapes));
     cudaStreamDestroy(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "clefrt_bench_w4a16: %s\n", e.what());
