@@ -149,9 +149,8 @@ __global__ void nvfp4_fake_quant_k(const bf16* x, int64_t rows, int64_t k, int64
   }
 }
 
-// The FP8 epilogues (fp8_scaled, formats.cuh), never contracted into an FMA with the residual add
+// The FP8 epilogues: fp8_scaled (formats.cuh), never contracted into an FMA with the residual add
 // either (the CPU tests compare bit for bit).
-__device__ __forceinline__ float scaled(float v, float r, float c) { return fp8_scaled(v, r, c); }
 
 // Element-wise forms (any shape and alignment).
 __global__ void scale_bf16_k(bf16* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs) {
@@ -159,14 +158,14 @@ __global__ void scale_bf16_k(bf16* y, int64_t rows, int64_t n, int64_t ldy, cons
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i - r * n;
     bf16& v = y[r * ldy + c];
-    v = __float2bfloat16_rn(scaled(__bfloat162float(v), rs[r], cs[c]));
+    v = __float2bfloat16_rn(fp8_scaled(__bfloat162float(v), rs[r], cs[c]));
   }
 }
 __global__ void scale_f32_k(float* y, int64_t rows, int64_t n, int64_t ldy, const float* rs, const float* cs) {
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i - r * n;
-    y[r * ldy + c] = scaled(y[r * ldy + c], rs[r], cs[c]);
+    y[r * ldy + c] = fp8_scaled(y[r * ldy + c], rs[r], cs[c]);
   }
 }
 __global__ void scale_acc_k(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, float* acc,
@@ -174,7 +173,7 @@ __global__ void scale_acc_k(const float* t, int64_t rows, int64_t n, int64_t ldt
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i - r * n;
-    acc[r * ldacc + c] = __fadd_rn(acc[r * ldacc + c], scaled(t[r * ldt + c], rs[r], cs[c]));
+    acc[r * ldacc + c] = __fadd_rn(acc[r * ldacc + c], fp8_scaled(t[r * ldt + c], rs[r], cs[c]));
   }
 }
 __global__ void scale_store_k(const float* t, int64_t rows, int64_t n, int64_t ldt, const float* rs, const float* cs, void* y, bool y_bf16,
@@ -182,7 +181,7 @@ __global__ void scale_store_k(const float* t, int64_t rows, int64_t n, int64_t l
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i - r * n;
-    const float v = scaled(t[r * ldt + c], rs[r], cs[c]);
+    const float v = fp8_scaled(t[r * ldt + c], rs[r], cs[c]);
     if (y_bf16) static_cast<bf16*>(y)[r * ldy + c] = __float2bfloat16_rn(v);
     else static_cast<float*>(y)[r * ldy + c] = v;
   }
@@ -206,10 +205,10 @@ __device__ __forceinline__ void store4(bf16* p, float4 v) {
   *reinterpret_cast<Bf16x4*>(p) = Bf16x4{__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
 }
 __device__ __forceinline__ float4 scaled4(float4 v, float r, float4 c) {
-  return make_float4(scaled(v.x, r, c.x), scaled(v.y, r, c.y), scaled(v.z, r, c.z), scaled(v.w, r, c.w));
+  return make_float4(fp8_scaled(v.x, r, c.x), fp8_scaled(v.y, r, c.y), fp8_scaled(v.z, r, c.z), fp8_scaled(v.w, r, c.w));
 }
 
-// y = scaled(t) (T in, Y out; in place when t == y), or y += scaled(t) with Acc.
+// y = fp8_scaled(t) (T in, Y out; in place when t == y), or y += fp8_scaled(t) with Acc.
 template <class T, class Y, bool Acc>
 __global__ void scale_rows_cols_v_k(const T* t, int64_t ldt, int64_t rows, int64_t n4, const float* rs, const float* cs, Y* y,
                                     int64_t ldy) {
