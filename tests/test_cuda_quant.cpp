@@ -672,6 +672,59 @@ TEST(CudaQuant, W4A16FusedForwardAgainstCpu) {
   EXPECT_EQ(batch_worst, 0.0);
 }
 
+// The lean-memory plan (MLP over token blocks, GDN in chunk passes; --offload-embeddings uses
+// 1,024 / 16) at extreme settings (40-token blocks, one chunk a pass) against the plain plan on
+// the same GPU weights: the same probabilities bit for bit, in every weight format and both
+// W4A16 kernels (staged NVFP4 replays its dequantization schedule per block).
+TEST(CudaQuant, LeanPlanGivesTheSameBits) {
+  NEED_GPU();
+  auto same_bits = [](const std::string& what, const std::string& dir, QuantMode q, bool fused, const std::vector<const Encoded*>& batch) {
+    const auto cfg = model::load_config(dir);
+    io::TensorStore st = io::TensorStore::open_folder(dir), hs;
+    hs.add_file(dir + "/joint_head.safetensors");
+    model::QuantActivations qa;
+    qa.fp8_dynamic = true;
+    const auto tw = model::load_text_weights(st, cfg.text, model::LoadMode::Lazy, qa);
+    const auto hw = model::load_head_weights(hs, cfg.head, model::LoadMode::Lazy);
+    cuda::BuildOptions bo;
+    bo.quant = q;
+    cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo);
+    int64_t tokens = 0;
+    for (const Encoded* e : batch) tokens += int64_t(e->input_ids.size());
+    cuda::ForwardOptions plain;
+    plain.max_tokens = tokens;
+    plain.max_seqs = int64_t(batch.size());
+    plain.w4a16_fused = fused;
+    cuda::ForwardOptions lean = plain;
+    lean.mlp_block_tokens = 40;
+    lean.gdn_pass_chunks = 1;
+    cuda::Forward a(dm, plain), b(dm, lean);
+    EXPECT_LE(b.arena_bytes(), a.arena_bytes()) << what;  // the head's rows may bound a tiny model's arena either way
+    const auto pa = a.run(batch), pb = b.run(batch);
+    EXPECT_EQ(pa, pb) << what << ": lean plan vs plain plan, " << tokens << " tokens";
+    EXPECT_EQ(b.run(batch), pb) << what << ": the lean plan again (staging schedule replayed)";
+    std::cout << "[ cuda    ] lean plan, " << what << ": " << tokens << " tokens, arena " << (a.arena_bytes() >> 10) << " -> "
+              << (b.arena_bytes() >> 10) << " KiB, same bits\n";
+  };
+  const std::string tiny = test::source_path("tests/fixtures/oracle/tiny-b");
+  auto cpu = Engine::load(tiny);
+  std::vector<Encoded> enc = test::read_fixture(*cpu, "tiny-b").enc;
+  std::vector<const Encoded*> batch;
+  for (size_t i = 0; i < enc.size() && batch.size() < 12; i += 3) batch.push_back(&enc[i]);
+  same_bits("bf16", tiny, QuantMode::BF16, false, batch);
+  same_bits("fp8 (quantized at load)", tiny, QuantMode::FP8, false, batch);
+  same_bits("nvfp4-w4a16 folder, staged", quantized_tiny_b("nvfp4-w4a16"), QuantMode::Auto, false, batch);
+  same_bits("nvfp4 W4A4 folder", quantized_tiny_b("nvfp4"), QuantMode::Auto, false, batch);
+  const std::string small = quantized_folder(test::synth_folder("calm-small", 5, "small", 0.5f), "small-w4a16", "nvfp4-w4a16");
+  auto cpu_small = Engine::load(small);
+  std::vector<Encoded> enc_small;
+  for (const auto& text : test::corpus_requests(10)) enc_small.push_back(cpu_small->encoder().encode(parse_request(text)));
+  std::vector<const Encoded*> batch_small;
+  for (const auto& e : enc_small) batch_small.push_back(&e);
+  same_bits("small nvfp4-w4a16, fused", small, QuantMode::Auto, true, batch_small);
+  same_bits("small nvfp4-w4a16, staged", small, QuantMode::Auto, false, batch_small);
+}
+
 TEST(CudaQuant, Nvfp4W4A16FolderAgainstCpu) { check_quantized_folder("nvfp4-w4a16"); }
 TEST(CudaQuant, Nvfp4W4A4FolderAgainstCpu) { check_quantized_folder("nvfp4"); }
 TEST(CudaQuant, Fp8FolderAgainstCpu) { check_quantized_folder("fp8"); }

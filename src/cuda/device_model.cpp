@@ -61,16 +61,23 @@ class Builder {
   }
   DevLinear32 matrix32(const model::Tensor& t) {
     const int64_t cols = t.shape.back(), rows = t.numel_rows();
-    return {vec(t, 0.0f, 1.0f / std::sqrt(float(cols))), rows, cols};
+    return {vec(t, 0.0f, 1.0f / std::sqrt(float(cols))), nullptr, rows, cols};
+  }
+  // A head matrix only head_gemm reads: bf16 when that holds its values exactly, else fp32.
+  DevLinear32 matrix_head(const model::Tensor& t) {
+    const int64_t cols = t.shape.back(), rows = t.numel_rows();
+    const bool exact = !has_data(t) || (t.src && t.src->dtype == io::DType::BF16);
+    if (!exact) return matrix32(t);
+    bf16* p = alloc<bf16>(size_t(t.numel()));
+    put_bf16(t, p, t.numel(), 1.0f / std::sqrt(float(cols)), 0.0f);
+    return {nullptr, p, rows, cols};
   }
   // An embedding table, in GPU memory or (offload) in mapped host memory.
   const bf16* table(const model::Tensor& t, float std) {
     const size_t bytes = size_t(t.numel()) * 2;
     if (!o_.offload_embeddings) {
-      DeviceBuffer buf(bytes, "weights");
-      put_bf16(t, buf.as<bf16>(), t.numel(), std, 0.0f);
-      const bf16* p = buf.as<bf16>();
-      keep(std::move(buf));
+      bf16* p = alloc<bf16>(size_t(t.numel()));
+      put_bf16(t, p, t.numel(), std, 0.0f);
       return p;
     }
     HostBuffer hb(bytes, "offloaded embeddings");
@@ -89,21 +96,18 @@ class Builder {
   // fp32 vector; random ones are normal(mean, std)
   const float* vec(const model::Tensor& t, float mean, float std, int64_t offset = 0, int64_t count = -1) {
     const int64_t n = count < 0 ? t.numel() - offset : count;
-    DeviceBuffer buf(size_t(n) * 4, "weights");
+    float* p = alloc<float>(size_t(n));
     if (has_data(t)) {
       std::vector<float> v = host_f32(t);
-      check(cudaMemcpy(buf.get(), v.data() + offset, size_t(n) * 4, cudaMemcpyHostToDevice), "upload weights");
+      check(cudaMemcpy(p, v.data() + offset, size_t(n) * 4, cudaMemcpyHostToDevice), "upload weights");
     } else {
-      fill_normal_f32(buf.as<float>(), n, next_seed(), mean, std, nullptr);
+      fill_normal_f32(p, n, next_seed(), mean, std, nullptr);
     }
-    const float* p = buf.as<float>();
-    keep(std::move(buf));
     return p;
   }
   const float* host_vec(const std::vector<float>& v) {
-    DeviceBuffer buf = upload(v, "weights");
-    const float* p = buf.as<float>();
-    keep(std::move(buf));
+    float* p = alloc<float>(std::max<size_t>(v.size(), 1));
+    if (!v.empty()) check(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload weights");
     return p;
   }
   static bool has_data(const model::Tensor& t) { return t.src || !t.v.empty(); }
@@ -169,15 +173,16 @@ class Builder {
       all_fp8 &= source_of(*t) == Source::Fp8;
     }
     if (f == WFormat::BF16) {
-      DeviceBuffer buf(size_t(n * k) * 2, "weights");
-      fill_bf16_rows(g, buf.as<bf16>());
-      p.w = buf.as<bf16>();
-      keep(std::move(buf));
+      bf16* w = alloc<bf16>(size_t(n * k));
+      fill_bf16_rows(g, w);
+      p.w = w;
     } else if (f == WFormat::NVFP4) {
-      DeviceBuffer packed(size_t(n * k / 2), "weights"), scales(size_t(n * k / 16), "weights"), gs(size_t(n) * 4, "weights");
+      uint8_t* packed = alloc<uint8_t>(size_t(n * k / 2));
+      uint8_t* scales = alloc<uint8_t>(size_t(n * k / 16));
+      float* gs = alloc<float>(size_t(n));
       std::vector<float> row_gs;
       if (all_nvfp4) {  // as the file holds them, byte for byte
-        char *dp = packed.as<char>(), *ds = scales.as<char>();
+        char *dp = reinterpret_cast<char*>(packed), *ds = reinterpret_cast<char*>(scales);
         for (auto* t : g) {
           check(cudaMemcpy(dp, t->src->data, t->src->nbytes, cudaMemcpyHostToDevice), "upload weights");
           check(cudaMemcpy(ds, t->scale_src->data, t->scale_src->nbytes, cudaMemcpyHostToDevice), "upload weights");
@@ -194,33 +199,30 @@ class Builder {
         float a = 0;
         check(cudaMemcpy(&a, amax.get(), 4, cudaMemcpyDeviceToHost), "quantize weights");
         const float gsv = (a > 0 && std::isfinite(a)) ? 448.0f * 6.0f / a : 1.0f;
-        nvfp4_quantize(tmp.as<bf16>(), n, k, gsv, packed.as<uint8_t>(), scales.as<uint8_t>(), nullptr);
+        nvfp4_quantize(tmp.as<bf16>(), n, k, gsv, packed, scales, nullptr);
         row_gs.assign(size_t(n), gsv);
       }
-      check(cudaMemcpy(gs.get(), row_gs.data(), row_gs.size() * 4, cudaMemcpyHostToDevice), "upload weights");
+      check(cudaMemcpy(gs, row_gs.data(), row_gs.size() * 4, cudaMemcpyHostToDevice), "upload weights");
       // Blackwell W4A4: one global scale per part becomes the GEMM's alpha; the scales are laid
       // out once here as cuBLASLt wants them
       if (native_fp4_ && igs > 0 && std::all_of(row_gs.begin(), row_gs.end(), [&](float v) { return v == row_gs[0]; })) {
-        DeviceBuffer sw(size_t(nvfp4_swizzled_bytes(n, k)), "weights");
-        nvfp4_swizzle_scales(scales.as<uint8_t>(), n, k, sw.as<uint8_t>(), nullptr);
-        p.scales_swizzled = sw.as<uint8_t>();
+        uint8_t* sw = alloc<uint8_t>(size_t(nvfp4_swizzled_bytes(n, k)));
+        nvfp4_swizzle_scales(scales, n, k, sw, nullptr);
+        p.scales_swizzled = sw;
         p.part_gs = row_gs[0];
         m_.has_native_fp4 = true;
-        keep(std::move(sw));
       }
-      p.packed = packed.as<uint8_t>();
-      p.scales = scales.as<uint8_t>();
-      p.row_gs = gs.as<float>();
-      keep(std::move(packed));
-      keep(std::move(scales));
-      keep(std::move(gs));
+      p.packed = packed;
+      p.scales = scales;
+      p.row_gs = gs;
     } else {  // FP8
       p.kp = (k + 15) / 16 * 16;
       const int64_t kp = p.kp;
-      DeviceBuffer q(size_t(n * kp), "weights"), rs(size_t(n) * 4, "weights");
+      uint8_t* q = alloc<uint8_t>(size_t(n * kp));
+      float* rs = alloc<float>(size_t(n));
       if (all_fp8) {
-        check(cudaMemset(q.get(), 0, size_t(n * kp)), "upload weights");
-        char* dq = q.as<char>();
+        check(cudaMemset(q, 0, size_t(n * kp)), "upload weights");
+        char* dq = reinterpret_cast<char*>(q);
         std::vector<float> scale;
         for (auto* t : g) {
           const int64_t rows = t->numel_rows();
@@ -228,16 +230,14 @@ class Builder {
           dq += rows * kp;
           append_fp8_scales(*t, scale);
         }
-        check(cudaMemcpy(rs.get(), scale.data(), scale.size() * 4, cudaMemcpyHostToDevice), "upload weights");
+        check(cudaMemcpy(rs, scale.data(), scale.size() * 4, cudaMemcpyHostToDevice), "upload weights");
       } else {
         DeviceBuffer tmp(size_t(n * k) * 2, "weights (quantization staging)");
         fill_bf16_rows(g, tmp.as<bf16>());
-        fp8_quantize_rows(tmp.as<bf16>(), n, k, k, q.as<uint8_t>(), kp, rs.as<float>(), nullptr);
+        fp8_quantize_rows(tmp.as<bf16>(), n, k, k, q, kp, rs, nullptr);
       }
-      p.w8 = q.as<uint8_t>();
-      p.row_scale = rs.as<float>();
-      keep(std::move(q));
-      keep(std::move(rs));
+      p.w8 = q;
+      p.row_scale = rs;
     }
     check(cudaDeviceSynchronize(), "upload weights");
     return p;
@@ -287,10 +287,9 @@ class Builder {
       fill_normal_bf16(dst, n, next_seed(), mean, std, nullptr);
     }
   }
-  void keep(DeviceBuffer b) {
-    m_.weight_bytes += b.bytes();
-    m_.owned.push_back(std::move(b));
-  }
+  // GPU memory for weights, from the model's pool (never freed before the model)
+  template <class T>
+  T* alloc(size_t count) { return m_.pool.alloc<T>(count, "weights"); }
   uint64_t next_seed() { return o_.seed * 1000003ull + counter_++; }
 
   DevModel& m_;
@@ -301,16 +300,22 @@ class Builder {
 
 DevLN ln(Builder& b, const model::LayerNormW& n) { return {b.vec(n.w, 1.0f, 0.1f), b.vec(n.b, 0.0f, 0.1f)}; }
 
-DevMha mha(Builder& b, const model::Mha& m) {
-  return {b.matrix32(m.in_w), b.matrix32(m.out_w), b.vec(m.in_b, 0.0f, 0.02f), b.vec(m.out_b, 0.0f, 0.02f)};
+// memory_kv: the MHA's k / v rows run over every memory token (cuBLASLt fp32), so its in_proj
+// stays fp32; a self-attention's in_proj, like every out_proj, only meets question rows.
+DevMha mha(Builder& b, const model::Mha& m, bool memory_kv) {
+  return {memory_kv ? b.matrix32(m.in_w) : b.matrix_head(m.in_w), b.matrix_head(m.out_w), b.vec(m.in_b, 0.0f, 0.02f),
+          b.vec(m.out_b, 0.0f, 0.02f)};
 }
 
 }  // namespace
+
+void trim_stack_reservation() { check(cudaDeviceSetLimit(cudaLimitStackSize, 0), "cudaDeviceSetLimit(stack size)"); }
 
 const char* wformat_name(WFormat f) { return f == WFormat::NVFP4 ? "nvfp4" : f == WFormat::FP8 ? "fp8" : "bf16"; }
 
 DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeights& hw, const model::TextConfig& c,
                             const model::HeadConfig& hc, const BuildOptions& o) {
+  trim_stack_reservation();
   const bool progress = o.progress;
   DevModel m;
   m.c = c;
@@ -379,30 +384,30 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
   h.field_norm = ln(b, hw.field_norm);
   h.option_norm = ln(b, hw.option_norm);
   h.memory_proj = b.matrix32(hw.memory_proj);
-  h.question_proj = b.matrix32(hw.question_proj);
-  h.option_question_proj = b.matrix32(hw.option_question_proj);
-  h.global_proj = b.matrix32(hw.global_proj);
-  h.option_context_proj = b.matrix32(hw.option_context_proj);
-  h.option_lexical_proj = b.matrix32(hw.option_lexical_proj);
+  h.question_proj = b.matrix_head(hw.question_proj);
+  h.option_question_proj = b.matrix_head(hw.option_question_proj);
+  h.global_proj = b.matrix_head(hw.global_proj);
+  h.option_context_proj = b.matrix_head(hw.option_context_proj);
+  h.option_lexical_proj = b.matrix_head(hw.option_lexical_proj);
   h.type_emb = b.vec(hw.type_embedding, 0.0f, 1.0f);
   for (const auto& ev : hw.evidence) {
     DevHead::Evidence e;
     e.query_norm = ln(b, ev.query_norm);
     e.memory_norm = ln(b, ev.memory_norm);
     e.ff_norm = ln(b, ev.ff_norm);
-    e.attn = mha(b, ev.attn);
-    e.ff0 = b.matrix32(ev.ff0_w);
-    e.ff3 = b.matrix32(ev.ff3_w);
+    e.attn = mha(b, ev.attn, true);
+    e.ff0 = b.matrix_head(ev.ff0_w);
+    e.ff3 = b.matrix_head(ev.ff3_w);
     e.ff0_b = b.vec(ev.ff0_b, 0.0f, 0.02f);
     e.ff3_b = b.vec(ev.ff3_b, 0.0f, 0.02f);
     h.evidence.push_back(e);
   }
   for (const auto& dl : hw.layers) {
     DevHead::Decoder d;
-    d.self_attn = mha(b, dl.self_attn);
-    d.cross_attn = mha(b, dl.cross_attn);
-    d.lin1 = b.matrix32(dl.lin1_w);
-    d.lin2 = b.matrix32(dl.lin2_w);
+    d.self_attn = mha(b, dl.self_attn, false);
+    d.cross_attn = mha(b, dl.cross_attn, true);
+    d.lin1 = b.matrix_head(dl.lin1_w);
+    d.lin2 = b.matrix_head(dl.lin2_w);
     d.lin1_b = b.vec(dl.lin1_b, 0.0f, 0.02f);
     d.lin2_b = b.vec(dl.lin2_b, 0.0f, 0.02f);
     d.norm1 = ln(b, dl.norm1);
@@ -410,7 +415,7 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
     d.norm3 = ln(b, dl.norm3);
     h.layers.push_back(d);
   }
-  h.scorer0 = b.matrix32(hw.scorer0_w);
+  h.scorer0 = b.matrix_head(hw.scorer0_w);
   h.scorer0_b = b.vec(hw.scorer0_b, 0.0f, 0.02f);
   h.scorer3_w = b.vec(hw.scorer3_w, 0.0f, 1.0f / std::sqrt(float(hw.scorer3_w.numel())));
   h.scorer3_b = Builder::has_data(hw.scorer3_b) ? Builder::host_f32(hw.scorer3_b)[0] : 0.0f;
@@ -419,6 +424,8 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
   h.scalars.gate = float(1.0 / (1.0 + std::exp(-double(hw.residual_gate))));
   h.scalars.b3 = h.scorer3_b;
   check(cudaDeviceSynchronize(), "upload weights");
+  m.weight_bytes = m.pool.used();
+  m.weight_reserved_bytes = m.pool.reserved();
   return m;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cuda/buffer.h"
+#include "cuda/device_pool.h"
 #include "cuda/kernels.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -40,10 +41,14 @@ struct DevLinear {
   std::vector<DevLinearPart> parts;
   int64_t n = 0, k = 0;
 };
-// The joint head's matrices stay fp32: it is under 1% of the work and its logits feed a
-// softmax directly, so bf16 rounding there would cost accuracy for nothing.
+// A joint head matrix. The head computes in fp32 (it is under 1% of the work and its logits
+// feed a softmax directly). Matrices that only head_gemm reads are held as bf16 when that is
+// exact (a bf16 file, as the release's head is, or random weights): half the memory, the same
+// values; the memory projection and the memory keys / values (cuBLASLt fp32 GEMMs over every
+// token) stay fp32.
 struct DevLinear32 {
-  const float* w = nullptr;  // [n, k] row-major
+  const float* w = nullptr;  // [n, k] row-major fp32, or
+  const bf16* wh = nullptr;  // [n, k] row-major bf16
   int64_t n = 0, k = 0;
 };
 struct DevLN {
@@ -64,7 +69,7 @@ struct DevLayer {
 };
 
 struct DevMha {
-  DevLinear32 in, out;  // in: [3W, W] (q, k, v rows)
+  DevLinear32 in, out;  // in: [3W, W] (q, k, v rows); fp32 where its k / v rows run over memory tokens
   const float *in_b, *out_b;
 };
 
@@ -101,12 +106,13 @@ struct DevModel {
   const float* inv_freq = nullptr;  // RoPE, R/2 values computed as the CPU twin does
   std::vector<DevLayer> layers;
   DevHead head;
-  size_t weight_bytes = 0;       // GPU memory of the weights
+  size_t weight_bytes = 0;       // bytes of the weights on the GPU
+  size_t weight_reserved_bytes = 0;  // GPU memory the pool holds for them (granule-rounded)
   size_t host_weight_bytes = 0;  // pinned host memory (offloaded embeddings)
   size_t bytes_by_format[3] = {0, 0, 0};  // backbone Linears, by WFormat
   bool has_nvfp4 = false, has_w4a4 = false, has_fp8 = false, has_native_fp4 = false;
   int64_t max_k = 0;  // widest Linear input (activation scratch of the quantized paths)
-  std::vector<DeviceBuffer> owned;
+  DevicePool pool;  // every weight on the GPU
   std::vector<HostBuffer> owned_host;
 };
 
@@ -126,6 +132,12 @@ struct BuildOptions {
   // of magnitude up to ~8, which (1+w) RMSNorm outputs are).
   float synthetic_input_global_scale = 336.0f;
 };
+
+// The CUDA context reserves local memory for every thread the GPU can hold at the default
+// 1 KiB stack (264 MiB on an H200) although clefrt's kernels use at most 112 bytes. Sets the
+// stack limit to 0: the driver then grows the reservation to what each launched kernel needs
+// (measured: 527 -> 263 MiB of context). build_device_model calls it first.
+void trim_stack_reservation();
 
 // From weights loaded with LoadMode::Lazy (or Full): BF16 uploaded as is, F16/F32 rounded to
 // bf16 (matrices) or kept fp32 (vectors), NVFP4 / FP8 kept or converted as `o.quant` says.

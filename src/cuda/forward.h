@@ -20,10 +20,28 @@ namespace clefrt::cuda {
 struct ForwardOptions {
   int64_t max_tokens = 16384;  // the activation arena holds a batch of this many tokens
   int64_t max_seqs = 256;      // requests per batch
+  int64_t max_questions = 64;  // per request: the protocol's limit (schema::Limits), which plans the head's question rows
   bool batch_invariant = true; // GEMM algorithms fixed per shape class (see gemm.h)
   bool w4a16_fused = false;    // NVFP4 parts on the fused W4A16 GEMM (qlinear.h; or CLEFRT_W4A16_FUSED=1)
+  // The GDN prefill runs in passes of at most this many 64-token chunks (all sequences, all
+  // heads at once), so its per-chunk scratch (3.75 MiB a chunk on the 27B shapes) is bounded
+  // by this instead of growing with the batch; the same bits as one pass.
+  int64_t gdn_pass_chunks = 64;
+  // The MLP (gate|up, SwiGLU, down: all per token) runs over blocks of at most this many tokens
+  // (0: all at once), so its [tokens, 2 x ffn] intermediate is planned for a block. The GEMMs
+  // are batch-invariant, so a row's bits do not depend on its block. Staged NVFP4 dequantizes
+  // the MLP weights once per block: a memory-for-time trade (--offload-embeddings turns it on).
+  int64_t mlp_block_tokens = 0;
   int64_t debug_layers = -1;   // tests: run only the first N backbone layers (-1: all)
 };
+
+// The lean-memory plan that goes with --offload-embeddings: the MLP over 1,024-token blocks and
+// the GDN in passes of 16 chunks (the same answers bit for bit; a little slower on long inputs,
+// more so for staged NVFP4, which dequantizes the MLP weights once per block).
+inline void use_lean_memory_plan(ForwardOptions& o) {
+  o.mlp_block_tokens = 1024;
+  o.gdn_pass_chunks = 16;
+}
 
 class Forward {
  public:
@@ -47,7 +65,7 @@ class Forward {
 
   // Bytes of the activation arena for a plan (weights not included); `q`: the scratch of the
   // quantized paths (NVFP4 W4A4 / FP8 activations) is planned as if every Linear ran so.
-  static size_t arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, int64_t max_tokens, int64_t max_seqs,
+  static size_t arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, const ForwardOptions& o,
                             QuantMode q = QuantMode::BF16);
   size_t arena_bytes() const { return arena_.capacity(); }
   // GPU memory this engine holds besides the weights: arena, cuBLASLt workspace, NVFP4 staging.
@@ -59,7 +77,7 @@ class Forward {
  private:
   struct Batch;
   // The arena a model needs for batches of up to max_tokens tokens / max_seqs requests.
-  static size_t plan_bytes(const DevModel& m, int64_t max_tokens, int64_t max_seqs);
+  static size_t plan_bytes(const DevModel& m, const ForwardOptions& o);
   void prepare(Batch& b, const std::vector<const Encoded*>& batch);
   std::vector<std::vector<std::vector<double>>> run_impl(const std::vector<const Encoded*>& batch, const std::vector<float>* hidden);
   void backbone(Batch& b);

@@ -53,8 +53,17 @@ struct GdnChunks {
   const int32_t* seq_chunk;
   int64_t n_chunks, n_seqs;
 };
+// The per-chunk products of the prep, read by the scan. A pass covers chunks [c0, c1) (c1 < 0:
+// all of them) and the scratch holds that many: chunk c at index c - c0, so a long batch runs
+// in passes over a bounded scratch. A sequence that goes on past c1 leaves its state [Hv, Dk, Dv]
+// in state_out; one that began before c0 starts from state_in (the previous pass's state_out:
+// two buffers, swapped per pass, since one sequence may end and another begin in the same
+// pass). The state is fp32 either way, so passes give the same bits as one pass.
 struct GdnScratch {
-  float *w, *u, *aqk;  // [n_chunks, Hv, 64, Dk], [n_chunks, Hv, 64, Dv], [n_chunks, Hv, 64, 64]
+  float *w, *u, *aqk;  // [chunks, Hv, 64, Dk], [chunks, Hv, 64, Dv], [chunks, Hv, 64, 64]
+  int64_t c0 = 0, c1 = -1;
+  const float* state_in = nullptr;
+  float* state_out = nullptr;
 };
 // Which kernels: Auto = tensor cores (mma.sync TF32, 3xTF32 split: fp32-level accuracy) when
 // Dk % 16 == 0 and Dv % 8 == 0 unless CLEFRT_GDN_SIMT=1, else the fp32 CUDA-core kernels. The
@@ -96,6 +105,10 @@ bool flash_attention_supports(int64_t D);
 // one FMA chain per element over k in order, so a row's result does not depend on m (batch
 // invariance) and few rows use the whole GPU's width rather than one 128-row tile.
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
+               cudaStream_t s);
+// The same with bf16 weights, widened exactly: equal, bit for bit, to the fp32 form given the
+// same values in fp32.
+void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                cudaStream_t s);
 // out[i, :] = mean of rows [begin[i], end[i]) of x (fp32, row stride ldx), or of table rows
 // ids[begin..end) when table is given (the lexical means over lm_head). Empty spans give 0.

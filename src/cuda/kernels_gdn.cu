@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int6
   float* bs = Lm + C * (C + 1);
   const int64_t ldu = Dv + Dk + 1;
 
-  const int64_t c = blockIdx.x, j = blockIdx.y;
+  const int64_t ci = blockIdx.x, c = sc.c0 + ci, j = blockIdx.y;  // ci: the chunk's place in this pass's scratch
   const int64_t t0 = ch.chunk_start[c];
   const int n = ch.chunk_len[c];
   const int64_t kh = j / (Hv / Hk);
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int6
   chunk_gamma(gam, g, t0, n, Hv, j);
   __syncthreads();
 
-  float* aqk = sc.aqk + (c * Hv + j) * C * C;
+  float* aqk = sc.aqk + (ci * Hv + j) * C * C;
   for (int p = tid; p < C * C; p += nt) {
     const int i = p / C, jj = p % C;
     float kk = 0, qk = 0;
@@ -296,8 +296,8 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int6
     }
   }
   __syncthreads();
-  float* u = sc.u + (c * Hv + j) * C * Dv;
-  float* w = sc.w + (c * Hv + j) * C * Dk;
+  float* u = sc.u + (ci * Hv + j) * C * Dv;
+  float* w = sc.w + (ci * Hv + j) * C * Dk;
   for (int64_t e = tid; e < C * Dv; e += nt) u[e] = UW[(e / Dv) * ldu + e % Dv];
   for (int64_t e = tid; e < C * Dk; e += nt) w[e] = UW[(e / Dk) * ldu + Dv + e % Dk];
 }
@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
   float* bs = P + 3 * 256;   // beta_i
   float* sk = bs + C;        // beta_i e^gamma_i
 
-  const int64_t c = blockIdx.x, j = blockIdx.y;
+  const int64_t ci = blockIdx.x, c = sc.c0 + ci, j = blockIdx.y;  // ci: the chunk's place in this pass's scratch
   const int64_t t0 = ch.chunk_start[c];
   const int n = ch.chunk_len[c];
   const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
 
   // 1. Lm and A. Warp w owns column tile cc = 8 w of both (tiles w + 8 i: row tile rt = 16 i);
   // its tiles at or below the diagonal (i >= w / 2) share their K-column fragment.
-  float* aqk = sc.aqk + (c * Hv + j) * C * C;
+  float* aqk = sc.aqk + (ci * Hv + j) * C * C;
   {
     static_assert(C == 64, "the tile assignment assumes 4 row tiles x 8 column tiles");
     const int cc = 8 * warp, i_min = warp / 2, jj = cc + 2 * tq;
@@ -422,8 +422,8 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
   cp_async_wait_all();
   __syncthreads();
   // 3. U = T (beta V), W = T (beta e^gamma K): column tiles of U, then of W
-  float* u = sc.u + (c * Hv + j) * C * Dv;
-  float* w = sc.w + (c * Hv + j) * C * Dk;
+  float* u = sc.u + (ci * Hv + j) * C * Dv;
+  float* w = sc.w + (ci * Hv + j) * C * Dk;
   // Warp w's tiles (w + 8 m) share the row tile rt = 16 (w % 4), hence their T fragment; column
   // tile (w / 4 + 2 m) of U (beta V), then of W (beta e^gamma K). In groups of four.
   const int col_tiles = int(Dv / 8 + Dk / 8), rt = (warp % 4) * 16;
@@ -446,6 +446,32 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
       *reinterpret_cast<float2*>(out + (rt + gq) * ldo + 2 * tq) = make_float2(d[q][0], d[q][1]);
       *reinterpret_cast<float2*>(out + (rt + gq + 8) * ldo + 2 * tq) = make_float2(d[q][2], d[q][3]);
     }
+  }
+}
+
+// The chunks of sequence s in this pass, [cb, ce); false (the CTA has nothing to do) if none.
+__device__ __forceinline__ bool scan_pass_chunks(const GdnChunks& ch, const GdnScratch& sc, int64_t s, int64_t& cb, int64_t& ce) {
+  const int64_t first = ch.seq_chunk[s], end = ch.seq_chunk[s + 1];
+  cb = first > sc.c0 ? first : sc.c0;
+  ce = sc.c1 >= 0 && sc.c1 < end ? sc.c1 : end;
+  return cb < ce;
+}
+// This CTA's state columns [c0_col, c0_col + sw) of value head j: from the previous pass when
+// the sequence began before it, else zero (columns >= sw, padding, stay zero).
+__device__ __forceinline__ void load_state(float* S, int lds, const GdnScratch& sc, bool carried, int64_t j, int64_t Dk, int64_t Dv,
+                                           int64_t c0_col, int sw, int tid, int nt) {
+  for (int64_t e = tid; e < Dk * lds; e += nt) {
+    const int64_t y = e / lds, x = e - y * lds;
+    S[e] = carried && x < sw ? sc.state_in[(j * Dk + y) * Dv + c0_col + x] : 0.0f;
+  }
+}
+// After the pass's last chunk, for a sequence that continues in the next pass.
+__device__ __forceinline__ void store_state(const float* S, int lds, const GdnScratch& sc, int64_t j, int64_t Dk, int64_t Dv,
+                                            int64_t c0_col, int sw, int tid, int nt) {
+  __syncthreads();  // the last chunk's S updates are done
+  for (int64_t e = tid; e < Dk * sw; e += nt) {
+    const int64_t y = e / sw, x = e - y * sw;
+    sc.state_out[(j * Dk + y) * Dv + c0_col + x] = S[y * lds + x];
   }
 }
 
@@ -474,13 +500,15 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
   const int sw = int(Dv - c0_col < SW ? Dv - c0_col : SW);
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nwarps = nt >> 5;
 
-  for (int64_t e = tid; e < Dk * SW; e += nt) S[e] = 0.0f;
-  for (int64_t c = ch.seq_chunk[s]; c < ch.seq_chunk[s + 1]; ++c) {
+  int64_t cb, ce;
+  if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
+  load_state(S, SW, sc, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
+  for (int64_t c = cb; c < ce; ++c) {
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
-    const float* w = sc.w + (c * Hv + j) * C * Dk;
-    const float* u = sc.u + (c * Hv + j) * C * Dv;
-    const float* aqk = sc.aqk + (c * Hv + j) * C * C;
+    const float* w = sc.w + ((c - sc.c0) * Hv + j) * C * Dk;
+    const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv;
+    const float* aqk = sc.aqk + ((c - sc.c0) * Hv + j) * C * C;
     __syncthreads();  // the previous chunk's readers of q/k/Vn are done
     for (int64_t e = tid; e < C * Dk; e += nt) {
       const int64_t i = e / Dk, x = e - i * Dk;
@@ -577,6 +605,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
       if (two) S[y2 * SW + lane] = S[y2 * SW + lane] * eC + (b0 + b1);
     }
   }
+  if (ch.seq_chunk[s + 1] > ce) store_state(S, SW, sc, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
 // ---- the scan on tensor cores ----
@@ -618,13 +647,15 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
   // this warp's 16 x 8 tiles of the 64 x 32 outputs: rows 16 * (warp % 4), columns 8 * ct
   const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;
 
-  for (int64_t e = tid; e < Dk * SWP; e += nt) S[e] = 0.0f;
-  for (int64_t c = ch.seq_chunk[s]; c < ch.seq_chunk[s + 1]; ++c) {
+  int64_t cb, ce;
+  if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
+  load_state(S, SWP, sc, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
+  for (int64_t c = cb; c < ce; ++c) {
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
-    const float* w = sc.w + (c * Hv + j) * C * Dk;
-    const float* u = sc.u + (c * Hv + j) * C * Dv;
-    const float* aqk = sc.aqk + (c * Hv + j) * C * C;
+    const float* w = sc.w + ((c - sc.c0) * Hv + j) * C * Dk;
+    const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv;
+    const float* aqk = sc.aqk + ((c - sc.c0) * Hv + j) * C * C;
     const float* rows = mixed + t0 * conv_dim;
     __syncthreads();  // the previous chunk's readers of q/k/Vn/S are done
     load_tile_async(Ws, ld, w, Dk, C, int(Dk), C, int(Dk));
@@ -710,6 +741,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
       }
     }
   }
+  if (ch.seq_chunk[s + 1] > ce) store_state(S, SWP, sc, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
 // GdnPath::Auto -> tensor cores or not (see kernels.h)
@@ -777,12 +809,25 @@ void set_smem_limits() {
 }
 }  // namespace
 
+// A pass's chunk range, and the state buffers it needs when it does not cover everything.
+static void check_pass(const GdnChunks& ch, const GdnScratch& sc, const char* op) {
+  const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
+  if (sc.c0 < 0 || c1 < sc.c0 || c1 > ch.n_chunks)
+    throw Error(Status::Internal, "internal_error", std::string(op) + ": chunk pass [" + std::to_string(sc.c0) + ", " +
+                                                        std::to_string(c1) + ") outside [0, " + std::to_string(ch.n_chunks) + ")");
+  if ((sc.c0 > 0 && !sc.state_in) || (c1 < ch.n_chunks && !sc.state_out))
+    throw Error(Status::Internal, "internal_error", std::string(op) + ": a partial chunk pass needs state buffers");
+}
+
 void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
                     const GdnChunks& ch, GdnScratch sc, cudaStream_t s, GdnPath path) {
   if (ch.n_chunks == 0) return;
   set_smem_limits();
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
-  const dim3 grid(unsigned(ch.n_chunks), unsigned(Hv));
+  check_pass(ch, sc, "gdn_chunk_prep");
+  const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
+  if (c1 == sc.c0) return;
+  const dim3 grid(unsigned(c1 - sc.c0), unsigned(Hv));
   if (use_tensor_cores(path, Dk, Dv))
     gdn_chunk_prep_tc_k<<<grid, 256, PrepTcSmem(Dk, Dv).bytes(), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
   else
@@ -795,6 +840,7 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
   if (ch.n_chunks == 0) return;
   set_smem_limits();
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
+  check_pass(ch, sc, "gdn_chunk_scan");
   const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW));
   if (use_tensor_cores(path, Dk, Dv))
     gdn_chunk_scan_tc_k<<<grid, 256, ScanTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);

@@ -190,9 +190,19 @@ __global__ void question_softmax_k(float* logits, const int32_t* opt_beg, int64_
 // stream through all SMs (k-parallel lanes, 16-byte loads) rather than 128-row cuBLASLt tiles of
 // which a request's few questions used a handful of rows (4.8 of the blog request's 8 ms head)
 // or a per-thread FMA chain over k (measured 170 us a GEMM: too few CTAs, each latency-bound).
+// The weights may be bf16 (the release's head is, so they are held as the file has them: half
+// the memory) and are widened exactly to fp32 as they are read: the same FMAs on the same values.
 constexpr int kHgRows = 8, kHgCols = 4, kHgWarps = 8;
-template <bool Vec>
-__global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n,
+__device__ __forceinline__ float hg_f32(float v) { return v; }
+__device__ __forceinline__ float hg_f32(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float4 hg_load4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float4 hg_load4(const bf16* p) {  // 4 bf16 (8-byte aligned), element 0 in the low half
+  const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+template <bool Vec, class WT>
+__global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n,
                                                              float* y, int64_t ldy, bool accumulate) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t c0 = (int64_t(blockIdx.x) * kHgWarps + warp) * kHgCols, r0 = int64_t(blockIdx.y) * kHgRows;
@@ -204,12 +214,13 @@ __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int
     float4 wv[kHgCols];
 #pragma unroll
     for (int c = 0; c < kHgCols; ++c) {
-      const float* wr = w + (c0 + (c < nc ? c : 0)) * k + 4 * i;
+      const WT* wr = w + (c0 + (c < nc ? c : 0)) * k + 4 * i;
       if constexpr (Vec) {
-        wv[c] = c < nc ? __ldg(reinterpret_cast<const float4*>(wr)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        wv[c] = c < nc ? hg_load4(wr) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       } else {
         const int64_t left = k - 4 * i;
-        wv[c] = c < nc ? make_float4(wr[0], left > 1 ? wr[1] : 0.0f, left > 2 ? wr[2] : 0.0f, left > 3 ? wr[3] : 0.0f)
+        wv[c] = c < nc ? make_float4(hg_f32(wr[0]), left > 1 ? hg_f32(wr[1]) : 0.0f, left > 2 ? hg_f32(wr[2]) : 0.0f,
+                                     left > 3 ? hg_f32(wr[3]) : 0.0f)
                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
     }
@@ -292,17 +303,30 @@ void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t
   check_launch("head mha");
 }
 
-void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
-               cudaStream_t s) {
+namespace {
+template <class WT>
+void launch_head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n, float* y, int64_t ldy, bool accumulate,
+                      cudaStream_t s) {
   if (m == 0 || n == 0) return;
   if ((m + kHgRows - 1) / kHgRows > 65535)
     throw Error(Status::Internal, "internal_error", "head gemm: " + std::to_string(m) + " rows (at most 524,280 question / option rows)");
   const dim3 grid(unsigned((n + kHgWarps * kHgCols - 1) / (kHgWarps * kHgCols)), unsigned((m + kHgRows - 1) / kHgRows));
-  // 16-byte loads when every row start is 16-byte aligned; both forms do the same operations
-  const bool vec = k % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  if (vec) head_gemm_k<true><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate);
-  else head_gemm_k<false><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate);
+  // 4-element loads when every row start is aligned for them; both forms do the same operations
+  const bool vec = k % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(w) % (4 * sizeof(WT)) == 0;
+  if (vec) head_gemm_k<true, WT><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate);
+  else head_gemm_k<false, WT><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate);
   check_launch("head gemm");
+}
+}  // namespace
+
+void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
+               cudaStream_t s) {
+  launch_head_gemm(x, ldx, m, k, w, n, y, ldy, accumulate, s);
+}
+void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n, float* y, int64_t ldy, bool accumulate,
+               cudaStream_t s) {
+  launch_head_gemm(x, ldx, m, k, w, n, y, ldy, accumulate, s);
 }
 
 void option_summary(const float* R, const float* B, const int32_t* opt_beg, int64_t Q, int64_t W, float* summary, cudaStream_t s) {

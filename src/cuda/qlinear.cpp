@@ -98,6 +98,16 @@ void LinearRunner::begin(const QuantScratch& sc) {
   issue(0);
 }
 
+void LinearRunner::replay_from(size_t pos) {
+  if (pos == cursor_) return;
+  if (pos > cursor_ || pos >= chunks_.size())
+    throw Error(Status::Internal, "internal_error", "NVFP4 staging: replay from a position not yet run");
+  // The chunk prefetched last (for what would have come next) is simply overwritten later:
+  // the side stream runs in order and each slot's GEMMs release it through free_.
+  cursor_ = pos;
+  issue(pos);
+}
+
 void LinearRunner::issue(size_t i) {
   const Chunk& c = chunks_[i];
   const int slot = int(i & 1);

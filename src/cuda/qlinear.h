@@ -55,6 +55,11 @@ class LinearRunner {
 
   // Call at the start of each backbone pass: restarts the NVFP4 schedule and stages chunk 0.
   void begin(const QuantScratch& sc);
+  // Running the same Linears again (the MLP over its next token block): position() before
+  // the first run, replay_from(it) before each repeat. The staged chunks are dequantized again
+  // from there (one chunk is prefetched for nothing at each repeat).
+  size_t position() const { return cursor_; }
+  void replay_from(size_t pos);
   // y (+)= x W^T. x: bf16 [m, k] with row stride ldx; y: [m, n] of type yt with row stride ldy.
   // Linears must come in the order of schedule_order() (checked).
   void run(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);

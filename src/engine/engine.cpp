@@ -37,6 +37,7 @@ struct GpuBackend {
     fo.max_seqs = opts.max_batch_requests;
     fo.batch_invariant = opts.batch_invariant;
     fo.w4a16_fused = opts.w4a16_fused;
+    if (opts.offload_embeddings) cuda::use_lean_memory_plan(fo);
     forward = std::make_unique<cuda::Forward>(model, fo);
   }
 };
