@@ -360,7 +360,8 @@ TEST(CudaQuant, Fp8GemmRowsDoNotDependOnM) {
       else EXPECT_EQ(got, first) << "m " << m << (yt == cuda::OutType::F32 ? " fp32" : " bf16");
     }
   }
-  std::cout << "FP8 m buckets: " << gemm.fp8_buckets_adopted() << " adopted, " << gemm.fp8_buckets_refused() << " kept the reference\n";
+  std::cout << "FP8 m buckets: " << gemm.fp8_buckets_adopted() << " adopted another algorithm than the reference, "
+            << gemm.fp8_buckets_refused() << " candidates dropped for rounding differently\n";
 }
 
 // The fused FP8 SwiGLU (gate|up left unscaled by the GEMM) against the unfused path (the scale

@@ -17,8 +17,6 @@ struct Layouts {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
 };
 
-// Column-major view: D^T[n, m] = W[n, k] * X^T[k, m]; W row-major [n, k] is column-major
-// [k, n] (op T), X row-major [m, k] is column-major [k, m] (op N).
 // Hopper's FP8 tensor cores keep fewer accumulator bits unless cuBLASLt promotes partial sums
 // to fp32 now and then (its default); CLEFRT_FP8_FAST_ACCUM=1 turns the promotion off (faster,
 // less exact over long k). Off by default: exact before fast.
@@ -30,7 +28,7 @@ bool fp8_fast_accumulation() {
   return on;
 }
 
-// FP8 needs this "TN" form too: A (the weights) transposed, B not.
+// CLEFRT_FP8_M_BUCKETS=0: FP8 GEMMs run the reference algorithm at every m (no tuning).
 bool fp8_m_buckets() {
   static const bool on = [] {
     const char* v = std::getenv("CLEFRT_FP8_M_BUCKETS");
@@ -38,10 +36,9 @@ bool fp8_m_buckets() {
   }();
   return on;
 }
-// the reference m of m's bucket (gemm.h); 4,096 is the one every other GEMM uses. A 256 bucket for
-// m <= 512 was measured slower at the blog request (39.5 -> 40.9 ms: the heuristic's pick at 256
-// for the residual GEMMs, n = 5,120), so short inputs keep the reference algorithm.
-int64_t fp8_bucket(int64_t m) { return m <= 512 ? 4096 : m <= 2048 ? 1024 : m <= 8192 ? 4096 : 16384; }
+// m's FP8 bucket, named by its largest m (the last one: everything above 8,192). A bucket's
+// algorithm is timed at its first call (gemm.h, tune_fp8).
+int64_t fp8_bucket(int64_t m) { return m <= 512 ? 512 : m <= 2048 ? 2048 : m <= 8192 ? 8192 : 16384; }
 bool same_algo(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 // No split-K and no reduction scheme: one CTA sums the whole k of its outputs, in order.
@@ -54,6 +51,9 @@ bool invariant_algo(const cublasLtMatmulAlgo_t& a) {
   return splitk <= 1 && red == CUBLASLT_REDUCTION_SCHEME_NONE;
 }
 
+// Column-major view: D^T[n, m] = W[n, k] * X^T[k, m]; W row-major [n, k] is column-major
+// [k, n] (op T), X row-major [m, k] is column-major [k, m] (op N). FP8 needs this "TN" form
+// too: A (the weights) transposed, B not.
 Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, int in_kind, const char* op) {
   const cudaDataType in = in_kind == 1 ? CUDA_R_32F : in_kind == 2 ? CUDA_R_8F_E4M3 : in_kind == 3 ? CUDA_R_4F_E2M1 : CUDA_R_16BF;
   Layouts l;
@@ -148,20 +148,14 @@ Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy
     if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, in, op)).first;
     p.algo = a->second;
     const int64_t bucket = fp8_bucket(m);
-    if (in == In::FP8 && !acc && bucket != 4096 && fp8_m_buckets()) {
+    if (in == In::FP8 && !acc && fp8_m_buckets()) {
       auto d = fp8_bucket_algos_.find(std::make_tuple(bucket, n, k, ldy, int(yt)));
       if (d != fp8_bucket_algos_.end()) {
         p.algo = d->second;
-      } else {
-        const cublasLtMatmulAlgo_t cand = choose(bucket, n, k, ldx, ldy, yt, acc, in, op);
-        if (same_algo(cand, p.algo)) {
-          fp8_bucket_algos_.emplace(std::make_tuple(bucket, n, k, ldy, int(yt)), cand);
-        } else {  // decided by probe_fp8 at the first call, which has operands
-          p.probe = true;
-          p.reference = p.algo;
-          p.algo = cand;
-          p.bucket = bucket;
-        }
+      } else {  // decided by tune_fp8 at the first call, which has operands
+        p.probe = true;
+        p.reference = p.algo;
+        p.bucket = bucket;
       }
     }
   } else {
@@ -185,60 +179,101 @@ void Gemm::run(const __nv_bfloat16* x, int64_t m, int64_t k, int64_t ldx, const 
 void Gemm::run_fp8(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, OutType yt, int64_t ldy, const char* op) {
   if (m == 0) return;
   Plan& p = plan(m, n, k, k, ldy, yt, false, In::FP8, op);
-  if (p.probe) probe_fp8(p, x, m, k, w, n, yt, ldy, op);
+  if (p.probe) tune_fp8(p, x, m, k, w, n, y, yt, ldy, op);
   launch(p, x, w, y, false, op);
 }
 
-// Runs the reference and the bucket's algorithm on the call's first min(m, 64) rows into two
-// scratch outputs and keeps the bucket's only if every output bit agrees (then for every m of
-// the bucket and this shape). Once per (bucket, shape); synchronizes the stream.
-void Gemm::probe_fp8(Plan& p, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, OutType yt, int64_t ldy,
-                     const char* op) {
+// The first FP8 call of an m bucket and shape picks the bucket's algorithm: the reference and
+// the heuristic's batch-invariant candidates at this m (up to 8 more) each run the call's first
+// min(m, 64) rows into a scratch, and a candidate that differs from the reference in any output
+// bit is dropped; the rest are timed on the whole call, writing into y (which the real GEMM
+// overwrites next), and the fastest is kept for every m of the bucket and this shape.
+// Synchronizes the stream; once per (bucket, shape). Without room for the scratch: the reference.
+void Gemm::tune_fp8(Plan& p, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, OutType yt, int64_t ldy,
+                    const char* op) {
   const int64_t rows = m < 64 ? m : 64;
   const size_t es = yt == OutType::F32 ? 4 : 2, bytes = size_t(rows) * size_t(ldy) * es;
+  auto decide = [&](const cublasLtMatmulAlgo_t& algo) {
+    p.algo = algo;
+    p.probe = false;
+    fp8_bucket_algos_.emplace(std::make_tuple(p.bucket, n, k, ldy, int(yt)), algo);
+    // other m of this bucket planned before the decision take it too
+    for (auto& [key, q] : plans_)
+      if (q.probe && q.bucket == p.bucket && std::get<1>(key) == n && std::get<2>(key) == k && std::get<4>(key) == ldy &&
+          std::get<5>(key) == int(yt) && std::get<7>(key) == int(In::FP8)) {
+        q.algo = algo;
+        q.probe = false;
+      }
+  };
+  std::vector<cublasLtMatmulAlgo_t> algos = {p.reference};
+  for (const auto& r : heuristics(m, n, k, k, ldy, yt, In::FP8, op)) {
+    if (algos.size() >= 9) break;
+    if (!invariant_algo(r.algo)) continue;
+    bool seen = false;
+    for (const auto& a : algos) seen |= same_algo(a, r.algo);
+    if (!seen) algos.push_back(r.algo);
+  }
   DeviceBuffer ref, cand;
   try {
     ref = DeviceBuffer(bytes, "FP8 algorithm probe");
     cand = DeviceBuffer(bytes, "FP8 algorithm probe");
-  } catch (const Error&) {  // no room for the probe (a card near full): the reference algorithm, unprobed
-    p.algo = p.reference;
-    p.probe = false;
+  } catch (const Error&) {  // no room for the probe (a card near full): the reference algorithm, untuned
+    decide(p.reference);
     return;
   }
-  check(cudaMemsetAsync(ref.get(), 0, bytes, stream_), op);
-  check(cudaMemsetAsync(cand.get(), 0, bytes, stream_), op);
   Layouts l = make_layouts(rows, n, k, k, ldy, yt, int(In::FP8), op);
-  Plan probe{l.desc, l.a, l.b, l.c, p.reference};
-  Plan bucket{l.desc, l.a, l.b, l.c, p.algo};
-  std::vector<char> a(bytes), b(bytes);
-  try {
-    launch(probe, x, w, ref.get(), false, op);
-    launch(bucket, x, w, cand.get(), false, op);
-    check(cudaMemcpyAsync(a.data(), ref.get(), bytes, cudaMemcpyDeviceToHost, stream_), op);
-    check(cudaMemcpyAsync(b.data(), cand.get(), bytes, cudaMemcpyDeviceToHost, stream_), op);
+  cudaEvent_t t0 = nullptr, t1 = nullptr;
+  std::vector<char> want(bytes), got(bytes);
+  auto rows_of = [&](const cublasLtMatmulAlgo_t& algo, DeviceBuffer& out, std::vector<char>& host) {
+    Plan probe{l.desc, l.a, l.b, l.c, algo};
+    check(cudaMemsetAsync(out.get(), 0, bytes, stream_), op);
+    launch(probe, x, w, out.get(), false, op);
+    check(cudaMemcpyAsync(host.data(), out.get(), bytes, cudaMemcpyDeviceToHost, stream_), op);
     check(cudaStreamSynchronize(stream_), op);
+  };
+  auto time_ms = [&](const cublasLtMatmulAlgo_t& algo) {
+    Plan full = p;
+    full.algo = algo;
+    launch(full, x, w, y, false, op);  // warm
+    check(cudaEventRecord(t0, stream_), op);
+    for (int r = 0; r < 3; ++r) launch(full, x, w, y, false, op);
+    check(cudaEventRecord(t1, stream_), op);
+    check(cudaEventSynchronize(t1), op);
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, t0, t1), op);
+    return ms / 3;
+  };
+  cublasLtMatmulAlgo_t best = p.reference;
+  try {
+    check(cudaEventCreate(&t0), op);
+    check(cudaEventCreate(&t1), op);
+    rows_of(p.reference, ref, want);
+    float best_ms = time_ms(p.reference);
+    for (size_t i = 1; i < algos.size(); ++i) {
+      rows_of(algos[i], cand, got);
+      if (got != want) {
+        ++fp8_refused_;
+        std::fprintf(stderr, "gemm: %s: an FP8 candidate for m bucket %lld rounds differently from the reference one; not used\n", op,
+                     (long long)p.bucket);
+        continue;
+      }
+      const float ms = time_ms(algos[i]);
+      if (ms < best_ms) {
+        best_ms = ms;
+        best = algos[i];
+      }
+    }
   } catch (...) {
+    if (t0) cudaEventDestroy(t0);
+    if (t1) cudaEventDestroy(t1);
     destroy(l);
     throw;
   }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
   destroy(l);
-  const bool same = a == b;
-  if (same) ++fp8_adopted_;
-  else ++fp8_refused_;
-  if (!same) {
-    p.algo = p.reference;
-    std::fprintf(stderr, "gemm: %s: the FP8 algorithm for m bucket %lld rounds differently from the reference one; keeping the reference\n",
-                 op, (long long)p.bucket);
-  }
-  fp8_bucket_algos_.emplace(std::make_tuple(p.bucket, n, k, ldy, int(yt)), p.algo);
-  p.probe = false;
-  // other m of this bucket planned before the decision take it too
-  for (auto& [key, q] : plans_)
-    if (q.probe && q.bucket == p.bucket && std::get<1>(key) == n && std::get<2>(key) == k && std::get<4>(key) == ldy &&
-        std::get<5>(key) == int(yt) && std::get<7>(key) == int(In::FP8)) {
-      q.algo = p.algo;
-      q.probe = false;
-    }
+  if (!same_algo(best, p.reference)) ++fp8_adopted_;
+  decide(best);
 }
 
 void Gemm::run_f32(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,

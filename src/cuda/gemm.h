@@ -11,12 +11,12 @@
 //
 // FP8 exception (measured: clefrt_bench_fp8, bench/results): every batch-invariant FP8 candidate
 // cuBLASLt offers on sm_90 rounds bit for bit like the others, while the best one is up to 1.6x
-// faster than the reference-m choice at some m. So FP8 GEMMs take the heuristic's first
-// invariant algorithm at the reference m of their m bucket (1,024 for 513..2,048 rows, 16,384
-// above 8,192; the reference 4,096 otherwise: the heuristic's pick at 256 was slower for short
-// inputs), but only after a probe on the call's own first (up to)
-// 64 rows has shown it equal to the reference algorithm in every output bit; otherwise (or with
-// CLEFRT_FP8_M_BUCKETS=0) the reference algorithm runs. Answers stay batch-invariant either way.
+// faster than the reference-m choice at some m (and the heuristic's first pick is not the
+// fastest). So per m bucket (<= 512, <= 2,048, <= 8,192, above) and shape, the first call times
+// the reference algorithm and the heuristic's invariant candidates at its m and keeps the
+// fastest, among those whose output on the call's first (up to) 64 rows equals the reference's
+// in every bit (tune_fp8). CLEFRT_FP8_M_BUCKETS=0: the reference algorithm everywhere. Answers
+// stay batch-invariant either way; which candidate wins may differ between processes.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -59,7 +59,8 @@ class Gemm {
                float alpha, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
 
   bool batch_invariant() const { return batch_invariant_; }
-  // FP8 m buckets (see above): how many probes adopted the bucket's algorithm / kept the reference
+  // FP8 m buckets (see above): buckets that adopted another algorithm than the reference, and
+  // candidates dropped because some output bit differed from the reference
   int fp8_buckets_adopted() const { return fp8_adopted_; }
   int fp8_buckets_refused() const { return fp8_refused_; }
 
@@ -80,7 +81,7 @@ class Gemm {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
-    // FP8 m buckets: the reference algorithm and the bucket's, until a probe has decided
+    // FP8 m buckets: the reference algorithm, until tune_fp8 has decided the bucket's
     bool probe = false;
     cublasLtMatmulAlgo_t reference{};
     int64_t bucket = 0;
@@ -104,7 +105,8 @@ class Gemm {
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int>, cublasLtMatmulAlgo_t> invariant_algos_;
   // FP8: (bucket reference m, n, k, ldy, yt) -> the algorithm the probe settled on
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int>, cublasLtMatmulAlgo_t> fp8_bucket_algos_;
-  void probe_fp8(Plan& p, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, OutType yt, int64_t ldy, const char* op);
+  void tune_fp8(Plan& p, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, OutType yt, int64_t ldy,
+                const char* op);
 };
 
 }  // namespace clefrt::cuda
