@@ -103,8 +103,9 @@ Runner add_inspect(CLI::App& app) {
 #ifdef CLEFRT_HAVE_CUDA
     // The CUDA engine: the backbone's Linears in the --quant format (the recipe's keep-list --
     // GDN in_proj_a/b, conv, norms -- in bf16), embeddings in bf16 (or pinned host memory with
-    // --offload-embeddings), the joint head in fp32, the activation arena for a batch of
-    // --max-length tokens (64 requests), cuBLASLt's workspace, and NVFP4's two staging slots.
+    // --offload-embeddings, which also plans the lean arena), the joint head (bf16 matrices,
+    // fp32 token-row ones), the activation arena for a batch of --max-length tokens (64
+    // requests), cuBLASLt's workspace, and NVFP4's two staging slots.
     {
       const model::TextWeights shapes = model::shape_only_text(cfg.text);
       double lin = 0, lin_rows = 0, other = 0;
@@ -138,6 +139,8 @@ Runner add_inspect(CLI::App& app) {
         fo.max_tokens = *max_tokens;
         fo.max_seqs = 64;
         const double arena = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, fo, m.q));
+        cuda::use_lean_memory_plan(fo);  // what --offload-embeddings plans
+        const double arena_lean = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, fo, m.q));
         // staging: two slots of up to LinearRunner::kStageBytes (none with the fused W4A16 GEMM)
         const bool staged = cuda::w4a16_kernel_from_env() == cuda::W4A16Kernel::Staged;
         const double staging =
@@ -146,7 +149,7 @@ Runner add_inspect(CLI::App& app) {
         std::printf("  cuda --quant %-12s weights %s + embeddings %s + activations (%lld tokens) %s + workspaces %s = %s; "
                     "with --offload-embeddings %s\n",
                     m.name, gib(weights).c_str(), gib(embed).c_str(), (long long)*max_tokens, gib(arena).c_str(), gib(ws + staging).c_str(),
-                    gib(total + embed).c_str(), gib(total).c_str());
+                    gib(total + embed).c_str(), gib(total - arena + arena_lean).c_str());
       }
       std::cout << "  (plus the CUDA context: ~0.26 GiB on an H200)\n";
     }
