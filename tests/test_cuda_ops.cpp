@@ -174,7 +174,18 @@ TEST(CudaOps, ConvSiluPackedMatchesCpu) {
   }
   DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), ds = upload(seq_start, "s"), dy(want.size() * 4);
   conv_silu(dx.as<float>(), ldx, ds.as<int32_t>(), L, Cn, dw.as<float>(), K, dy.as<float>(), nullptr);
-  expect_close(down<float>(dy, want.size()), want, 1e-5, 1e-5, "conv_silu Cn=" + std::to_string(Cn));
+  const auto whole = down<float>(dy, want.size());
+  expect_close(whole, want, 1e-5, 1e-5, "conv_silu Cn=" + std::to_string(Cn));
+  // token blocks (as the forward runs the GDN layer): x holds the block's rows and up to K - 1
+  // before it; the same bits as the whole run
+  for (auto [b0, b1] : {std::pair<int64_t, int64_t>{0, 5}, {5, 70}, {70, L}, {66, 67}, {2, 3}}) {
+    const int64_t r0 = std::max<int64_t>(0, b0 - (K - 1));
+    DeviceBuffer xb(size_t((b1 - r0) * ldx) * 4), yb(size_t((b1 - b0) * Cn) * 4);
+    check(cudaMemcpy(xb.get(), dx.as<float>() + r0 * ldx, size_t((b1 - r0) * ldx) * 4, cudaMemcpyDeviceToDevice), "x block");
+    conv_silu_rows(xb.as<float>(), ldx, r0, ds.as<int32_t>(), b0, b1 - b0, Cn, dw.as<float>(), K, yb.as<float>(), nullptr);
+    const auto got = down<float>(yb, size_t((b1 - b0) * Cn));
+    EXPECT_EQ(got, std::vector<float>(whole.begin() + b0 * Cn, whole.begin() + b1 * Cn)) << "conv_silu rows [" << b0 << ", " << b1 << ") Cn=" << Cn;
+  }
   }
 }
 

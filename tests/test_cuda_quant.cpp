@@ -673,10 +673,12 @@ TEST(CudaQuant, W4A16FusedForwardAgainstCpu) {
   EXPECT_EQ(batch_worst, 0.0);
 }
 
-// The lean-memory plan (MLP over token blocks, GDN in chunk passes; --offload-embeddings uses
-// 1,024 / 16) at extreme settings (40-token blocks, one chunk a pass) against the plain plan on
-// the same GPU weights: the same probabilities bit for bit, in every weight format and both
-// W4A16 kernels (staged NVFP4 replays its dequantization schedule per block).
+// The lean-memory plan (MLP over token blocks, the GDN layer in passes of chunks; the default
+// is 64-chunk passes, --offload-embeddings uses 1,024-token blocks and 16-chunk passes) at
+// extreme settings (40-token blocks, one chunk a pass: the conv's history rows recomputed at
+// every pass) against one pass over everything, on the same GPU weights: the same
+// probabilities bit for bit, in every weight format and both W4A16 kernels (staged NVFP4
+// replays its dequantization schedule per block and pass).
 TEST(CudaQuant, LeanPlanGivesTheSameBits) {
   NEED_GPU();
   auto same_bits = [](const std::string& what, const std::string& dir, QuantMode q, bool fused, const std::vector<const Encoded*>& batch) {
@@ -696,6 +698,8 @@ TEST(CudaQuant, LeanPlanGivesTheSameBits) {
     plain.max_tokens = tokens;
     plain.max_seqs = int64_t(batch.size());
     plain.w4a16_fused = fused;
+    plain.gdn_pass_chunks = 0;  // every chunk in one pass, the MLP over every token at once
+    plain.mlp_block_tokens = 0;
     cuda::ForwardOptions lean = plain;
     lean.mlp_block_tokens = 40;
     lean.gdn_pass_chunks = 1;

@@ -1,6 +1,7 @@
 #include "cuda/forward.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -15,6 +16,14 @@ using model::LayerType;
 
 namespace {
 constexpr int64_t kChunk = 64, kTile = 64;
+
+// A buffer holding rows [r0, ...) of a row-major [tokens, ld] array, as a pointer that kernels
+// indexing by global token can use (row t at ptr + t * ld). Computed on the address as an
+// integer: the pointer may lie before the buffer, which only rows >= r0 are ever read through.
+template <class T>
+T* rows_before(T* p, int64_t r0, int64_t ld) {
+  return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(p) - uintptr_t(r0) * uintptr_t(ld) * sizeof(T));
+}
 }
 
 // Everything one forward needs: the host-side index arrays and the device buffers carved from
@@ -30,32 +39,54 @@ struct Forward::Batch {
   const int32_t* d(size_t off) const { return dmeta + off; }
 
   // backbone
-  float *x, *mixed, *g, *beta, *gdn_o, *hidden;
-  bf16 *h, *big, *act, *q, *k;
-  float* big32;  // the same memory as big, read as fp32 (the GDN in_proj output)
+  float *x, *hidden;
+  bf16* h;
+  // GDN layer, per pass of gdn_pass chunks (at most Tb tokens): the in_proj output of the pass's
+  // tokens and the K - 1 before them (fp32: its conv output is L2-normalised per head, which turns
+  // small absolute rounding errors into large ones), conv output, gates, chunk scratch, output
+  float *gtmp, *mixed, *g, *beta, *gdn_o;
+  bf16* gact;
   GdnScratch gs{};
-  int64_t gdn_pass = 0;               // chunks a GDN pass covers (the scratch holds that many)
+  int64_t gdn_pass = 0, Tb = 0;
   float* gdn_state[2] = {nullptr, nullptr};  // a sequence's state between passes [Hv, Dk, Dv]
-  QuantScratch qs{};
+  std::vector<int32_t> chunk_start;          // host copy: a pass's first token
+  // attention block: qkv output, normed q / k, attention output
+  bf16 *abig, *q, *k, *aact;
+  // MLP, per block of at most MB tokens: gate|up output, SwiGLU output
+  bf16 *mbig, *mact;
+  int64_t MB = 0;
+  // each phase's quantized Linear inputs (W4A4 / FP8 / native FP4)
+  QuantScratch qs_gdn{}, qs_attn{}, qs_mlp{};
   // head
-  float *Hn, *M, *mem, *KV, *qm, *cm, *lm, *glast, *qo, *R, *B, *summary, *F, *Fn, *On, *tmpq, *att, *nrm, *ff, *feat, *gp, *logits;
+  float *Hn, *M, *mem, *KV, *qm, *cm, *lm, *glast, *qp, *R, *B, *summary, *F, *Fn, *On, *tmpq, *att, *nrm, *ff, *feat, *gp, *logits;
+
+  // A phase's quantization scratch for Linears of up to `rows` rows and inputs up to kmax wide.
+  static QuantScratch carve_qs(Arena& a, const DevModel& m, int64_t rows, int64_t kmax) {
+    QuantScratch q{};
+    const int64_t k = std::min(m.max_k, (kmax + 15) / 16 * 16);
+    if (m.has_w4a4) q.xq16 = a.carve<bf16>(rows * k, "W4A4 activations");
+    if (m.has_native_fp4) {
+      q.xq4 = a.carve<uint8_t>(rows * k / 2, "FP4 activations");
+      q.xsc = a.carve<uint8_t>(size_t(nvfp4_swizzled_bytes(rows, k)), "FP4 activation scales");
+    }
+    if (m.has_fp8) {
+      q.xq8 = a.carve<uint8_t>(rows * k, "FP8 activations");
+      q.xs = a.carve<float>(rows, "FP8 activation scales");
+      q.acc = a.carve<float>(rows * LinearRunner::fp8_scratch_cols(m), "FP8 GEMM out");
+    }
+    return q;
+  }
 
   void carve(Arena& a, const DevModel& m, const ForwardOptions& o) {
     const auto& c = m.c;
     const auto& hc = m.hc;
     const int64_t H = c.hidden, key_dim = c.k_heads * c.k_head_dim, value_dim = c.v_heads * c.v_head_dim;
-    const int64_t conv_dim = 2 * key_dim + value_dim;
+    const int64_t conv_dim = 2 * key_dim + value_dim, hist = c.conv_kernel - 1;
     const int64_t n_gdn = conv_dim + value_dim + 2 * c.v_heads;
-    const int64_t n_qkv = c.q_heads * 2 * c.head_dim + 2 * c.kv_heads * c.head_dim;
-    // bf16 elements: the GDN in_proj output is kept in fp32 (2 slots each): its conv output is
-    // L2-normalised per head, which turns small absolute rounding errors into large ones
-    // bf16 elements per buffer: the MLP's rows are a block of at most MB tokens
-    const int64_t MB = o.mlp_block_tokens > 0 ? std::min(L, o.mlp_block_tokens) : L;
-    const int64_t big_elems = std::max({2 * c.ffn * MB, 2 * n_gdn * L, n_qkv * L});
-    const int64_t act_elems = std::max({c.ffn * MB, value_dim * L, c.q_heads * c.head_dim * L});
-    // quantized Linear inputs: MLP down's (ffn wide) for a block, the rest for every token
-    const int64_t k_rest = (std::max({H, value_dim, c.q_heads * c.head_dim}) + 15) / 16 * 16;
-    const int64_t xq_elems = std::max(MB * m.max_k, L * std::min(m.max_k, k_rest));
+    const int64_t n_qkv = c.q_heads * 2 * c.head_dim + 2 * c.kv_heads * c.head_dim, attn_dim = c.q_heads * c.head_dim;
+    MB = o.mlp_block_tokens > 0 ? std::min(L, o.mlp_block_tokens) : L;
+    gdn_pass = o.gdn_pass_chunks > 0 ? std::min(nchunks, o.gdn_pass_chunks) : nchunks;
+    Tb = std::min(L, kChunk * gdn_pass);  // chunks hold at most 64 tokens
     const int64_t d = hc.hidden, W = hc.width, sh = W * 4;  // scorer hidden <= 4W is checked at load
     dmeta = a.carve<int32_t>(meta_capacity(), "batch index arrays");
     hidden = a.carve<float>(L * H, "hidden");
@@ -65,51 +96,53 @@ struct Forward::Batch {
     const size_t shared_from = a.used();
     x = a.carve<float>(L * H, "residual");
     h = a.carve<bf16>(L * H, "normed");
-    big = a.carve<bf16>(big_elems, "projections");
-    big32 = reinterpret_cast<float*>(big);
-    // Two phases share the rest. A: the GDN's conv output, gates, chunk scratch and output,
-    // live from the conv to the gated norm. B: the Linear inputs (act), their quantized copies
-    // and the attention's q / k, live in attention and MLP blocks and from the gated norm on
-    // (which reads gdn_o and writes act, so B starts after gdn_o). Nothing in B is live while
-    // A's buffers are, except gdn_o. (-0.32 GiB at 4,096 tokens on the 27B shapes.)
-    gdn_o = a.carve<float>(L * value_dim, "gdn out");
-    const size_t phase_b_from = a.used();
-    g = a.carve<float>(L * c.v_heads, "gdn g");
-    beta = a.carve<float>(L * c.v_heads, "gdn beta");
-    mixed = a.carve<float>(L * conv_dim, "gdn conv out");
-    gdn_pass = o.gdn_pass_chunks > 0 ? std::min(nchunks, o.gdn_pass_chunks) : nchunks;
+    // GDN layers, attention blocks and MLP blocks run one after another and share one region;
+    // within each, buffers live at the same time are carved apart. (Planned for 4,096 tokens on
+    // the 27B shapes this was 1.27 GiB with every buffer separate and full length.)
+    const size_t phase_from = a.used();
+    // GDN: the state between passes first (it outlives each pass); the quantized in_proj /
+    // out_proj inputs share the space of the conv output, gates and chunk scratch, which are
+    // dead at both of those GEMMs
+    if (gdn_pass < nchunks)
+      for (float*& st : gdn_state) st = a.carve<float>(c.v_heads * c.k_head_dim * c.v_head_dim, "gdn state between passes");
+    gtmp = a.carve<float>((Tb + hist) * n_gdn, "gdn in_proj out");
+    gdn_o = a.carve<float>(Tb * value_dim, "gdn out");
+    gact = a.carve<bf16>(Tb * value_dim, "gdn gated norm out");
+    const size_t gdn_shared = a.used();
+    g = a.carve<float>(Tb * c.v_heads, "gdn g");
+    beta = a.carve<float>(Tb * c.v_heads, "gdn beta");
+    mixed = a.carve<float>(Tb * conv_dim, "gdn conv out");
     gs.w = a.carve<float>(gdn_pass * c.v_heads * kChunk * c.k_head_dim, "gdn W");
     gs.u = a.carve<float>(gdn_pass * c.v_heads * kChunk * c.v_head_dim, "gdn U");
     gs.aqk = a.carve<float>(gdn_pass * c.v_heads * kChunk * kChunk, "gdn A");
-    if (gdn_pass < nchunks)
-      for (float*& st : gdn_state) st = a.carve<float>(c.v_heads * c.k_head_dim * c.v_head_dim, "gdn state between passes");
-    const size_t phase_a_end = a.used();
-    a.rewind(phase_b_from);
-    act = a.carve<bf16>(act_elems, "activations");
-    q = a.carve<bf16>(L * c.q_heads * c.head_dim, "attn q");
+    size_t phase_end = a.used();
+    a.rewind(gdn_shared);
+    qs_gdn = carve_qs(a, m, Tb + hist, std::max(H, value_dim));
+    phase_end = std::max(phase_end, a.used());
+    // attention block
+    a.rewind(phase_from);
+    abig = a.carve<bf16>(L * n_qkv, "attn qkv");
+    q = a.carve<bf16>(L * attn_dim, "attn q");
     k = a.carve<bf16>(L * c.kv_heads * c.head_dim, "attn k");
-    if (m.has_w4a4) qs.xq16 = a.carve<bf16>(xq_elems, "W4A4 activations");
-    if (m.has_native_fp4) {
-      qs.xq4 = a.carve<uint8_t>(xq_elems / 2, "FP4 activations");
-      qs.xsc = a.carve<uint8_t>(size_t(std::max(nvfp4_swizzled_bytes(MB, m.max_k), nvfp4_swizzled_bytes(L, std::min(m.max_k, k_rest)))),
-                                "FP4 activation scales");
-    }
-    if (m.has_fp8) {
-      qs.xq8 = a.carve<uint8_t>(xq_elems, "FP8 activations");
-      qs.xs = a.carve<float>(L, "FP8 activation scales");
-      qs.acc = a.carve<float>(L * LinearRunner::fp8_scratch_cols(m), "FP8 GEMM out");
-    }
-    const size_t backbone_end = std::max(a.used(), phase_a_end);
+    aact = a.carve<bf16>(L * attn_dim, "attn out");
+    qs_attn = carve_qs(a, m, L, std::max(H, attn_dim));
+    phase_end = std::max(phase_end, a.used());
+    // MLP block
+    a.rewind(phase_from);
+    mbig = a.carve<bf16>(MB * 2 * c.ffn, "mlp gate|up");
+    mact = a.carve<bf16>(MB * c.ffn, "mlp act");
+    qs_mlp = carve_qs(a, m, MB, std::max(H, c.ffn));
+    phase_end = std::max(phase_end, a.used());
+    const size_t backbone_end = phase_end;
     a.rewind(shared_from);
     Hn = hidden;  // the head's layer norm runs in place (d == H: the head reads the backbone's width)
     M = a.carve<float>(L * W, "head memory");
     mem = a.carve<float>(L * W, "head memory norm");
     KV = a.carve<float>(L * 2 * W, "head kv");
     qm = a.carve<float>(Q * d, "qm");
-    cm = a.carve<float>(O * d, "cm");
     lm = a.carve<float>(O * d, "lm");
     glast = a.carve<float>(nseq * d, "g");
-    qo = a.carve<float>(O * d, "qo");
+    qp = a.carve<float>(Q * W, "option_question_projection of the question rows");
     const int64_t rows = std::max(O, Q);
     R = a.carve<float>(O * W, "R");
     B = a.carve<float>(Q * W, "B");
@@ -117,13 +150,20 @@ struct Forward::Batch {
     F = a.carve<float>(Q * W, "F");
     Fn = a.carve<float>(Q * W, "Fn");
     On = a.carve<float>(O * W, "On");
+    gp = a.carve<float>(nseq * W, "gp");
+    logits = a.carve<float>(O, "logits");
+    // the option span means (cm) are read once, into R, before the evidence layers first use
+    // these buffers: they share their space
+    const size_t late_from = a.used();
     tmpq = a.carve<float>(rows * 3 * W, "head q");
     att = a.carve<float>(rows * W, "head att");
     nrm = a.carve<float>(rows * W, "head norm");
     ff = a.carve<float>(rows * std::max(hc.ffn, sh), "head ff");
     feat = a.carve<float>(O * 4 * W, "scorer features");
-    gp = a.carve<float>(nseq * W, "gp");
-    logits = a.carve<float>(O, "logits");
+    const size_t late_end = a.used();
+    a.rewind(late_from);
+    cm = a.carve<float>(O * d, "cm");
+    a.rewind(std::max(a.used(), late_end));
     a.rewind(std::max(a.used(), backbone_end));
   }
   size_t meta_capacity() const { return size_t(L * 2 + 3 * nchunks + nseq + 1 + 3 * ntiles + 10 * Q + 8 * O + nseq + 64); }
@@ -306,6 +346,7 @@ void Forward::prepare(Batch& b, const std::vector<const Encoded*>& batch) {
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return tq[a] - ts[a] > tq[c] - ts[c]; });
   b.nchunks = int64_t(cs.size());
+  b.chunk_start = cs;
   b.ntiles = int64_t(tq.size());
   mark(b.off_chunk_start);
   v.insert(v.end(), cs.begin(), cs.end());
@@ -389,64 +430,79 @@ void Forward::backbone(Batch& b) {
 
   mark("embed");
   embed_gather(b.d(b.off_ids), L, m_.embed, H, b.x, s);
-  lin_->begin(b.qs);
+  lin_->begin(b.qs_gdn);
   LinearRunner& lin = *lin_;
-  const int64_t mlp_block = o_.mlp_block_tokens > 0 ? std::min(L, o_.mlp_block_tokens) : L;
   int64_t done = 0;
   for (const DevLayer& l : m_.layers) {
     if (o_.debug_layers >= 0 && done++ >= o_.debug_layers) break;
     mark("rms_norm");
     rms_norm_1p(b.x, L, H, l.input_norm, eps, b.h, nullptr, s);
     if (l.type == LayerType::LinearAttention) {
-      const int64_t n = l.gdn_in.n;
-      mark("gemm gdn in_proj");
-      lin.run(b.h, L, H, l.gdn_in, b.big32, OutType::F32, n, false, "gdn in_proj");
-      mark("gdn conv+prep");
-      conv_silu(b.big32, n, b.d(b.off_seq_start), L, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s);
-      const float* bcol = b.big32 + conv_dim + value_dim;
-      gdn_prep(b.mixed, conv_dim, L, c.k_heads, c.k_head_dim, bcol, bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, b.g, b.beta, s);
+      // The whole GDN layer runs per pass of chunks, tokens [T0, T1): in_proj over those rows
+      // and the conv's K - 1 rows of history before them (recomputed: a GEMM row does not depend
+      // on the others), conv, gates, the chunked scan (its state carried between passes), gated
+      // norm, out_proj into the residual. The same bits as one pass over everything.
+      const int64_t n = l.gdn_in.n, hist = c.conv_kernel - 1;
+      lin.use_scratch(b.qs_gdn);
+      const size_t gdn_weights = lin.position();
       for (int64_t c0 = 0, pass = 0; c0 < b.nchunks; c0 += b.gdn_pass, ++pass) {
+        const int64_t c1 = std::min(b.nchunks, c0 + b.gdn_pass);
+        const int64_t T0 = b.chunk_start[size_t(c0)], T1 = c1 < b.nchunks ? b.chunk_start[size_t(c1)] : L, rows = T1 - T0;
+        const int64_t R0 = std::max<int64_t>(0, T0 - hist);
+        lin.replay_from(gdn_weights);
+        mark("gemm gdn in_proj");
+        lin.run(b.h + R0 * H, T1 - R0, H, l.gdn_in, b.gtmp, OutType::F32, n, false, "gdn in_proj");
+        mark("gdn conv+prep");
+        conv_silu_rows(b.gtmp, n, R0, b.d(b.off_seq_start), T0, rows, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s);
+        const float* own = b.gtmp + (T0 - R0) * n;  // the pass's own rows of the in_proj output
+        const float* bcol = own + conv_dim + value_dim;
+        gdn_prep(b.mixed, conv_dim, rows, c.k_heads, c.k_head_dim, bcol, bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, b.g, b.beta, s);
         GdnScratch gp = b.gs;
         gp.c0 = c0;
-        gp.c1 = std::min(b.nchunks, c0 + b.gdn_pass);
+        gp.c1 = c1;
         gp.state_in = b.gdn_state[pass % 2];
         gp.state_out = b.gdn_state[(pass + 1) % 2];
+        // the chunk kernels index tokens globally: the pass's buffers seen from token 0
+        const float* mixed_t = rows_before(b.mixed, T0, conv_dim);
+        const float* g_t = rows_before(b.g, T0, c.v_heads);
         mark("gdn chunk prep");
-        gdn_chunk_prep(b.mixed, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, b.g, b.beta, ch, gp, s);
+        gdn_chunk_prep(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, rows_before(b.beta, T0, c.v_heads), ch, gp, s);
         mark("gdn chunk scan");
-        gdn_chunk_scan(b.mixed, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, b.g, ch, gp, b.gdn_o, s);
+        gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s);
+        mark("gdn gated_norm");
+        gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s);
+        mark("gemm gdn out_proj");
+        lin.run(b.gact, rows, value_dim, l.gdn_out, b.x + T0 * H, OutType::F32, H, true, "gdn out_proj");
       }
-      mark("gdn gated_norm");
-      gated_norm(b.gdn_o, L, c.v_heads, c.v_head_dim, l.gdn_norm, eps, b.big32 + conv_dim, n, b.act, s);
-      mark("gemm gdn out_proj");
-      lin.run(b.act, L, value_dim, l.gdn_out, b.x, OutType::F32, H, true, "gdn out_proj");
     } else {
       const int64_t n = l.qkv.n;
+      lin.use_scratch(b.qs_attn);
       mark("gemm attn qkv");
-      lin.run(b.h, L, H, l.qkv, b.big, OutType::BF16, n, false, "attention qkv_proj");
+      lin.run(b.h, L, H, l.qkv, b.abig, OutType::BF16, n, false, "attention qkv_proj");
       mark("attn prep");
-      attn_prep(b.big, n, L, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), l.q_norm, l.k_norm, eps, b.q, b.k, s);
+      attn_prep(b.abig, n, L, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), l.q_norm, l.k_norm, eps, b.q, b.k, s);
       mark("flash attention");
-      flash_attention(b.q, b.k, b.big + Hq * 2 * D + Hkv * D, n, b.big + D, n, 2 * D, Hq, Hkv, D, tiles, b.act, s);
+      flash_attention(b.q, b.k, b.abig + Hq * 2 * D + Hkv * D, n, b.abig + D, n, 2 * D, Hq, Hkv, D, tiles, b.aact, s);
       mark("gemm attn o_proj");
-      lin.run(b.act, L, Hq * D, l.o, b.x, OutType::F32, H, true, "attention o_proj");
+      lin.run(b.aact, L, Hq * D, l.o, b.x, OutType::F32, H, true, "attention o_proj");
     }
     mark("rms_norm");
     rms_norm_1p(b.x, L, H, l.post_norm, eps, b.h, nullptr, s);
+    lin.use_scratch(b.qs_mlp);
     const size_t mlp_weights = lin.position();
-    for (int64_t t0 = 0; t0 < L; t0 += mlp_block) {
-      const int64_t rows = std::min(mlp_block, L - t0);
+    for (int64_t t0 = 0; t0 < L; t0 += b.MB) {
+      const int64_t rows = std::min(b.MB, L - t0);
       lin.replay_from(mlp_weights);
       mark("gemm mlp gate_up");
       // FP8: the GEMMs' scales are applied by the SwiGLU as it reads gate|up (same bits, one pass less)
       LinearRunner::Fp8Scales gsc;
-      const bool fp8_fused = lin.run_fp8_unscaled(b.h + t0 * H, rows, H, l.gate_up, b.big, 2 * c.ffn, "mlp gate_up_proj", gsc);
-      if (!fp8_fused) lin.run(b.h + t0 * H, rows, H, l.gate_up, b.big, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
+      const bool fp8_fused = lin.run_fp8_unscaled(b.h + t0 * H, rows, H, l.gate_up, b.mbig, 2 * c.ffn, "mlp gate_up_proj", gsc);
+      if (!fp8_fused) lin.run(b.h + t0 * H, rows, H, l.gate_up, b.mbig, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
       mark("swiglu");
-      if (fp8_fused) swiglu_fp8_scaled(b.big, rows, c.ffn, gsc.rs, gsc.cs_lo, gsc.cs_hi, gsc.split, b.act, s);
-      else swiglu(b.big, rows, c.ffn, b.act, s);
+      if (fp8_fused) swiglu_fp8_scaled(b.mbig, rows, c.ffn, gsc.rs, gsc.cs_lo, gsc.cs_hi, gsc.split, b.mact, s);
+      else swiglu(b.mbig, rows, c.ffn, b.mact, s);
       mark("gemm mlp down");
-      lin.run(b.act, rows, c.ffn, l.down, b.x + t0 * H, OutType::F32, H, true, "mlp down_proj");
+      lin.run(b.mact, rows, c.ffn, l.down, b.x + t0 * H, OutType::F32, H, true, "mlp down_proj");
     }
   }
   mark("rms_norm");
@@ -480,10 +536,13 @@ void Forward::head(Batch& b) {
   span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_obeg), b.d(b.off_oend), O, d, b.cm, nullptr, s);
   span_mean(nullptr, 0, m_.lm_head, b.d(b.off_ids), b.d(b.off_obeg), b.d(b.off_oend), O, d, b.lm, nullptr, s);
   gather_rows(b.Hn, d, b.d(b.off_last), N, b.glast, nullptr, s);
-  gather_rows(b.qm, d, b.d(b.off_qof), O, b.qo, nullptr, s);
   lin(b.cm, O, h.option_context_proj, b.R, false, "head option_context_projection");
   lin(b.lm, O, h.option_lexical_proj, b.R, true, "head option_lexical_projection");
-  lin(b.qo, O, h.option_question_proj, b.R, true, "head option_question_projection");
+  // option_question_projection of each option's question mean: projected once per question, then
+  // added per option (a head_gemm row does not depend on the other rows: the same bits as
+  // projecting every option's copy of the row, with Q rows instead of O)
+  lin(b.qm, Q, h.option_question_proj, b.qp, false, "head option_question_projection");
+  gather_rows_add(b.qp, W, b.d(b.off_qof), O, b.R, s);
 
   // q rows of an MHA's packed in_proj: [W, W] at row 0; k|v rows: [2W, W] at row W
   auto q_part = [&](const DevMha& m) { return DevLinear32{m.in.w, nullptr, W, W}; };

@@ -23,10 +23,14 @@ struct ForwardOptions {
   int64_t max_questions = 64;  // per request: the protocol's limit (schema::Limits), which plans the head's question rows
   bool batch_invariant = true; // GEMM algorithms fixed per shape class (see gemm.h)
   bool w4a16_fused = false;    // NVFP4 parts on the fused W4A16 GEMM (qlinear.h; or CLEFRT_W4A16_FUSED=1)
-  // The GDN prefill runs in passes of at most this many 64-token chunks (all sequences, all
-  // heads at once), so its per-chunk scratch (3.75 MiB a chunk on the 27B shapes) is bounded
-  // by this instead of growing with the batch; the same bits as one pass.
-  int64_t gdn_pass_chunks = 64;
+  // A GDN layer runs in passes of at most this many 64-token chunks (0: one pass), all
+  // sequences and heads at once: in_proj over the pass's tokens (and the conv's history rows
+  // before them), conv, gates, chunked scan with the state carried between passes, gated norm,
+  // out_proj. Its buffers are planned for one pass (on the 27B shapes ~0.2 GiB a 1,024-token
+  // pass) instead of the batch; the same bits as one pass (GEMM rows do not depend on m).
+  // 256 (16,384 tokens): measured with 64, the fp8 bench lost ~2% at 8,192+ tokens (GEMMs
+  // split at m = 4,096); at 256 one pass covers every single-request bench point.
+  int64_t gdn_pass_chunks = 256;
   // The MLP (gate|up, SwiGLU, down: all per token) runs over blocks of at most this many tokens
   // (0: all at once), so its [tokens, 2 x ffn] intermediate is planned for a block. The GEMMs
   // are batch-invariant, so a row's bits do not depend on its block. Staged NVFP4 dequantizes
@@ -36,8 +40,8 @@ struct ForwardOptions {
 };
 
 // The lean-memory plan that goes with --offload-embeddings: the MLP over 1,024-token blocks and
-// the GDN in passes of 16 chunks (the same answers bit for bit; a little slower on long inputs,
-// more so for staged NVFP4, which dequantizes the MLP weights once per block).
+// the GDN layers in passes of 16 chunks (the same answers bit for bit; a little slower on long
+// inputs, more so for staged NVFP4, which dequantizes those weights once per block / pass).
 inline void use_lean_memory_plan(ForwardOptions& o) {
   o.mlp_block_tokens = 1024;
   o.gdn_pass_chunks = 16;

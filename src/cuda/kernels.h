@@ -39,6 +39,10 @@ void fill_normal_f32(float* p, int64_t n, uint64_t seed, float mean, float std, 
 // sequence. x: [L, C] fp32 with row stride ldx; w: [C, K] fp32; y: [L, C] fp32.
 void conv_silu(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t C, const float* w, int64_t K, float* y,
                cudaStream_t s);
+// The same for tokens [t0, t0 + L) only (y row 0 = token t0), x's row 0 being token x_row0 <= t0
+// (x holds the K - 1 rows before the block that the conv reads, where they are in the sequence).
+void conv_silu_rows(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, int64_t C, const float* w,
+                    int64_t K, float* y, cudaStream_t s);
 // In place on mixed [L, 2*Hk*Dk + Hv*Dv]: q and k heads L2-normalised (q also * 1/sqrt(Dk)).
 // beta = sigmoid(b), g = negA * softplus(a + dt_bias) from the b and a columns of `ba`.
 void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv,
@@ -115,6 +119,8 @@ void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
 void span_mean(const float* x, int64_t ldx, const bf16* table, const int32_t* ids, const int32_t* begin, const int32_t* end,
                int64_t n, int64_t d, float* out32, bf16* out16, cudaStream_t s);
 void gather_rows(const float* src, int64_t d, const int32_t* idx, int64_t n, float* out32, bf16* out16, cudaStream_t s);
+// out[i, :] += src[idx[i], :] (fp32, rows d wide)
+void gather_rows_add(const float* src, int64_t d, const int32_t* idx, int64_t n, float* out, cudaStream_t s);
 // Unmasked attention per query row r and head: keys [kbeg[r], kend[r]) of k/v (row strides).
 // q, k, v and out are fp32; head_dim = width / heads <= 128.
 void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t ldk, const float* v, int64_t ldv,

@@ -32,10 +32,13 @@ constexpr int SW = 32;  // state columns per scan CTA
 // per thread, x and the taps read as float4, 32-bit index arithmetic (the per-element 64-bit
 // division of the general form cost more than the data). Taps are summed in the same order in
 // both forms.
-__global__ void conv_silu4_k(const float* x, int64_t ldx, const int32_t* seq_start, uint32_t n, uint32_t c4n, const float* w, float* y) {
+// Token t0 + r of the output goes to y row r; x's row 0 is token x_row0 (a block's in_proj rows
+// start up to K - 1 tokens before the block, the conv's history).
+__global__ void conv_silu4_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t n, uint32_t c4n,
+                             const float* w, float* y) {
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const uint32_t t = i / c4n, c0 = (i - t * c4n) * 4;
-    const int64_t s0 = seq_start[t];
+    const uint32_t r = i / c4n, c0 = (i - r * c4n) * 4;
+    const int64_t t = t0 + r, s0 = seq_start[t];
     const float4 w0 = reinterpret_cast<const float4*>(w)[c0], w1 = reinterpret_cast<const float4*>(w)[c0 + 1],
                  w2 = reinterpret_cast<const float4*>(w)[c0 + 2], w3 = reinterpret_cast<const float4*>(w)[c0 + 3];
     const float k0[4] = {w0.x, w0.y, w0.z, w0.w}, k1[4] = {w1.x, w1.y, w1.z, w1.w}, k2[4] = {w2.x, w2.y, w2.z, w2.w},
@@ -43,28 +46,28 @@ __global__ void conv_silu4_k(const float* x, int64_t ldx, const int32_t* seq_sta
     float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int64_t src = int64_t(t) - 3 + j;
+      const int64_t src = t - 3 + j;
       if (src < s0) continue;
-      const float4 v = *reinterpret_cast<const float4*>(x + src * ldx + c0);
+      const float4 v = *reinterpret_cast<const float4*>(x + (src - x_row0) * ldx + c0);
       a0 += k0[j] * v.x;
       a1 += k1[j] * v.y;
       a2 += k2[j] * v.z;
       a3 += k3[j] * v.w;
     }
-    *reinterpret_cast<float4*>(y + int64_t(t) * (4 * int64_t(c4n)) + c0) = make_float4(silu_f(a0), silu_f(a1), silu_f(a2), silu_f(a3));
+    *reinterpret_cast<float4*>(y + int64_t(r) * (4 * int64_t(c4n)) + c0) = make_float4(silu_f(a0), silu_f(a1), silu_f(a2), silu_f(a3));
   }
 }
 
-__global__ void conv_silu_k(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t Cn, const float* w, int K,
-                            float* y) {
+__global__ void conv_silu_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, int64_t Cn,
+                            const float* w, int K, float* y) {
   const int64_t n = L * Cn;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = i / Cn, c = i - t * Cn;
+    const int64_t r = i / Cn, c = i - r * Cn, t = t0 + r;
     const int64_t s0 = seq_start[t];
     float acc = 0;
     for (int j = 0; j < K; ++j) {
       const int64_t src = t - K + 1 + j;
-      if (src >= s0) acc += w[c * K + j] * x[src * ldx + c];
+      if (src >= s0) acc += w[c * K + j] * x[(src - x_row0) * ldx + c];
     }
     y[i] = silu_f(acc);
   }
@@ -776,12 +779,18 @@ __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const flo
 
 void conv_silu(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t Cn, const float* w, int64_t K, float* y,
                cudaStream_t s) {
+  conv_silu_rows(x, ldx, 0, seq_start, 0, L, Cn, w, K, y, s);
+}
+
+void conv_silu_rows(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, int64_t Cn, const float* w,
+                    int64_t K, float* y, cudaStream_t s) {
   if (L == 0) return;
+  if (x_row0 > t0) throw Error(Status::Internal, "internal_error", "gdn conv_silu: x starts after the block");
   if (K == 4 && Cn % 4 == 0 && ldx % 4 == 0 && L * Cn / 4 < (int64_t(1) << 32)) {
     const int64_t n = L * Cn / 4;
-    conv_silu4_k<<<grid_for(n), 256, 0, s>>>(x, ldx, seq_start, uint32_t(n), uint32_t(Cn / 4), w, y);
+    conv_silu4_k<<<grid_for(n), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(n), uint32_t(Cn / 4), w, y);
   } else {
-    conv_silu_k<<<grid_for(L * Cn), 256, 0, s>>>(x, ldx, seq_start, L, Cn, w, int(K), y);
+    conv_silu_k<<<grid_for(L * Cn), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, L, Cn, w, int(K), y);
   }
   check_launch("gdn conv_silu");
 }

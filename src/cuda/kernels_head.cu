@@ -34,6 +34,12 @@ __global__ void gather_rows_k(const float* src, int64_t d, const int32_t* idx, f
   if (out16) out16[i * d + col] = __float2bfloat16(v);
 }
 
+__global__ void gather_rows_add_k(const float* src, int64_t d, const int32_t* idx, float* out) {
+  const int64_t i = blockIdx.y, col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (col >= d) return;
+  out[i * d + col] += src[int64_t(idx[i]) * d + col];
+}
+
 // One CTA of 128 threads per (query row, head): pass 1 max/sum of exp over the keys (each
 // thread a strided subset), pass 2 the weighted sum of values, reduced through shared memory.
 constexpr int kMhaThreads = 128;
@@ -280,6 +286,12 @@ void gather_rows(const float* src, int64_t d, const int32_t* idx, int64_t n, flo
   if (n == 0) return;
   gather_rows_k<<<dim3(unsigned((d + 255) / 256), unsigned(n)), 256, 0, s>>>(src, d, idx, out32, out16);
   check_launch("head gather_rows");
+}
+
+void gather_rows_add(const float* src, int64_t d, const int32_t* idx, int64_t n, float* out, cudaStream_t s) {
+  if (n == 0) return;
+  gather_rows_add_k<<<dim3(unsigned((d + 255) / 256), unsigned(n)), 256, 0, s>>>(src, d, idx, out);
+  check_launch("head gather_rows_add");
 }
 
 void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t ldk, const float* v, int64_t ldv, const int32_t* kbeg,

@@ -55,6 +55,8 @@ class LinearRunner {
 
   // Call at the start of each backbone pass: restarts the NVFP4 schedule and stages chunk 0.
   void begin(const QuantScratch& sc);
+  // The quantization scratch from here on (each backbone phase plans its own).
+  void use_scratch(const QuantScratch& sc) { sc_ = sc; }
   // Running the same Linears again (the MLP over its next token block): position() before
   // the first run, replay_from(it) before each repeat. The staged chunks are dequantized again
   // from there (one chunk is prefetched for nothing at each repeat).
