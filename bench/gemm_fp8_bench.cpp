@@ -13,8 +13,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -33,25 +31,15 @@ using namespace clefrt::cuda;
 using bench::median_ms;
 
 int main(int argc, char** argv) {
-  std::string commit = "unknown", json_out;
-  int64_t only_m = 0;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
-    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_out = argv[++i];
-    else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) only_m = std::atoll(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: %s [--commit ID] [--json FILE] [--m M]\n", argv[0]);
-      return 2;
-    }
-  }
+  bench::Options opt;
+  if (!bench::parse_options(argc, argv, false, opt)) return 2;
   try {
-    const HardwareLimits hw = measure_hardware();
-    std::printf("%s: bf16 GEMM peak %.0f TFLOP/s, copy %.0f GB/s\n", hw.gpu.c_str(), hw.peak_bf16_tflops, hw.copy_gbps);
+    const HardwareLimits hw = bench::measure_and_print_hardware();
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
     Gemm inv(s, true), any(s, false);
     std::vector<int64_t> ms = {318, 1024, 8192, 32768};
-    if (only_m > 0) ms = {only_m};
+    if (opt.only_m > 0) ms = {opt.only_m};
     json::Value shapes = json::Value::array();
     struct Shape {
       const char* name;
@@ -114,7 +102,7 @@ int main(int argc, char** argv) {
       }
       shapes.arr.push_back(bench::shape_record(sh.name, n, k, std::move(rows)));
     }
-    if (!json_out.empty()) bench::write_record(json_out, hw, commit, "clefrt_bench_fp8", std::move(shapes));
+    if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_fp8", std::move(shapes));
     cudaStreamDestroy(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "clefrt_bench_fp8: %s\n", e.what());

@@ -13,8 +13,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -33,26 +31,15 @@ using namespace clefrt::cuda;
 using bench::median_ms;
 
 int main(int argc, char** argv) {
-  std::string commit = "unknown", json_out, only_shape;
-  int64_t only_m = 0;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
-    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_out = argv[++i];
-    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = argv[++i];
-    else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) only_m = std::atoll(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: %s [--commit ID] [--json FILE] [--shape gate_up|down] [--m M]\n", argv[0]);
-      return 2;
-    }
-  }
+  bench::Options opt;
+  if (!bench::parse_options(argc, argv, true, opt)) return 2;
   try {
-    const HardwareLimits hw = measure_hardware();
-    std::printf("%s: bf16 GEMM peak %.0f TFLOP/s, copy %.0f GB/s\n", hw.gpu.c_str(), hw.peak_bf16_tflops, hw.copy_gbps);
+    const HardwareLimits hw = bench::measure_and_print_hardware();
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
     Gemm inv(s, true), heur(s, false);
     std::vector<int64_t> ms = {1, 16, 64, 128, 318, 1024, 2048, 8192};
-    if (only_m > 0) ms = {only_m};
+    if (opt.only_m > 0) ms = {opt.only_m};
     const bool wgmma = nvfp4_gemm_wgmma_available();
     json::Value shapes = json::Value::array();
     struct Shape {
@@ -60,7 +47,7 @@ int main(int argc, char** argv) {
       int64_t n, k;
     };
     for (Shape sh : {Shape{"mlp gate_up", 34816, 5120}, Shape{"mlp down", 5120, 17408}}) {
-      if (!only_shape.empty() && std::string(sh.name) != "mlp " + only_shape) continue;
+      if (!opt.only_shape.empty() && std::string(sh.name) != "mlp " + opt.only_shape) continue;
       const int64_t n = sh.n, k = sh.k, mmax = ms.back();
       DeviceBuffer w(size_t(n * k) * 2, "W"), wd(size_t(n * k) * 2, "W dequantized"), packed(size_t(n * k / 2), "W packed"),
           scales(size_t(n * k / 16), "W scales"), gsr(size_t(n) * 4, "gs"), amax(4, "amax"), x(size_t(mmax * k) * 2, "x"),
@@ -116,7 +103,7 @@ int main(int argc, char** argv) {
       }
       shapes.arr.push_back(bench::shape_record(sh.name, n, k, std::move(rows)));
     }
-    if (!json_out.empty()) bench::write_record(json_out, hw, commit, "", std::move(shapes));
+    if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "", std::move(shapes));
     cudaStreamDestroy(s);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "clefrt_bench_w4a16: %s\n", e.what());

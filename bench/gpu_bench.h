@@ -1,9 +1,13 @@
-// Shared by the GPU GEMM benchmark programs (clefrt_bench_w4a16, clefrt_bench_fp8): CUDA-event
-// timing and the JSON record they write.
+// Shared by the GPU GEMM benchmark programs (clefrt_bench_w4a16, clefrt_bench_fp8): their
+// command line, CUDA-event timing and the JSON record they write.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <string>
@@ -14,6 +18,34 @@
 #include "cuda/hardware.h"
 
 namespace clefrt::bench {
+
+// The command line both programs take: [--commit ID] [--json FILE] [--m M] (one m only), and,
+// where the program has it, [--shape gate_up|down] (one weight shape only).
+struct Options {
+  std::string commit = "unknown", json_out, only_shape;
+  int64_t only_m = 0;
+};
+// False (with the usage on stderr) on anything else.
+inline bool parse_options(int argc, char** argv, bool with_shape, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) o.commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) o.json_out = argv[++i];
+    else if (with_shape && !std::strcmp(argv[i], "--shape") && i + 1 < argc) o.only_shape = argv[++i];
+    else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) o.only_m = std::atoll(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--commit ID] [--json FILE]%s [--m M]\n", argv[0], with_shape ? " [--shape gate_up|down]" : "");
+      return false;
+    }
+  }
+  return true;
+}
+
+// The card's measured limits, printed as the run's first line.
+inline cuda::HardwareLimits measure_and_print_hardware() {
+  const cuda::HardwareLimits hw = cuda::measure_hardware();
+  std::printf("%s: bf16 GEMM peak %.0f TFLOP/s, copy %.0f GB/s\n", hw.gpu.c_str(), hw.peak_bf16_tflops, hw.copy_gbps);
+  return hw;
+}
 
 // The median of 20 runs of f (CUDA events on stream s) after 3 warm-ups, in milliseconds.
 template <class F>
