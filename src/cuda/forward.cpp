@@ -41,15 +41,14 @@ struct Forward::Batch {
   // backbone
   float *x, *hidden;
   bf16* h;
-  // GDN layer, per pass of gdn_pass chunks (at most Tb tokens): the in_proj output of the pass's
+  // GDN layer, per pass of gdn_pass chunks (64 tokens at most each): the in_proj output of the pass's
   // tokens and the K - 1 before them (fp32: its conv output is L2-normalised per head, which turns
   // small absolute rounding errors into large ones), conv output, gates, chunk scratch, output
   float *gtmp, *mixed, *g, *beta, *gdn_o;
   bf16* gact;
   GdnScratch gs{};
-  int64_t gdn_pass = 0, Tb = 0;
+  int64_t gdn_pass = 0;
   float* gdn_state[2] = {nullptr, nullptr};  // a sequence's state between passes [Hv, Dk, Dv]
-  std::vector<int32_t> chunk_start;          // host copy: a pass's first token
   // attention block: qkv output, normed q / k, attention output
   bf16 *abig, *q, *k, *aact;
   // MLP, per block of at most MB tokens: gate|up output, SwiGLU output
@@ -86,7 +85,7 @@ struct Forward::Batch {
     const int64_t n_qkv = c.q_heads * 2 * c.head_dim + 2 * c.kv_heads * c.head_dim, attn_dim = c.q_heads * c.head_dim;
     MB = o.mlp_block_tokens > 0 ? std::min(L, o.mlp_block_tokens) : L;
     gdn_pass = o.gdn_pass_chunks > 0 ? std::min(nchunks, o.gdn_pass_chunks) : nchunks;
-    Tb = std::min(L, kChunk * gdn_pass);  // chunks hold at most 64 tokens
+    const int64_t Tb = std::min(L, kChunk * gdn_pass);  // a pass's tokens: chunks hold at most 64
     const int64_t d = hc.hidden, W = hc.width, sh = W * 4;  // scorer hidden <= 4W is checked at load
     dmeta = a.carve<int32_t>(meta_capacity(), "batch index arrays");
     hidden = a.carve<float>(L * H, "hidden");
@@ -346,7 +345,6 @@ void Forward::prepare(Batch& b, const std::vector<const Encoded*>& batch) {
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return tq[a] - ts[a] > tq[c] - ts[c]; });
   b.nchunks = int64_t(cs.size());
-  b.chunk_start = cs;
   b.ntiles = int64_t(tq.size());
   mark(b.off_chunk_start);
   v.insert(v.end(), cs.begin(), cs.end());
@@ -447,7 +445,8 @@ void Forward::backbone(Batch& b) {
       const size_t gdn_weights = lin.position();
       for (int64_t c0 = 0, pass = 0; c0 < b.nchunks; c0 += b.gdn_pass, ++pass) {
         const int64_t c1 = std::min(b.nchunks, c0 + b.gdn_pass);
-        const int64_t T0 = b.chunk_start[size_t(c0)], T1 = c1 < b.nchunks ? b.chunk_start[size_t(c1)] : L, rows = T1 - T0;
+        const int32_t* starts = b.meta.data() + b.off_chunk_start;  // the chunks' first tokens, host side
+        const int64_t T0 = starts[c0], T1 = c1 < b.nchunks ? starts[c1] : L, rows = T1 - T0;
         const int64_t R0 = std::max<int64_t>(0, T0 - hist);
         lin.replay_from(gdn_weights);
         mark("gemm gdn in_proj");
