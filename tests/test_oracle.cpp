@@ -15,10 +15,20 @@
 namespace clefrt {
 namespace {
 
+// CTest's Oracle.UnderAvx2Kernels runs these tests with OPENBLAS_CORETYPE=Haswell: a CPU without
+// AVX2 cannot run those kernels.
+bool forced_kernels_unavailable() {
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  return core && std::string(core) == "Haswell" && !__builtin_cpu_supports("avx2");
+}
+
 struct Agreement {
   size_t n = 0;
   double worst = 0, worst_f64 = 0, ref_worst_f64 = 0;     // ours vs fp32 ref, ours vs fp64 ref, fp32 ref vs fp64 ref
-  size_t over = 0, over_f64 = 0, ref_over_f64 = 0;        // requests at or over 1e-4
+  double sq_f64 = 0, ref_sq_f64 = 0;                      // sums of squares of the last two, per request
+  size_t over = 0, over_f64 = 0, ref_over_f64 = 0;        // requests at or over 1e-4 (printed, not asserted)
+  double rms_f64() const { return std::sqrt(sq_f64 / double(n)); }
+  double ref_rms_f64() const { return std::sqrt(ref_sq_f64 / double(n)); }
 };
 
 // Each fixture line holds the fp32 reference's probabilities ("probs") and the same forward run in
@@ -52,6 +62,8 @@ Agreement check_folder(const std::string& name) {
     a.worst = std::max(a.worst, d32);
     a.worst_f64 = std::max(a.worst_f64, d64);
     a.ref_worst_f64 = std::max(a.ref_worst_f64, r64);
+    a.sq_f64 += d64 * d64;
+    a.ref_sq_f64 += r64 * r64;
     a.over += d32 >= 1e-4;
     a.over_f64 += d64 >= 1e-4;
     a.ref_over_f64 += r64 >= 1e-4;
@@ -61,23 +73,26 @@ Agreement check_folder(const std::string& name) {
   EXPECT_GE(a.n, 100u);
   std::cout << "[ oracle  ] " << name << ": " << a.n << " requests; worst |p - p_ref32| = " << a.worst << " (" << a.over
             << " at or over 1e-4), worst |p - p_ref64| = " << a.worst_f64 << " (" << a.over_f64
-            << "); the fp32 reference itself vs fp64: worst " << a.ref_worst_f64 << " (" << a.ref_over_f64 << ")\n";
+            << ", rms " << a.rms_f64() << "); the fp32 reference itself vs fp64: worst " << a.ref_worst_f64 << " ("
+            << a.ref_over_f64 << ", rms " << a.ref_rms_f64() << ")\n";
   return a;
 }
 
-// Target 1e-4 (issue 3). tiny-b meets it against both references. tiny-a (8 layers, Hv > Hk):
-// against the fp32 reference 118 of 120 requests are within 1e-4 (worst 1.7e-4); against the fp64
-// value of the same forward 119 of 120 (worst 1.75e-4, a 2,954-token request on which the fp32
-// reference is itself 1.7e-4 off); the fp32 reference misses 1e-4 against fp64 on 3 requests
-// (worst 1.84e-4). At 1e-4 this random model is at the edge of what fp32 arithmetic resolves:
-// the engine is as near the exact value as the reference. The bounds pin today's figures.
+// Target 1e-4 (issue 3). tiny-b meets it against both references on every request. tiny-a
+// (8 layers, Hv > Hk) is at the edge of what fp32 arithmetic resolves: the fp32 reference itself
+// is up to 1.84e-4 off the fp64 value of the same forward, and which requests of ours cross 1e-4
+// depends on the BLAS kernels' summation order (OpenBLAS' AVX2 and AVX-512 kernels cross on
+// different requests). So the bounds are stated against the exact value and scaled by how well
+// fp32 resolves this model: no request further from the fp64 value than 2.5e-4, and over all
+// requests the engine no further from it (root mean square) than 1.5x the fp32 reference is.
+// A lost bit of accuracy anywhere in the forward (a bf16 rounding, a wrong epsilon) moves these by
+// orders of magnitude; a different CPU's kernels move them by tens of percent.
 TEST(Oracle, TinyA_HvGreaterThanHk_TwoAttentionLayers) {
+  if (forced_kernels_unavailable()) GTEST_SKIP() << "OPENBLAS_CORETYPE=Haswell needs AVX2";
   Agreement a = check_folder("tiny-a");
   EXPECT_LT(a.worst, 2.5e-4);
-  EXPECT_LE(a.over, 2u);
   EXPECT_LT(a.worst_f64, 2.5e-4);
-  EXPECT_LE(a.over_f64, 1u);
-  EXPECT_LE(a.over_f64, a.ref_over_f64) << "fewer reference requests over 1e-4 than ours: the engine lost accuracy";
+  EXPECT_LE(a.rms_f64(), 1.5 * a.ref_rms_f64()) << "further from the fp64 value than the fp32 reference: the engine lost accuracy";
 }
 
 // Our chunked prefill against the recurrent definition, whole answers, every tiny-a request
@@ -96,9 +111,11 @@ TEST(Oracle, TinyA_ChunkedAgreesWithRecurrent) {
   EXPECT_LT(worst, 5e-5);
 }
 TEST(Oracle, TinyB_WiderHead_TwoRoutingAndDecoderLayers) {
+  if (forced_kernels_unavailable()) GTEST_SKIP() << "OPENBLAS_CORETYPE=Haswell needs AVX2";
   Agreement a = check_folder("tiny-b");
   EXPECT_LT(a.worst, 1e-4);
   EXPECT_LT(a.worst_f64, 1e-4);
+  EXPECT_LE(a.rms_f64(), 1.5 * a.ref_rms_f64());
 }
 
 }  // namespace
