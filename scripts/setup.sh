@@ -10,7 +10,7 @@ PKGS=(
   libsimdjson-dev libpcre2-dev libutf8proc-dev libcli11-dev
   googletest libgtest-dev libbenchmark-dev
   clang libclang-rt-dev
-  libopenblas-dev libcpp-httplib-dev
+  libopenblas-dev libcpp-httplib-dev libboost-dev zlib1g-dev
 )
 # npm comes with the machine's Node.js; install Debian's only where none is present
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cmath>
 #include <filesystem>
 #include <thread>
@@ -30,6 +31,7 @@ struct Running {
   std::thread th;
   int port = 0;
   explicit Running(ServerOptions o) {
+    signal(SIGPIPE, SIG_IGN);  // a client writing a body the server has refused gets EPIPE, not a signal
     o.port = 0;
     o.log_requests = false;
     srv = std::make_unique<HttpServer>(o, [] {

@@ -1,6 +1,10 @@
 // `clefrt serve`: the System One HTTP server (src/server/). SIGTERM/SIGINT stop accepting,
-// finish what is in flight and exit 0.
+// close idle connections, give requests in progress --drain-seconds to finish and exit 0; a
+// model that fails to load exits 1.
+#include <sys/resource.h>
+
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -30,9 +34,9 @@ Runner add_serve(CLI::App& app) {
   struct Opts {
     std::string model, synthetic, tokenizer = ".deps/qwen3/tokenizer.json", device = "auto", host = "127.0.0.1", api_key, api_key_file;
     std::string confidence = "reference", model_name = "clef";
-    int port = 8080, threads = 0, http_threads = 0;
-    size_t max_batch_tokens = 16384, max_queue = 256, max_length = 16384, max_batch_requests = 64;
-    double timeout = 60;
+    int port = 8080, threads = 0, io_threads = 2, prep_threads = 0;
+    size_t max_batch_tokens = 16384, max_queue = 256, max_length = 16384, max_batch_requests = 64, max_connections = 16384;
+    double timeout = 60, header_timeout = 10, body_timeout = 60, keep_alive_timeout = 60, drain = 10;
     bool parse_special = false, require_instructions = false, quiet = false, batch_invariant = true, offload = false;
     std::string quant = "auto";
   };
@@ -50,29 +54,49 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--tokenizer", o->tokenizer, "with --synthetic: the tokenizer.json to encode with");
   c->add_option("--device", o->device, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   c->add_option("--host", o->host, "address to bind (default 127.0.0.1)");
-  c->add_option("--port", o->port, "port (default 8080; 0 = any free port)");
-  auto* k = c->add_option("--api-key", o->api_key, "require Authorization: Bearer KEY");
+  c->add_option("--port", o->port, "port (default 8080; 0 = any free port)")->check(CLI::Range(0, 65535));
+  auto* k = c->add_option("--api-key", o->api_key,
+                          "require Authorization: Bearer KEY (visible in ps: prefer --api-key-file or the CLEFRT_API_KEY variable)")
+                ->envname("CLEFRT_API_KEY");
   auto* kf = c->add_option("--api-key-file", o->api_key_file, "read the key from this file (first line)")->check(CLI::ExistingFile);
   k->excludes(kf);
-  c->add_option("--max-batch-tokens", o->max_batch_tokens, "tokens packed into one forward (default 16384)");
-  c->add_option("--max-batch-requests", o->max_batch_requests, "requests packed into one forward (default 64)");
-  c->add_option("--max-queue", o->max_queue, "requests waiting before 429 (default 256)");
-  c->add_option("--max-length", o->max_length, "context length; longer states are cut, longer schemas refused with 413 (default 16384)");
-  c->add_option("--timeout", o->timeout, "seconds a request may take, queue included, before a 503 (default 60)");
+  c->add_option("--max-batch-tokens", o->max_batch_tokens, "tokens packed into one forward (default 16384)")->check(CLI::PositiveNumber);
+  c->add_option("--max-batch-requests", o->max_batch_requests, "requests packed into one forward (default 64)")->check(CLI::PositiveNumber);
+  c->add_option("--max-queue", o->max_queue, "requests waiting for the engine before 429 (default 256)")->check(CLI::PositiveNumber);
+  c->add_option("--max-length", o->max_length, "context length; longer states are cut, longer schemas refused with 413 (default 16384)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--timeout", o->timeout, "seconds a request may take from its arrival, queue included, before a 503 (default 60)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--max-connections", o->max_connections,
+                "HTTP connections open at once; past it a new one gets 503 and is closed (default 16384; bounded by the descriptor limit)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--header-timeout", o->header_timeout, "seconds from a request's first byte to the end of its headers, else 408 (default 10)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--body-timeout", o->body_timeout, "seconds from the end of the headers to the end of the body, else 408 (default 60)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--keep-alive-timeout", o->keep_alive_timeout, "seconds an idle connection stays open (default 60)")->check(CLI::PositiveNumber);
+  c->add_option("--drain-seconds", o->drain,
+                "on SIGTERM / SIGINT: idle connections close at once; requests in progress get this long to finish (default 10)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--confidence", o->confidence, "reference | purity | jev")->check(CLI::IsMember({"reference", "purity", "jev"}));
   c->add_option("--model-name", o->model_name, "the id reported by /v1/models and in responses without a model (default clef)");
   add_gpu_weight_options(*c, o->quant, o->offload);
-  c->add_option("--threads", o->threads, "CPU engine threads (default: all cores)");
-  c->add_option("--http-threads", o->http_threads, "HTTP worker threads (default max(128, 4 x cores))");
+  c->add_option("--threads", o->threads, "CPU engine threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  c->add_option("--io-threads", o->io_threads, "threads running the HTTP connections' event loop (default 2)")->check(CLI::Range(1, 64));
+  c->add_option("--prep-threads", o->prep_threads, "threads that parse and tokenize requests (default: the cores, at least 2)")
+      ->check(CLI::NonNegativeNumber);
   c->add_flag("--parse-special", o->parse_special, "parse special-token text in user content, as the reference does");
   c->add_flag("--require-instructions", o->require_instructions, "refuse missing/empty instructions (422)");
   c->add_flag("--quiet", o->quiet, "no per-request log lines");
-  return [o]() -> int {
+  return [o, k]() -> int {
     if (o->model.empty() && o->synthetic.empty()) throw Error(Status::BadRequest, "usage", "serve needs --model DIR or --synthetic NAME");
     server::ServerOptions so;
     so.host = o->host;
     so.port = o->port;
     so.api_key = o->api_key;
+    const char* env_key = std::getenv("CLEFRT_API_KEY");
+    if ((k->count() > 0 || (env_key && o->api_key_file.empty())) && o->api_key.empty())
+      throw Error(Status::BadRequest, "usage", "--api-key (or CLEFRT_API_KEY) is empty: give a key, or leave the option out to serve without one");
     if (!o->api_key_file.empty()) {
       std::string t = read_file(o->api_key_file);
       so.api_key = t.substr(0, t.find_first_of("\r\n"));
@@ -80,8 +104,30 @@ Runner add_serve(CLI::App& app) {
     }
     so.model_name = o->model_name;
     so.timeout_s = o->timeout;
-    so.http_threads = o->http_threads;
+    so.prep_threads = o->prep_threads;
     so.log_requests = !o->quiet;
+    so.http.io_threads = o->io_threads;
+    so.http.max_connections = o->max_connections;
+    so.http.header_timeout_s = o->header_timeout;
+    so.http.body_timeout_s = o->body_timeout;
+    so.http.idle_timeout_s = o->keep_alive_timeout;
+    so.http.drain_s = o->drain;
+    // Each connection is a descriptor: take what the hard limit allows, and keep room below it
+    // for the model files, the engine and logging.
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+      if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+      }
+      const size_t room = rl.rlim_cur > 512 ? size_t(rl.rlim_cur) - 256 : 256;
+      if (so.http.max_connections > room) {
+        std::fprintf(stderr, "{\"event\":\"max_connections_lowered\",\"from\":%zu,\"to\":%zu,\"why\":\"the descriptor limit is %llu\"}\n",
+                     so.http.max_connections, room, (unsigned long long)rl.rlim_cur);
+        so.http.max_connections = room;
+      }
+    }
     so.scheduler.max_batch_tokens = o->max_batch_tokens;
     so.scheduler.max_batch_requests = o->max_batch_requests;
     so.scheduler.max_queue = o->max_queue;
@@ -121,7 +167,11 @@ Runner add_serve(CLI::App& app) {
     const char zero = 0;  // wakes the watcher if run() ended for another reason
     [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &zero, 1);
     watcher.join();
-    std::fprintf(stderr, "{\"event\":\"stopped\"}\n");
+    if (!srv.load_error().empty()) {
+      std::fprintf(stderr, "{\"event\":\"stopped\",\"exit\":1,\"why\":\"the model failed to load\"}\n");
+      return 1;
+    }
+    std::fprintf(stderr, "{\"event\":\"stopped\",\"exit\":0}\n");
     return 0;
   };
 }

@@ -39,10 +39,11 @@ Metrics::Metrics()
       batch_size_({1, 2, 4, 8, 16, 32, 64, 128}),
       batch_tokens_({256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}) {}
 
-void Metrics::request(const std::string& endpoint, int status, double seconds) {
+void Metrics::request(const std::string& endpoint, int status, const std::string& error_type, double seconds) {
   {
     std::lock_guard<std::mutex> l(mu_);
     ++requests_[{endpoint, status}];
+    if (!error_type.empty()) ++errors_[error_type];
   }
   latency_.observe(seconds);
 }
@@ -52,13 +53,19 @@ void Metrics::batch(size_t requests, size_t tokens) {
   batch_tokens_.observe(double(tokens));
 }
 
-std::string Metrics::render() const {
-  std::string out = "# HELP clefrt_requests_total HTTP requests by endpoint and status.\n# TYPE clefrt_requests_total counter\n";
+std::string Metrics::render(size_t open_connections) const {
+  std::string out =
+      "# HELP clefrt_requests_total HTTP requests by endpoint (\"other\": any unknown path) and status, refusals of the HTTP "
+      "layer included.\n# TYPE clefrt_requests_total counter\n";
   {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& [k, n] : requests_)
       out += "clefrt_requests_total{endpoint=\"" + k.first + "\",status=\"" + std::to_string(k.second) + "\"} " + std::to_string(n) + "\n";
+    out += "# HELP clefrt_errors_total Responses other than 200 by error type.\n# TYPE clefrt_errors_total counter\n";
+    for (auto& [k, n] : errors_) out += "clefrt_errors_total{type=\"" + k + "\"} " + std::to_string(n) + "\n";
   }
+  out += "# HELP clefrt_open_connections HTTP connections open now.\n# TYPE clefrt_open_connections gauge\n";
+  out += "clefrt_open_connections " + std::to_string(open_connections) + "\n";
   latency_.render(out, "clefrt_request_duration_seconds", "Time from request received to response ready.");
   batch_size_.render(out, "clefrt_batch_requests", "Requests per engine forward.");
   batch_tokens_.render(out, "clefrt_batch_tokens", "Prompt tokens per engine forward.");

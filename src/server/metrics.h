@@ -1,5 +1,6 @@
-// Prometheus text metrics for `clefrt serve`: requests by endpoint and status, latency,
-// queue depth, batch size and batch tokens, prompt tokens, device memory.
+// Prometheus text metrics for `clefrt serve`: requests by endpoint and status, errors by type,
+// latency, queue depth, open connections, batch size and batch tokens, prompt tokens, device
+// memory.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -27,16 +28,18 @@ class Histogram {
 class Metrics {
  public:
   Metrics();
-  void request(const std::string& endpoint, int status, double seconds);
+  // Every response, refusals of the transport included; error_type empty on success.
+  void request(const std::string& endpoint, int status, const std::string& error_type, double seconds);
   void batch(size_t requests, size_t tokens);
   void prompt_tokens(size_t n) { prompt_tokens_ += n; }
   void set_queue_depth(size_t n) { queue_depth_ = n; }
   void set_device_memory(uint64_t bytes) { device_bytes_ = bytes; }
-  std::string render() const;
+  std::string render(size_t open_connections) const;
 
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::map<std::string, uint64_t> errors_;  // by error type
   Histogram latency_, batch_size_, batch_tokens_;
   std::atomic<uint64_t> prompt_tokens_{0}, device_bytes_{0};
   std::atomic<size_t> queue_depth_{0};

@@ -6,25 +6,45 @@
 
 namespace clefrt::server {
 
-using Clock = std::chrono::steady_clock;
+namespace {
+double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+}  // namespace
+
+bool Job::end(Outcome o) {
+  if (ended_.exchange(true)) return false;
+  if (done) done(*this, std::move(o));
+  return true;
+}
 
 Scheduler::Scheduler(const Engine& engine, SchedulerOptions o, Metrics& m) : engine_(engine), o_(o), metrics_(m) {
   thread_ = std::thread([this] { loop(); });
+  deadline_thread_ = std::thread([this] { watch_deadlines(); });
 }
 
 Scheduler::~Scheduler() { stop(); }
 
-std::shared_ptr<Job> Scheduler::submit(Encoded enc) {
+void Scheduler::drop_ended_locked() {
+  q_.erase(std::remove_if(q_.begin(), q_.end(), [](const std::shared_ptr<Job>& j) { return j->ended(); }), q_.end());
+  metrics_.set_queue_depth(q_.size());
+}
+
+bool Scheduler::full() const {
+  std::lock_guard<std::mutex> l(mu_);
+  if (q_.size() < o_.max_queue) return false;
+  // work that timed out or whose client left holds no slot
+  return size_t(std::count_if(q_.begin(), q_.end(), [](const std::shared_ptr<Job>& j) { return !j->ended(); })) >= o_.max_queue;
+}
+
+std::shared_ptr<Job> Scheduler::submit(Encoded enc, Clock::time_point deadline, std::function<void(Job&, Outcome)> done) {
   auto job = std::make_shared<Job>();
   job->enc = std::move(enc);
   job->enqueued = Clock::now();
+  job->deadline = deadline;
+  job->done = std::move(done);
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stopping_) throw Error(Status::Unavailable, "unavailable", "the server is shutting down");
-    if (q_.size() >= o_.max_queue) {  // work that timed out or whose client left holds no slot
-      q_.erase(std::remove_if(q_.begin(), q_.end(), [](const std::shared_ptr<Job>& j) { return j->cancelled.load(); }), q_.end());
-      metrics_.set_queue_depth(q_.size());
-    }
+    if (q_.size() >= o_.max_queue) drop_ended_locked();
     if (q_.size() >= o_.max_queue)
       throw Error(Status::TooManyRequests, "rate_limited",
                   "the request queue is full (" + std::to_string(o_.max_queue) + " waiting); retry shortly");
@@ -32,7 +52,15 @@ std::shared_ptr<Job> Scheduler::submit(Encoded enc) {
     metrics_.set_queue_depth(q_.size());
   }
   cv_.notify_one();
+  deadline_cv_.notify_one();
   return job;
+}
+
+void Scheduler::cancel(Job& job) {
+  Outcome o;
+  o.kind = Outcome::Kind::Cancelled;
+  o.queue_ms = ms_between(job.enqueued, Clock::now());
+  job.end(std::move(o));
 }
 
 void Scheduler::pause(bool on) {
@@ -55,8 +83,42 @@ void Scheduler::stop() {
     paused_ = false;
   }
   cv_.notify_all();
+  deadline_cv_.notify_all();
   std::lock_guard<std::mutex> j(join_mu_);  // stop() may come from a signal watcher and main at once
   if (thread_.joinable()) thread_.join();
+  if (deadline_thread_.joinable()) deadline_thread_.join();
+}
+
+// Ends every queued or running job whose deadline has passed, then sleeps until the next one
+// (or until a submit brings an earlier one). Runs until the engine thread has drained.
+void Scheduler::watch_deadlines() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    const auto now = Clock::now();
+    std::vector<std::shared_ptr<Job>> expired;
+    auto next = Clock::time_point::max();
+    auto scan = [&](const std::shared_ptr<Job>& j) {
+      if (j->ended()) return;
+      if (j->deadline <= now) expired.push_back(j);
+      else next = std::min(next, j->deadline);
+    };
+    for (const auto& j : q_) scan(j);
+    for (const auto& j : running_) scan(j);
+    if (!expired.empty()) {
+      l.unlock();
+      for (auto& j : expired) {
+        Outcome o;
+        o.kind = Outcome::Kind::TimedOut;
+        o.queue_ms = ms_between(j->enqueued, now);
+        j->end(std::move(o));
+      }
+      l.lock();
+      continue;
+    }
+    if (stopping_ && q_.empty() && running_.empty()) return;
+    if (next == Clock::time_point::max()) deadline_cv_.wait(l);
+    else deadline_cv_.wait_until(l, next);
+  }
 }
 
 void Scheduler::loop() {
@@ -65,11 +127,14 @@ void Scheduler::loop() {
     {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] { return (!q_.empty() && !paused_) || (stopping_ && q_.empty()); });
-      if (q_.empty()) return;  // stopping and drained
+      if (q_.empty()) {  // stopping and drained
+        deadline_cv_.notify_all();
+        return;
+      }
       size_t tokens = 0;
       while (!q_.empty() && batch.size() < o_.max_batch_requests) {
         auto& j = q_.front();
-        if (j->cancelled) {
+        if (j->ended()) {
           q_.pop_front();
           continue;
         }
@@ -80,39 +145,54 @@ void Scheduler::loop() {
         q_.pop_front();
       }
       metrics_.set_queue_depth(q_.size());
+      running_ = batch;
     }
-    if (batch.empty()) continue;
-    const auto t0 = Clock::now();
-    std::vector<const Encoded*> encs;
-    size_t tokens = 0;
+    if (!batch.empty()) run_batch(batch);
+    std::lock_guard<std::mutex> l(mu_);
+    running_.clear();
+  }
+}
+
+void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
+  const auto t0 = Clock::now();
+  std::vector<const Encoded*> encs;
+  size_t tokens = 0;
+  for (auto& j : batch) {
+    encs.push_back(&j->enc);
+    tokens += j->enc.input_ids.size();
+  }
+  metrics_.batch(batch.size(), tokens);
+  auto answered = [](Job& j, Clock::time_point start, std::vector<std::vector<double>> p) {
+    Outcome o;
+    o.probs = std::move(p);
+    o.queue_ms = ms_between(j.enqueued, start);
+    o.compute_ms = ms_between(start, Clock::now());
+    j.end(std::move(o));
+  };
+  auto failed = [](Job& j, Clock::time_point start) {
+    Outcome o;
+    o.kind = Outcome::Kind::Failed;
+    o.error = std::current_exception();
+    o.queue_ms = ms_between(j.enqueued, start);
+    o.compute_ms = ms_between(start, Clock::now());
+    j.end(std::move(o));
+  };
+  try {
+    auto probs = engine_.probs(encs);
+    for (size_t i = 0; i < batch.size(); ++i) answered(*batch[i], t0, std::move(probs[i]));
+  } catch (...) {
+    // One request's failure must not fail its batch-mates: run them one by one.
+    if (batch.size() == 1) {
+      failed(*batch[0], t0);
+      return;
+    }
     for (auto& j : batch) {
-      encs.push_back(&j->enc);
-      tokens += j->enc.input_ids.size();
-      j->queue_ms = std::chrono::duration<double, std::milli>(t0 - j->enqueued).count();
-    }
-    metrics_.batch(batch.size(), tokens);
-    try {
-      auto probs = engine_.probs(encs);
-      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      for (size_t i = 0; i < batch.size(); ++i) {
-        batch[i]->compute_ms = ms;
-        batch[i]->result.set_value(std::move(probs[i]));
-      }
-    } catch (...) {
-      // One request's failure must not fail its batch-mates: run them one by one.
-      if (batch.size() == 1) {
-        batch[0]->result.set_exception(std::current_exception());
-        continue;
-      }
-      for (auto& j : batch) {
-        const auto t1 = Clock::now();
-        try {
-          auto p = engine_.probs({&j->enc});
-          j->compute_ms = std::chrono::duration<double, std::milli>(Clock::now() - t1).count();
-          j->result.set_value(std::move(p[0]));
-        } catch (...) {
-          j->result.set_exception(std::current_exception());
-        }
+      if (j->ended()) continue;
+      const auto t1 = Clock::now();
+      try {
+        answered(*j, t1, std::move(engine_.probs({&j->enc})[0]));
+      } catch (...) {
+        failed(*j, t1);
       }
     }
   }

@@ -1,118 +1,114 @@
 #include "server/server.h"
 
-#include <httplib.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <thread>
 
 #include "common/error.h"
 #include "common/json.h"
 #include "server/openai_shape.h"
+#include "server/work_pool.h"
 
 namespace clefrt::server {
 
 using json::Value;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
 // Constant time in the length of the expected key: no early exit on the first difference.
-bool same_key(const std::string& got, const std::string& want) {
+bool same_key(std::string_view got, const std::string& want) {
   unsigned char diff = got.size() == want.size() ? 0 : 1;
   for (size_t i = 0; i < want.size(); ++i) diff |= static_cast<unsigned char>(want[i] ^ (i < got.size() ? got[i] : 0));
   return diff == 0;
+}
+
+// "Authorization: Bearer KEY": the scheme is case-insensitive (RFC 9110 11.1), one or more
+// spaces before the key.
+bool authorized(const http::Request& req, const std::string& key) {
+  const std::string* h = req.header("Authorization");
+  if (!h || h->size() < 7) return false;
+  std::string_view v(*h);
+  static const char scheme[] = "bearer";
+  for (size_t i = 0; i < 6; ++i)
+    if (char(std::tolower(static_cast<unsigned char>(v[i]))) != scheme[i]) return false;
+  if (v[6] != ' ' && v[6] != '\t') return false;
+  v.remove_prefix(6);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return same_key(v, key);
 }
 
 std::string error_body(int status, const std::string& type, const std::string& message) {
   return Error(static_cast<Status>(status), type, message).to_json();
 }
 
-// cpp-httplib 0.11 does not say when a client hangs up, and hides the socket. The connection is
-// found by its two ends (getpeername / getsockname over this process's descriptors); it stays
-// open, so its number cannot be reused, until the handler returns.
-int find_client_socket(const std::string& addr, int port, int local_port) {
-  if (port <= 0 || local_port <= 0) return -1;
-  for (int fd = 3; fd < 4096; ++fd) {
-    sockaddr_storage peer{}, self{};
-    socklen_t pl = sizeof peer, sl = sizeof self;
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &sl) != 0) continue;
-    char host[INET6_ADDRSTRLEN] = {0};
-    int pport = -1, sport = -1;
-    if (peer.ss_family == AF_INET) {
-      auto* p4 = reinterpret_cast<sockaddr_in*>(&peer);
-      inet_ntop(AF_INET, &p4->sin_addr, host, sizeof host);
-      pport = ntohs(p4->sin_port);
-      sport = ntohs(reinterpret_cast<sockaddr_in*>(&self)->sin_port);
-    } else if (peer.ss_family == AF_INET6) {
-      auto* p6 = reinterpret_cast<sockaddr_in6*>(&peer);
-      inet_ntop(AF_INET6, &p6->sin6_addr, host, sizeof host);
-      pport = ntohs(p6->sin6_port);
-      sport = ntohs(reinterpret_cast<sockaddr_in6*>(&self)->sin6_port);
-    } else {
-      continue;
-    }
-    if (pport == port && sport == local_port && addr == host) return fd;
-  }
-  return -1;
+// The endpoint as a metrics label: one of the served paths, or "other" (a label per unknown
+// path would let any client grow /metrics without bound).
+std::string endpoint_label(const std::string& path) {
+  for (const char* e : {"/v1/systemone", "/v1/decisions", "/v1/models", "/health", "/metrics"})
+    if (path == e) return e;
+  return "other";
 }
 
-// The peer has closed (or reset) its side: no response can reach it.
-bool client_gone(int fd) {
-  if (fd < 0) return false;
-  pollfd p{fd, short(POLLIN | POLLRDHUP), 0};
-  if (poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
-  char c;
-  return (p.revents & POLLIN) && recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+std::string utc_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const int ms = int(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char b[64];
+  std::snprintf(b, sizeof b, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                tm.tm_sec, ms);
+  return b;
+}
+
+bool starts_with_ci(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
+  return true;
 }
 
 }  // namespace
 
-HttpServer::HttpServer(ServerOptions o, std::function<std::unique_ptr<Engine>()> load)
-    : o_(std::move(o)), load_(std::move(load)), http_(std::make_unique<httplib::Server>()) {
-  install_routes();
+struct HttpServer::Pending {
+  uint64_t id = 0;
+  Clock::time_point t0;
+  std::string method, path, endpoint, remote;
+  std::shared_ptr<http::Exchange> ex;
+  std::atomic<bool> finished{false};
+  std::mutex mu;  // job / aborted: the client may leave while the request is being prepared
+  std::shared_ptr<Job> job;
+  bool aborted = false;
+};
+
+HttpServer::HttpServer(ServerOptions o, std::function<std::unique_ptr<Engine>()> load) : o_(std::move(o)), load_(std::move(load)) {
+  http::Options ho = o_.http;
+  ho.host = o_.host;
+  ho.port = o_.port;
+  ho.max_body_bytes = o_.limits.max_body_bytes;
+  http_ = std::make_unique<http::Transport>(
+      ho, [this](http::Request req, std::shared_ptr<http::Exchange> ex) { handle(std::move(req), std::move(ex)); },
+      [this](const http::Request& req, const http::Refusal& why) { return refused(req, why); });
+  const size_t threads = o_.prep_threads > 0 ? size_t(o_.prep_threads) : std::max(2u, std::thread::hardware_concurrency());
+  prep_ = std::make_unique<WorkPool>(threads, o_.scheduler.max_queue);
 }
 
 HttpServer::~HttpServer() {
   stop();
   if (loader_.joinable()) loader_.join();
+  prep_.reset();
   if (scheduler_) scheduler_->stop();
 }
 
 int HttpServer::bind() {
-  // Keep-alive connections each hold a worker; most workers only wait on the engine, so be generous
-  // (32 workers for 64 clients left some of them unanswered in the H200 load run).
-  const int threads = o_.http_threads > 0 ? o_.http_threads : int(std::max(128u, 4 * std::thread::hardware_concurrency()));
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  http_->set_payload_max_length(o_.limits.max_body_bytes);
-  http_->set_read_timeout(30, 0);
-  http_->set_write_timeout(30, 0);
-  // Clients keep connections open and send back to back; closing a kept-alive connection
-  // after a few requests (httplib's default: 5) raced with the client's next request and lost
-  // it ("Read" errors under 64 clients).
-  http_->set_keep_alive_max_count(100000);
-  http_->set_keep_alive_timeout(60);
-  // Debian's libcpp-httplib listens with a backlog of 5: with 64 clients connecting at once,
-  // connections past it were reset after the client had sent its request ("Read" errors). We
-  // note the socket as it is made and listen() on it again with the system's maximum.
-  int listen_fd = -1;
-  http_->set_socket_options([&listen_fd](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const char*>(&yes), sizeof yes);
-    listen_fd = int(sock);
-  });
-  int port = o_.port;
-  if (port == 0) port = http_->bind_to_any_port(o_.host);
-  else if (!http_->bind_to_port(o_.host, port)) port = -1;
-  if (port < 0) throw Error(Status::Internal, "bind_error", "cannot listen on " + o_.host + ":" + std::to_string(o_.port));
-  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
+  int port;
+  try {
+    port = http_->bind();
+  } catch (const std::exception& e) {
+    throw Error(Status::Internal, "bind_error", e.what());
+  }
   o_.port = port;
   loader_ = std::thread([this] {
     try {
@@ -120,11 +116,14 @@ int HttpServer::bind() {
       scheduler_ = std::make_unique<Scheduler>(*engine_, o_.scheduler, metrics_);
       metrics_.set_device_memory(engine_->gpu_bytes());
       engine_ready_ = true;
-      std::fprintf(stderr, "{\"event\":\"ready\",\"model\":\"%s\",\"device\":\"%s\",\"port\":%d,\"memory\":%s}\n", o_.model_name.c_str(),
-                   device_name(engine_->device()), o_.port, json::write(Value::string(engine_->gpu_summary())).c_str());
+      std::fprintf(stderr, "{\"ts\":\"%s\",\"event\":\"ready\",\"model\":\"%s\",\"device\":\"%s\",\"port\":%d,\"memory\":%s}\n", utc_now().c_str(),
+                   o_.model_name.c_str(), device_name(engine_->device()), o_.port, json::write(Value::string(engine_->gpu_summary())).c_str());
     } catch (const std::exception& e) {
       load_error_ = e.what();
-      std::fprintf(stderr, "{\"event\":\"load_failed\",\"message\":%s}\n", json::write(Value::string(e.what())).c_str());
+      load_failed_ = true;
+      std::fprintf(stderr, "{\"ts\":\"%s\",\"event\":\"load_failed\",\"message\":%s}\n", utc_now().c_str(),
+                   json::write(Value::string(e.what())).c_str());
+      stop();  // a server that cannot answer must not look alive to its supervisor
     }
   });
   return port;
@@ -135,168 +134,233 @@ void HttpServer::wait_ready() {
 }
 
 void HttpServer::run() {
-  http_->listen_after_bind();  // returns once stopped and every accepted request is answered
+  http_->run();  // returns once stopped and drained
   std::lock_guard<std::mutex> l(stop_mu_);
   if (loader_.joinable()) loader_.join();
+  prep_.reset();  // what was being prepared is submitted (and refused: the scheduler stops next)
   if (scheduler_) scheduler_->stop();
 }
 
-void HttpServer::stop() {
-  std::lock_guard<std::mutex> l(stop_mu_);
-  if (http_->is_running()) http_->stop();  // closes the listening socket; run() finishes the rest
-}
+void HttpServer::stop() { http_->stop(); }
 
 HttpServer::Reply HttpServer::error(const Error& e) const {
-  Reply r{e.http_status(), e.to_json()};
+  Reply r{e.http_status(), e.to_json(), e.type()};
   if (e.http_status() == 429 || e.http_status() == 503) r.retry_after = 1;
   return r;
 }
 
-HttpServer::Reply HttpServer::decide(const std::string& endpoint, const std::string& body, const std::function<int()>& find_client_fd) {
+void HttpServer::log_line(const Pending& p, const Reply& r, double secs) const {
+  if (!o_.log_requests) return;
+  std::string line = "{\"ts\":\"" + utc_now() + "\",\"id\":" + std::to_string(p.id) + ",\"remote\":" + json::write(Value::string(p.remote)) +
+                     ",\"method\":" + json::write(Value::string(p.method)) +
+                     ",\"path\":" + json::write(Value::string(p.path.substr(0, 200))) + ",\"status\":" + std::to_string(r.status);
+  if (!r.type.empty()) line += ",\"error\":" + json::write(Value::string(r.type));
+  char nums[160];
+  std::snprintf(nums, sizeof nums, ",\"tokens\":%zu,\"queue_ms\":%.2f,\"compute_ms\":%.2f,\"total_ms\":%.2f}\n", r.tokens, r.queue_ms,
+                r.compute_ms, secs * 1e3);
+  line += nums;
+  std::fputs(line.c_str(), stderr);
+}
+
+void HttpServer::finish(Pending& p, Reply r) {
+  if (p.finished.exchange(true)) return;
+  const double secs = std::chrono::duration<double>(Clock::now() - p.t0).count();
+  metrics_.request(p.endpoint, r.status, r.type, secs);
+  log_line(p, r, secs);
+  http::Response res;
+  res.status = r.status;
+  res.content_type = r.content_type;
+  res.body = std::move(r.body);
+  if (r.retry_after > 0) res.headers.push_back({"Retry-After", std::to_string(int(r.retry_after))});
+  if (!r.allow.empty()) res.headers.push_back({"Allow", r.allow});
+  p.ex->respond(std::move(res));
+}
+
+http::Response HttpServer::refused(const http::Request& req, const http::Refusal& why) {
+  Pending p;
+  p.id = next_id_++;
+  p.t0 = Clock::now();
+  p.method = req.method.empty() ? "-" : req.method;
+  p.path = req.path.empty() ? "-" : req.path;
+  p.endpoint = endpoint_label(req.path);
+  p.remote = req.remote;
+  Reply r{why.status, error_body(why.status, why.type, why.message), why.type};
+  metrics_.request(p.endpoint, r.status, r.type, 0);
+  log_line(p, r, 0);
+  http::Response res;
+  res.status = r.status;
+  res.body = std::move(r.body);
+  if (why.status == 503 || why.status == 429) res.headers.push_back({"Retry-After", "1"});
+  return res;
+}
+
+HttpServer::Reply HttpServer::models() const {
+  Value m = Value::object();
+  m.add("id", Value::string(o_.model_name));
+  m.add("object", Value::string("model"));
+  m.add("owned_by", Value::string("clefrt"));
+  Value list = Value::object();
+  list.add("object", Value::string("list"));
+  Value data = Value::array();
+  data.arr.push_back(m);
+  list.add("data", data);
+  return Reply{200, json::write(list)};
+}
+
+HttpServer::Reply HttpServer::health() const {
+  Value h = Value::object();
   if (!engine_ready_) {
-    Reply r{503, error_body(503, "loading", load_error_.empty() ? "the model is loading" : "the model failed to load: " + load_error_)};
+    const bool failed = load_failed_.load();
+    h.add("status", Value::string(failed ? "failed" : "loading"));
+    if (failed) h.add("error", Value::string(load_error_));
+    Reply r{503, json::write(h)};
     r.retry_after = 5;
     return r;
   }
-  try {
-    Value root = json::parse(body, json::ParseOptions{o_.limits.max_json_depth});
-    bool openai = false;
-    Value converted;
-    if (endpoint == "/v1/decisions" && root.is_object()) {
-      const Value* q = root.find("questions");
-      if (q && q->is_array()) {
-        openai = true;
-        converted = openai_to_system_one(root);
-      }
-    }
-    Request req = parse_request(openai ? converted : root, o_.limits);
-    Encoded enc = engine_->encoder().encode(req);
-    const size_t tokens = enc.input_ids.size();
-    auto job = scheduler_->submit(std::move(enc));
-    auto fut = job->result.get_future();
-    // Wait in short steps: past --timeout answer 503; if the client has gone, drop the work
-    // (a queued job is skipped by the engine thread; a running batch finishes regardless).
-    const auto deadline = Clock::now() + std::chrono::duration<double>(o_.timeout_s);
-    int client_fd = -2;  // not looked up yet
-    while (fut.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
-      if (client_fd == -2) client_fd = find_client_fd();
-      if (client_gone(client_fd)) {
-        job->cancelled = true;
-        return Reply{499, error_body(400, "client_closed", "the client closed the connection before the answer")};
-      }
-      if (Clock::now() >= deadline) {
-        job->cancelled = true;
-        Reply r{503, error_body(503, "timeout", "the request did not finish within " + json::float_repr(o_.timeout_s) + " s")};
-        r.retry_after = 1;
-        return r;
-      }
-    }
-    auto probs = fut.get();
-    metrics_.prompt_tokens(tokens);
-    const std::string model = req.model.empty() ? o_.model_name : req.model;
-    Reply r{200, openai ? openai_response(model, root, req, probs, tokens, o_.answers)
-                        : response_json(model, req, probs, tokens, o_.answers)};
-    r.tokens = tokens;
-    r.queue_ms = job->queue_ms;
-    r.compute_ms = job->compute_ms;
-    return r;
-  } catch (const Error& e) {
-    return error(e);
-  } catch (const std::exception& e) {
-    return Reply{500, error_body(500, "internal_error", e.what())};
-  }
+  h.add("status", Value::string("ok"));
+  h.add("model", Value::string(o_.model_name));
+  h.add("device", Value::string(device_name(engine_->device())));
+  h.add("format", Value::string(engine_->device() == Device::Cuda ? "bf16" : "f32"));
+  h.add("gpu_memory_bytes", Value::integer(int64_t(engine_->gpu_bytes())));
+  h.add("queue_depth", Value::integer(int64_t(scheduler_->queued())));
+  h.add("open_connections", Value::integer(int64_t(http_->open_connections())));
+  return Reply{200, json::write(h)};
 }
 
-void HttpServer::install_routes() {
-  auto& s = *http_;
-  // Every response goes through here: auth, the handler, status, log line, metrics.
-  auto wrap = [this](const std::string& endpoint, bool needs_auth, std::function<Reply(const httplib::Request&)> fn) {
-    return [this, endpoint, needs_auth, fn](const httplib::Request& req, httplib::Response& res) {
-      const auto t0 = Clock::now();
-      const uint64_t id = next_id_++;
-      Reply r{500, ""};
-      if (needs_auth && !o_.api_key.empty()) {
-        const std::string h = req.get_header_value("Authorization");
-        const std::string prefix = "Bearer ";
-        if (h.compare(0, prefix.size(), prefix) != 0 || !same_key(h.substr(prefix.size()), o_.api_key))
-          r = Reply{401, error_body(401, "unauthorized", "missing or wrong API key (Authorization: Bearer KEY)")};
-        else
-          r = fn(req);
-      } else {
-        r = fn(req);
-      }
-      res.status = r.status;
-      if (r.retry_after > 0) res.set_header("Retry-After", std::to_string(int(r.retry_after)));
-      res.set_content(r.body, r.content_type.c_str());
-      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      metrics_.request(endpoint, r.status, secs);
-      if (o_.log_requests)
-        std::fprintf(stderr,
-                     "{\"id\":%llu,\"method\":\"%s\",\"path\":\"%s\",\"status\":%d,\"tokens\":%zu,\"queue_ms\":%.2f,\"compute_ms\":%.2f,"
-                     "\"total_ms\":%.2f}\n",
-                     (unsigned long long)id, req.method.c_str(), endpoint.c_str(), r.status, r.tokens, r.queue_ms, r.compute_ms, secs * 1e3);
-    };
-  };
-  for (const char* path : {"/v1/systemone", "/v1/decisions"}) {
-    const std::string endpoint = path;
-    s.Post(path, wrap(endpoint, true, [this, endpoint](const httplib::Request& q) {
-             return decide(endpoint, q.body, [&q] { return find_client_socket(q.remote_addr, q.remote_port, q.local_port); });
-           }));
+// Runs on a transport thread: routing, authentication and the cheap endpoints here; decisions
+// go on to the work pool.
+void HttpServer::handle(http::Request req, std::shared_ptr<http::Exchange> ex) {
+  auto p = std::make_shared<Pending>();
+  p->id = next_id_++;
+  p->t0 = Clock::now();
+  p->method = req.method;
+  p->path = req.path;
+  p->endpoint = endpoint_label(req.path);
+  p->remote = req.remote;
+  p->ex = std::move(ex);
+  const bool decision = p->endpoint == "/v1/systemone" || p->endpoint == "/v1/decisions";
+  if (p->endpoint == "other")
+    return finish(*p, Reply{404, error_body(404, "not_found", "no such endpoint: " + req.method + " " + req.path.substr(0, 200)), "not_found"});
+  const bool get_like = req.method == "GET" || req.method == "HEAD";
+  if (decision ? req.method != "POST" : !get_like) {
+    Reply r{405, error_body(405, "method_not_allowed", req.method + " is not served at " + req.path + " (use " + (decision ? "POST" : "GET") + ")"),
+            "method_not_allowed"};
+    r.allow = decision ? "POST" : "GET, HEAD";
+    return finish(*p, std::move(r));
   }
-  s.Get("/v1/models", wrap("/v1/models", true, [this](const httplib::Request&) {
-          Value m = Value::object();
-          m.add("id", Value::string(o_.model_name));
-          m.add("object", Value::string("model"));
-          m.add("owned_by", Value::string("clefrt"));
-          Value list = Value::object();
-          list.add("object", Value::string("list"));
-          Value data = Value::array();
-          data.arr.push_back(m);
-          list.add("data", data);
-          return Reply{200, json::write(list)};
-        }));
-  s.Get("/health", wrap("/health", false, [this](const httplib::Request&) {
-          Value h = Value::object();
-          if (!engine_ready_) {
-            h.add("status", Value::string(load_error_.empty() ? "loading" : "failed"));
-            if (!load_error_.empty()) h.add("error", Value::string(load_error_));
-            Reply r{503, json::write(h)};
-            r.retry_after = 5;
-            return r;
-          }
-          h.add("status", Value::string("ok"));
-          h.add("model", Value::string(o_.model_name));
-          h.add("device", Value::string(device_name(engine_->device())));
-          h.add("format", Value::string(engine_->device() == Device::Cuda ? "bf16" : "f32"));
-          h.add("gpu_memory_bytes", Value::integer(int64_t(engine_->gpu_bytes())));
-          h.add("queue_depth", Value::integer(int64_t(scheduler_->queued())));
-          return Reply{200, json::write(h)};
-        }));
-  s.Get("/metrics", wrap("/metrics", false, [this](const httplib::Request&) {
-          Reply r{200, metrics_.render()};
-          r.content_type = "text/plain; version=0.0.4";
-          return r;
-        }));
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const int st = res.status;
-    std::string msg = st == 404 ? "no such endpoint: " + req.method + " " + req.path
-                      : st == 413 ? "the body is larger than the 13 MiB limit"
-                                  : "HTTP error " + std::to_string(st);
-    const char* type = st == 404 ? "not_found" : st == 413 ? "request_too_large" : "invalid_request";
-    res.set_content(error_body(st, type, msg), "application/json");
-  });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string msg = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      msg = e.what();
-    } catch (...) {
+  const bool needs_auth = p->endpoint != "/health" && p->endpoint != "/metrics";
+  if (needs_auth && !o_.api_key.empty() && !authorized(req, o_.api_key)) {
+    return finish(*p, Reply{401, error_body(401, "unauthorized", "missing or wrong API key (Authorization: Bearer KEY)"), "unauthorized"});
+  }
+  if (p->endpoint == "/health") return finish(*p, health());
+  if (p->endpoint == "/metrics") {
+    Reply r{200, metrics_.render(http_->open_connections())};
+    r.content_type = "text/plain; version=0.0.4";
+    return finish(*p, std::move(r));
+  }
+  if (p->endpoint == "/v1/models") return finish(*p, models());
+  decide(std::move(p), std::move(req));
+}
+
+void HttpServer::decide(std::shared_ptr<Pending> p, http::Request req) {
+  if (!engine_ready_) {
+    Reply r = error(Error(Status::Unavailable, "loading", "the model is loading"));
+    r.retry_after = 5;
+    return finish(*p, std::move(r));
+  }
+  if (const std::string* ct = req.header("Content-Type"); ct && starts_with_ci(*ct, "multipart/"))
+    return finish(*p, error(Error(static_cast<Status>(415), "unsupported_media_type",
+                                  "the body must be a JSON document (Content-Type: application/json); " + ct->substr(0, 40) +
+                                      " bodies are not read")));
+  // Admission before any work on the body: a full queue costs no parsing or tokenization.
+  auto queue_full = [&] {
+    return error(Error(Status::TooManyRequests, "rate_limited",
+                       "the request queue is full (" + std::to_string(o_.scheduler.max_queue) + " waiting); retry shortly"));
+  };
+  if (scheduler_->full()) return finish(*p, queue_full());
+  p->ex->on_abort([this, w = std::weak_ptr<Pending>(p)] {
+    auto p = w.lock();
+    if (!p) return;
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> l(p->mu);
+      p->aborted = true;
+      job = p->job;
     }
-    res.status = 500;
-    res.set_content(error_body(500, "internal_error", msg), "application/json");
+    if (job) scheduler_->cancel(*job);  // its done callback logs the 499
+    else finish(*p, Reply{499, "", "client_closed"});
   });
+  auto shared_req = std::make_shared<http::Request>(std::move(req));
+  if (!prep_->try_post([this, p, shared_req] { prepare(p, *shared_req); })) return finish(*p, queue_full());
+}
+
+// On a work-pool thread: parse, validate, encode, submit. The job's done callback answers.
+void HttpServer::prepare(const std::shared_ptr<Pending>& p, const http::Request& hreq) {
+  if (p->finished) return;  // the client left while this waited
+  try {
+    struct Parsed {
+      Value root;
+      Request req;
+      bool openai = false;
+    };
+    auto parsed = std::make_shared<Parsed>();
+    parsed->root = json::parse(hreq.body, json::ParseOptions{o_.limits.max_json_depth});
+    Value converted;
+    if (p->endpoint == "/v1/decisions" && parsed->root.is_object()) {
+      const Value* q = parsed->root.find("questions");
+      if (q && q->is_array()) {
+        parsed->openai = true;
+        converted = openai_to_system_one(parsed->root);
+      }
+    }
+    parsed->req = parse_request(parsed->openai ? converted : parsed->root, o_.limits);
+    Encoded enc = engine_->encoder().encode(parsed->req);
+    const size_t tokens = enc.input_ids.size();
+    const auto deadline = p->t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.timeout_s));
+    if (p->finished) return;
+    auto job = scheduler_->submit(std::move(enc), deadline, [this, p, parsed, tokens](Job&, Outcome o) {
+      Reply r{500, ""};
+      switch (o.kind) {
+        case Outcome::Kind::Answered: {
+          const std::string model = parsed->req.model.empty() ? o_.model_name : parsed->req.model;
+          r = Reply{200, parsed->openai ? openai_response(model, parsed->root, parsed->req, o.probs, tokens, o_.answers)
+                                        : response_json(model, parsed->req, o.probs, tokens, o_.answers)};
+          metrics_.prompt_tokens(tokens);
+          break;
+        }
+        case Outcome::Kind::Failed:
+          try {
+            std::rethrow_exception(o.error);
+          } catch (const Error& e) {
+            r = error(e);
+          } catch (const std::exception& e) {
+            r = error(Error(Status::Internal, "internal_error", e.what()));
+          }
+          break;
+        case Outcome::Kind::TimedOut:
+          r = error(Error(Status::Unavailable, "timeout", "the request did not finish within " + json::float_repr(o_.timeout_s) + " s"));
+          break;
+        case Outcome::Kind::Cancelled:
+          r = Reply{499, "", "client_closed"};
+          break;
+      }
+      r.tokens = tokens;
+      r.queue_ms = o.queue_ms;
+      r.compute_ms = o.compute_ms;
+      finish(*p, std::move(r));
+    });
+    bool left;
+    {
+      std::lock_guard<std::mutex> l(p->mu);
+      left = p->aborted;
+      p->job = job;
+    }
+    if (left) scheduler_->cancel(*job);
+  } catch (const Error& e) {
+    finish(*p, error(e));
+  } catch (const std::exception& e) {
+    finish(*p, error(Error(Status::Internal, "internal_error", e.what())));
+  }
 }
 
 }  // namespace clefrt::server
