@@ -18,6 +18,12 @@ void add_gpu_weight_options(CLI::App& c, std::string& quant, bool& offload) {
   c.add_flag("--offload-embeddings", offload, "cuda, lean GPU memory: embed_tokens / lm_head in pinned host memory, the MLP in 1,024-token blocks, the GDN in 16-chunk passes (same answers, a little slower on long inputs)");
 }
 
+void add_check_weights_option(CLI::App& c, bool& check) {
+  c.add_flag("!--no-check-weights", check,
+             "skip the load-time test of every weight for NaN / infinity (a folder with any is refused, naming the tensor; the test\n"
+             "reads each weight once more); without it such weights give a request a 500 naming the layer");
+}
+
 Runner add_decide(CLI::App& app) {
   struct Opts {
     std::string model, device = "auto", confidence = "reference";
@@ -25,6 +31,7 @@ Runner add_decide(CLI::App& app) {
     size_t max_length = 16384;
     bool offload = false;
     std::string quant = "auto";
+    bool check_weights = true;
     bool batch_invariant = true, precise = false, parse_special = false, require_instructions = false, jsonl = false;
     std::vector<std::string> inputs;
   };
@@ -45,6 +52,7 @@ Runner add_decide(CLI::App& app) {
   c->add_flag("--parse-special", o->parse_special, "parse special-token text in user content, as the reference does");
   c->add_flag("--require-instructions", o->require_instructions, "refuse missing/empty instructions (422)");
   c->add_flag("--jsonl", o->jsonl, "read stdin ('-') as JSON lines");
+  add_check_weights_option(*c, o->check_weights);
   c->add_option("requests", o->inputs, "request files (.json, or .jsonl for one per line); '-' reads stdin")->required();
   return [o]() -> int {
     EngineOptions eo;
@@ -52,6 +60,7 @@ Runner add_decide(CLI::App& app) {
     eo.offload_embeddings = o->offload;
     eo.device = o->device == "cuda" || (o->device == "auto" && cuda_available()) ? Device::Cuda : Device::Cpu;
     eo.batch_invariant = o->batch_invariant;
+    eo.check_weights = o->check_weights;
     eo.threads = o->threads;
     eo.encode.max_length = o->max_length;
     eo.encode.user_text = o->parse_special ? AddedTokens::Parse : AddedTokens::Plain;

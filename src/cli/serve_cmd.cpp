@@ -37,7 +37,7 @@ Runner add_serve(CLI::App& app) {
     int port = 8080, threads = 0, io_threads = 2, prep_threads = 0;
     size_t max_batch_tokens = 16384, max_queue = 256, max_length = 16384, max_batch_requests = 64, max_connections = 16384;
     double timeout = 60, header_timeout = 10, body_timeout = 60, keep_alive_timeout = 60, drain = 10;
-    bool parse_special = false, require_instructions = false, quiet = false, batch_invariant = true, offload = false;
+    bool parse_special = false, require_instructions = false, quiet = false, batch_invariant = true, offload = false, check_weights = true;
     std::string quant = "auto";
   };
   auto o = std::make_shared<Opts>();
@@ -88,6 +88,7 @@ Runner add_serve(CLI::App& app) {
   c->add_flag("--parse-special", o->parse_special, "parse special-token text in user content, as the reference does");
   c->add_flag("--require-instructions", o->require_instructions, "refuse missing/empty instructions (422)");
   c->add_flag("--quiet", o->quiet, "no per-request log lines");
+  add_check_weights_option(*c, o->check_weights);
   return [o, k]() -> int {
     if (o->model.empty() && o->synthetic.empty()) throw Error(Status::BadRequest, "usage", "serve needs --model DIR or --synthetic NAME");
     server::ServerOptions so;
@@ -136,6 +137,7 @@ Runner add_serve(CLI::App& app) {
     EngineOptions eo;
     eo.quant = parse_quant_mode(o->quant);
     eo.offload_embeddings = o->offload;
+    eo.check_weights = o->check_weights;
     eo.threads = o->threads;
     eo.encode.max_length = o->max_length;
     eo.encode.user_text = o->parse_special ? AddedTokens::Parse : AddedTokens::Plain;

@@ -36,11 +36,15 @@ using v8i = int32_t __attribute__((vector_size(32)));
 using v4f = float __attribute__((vector_size(16)));
 using v4d = double __attribute__((vector_size(32)));
 
-// (always inlined: the 32-byte vectors never cross a call, so GCC's psabi note, which it issues
-// at the end of the file, does not apply; hence no push / pop)
+// In place on one lane (F = float) or eight (F = v8f) at p: a pointer, not a vector argument,
+// so no 32-byte vector crosses a call even where a compiler sees the call before inlining it
+// (clang refuses vector arguments in the "default" clone of target_clones functions); always
+// inlined, hence GCC's psabi note, which it issues at the end of the file, does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
 template <class F, class I>
-inline __attribute__((always_inline)) F exp_nonpos(F x) {
+inline __attribute__((always_inline)) void exp_nonpos(float* p) {
+  F x;
+  std::memcpy(&x, p, sizeof x);
   const F lo = F{} - 87.0f;
   x = x < lo ? lo : x;
   // round x / ln2 to an integer by adding 1.5 * 2^23 (the sum's low mantissa bits are n)
@@ -48,14 +52,15 @@ inline __attribute__((always_inline)) F exp_nonpos(F x) {
   const F n = t - 12582912.0f;
   const I ni = std::bit_cast<I>(t) - 0x4B400000;
   const F r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
-  F p = F{} + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  return p * std::bit_cast<F>((ni + 127) << 23);
+  F q = F{} + 1.0f / 720.0f;
+  q = q * r + 1.0f / 120.0f;
+  q = q * r + 1.0f / 24.0f;
+  q = q * r + 1.0f / 6.0f;
+  q = q * r + 0.5f;
+  q = q * r + 1.0f;
+  q = q * r + 1.0f;
+  x = q * std::bit_cast<F>((ni + 127) << 23);
+  std::memcpy(p, &x, sizeof x);
 }
 
 // One causal softmax row in place: keys [0, n) (n >= 1), the rest of the row up to `width`
@@ -79,13 +84,19 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void softmax_row(flo
   for (j = 0; j + 8 <= n; j += 8) {
     v8f v;
     std::memcpy(&v, s + j, sizeof v);
-    v = exp_nonpos<v8f, v8i>(v - mx);
+    v -= mx;
     std::memcpy(s + j, &v, sizeof v);
+    exp_nonpos<v8f, v8i>(s + j);
+    std::memcpy(&v, s + j, sizeof v);
     acc0 += __builtin_convertvector(v4f{v[0], v[1], v[2], v[3]}, v4d);
     acc1 += __builtin_convertvector(v4f{v[4], v[5], v[6], v[7]}, v4d);
   }
   double sum = (acc0[0] + acc0[1]) + (acc0[2] + acc0[3]) + ((acc1[0] + acc1[1]) + (acc1[2] + acc1[3]));
-  for (; j < n; ++j) sum += double(s[j] = exp_nonpos<float, int32_t>(s[j] - mx));
+  for (; j < n; ++j) {
+    s[j] -= mx;
+    exp_nonpos<float, int32_t>(s + j);
+    sum += double(s[j]);
+  }
   const float inv = float(1.0 / sum);
   for (j = 0; j < n; ++j) s[j] *= inv;
   for (; j < width; ++j) s[j] = 0.0f;
@@ -94,13 +105,8 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void softmax_row(flo
 // x[j] = e^x[j] for x <= 0, in place (the GDN decay factors).
 __attribute__((target_clones("arch=x86-64-v3", "default"))) void exp_nonpos_row(float* x, int64_t n) {
   int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    v8f v;
-    std::memcpy(&v, x + j, sizeof v);
-    v = exp_nonpos<v8f, v8i>(v);
-    std::memcpy(x + j, &v, sizeof v);
-  }
-  for (; j < n; ++j) x[j] = exp_nonpos<float, int32_t>(x[j]);
+  for (; j + 8 <= n; j += 8) exp_nonpos<v8f, v8i>(x + j);
+  for (; j < n; ++j) exp_nonpos<float, int32_t>(x + j);
 }
 
 }  // namespace

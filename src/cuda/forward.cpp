@@ -1,6 +1,7 @@
 #include "cuda/forward.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -288,6 +289,37 @@ std::vector<float> Forward::hidden_states(const std::vector<const Encoded*>& bat
   check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
   collect_profile();
   return h;
+}
+
+int64_t Forward::first_non_finite_layer(const std::vector<const Encoded*>& batch) {
+  const int64_t saved = o_.debug_layers, n = int64_t(m_.layers.size());
+  auto bad_after = [&](int64_t layers) {
+    o_.debug_layers = layers;
+    for (float v : hidden_states(batch))
+      if (!std::isfinite(v)) return true;
+    return false;
+  };
+  try {
+    int64_t at = -2;
+    if (bad_after(n)) {
+      if (bad_after(0)) {
+        at = -1;
+      } else {  // the fewest layers whose output is non-finite: bad_after(lo - 1) false, bad_after(hi) true
+        int64_t lo = 1, hi = n;
+        while (lo < hi) {
+          const int64_t mid = (lo + hi) / 2;
+          if (bad_after(mid)) hi = mid;
+          else lo = mid + 1;
+        }
+        at = lo - 1;
+      }
+    }
+    o_.debug_layers = saved;
+    return at;
+  } catch (...) {
+    o_.debug_layers = saved;
+    throw;
+  }
 }
 
 void Forward::prepare(Batch& b, const std::vector<const Encoded*>& batch) {

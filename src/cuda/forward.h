@@ -58,6 +58,10 @@ class Forward {
   // The backbone alone: final-norm hidden states [tokens, hidden] (tests compare them with the
   // CPU engine's).
   std::vector<float> hidden_states(const std::vector<const Encoded*>& batch);
+  // Where the backbone first goes non-finite for this batch (the engine's error path; bisects
+  // over the number of layers run, so ~log2(layers) backbone passes): -1 the embeddings, i the
+  // residual stream after layer i, -2 finite throughout.
+  int64_t first_non_finite_layer(const std::vector<const Encoded*>& batch);
   // The joint head alone on given hidden states [tokens, hidden] (tests feed it the CPU's).
   std::vector<std::vector<std::vector<double>>> head_only(const std::vector<const Encoded*>& batch, const std::vector<float>& hidden);
 

@@ -2,12 +2,14 @@
 
 #include <omp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
 #include "common/error.h"
 #include "common/json.h"
 #include "cpu/ops.h"
+#include "io/finite_check.h"
 #include "io/safetensors.h"
 #include "model/synth.h"
 #ifdef CLEFRT_HAVE_CUDA
@@ -137,6 +139,10 @@ std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts)
   fs::path hp = fs::path(dir) / "joint_head.safetensors";
   if (!fs::exists(hp)) throw load_error(hp.string(), "missing: a Clef folder holds the joint head here");
   head.add_file(hp.string());
+  if (opts.check_weights) {
+    io::check_finite(backbone);
+    io::check_finite(head);
+  }
   if (opts.device == Device::Cpu) {
     if (opts.quant != QuantMode::Auto)
       throw Error(Status::BadRequest, "usage", std::string("--quant ") + quant_mode_name(opts.quant) +
@@ -178,6 +184,40 @@ std::unique_ptr<Engine> Engine::synthetic(const std::string& preset, const std::
 }
 
 std::vector<std::vector<std::vector<double>>> Engine::probs(const std::vector<const Encoded*>& batch, model::GdnForm form) const {
+  auto out = forward(batch, form);
+  for (size_t k = 0; k < out.size(); ++k)
+    for (size_t q = 0; q < out[k].size(); ++q)
+      for (double p : out[k][q])
+        if (!std::isfinite(p)) throw_non_finite(*batch[k], q);
+  return out;
+}
+
+// Runs the request again alone with a finiteness check after each stage, to say where it went
+// wrong. Only on this failure path: the normal forward pays nothing for it.
+void Engine::throw_non_finite(const Encoded& e, size_t question) const {
+  std::string where;
+  const int64_t n = int64_t(cfg_.text.layer_types.size());
+  int64_t layer = -2;  // -2: the backbone stayed finite
+#ifdef CLEFRT_HAVE_CUDA
+  if (gpu_) layer = gpu_->forward->first_non_finite_layer({&e});
+#endif
+  if (!gpu_) {
+    const std::vector<int64_t> offsets = {0, int64_t(e.input_ids.size())};
+    layer = model::first_non_finite_layer(text_, cfg_.text, e.input_ids, offsets);
+  }
+  if (layer == -1) where = "in the token embeddings";
+  else if (layer >= 0 && layer < n)
+    where = "after backbone layer " + std::to_string(layer) + " (" +
+            (cfg_.text.layer_types[size_t(layer)] == model::LayerType::LinearAttention ? "linear_attention" : "full_attention") +
+            "; layers are numbered 0 to " + std::to_string(n - 1) + " as in the weight names)";
+  else if (layer == n) where = "in the backbone's final norm";
+  else where = "in the joint head (question " + std::to_string(question) + "), the backbone's hidden states being finite";
+  throw Error(Status::Internal, "non_finite",
+              "the forward produced non-finite values " + where +
+                  ": the weights hold NaN or infinity (loading with the weight check on finds which tensor) or the activations overflowed");
+}
+
+std::vector<std::vector<std::vector<double>>> Engine::forward(const std::vector<const Encoded*>& batch, model::GdnForm form) const {
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) return gpu_->forward->run(batch);
 #endif
@@ -186,7 +226,7 @@ std::vector<std::vector<std::vector<double>>> Engine::probs(const std::vector<co
   // forward per request.
   if (opts_.batch_invariant && batch.size() > 1) {
     std::vector<std::vector<std::vector<double>>> out;
-    for (const Encoded* e : batch) out.push_back(probs({e}, form)[0]);
+    for (const Encoded* e : batch) out.push_back(forward({e}, form)[0]);
     return out;
   }
   std::vector<int32_t> ids;

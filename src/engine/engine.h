@@ -35,6 +35,10 @@ struct EngineOptions {
   // CUDA, NVFP4 parts: the fused W4A16 GEMM instead of staging (cuda/qlinear.h; slower on the
   // H200 at Clef's shapes, no staging memory). CLEFRT_W4A16_FUSED=1 sets it too.
   bool w4a16_fused = false;
+  // Every floating-point weight is tested for NaN / infinity at load (io/finite_check.h), and a
+  // folder holding any is refused naming the tensor. Off: such weights surface later, as a
+  // request's 500 naming the layer whose output turned non-finite.
+  bool check_weights = true;
 };
 
 // Whether this build has the CUDA backend and a usable GPU (reason says why not, if not).
@@ -57,7 +61,9 @@ class Engine {
   const Tokenizer& tokenizer() const { return *tok_; }
 
   // Per-question probabilities (encoded option order) for several encoded requests, run as one
-  // packed forward: each request keeps its own attention and GDN state.
+  // packed forward: each request keeps its own attention and GDN state. A probability that is
+  // not finite is never returned: the call throws a 500 Error naming where the forward first
+  // went non-finite (a backbone layer, the final norm or the joint head).
   std::vector<std::vector<std::vector<double>>> probs(const std::vector<const Encoded*>& batch,
                                                       model::GdnForm form = model::GdnForm::Chunked) const;
 
@@ -69,6 +75,8 @@ class Engine {
 
  private:
   Engine();
+  std::vector<std::vector<std::vector<double>>> forward(const std::vector<const Encoded*>& batch, model::GdnForm form) const;
+  [[noreturn]] void throw_non_finite(const Encoded& e, size_t question) const;
   EngineOptions opts_;
   model::ModelConfig cfg_;
   std::unique_ptr<Tokenizer> tok_;

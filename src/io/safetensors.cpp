@@ -108,7 +108,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
       }
       continue;
     }
-    auto err = [&](const std::string& msg) { return load_error(path, "tensor " + name + ": " + msg); };
+    const std::string& tensor = name;  // clang 14 cannot capture a structured binding (C++20 allows it; clang from 16)
+    auto err = [&](const std::string& msg) { return load_error(path, "tensor " + tensor + ": " + msg); };
     if (!v.is_object()) throw err("entry is not an object");
     const json::Value* dt = v.find("dtype");
     const json::Value* sh = v.find("shape");

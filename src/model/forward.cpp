@@ -15,6 +15,15 @@ using std::vector;
 namespace {
 
 thread_local bool t_bf16_points = false;  // backbone_forward_bf16_points
+thread_local bool t_check_finite = false;  // first_non_finite_layer: throw NonFiniteAt
+struct NonFiniteAt {
+  int64_t layer;
+};
+void check_finite(const vector<float>& v, int64_t layer) {
+  if (!t_check_finite) return;
+  for (float f : v)
+    if (!std::isfinite(f)) throw NonFiniteAt{layer};
+}
 thread_local ActivationObserver t_observer = nullptr;
 thread_local void* t_observer_ctx = nullptr;
 
@@ -178,6 +187,8 @@ vector<float> backbone_forward(const TextWeights& w, const TextConfig& c, const 
                                                           std::to_string(c.vocab) + " (tokenizer and model disagree)");
     std::copy_n(w.embed.data() + int64_t(id) * H, H, x.data() + t * H);
   }
+  check_finite(x, -1);
+  int64_t layer = 0;
   for (const LayerWeights& lw : w.layers) {
     cpu::rms_norm_1p(x.data(), L, H, lw.input_norm.data(), float(c.rms_eps), h.data());
     vector<float> mix = lw.type == LayerType::LinearAttention ? gdn_layer(lw.gdn, c, h, offsets, form) : attn_layer(lw.attn, c, h, offsets);
@@ -190,9 +201,26 @@ vector<float> backbone_forward(const TextWeights& w, const TextConfig& c, const 
     vector<float> down = lin(gt, L, lw.down_proj);
 #pragma omp parallel for if (x.size() > 65536)
     for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
+    check_finite(x, layer++);
   }
   cpu::rms_norm_1p(x.data(), L, H, w.final_norm.data(), float(c.rms_eps), h.data());
+  check_finite(h, layer);
   return h;
+}
+
+int64_t first_non_finite_layer(const TextWeights& w, const TextConfig& c, const vector<int32_t>& ids, const vector<int64_t>& offsets) {
+  t_check_finite = true;
+  try {
+    backbone_forward(w, c, ids, offsets);
+  } catch (const NonFiniteAt& at) {
+    t_check_finite = false;
+    return at.layer;
+  } catch (...) {
+    t_check_finite = false;
+    throw;
+  }
+  t_check_finite = false;
+  return -2;
 }
 
 namespace {

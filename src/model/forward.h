@@ -18,6 +18,12 @@ enum class GdnForm { Chunked, Recurrent };
 std::vector<float> backbone_forward(const TextWeights& w, const TextConfig& c, const std::vector<int32_t>& ids,
                                     const std::vector<int64_t>& offsets, GdnForm form = GdnForm::Chunked);
 
+// The same backbone with a finiteness check after every stage: -1 when the token embeddings hold
+// a non-finite value, i when the residual stream first does after layer i, the number of layers
+// when only the final norm does, -2 when everything stays finite. The engine's error path.
+int64_t first_non_finite_layer(const TextWeights& w, const TextConfig& c, const std::vector<int32_t>& ids,
+                               const std::vector<int64_t>& offsets);
+
 // Tests of the GPU engine: the same backbone, with values rounded to bf16 wherever the CUDA
 // forward stores them in bf16 (GEMM inputs, the attention q/k/v and the MLP activations), so a
 // difference from the GPU measures its kernels rather than bf16 itself. (The flash kernel's

@@ -44,7 +44,9 @@ std::string shown(std::string_view s, size_t max = 60) {
   return out;
 }
 
-void reject_unknown(const Value& obj, const std::string& path, std::initializer_list<const char*> allowed) {
+}  // namespace
+
+void reject_unknown_fields(const Value& obj, const std::string& path, std::initializer_list<const char*> allowed) {
   for (const auto& member : obj.obj) {
     const std::string& k = member.first;
     bool ok = std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return k == a; });
@@ -54,6 +56,30 @@ void reject_unknown(const Value& obj, const std::string& path, std::initializer_
       throw unprocessable(child(path, k), "unknown field " + shown(k) + " (allowed: " + list + ")");
     }
   }
+}
+
+namespace {
+
+void reject_unknown(const Value& obj, const std::string& path, std::initializer_list<const char*> allowed) {
+  reject_unknown_fields(obj, path, allowed);
+}
+
+// OpenAI / Anthropic-style content parts holding an image ({"type":"image_url","image_url":...},
+// {"type":"input_image",...}, {"type":"image","source":...}) anywhere in the state: rendered as
+// JSON they would reach the model as base64 text, never as an image.
+void reject_image_parts(const Value& v, const std::string& path) {
+  if (v.is_array()) {
+    for (size_t k = 0; k < v.arr.size(); ++k) reject_image_parts(v.arr[k], child(path, k));
+    return;
+  }
+  if (!v.is_object()) return;
+  const Value* t = v.find("type");
+  if (t && t->is_string() &&
+      ((t->s == "image_url" && v.find("image_url")) || t->s == "input_image" || (t->s == "image" && v.find("source"))))
+    throw unprocessable(path, "an image content part (\"type\": " + shown(t->s) +
+                                  ") inside the state is not read as an image (the model would see its data as text): send images in "
+                                  "the top-level \"images\" field");
+  for (const auto& [k, child_v] : v.obj) reject_image_parts(child_v, child(path, k));
 }
 
 bool valid_id(std::string_view id, size_t max_len) {
@@ -201,6 +227,7 @@ Request parse_request(const Value& root, const RequestLimits& lim) {
   if (!state) throw bad_request("state", "missing required field \"state\"");
   if (!state->is_string() && !state->is_object() && !state->is_array())
     throw bad_request("state", std::string("state must be a string, object or array, not ") + json::kind_name(state->kind));
+  reject_image_parts(*state, "state");
   r.state = *state;
 
   const Value* qs = root.find("questions");

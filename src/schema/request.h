@@ -2,6 +2,7 @@
 // needs. Every error names the field by JSON path and carries the protocol's HTTP status.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +62,9 @@ struct RequestLimits {
 // Parses and validates a request body. Throws clefrt::Error (400/413/422) naming the field.
 Request parse_request(std::string_view body, const RequestLimits& limits = {});
 Request parse_request(const json::Value& root, const RequestLimits& limits = {});
+
+// Throws a 422 naming `path.key` for the first key of obj not in `allowed` (listing them).
+void reject_unknown_fields(const json::Value& obj, const std::string& path, std::initializer_list<const char*> allowed);
 
 // The default option descriptions of a noul question.
 extern const char* const kNoulTrueDescription;

@@ -17,6 +17,9 @@ double rnd(double x, const AnswerOptions& o) { return o.precise ? x : json::py_r
 
 Value openai_to_system_one(const Value& body) {
   if (!body.is_object()) throw bad_request("", "the body must be a JSON object");
+  // unknown fields are refused as on /v1/systemone: a field the engine drops silently (images
+  // above all) would answer as if it had not been sent
+  reject_unknown_fields(body, "", {"model", "input", "questions", "images"});
   Value out = Value::object();
   if (const Value* m = body.find("model")) out.add("model", *m);
   out.add("state", body.find("input") ? *body.find("input") : Value::string(""));
@@ -26,6 +29,7 @@ Value openai_to_system_one(const Value& body) {
     const std::string path = "questions[" + std::to_string(i) + "]";
     const Value& src = qs.arr[i];
     if (!src.is_object()) throw bad_request(path, "each question must be an object");
+    reject_unknown_fields(src, path, {"type", "name", "instructions", "choices", "levels"});
     const Value& name = need(src, "name", path);
     const Value& type = need(src, "type", path);
     if (!name.is_string()) throw bad_request(path + ".name", "must be a string");
@@ -46,6 +50,7 @@ Value openai_to_system_one(const Value& body) {
           continue;
         }
         if (!c.is_object()) throw bad_request(cp, "a choice is a string or {value, description}");
+        reject_unknown_fields(c, cp, {"value", "description"});
         const Value& v = need(c, "value", cp);
         if (!v.is_string()) throw bad_request(cp + ".value", "must be a string");
         const Value* desc = c.find("description");
@@ -65,6 +70,7 @@ Value openai_to_system_one(const Value& body) {
         }
         const std::string lp = path + ".levels[" + std::to_string(k) + "]";
         if (!l.is_object()) throw bad_request(lp, "a level is a string or {label, description}");
+        reject_unknown_fields(l, lp, {"label", "description"});
         const Value* label = l.find("label");
         const Value* desc = l.find("description");
         std::string text = label && label->is_string() ? label->s : "";
@@ -79,6 +85,7 @@ Value openai_to_system_one(const Value& body) {
     q.add(name.s, d);
   }
   out.add("questions", q);
+  if (const Value* im = body.find("images")) out.add("images", *im);
   return out;
 }
 
