@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Soak and attack run against `clefrt serve` on loopback (issue 16's fourteen cases).
+"""Soak and attack run against `clefrt serve` on loopback (issue 16's fourteen cases and a soak).
 
 Starts its own servers from the given binary and model folder, attacks them on 127.0.0.1 only,
 every case bounded in connections and seconds, and prints one table row per case: what was
@@ -640,16 +640,83 @@ def case_load_failure_and_big_state(args):
             fails == 0 and p50 <= 2 * base + 5)
 
 
+def case_soak(args):
+    """Mixed traffic for --soak-seconds: normal clients, garbage, half-sent requests, clients that
+    leave mid-request. Nothing may fail for the normal clients, memory must settle and every
+    connection must be gone at the end."""
+    import random
+    with Server(args) as s:
+        if not s.ready:
+            return row(15, "server start", "did not start", False)
+        stop = threading.Event()
+        stats = {"ok": 0, "fail": 0, "hostile": 0}
+        lock = threading.Lock()
+
+        def normal():
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+            while not stop.is_set():
+                try:
+                    st, _, _ = request(s.port, "POST", "/v1/systemone", BLOG, conn=c)
+                    with lock:
+                        stats["ok" if st == 200 else "fail"] += 1
+                except (OSError, http.client.HTTPException):
+                    with lock:
+                        stats["fail"] += 1
+                    c.close()
+                    c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+            c.close()
+
+        def hostile(seed):
+            rnd = random.Random(seed)
+            while not stop.is_set():
+                kind = rnd.randrange(4)
+                try:
+                    sock = socket.create_connection(("127.0.0.1", s.port), timeout=2)
+                    if kind == 0:
+                        sock.sendall(bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 400))))
+                    elif kind == 1:  # half a request, then gone
+                        sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nContent-Length: 500\r\n\r\n{\"state\":")
+                    elif kind == 2:  # a whole request, gone before the answer
+                        sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(BLOG), BLOG))
+                    else:  # a gzip body and an early close
+                        g = gzip.compress(BLOG)
+                        sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (len(g), g[: len(g) // 2]))
+                    sock.close()
+                    with lock:
+                        stats["hostile"] += 1
+                except OSError:
+                    pass
+
+        threads = [threading.Thread(target=normal) for _ in range(4)] + [threading.Thread(target=hostile, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(min(5, args.soak_seconds / 4))
+        r0 = rss_mib(s.proc.pid)
+        time.sleep(args.soak_seconds)
+        r1 = rss_mib(s.proc.pid)
+        stop.set()
+        for t in threads:
+            t.join()
+        time.sleep(1.5)
+        _, _, h = request(s.port, "GET", "/health")
+        left = json.loads(h).get("open_connections", -1)
+        row(15, f"soak: {args.soak_seconds:.0f} s of 4 normal clients + 2 hostile ones",
+            f"{stats['ok']} answered, {stats['fail']} failed, {stats['hostile']} hostile connections; RSS {r0:.0f} -> {r1:.0f} MiB; "
+            f"open connections after: {left - 1 if left > 0 else left} (besides the one asking)",
+            stats["fail"] == 0 and r1 - r0 < 50 and left == 1)
+
+
 CASES = {1: case_body_limits, 2: case_connections, 3: case_sigterm, 4: case_pipelining, 5: case_nan, 6: case_keepalive,
          7: case_declared_length, 8: case_content_types, 9: case_refusals_counted, 10: case_api_key, 11: case_unknown_fields,
-         12: case_nesting, 13: case_fuzz_build, 14: case_load_failure_and_big_state}
+         12: case_nesting, 13: case_fuzz_build, 14: case_load_failure_and_big_state, 15: case_soak}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clefrt", default="build/clefrt")
     ap.add_argument("--model", default="build/models/tiny")
-    ap.add_argument("--only", default="", help="comma-separated case numbers (1-14)")
+    ap.add_argument("--only", default="", help="comma-separated case numbers (1-15)")
+    ap.add_argument("--soak-seconds", type=float, default=60, help="case 15's length")
     ap.add_argument("--idle", type=int, default=10000, help="idle connections in case 2")
     ap.add_argument("--slow", type=int, default=1000, help="slowloris connections in case 2")
     ap.add_argument("--fuzz-build", action="store_true", help="case 13: configure and build the fuzz targets with clang")

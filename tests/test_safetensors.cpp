@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "common/error.h"
+#include "io/finite_check.h"
 #include "io/safetensors.h"
 
 namespace clefrt::io {
@@ -122,6 +124,78 @@ TEST(Safetensors, ShardedFolder) {
   std::ofstream(dir + "/model.safetensors.index.json") << R"({"weight_map":{"x":"../x.safetensors"}})";
   EXPECT_NE(msg([&] { TensorStore::open_folder(dir); }).find("outside the folder"), std::string::npos);
   EXPECT_NE(msg([&] { TensorStore::open_folder(testing::TempDir() + "nothing-here"); }).find("no model.safetensors"), std::string::npos);
+}
+
+// Every float dtype: NaN and infinity found by their bits, counted, the first located; finite
+// extremes (the largest value, denormals, -0) left alone; integer tensors never flagged.
+TEST(FiniteCheck, FindsNanAndInfinityInEveryFloatDtype) {
+  struct Case {
+    DType d;
+    std::vector<uint64_t> finite, bad;  // codes of that width
+  };
+  const std::vector<Case> cases = {
+      {DType::BF16, {0x0000, 0x8000, 0x7f7f, 0xff7f, 0x0001, 0x3f80}, {0x7f80, 0xff80, 0x7fc0, 0x7f81}},
+      {DType::F16, {0x0000, 0x7bff, 0xfbff, 0x0001, 0x3c00}, {0x7c00, 0xfc00, 0x7e00}},
+      {DType::F32, {0x00000000, 0x7f7fffff, 0x00000001, 0x3f800000}, {0x7f800000, 0xff800000, 0x7fc00000}},
+      {DType::F64, {0, 0x7fefffffffffffffull, 1}, {0x7ff0000000000000ull, 0x7ff8000000000000ull}},
+      {DType::F8_E4M3, {0x00, 0x7e, 0xfe, 0x01, 0x80}, {0x7f, 0xff}},  // e4m3fn: no infinity, S.1111.111 is NaN
+      {DType::F8_E5M2, {0x00, 0x7b, 0xfb}, {0x7c, 0xfc, 0x7e}},
+  };
+  for (const auto& c : cases) {
+    const size_t w = dtype_size(c.d);
+    for (size_t n : {size_t(5), size_t(70000)}) {  // one block and several
+      std::vector<uint8_t> buf(n * w);
+      for (size_t i = 0; i < n; ++i) std::memcpy(buf.data() + i * w, &c.finite[i % c.finite.size()], w);
+      TensorInfo t;
+      t.name = "t";
+      t.dtype = c.d;
+      t.shape = {int64_t(n)};
+      t.data = buf.data();
+      t.nbytes = buf.size();
+      EXPECT_EQ(find_non_finite(t).count, 0) << dtype_name(c.d);
+      const size_t at = n - 3;
+      for (uint64_t b : c.bad) {
+        std::memcpy(buf.data() + at * w, &b, w);
+        const NonFinite r = find_non_finite(t);
+        EXPECT_EQ(r.count, 1) << dtype_name(c.d) << " code " << b;
+        EXPECT_EQ(r.first, int64_t(at));
+      }
+      std::memcpy(buf.data() + 1 * w, &c.bad[0], w);
+      EXPECT_EQ(find_non_finite(t).first, 1);
+      EXPECT_EQ(find_non_finite(t).count, 2);
+    }
+  }
+  std::vector<uint8_t> ints(64, 0xff);
+  TensorInfo t;
+  t.dtype = DType::U8;  // NVFP4's packed codes: no such values
+  t.shape = {64};
+  t.data = ints.data();
+  EXPECT_EQ(find_non_finite(t).count, 0);
+}
+
+TEST(FiniteCheck, StoreCheckNamesFileAndTensor) {
+  // two bf16 tensors, the second with an infinity at index 2
+  const std::string header = header_of({{"a.weight", "BF16", "[4]", 0, 8}, {"b.weight", "BF16", "[2,2]", 8, 16}});
+  std::string path = testing::TempDir() + "finite.safetensors";
+  {
+    std::ofstream f(path, std::ios::binary);
+    uint64_t n = header.size();
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << header;
+    const uint16_t vals[8] = {0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x3f80, 0x7f80, 0x3f80};
+    f.write(reinterpret_cast<const char*>(vals), sizeof vals);
+  }
+  TensorStore s;
+  s.add_file(path);
+  try {
+    check_finite(s);
+    FAIL() << "an infinity passed the check";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.where(), path);
+    EXPECT_NE(e.message().find("b.weight"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("1 non-finite value"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("index 2: infinity"), std::string::npos) << e.message();
+  }
 }
 
 }  // namespace

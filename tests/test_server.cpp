@@ -16,48 +16,13 @@
 #include "model/synth.h"
 #include "schema/request.h"
 #include "server/server.h"
+#include "test_server_util.h"
 #include "test_util.h"
 
 namespace clefrt::server {
 namespace {
 
-const std::string& tiny_dir() {
-  static const std::string dir = test::synth_folder("serve-tiny", 11);
-  return dir;
-}
-
-struct Running {
-  std::unique_ptr<HttpServer> srv;
-  std::thread th;
-  int port = 0;
-  explicit Running(ServerOptions o) {
-    signal(SIGPIPE, SIG_IGN);  // a client writing a body the server has refused gets EPIPE, not a signal
-    o.port = 0;
-    o.log_requests = false;
-    srv = std::make_unique<HttpServer>(o, [] {
-      EngineOptions eo;
-      eo.threads = 2;
-      return Engine::load(tiny_dir(), eo);
-    });
-    port = srv->bind();
-    th = std::thread([this] { srv->run(); });
-    srv->wait_ready();
-  }
-  ~Running() {
-    srv->stop();
-    th.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-};
-
-const std::string kBlog = R"({"model":"clef","state":"Our checkout is down and orders are blocked.","questions":{
-  "outage":{"type":"noul","instructions":"Is a service down?"},
-  "team":{"type":"choice","instructions":"Which team should handle it?","criteria":{"billing":"payments","tech":"outages","sales":null}},
-  "severity":{"type":"score","instructions":"How severe is it?","criteria":["No impact","Minor","Major","Critical"]}}})";
+using namespace test_server;
 
 std::string request_n(int i) {
   return R"({"state":"ticket )" + std::to_string(i) + std::string(size_t(i % 7) * 40, 'x') +
@@ -277,6 +242,82 @@ TEST(Server, GracefulStopAnswersInFlightRequests) {
   r.reset();  // stop(): no new connections; what was accepted is answered
   for (auto& t : ts) t.join();
   EXPECT_EQ(answered.load(), 8);
+}
+
+}  // namespace
+}  // namespace clefrt::server
+
+namespace clefrt::server {
+namespace {
+
+using namespace test_server;
+
+TEST(Server, NonFiniteWeightsAreRefusedAtLoadOrAnswered500) {
+  const std::string bad = poisoned_copy(tiny_dir(), "serve-nan", "layers.1.mlp.down_proj");
+  {  // checked at load (the default): the server stops itself, naming the tensor
+    Running r{ServerOptions{}, [bad] { return load_tiny(bad); }};
+    const auto t0 = std::chrono::steady_clock::now();
+    r.th.join();  // run() returns on its own
+    r.th = std::thread([] {});
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+    EXPECT_NE(r.srv->load_error().find("layers.1.mlp.down_proj"), std::string::npos) << r.srv->load_error();
+    EXPECT_NE(r.srv->load_error().find("non-finite"), std::string::npos);
+  }
+  // unchecked: the request is a 500 naming the layer, never a body with NaN in it
+  Running r{ServerOptions{}, [bad] { return load_tiny(bad, false); }};
+  auto res = r.client().Post("/v1/systemone", kBlog, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 500);
+  json::Value v = json::parse(res->body);
+  ASSERT_NE(v.find("error"), nullptr);
+  EXPECT_EQ(v.find("error")->find("type")->s, "non_finite");
+  EXPECT_NE(res->body.find("after backbone layer 1 "), std::string::npos) << res->body;
+  EXPECT_EQ(r.client().Get("/health")->status, 200);  // and it is still up
+}
+
+TEST(Server, UnknownFieldsAndImagePartsAreRefusedOnEveryShape) {
+  Running r{ServerOptions{}};
+  auto c = r.client();
+  const std::string png = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+  const std::string q = R"("questions":[{"type":"predicate","name":"outage"}])";
+  struct Case {
+    std::string path, body, field;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/decisions", R"({"input":"x",)" + q + R"(,"temperature":0})", "temperature"},
+      {"/v1/decisions", R"({"input":"x","questions":[{"type":"predicate","name":"o","weight":2}]})", "questions[0].weight"},
+      {"/v1/decisions", R"({"input":"x","questions":[{"type":"choice","name":"o","choices":[{"value":"a","p":1},{"value":"b"}]}]})",
+       "questions[0].choices[0].p"},
+      {"/v1/decisions", R"({"input":"x",)" + q + R"(,"images":[")" + png + R"("]})", "images"},
+      {"/v1/decisions", R"({"input":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":")" + png + R"("}}],)" + q + "}",
+       "state[1]"},
+      {"/v1/systemone", R"({"state":{"msgs":[{"role":"user","content":[{"type":"input_image","image_url":")" + png +
+                            R"("}]}]},"questions":{"q":{"type":"noul"}}})",
+       "state.msgs[0].content[0]"},
+  };
+  for (const auto& k : cases) {
+    auto res = c.Post(k.path, k.body, "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 422) << k.body.substr(0, 80) << " -> " << res->body;
+    json::Value v = json::parse(res->body);
+    const json::Value* d = v.find("error") ? v.find("error")->find("details") : nullptr;
+    ASSERT_NE(d, nullptr) << res->body;
+    EXPECT_EQ(d->find("path")->s, k.field) << res->body;
+  }
+  // a state that merely mentions such types as data is left alone
+  auto ok = c.Post("/v1/systemone", R"({"state":{"type":"image_url","note":"no payload"},"questions":{"q":{"type":"noul"}}})", "application/json");
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+TEST(Server, JsonNestingLimitIsTheDocumentedOne) {
+  Running r{ServerOptions{}};
+  auto depth = [&](size_t n) {  // the body object is level 1
+    const std::string state = std::string(n - 1, '[') + std::string(n - 1, ']');
+    return r.client().Post("/v1/systemone", "{\"state\":" + state + ",\"questions\":{\"q\":{\"type\":\"noul\"}}}", "application/json")->status;
+  };
+  EXPECT_EQ(RequestLimits{}.max_json_depth, 128u);
+  EXPECT_EQ(depth(128), 200);
+  EXPECT_EQ(depth(129), 400);
 }
 
 }  // namespace

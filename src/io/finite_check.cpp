@@ -15,20 +15,19 @@ namespace {
 template <typename U>
 NonFinite scan(const uint8_t* data, int64_t n, U exp_mask, U man_mask) {
   NonFinite r;
-  constexpr int64_t kBlock = 1 << 16;
+  constexpr int64_t kBlock = (1 << 14) / int64_t(sizeof(U)) * 2;  // 32 KiB a block: fits L1 with room
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   // the common case (nothing found) is one branch-free pass per block; a hit is then counted exactly
   std::vector<uint8_t> hit(size_t(blocks), 0);
 #pragma omp parallel for schedule(static) if (n > (1 << 20))
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t beg = b * kBlock, end = std::min(n, beg + kBlock);
-    uint8_t any = 0;
-    for (int64_t i = beg; i < end; ++i) {
-      U v;
-      std::memcpy(&v, data + size_t(i) * sizeof(U), sizeof(U));
-      any |= uint8_t((v & exp_mask) == exp_mask);
-    }
-    hit[size_t(b)] = any;
+    U block[kBlock];  // aligned lanes for the vectorized test (the file's data need not be aligned)
+    std::memcpy(block, data + size_t(beg) * sizeof(U), size_t(end - beg) * sizeof(U));
+    unsigned count = 0;
+#pragma omp simd reduction(+ : count)
+    for (int64_t i = 0; i < end - beg; ++i) count += unsigned((block[i] & exp_mask) == exp_mask);
+    hit[size_t(b)] = count != 0;
   }
   for (int64_t b = 0; b < blocks; ++b) {
     if (!hit[size_t(b)]) continue;

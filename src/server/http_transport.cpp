@@ -254,6 +254,7 @@ void Connection::on_header(error_code ec) {
   head_method_ = msg.method() == bhttp::verb::head;
   if (ec == bhttp::error::body_limit)
     return refuse(413, "request_too_large", "the declared body (Content-Length) is larger than the " + mib(srv_->o.max_body_bytes) + " limit");
+  if (ec == bhttp::error::bad_version) return refuse(505, "http_version_not_supported", "only HTTP/1.0 and HTTP/1.1 are served");
   if (ec) return refuse(400, "invalid_request", "malformed HTTP request: " + ec.message());
   version_ = msg.version();
   if (version_ != 10 && version_ != 11) return refuse(505, "http_version_not_supported", "only HTTP/1.0 and HTTP/1.1 are served");

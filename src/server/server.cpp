@@ -95,9 +95,14 @@ HttpServer::HttpServer(ServerOptions o, std::function<std::unique_ptr<Engine>()>
   prep_ = std::make_unique<WorkPool>(threads, o_.scheduler.max_queue);
 }
 
+void HttpServer::join_loader() {
+  std::lock_guard<std::mutex> l(loader_mu_);  // run(), wait_ready() and the destructor may race here
+  if (loader_.joinable()) loader_.join();
+}
+
 HttpServer::~HttpServer() {
   stop();
-  if (loader_.joinable()) loader_.join();
+  join_loader();
   prep_.reset();
   if (scheduler_) scheduler_->stop();
 }
@@ -129,14 +134,11 @@ int HttpServer::bind() {
   return port;
 }
 
-void HttpServer::wait_ready() {
-  if (loader_.joinable()) loader_.join();
-}
+void HttpServer::wait_ready() { join_loader(); }
 
 void HttpServer::run() {
   http_->run();  // returns once stopped and drained
-  std::lock_guard<std::mutex> l(stop_mu_);
-  if (loader_.joinable()) loader_.join();
+  join_loader();
   prep_.reset();  // what was being prepared is submitted (and refused: the scheduler stops next)
   if (scheduler_) scheduler_->stop();
 }

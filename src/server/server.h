@@ -85,7 +85,8 @@ class HttpServer {
   std::atomic<bool> engine_ready_{false}, load_failed_{false};  // load_error_ is written before load_failed_
   std::string load_error_;
   std::thread loader_;
-  std::mutex stop_mu_;
+  std::mutex loader_mu_;
+  void join_loader();
   std::atomic<uint64_t> next_id_{1};
 };
 
