@@ -12,7 +12,11 @@ double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono
 
 bool Job::end(Outcome o) {
   if (ended_.exchange(true)) return false;
-  if (done) done(*this, std::move(o));
+  // the callback goes with the call: what it holds (the request's state, which may hold this
+  // job) must not outlive the job's end
+  auto fn = std::move(done);
+  done = nullptr;
+  if (fn) fn(*this, std::move(o));
   return true;
 }
 
