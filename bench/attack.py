@@ -650,18 +650,24 @@ def case_soak(args):
             return row(15, "server start", "did not start", False)
         stop = threading.Event()
         stats = {"ok": 0, "fail": 0, "hostile": 0}
+        why = {}
         lock = threading.Lock()
 
         def normal():
             c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
             while not stop.is_set():
+                t0 = time.perf_counter()
                 try:
                     st, _, _ = request(s.port, "POST", "/v1/systemone", BLOG, conn=c)
                     with lock:
                         stats["ok" if st == 200 else "fail"] += 1
-                except (OSError, http.client.HTTPException):
+                        if st != 200:
+                            why[f"status {st}"] = why.get(f"status {st}", 0) + 1
+                except (OSError, http.client.HTTPException) as e:
                     with lock:
                         stats["fail"] += 1
+                        k = f"{type(e).__name__} after {time.perf_counter() - t0:.1f} s"
+                        why[k] = why.get(k, 0) + 1
                     c.close()
                     c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
             c.close()
@@ -702,7 +708,7 @@ def case_soak(args):
         left = json.loads(h).get("open_connections", -1)
         row(15, f"soak: {args.soak_seconds:.0f} s of 4 normal clients + 2 hostile ones",
             f"{stats['ok']} answered, {stats['fail']} failed, {stats['hostile']} hostile connections; RSS {r0:.0f} -> {r1:.0f} MiB; "
-            f"open connections after: {left - 1 if left > 0 else left} (besides the one asking)",
+            f"open connections after: {left - 1 if left > 0 else left} (besides the one asking)" + (f"; failures: {why}" if why else ""),
             stats["fail"] == 0 and r1 - r0 < 50 and left == 1)
 
 

@@ -6,7 +6,10 @@
 #include <fstream>
 #include <iostream>
 
+#include <omp.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include "common/error.h"
 #include "engine/engine.h"
@@ -75,6 +78,24 @@ TEST(Engine, PackedBatchEqualsOneAtATime) {
   }
   EXPECT_LT(worst, 1e-6);
   EXPECT_GT(enc[2].input_ids.size(), 700u);  // crosses several GDN chunks
+}
+
+// --threads is honoured on the thread that runs the forward (the server's engine thread), not only
+// on the one that loaded the engine: OpenMP's thread count is per thread. Left at the default
+// there, a 1-thread server on 2 cores spun a second OpenMP thread against its own I/O threads.
+TEST(Engine, ThreadCountHoldsOnTheThreadThatRunsTheForward) {
+  EngineOptions o;
+  o.threads = 1;
+  auto e = Engine::load(tiny_dir(), o);
+  const Encoded enc = e->encoder().encode(parse_request(requests()[1]));
+  int seen = -1, before = -1;
+  std::thread([&] {
+    before = omp_get_max_threads();
+    e->probs({&enc});
+    seen = omp_get_max_threads();
+  }).join();
+  if (before == 1) GTEST_SKIP() << "this machine runs one OpenMP thread by default: nothing to tell apart";
+  EXPECT_EQ(seen, 1);
 }
 
 TEST(Engine, ChunkedAndRecurrentGdnAgree) {

@@ -221,6 +221,9 @@ std::vector<std::vector<std::vector<double>>> Engine::forward(const std::vector<
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) return gpu_->forward->run(batch);
 #endif
+  // OpenMP's thread count is a per-thread setting: the thread that runs forwards (the server's
+  // engine thread, a Python caller's) is not the one that loaded the engine
+  if (opts_.threads > 0 && omp_get_max_threads() != opts_.threads) omp_set_num_threads(opts_.threads);
   // OpenBLAS picks its kernels and blocking by the number of rows, so a packed forward rounds
   // a request differently from the same request alone. Batch-invariant (the default): one
   // forward per request.
