@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
-# points, results under $OUT. Usage: bench/run_device_suite.sh COMMIT [tests] [bench MODES...] [memory]
+# points, results under $OUT. Usage:
+#   bench/run_device_suite.sh COMMIT [tests] [bench MODES...] [memory] [nan] [serve MODES...] [anchors]
+# nan: a tiny folder with NaN weights through the CUDA engine (refused at load; with
+# --no-check-weights a 500 naming the layer). serve: `clefrt serve --synthetic clef-27b` under
+# clefrt_load (1, 8, 64 clients) per mode, then SIGTERM timed. anchors: ../shared/anchors'
+# kernel_anchors.py from a carried .anchors/ (fla tarball + script), per-layer fla GDN and SDPA.
 set -uo pipefail
 commit=$1; shift
 export LD_LIBRARY_PATH=$PWD/.carry/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib CLEFRT_SOURCE_DIR=$PWD
@@ -23,6 +28,37 @@ while [ $# -gt 0 ]; do
         shift
       done
       continue ;;
+    nan)
+      d=/tmp/nan-tiny
+      .carry/clefrt synth --out $d --config tiny --tokenizer $tok > /dev/null 2>&1
+      python3 -c "import sys, types; sys.path.insert(0, 'bench'); import attack, shutil; \
+b, n = attack.nan_folder(types.SimpleNamespace(model='$d')); shutil.rmtree('$d-nan', ignore_errors=True); shutil.move(b, '$d-nan'); print('poisoned', n)"
+      .carry/clefrt decide --model $d-nan --device cuda examples/blog.json > "$OUT/nan-checked.txt" 2>&1
+      echo "== nan checked rc=$? $(tail -c 300 "$OUT/nan-checked.txt")"
+      .carry/clefrt decide --model $d-nan --device cuda --no-check-weights examples/blog.json > "$OUT/nan-unchecked.txt" 2>&1
+      echo "== nan unchecked rc=$? $(tail -c 400 "$OUT/nan-unchecked.txt")"
+      .carry/clefrt decide --model $d --device cuda examples/blog.json > "$OUT/nan-clean.txt" 2>&1
+      echo "== clean folder rc=$? $(head -c 200 "$OUT/nan-clean.txt")" ;;
+    serve)
+      shift
+      while [ $# -gt 0 ] && [ "$1" != anchors ] && [ "$1" != tests ] && [ "$1" != nan ]; do
+        m=$1 port=18$((RANDOM % 900 + 100))
+        .carry/clefrt serve --synthetic clef-27b --quant "$m" --tokenizer $tok --port $port --quiet > "$OUT/serve-$m.log" 2>&1 &
+        pid=$!
+        python3 -c "import time, urllib.request as u
+for i in range(480):
+    try:
+        u.urlopen('http://127.0.0.1:$port/health', timeout=2); break
+    except Exception: time.sleep(0.5)"
+        .carry/clefrt_load --port $port --clients 1,8,64 --seconds 10 --json "$OUT/serve-load-$m.json" 2>&1 | tail -5
+        t0=$(date +%s%N); kill -TERM $pid; wait $pid; rc=$?
+        echo "== serve $m: SIGTERM -> exit $rc after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+        shift
+      done
+      continue ;;
+    anchors)
+      mkdir -p /tmp/fla && tar xJf .anchors/fla-0.5.2-bc3b101d.tar.xz -C /tmp/fla
+      PYTHONUNBUFFERED=1 python3 .anchors/kernel_anchors.py /tmp/fla "$OUT/kernel-anchors.json" 2>&1 | tail -12 ;;
     memory)
       for m in bf16 fp8 nvfp4-w4a16 nvfp4; do
         for off in "" --offload-embeddings; do

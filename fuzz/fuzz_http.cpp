@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -72,7 +73,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const ssize_t n = recv(fd, buf, sizeof buf, 0);
     if (n == 0) break;
     if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) abort();  // the transport hung on this input
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {  // the transport hung on this input
+        std::fprintf(stderr, "fuzz_http: no close within 5 s; %zu bytes sent of %zu, %zu received: %.300s\n", off, size, out.size(),
+                     out.c_str());
+        abort();
+      }
       break;                                               // reset: allowed after a refusal
     }
     out.append(buf, size_t(n));
@@ -81,7 +86,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // every response the transport wrote is a status line of HTTP/1.x with a 3-digit code
   size_t pos = 0;
   while (pos < out.size()) {
-    if (out.compare(pos, 7, "HTTP/1.") != 0 || out.size() < pos + 12) abort();
+    if (out.compare(pos, 7, "HTTP/1.") != 0 || out.size() < pos + 12) {
+      std::fprintf(stderr, "fuzz_http: malformed response at byte %zu of %zu: %.300s\n", pos, out.size(), out.c_str());
+      abort();
+    }
     const size_t head = out.find("\r\n\r\n", pos);
     if (head == std::string::npos) abort();
     const size_t cl = out.find("Content-Length: ", pos);

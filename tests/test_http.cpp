@@ -70,6 +70,14 @@ TEST(ContentCoding, RefusesBombsCorruptAndUnknownCodings) {
   EXPECT_EQ(decode_content("\x1f\x8bnot gzip", "gzip", 1 << 20).result, Decoded::Result::Corrupt);
   EXPECT_EQ(decode_content("", "gzip", 1 << 20).result, Decoded::Result::Corrupt);
   EXPECT_EQ(decode_content(g + "trailing", "deflate", 1 << 20).result, Decoded::Result::Corrupt);
+  // more than kMaxCodings layers: each is a full pass, a long list is a CPU bomb
+  std::string why;
+  EXPECT_TRUE(codings_supported("gzip, deflate", &why));
+  EXPECT_FALSE(codings_supported("gzip, gzip, gzip", &why));
+  EXPECT_NE(why.find("3 codings"), std::string::npos) << why;
+  EXPECT_FALSE(codings_supported("br, gzip", &why));  // by name, whatever comes first
+  EXPECT_NE(why.find("'br'"), std::string::npos) << why;
+  EXPECT_EQ(decode_content(gzip(gzip(gzip("{}"))), "gzip,gzip,gzip", 1 << 20).result, Decoded::Result::Unsupported);
   Decoded br = decode_content(g, "br", 1 << 20);
   EXPECT_EQ(br.result, Decoded::Result::Unsupported);
   EXPECT_NE(br.message.find("'br'"), std::string::npos);
@@ -148,6 +156,48 @@ TEST(Http, BodyLimitHoldsAfterChunkedAndGzipDecoding) {
   auto form = r.client().Post("/v1/systemone", kBlog, "application/x-www-form-urlencoded");
   ASSERT_TRUE(form);
   EXPECT_EQ(form->status, 200);
+}
+
+// What Beast's parser does not bound by itself, and what many connections could add up to.
+TEST(Http, ChunkExtensionsTrailersConnectionsAndBodyBudgetAreBounded) {
+  ServerOptions so;
+  so.limits.max_body_bytes = 1 << 20;
+  so.http.max_bodies_bytes = 1 << 20;  // one body of unknown length fills it
+  so.http.max_connections = 8;
+  Running r{so};
+  for (const std::string& flood : {std::string("5;ext=") + std::string(4 << 20, 'b'),                      // a chunk extension
+                                   std::string("1\r\na\r\n0\r\nX-T: ") + std::string(4 << 20, 'c')}) {  // a trailer
+    Raw c(r.port);
+    c.send("POST /v1/systemone HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+    const auto t0 = Clock::now();
+    c.send(flood);  // the server refuses and closes long before the end
+    const std::string out = c.read_all(5);
+    EXPECT_EQ(Raw::status_of(out), 413) << out.substr(0, 200);
+    EXPECT_LT(seconds_since(t0), 5.0);
+  }
+  {  // a chunked body in progress holds the whole budget: the next body is 503, then it frees
+    Raw first(r.port);
+    first.send("POST /v1/systemone HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    Raw second(r.port);
+    second.send(post("/v1/systemone", kBlog));
+    const std::string out = second.read_all(5);
+    EXPECT_EQ(Raw::status_of(out), 503) << out.substr(0, 300);
+    EXPECT_NE(out.find("Retry-After"), std::string::npos);
+    first.close();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(r.client().Post("/v1/systemone", kBlog, "application/json")->status, 200);
+  {  // past max_connections: a 503 the client can read, not a reset
+    std::vector<std::unique_ptr<Raw>> held;
+    for (int i = 0; i < 8; ++i) held.push_back(std::make_unique<Raw>(r.port));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    Raw extra(r.port);
+    extra.send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
+    const std::string out = extra.read_all(3);
+    EXPECT_EQ(Raw::status_of(out), 503) << out.substr(0, 300);
+    EXPECT_NE(out.find("too_many_connections"), std::string::npos);
+  }
 }
 
 TEST(Http, PipelinedRequestsAreAnsweredInOrder) {

@@ -75,9 +75,8 @@ Decoded inflate(const std::string& in, bool gzip, size_t max_bytes, const std::s
   return fail(Decoded::Result::Corrupt, "the " + name + " body ends before its stream does");
 }
 
-}  // namespace
-
-Decoded decode_content(std::string body, std::string_view encoding, size_t max_bytes) {
+// The codings of a Content-Encoding value in order, identity and empty items left out.
+std::vector<std::string> codings_of(std::string_view encoding) {
   std::vector<std::string> codings;
   size_t start = 0;
   while (start <= encoding.size()) {
@@ -87,7 +86,35 @@ Decoded decode_content(std::string body, std::string_view encoding, size_t max_b
     if (!c.empty() && c != "identity") codings.push_back(std::move(c));
     start = comma + 1;
   }
+  return codings;
+}
+
+bool is_gzip(const std::string& c) { return c == "gzip" || c == "x-gzip"; }
+
+}  // namespace
+
+bool codings_supported(std::string_view encoding, std::string* message) {
+  const std::vector<std::string> codings = codings_of(encoding);
+  for (const std::string& c : codings)
+    if (!is_gzip(c) && c != "deflate") {
+      if (message) *message = "Content-Encoding '" + c.substr(0, 40) + "' is not supported (gzip, deflate or identity)";
+      return false;
+    }
+  if (codings.size() > kMaxCodings) {
+    if (message)
+      *message = "Content-Encoding lists " + std::to_string(codings.size()) + " codings; at most " + std::to_string(kMaxCodings) + " are undone";
+    return false;
+  }
+  return true;
+}
+
+Decoded decode_content(std::string body, std::string_view encoding, size_t max_bytes) {
   Decoded d;
+  if (!codings_supported(encoding, &d.message)) {
+    d.result = Decoded::Result::Unsupported;
+    return d;
+  }
+  const std::vector<std::string> codings = codings_of(encoding);
   d.body = std::move(body);
   if (d.body.size() > max_bytes) {
     d.result = Decoded::Result::TooLarge;
@@ -96,14 +123,7 @@ Decoded decode_content(std::string body, std::string_view encoding, size_t max_b
     return d;
   }
   for (auto it = codings.rbegin(); it != codings.rend(); ++it) {
-    const bool gzip = *it == "gzip" || *it == "x-gzip";
-    if (!gzip && *it != "deflate") {
-      Decoded e;
-      e.result = Decoded::Result::Unsupported;
-      e.message = "Content-Encoding '" + *it + "' is not supported (gzip, deflate or identity)";
-      return e;
-    }
-    d = inflate(d.body, gzip, max_bytes, *it);
+    d = inflate(d.body, is_gzip(*it), max_bytes, *it);
     if (d.result != Decoded::Result::Ok) return d;
   }
   return d;

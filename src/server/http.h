@@ -13,7 +13,10 @@
 //   deflate body as its inflated size crosses it; other Content-Encodings are 415;
 // - requests pipelined on one connection are answered one at a time, in order;
 // - a connection with no request pending is closed after idle_timeout_s; a client that hangs
-//   up while its request is in flight makes the exchange's on_abort callback run;
+//   up (or shuts down its sending side) while its request is in flight makes the exchange's
+//   on_abort callback run; one that does so while its answer is being written gets the answer;
+// - bodies being read hold a share of one server-wide budget (503 past it); past
+//   max_connections a new connection is answered 503 and closed;
 // - stop(): no new connections; connections without a request in progress close at once,
 //   requests in progress get drain_s to finish, then everything is closed.
 #pragma once
@@ -76,6 +79,9 @@ struct Options {
   size_t max_connections = 16384;           // open at once; past it a new one gets 503 and is closed
   size_t max_header_bytes = 64 << 10;       // request line + headers
   size_t max_body_bytes = 13 << 20;         // the body after decoding (and before)
+  size_t max_bodies_bytes = size_t(1) << 30;  // all bodies being read or decoded at once (a body of
+                                            // unknown length counts in full, a compressed one twice);
+                                            // past it a new body gets 503
   double header_timeout_s = 10;             // from a request's first byte to the end of its headers
   double body_timeout_s = 60;               // from the end of the headers to the end of the body
   double idle_timeout_s = 60;               // a connection with no request pending

@@ -76,7 +76,9 @@ struct Transport::Impl : std::enable_shared_from_this<Transport::Impl> {
   tcp::acceptor acceptor{control};
   asio::steady_timer accept_retry{control}, drain_timer{control};
   asio::thread_pool decode_pool{1};  // inflating a body is CPU work: off the event loop
-  std::atomic<size_t> open{0};
+  std::atomic<size_t> open{0};        // connections served (the limit's count)
+  std::atomic<size_t> rejecting{0};   // connections over the limit being answered 503
+  std::atomic<size_t> body_bytes{0};  // bodies being read or decoded: Connection::reserve
   std::atomic<bool> stopping{false};
   std::mutex reg_mu;
   std::unordered_map<uint64_t, std::weak_ptr<Connection>> registry;
@@ -86,29 +88,37 @@ struct Transport::Impl : std::enable_shared_from_this<Transport::Impl> {
   void accept();
   void begin_drain();
   void for_each_connection(void (Connection::*fn)());
-  void connection_closed();
+  void connection_closed(bool over_limit);
 };
 
 class ExchangeImpl;
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(std::shared_ptr<Transport::Impl> srv, tcp::socket sock) : srv_(std::move(srv)), sock_(std::move(sock)), timer_(sock_.get_executor()) {
+  // over_limit: accepted past max_connections, only to be answered 503 and closed
+  Connection(std::shared_ptr<Transport::Impl> srv, tcp::socket sock, bool over_limit)
+      : srv_(std::move(srv)), sock_(std::move(sock)), timer_(sock_.get_executor()), over_limit_(over_limit) {
     error_code ec;
     const auto ep = sock_.remote_endpoint(ec);
     if (!ec) remote_ = ep.address().to_string() + ":" + std::to_string(ep.port());
     sock_.set_option(tcp::no_delay(true), ec);  // a response is one write; never wait for an ACK to send it
+    // Beast bounds the header and the chunk sizes, not a chunk's extensions or the trailers:
+    // the buffer's own cap bounds those (and the read-ahead of pipelined bytes)
+    buf_.max_size(srv_->o.max_header_bytes + (64 << 10));
   }
   ~Connection() {
+    release();
     {
       std::lock_guard<std::mutex> l(srv_->reg_mu);
       srv_->registry.erase(id_);
     }
-    srv_->connection_closed();
+    srv_->connection_closed(over_limit_);
   }
 
   void start(uint64_t id) {
     id_ = id;
+    if (over_limit_)
+      return refuse(503, "too_many_connections", "the server holds its limit of " + std::to_string(srv_->o.max_connections) + " connections");
     wait_idle();
   }
   // stop(): a connection without a request in progress closes now; one with a request answers it
@@ -141,6 +151,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     timer_.cancel();
   }
 
+  void reserve(size_t bytes) {
+    release();
+    reserved_ = bytes;
+    srv_->body_bytes += bytes;
+  }
+  void release() {
+    srv_->body_bytes -= reserved_;
+    reserved_ = 0;
+  }
+
   void wait_idle();
   void read_header();
   void on_header(error_code ec);
@@ -163,9 +183,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t id_ = 0, gen_ = 0;
   bool timed_out_ = false, draining_ = false, watching_ = false, next_after_watch_ = false, keep_alive_ = true, head_method_ = false;
   unsigned version_ = 11;
+  size_t reserved_ = 0;    // of the server's body budget
+  bool peer_eof_ = false;  // the client shut down its side while its response was being written
   std::string remote_;
   Request head_;  // what is known of the current request (for refusals and the handler)
   std::shared_ptr<ExchangeImpl> ex_;
+  bool over_limit_ = false;
 };
 
 class ExchangeImpl : public Exchange {
@@ -239,7 +262,7 @@ void Connection::on_header(error_code ec) {
   if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || ec == asio::error::eof ||
       ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
     return close();  // the client left
-  if (ec == bhttp::error::header_limit)
+  if (ec == bhttp::error::header_limit || ec == bhttp::error::buffer_overflow)
     return refuse(431, "headers_too_large", "the request line and headers are larger than the " + std::to_string(srv_->o.max_header_bytes >> 10) +
                                                " KiB limit");
   // method and target are known from here on, even when the rest was refused
@@ -262,14 +285,17 @@ void Connection::on_header(error_code ec) {
   keep_alive_ = msg.keep_alive();
   if (const std::string* te = head_.header("Transfer-Encoding"); te && !iequals(*te, "chunked"))
     return refuse(501, "not_implemented", "Transfer-Encoding '" + *te + "' is not supported (chunked only)");
-  if (const std::string* ce = head_.header("Content-Encoding")) {
-    // refused before the body is read; decode_content checks the same list
-    Decoded d = decode_content(std::string(), *ce, 0);
-    if (d.result == Decoded::Result::Unsupported) return refuse(415, "unsupported_media_type", d.message);
-  }
+  const std::string* ce = head_.header("Content-Encoding");
+  if (std::string why; ce && !codings_supported(*ce, &why)) return refuse(415, "unsupported_media_type", why);
+  // Bodies being read and decoded count against one budget for the whole server: 16,384
+  // connections times 13 MiB would be hundreds of GiB. A body of unknown length counts in full.
+  const uint64_t declared = parser_->content_length() ? *parser_->content_length() : uint64_t(srv_->o.max_body_bytes);
+  reserve(size_t(std::min<uint64_t>(declared, srv_->o.max_body_bytes)) + (ce ? srv_->o.max_body_bytes : 0));
+  if (reserved_ > 0 && srv_->body_bytes.load() > srv_->o.max_bodies_bytes)
+    return refuse(503, "server_busy", "the server is receiving too many request bodies at once; retry shortly");
   if (parser_->is_done()) return dispatch(std::move(head_));
   const std::string* expect = head_.header("Expect");
-  if (expect && iequals(*expect, "100-continue")) {
+  if (expect && version_ == 11 && iequals(*expect, "100-continue")) {  // HTTP/1.0 clients do not wait for it
     // curl waits for this before sending a large body
     auto line = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
     arm(srv_->o.write_timeout_s);
@@ -296,6 +322,9 @@ void Connection::on_body(error_code ec) {
   if (timed_out_) return refuse(408, "request_timeout", "the request body did not arrive within " + secs(srv_->o.body_timeout_s) + " s");
   if (ec == bhttp::error::body_limit)
     return refuse(413, "request_too_large", "the body is larger than the " + mib(srv_->o.max_body_bytes) + " limit");
+  if (ec == bhttp::error::buffer_overflow)
+    return refuse(413, "request_too_large", "a chunk extension or the trailers are longer than " +
+                                                std::to_string(buf_.max_size() >> 10) + " KiB");
   if (ec == bhttp::error::end_of_stream || ec == bhttp::error::partial_message || ec == asio::error::eof ||
       ec == asio::error::connection_reset || ec == asio::error::operation_aborted)
     return close();
@@ -322,6 +351,7 @@ void Connection::on_body(error_code ec) {
 void Connection::dispatch(Request req) {
   phase_ = Phase::InFlight;
   parser_.reset();
+  release();  // the body now belongs to the handler, whose own queue bounds what it holds
   ex_ = std::make_shared<ExchangeImpl>(weak_from_this());
   watch();
   auto ex = ex_;
@@ -350,6 +380,13 @@ void Connection::watch() {
     if (ec) return;  // cancelled
     char probe;
     const ssize_t n = ::recv(self->sock_.native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 && self->phase_ == Phase::Writing) {  // the answer is on its way: let it finish, then close
+      self->peer_eof_ = true;
+      return;
+    }
+    // EOF while the request is being computed counts as the client leaving (its work is
+    // cancelled, logged 499): a client that shuts down its sending side and still waits for the
+    // answer cannot be told from one that has gone, and most that do this have gone
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
       self->abort_exchange();
       return self->close();
@@ -396,7 +433,7 @@ void Connection::write(std::shared_ptr<bhttp::response<bhttp::string_body>> res,
     if (self->phase_ == Phase::Closing) return;
     self->disarm();
     if (ec || self->timed_out_) return self->close();
-    if (!keep) return self->linger();
+    if (!keep || self->peer_eof_) return self->linger();
     if (self->watching_) {  // the watch holds the socket's read side: let it end first
       self->next_after_watch_ = true;
       error_code ignored;
@@ -458,6 +495,7 @@ void Connection::close() {
   if (phase_ == Phase::Closing && !sock_.is_open()) return;
   phase_ = Phase::Closing;
   abort_exchange();
+  release();
   ++gen_;
   timer_.cancel();
   error_code ec;
@@ -481,20 +519,13 @@ void Transport::Impl::accept() {
       });
       return;
     }
-    if (self->open.load() >= self->o.max_connections) {
-      Request who;
-      error_code e2;
-      const auto ep = sock.remote_endpoint(e2);
-      if (!e2) who.remote = ep.address().to_string() + ":" + std::to_string(ep.port());
-      Response r = self->refuse(who, Refusal{503, "too_many_connections",
-                                             "the server holds its limit of " + std::to_string(self->o.max_connections) + " connections"});
-      std::string text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: " + r.content_type +
-                         "\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " + std::to_string(r.body.size()) + "\r\n\r\n" + r.body;
-      ::send(sock.native_handle(), text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    const bool over = self->open.load() >= self->o.max_connections;
+    if (over && self->rejecting.load() >= self->o.max_connections / 8 + 64) {
+      error_code e2;  // past what even refusing politely may cost: closed unanswered
       sock.close(e2);
     } else {
-      ++self->open;
-      auto c = std::make_shared<Connection>(self, std::move(sock));
+      ++(over ? self->rejecting : self->open);
+      auto c = std::make_shared<Connection>(self, std::move(sock), over);
       uint64_t id;
       {
         std::lock_guard<std::mutex> l(self->reg_mu);
@@ -530,7 +561,11 @@ void Transport::Impl::begin_drain() {
   });
 }
 
-void Transport::Impl::connection_closed() {
+void Transport::Impl::connection_closed(bool over_limit) {
+  if (over_limit) {
+    --rejecting;
+    return;
+  }
   if (--open == 0 && stopping.load()) asio::post(control, [self = shared_from_this()] { self->drain_timer.cancel(); });
 }
 
@@ -562,15 +597,21 @@ int Transport::bind() {
 }
 
 void Transport::run() {
-  asio::post(impl_->control, [impl = impl_] { impl->accept(); });
+  asio::post(impl_->control, [w = std::weak_ptr<Impl>(impl_)] {
+    if (auto impl = w.lock()) impl->accept();
+  });
   std::vector<std::thread> extra;
   for (int i = 1; i < std::max(1, impl_->o.io_threads); ++i) extra.emplace_back([this] { impl_->ioc.run(); });
   impl_->ioc.run();
   for (auto& t : extra) t.join();
 }
 
+// The posted work holds the transport weakly: after run() has returned nothing runs it, and a
+// strong hold would keep the io_context (which owns it) alive for ever.
 void Transport::stop() {
-  asio::post(impl_->control, [impl = impl_] { impl->begin_drain(); });
+  asio::post(impl_->control, [w = std::weak_ptr<Impl>(impl_)] {
+    if (auto impl = w.lock()) impl->begin_drain();
+  });
 }
 
 size_t Transport::open_connections() const { return impl_->open.load(); }

@@ -155,7 +155,7 @@ void HttpServer::log_line(const Pending& p, const Reply& r, double secs) const {
   if (!o_.log_requests) return;
   std::string line = "{\"ts\":\"" + utc_now() + "\",\"id\":" + std::to_string(p.id) + ",\"remote\":" + json::write(Value::string(p.remote)) +
                      ",\"method\":" + json::write(Value::string(p.method)) +
-                     ",\"path\":" + json::write(Value::string(p.path.substr(0, 200))) + ",\"status\":" + std::to_string(r.status);
+                     ",\"path\":" + json::write(Value::string(p.path)) + ",\"status\":" + std::to_string(r.status);
   if (!r.type.empty()) line += ",\"error\":" + json::write(Value::string(r.type));
   char nums[160];
   std::snprintf(nums, sizeof nums, ",\"tokens\":%zu,\"queue_ms\":%.2f,\"compute_ms\":%.2f,\"total_ms\":%.2f}\n", r.tokens, r.queue_ms,
@@ -182,8 +182,8 @@ http::Response HttpServer::refused(const http::Request& req, const http::Refusal
   Pending p;
   p.id = next_id_++;
   p.t0 = Clock::now();
-  p.method = req.method.empty() ? "-" : req.method;
-  p.path = req.path.empty() ? "-" : req.path;
+  p.method = req.method.empty() ? "-" : req.method.substr(0, 40);
+  p.path = req.path.empty() ? "-" : req.path.substr(0, 200);
   p.endpoint = endpoint_label(req.path);
   p.remote = req.remote;
   Reply r{why.status, error_body(why.status, why.type, why.message), why.type};
@@ -235,17 +235,17 @@ void HttpServer::handle(http::Request req, std::shared_ptr<http::Exchange> ex) {
   auto p = std::make_shared<Pending>();
   p->id = next_id_++;
   p->t0 = Clock::now();
-  p->method = req.method;
-  p->path = req.path;
+  p->method = req.method.substr(0, 40);  // a method is a token of any length: the log keeps a bounded one
+  p->path = req.path.substr(0, 200);
   p->endpoint = endpoint_label(req.path);
   p->remote = req.remote;
   p->ex = std::move(ex);
   const bool decision = p->endpoint == "/v1/systemone" || p->endpoint == "/v1/decisions";
   if (p->endpoint == "other")
-    return finish(*p, Reply{404, error_body(404, "not_found", "no such endpoint: " + req.method + " " + req.path.substr(0, 200)), "not_found"});
+    return finish(*p, Reply{404, error_body(404, "not_found", "no such endpoint: " + p->method + " " + p->path), "not_found"});
   const bool get_like = req.method == "GET" || req.method == "HEAD";
   if (decision ? req.method != "POST" : !get_like) {
-    Reply r{405, error_body(405, "method_not_allowed", req.method + " is not served at " + req.path + " (use " + (decision ? "POST" : "GET") + ")"),
+    Reply r{405, error_body(405, "method_not_allowed", p->method + " is not served at " + p->path + " (use " + (decision ? "POST" : "GET") + ")"),
             "method_not_allowed"};
     r.allow = decision ? "POST" : "GET, HEAD";
     return finish(*p, std::move(r));
@@ -293,7 +293,8 @@ void HttpServer::decide(std::shared_ptr<Pending> p, http::Request req) {
     else finish(*p, Reply{499, "", "client_closed"});
   });
   auto shared_req = std::make_shared<http::Request>(std::move(req));
-  if (!prep_->try_post([this, p, shared_req] { prepare(p, *shared_req); })) return finish(*p, queue_full());
+  if (!prep_->try_post([this, p, shared_req] { prepare(p, *shared_req); }))
+    return finish(*p, prep_->stopping() ? error(Error(Status::Unavailable, "unavailable", "the server is shutting down")) : queue_full());
 }
 
 // On a work-pool thread: parse, validate, encode, submit. The job's done callback answers.

@@ -40,6 +40,11 @@ bool WorkPool::try_post(std::function<void()> fn) {
   return true;
 }
 
+bool WorkPool::stopping() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return stopping_;
+}
+
 size_t WorkPool::waiting() const {
   std::lock_guard<std::mutex> l(mu_);
   return q_.size();

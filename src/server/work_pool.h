@@ -18,6 +18,7 @@ class WorkPool {
   // Queues fn; false (and fn dropped) when max_waiting tasks already wait.
   bool try_post(std::function<void()> fn);
   size_t waiting() const;
+  bool stopping() const;
 
  private:
   size_t max_waiting_;
