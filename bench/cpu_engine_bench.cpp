@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "model/synth.h"
 
 using clock_type = std::chrono::steady_clock;
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
     o.progress = false;
     clefrt::model::synthesize(o);
   }
-  auto engine = clefrt::Engine::load(dir);
+  auto engine = clefrt::EngineCore::load(dir);
   const auto& c = engine->config().text;
   // Matmul FLOPs per token of the backbone (2 x weights touched per token; no lm_head).
   double per_tok = 0;

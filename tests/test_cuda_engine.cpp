@@ -11,7 +11,7 @@
 #include "common/json.h"
 #include "cuda/device_model.h"
 #include "cuda/forward.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "io/safetensors.h"
 #include "model/forward.h"
 #include "schema/request.h"
@@ -27,10 +27,10 @@ using test::worst_diff;
 
 void check_folder(const std::string& name) {
   NEED_GPU();
-  EngineOptions o;
+  CoreOptions o;
   o.device = Device::Cuda;
   o.max_batch_tokens = 65536;
-  auto gpu = Engine::load(test::source_path("tests/fixtures/oracle/" + name), o);
+  auto gpu = EngineCore::load(test::source_path("tests/fixtures/oracle/" + name), o);
   Fixture f = read_fixture(*gpu, name);
   ASSERT_GE(f.enc.size(), 100u);
   double worst = 0;
@@ -61,7 +61,7 @@ void check_folder(const std::string& name) {
 void check_halves(const std::string& name, bool batch_invariant) {
   NEED_GPU();
   const std::string dir = test::source_path("tests/fixtures/oracle/" + name);
-  auto cpu = Engine::load(dir);
+  auto cpu = EngineCore::load(dir);
   const auto cfg = model::load_config(dir);
   io::TensorStore st = io::TensorStore::open_folder(dir), hs;
   hs.add_file(dir + "/joint_head.safetensors");
@@ -123,11 +123,11 @@ TEST(CudaEngine, TinyBAgainstReference) { check_folder("tiny-b"); }
 TEST(CudaEngine, WellConditionedAgainstCpuFp32) {
   NEED_GPU();
   const std::string dir = test::synth_folder("calm-small", 5, "small", 0.5f);
-  auto cpu = Engine::load(dir);
-  EngineOptions o;
+  auto cpu = EngineCore::load(dir);
+  CoreOptions o;
   o.device = Device::Cuda;
   o.max_batch_tokens = 65536;
-  auto gpu = Engine::load(dir, o);
+  auto gpu = EngineCore::load(dir, o);
   double worst = 0, sum = 0;
   size_t n = 0, over_1e3 = 0, longest = 0;
   for (const auto& text : test::corpus_requests(120)) {
@@ -147,10 +147,10 @@ TEST(CudaEngine, WellConditionedAgainstCpuFp32) {
 
 TEST(CudaEngine, RefusesBatchOverThePlan) {
   NEED_GPU();
-  EngineOptions o;
+  CoreOptions o;
   o.device = Device::Cuda;
   o.max_batch_tokens = 300;
-  auto gpu = Engine::load(test::source_path("tests/fixtures/oracle/tiny-b"), o);
+  auto gpu = EngineCore::load(test::source_path("tests/fixtures/oracle/tiny-b"), o);
   Fixture f = read_fixture(*gpu, "tiny-b");
   const Encoded* big = nullptr;
   for (const auto& e : f.enc)

@@ -11,7 +11,7 @@
 #include "cuda/buffer.h"
 #include "cuda/gemm.h"
 #include "cuda/kernels.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "test_cuda_util.h"
 
 namespace clefrt::cuda {

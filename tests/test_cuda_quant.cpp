@@ -22,7 +22,7 @@
 #include "cuda/kernels.h"
 #include "cuda/kernels_quant.h"
 #include "cuda/qlinear.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "io/safetensors.h"
 #include "model/forward.h"
 #include "quant/formats.h"
@@ -574,15 +574,15 @@ std::string quantized_tiny_b(const std::string& scheme) {
   const std::string src = test::source_path("tests/fixtures/oracle/tiny-b");
   std::vector<std::string> calib;
   if (scheme == "nvfp4") {
-    auto cpu = Engine::load(src);
+    auto cpu = EngineCore::load(src);
     const std::vector<std::string> raw = test::read_fixture(*cpu, "tiny-b").raw;
     calib.assign(raw.begin(), raw.begin() + std::min<size_t>(32, raw.size()));
   }
   return quantized_folder(src, scheme, scheme, calib);
 }
 
-EngineOptions gpu_opts(QuantMode q = QuantMode::Auto, bool offload = false) {
-  EngineOptions o;
+CoreOptions gpu_opts(QuantMode q = QuantMode::Auto, bool offload = false) {
+  CoreOptions o;
   o.device = Device::Cuda;
   o.max_batch_tokens = 65536;
   o.quant = q;
@@ -595,8 +595,8 @@ EngineOptions gpu_opts(QuantMode q = QuantMode::Auto, bool offload = false) {
 void check_quantized_folder(const std::string& scheme) {
   NEED_GPU();
   const std::string dir = quantized_tiny_b(scheme);
-  auto cpu = Engine::load(dir);
-  auto gpu = Engine::load(dir, gpu_opts());
+  auto cpu = EngineCore::load(dir);
+  auto gpu = EngineCore::load(dir, gpu_opts());
   std::cout << "[ cuda    ] " << scheme << ": " << gpu->gpu_summary() << "\n";
   std::vector<Encoded> enc = test::read_fixture(*cpu, "tiny-b").enc;
   {
@@ -644,12 +644,12 @@ void check_quantized_folder(const std::string& scheme) {
 TEST(CudaQuant, W4A16FusedForwardAgainstCpu) {
   NEED_GPU();
   const std::string dir = quantized_folder(test::synth_folder("calm-small", 5, "small", 0.5f), "small-w4a16", "nvfp4-w4a16");
-  auto cpu = Engine::load(dir);
-  EngineOptions o = gpu_opts();
+  auto cpu = EngineCore::load(dir);
+  CoreOptions o = gpu_opts();
   o.max_batch_tokens = 65536;
-  auto staged = Engine::load(dir, o);
+  auto staged = EngineCore::load(dir, o);
   o.w4a16_fused = true;
-  auto fused = Engine::load(dir, o);
+  auto fused = EngineCore::load(dir, o);
   std::vector<Encoded> enc;
   for (const auto& text : test::corpus_requests(48)) enc.push_back(cpu->encoder().encode(parse_request(text)));
   double w_fused = 0, w_staged = 0, w_between = 0;
@@ -712,7 +712,7 @@ TEST(CudaQuant, LeanPlanGivesTheSameBits) {
               << (b.arena_bytes() >> 10) << " KiB, same bits\n";
   };
   const std::string tiny = test::source_path("tests/fixtures/oracle/tiny-b");
-  auto cpu = Engine::load(tiny);
+  auto cpu = EngineCore::load(tiny);
   std::vector<Encoded> enc = test::read_fixture(*cpu, "tiny-b").enc;
   std::vector<const Encoded*> batch;
   for (size_t i = 0; i < enc.size() && batch.size() < 12; i += 3) batch.push_back(&enc[i]);
@@ -721,7 +721,7 @@ TEST(CudaQuant, LeanPlanGivesTheSameBits) {
   same_bits("nvfp4-w4a16 folder, staged", quantized_tiny_b("nvfp4-w4a16"), QuantMode::Auto, false, batch);
   same_bits("nvfp4 W4A4 folder", quantized_tiny_b("nvfp4"), QuantMode::Auto, false, batch);
   const std::string small = quantized_folder(test::synth_folder("calm-small", 5, "small", 0.5f), "small-w4a16", "nvfp4-w4a16");
-  auto cpu_small = Engine::load(small);
+  auto cpu_small = EngineCore::load(small);
   std::vector<Encoded> enc_small;
   for (const auto& text : test::corpus_requests(10)) enc_small.push_back(cpu_small->encoder().encode(parse_request(text)));
   std::vector<const Encoded*> batch_small;
@@ -740,8 +740,8 @@ TEST(CudaQuant, QuantizeAtLoadEqualsQuantizeCommand) {
   NEED_GPU();
   const std::string src = test::source_path("tests/fixtures/oracle/tiny-b");
   for (auto [mode, scheme] : {std::pair{QuantMode::NVFP4_W4A16, "nvfp4-w4a16"}, {QuantMode::FP8, "fp8"}}) {
-    auto at_load = Engine::load(src, gpu_opts(mode));
-    auto folder = Engine::load(quantized_tiny_b(scheme), gpu_opts());
+    auto at_load = EngineCore::load(src, gpu_opts(mode));
+    auto folder = EngineCore::load(quantized_tiny_b(scheme), gpu_opts());
     std::vector<Encoded> enc = test::read_fixture(*folder, "tiny-b").enc;
     double worst = 0;
     for (size_t i = 0; i < enc.size(); i += 5) worst = std::max(worst, worst_diff(at_load->probs({&enc[i]})[0], folder->probs({&enc[i]})[0]));
@@ -749,22 +749,22 @@ TEST(CudaQuant, QuantizeAtLoadEqualsQuantizeCommand) {
   }
   // W4A4 needs calibrated activation scales a bf16 folder does not have
   try {
-    Engine::load(src, gpu_opts(QuantMode::NVFP4));
+    EngineCore::load(src, gpu_opts(QuantMode::NVFP4));
     FAIL() << "expected a load error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("clefrt quantize --scheme nvfp4"), std::string::npos) << e.what();
   }
   // a W4A16 folder cannot run W4A4
   try {
-    Engine::load(quantized_tiny_b("nvfp4-w4a16"), gpu_opts(QuantMode::NVFP4));
+    EngineCore::load(quantized_tiny_b("nvfp4-w4a16"), gpu_opts(QuantMode::NVFP4));
     FAIL() << "expected a load error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("nvfp4-w4a16"), std::string::npos) << e.what();
   }
   // and a W4A4 folder runs as W4A16 when asked: the answers move (activations no longer quantized)
-  auto w4a4 = Engine::load(quantized_tiny_b("nvfp4"), gpu_opts());
-  auto w4a16 = Engine::load(quantized_tiny_b("nvfp4"), gpu_opts(QuantMode::NVFP4_W4A16));
-  auto bf = Engine::load(quantized_tiny_b("nvfp4"), gpu_opts(QuantMode::BF16));
+  auto w4a4 = EngineCore::load(quantized_tiny_b("nvfp4"), gpu_opts());
+  auto w4a16 = EngineCore::load(quantized_tiny_b("nvfp4"), gpu_opts(QuantMode::NVFP4_W4A16));
+  auto bf = EngineCore::load(quantized_tiny_b("nvfp4"), gpu_opts(QuantMode::BF16));
   std::vector<Encoded> enc = test::read_fixture(*w4a4, "tiny-b").enc;
   double d_w4a16 = 0, d_bf16 = 0;
   for (size_t i = 0; i < enc.size(); i += 5) {
@@ -783,8 +783,8 @@ TEST(CudaQuant, QuantizeAtLoadEqualsQuantizeCommand) {
 TEST(CudaQuant, OffloadedEmbeddingsGiveTheSameAnswers) {
   NEED_GPU();
   const std::string src = test::source_path("tests/fixtures/oracle/tiny-b");
-  auto on = Engine::load(src, gpu_opts());
-  auto off = Engine::load(src, gpu_opts(QuantMode::Auto, true));
+  auto on = EngineCore::load(src, gpu_opts());
+  auto off = EngineCore::load(src, gpu_opts(QuantMode::Auto, true));
   EXPECT_NE(off->gpu_summary().find("pinned host memory"), std::string::npos) << off->gpu_summary();
   EXPECT_LT(off->gpu_bytes(), on->gpu_bytes());
   std::vector<Encoded> enc = test::read_fixture(*on, "tiny-b").enc;

@@ -13,7 +13,7 @@
 #include "cuda/device_model.h"
 #include "cuda/forward.h"
 #include "cuda/kernels.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "model/forward.h"
 #include "schema/request.h"
 #include "test_util.h"
@@ -51,7 +51,7 @@ struct Fixture {
   std::vector<std::vector<std::vector<double>>> want;
   std::vector<std::string> raw;
 };
-inline Fixture read_fixture(const Engine& e, const std::string& name) {
+inline Fixture read_fixture(const EngineCore& e, const std::string& name) {
   Fixture f;
   std::istringstream in(read_file(source_path("tests/fixtures/oracle/" + name + ".expected.jsonl")));
   std::string line;

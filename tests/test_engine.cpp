@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "io/safetensors_write.h"
 #include "io/safetensors.h"
 #include "model/config.h"
@@ -32,8 +32,8 @@ const std::string& tiny_dir() {
   return dir;
 }
 
-const Engine& tiny() {
-  static std::unique_ptr<Engine> e = Engine::load(tiny_dir());
+const EngineCore& tiny() {
+  static std::unique_ptr<EngineCore> e = EngineCore::load(tiny_dir());
   return *e;
 }
 
@@ -53,9 +53,9 @@ TEST(Engine, PackedBatchEqualsOneAtATime) {
   for (const auto& r : requests()) enc.push_back(tiny().encoder().encode(parse_request(r)));
   std::vector<const Encoded*> all;
   for (const auto& e : enc) all.push_back(&e);
-  EngineOptions packed_opts;
+  CoreOptions packed_opts;
   packed_opts.batch_invariant = false;  // the packed forward itself (rounding may differ slightly)
-  auto packed = Engine::load(tiny_dir(), packed_opts);
+  auto packed = EngineCore::load(tiny_dir(), packed_opts);
   auto batched = packed->probs(all);
   EXPECT_EQ(tiny().probs(all), [&] {  // the default engine: exactly the answers alone
     std::vector<std::vector<std::vector<double>>> one;
@@ -84,9 +84,9 @@ TEST(Engine, PackedBatchEqualsOneAtATime) {
 // on the one that loaded the engine: OpenMP's thread count is per thread. Left at the default
 // there, a 1-thread server on 2 cores spun a second OpenMP thread against its own I/O threads.
 TEST(Engine, ThreadCountHoldsOnTheThreadThatRunsTheForward) {
-  EngineOptions o;
+  CoreOptions o;
   o.threads = 1;
-  auto e = Engine::load(tiny_dir(), o);
+  auto e = EngineCore::load(tiny_dir(), o);
   const Encoded enc = e->encoder().encode(parse_request(requests()[1]));
   int seen = -1, before = -1;
   std::thread([&] {
@@ -131,7 +131,7 @@ double bf16_points_worst(const std::string& dir, size_t n) {
   hs.add_file(dir + "/joint_head.safetensors");
   const auto tw = model::load_text_weights(st, cfg.text);
   const auto hw = model::load_head_weights(hs, cfg.head);
-  auto eng = Engine::load(dir);
+  auto eng = EngineCore::load(dir);
   double worst = 0;
   for (const auto& text : test::corpus_requests(n)) {
     Encoded e = eng->encoder().encode(parse_request(text));
@@ -155,7 +155,7 @@ TEST(Engine, LinearGainHalfIsWellConditionedUnderBf16) {
 
 std::string load_error_of(const std::string& dir) {
   try {
-    Engine::load(dir);
+    EngineCore::load(dir);
   } catch (const Error& e) {
     return e.what();
   }

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "common/json.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "test_util.h"
 
 namespace clefrt {
@@ -35,7 +35,7 @@ struct Agreement {
 // fp64 ("probs_f64": make_oracle.py with ORACLE_DTYPE=float64, RoPE angles in fp32 as the spec
 // defines them), the exact value the fp32 computations approximate.
 Agreement check_folder(const std::string& name) {
-  auto engine = Engine::load(test::source_path("tests/fixtures/oracle/" + name));
+  auto engine = EngineCore::load(test::source_path("tests/fixtures/oracle/" + name));
   std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/" + name + ".expected.jsonl")));
   std::string line;
   size_t id_mismatch = 0;
@@ -98,7 +98,7 @@ TEST(Oracle, TinyA_HvGreaterThanHk_TwoAttentionLayers) {
 // Our chunked prefill against the recurrent definition, whole answers, every tiny-a request
 // (the GDN op itself is checked to 1e-5 in test_cpu_ops): measured worst 3.5e-5.
 TEST(Oracle, TinyA_ChunkedAgreesWithRecurrent) {
-  auto engine = Engine::load(test::source_path("tests/fixtures/oracle/tiny-a"));
+  auto engine = EngineCore::load(test::source_path("tests/fixtures/oracle/tiny-a"));
   std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/tiny-a.expected.jsonl")));
   std::string line;
   double worst = 0;

@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "io/safetensors.h"
 #include "io/safetensors_write.h"
 #include "model/synth.h"
@@ -186,7 +186,7 @@ TEST(Quant, Nvfp4CheckpointRunsOnTheCpuEngine) {
   const std::string req = R"({"state":"the checkout is down","questions":{"a":{"type":"noul"},"b":{"type":"choice","criteria":{"x":null,"y":null,"z":null}}}})";
   for (bool w4a4 : {false, true}) {
     const std::string dir = nvfp4_folder(w4a4);
-    auto e = Engine::load(dir);
+    auto e = EngineCore::load(dir);
     Encoded enc = e->encoder().encode(parse_request(req));
     auto p = e->probs({&enc})[0];
     ASSERT_EQ(p.size(), 2u);
@@ -211,10 +211,10 @@ TEST(Quant, Nvfp4CheckpointRunsOnTheCpuEngine) {
     auto want = nvfp4_dequantize(st.find(base + ".weight_packed")->data, st.find(base + ".weight_scale")->data, gs, g.dim(0), g.dim(1));
     EXPECT_EQ(g.v, want);
     // the GPU engine refuses it plainly
-    EngineOptions gpu;
+    CoreOptions gpu;
     gpu.device = Device::Cuda;
     try {
-      Engine::load(dir, gpu);
+      EngineCore::load(dir, gpu);
       FAIL() << "expected a refusal";
     } catch (const Error& err) {
       EXPECT_TRUE(std::string(err.what()).find("CPU engine only") != std::string::npos ||
@@ -248,7 +248,7 @@ TEST(Quant, BrokenNvfp4TensorsNameFileAndTensor) {
   }
   io::write_safetensors(file, out);
   try {
-    Engine::load(dir);
+    EngineCore::load(dir);
     FAIL() << "expected a load error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("up_proj.weight_scale"), std::string::npos) << e.what();
@@ -307,7 +307,7 @@ TEST(Quant, QuantizeCommandWritesLoadableFolders) {
       den += a[i] * a[i];
     }
     EXPECT_LT(std::sqrt(num / den), scheme == "fp8" ? 0.05 : 0.2) << scheme;
-    auto e = Engine::load(qo.out_dir);
+    auto e = EngineCore::load(qo.out_dir);
     Encoded enc = e->encoder().encode(parse_request(R"({"state":"x","questions":{"a":{"type":"noul"}}})"));
     auto p = e->probs({&enc})[0];
     EXPECT_NEAR(p[0][0] + p[0][1], 1.0, 1e-9);

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "common/json.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "model/synth.h"
 #include "schema/request.h"
 #include "server/server.h"

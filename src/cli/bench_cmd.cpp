@@ -15,7 +15,7 @@
 #include "common/error.h"
 #include "common/file.h"
 #include "common/json.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "model/synth.h"
 #include "model/weights.h"
 #include "schema/request.h"

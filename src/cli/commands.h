@@ -21,7 +21,7 @@ Runner add_quantize(CLI::App& app);
 
 // --quant and --offload-embeddings, as `decide` and `serve` take them (defined in decide_cmd.cpp).
 void add_gpu_weight_options(CLI::App& c, std::string& quant, bool& offload);
-// --no-check-weights (EngineOptions::check_weights), as `decide` and `serve` take it.
+// --no-check-weights (CoreOptions::check_weights), as `decide` and `serve` take it.
 void add_check_weights_option(CLI::App& c, bool& check);
 
 // Reads each input: a file, "-" for stdin; a `.jsonl` file (or stdin with --jsonl) gives one

@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "schema/answers.h"
 #include "schema/request.h"
 
@@ -55,7 +55,7 @@ Runner add_decide(CLI::App& app) {
   add_check_weights_option(*c, o->check_weights);
   c->add_option("requests", o->inputs, "request files (.json, or .jsonl for one per line); '-' reads stdin")->required();
   return [o]() -> int {
-    EngineOptions eo;
+    CoreOptions eo;
     eo.quant = parse_quant_mode(o->quant);
     eo.offload_embeddings = o->offload;
     eo.device = o->device == "cuda" || (o->device == "auto" && cuda_available()) ? Device::Cuda : Device::Cpu;
@@ -64,7 +64,7 @@ Runner add_decide(CLI::App& app) {
     eo.threads = o->threads;
     eo.encode.max_length = o->max_length;
     eo.encode.user_text = o->parse_special ? AddedTokens::Parse : AddedTokens::Plain;
-    auto engine = Engine::load(o->model, eo);
+    auto engine = EngineCore::load(o->model, eo);
     AnswerOptions ao;
     ao.precise = o->precise;
     ao.confidence = parse_confidence(o->confidence);

@@ -15,7 +15,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/file.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "server/server.h"
 
 namespace clefrt::cli {
@@ -134,7 +134,7 @@ Runner add_serve(CLI::App& app) {
     so.scheduler.max_queue = o->max_queue;
     so.limits.require_instructions = o->require_instructions;
     so.answers.confidence = parse_confidence(o->confidence);
-    EngineOptions eo;
+    CoreOptions eo;
     eo.quant = parse_quant_mode(o->quant);
     eo.offload_embeddings = o->offload;
     eo.check_weights = o->check_weights;
@@ -153,7 +153,7 @@ Runner add_serve(CLI::App& app) {
     signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
     auto opts = *o;
     server::HttpServer srv(so, [opts, eo]() {
-      return opts.synthetic.empty() ? Engine::load(opts.model, eo) : Engine::synthetic(opts.synthetic, opts.tokenizer, eo);
+      return opts.synthetic.empty() ? EngineCore::load(opts.model, eo) : EngineCore::synthetic(opts.synthetic, opts.tokenizer, eo);
     });
     const int port = srv.bind();
     std::fprintf(stderr, "{\"event\":\"listening\",\"host\":\"%s\",\"port\":%d}\n", so.host.c_str(), port);

@@ -1,37 +1,12 @@
-// Errors with context. An Error carries the HTTP status the protocol assigns to it, a short
-// machine-readable type, a message for people, and where it happened (a JSON path such as
-// `questions.team.criteria`, or a file/tensor name).
+// Errors with context: clefrt::Error and Status are the public header's (an Error carries the
+// HTTP status the protocol assigns to it, a short machine-readable type, a message for people,
+// and where it happened); here the shorthands the library builds them with.
 #pragma once
-#include <stdexcept>
+#include <clefrt/clefrt.h>
+
 #include <string>
 
 namespace clefrt {
-
-enum class Status : int {
-  BadRequest = 400,          // malformed JSON or wrong shape
-  Unauthorized = 401,
-  PayloadTooLarge = 413,     // body over the limit, or a prompt that cannot fit the context
-  Unprocessable = 422,       // valid JSON that breaks a limit or rule
-  TooManyRequests = 429,
-  Internal = 500,
-  Unavailable = 503,
-};
-
-class Error : public std::runtime_error {
- public:
-  Error(Status status, std::string type, std::string message, std::string where = {});
-  Status status() const { return status_; }
-  int http_status() const { return static_cast<int>(status_); }
-  const std::string& type() const { return type_; }
-  const std::string& where() const { return where_; }
-  const std::string& message() const { return message_; }
-  // `{"error":{"type":...,"message":...,"details":{"path":...}}}` (details only with a path)
-  std::string to_json() const;
-
- private:
-  Status status_;
-  std::string type_, message_, where_;
-};
 
 // Shorthands for the common kinds; `path` is the JSON path of the offending field.
 Error bad_request(const std::string& path, const std::string& message);     // 400 invalid_request

@@ -12,7 +12,7 @@
 #include "common/error.h"
 #include "common/file.h"
 #include "common/json.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "io/safetensors.h"
 #include "io/safetensors_write.h"
 #include "model/config.h"
@@ -78,7 +78,7 @@ void quantize_folder(const QuantizeOptions& o) {
   // W4A4: calibrate the input activations of every Linear over the records.
   Calibration cal;
   if (w4a4) {
-    auto engine = Engine::load(o.model_dir);
+    auto engine = EngineCore::load(o.model_dir);
     std::ifstream in(o.calib_file);
     if (!in) throw load_error(o.calib_file, "cannot read the calibration records");
     std::string line;

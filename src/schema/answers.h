@@ -1,5 +1,7 @@
 // System One answers from per-option probabilities (spec/protocol.md "Response").
 #pragma once
+#include <clefrt/clefrt.h>
+
 #include <string>
 #include <vector>
 
@@ -8,17 +10,7 @@
 
 namespace clefrt {
 
-enum class Confidence {
-  Reference,  // max p (the reference code; default)
-  Purity,     // (sum p^2 - 1/n) / (1 - 1/n) (hosted Clef)
-  Jev,        // (max p - 1/n) / (1 - 1/n)
-};
-Confidence parse_confidence(const std::string& name);  // throws for unknown names
-
-struct AnswerOptions {
-  Confidence confidence = Confidence::Reference;
-  bool precise = false;  // numbers unrounded (default: Python round(x, 4))
-};
+// Confidence, parse_confidence and AnswerOptions are the public header's.
 
 // probs[q] holds question q's probabilities in encoded option order (noul: true, false;
 // choice: labels sorted by code point; score: levels 0..n-1).

@@ -10,9 +10,7 @@
 
 namespace clefrt {
 
-struct Span {
-  int32_t begin = 0, end = 0;  // half-open token range over the whole sequence
-};
+// Span is the public header's.
 
 // The image processor settings that decide how many tokens an image becomes
 // (`preprocessor_config.json`; defaults are Qwen3.5's).
@@ -35,27 +33,7 @@ struct EncodeOptions {
   VisionGeometry vision;
 };
 
-struct EncodedQuestion {
-  std::string id;
-  QuestionType type = QuestionType::Noul;
-  Span question_span;
-  std::vector<Span> option_spans;      // encoded option order
-  std::vector<std::string> option_ids;  // encoded option order
-};
-
-struct EncodedImage {
-  uint32_t grid_t = 1, grid_h = 0, grid_w = 0;  // patches (before the 2x2 merge)
-  uint32_t width = 0, height = 0;               // resized pixels
-  Span pad_span;                                 // the <|image_pad|> tokens
-};
-
-struct Encoded {
-  std::vector<int32_t> input_ids;
-  std::vector<EncodedQuestion> questions;
-  std::vector<EncodedImage> images;
-  Span state_span;
-  size_t state_tokens_dropped = 0;  // tokens cut from the end of the state by max_length
-};
+// EncodedQuestion, EncodedImage and Encoded are the public header's.
 
 class Encoder {
  public:

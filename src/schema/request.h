@@ -1,6 +1,8 @@
 // A System One request (spec/protocol.md): parsed, validated, and reduced to what encoding
 // needs. Every error names the field by JSON path and carries the protocol's HTTP status.
 #pragma once
+#include <clefrt/clefrt.h>
+
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -11,8 +13,7 @@
 
 namespace clefrt {
 
-enum class QuestionType : uint8_t { Noul = 0, Choice = 1, Score = 2 };  // the type ids of the head
-const char* type_name(QuestionType t);
+// QuestionType and type_name are the public header's.
 
 struct Option {
   std::string label;        // caller's label: "true"/"false", a choice label, or "0".."n-1"

@@ -20,7 +20,7 @@ bool Job::end(Outcome o) {
   return true;
 }
 
-Scheduler::Scheduler(const Engine& engine, SchedulerOptions o, Metrics& m) : engine_(engine), o_(o), metrics_(m) {
+Scheduler::Scheduler(const EngineCore& engine, SchedulerOptions o, Metrics& m) : engine_(engine), o_(o), metrics_(m) {
   thread_ = std::thread([this] { loop(); });
   deadline_thread_ = std::thread([this] { watch_deadlines(); });
 }

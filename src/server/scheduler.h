@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "server/metrics.h"
 
 namespace clefrt::server {
@@ -60,7 +60,7 @@ struct Job {
 
 class Scheduler {
  public:
-  Scheduler(const Engine& engine, SchedulerOptions o, Metrics& m);
+  Scheduler(const EngineCore& engine, SchedulerOptions o, Metrics& m);
   ~Scheduler();
   // Queues a request that must end by `deadline`; throws Error 429 when the queue is full, 503
   // when stopping. `done` is called later, never from inside submit().
@@ -81,7 +81,7 @@ class Scheduler {
   void watch_deadlines();
   void run_batch(std::vector<std::shared_ptr<Job>>& batch);
   void drop_ended_locked();
-  const Engine& engine_;
+  const EngineCore& engine_;
   SchedulerOptions o_;
   Metrics& metrics_;
   mutable std::mutex mu_;

@@ -83,7 +83,7 @@ struct HttpServer::Pending {
   bool aborted = false;
 };
 
-HttpServer::HttpServer(ServerOptions o, std::function<std::unique_ptr<Engine>()> load) : o_(std::move(o)), load_(std::move(load)) {
+HttpServer::HttpServer(ServerOptions o, std::function<std::unique_ptr<EngineCore>()> load) : o_(std::move(o)), load_(std::move(load)) {
   http::Options ho = o_.http;
   ho.host = o_.host;
   ho.port = o_.port;

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "schema/answers.h"
 #include "schema/request.h"
 #include "server/http.h"
@@ -41,7 +41,7 @@ class HttpServer {
   // load() runs on a background thread after the socket is bound: /health answers 503 until it
   // returns, and decisions are refused with 503 + Retry-After meanwhile. If it throws, the
   // server stops (run() returns) and load_error() says why.
-  HttpServer(ServerOptions o, std::function<std::unique_ptr<Engine>()> load);
+  HttpServer(ServerOptions o, std::function<std::unique_ptr<EngineCore>()> load);
   ~HttpServer();
 
   int bind();          // binds host:port, returns the port; throws on failure
@@ -76,10 +76,10 @@ class HttpServer {
   void log_line(const Pending& p, const Reply& r, double secs) const;
 
   ServerOptions o_;
-  std::function<std::unique_ptr<Engine>()> load_;
+  std::function<std::unique_ptr<EngineCore>()> load_;
   std::unique_ptr<http::Transport> http_;
   std::unique_ptr<WorkPool> prep_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<EngineCore> engine_;
   std::unique_ptr<Scheduler> scheduler_;
   Metrics metrics_;
   std::atomic<bool> engine_ready_{false}, load_failed_{false};  // load_error_ is written before load_failed_

@@ -1,4 +1,4 @@
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 
 #include <omp.h>
 
@@ -27,7 +27,7 @@ struct GpuBackend {
   std::unique_ptr<cuda::Forward> forward;
 
   // Weights in GPU memory as the options ask, and the forward planned for their batches.
-  GpuBackend(const model::TextWeights& tw, const model::HeadWeights& hw, const model::ModelConfig& cfg, const EngineOptions& opts,
+  GpuBackend(const model::TextWeights& tw, const model::HeadWeights& hw, const model::ModelConfig& cfg, const CoreOptions& opts,
              bool progress) {
     cuda::BuildOptions bo;
     bo.progress = progress;
@@ -47,10 +47,10 @@ struct GpuBackend {
 struct GpuBackend {};
 #endif
 
-Engine::Engine() = default;
-Engine::~Engine() = default;
+EngineCore::EngineCore() = default;
+EngineCore::~EngineCore() = default;
 
-const char* device_name(Device d) { return d == Device::Cuda ? "cuda" : "cpu"; }
+const char* device_name(Device d) { return d == Device::Cuda ? "cuda" : d == Device::Cpu ? "cpu" : "auto"; }
 
 bool cuda_available(std::string* reason) {
 #ifdef CLEFRT_HAVE_CUDA
@@ -68,14 +68,14 @@ bool cuda_available(std::string* reason) {
 #endif
 }
 
-size_t Engine::gpu_bytes() const {
+size_t EngineCore::gpu_bytes() const {
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) return gpu_->model.weight_bytes + gpu_->forward->working_bytes();
 #endif
   return 0;
 }
 
-std::string Engine::gpu_summary() const {
+std::string EngineCore::gpu_summary() const {
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) {
     const cuda::DevModel& m = gpu_->model;
@@ -94,10 +94,10 @@ std::string Engine::gpu_summary() const {
   return "";
 }
 
-std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts) {
+std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions opts) {
   if (opts.threads > 0) omp_set_num_threads(opts.threads);
   if (opts.device != Device::Cuda) cpu::keep_freed_memory();
-  auto e = std::unique_ptr<Engine>(new Engine());
+  auto e = std::unique_ptr<EngineCore>(new EngineCore());
   e->opts_ = opts;
   std::string why;
   if (opts.device == Device::Cuda && !cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "--device cuda: " + why);
@@ -161,11 +161,11 @@ std::unique_ptr<Engine> Engine::load(const std::string& dir, EngineOptions opts)
   return e;
 }
 
-std::unique_ptr<Engine> Engine::synthetic(const std::string& preset, const std::string& tokenizer, EngineOptions opts) {
+std::unique_ptr<EngineCore> EngineCore::synthetic(const std::string& preset, const std::string& tokenizer, CoreOptions opts) {
 #ifdef CLEFRT_HAVE_CUDA
   std::string why;
   if (!cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "--synthetic needs a GPU: " + why);
-  auto e = std::unique_ptr<Engine>(new Engine());
+  auto e = std::unique_ptr<EngineCore>(new EngineCore());
   opts.device = Device::Cuda;
   e->opts_ = opts;
   e->cfg_ = model::synthetic_config(preset);
@@ -183,7 +183,7 @@ std::unique_ptr<Engine> Engine::synthetic(const std::string& preset, const std::
 #endif
 }
 
-std::vector<std::vector<std::vector<double>>> Engine::probs(const std::vector<const Encoded*>& batch, model::GdnForm form) const {
+std::vector<std::vector<std::vector<double>>> EngineCore::probs(const std::vector<const Encoded*>& batch, model::GdnForm form) const {
   auto out = forward(batch, form);
   for (size_t k = 0; k < out.size(); ++k)
     for (size_t q = 0; q < out[k].size(); ++q)
@@ -194,7 +194,7 @@ std::vector<std::vector<std::vector<double>>> Engine::probs(const std::vector<co
 
 // Runs the request again alone with a finiteness check after each stage, to say where it went
 // wrong. Only on this failure path: the normal forward pays nothing for it.
-void Engine::throw_non_finite(const Encoded& e, size_t question) const {
+void EngineCore::throw_non_finite(const Encoded& e, size_t question) const {
   std::string where;
   const int64_t n = int64_t(cfg_.text.layer_types.size());
   int64_t layer = -2;  // -2: the backbone stayed finite
@@ -217,7 +217,7 @@ void Engine::throw_non_finite(const Encoded& e, size_t question) const {
                   ": the weights hold NaN or infinity (loading with the weight check on finds which tensor) or the activations overflowed");
 }
 
-std::vector<std::vector<std::vector<double>>> Engine::forward(const std::vector<const Encoded*>& batch, model::GdnForm form) const {
+std::vector<std::vector<std::vector<double>>> EngineCore::forward(const std::vector<const Encoded*>& batch, model::GdnForm form) const {
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) return gpu_->forward->run(batch);
 #endif

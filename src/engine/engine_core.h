@@ -1,9 +1,12 @@
-// The engine: a loaded Clef folder (tokenizer, config, weights) that answers requests.
-// CPU only for now; the CUDA backend slots in behind the same calls.
+// The engine's core: a loaded Clef folder (tokenizer, config, weights) and the forward on the
+// CPU or the GPU, one batch at a time from one thread. The public clefrt::Engine
+// (include/clefrt/clefrt.h, engine.cpp) puts the scheduler and the protocol around it.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <clefrt/clefrt.h>
 
 #include "model/config.h"
 #include "model/forward.h"
@@ -14,12 +17,10 @@
 
 namespace clefrt {
 
-enum class Device { Cpu, Cuda };
-
-struct EngineOptions {
+struct CoreOptions {
   EncodeOptions encode;
   int threads = 0;  // 0 = all cores (CPU engine)
-  Device device = Device::Cpu;
+  Device device = Device::Cpu;  // Cpu or Cuda (Auto is resolved before)
   // CUDA: the activation memory is planned for batches of up to this many tokens (0: the
   // encoder's max_length) and requests; larger batches are refused before they run.
   int64_t max_batch_tokens = 0;
@@ -41,20 +42,16 @@ struct EngineOptions {
   bool check_weights = true;
 };
 
-// Whether this build has the CUDA backend and a usable GPU (reason says why not, if not).
-bool cuda_available(std::string* reason = nullptr);
-const char* device_name(Device d);
-
 struct GpuBackend;
 
-class Engine {
+class EngineCore {
  public:
   // Loads and validates everything; throws load_error naming the file/tensor at fault.
-  static std::unique_ptr<Engine> load(const std::string& dir, EngineOptions opts = {});
+  static std::unique_ptr<EngineCore> load(const std::string& dir, CoreOptions opts = {});
   // Random weights at a preset's real shapes created directly in GPU memory (no files), with a
   // real tokenizer: for benchmarks (`clefrt serve --synthetic`). CUDA only; answers are noise.
-  static std::unique_ptr<Engine> synthetic(const std::string& preset, const std::string& tokenizer, EngineOptions opts);
-  ~Engine();
+  static std::unique_ptr<EngineCore> synthetic(const std::string& preset, const std::string& tokenizer, CoreOptions opts);
+  ~EngineCore();
 
   const model::ModelConfig& config() const { return cfg_; }
   const Encoder& encoder() const { return *encoder_; }
@@ -74,10 +71,10 @@ class Engine {
   std::string gpu_summary() const;
 
  private:
-  Engine();
+  EngineCore();
   std::vector<std::vector<std::vector<double>>> forward(const std::vector<const Encoded*>& batch, model::GdnForm form) const;
   [[noreturn]] void throw_non_finite(const Encoded& e, size_t question) const;
-  EngineOptions opts_;
+  CoreOptions opts_;
   model::ModelConfig cfg_;
   std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<Encoder> encoder_;

@@ -1,0 +1,286 @@
+// clefrt: joint-schema decision models (Cloudflare's Clef 27B, Clef-flash 9B and fine-tunes in
+// their release layout) in C++. A request holds a state (text, JSON, images) and typed questions
+// (noul, choice, score); the model gives a probability for every allowed option in one forward.
+//
+// This is the library's one public header: the `clefrt` command line, the HTTP server and the
+// Python module are written against it alone.
+//
+//   auto engine = clefrt::Engine::load("/models/clef", {});       // throws clefrt::Error
+//   std::string answer = engine->decide(R"({"state": "Checkout is down",
+//       "questions": {"outage": {"type": "noul"}}})");           // the System One response
+//
+// Threads: an Engine may be used from any number of threads at once. Forwards run on one
+// engine thread that packs the requests waiting at that moment into shared forwards (up to
+// EngineOptions::max_batch_tokens); a request's answer does not depend on what it was packed
+// with. Calls that wait for answers (probs, decide) block the calling thread only.
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace clefrt {
+
+// -----------------------------------------------------------------------------------------
+// Errors
+
+// The HTTP status the System One protocol assigns to each kind of failure.
+enum class Status : int {
+  BadRequest = 400,          // malformed JSON or wrong shape
+  Unauthorized = 401,
+  PayloadTooLarge = 413,     // body over the limit, or a prompt that cannot fit the context
+  Unprocessable = 422,       // valid JSON that breaks a limit or rule
+  TooManyRequests = 429,
+  Internal = 500,
+  Unavailable = 503,
+};
+
+// Every failure the library reports. It carries the HTTP status, a short machine-readable type
+// ("invalid_request", "validation_error", "context_length_exceeded", "load_error",
+// "non_finite", ...), a message for people, and where it happened: the JSON path of the field
+// at fault (`questions.team.criteria`) or the file / tensor. what() is "where: message".
+class Error : public std::runtime_error {
+ public:
+  Error(Status status, std::string type, std::string message, std::string where = {});
+  Status status() const { return status_; }
+  int http_status() const { return static_cast<int>(status_); }
+  const std::string& type() const { return type_; }
+  const std::string& where() const { return where_; }
+  const std::string& message() const { return message_; }
+  // `{"error":{"type":...,"message":...,"details":{"path":...}}}` (details only with a path)
+  std::string to_json() const;
+
+ private:
+  Status status_;
+  std::string type_, message_, where_;
+};
+
+// -----------------------------------------------------------------------------------------
+// Options
+
+enum class Device { Auto, Cpu, Cuda };
+const char* device_name(Device d);  // "auto", "cpu", "cuda"
+
+// What the GPU engine runs the backbone's Linears in. Auto: what the folder holds, tensor by
+// tensor (bf16 for synthetic weights). The CPU engine runs what the folder holds (dequantized at
+// load) and accepts only Auto.
+enum class QuantMode { Auto, BF16, FP8, NVFP4, NVFP4_W4A16 };
+// "auto", "bf16", "fp8", "nvfp4", "nvfp4-w4a16" (the community runtime's names); throws a 400
+// Error naming the accepted ones otherwise.
+QuantMode parse_quant_mode(const std::string& s);
+const char* quant_mode_name(QuantMode m);
+
+// The `confidence` of choice and score answers.
+enum class Confidence {
+  Reference,  // max p (the reference code; default)
+  Purity,     // (sum p^2 - 1/n) / (1 - 1/n) (hosted Clef)
+  Jev,        // (max p - 1/n) / (1 - 1/n)
+};
+Confidence parse_confidence(const std::string& name);  // "reference", "purity", "jev"; throws otherwise
+
+struct EngineOptions {
+  // --- where and how the model runs
+  Device device = Device::Auto;        // Auto: CUDA when this build has it and a GPU is present, else the CPU
+  QuantMode quant = QuantMode::Auto;   // CUDA: the Linears' format (above)
+  bool offload_embeddings = false;     // CUDA, lean memory: embed_tokens / lm_head stay in pinned host memory,
+                                       // the MLP runs in 1,024-token blocks, the GDN in 16-chunk passes
+                                       // (the same answers bit for bit; a little slower on long inputs)
+  bool w4a16_fused = false;            // CUDA, NVFP4 parts: the fused W4A16 GEMM instead of dequantizing a
+                                       // chunk ahead (no staging memory; slower on the H200 at Clef's shapes)
+  int threads = 0;                     // CPU engine threads (0: all cores)
+  bool batch_invariant = true;         // a request's answer does not depend on its batch (CUDA: GEMM
+                                       // algorithms fixed per shape class; CPU: one forward per request)
+  bool check_weights = true;           // test every floating-point weight for NaN / infinity at load and
+                                       // refuse the folder naming the tensor (one more pass over the weights)
+  bool load_weights = true;            // false: config and tokenizer only; prepare() works, answers throw
+
+  // --- requests
+  size_t max_length = 16384;           // context length in tokens: a state is cut to fit; a schema that
+                                       // alone does not fit is a 413 ("maximum context length")
+  bool parse_special = false;          // special-token text in user content becomes the special token, as the
+                                       // reference does (default: user text never becomes an added token)
+  bool require_instructions = false;   // a missing / null / empty instruction is a 422 (hosted Clef's rule;
+                                       // default: the question id stands in, the reference's rule)
+
+  // --- scheduling
+  size_t max_batch_tokens = 16384;     // tokens packed into one forward (a longer request runs alone)
+  size_t max_batch_requests = 64;      // requests packed into one forward
+  size_t max_queue = 256;              // requests waiting for the engine before submit() refuses (429)
+};
+
+// How an answer is rendered.
+struct AnswerOptions {
+  Confidence confidence = Confidence::Reference;
+  bool precise = false;  // numbers unrounded (default: Python's round(x, 4))
+};
+
+// -----------------------------------------------------------------------------------------
+// Requests
+
+struct Span {
+  int32_t begin = 0, end = 0;  // half-open token range over the whole sequence
+};
+
+enum class QuestionType : uint8_t { Noul = 0, Choice = 1, Score = 2 };  // the type ids of the head
+const char* type_name(QuestionType t);                                  // "noul", "choice", "score"
+
+struct EncodedQuestion {
+  std::string id;
+  QuestionType type = QuestionType::Noul;
+  Span question_span;
+  std::vector<Span> option_spans;       // encoded option order
+  std::vector<std::string> option_ids;  // encoded option order: noul "true", "false"; choice labels
+                                        // sorted by code point; score "0".."n-1"
+};
+
+struct EncodedImage {
+  uint32_t grid_t = 1, grid_h = 0, grid_w = 0;  // patches (before the 2x2 merge)
+  uint32_t width = 0, height = 0;               // resized pixels
+  Span pad_span;                                 // the <|image_pad|> tokens
+};
+
+// A request as the model reads it (spec/model.md 3).
+struct Encoded {
+  std::vector<int32_t> input_ids;
+  std::vector<EncodedQuestion> questions;
+  std::vector<EncodedImage> images;
+  Span state_span;
+  size_t state_tokens_dropped = 0;  // tokens cut from the end of the state by max_length
+};
+
+// Per question (request order), per option (encoded order), the probability.
+using Probs = std::vector<std::vector<double>>;
+
+// The bodies a request may come in. SystemOne: the System One request. Decisions: what clients
+// send to `POST /v1/decisions`: System One when `questions` is an object, the OpenAI decisions
+// shape when it is an array (answered in the shape it came in).
+enum class BodyShape { SystemOne, Decisions };
+
+// A request parsed, validated and encoded: what the engine runs and what answer() renders.
+// Cheap to copy (shared, immutable).
+class Prepared {
+ public:
+  Prepared();
+  const Encoded& encoded() const;
+  size_t input_tokens() const;
+  // The `model` the request named, or "" when it named none.
+  const std::string& model() const;
+  // The response in the request's own shape: System One `{"model", "answers", "usage"}` or the
+  // OpenAI decisions shape. `model` stands in when the request named none.
+  std::string answer(const Probs& probs, const AnswerOptions& opts, const std::string& model = "clef") const;
+
+  struct Impl;  // the library's
+  explicit Prepared(std::shared_ptr<const Impl> impl);
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+// -----------------------------------------------------------------------------------------
+// Scheduling: what the server builds on (probs() and decide() are made of it)
+
+// How a submitted request ended. Answered: probs holds its probabilities; Failed: error holds
+// what the engine threw (a clefrt::Error); TimedOut: its deadline passed first, queued or running;
+// Cancelled: cancel() came first.
+struct Outcome {
+  enum class Kind { Answered, Failed, TimedOut, Cancelled } kind = Kind::Answered;
+  Probs probs;
+  std::exception_ptr error;
+  double queue_ms = 0;    // from submit() to the forward that ran it (to the end, if none did)
+  double compute_ms = 0;  // that forward's time
+};
+
+// A submitted request. It ends exactly once; cancel() after that does nothing.
+class Ticket {
+ public:
+  virtual ~Ticket() = default;
+  virtual void cancel() = 0;
+  virtual bool ended() const = 0;
+};
+
+// What the engine thread reports as it works (for metrics): each forward's size, and the queue
+// depth when it changes. Called on the engine thread; must not block.
+struct SchedulerObserver {
+  std::function<void(size_t requests, size_t tokens)> batch;
+  std::function<void(size_t waiting)> queue_depth;
+};
+
+// -----------------------------------------------------------------------------------------
+// The engine
+
+// The memory a configuration needs, as `clefrt inspect` prints it.
+struct MemoryPlan {
+  std::string text;  // the plan, one line per part and format, for people
+};
+
+class Engine {
+ public:
+  // Loads and validates a release folder: config.json, tokenizer.json, the sharded safetensors
+  // (bf16 / f16 / f32, NVFP4 or FP8 compressed-tensors), joint_head.*. Throws Error
+  // ("load_error", the file / tensor at fault; 503 "device_unavailable" for a missing GPU).
+  static std::unique_ptr<Engine> load(const std::string& dir, const EngineOptions& opts = {});
+  // Random weights at a preset's real shapes ("clef-27b", "clef-flash", "small") made directly
+  // in GPU memory, with a real tokenizer: benchmarks. CUDA only; the answers are noise.
+  static std::unique_ptr<Engine> synthetic(const std::string& preset, const std::string& tokenizer, const EngineOptions& opts = {});
+  ~Engine();
+
+  // Parses, validates and encodes a request body (JSON text). Throws Error 400 / 413 / 422 naming
+  // the field. Thread-safe; costs parsing and tokenization only.
+  Prepared prepare(std::string_view body, BodyShape shape = BodyShape::SystemOne) const;
+
+  // Probabilities for several prepared requests, run as packed forwards with whatever else is
+  // waiting. Throws the first failure's Error (a failed request does not fail the others'
+  // forwards, but this call reports it).
+  std::vector<Probs> probs(const std::vector<const Prepared*>& requests);
+  // prepare + probs + answer: the System One (or OpenAI-shaped) response.
+  std::string decide(std::string_view body, const AnswerOptions& opts = {}, BodyShape shape = BodyShape::SystemOne);
+
+  // Queues a request that must end by `deadline`; `done` runs once, on the engine thread (answered
+  // or failed), the deadline thread (timed out) or the caller of cancel(); it must not block.
+  // Throws Error 429 when max_queue requests wait, 503 once stop() has begun.
+  std::shared_ptr<Ticket> submit(Prepared p, std::chrono::steady_clock::time_point deadline,
+                                 std::function<void(const Prepared&, Outcome)> done);
+  bool queue_full() const;  // whether submit() would refuse now (checked before work is spent on a body)
+  size_t queued() const;
+  void pause(bool on);      // tests: hold the engine thread (queued work waits) / let it go
+  void set_observer(SchedulerObserver o);  // before the first submit
+  void stop();              // refuses new work, finishes what is queued, joins the engine thread
+
+  // --- what is loaded
+  Device device() const;
+  const char* format() const;  // what the Linears run in: "f32" (CPU), "bf16", "fp8", "nvfp4", "nvfp4-w4a16", "mixed"
+  size_t gpu_bytes() const;    // GPU memory held (weights, activations, workspaces); 0 on the CPU
+  std::string summary() const; // one line: what the Linears run in and where the memory goes ("" on the CPU)
+  size_t max_length() const;
+
+  // --- profiling (CUDA): per-op times with CUDA events, summed since the last clear, in ms
+  void set_profile(bool on);
+  std::vector<std::pair<std::string, double>> profile() const;
+  void clear_profile();
+
+  struct Impl;  // the library's
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Whether this build has the CUDA backend and a usable GPU (reason says why not, if not).
+bool cuda_available(std::string* reason = nullptr);
+
+// The memory plan of a folder (headers only) for the given options, for each format the CUDA
+// engine can run it in, and for the CPU: what `clefrt inspect` prints.
+MemoryPlan memory_plan(const std::string& dir, const EngineOptions& opts = {});
+
+// "clefrt 0.1.0 (commit ..., CUDA ..., architectures ...)"
+std::string version();
+
+}  // namespace clefrt
