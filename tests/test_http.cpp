@@ -85,7 +85,7 @@ TEST(ContentCoding, RefusesBombsCorruptAndUnknownCodings) {
 
 TEST(Http, BodyLimitHoldsAfterChunkedAndGzipDecoding) {
   ServerOptions so;
-  so.limits.max_body_bytes = 1 << 20;  // 1 MiB keeps the test quick; the mechanism is the 13 MiB one's
+  so.max_body_bytes = 1 << 20;  // 1 MiB keeps the test quick; the mechanism is the 13 MiB one's
   Running r{so};
   // a gzip body within the limit is answered; one inflating past it is refused unread
   {
@@ -161,7 +161,7 @@ TEST(Http, BodyLimitHoldsAfterChunkedAndGzipDecoding) {
 // What Beast's parser does not bound by itself, and what many connections could add up to.
 TEST(Http, ChunkExtensionsTrailersConnectionsAndBodyBudgetAreBounded) {
   ServerOptions so;
-  so.limits.max_body_bytes = 1 << 20;
+  so.max_body_bytes = 1 << 20;
   so.http.max_bodies_bytes = 1 << 20;  // one body of unknown length fills it
   so.http.max_connections = 8;
   Running r{so};

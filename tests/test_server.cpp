@@ -13,7 +13,6 @@
 #include <thread>
 
 #include "common/json.h"
-#include "engine/engine_core.h"
 #include "model/synth.h"
 #include "schema/request.h"
 #include "server/server.h"
@@ -183,10 +182,10 @@ TEST(Server, SixtyFourConcurrentClientsGetTheirAloneAnswers) {
 
 TEST(Server, QueueFullIs429AndTimeoutIs503) {
   ServerOptions so;
-  so.scheduler.max_queue = 2;
+  so.max_queue = 2;
   so.timeout_s = 3;  // long enough for the last request below on a loaded CI machine
-  Running r{so};
-  r.srv->scheduler()->pause(true);
+  Running r{so, [] { return load_tiny(tiny_dir(), true, 2); }};
+  r.srv->engine()->pause(true);
   std::vector<std::thread> ts;
   std::atomic<int> s503{0};
   for (int i = 0; i < 2; ++i)
@@ -194,14 +193,14 @@ TEST(Server, QueueFullIs429AndTimeoutIs503) {
       auto res = r.client().Post("/v1/systemone", kBlog, "application/json");
       if (res && res->status == 503 && res->has_header("Retry-After")) ++s503;
     });
-  while (r.srv->scheduler()->queued() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (r.srv->engine()->queued() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   auto full = r.client().Post("/v1/systemone", kBlog, "application/json");
   ASSERT_TRUE(full);
   EXPECT_EQ(full->status, 429);
   EXPECT_TRUE(full->has_header("Retry-After"));
   for (auto& t : ts) t.join();
   EXPECT_EQ(s503.load(), 2) << "queued requests past --timeout answer 503 with Retry-After";
-  r.srv->scheduler()->pause(false);
+  r.srv->engine()->pause(false);
   auto ok = r.client().Post("/v1/systemone", kBlog, "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);  // cancelled work was skipped, the server goes on
@@ -209,7 +208,7 @@ TEST(Server, QueueFullIs429AndTimeoutIs503) {
 
 TEST(Server, ClientThatLeavesCancelsItsQueuedWork) {
   Running r{ServerOptions{}};
-  r.srv->scheduler()->pause(true);
+  r.srv->engine()->pause(true);
   {
     httplib::Client c("127.0.0.1", r.port);
     c.set_read_timeout(0, 300000);  // gives up after 0.3 s and hangs up
@@ -222,7 +221,7 @@ TEST(Server, ClientThatLeavesCancelsItsQueuedWork) {
     seen = r.client().Get("/metrics")->body.find("endpoint=\"/v1/systemone\",status=\"499\"") != std::string::npos;
   }
   EXPECT_TRUE(seen) << "the handler should notice the client left and cancel its job";
-  r.srv->scheduler()->pause(false);
+  r.srv->engine()->pause(false);
   auto ok = r.client().Post("/v1/systemone", kBlog, "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
@@ -334,29 +333,28 @@ using namespace test_server;
 // bench/attack.py found it as 760 MiB of growth in 60 s).
 TEST(Scheduler, JobsEndOnceAndReleaseTheirCallback) {
   auto engine = load_tiny(tiny_dir());
-  Metrics m;
-  Scheduler s(*engine, SchedulerOptions{}, m);
-  const Encoded enc = engine->encoder().encode(parse_request(kBlog));
+  const Prepared req = engine->prepare(kBlog);
   for (auto kind : {Outcome::Kind::Answered, Outcome::Kind::Cancelled, Outcome::Kind::TimedOut}) {
     struct Holder {
-      std::shared_ptr<Job> job;
+      std::shared_ptr<Ticket> job;
     };
     auto holder = std::make_shared<Holder>();
     std::weak_ptr<Holder> weak = holder;
     std::atomic<int> calls{0};
     std::promise<Outcome::Kind> got;
-    const auto deadline = kind == Outcome::Kind::TimedOut ? Clock::now() : Clock::now() + std::chrono::seconds(60);
-    if (kind == Outcome::Kind::Cancelled) s.pause(true);
-    holder->job = s.submit(enc, deadline, [holder, &calls, &got](Job&, Outcome o) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto deadline = kind == Outcome::Kind::TimedOut ? now : now + std::chrono::seconds(60);
+    if (kind == Outcome::Kind::Cancelled) engine->pause(true);
+    holder->job = engine->submit(req, deadline, [holder, &calls, &got](const Prepared&, Outcome o) {
       if (calls++ == 0) got.set_value(o.kind);
     });
     if (kind == Outcome::Kind::Cancelled) {
-      s.cancel(*holder->job);
-      s.cancel(*holder->job);  // a second end is a no-op
-      s.pause(false);
+      holder->job->cancel();
+      holder->job->cancel();  // a second end is a no-op
+      engine->pause(false);
     }
     EXPECT_EQ(got.get_future().get(), kind);
-    std::weak_ptr<Job> job = holder->job;
+    EXPECT_TRUE(holder->job->ended());
     holder.reset();
     for (int i = 0; i < 100 && !weak.expired(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_TRUE(weak.expired()) << "the callback still holds the request after the job ended";

@@ -19,7 +19,6 @@
 #include <thread>
 
 #include "common/json.h"
-#include "engine/engine_core.h"
 #include "server/server.h"
 #include "test_util.h"
 
@@ -30,18 +29,20 @@ inline const std::string& tiny_dir() {
   return dir;
 }
 
-inline std::unique_ptr<EngineCore> load_tiny(const std::string& dir, bool check_weights = true) {
-  CoreOptions eo;
+inline std::unique_ptr<Engine> load_tiny(const std::string& dir, bool check_weights = true, size_t max_queue = 256) {
+  EngineOptions eo;
+  eo.device = Device::Cpu;
   eo.threads = 2;
   eo.check_weights = check_weights;
-  return EngineCore::load(dir, eo);
+  eo.max_queue = max_queue;
+  return Engine::load(dir, eo);
 }
 
 struct Running {
   std::unique_ptr<HttpServer> srv;
   std::thread th;
   int port = 0;
-  explicit Running(ServerOptions o, std::function<std::unique_ptr<EngineCore>()> load = [] { return load_tiny(tiny_dir()); }) {
+  explicit Running(ServerOptions o, std::function<std::unique_ptr<Engine>()> load = [] { return load_tiny(tiny_dir()); }) {
     signal(SIGPIPE, SIG_IGN);  // a client writing a body the server has refused gets EPIPE, not a signal
     o.port = 0;
     o.log_requests = false;

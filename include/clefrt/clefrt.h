@@ -175,6 +175,8 @@ class Prepared {
   // The response in the request's own shape: System One `{"model", "answers", "usage"}` or the
   // OpenAI decisions shape. `model` stands in when the request named none.
   std::string answer(const Probs& probs, const AnswerOptions& opts, const std::string& model = "clef") const;
+  // `{"input_ids":[...],"questions":[...],"usage":{"input_tokens":N}}`: what `clefrt encode` prints.
+  std::string encoded_json() const;
 
   struct Impl;  // the library's
   explicit Prepared(std::shared_ptr<const Impl> impl);
@@ -230,6 +232,8 @@ class Engine {
   // Random weights at a preset's real shapes ("clef-27b", "clef-flash", "small") made directly
   // in GPU memory, with a real tokenizer: benchmarks. CUDA only; the answers are noise.
   static std::unique_ptr<Engine> synthetic(const std::string& preset, const std::string& tokenizer, const EngineOptions& opts = {});
+  // A bare Hugging Face tokenizer.json and no model: prepare() only (Qwen3.5's image geometry).
+  static std::unique_ptr<Engine> tokenizer_only(const std::string& tokenizer, const EngineOptions& opts = {});
   ~Engine();
 
   // Parses, validates and encodes a request body (JSON text). Throws Error 400 / 413 / 422 naming

@@ -2,6 +2,7 @@
 // returns the function that runs it.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <clefrt/clefrt.h>
 
 #include <functional>
 #include <string>
@@ -19,10 +20,17 @@ Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_quantize(CLI::App& app);
 
-// --quant and --offload-embeddings, as `decide` and `serve` take them (defined in decide_cmd.cpp).
-void add_gpu_weight_options(CLI::App& c, std::string& quant, bool& offload);
-// --no-check-weights (CoreOptions::check_weights), as `decide` and `serve` take it.
-void add_check_weights_option(CLI::App& c, bool& check);
+// The engine flags `decide` and `serve` share (engine_flags.cpp): --device, --quant,
+// --offload-embeddings, --threads, --max-length, --parse-special, --require-instructions,
+// --no-check-weights.
+struct EngineFlags {
+  std::string device = "auto", quant = "auto";
+  bool offload = false, parse_special = false, require_instructions = false, check_weights = true;
+  int threads = 0;
+  size_t max_length = 16384;
+};
+void add_engine_flags(CLI::App& c, EngineFlags& f);
+EngineOptions engine_options(const EngineFlags& f);
 
 // Reads each input: a file, "-" for stdin; a `.jsonl` file (or stdin with --jsonl) gives one
 // record per non-empty line. Calls fn(record, where) in order.

@@ -6,10 +6,6 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "common/error.h"
-#include "schema/encode.h"
-#include "schema/request.h"
-#include "tokenizer/tokenizer.h"
 
 namespace clefrt::cli {
 
@@ -94,20 +90,14 @@ Runner add_encode(CLI::App& app) {
   return [o]() -> int {
     if (o->tokenizer.empty() && o->model.empty())
       throw Error(Status::BadRequest, "usage", "encode needs --tokenizer FILE or --model DIR");
-    EncodeOptions eo;
+    EngineOptions eo;
     eo.max_length = o->max_length;
-    eo.user_text = o->parse_special ? AddedTokens::Parse : AddedTokens::Plain;
-    std::string tok_path = o->tokenizer;
-    if (!o->model.empty()) {
-      tok_path = (fs::path(o->model) / "tokenizer.json").string();
-      eo.vision = VisionGeometry::from_model_dir(o->model);
-    }
-    Tokenizer tok = Tokenizer::load(tok_path);
-    Encoder enc(tok, eo);
-    RequestLimits lim;
-    lim.require_instructions = o->require_instructions;
+    eo.parse_special = o->parse_special;
+    eo.require_instructions = o->require_instructions;
+    eo.load_weights = false;
+    auto engine = o->model.empty() ? Engine::tokenizer_only(o->tokenizer, eo) : Engine::load(o->model, eo);
     return print_each_record(o->inputs, o->jsonl, "encode",
-                             [&](const std::string& body) { return encoded_to_json(enc.encode(parse_request(body, lim))); });
+                             [&](const std::string& body) { return engine->prepare(body).encoded_json(); });
   };
 }
 

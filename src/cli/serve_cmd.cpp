@@ -13,9 +13,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "common/error.h"
 #include "common/file.h"
-#include "engine/engine_core.h"
 #include "server/server.h"
 
 namespace clefrt::cli {
@@ -32,13 +30,13 @@ extern "C" void on_stop_signal(int sig) {
 
 Runner add_serve(CLI::App& app) {
   struct Opts {
-    std::string model, synthetic, tokenizer = ".deps/qwen3/tokenizer.json", device = "auto", host = "127.0.0.1", api_key, api_key_file;
+    EngineFlags engine;
+    std::string model, synthetic, tokenizer = ".deps/qwen3/tokenizer.json", host = "127.0.0.1", api_key, api_key_file;
     std::string confidence = "reference", model_name = "clef";
-    int port = 8080, threads = 0, io_threads = 2, prep_threads = 0;
-    size_t max_batch_tokens = 16384, max_queue = 256, max_length = 16384, max_batch_requests = 64, max_connections = 16384;
+    int port = 8080, io_threads = 2, prep_threads = 0;
+    size_t max_batch_tokens = 16384, max_queue = 256, max_batch_requests = 64, max_connections = 16384;
     double timeout = 60, header_timeout = 10, body_timeout = 60, keep_alive_timeout = 60, drain = 10;
-    bool parse_special = false, require_instructions = false, quiet = false, batch_invariant = true, offload = false, check_weights = true;
-    std::string quant = "auto";
+    bool quiet = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("serve",
@@ -52,7 +50,6 @@ Runner add_serve(CLI::App& app) {
                   ->check(CLI::IsMember({"clef-27b", "clef-flash", "small", "tiny"}));
   m->excludes(syn);
   c->add_option("--tokenizer", o->tokenizer, "with --synthetic: the tokenizer.json to encode with");
-  c->add_option("--device", o->device, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   c->add_option("--host", o->host, "address to bind (default 127.0.0.1)");
   c->add_option("--port", o->port, "port (default 8080; 0 = any free port)")->check(CLI::Range(0, 65535));
   auto* k = c->add_option("--api-key", o->api_key,
@@ -63,8 +60,6 @@ Runner add_serve(CLI::App& app) {
   c->add_option("--max-batch-tokens", o->max_batch_tokens, "tokens packed into one forward (default 16384)")->check(CLI::PositiveNumber);
   c->add_option("--max-batch-requests", o->max_batch_requests, "requests packed into one forward (default 64)")->check(CLI::PositiveNumber);
   c->add_option("--max-queue", o->max_queue, "requests waiting for the engine before 429 (default 256)")->check(CLI::PositiveNumber);
-  c->add_option("--max-length", o->max_length, "context length; longer states are cut, longer schemas refused with 413 (default 16384)")
-      ->check(CLI::PositiveNumber);
   c->add_option("--timeout", o->timeout, "seconds a request may take from its arrival, queue included, before a 503 (default 60)")
       ->check(CLI::PositiveNumber);
   c->add_option("--max-connections", o->max_connections,
@@ -80,15 +75,11 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   c->add_option("--confidence", o->confidence, "reference | purity | jev")->check(CLI::IsMember({"reference", "purity", "jev"}));
   c->add_option("--model-name", o->model_name, "the id reported by /v1/models and in responses without a model (default clef)");
-  add_gpu_weight_options(*c, o->quant, o->offload);
-  c->add_option("--threads", o->threads, "CPU engine threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_engine_flags(*c, o->engine);
   c->add_option("--io-threads", o->io_threads, "threads running the HTTP connections' event loop (default 2)")->check(CLI::Range(1, 64));
   c->add_option("--prep-threads", o->prep_threads, "threads that parse and tokenize requests (default: the cores, at least 2)")
       ->check(CLI::NonNegativeNumber);
-  c->add_flag("--parse-special", o->parse_special, "parse special-token text in user content, as the reference does");
-  c->add_flag("--require-instructions", o->require_instructions, "refuse missing/empty instructions (422)");
   c->add_flag("--quiet", o->quiet, "no per-request log lines");
-  add_check_weights_option(*c, o->check_weights);
   return [o, k]() -> int {
     if (o->model.empty() && o->synthetic.empty()) throw Error(Status::BadRequest, "usage", "serve needs --model DIR or --synthetic NAME");
     server::ServerOptions so;
@@ -129,21 +120,12 @@ Runner add_serve(CLI::App& app) {
         so.http.max_connections = room;
       }
     }
-    so.scheduler.max_batch_tokens = o->max_batch_tokens;
-    so.scheduler.max_batch_requests = o->max_batch_requests;
-    so.scheduler.max_queue = o->max_queue;
-    so.limits.require_instructions = o->require_instructions;
+    so.max_queue = o->max_queue;
     so.answers.confidence = parse_confidence(o->confidence);
-    CoreOptions eo;
-    eo.quant = parse_quant_mode(o->quant);
-    eo.offload_embeddings = o->offload;
-    eo.check_weights = o->check_weights;
-    eo.threads = o->threads;
-    eo.encode.max_length = o->max_length;
-    eo.encode.user_text = o->parse_special ? AddedTokens::Parse : AddedTokens::Plain;
-    eo.device = o->device == "cuda" || (o->device == "auto" && cuda_available()) ? Device::Cuda : Device::Cpu;
-    eo.max_batch_tokens = int64_t(std::max(o->max_batch_tokens, o->max_length));
-    eo.max_batch_requests = int64_t(o->max_batch_requests);
+    EngineOptions eo = engine_options(o->engine);
+    eo.max_batch_tokens = o->max_batch_tokens;
+    eo.max_batch_requests = o->max_batch_requests;
+    eo.max_queue = o->max_queue;
     if (pipe(g_signal_pipe) != 0) throw Error(Status::Internal, "internal_error", "pipe() failed");
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
@@ -153,7 +135,7 @@ Runner add_serve(CLI::App& app) {
     signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
     auto opts = *o;
     server::HttpServer srv(so, [opts, eo]() {
-      return opts.synthetic.empty() ? EngineCore::load(opts.model, eo) : EngineCore::synthetic(opts.synthetic, opts.tokenizer, eo);
+      return opts.synthetic.empty() ? Engine::load(opts.model, eo) : Engine::synthetic(opts.synthetic, opts.tokenizer, eo);
     });
     const int port = srv.bind();
     std::fprintf(stderr, "{\"event\":\"listening\",\"host\":\"%s\",\"port\":%d}\n", so.host.c_str(), port);

@@ -75,6 +75,41 @@ size_t EngineCore::gpu_bytes() const {
   return 0;
 }
 
+const char* EngineCore::format() const {
+#ifdef CLEFRT_HAVE_CUDA
+  if (gpu_) {
+    if (opts_.quant != QuantMode::Auto) return quant_mode_name(opts_.quant);
+    const auto& b = gpu_->model.bytes_by_format;  // bf16, nvfp4, fp8
+    const int kinds = (b[0] > 0) + (b[1] > 0) + (b[2] > 0);
+    if (kinds > 1) return "mixed";
+    if (b[1] > 0) return gpu_->model.has_w4a4 ? "nvfp4" : "nvfp4-w4a16";
+    if (b[2] > 0) return "fp8";
+    return "bf16";
+  }
+#endif
+  return "f32";
+}
+
+void EngineCore::set_profile(bool on) {
+#ifdef CLEFRT_HAVE_CUDA
+  if (gpu_) gpu_->forward->set_profile(on);
+#endif
+  (void)on;
+}
+
+std::vector<std::pair<std::string, double>> EngineCore::profile() const {
+#ifdef CLEFRT_HAVE_CUDA
+  if (gpu_) return gpu_->forward->profile();
+#endif
+  return {};
+}
+
+void EngineCore::clear_profile() {
+#ifdef CLEFRT_HAVE_CUDA
+  if (gpu_) gpu_->forward->clear_profile();
+#endif
+}
+
 std::string EngineCore::gpu_summary() const {
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) {
@@ -100,7 +135,6 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
   auto e = std::unique_ptr<EngineCore>(new EngineCore());
   e->opts_ = opts;
   std::string why;
-  if (opts.device == Device::Cuda && !cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "--device cuda: " + why);
   e->cfg_ = model::load_config(dir);
   model::QuantActivations qa;
   if (e->cfg_.quantization) {
@@ -134,6 +168,8 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
                          std::to_string(e->cfg_.text.vocab));
   opts.encode.vision = VisionGeometry::from_model_dir(dir);
   e->encoder_ = std::make_unique<Encoder>(*e->tok_, opts.encode);
+  if (!opts.load_weights) return e;
+  if (opts.device == Device::Cuda && !cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "--device cuda: " + why);
   io::TensorStore backbone = io::TensorStore::open_folder(dir);
   io::TensorStore head;
   fs::path hp = fs::path(dir) / "joint_head.safetensors";
@@ -158,6 +194,15 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
   const auto hw = model::load_head_weights(head, e->cfg_.head, model::LoadMode::Lazy);
   e->gpu_ = std::make_unique<GpuBackend>(tw, hw, e->cfg_, opts, false);
 #endif
+  return e;
+}
+
+std::unique_ptr<EngineCore> EngineCore::tokenizer_only(const std::string& tokenizer, CoreOptions opts) {
+  auto e = std::unique_ptr<EngineCore>(new EngineCore());
+  opts.load_weights = false;
+  e->opts_ = opts;
+  e->tok_ = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer));
+  e->encoder_ = std::make_unique<Encoder>(*e->tok_, opts.encode);
   return e;
 }
 
@@ -218,6 +263,7 @@ void EngineCore::throw_non_finite(const Encoded& e, size_t question) const {
 }
 
 std::vector<std::vector<std::vector<double>>> EngineCore::forward(const std::vector<const Encoded*>& batch, model::GdnForm form) const {
+  if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) return gpu_->forward->run(batch);
 #endif

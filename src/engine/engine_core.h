@@ -40,6 +40,8 @@ struct CoreOptions {
   // folder holding any is refused naming the tensor. Off: such weights surface later, as a
   // request's 500 naming the layer whose output turned non-finite.
   bool check_weights = true;
+  // false: config, tokenizer and encoder only (`clefrt encode`, clefrt::EngineOptions::load_weights).
+  bool load_weights = true;
 };
 
 struct GpuBackend;
@@ -51,6 +53,8 @@ class EngineCore {
   // Random weights at a preset's real shapes created directly in GPU memory (no files), with a
   // real tokenizer: for benchmarks (`clefrt serve --synthetic`). CUDA only; answers are noise.
   static std::unique_ptr<EngineCore> synthetic(const std::string& preset, const std::string& tokenizer, CoreOptions opts);
+  // A tokenizer.json alone: encoder() works, probs() throws (`clefrt encode --tokenizer`).
+  static std::unique_ptr<EngineCore> tokenizer_only(const std::string& tokenizer, CoreOptions opts);
   ~EngineCore();
 
   const model::ModelConfig& config() const { return cfg_; }
@@ -65,6 +69,12 @@ class EngineCore {
                                                       model::GdnForm form = model::GdnForm::Chunked) const;
 
   Device device() const { return opts_.device; }
+  // What the Linears run in: "f32" (CPU), "bf16", "fp8", "nvfp4" (W4A4), "nvfp4-w4a16", "mixed".
+  const char* format() const;
+  // CUDA: per-op times (cuda::Forward::set_profile); nothing on the CPU.
+  void set_profile(bool on);
+  std::vector<std::pair<std::string, double>> profile() const;
+  void clear_profile();
   // Bytes of GPU memory held (weights, activation arena, workspaces); 0 on the CPU.
   size_t gpu_bytes() const;
   // CUDA: a line saying what the Linears run in and where the memory goes ("" on the CPU).

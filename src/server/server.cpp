@@ -7,12 +7,12 @@
 
 #include "common/error.h"
 #include "common/json.h"
-#include "server/openai_shape.h"
 #include "server/work_pool.h"
 
 namespace clefrt::server {
 
 using json::Value;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -79,20 +79,20 @@ struct HttpServer::Pending {
   std::shared_ptr<http::Exchange> ex;
   std::atomic<bool> finished{false};
   std::mutex mu;  // job / aborted: the client may leave while the request is being prepared
-  std::shared_ptr<Job> job;
+  std::shared_ptr<Ticket> job;
   bool aborted = false;
 };
 
-HttpServer::HttpServer(ServerOptions o, std::function<std::unique_ptr<EngineCore>()> load) : o_(std::move(o)), load_(std::move(load)) {
+HttpServer::HttpServer(ServerOptions o, std::function<std::unique_ptr<Engine>()> load) : o_(std::move(o)), load_(std::move(load)) {
   http::Options ho = o_.http;
   ho.host = o_.host;
   ho.port = o_.port;
-  ho.max_body_bytes = o_.limits.max_body_bytes;
+  ho.max_body_bytes = o_.max_body_bytes;
   http_ = std::make_unique<http::Transport>(
       ho, [this](http::Request req, std::shared_ptr<http::Exchange> ex) { handle(std::move(req), std::move(ex)); },
       [this](const http::Request& req, const http::Refusal& why) { return refused(req, why); });
   const size_t threads = o_.prep_threads > 0 ? size_t(o_.prep_threads) : std::max(2u, std::thread::hardware_concurrency());
-  prep_ = std::make_unique<WorkPool>(threads, o_.scheduler.max_queue);
+  prep_ = std::make_unique<WorkPool>(threads, o_.max_queue);
 }
 
 void HttpServer::join_loader() {
@@ -104,7 +104,7 @@ HttpServer::~HttpServer() {
   stop();
   join_loader();
   prep_.reset();
-  if (scheduler_) scheduler_->stop();
+  if (engine_) engine_->stop();
 }
 
 int HttpServer::bind() {
@@ -118,11 +118,12 @@ int HttpServer::bind() {
   loader_ = std::thread([this] {
     try {
       engine_ = load_();
-      scheduler_ = std::make_unique<Scheduler>(*engine_, o_.scheduler, metrics_);
+      engine_->set_observer(SchedulerObserver{[this](size_t requests, size_t tokens) { metrics_.batch(requests, tokens); },
+                                              [this](size_t waiting) { metrics_.set_queue_depth(waiting); }});
       metrics_.set_device_memory(engine_->gpu_bytes());
       engine_ready_ = true;
       std::fprintf(stderr, "{\"ts\":\"%s\",\"event\":\"ready\",\"model\":\"%s\",\"device\":\"%s\",\"port\":%d,\"memory\":%s}\n", utc_now().c_str(),
-                   o_.model_name.c_str(), device_name(engine_->device()), o_.port, json::write(Value::string(engine_->gpu_summary())).c_str());
+                   o_.model_name.c_str(), device_name(engine_->device()), o_.port, json::write(Value::string(engine_->summary())).c_str());
     } catch (const std::exception& e) {
       load_error_ = e.what();
       load_failed_ = true;
@@ -139,8 +140,8 @@ void HttpServer::wait_ready() { join_loader(); }
 void HttpServer::run() {
   http_->run();  // returns once stopped and drained
   join_loader();
-  prep_.reset();  // what was being prepared is submitted (and refused: the scheduler stops next)
-  if (scheduler_) scheduler_->stop();
+  prep_.reset();  // what was being prepared is submitted (and refused: the engine stops next)
+  if (engine_) engine_->stop();
 }
 
 void HttpServer::stop() { http_->stop(); }
@@ -222,9 +223,9 @@ HttpServer::Reply HttpServer::health() const {
   h.add("status", Value::string("ok"));
   h.add("model", Value::string(o_.model_name));
   h.add("device", Value::string(device_name(engine_->device())));
-  h.add("format", Value::string(engine_->device() == Device::Cuda ? "bf16" : "f32"));
+  h.add("format", Value::string(engine_->format()));
   h.add("gpu_memory_bytes", Value::integer(int64_t(engine_->gpu_bytes())));
-  h.add("queue_depth", Value::integer(int64_t(scheduler_->queued())));
+  h.add("queue_depth", Value::integer(int64_t(engine_->queued())));
   h.add("open_connections", Value::integer(int64_t(http_->open_connections())));
   return Reply{200, json::write(h)};
 }
@@ -277,19 +278,19 @@ void HttpServer::decide(std::shared_ptr<Pending> p, http::Request req) {
   // Admission before any work on the body: a full queue costs no parsing or tokenization.
   auto queue_full = [&] {
     return error(Error(Status::TooManyRequests, "rate_limited",
-                       "the request queue is full (" + std::to_string(o_.scheduler.max_queue) + " waiting); retry shortly"));
+                       "the request queue is full (" + std::to_string(o_.max_queue) + " waiting); retry shortly"));
   };
-  if (scheduler_->full()) return finish(*p, queue_full());
+  if (engine_->queue_full()) return finish(*p, queue_full());
   p->ex->on_abort([this, w = std::weak_ptr<Pending>(p)] {
     auto p = w.lock();
     if (!p) return;
-    std::shared_ptr<Job> job;
+    std::shared_ptr<Ticket> job;
     {
       std::lock_guard<std::mutex> l(p->mu);
       p->aborted = true;
       job = p->job;
     }
-    if (job) scheduler_->cancel(*job);  // its done callback logs the 499
+    if (job) job->cancel();  // its done callback logs the 499
     else finish(*p, Reply{499, "", "client_closed"});
   });
   auto shared_req = std::make_shared<http::Request>(std::move(req));
@@ -301,36 +302,17 @@ void HttpServer::decide(std::shared_ptr<Pending> p, http::Request req) {
 void HttpServer::prepare(const std::shared_ptr<Pending>& p, const http::Request& hreq) {
   if (p->finished) return;  // the client left while this waited
   try {
-    struct Parsed {
-      Value root;
-      Request req;
-      bool openai = false;
-    };
-    auto parsed = std::make_shared<Parsed>();
-    parsed->root = json::parse(hreq.body, json::ParseOptions{o_.limits.max_json_depth});
-    Value converted;
-    if (p->endpoint == "/v1/decisions" && parsed->root.is_object()) {
-      const Value* q = parsed->root.find("questions");
-      if (q && q->is_array()) {
-        parsed->openai = true;
-        converted = openai_to_system_one(parsed->root);
-      }
-    }
-    parsed->req = parse_request(parsed->openai ? converted : parsed->root, o_.limits);
-    Encoded enc = engine_->encoder().encode(parsed->req);
-    const size_t tokens = enc.input_ids.size();
+    Prepared prepared = engine_->prepare(hreq.body, p->endpoint == "/v1/decisions" ? BodyShape::Decisions : BodyShape::SystemOne);
+    const size_t tokens = prepared.input_tokens();
     const auto deadline = p->t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.timeout_s));
     if (p->finished) return;
-    auto job = scheduler_->submit(std::move(enc), deadline, [this, p, parsed, tokens](Job&, Outcome o) {
+    auto job = engine_->submit(std::move(prepared), deadline, [this, p, tokens](const Prepared& req, Outcome o) {
       Reply r{500, ""};
       switch (o.kind) {
-        case Outcome::Kind::Answered: {
-          const std::string model = parsed->req.model.empty() ? o_.model_name : parsed->req.model;
-          r = Reply{200, parsed->openai ? openai_response(model, parsed->root, parsed->req, o.probs, tokens, o_.answers)
-                                        : response_json(model, parsed->req, o.probs, tokens, o_.answers)};
+        case Outcome::Kind::Answered:
+          r = Reply{200, req.answer(o.probs, o_.answers, o_.model_name)};
           metrics_.prompt_tokens(tokens);
           break;
-        }
         case Outcome::Kind::Failed:
           try {
             std::rethrow_exception(o.error);
@@ -358,7 +340,7 @@ void HttpServer::prepare(const std::shared_ptr<Pending>& p, const http::Request&
       left = p->aborted;
       p->job = job;
     }
-    if (left) scheduler_->cancel(*job);
+    if (left) job->cancel();
   } catch (const Error& e) {
     finish(*p, error(e));
   } catch (const std::exception& e) {

@@ -1,6 +1,7 @@
-// `clefrt serve`: the System One HTTP API (spec/protocol.md) over the engine. The transport
-// (http.h) reads requests on its event loop; a work pool parses, validates and encodes them;
-// one engine thread runs packed batches (scheduler.h); answers go back through the transport.
+// `clefrt serve`: the System One HTTP API (spec/protocol.md) over the public clefrt::Engine.
+// The transport (http.h) reads requests on its event loop; a work pool prepares them (parse,
+// validate, encode: Engine::prepare); the engine's scheduler runs packed batches; answers go
+// back through the transport.
 // Every response, whichever layer makes it, is a protocol JSON body, a log line and a count.
 #pragma once
 #include <atomic>
@@ -10,13 +11,10 @@
 #include <string>
 #include <thread>
 
-#include "common/error.h"
-#include "engine/engine_core.h"
-#include "schema/answers.h"
-#include "schema/request.h"
+#include <clefrt/clefrt.h>
+
 #include "server/http.h"
 #include "server/metrics.h"
-#include "server/scheduler.h"
 
 namespace clefrt::server {
 
@@ -30,9 +28,9 @@ struct ServerOptions {
   double timeout_s = 60;      // per request, from its arrival to its answer; past it the answer is 503
   int prep_threads = 0;       // threads that parse and encode requests (0: the cores, at least 2)
   bool log_requests = true;   // one JSON line per request on stderr (never the body)
+  size_t max_body_bytes = 13u << 20;  // the protocol's body limit, after decoding
+  size_t max_queue = 256;     // requests admitted and not yet answered (the engine's own queue bounds it too)
   http::Options http;         // connections, limits, deadlines, drain (host / port / body limit come from above)
-  SchedulerOptions scheduler;
-  RequestLimits limits;
   AnswerOptions answers;
 };
 
@@ -41,7 +39,7 @@ class HttpServer {
   // load() runs on a background thread after the socket is bound: /health answers 503 until it
   // returns, and decisions are refused with 503 + Retry-After meanwhile. If it throws, the
   // server stops (run() returns) and load_error() says why.
-  HttpServer(ServerOptions o, std::function<std::unique_ptr<EngineCore>()> load);
+  HttpServer(ServerOptions o, std::function<std::unique_ptr<Engine>()> load);
   ~HttpServer();
 
   int bind();          // binds host:port, returns the port; throws on failure
@@ -50,7 +48,7 @@ class HttpServer {
   bool ready() const { return engine_ready_; }
   void wait_ready();   // tests: until the engine is loaded (or failed)
   const std::string& load_error() const { return load_error_; }
-  Scheduler* scheduler() { return scheduler_.get(); }
+  Engine* engine() { return engine_ready_ ? engine_.get() : nullptr; }  // tests
 
  private:
   struct Reply {
@@ -76,11 +74,10 @@ class HttpServer {
   void log_line(const Pending& p, const Reply& r, double secs) const;
 
   ServerOptions o_;
-  std::function<std::unique_ptr<EngineCore>()> load_;
+  std::function<std::unique_ptr<Engine>()> load_;
   std::unique_ptr<http::Transport> http_;
   std::unique_ptr<WorkPool> prep_;
-  std::unique_ptr<EngineCore> engine_;
-  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Engine> engine_;
   Metrics metrics_;
   std::atomic<bool> engine_ready_{false}, load_failed_{false};  // load_error_ is written before load_failed_
   std::string load_error_;

@@ -1,10 +1,10 @@
-#include "server/scheduler.h"
+#include "engine/scheduler.h"
 
 #include <algorithm>
 
 #include "common/error.h"
 
-namespace clefrt::server {
+namespace clefrt {
 
 namespace {
 double ms_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
@@ -16,20 +16,36 @@ bool Job::end(Outcome o) {
   // job) must not outlive the job's end
   auto fn = std::move(done);
   done = nullptr;
-  if (fn) fn(*this, std::move(o));
+  if (fn) fn(prepared, std::move(o));
   return true;
 }
 
-Scheduler::Scheduler(const EngineCore& engine, SchedulerOptions o, Metrics& m) : engine_(engine), o_(o), metrics_(m) {
+void Job::cancel() {
+  Outcome o;
+  o.kind = Outcome::Kind::Cancelled;
+  o.queue_ms = ms_between(enqueued, Clock::now());
+  end(std::move(o));
+}
+
+Scheduler::Scheduler(const EngineCore& core, SchedulerOptions o) : core_(core), o_(o) {
   thread_ = std::thread([this] { loop(); });
   deadline_thread_ = std::thread([this] { watch_deadlines(); });
 }
 
 Scheduler::~Scheduler() { stop(); }
 
+void Scheduler::report_depth_locked() {
+  if (observer_.queue_depth) observer_.queue_depth(q_.size());
+}
+
 void Scheduler::drop_ended_locked() {
   q_.erase(std::remove_if(q_.begin(), q_.end(), [](const std::shared_ptr<Job>& j) { return j->ended(); }), q_.end());
-  metrics_.set_queue_depth(q_.size());
+  report_depth_locked();
+}
+
+void Scheduler::set_observer(SchedulerObserver o) {
+  std::lock_guard<std::mutex> l(mu_);
+  observer_ = std::move(o);
 }
 
 bool Scheduler::full() const {
@@ -39,9 +55,9 @@ bool Scheduler::full() const {
   return size_t(std::count_if(q_.begin(), q_.end(), [](const std::shared_ptr<Job>& j) { return !j->ended(); })) >= o_.max_queue;
 }
 
-std::shared_ptr<Job> Scheduler::submit(Encoded enc, Clock::time_point deadline, std::function<void(Job&, Outcome)> done) {
+std::shared_ptr<Job> Scheduler::submit(Prepared p, Clock::time_point deadline, std::function<void(const Prepared&, Outcome)> done) {
   auto job = std::make_shared<Job>();
-  job->enc = std::move(enc);
+  job->prepared = std::move(p);
   job->enqueued = Clock::now();
   job->deadline = deadline;
   job->done = std::move(done);
@@ -53,18 +69,11 @@ std::shared_ptr<Job> Scheduler::submit(Encoded enc, Clock::time_point deadline, 
       throw Error(Status::TooManyRequests, "rate_limited",
                   "the request queue is full (" + std::to_string(o_.max_queue) + " waiting); retry shortly");
     q_.push_back(job);
-    metrics_.set_queue_depth(q_.size());
+    report_depth_locked();
   }
   cv_.notify_one();
   deadline_cv_.notify_one();
   return job;
-}
-
-void Scheduler::cancel(Job& job) {
-  Outcome o;
-  o.kind = Outcome::Kind::Cancelled;
-  o.queue_ms = ms_between(job.enqueued, Clock::now());
-  job.end(std::move(o));
 }
 
 void Scheduler::pause(bool on) {
@@ -142,13 +151,13 @@ void Scheduler::loop() {
           q_.pop_front();
           continue;
         }
-        const size_t n = j->enc.input_ids.size();
+        const size_t n = j->prepared.encoded().input_ids.size();
         if (!batch.empty() && tokens + n > o_.max_batch_tokens) break;
         tokens += n;
         batch.push_back(j);
         q_.pop_front();
       }
-      metrics_.set_queue_depth(q_.size());
+      report_depth_locked();
       running_ = batch;
     }
     if (!batch.empty()) run_batch(batch);
@@ -162,10 +171,10 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
   std::vector<const Encoded*> encs;
   size_t tokens = 0;
   for (auto& j : batch) {
-    encs.push_back(&j->enc);
-    tokens += j->enc.input_ids.size();
+    encs.push_back(&j->prepared.encoded());
+    tokens += j->prepared.encoded().input_ids.size();
   }
-  metrics_.batch(batch.size(), tokens);
+  if (observer_.batch) observer_.batch(batch.size(), tokens);
   auto answered = [](Job& j, Clock::time_point start, std::vector<std::vector<double>> p) {
     Outcome o;
     o.probs = std::move(p);
@@ -182,7 +191,7 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
     j.end(std::move(o));
   };
   try {
-    auto probs = engine_.probs(encs);
+    auto probs = core_.probs(encs);
     for (size_t i = 0; i < batch.size(); ++i) answered(*batch[i], t0, std::move(probs[i]));
   } catch (...) {
     // One request's failure must not fail its batch-mates: run them one by one.
@@ -194,7 +203,7 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
       if (j->ended()) continue;
       const auto t1 = Clock::now();
       try {
-        answered(*j, t1, std::move(engine_.probs({&j->enc})[0]));
+        answered(*j, t1, std::move(core_.probs({&j->prepared.encoded()})[0]));
       } catch (...) {
         failed(*j, t1);
       }
@@ -202,4 +211,4 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
   }
 }
 
-}  // namespace clefrt::server
+}  // namespace clefrt

@@ -1,17 +1,18 @@
-// The engine thread: one thread owns the engine (and the device). Requests are encoded on
-// worker threads and submitted here; each step the engine takes waiting requests in arrival
-// order and packs as many as fit the token budget into one forward (a request over the budget
-// runs alone). The queue is bounded: a full queue is refused at once (429), never buffered.
+// The engine thread: one thread owns the engine core (and the device). Prepared requests are
+// submitted here from any thread; each step the engine takes waiting requests in arrival order
+// and packs as many as fit the token budget into one forward (a request over the budget runs
+// alone). The queue is bounded: a full queue is refused at once (429), never buffered.
 //
 // Every job ends exactly once, through its `done` callback: answered, failed, timed out (its
 // deadline passed, whether it was queued or running; a deadline thread watches them), or
-// cancelled (the client left). Work that ended before the engine reached it is skipped.
+// cancelled. Work that ended before the engine reached it is skipped.
 #pragma once
+#include <clefrt/clefrt.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -19,9 +20,10 @@
 #include <vector>
 
 #include "engine/engine_core.h"
-#include "server/metrics.h"
 
-namespace clefrt::server {
+namespace clefrt {
+
+using Clock = std::chrono::steady_clock;
 
 struct SchedulerOptions {
   size_t max_batch_tokens = 16384;
@@ -29,28 +31,16 @@ struct SchedulerOptions {
   size_t max_queue = 256;
 };
 
-using Clock = std::chrono::steady_clock;
-
-struct Job;
-
-// How a job ended. Answered: probs holds one vector per question; Failed: error holds what the
-// engine threw; TimedOut / Cancelled: neither. queue_ms: from submit() to the forward that ran
-// it (to the end, if none did); compute_ms: that forward's time.
-struct Outcome {
-  enum class Kind { Answered, Failed, TimedOut, Cancelled } kind = Kind::Answered;
-  std::vector<std::vector<double>> probs;
-  std::exception_ptr error;
-  double queue_ms = 0, compute_ms = 0;
-};
-
-struct Job {
-  Encoded enc;
+class Job : public Ticket {
+ public:
+  Prepared prepared;
   Clock::time_point enqueued, deadline;
-  // Runs once, on the engine thread (answered / failed), the deadline thread (timed out) or the
-  // caller of cancel(). It must not block: it hands the result to the connection.
-  std::function<void(Job&, Outcome)> done;
+  // Runs once (see above). It must not block: it hands the result on. Dropped when the job
+  // ends, so what it holds (often the request's state, which holds this job) does not outlive it.
+  std::function<void(const Prepared&, Outcome)> done;
 
-  bool ended() const { return ended_.load(); }
+  void cancel() override;
+  bool ended() const override { return ended_.load(); }
 
  private:
   friend class Scheduler;
@@ -60,16 +50,15 @@ struct Job {
 
 class Scheduler {
  public:
-  Scheduler(const EngineCore& engine, SchedulerOptions o, Metrics& m);
+  Scheduler(const EngineCore& core, SchedulerOptions o);
   ~Scheduler();
   // Queues a request that must end by `deadline`; throws Error 429 when the queue is full, 503
   // when stopping. `done` is called later, never from inside submit().
-  std::shared_ptr<Job> submit(Encoded enc, Clock::time_point deadline, std::function<void(Job&, Outcome)> done);
-  // Ends a job as Cancelled (the client left); a queued job is then skipped. No-op once ended.
-  void cancel(Job& job);
+  std::shared_ptr<Job> submit(Prepared p, Clock::time_point deadline, std::function<void(const Prepared&, Outcome)> done);
   // Whether submit() would refuse for a full queue now: checked before a request is encoded, so
   // an overloaded server spends nothing on work it will refuse.
   bool full() const;
+  void set_observer(SchedulerObserver o);
   // Stops taking new work, finishes what is queued, joins the threads.
   void stop();
   // Tests: hold the engine thread (queued work waits) / let it go.
@@ -81,9 +70,10 @@ class Scheduler {
   void watch_deadlines();
   void run_batch(std::vector<std::shared_ptr<Job>>& batch);
   void drop_ended_locked();
-  const EngineCore& engine_;
+  void report_depth_locked();
+  const EngineCore& core_;
   SchedulerOptions o_;
-  Metrics& metrics_;
+  SchedulerObserver observer_;
   mutable std::mutex mu_;
   std::mutex join_mu_;
   std::condition_variable cv_, deadline_cv_;
@@ -93,4 +83,4 @@ class Scheduler {
   std::thread thread_, deadline_thread_;
 };
 
-}  // namespace clefrt::server
+}  // namespace clefrt

@@ -9,7 +9,7 @@
 #include "schema/answers.h"
 #include "schema/request.h"
 
-namespace clefrt::server {
+namespace clefrt {
 
 // {model, input, questions: [...]} -> System One body. Throws Error 400/422 with JSON paths.
 json::Value openai_to_system_one(const json::Value& body);
@@ -18,4 +18,4 @@ json::Value openai_to_system_one(const json::Value& body);
 std::string openai_response(const std::string& model, const json::Value& body, const Request& req,
                             const std::vector<std::vector<double>>& probs, size_t input_tokens, const AnswerOptions& opts);
 
-}  // namespace clefrt::server
+}  // namespace clefrt

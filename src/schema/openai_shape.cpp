@@ -1,8 +1,8 @@
-#include "server/openai_shape.h"
+#include "schema/openai_shape.h"
 
 #include "common/error.h"
 
-namespace clefrt::server {
+namespace clefrt {
 
 using json::Value;
 
@@ -143,4 +143,4 @@ std::string openai_response(const std::string& model, const Value& body, const R
   return json::write(out);
 }
 
-}  // namespace clefrt::server
+}  // namespace clefrt

@@ -1,0 +1,40 @@
+// The engine options `decide` and `serve` share, as flags, and their translation into the
+// public clefrt::EngineOptions.
+#include "cli/commands.h"
+
+namespace clefrt::cli {
+
+void add_engine_flags(CLI::App& c, EngineFlags& f) {
+  c.add_option("--device", f.device, "auto (cuda when this build has it and a GPU is present, else cpu) | cuda | cpu")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  c.add_option("--quant", f.quant,
+               "cuda: auto (what the folder holds) | bf16 | fp8 (W8A8, e4m3, per-channel weights, per-token activations) |\n"
+               "nvfp4 (W4A4; needs a W4A4 folder) | nvfp4-w4a16; bf16/fp8/nvfp4 weights are converted on the GPU at load")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8", "nvfp4", "nvfp4-w4a16"}));
+  c.add_flag("--offload-embeddings", f.offload,
+             "cuda, lean GPU memory: embed_tokens / lm_head in pinned host memory, the MLP in 1,024-token blocks, the GDN in "
+             "16-chunk passes (same answers, a little slower on long inputs)");
+  c.add_option("--threads", f.threads, "CPU engine threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  c.add_option("--max-length", f.max_length, "context length in tokens; longer states are cut, longer schemas refused with 413 (default 16384)")
+      ->check(CLI::PositiveNumber);
+  c.add_flag("--parse-special", f.parse_special, "parse special-token text in user content, as the reference does");
+  c.add_flag("--require-instructions", f.require_instructions, "refuse missing/empty instructions (422)");
+  c.add_flag("!--no-check-weights", f.check_weights,
+             "skip the load-time test of every weight for NaN / infinity (a folder with any is refused, naming the tensor; the test\n"
+             "reads each weight once more); without it such weights give a request a 500 naming the layer");
+}
+
+EngineOptions engine_options(const EngineFlags& f) {
+  EngineOptions o;
+  o.device = f.device == "cuda" ? Device::Cuda : f.device == "cpu" ? Device::Cpu : Device::Auto;
+  o.quant = parse_quant_mode(f.quant);
+  o.offload_embeddings = f.offload;
+  o.threads = f.threads;
+  o.max_length = f.max_length;
+  o.parse_special = f.parse_special;
+  o.require_instructions = f.require_instructions;
+  o.check_weights = f.check_weights;
+  return o;
+}
+
+}  // namespace clefrt::cli

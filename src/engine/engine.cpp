@@ -1,0 +1,216 @@
+// The public face (include/clefrt/clefrt.h): clefrt::Engine = the engine core (weights and the
+// forward, engine_core.h) + the scheduler (scheduler.h) + the protocol (schema/): requests are
+// parsed, validated and encoded once here, above the backends.
+#include <clefrt/clefrt.h>
+
+#include <future>
+#include <mutex>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "engine/engine_core.h"
+#include "engine/scheduler.h"
+#include "schema/answers.h"
+#include "schema/encode.h"
+#include "schema/openai_shape.h"
+#include "schema/request.h"
+
+namespace clefrt {
+
+struct Prepared::Impl {
+  Request req;
+  Encoded enc;
+  json::Value body;  // the OpenAI-shaped body as it came (its answers follow its question order)
+  bool openai = false;
+};
+
+Prepared::Prepared() = default;
+Prepared::Prepared(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+const Encoded& Prepared::encoded() const {
+  if (!impl_) throw Error(Status::Internal, "internal_error", "an empty Prepared request");
+  return impl_->enc;
+}
+size_t Prepared::input_tokens() const { return encoded().input_ids.size(); }
+const std::string& Prepared::model() const {
+  static const std::string none;
+  return impl_ ? impl_->req.model : none;
+}
+
+std::string Prepared::answer(const Probs& probs, const AnswerOptions& opts, const std::string& model) const {
+  const Impl& p = impl();
+  const std::string name = p.req.model.empty() ? model : p.req.model;
+  return p.openai ? openai_response(name, p.body, p.req, probs, input_tokens(), opts)
+                  : response_json(name, p.req, probs, input_tokens(), opts);
+}
+
+std::string Prepared::encoded_json() const { return encoded_to_json(encoded()); }
+
+struct Engine::Impl {
+  EngineOptions opts;
+  RequestLimits limits;
+  std::unique_ptr<EngineCore> core;
+  std::unique_ptr<Scheduler> sched;  // none when the weights were not loaded
+
+  Scheduler& scheduler() const {
+    if (!sched) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights (load_weights = false)");
+    return *sched;
+  }
+};
+
+namespace {
+
+CoreOptions core_options(const EngineOptions& o) {
+  CoreOptions c;
+  c.threads = o.threads;
+  c.device = o.device == Device::Auto ? (cuda_available() ? Device::Cuda : Device::Cpu) : o.device;
+  c.quant = o.quant;
+  c.offload_embeddings = o.offload_embeddings;
+  c.w4a16_fused = o.w4a16_fused;
+  c.batch_invariant = o.batch_invariant;
+  c.check_weights = o.check_weights;
+  c.load_weights = o.load_weights;
+  c.encode.max_length = o.max_length;
+  c.encode.user_text = o.parse_special ? AddedTokens::Parse : AddedTokens::Plain;
+  // the GPU plans its activation memory for the largest forward the scheduler can pack
+  c.max_batch_tokens = int64_t(std::max(o.max_batch_tokens, o.max_length));
+  c.max_batch_requests = int64_t(o.max_batch_requests);
+  return c;
+}
+
+SchedulerOptions scheduler_options(const EngineOptions& o) {
+  SchedulerOptions s;
+  s.max_batch_tokens = o.max_batch_tokens;
+  s.max_batch_requests = o.max_batch_requests;
+  s.max_queue = o.max_queue;
+  return s;
+}
+
+void check_options(const EngineOptions& o) {
+  auto bad = [](const std::string& m) { throw Error(Status::BadRequest, "usage", m); };
+  if (o.max_length == 0) bad("max_length must be at least 1 token");
+  if (o.max_batch_tokens == 0) bad("max_batch_tokens must be at least 1");
+  if (o.max_batch_requests == 0) bad("max_batch_requests must be at least 1");
+  if (o.max_queue == 0) bad("max_queue must be at least 1 (0 would refuse every request)");
+  if (o.threads < 0) bad("threads must be 0 (all cores) or more");
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() { stop(); }
+
+std::unique_ptr<Engine> Engine::load(const std::string& dir, const EngineOptions& opts) {
+  check_options(opts);
+  auto impl = std::make_unique<Impl>();
+  impl->opts = opts;
+  impl->limits.require_instructions = opts.require_instructions;
+  impl->core = EngineCore::load(dir, core_options(opts));
+  if (opts.load_weights) impl->sched = std::make_unique<Scheduler>(*impl->core, scheduler_options(opts));
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+std::unique_ptr<Engine> Engine::synthetic(const std::string& preset, const std::string& tokenizer, const EngineOptions& opts) {
+  check_options(opts);
+  auto impl = std::make_unique<Impl>();
+  impl->opts = opts;
+  impl->limits.require_instructions = opts.require_instructions;
+  CoreOptions c = core_options(opts);
+  impl->core = EngineCore::synthetic(preset, tokenizer, c);
+  impl->sched = std::make_unique<Scheduler>(*impl->core, scheduler_options(opts));
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+std::unique_ptr<Engine> Engine::tokenizer_only(const std::string& tokenizer, const EngineOptions& opts) {
+  check_options(opts);
+  auto impl = std::make_unique<Impl>();
+  impl->opts = opts;
+  impl->opts.load_weights = false;
+  impl->limits.require_instructions = opts.require_instructions;
+  impl->core = EngineCore::tokenizer_only(tokenizer, core_options(impl->opts));
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Prepared Engine::prepare(std::string_view body, BodyShape shape) const {
+  auto p = std::make_shared<Prepared::Impl>();
+  json::Value root = json::parse(body, json::ParseOptions{impl_->limits.max_json_depth});
+  if (shape == BodyShape::Decisions && root.is_object()) {
+    const json::Value* q = root.find("questions");
+    if (q && q->is_array()) {
+      p->openai = true;
+      p->req = parse_request(openai_to_system_one(root), impl_->limits);
+      p->body = std::move(root);
+    }
+  }
+  if (!p->openai) p->req = parse_request(root, impl_->limits);
+  p->enc = impl_->core->encoder().encode(p->req);
+  return Prepared(std::move(p));
+}
+
+std::shared_ptr<Ticket> Engine::submit(Prepared p, std::chrono::steady_clock::time_point deadline,
+                                       std::function<void(const Prepared&, Outcome)> done) {
+  return impl_->scheduler().submit(std::move(p), deadline, std::move(done));
+}
+
+std::vector<Probs> Engine::probs(const std::vector<const Prepared*>& requests) {
+  struct Wait {
+    std::promise<Outcome> promise;
+  };
+  std::vector<std::shared_ptr<Wait>> waits;
+  std::vector<std::shared_ptr<Ticket>> tickets;
+  waits.reserve(requests.size());
+  try {
+    for (const Prepared* r : requests) {
+      auto w = std::make_shared<Wait>();
+      waits.push_back(w);
+      tickets.push_back(submit(*r, std::chrono::steady_clock::time_point::max(), [w](const Prepared&, Outcome o) { w->promise.set_value(std::move(o)); }));
+    }
+  } catch (...) {
+    for (auto& t : tickets) t->cancel();  // none of a refused list runs
+    throw;
+  }
+  std::vector<Probs> out;
+  std::exception_ptr first;
+  for (auto& w : waits) {
+    Outcome o = w->promise.get_future().get();
+    if (o.kind == Outcome::Kind::Failed && !first) first = o.error;
+    if (o.kind == Outcome::Kind::Cancelled && !first)
+      first = std::make_exception_ptr(Error(Status::Unavailable, "unavailable", "the engine stopped before the request ran"));
+    out.push_back(std::move(o.probs));
+  }
+  if (first) std::rethrow_exception(first);
+  return out;
+}
+
+std::string Engine::decide(std::string_view body, const AnswerOptions& opts, BodyShape shape) {
+  const Prepared p = prepare(body, shape);
+  return p.answer(probs({&p})[0], opts);
+}
+
+bool Engine::queue_full() const { return impl_->scheduler().full(); }
+size_t Engine::queued() const { return impl_->sched ? impl_->sched->queued() : 0; }
+void Engine::pause(bool on) { impl_->scheduler().pause(on); }
+void Engine::set_observer(SchedulerObserver o) { impl_->scheduler().set_observer(std::move(o)); }
+void Engine::stop() {
+  if (impl_ && impl_->sched) impl_->sched->stop();
+}
+
+Device Engine::device() const { return impl_->core->device(); }
+const char* Engine::format() const { return impl_->core->format(); }
+size_t Engine::gpu_bytes() const { return impl_->core->gpu_bytes(); }
+std::string Engine::summary() const { return impl_->core->gpu_summary(); }
+size_t Engine::max_length() const { return impl_->opts.max_length; }
+
+void Engine::set_profile(bool on) { impl_->core->set_profile(on); }
+std::vector<std::pair<std::string, double>> Engine::profile() const { return impl_->core->profile(); }
+void Engine::clear_profile() { impl_->core->clear_profile(); }
+
+std::string version() {
+  std::string v = std::string("clefrt ") + CLEFRT_VERSION;
+#ifdef CLEFRT_COMMIT
+  v += " (commit " CLEFRT_COMMIT ")";
+#endif
+  return v;
+}
+
+}  // namespace clefrt
