@@ -218,10 +218,26 @@ struct SchedulerObserver {
 // -----------------------------------------------------------------------------------------
 // The engine
 
-// The memory a configuration needs, as `clefrt inspect` prints it.
-struct MemoryPlan {
-  std::string text;  // the plan, one line per part and format, for people
+// Where an engine's memory goes (bytes; zeros on the CPU).
+struct MemoryUse {
+  size_t weights = 0;           // the weights on the GPU
+  size_t weights_reserved = 0;  // GPU memory held for them (2 MiB granules)
+  size_t weights_host = 0;      // pinned host memory (offloaded embeddings)
+  size_t working = 0;           // activation arena, cuBLASLt workspace, NVFP4 staging
+  size_t linear_bf16 = 0, linear_nvfp4 = 0, linear_fp8 = 0;  // the backbone's Linears by format
 };
+
+// The card's own limits, measured (not a datasheet's): bf16 GEMM rate through cuBLASLt
+// (8192^3, fp32 accumulate) and device-to-device copy bandwidth. CUDA only (throws otherwise).
+struct Hardware {
+  std::string gpu;
+  double mem_total_gib = 0;
+  double peak_bf16_tflops = 0;
+  double copy_gbps = 0;  // bytes read + written per second
+};
+Hardware measure_hardware();
+// GPU memory in use on the device (total - free), CUDA context included; 0 without CUDA.
+double gpu_memory_in_use_gib();
 
 class Engine {
  public:
@@ -244,6 +260,9 @@ class Engine {
   // waiting. Throws the first failure's Error (a failed request does not fail the others'
   // forwards, but this call reports it).
   std::vector<Probs> probs(const std::vector<const Prepared*>& requests);
+  // A request given as its encoding (benchmarks with made-up token ids): probs() runs it,
+  // answer() refuses (there is no request to answer in the shape of).
+  Prepared prepare_encoded(Encoded e) const;
   // prepare + probs + answer: the System One (or OpenAI-shaped) response.
   std::string decide(std::string_view body, const AnswerOptions& opts = {}, BodyShape shape = BodyShape::SystemOne);
 
@@ -263,7 +282,12 @@ class Engine {
   const char* format() const;  // what the Linears run in: "f32" (CPU), "bf16", "fp8", "nvfp4", "nvfp4-w4a16", "mixed"
   size_t gpu_bytes() const;    // GPU memory held (weights, activations, workspaces); 0 on the CPU
   std::string summary() const; // one line: what the Linears run in and where the memory goes ("" on the CPU)
+  MemoryUse memory() const;
   size_t max_length() const;
+  // Model FLOPs of one forward over requests of these lengths (every Linear: 2 per weight per
+  // token; causal attention scores and values; the GDN recurrence and the head's small per-option
+  // work left out, under 1% at Clef's shapes): what benchmarks divide by.
+  double forward_flops(const std::vector<int64_t>& lengths) const;
 
   // --- profiling (CUDA): per-op times with CUDA events, summed since the last clear, in ms
   void set_profile(bool on);
@@ -280,9 +304,23 @@ class Engine {
 // Whether this build has the CUDA backend and a usable GPU (reason says why not, if not).
 bool cuda_available(std::string* reason = nullptr);
 
-// The memory plan of a folder (headers only) for the given options, for each format the CUDA
-// engine can run it in, and for the CPU: what `clefrt inspect` prints.
-MemoryPlan memory_plan(const std::string& dir, const EngineOptions& opts = {});
+// What a folder holds (architecture, sizes, parameter counts and dtypes per part) and its memory
+// plan: the CPU's, and the CUDA engine's in each format with and without offloaded embeddings,
+// for a batch of opts.max_length tokens. Reads headers only. What `clefrt inspect` prints.
+std::string inspect(const std::string& dir, const EngineOptions& opts = {});
+
+// Writes a random-weight folder in the exact release layout (sharded bf16 safetensors,
+// config.json, joint_head.*, the given tokenizer.json): tests and benchmarks without the real
+// weights. Random weights give meaningless answers.
+struct SynthOptions {
+  std::string out_dir;            // created
+  std::string preset = "tiny";    // tiny | small | clef-flash | clef-27b
+  std::string tokenizer;          // the tokenizer.json to ship with it
+  uint64_t seed = 1;
+  float linear_gain = 1.0f;       // Linear weights ~ normal(0, gain / sqrt(fan_in)); 0.5 is well conditioned under bf16
+  bool progress = true;           // a line per layer on stderr
+};
+void synthesize(const SynthOptions& o);
 
 // "clefrt 0.1.0 (commit ..., CUDA ..., architectures ...)"
 std::string version();

@@ -12,51 +12,14 @@
 #include <random>
 
 #include "cli/commands.h"
-#include "common/error.h"
 #include "common/file.h"
 #include "common/json.h"
-#include "engine/engine_core.h"
-#include "model/synth.h"
-#include "model/weights.h"
-#include "schema/request.h"
-#include "tokenizer/tokenizer.h"
-#ifdef CLEFRT_HAVE_CUDA
-#include "cuda/device_model.h"
-#include "cuda/forward.h"
-#include "cuda/hardware.h"
-#endif
 
 namespace clefrt::cli {
 
 namespace {
 
 using json::Value;
-
-// Model FLOPs of one forward over sequences of these lengths: every linear layer (2 per
-// weight per token) and causal attention scores and values; the GDN recurrence and the small
-// per-option head work are not counted (they are under 1% at these shapes).
-double forward_flops(const model::ModelConfig& m, const std::vector<int64_t>& lens) {
-  const auto& c = m.text;
-  const auto& h = m.head;
-  const double H = double(c.hidden), key_dim = double(c.k_heads * c.k_head_dim), value_dim = double(c.v_heads * c.v_head_dim);
-  double per_token = 0, attn_layers = 0;
-  for (auto t : c.layer_types) {
-    per_token += 3 * H * double(c.ffn);
-    if (t == model::LayerType::LinearAttention)
-      per_token += H * (2 * key_dim + 2 * value_dim + 2 * double(c.v_heads)) + value_dim * H;
-    else {
-      per_token += H * double(c.q_heads * 2 * c.head_dim + 2 * c.kv_heads * c.head_dim) + double(c.q_heads * c.head_dim) * H;
-      attn_layers += 1;
-    }
-  }
-  per_token += double(h.hidden) * double(h.width) + double(h.routing_layers + h.layers) * 2.0 * double(h.width) * double(h.width);
-  double f = 0;
-  for (int64_t L : lens) {
-    f += 2.0 * per_token * double(L);
-    f += attn_layers * 4.0 * double(c.q_heads * c.head_dim) * double(L) * double(L + 1) / 2.0;
-  }
-  return f;
-}
 
 // The blog request with `n - len` random tokens in front (spans shifted), for the long
 // latency points and the 512-token throughput requests.
@@ -141,9 +104,6 @@ Runner add_bench(CLI::App& app) {
   c->add_flag("--profile", o->profile, "also time every op (CUDA events) for the blog, 8,192-token and 64 x 512 runs");
   c->add_flag("!--no-batch-invariant", o->batch_invariant, "let cuBLASLt pick GEMM algorithms per batch size");
   return [o]() -> int {
-#ifndef CLEFRT_HAVE_CUDA
-    throw Error(Status::BadRequest, "usage", "clefrt bench needs the CUDA backend; this build has none");
-#else
     const QuantMode qm = parse_quant_mode(o->quant);
     if (qm == QuantMode::Auto) throw Error(Status::BadRequest, "usage", "--quant auto means nothing for random weights: bf16, fp8, nvfp4 or nvfp4-w4a16");
     std::string why;
@@ -151,47 +111,48 @@ Runner add_bench(CLI::App& app) {
     auto log = [](const std::string& s) { std::fprintf(stderr, "bench: %s\n", s.c_str()); };
 
     log("measuring the card (bf16 GEMM 8192^3, 2 GiB device copy)");
-    cuda::HardwareLimits hw = cuda::measure_hardware();
+    const Hardware hw = measure_hardware();
     log(hw.gpu + ": " + std::to_string(hw.peak_bf16_tflops) + " TFLOP/s bf16, " + std::to_string(hw.copy_gbps) + " GB/s copy");
 
-    const model::ModelConfig mc = model::synthetic_config(o->synthetic);
-    Tokenizer tok = Tokenizer::load(o->tokenizer);
-    Encoder enc(tok, EncodeOptions{});
-    const Encoded blog = enc.encode(parse_request(read_file(o->request)));
-
-    cuda::trim_stack_reservation();                  // as build_device_model does, so that "before" is comparable
-    const double mem_before = cuda::gpu_used_gib();  // the CUDA context and the measurement's leftovers
+    const double mem_before = gpu_memory_in_use_gib();  // the CUDA context and the measurement's leftovers
     log("creating " + o->synthetic + " weights in GPU memory (" + o->quant + (o->offload ? ", embeddings offloaded" : "") + ")");
-    const auto tw = model::shape_only_text(mc.text);
-    const auto hwts = model::shape_only_head(mc.head);
-    cuda::BuildOptions bo;
-    bo.progress = true;
-    bo.quant = qm;
-    bo.offload_embeddings = o->offload;
-    cuda::DevModel dm = cuda::build_device_model(tw, hwts, mc.text, mc.head, bo);
-    cuda::ForwardOptions fo;
-    fo.max_tokens = o->max_tokens;
-    fo.max_seqs = o->memory_only ? 1 : 64;
-    fo.batch_invariant = o->batch_invariant;
-    if (o->offload) cuda::use_lean_memory_plan(fo);
-    cuda::Forward fwd(dm, fo);
+    EngineOptions eo;
+    eo.device = Device::Cuda;
+    eo.quant = qm;
+    eo.offload_embeddings = o->offload;
+    eo.batch_invariant = o->batch_invariant;
+    eo.max_length = size_t(o->max_tokens);  // the activation plan: one forward of --max-tokens
+    eo.max_batch_tokens = size_t(o->max_tokens);
+    eo.max_batch_requests = o->memory_only ? 1 : 64;
+    auto engine = Engine::synthetic(o->synthetic, o->tokenizer, eo);
+    const Encoded blog = engine->prepare(read_file(o->request)).encoded();
     const double gib = double(1ull << 30);
     auto mem_line = [&]() {
-      return "weights " + std::to_string(double(dm.weight_bytes) / gib) + " GiB on the GPU (+" + std::to_string(double(dm.host_weight_bytes) / gib) +
-             " GiB pinned host), Linears bf16/nvfp4/fp8 " + std::to_string(double(dm.bytes_by_format[0]) / gib) + "/" +
-             std::to_string(double(dm.bytes_by_format[1]) / gib) + "/" + std::to_string(double(dm.bytes_by_format[2]) / gib) +
-             " GiB, arena + workspace + staging " + std::to_string(double(fwd.working_bytes()) / gib) + " GiB, GPU memory in use " +
-             std::to_string(cuda::gpu_used_gib()) + " GiB (" + std::to_string(mem_before) + " before loading)";
+      const MemoryUse m = engine->memory();
+      return "weights " + std::to_string(double(m.weights) / gib) + " GiB on the GPU (+" + std::to_string(double(m.weights_host) / gib) +
+             " GiB pinned host), Linears bf16/nvfp4/fp8 " + std::to_string(double(m.linear_bf16) / gib) + "/" +
+             std::to_string(double(m.linear_nvfp4) / gib) + "/" + std::to_string(double(m.linear_fp8) / gib) +
+             " GiB, arena + workspace + staging " + std::to_string(double(m.working) / gib) + " GiB, GPU memory in use " +
+             std::to_string(gpu_memory_in_use_gib()) + " GiB (" + std::to_string(mem_before) + " before loading)";
     };
     log(mem_line());
+    // runs a batch of made-up encodings through the engine (its scheduler packs a list as one forward)
+    auto run = [&](const std::vector<const Encoded*>& b) {
+      std::vector<Prepared> ps;
+      for (const Encoded* e : b) ps.push_back(engine->prepare_encoded(*e));
+      std::vector<const Prepared*> pp;
+      for (auto& p : ps) pp.push_back(&p);
+      return engine->probs(pp);
+    };
     if (o->memory_only) {
       const Encoded e = padded(blog, o->max_tokens, 7);
       auto t0 = std::chrono::steady_clock::now();
-      fwd.run({&e});
+      run({&e});
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      const double used = cuda::gpu_used_gib();
+      const double used = gpu_memory_in_use_gib();
       log("ran one " + std::to_string(e.input_ids.size()) + "-token request (" + std::to_string(ms) + " ms, first run)");
       log(mem_line());
+      const MemoryUse m = engine->memory();
       Value out = Value::object();
       out.add("date", Value::string(utc_now()));
       out.add("gpu", Value::string(hw.gpu));
@@ -202,19 +163,19 @@ Runner add_bench(CLI::App& app) {
       out.add("max_tokens", Value::integer(o->max_tokens));
       out.add("gpu_mem_gib", Value::number(used));
       out.add("gpu_mem_before_load_gib", Value::number(mem_before));
-      out.add("gpu_mem_engine_gib", Value::number(double(dm.weight_reserved_bytes + fwd.working_bytes()) / gib));
-      out.add("weights_gib", Value::number(double(dm.weight_bytes) / gib));
-      out.add("weights_reserved_gib", Value::number(double(dm.weight_reserved_bytes) / gib));
-      out.add("host_weights_gib", Value::number(double(dm.host_weight_bytes) / gib));
-      out.add("working_gib", Value::number(double(fwd.working_bytes()) / gib));
+      out.add("gpu_mem_engine_gib", Value::number(double(m.weights_reserved + m.working) / gib));
+      out.add("weights_gib", Value::number(double(m.weights) / gib));
+      out.add("weights_reserved_gib", Value::number(double(m.weights_reserved) / gib));
+      out.add("host_weights_gib", Value::number(double(m.weights_host) / gib));
+      out.add("working_gib", Value::number(double(m.working) / gib));
       emit_json(out, o->json_out);
       return 0;
     }
-    const double mem = cuda::gpu_used_gib();
+    const double mem = gpu_memory_in_use_gib();
 
     auto time_ms = [&](const std::vector<const Encoded*>& b) {
       auto t0 = std::chrono::steady_clock::now();
-      fwd.run(b);
+      run(b);
       return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     };
     Value lat = Value::object();
@@ -231,7 +192,7 @@ Runner add_bench(CLI::App& app) {
       std::vector<double> t;
       for (int r = 0; r < p.reps; ++r) t.push_back(time_ms({&e}));
       const double p50 = percentile(t, 0.5), p95 = percentile(t, 0.95);
-      const double tf = forward_flops(mc, {int64_t(e.input_ids.size())}) / (p50 * 1e-3) / 1e12;
+      const double tf = engine->forward_flops({int64_t(e.input_ids.size())}) / (p50 * 1e-3) / 1e12;
       std::printf("%-12s %8zu %10.2f %10.2f %10.1f\n", p.name, e.input_ids.size(), p50, p95, tf);
       Value v = Value::object();
       v.add("tokens", Value::integer(int64_t(e.input_ids.size())));
@@ -246,12 +207,12 @@ Runner add_bench(CLI::App& app) {
     {
       std::vector<Encoded> others;
       for (int i = 0; i < 63; ++i) others.push_back(padded(blog, 512, 500 + uint64_t(i)));
-      auto alone = fwd.run({&blog})[0];
+      auto alone = run({&blog})[0];
       double worst = 0;
       for (int n : {16, 64}) {
         std::vector<const Encoded*> b = {&blog};
         for (int i = 0; i + 1 < n; ++i) b.push_back(&others[size_t(i)]);
-        auto together = fwd.run(b)[0];
+        auto together = run(b)[0];
         double w = 0;
         for (size_t q = 0; q < alone.size(); ++q)
           for (size_t j = 0; j < alone[q].size(); ++j) w = std::max(w, std::fabs(alone[q][j] - together[q][j]));
@@ -276,7 +237,7 @@ Runner add_bench(CLI::App& app) {
       const int reps = std::max(3, o->reps / (n >= 16 ? 4 : 1));
       for (int r = 0; r < reps; ++r) t.push_back(time_ms(b));
       const double ms = percentile(t, 0.5);
-      const double tokens = double(n) * 512.0, tf = forward_flops(mc, lens) / (ms * 1e-3) / 1e12;
+      const double tokens = double(n) * 512.0, tf = engine->forward_flops(lens) / (ms * 1e-3) / 1e12;
       std::printf("%-12d %8.0f %12.0f %10.1f %10.1f %7.1f%%\n", n, tokens, tokens / (ms * 1e-3), n / (ms * 1e-3), tf,
                   100.0 * tf / hw.peak_bf16_tflops);
       Value v = Value::object();
@@ -290,7 +251,7 @@ Runner add_bench(CLI::App& app) {
     }
     Value prof = Value::object();
     if (o->profile) {
-      fwd.set_profile(true);
+      engine->set_profile(true);
       std::vector<Encoded> reqs;
       for (int i = 0; i < 64; ++i) reqs.push_back(padded(blog, 512, 100 + uint64_t(i)));
       std::vector<const Encoded*> b64;
@@ -298,19 +259,20 @@ Runner add_bench(CLI::App& app) {
       const Encoded e8k = padded(blog, 8192, 7);
       for (auto [name, batch] : {std::pair<const char*, std::vector<const Encoded*>>{"blog_346", {&blog}}, {"tok_8192", {&e8k}},
                                  {"batch_64x512", b64}}) {
-        fwd.clear_profile();
-        fwd.run(batch);
+        engine->clear_profile();
+        run(batch);
         double total = 0;
-        for (auto& [op, ms] : fwd.profile()) total += ms;
+        const auto prof_ms = engine->profile();
+        for (auto& [op, ms] : prof_ms) total += ms;
         std::printf("profile %s: %.2f ms in ops\n", name, total);
         Value v = Value::object();
-        for (auto& [op, ms] : fwd.profile()) {
+        for (auto& [op, ms] : prof_ms) {
           std::printf("  %-22s %9.3f ms %5.1f%%\n", op.c_str(), ms, 100.0 * ms / total);
           v.add(op, Value::number(ms));
         }
         prof.add(name, v);
       }
-      fwd.set_profile(false);
+      engine->set_profile(false);
     }
     Value out = Value::object();
     out.add("date", Value::string(utc_now()));
@@ -318,11 +280,12 @@ Runner add_bench(CLI::App& app) {
     out.add("commit", Value::string(o->commit));
     out.add("command", Value::string(o->command.empty() ? "clefrt bench --synthetic " + o->synthetic + " --quant " + o->quant : o->command));
     out.add("offload_embeddings", Value::boolean(o->offload));
+    const MemoryUse mu = engine->memory();
     out.add("linear_gib_by_format", [&] {
       Value v = Value::object();
-      v.add("bf16", Value::number(double(dm.bytes_by_format[0]) / gib));
-      v.add("nvfp4", Value::number(double(dm.bytes_by_format[1]) / gib));
-      v.add("fp8", Value::number(double(dm.bytes_by_format[2]) / gib));
+      v.add("bf16", Value::number(double(mu.linear_bf16) / gib));
+      v.add("nvfp4", Value::number(double(mu.linear_nvfp4) / gib));
+      v.add("fp8", Value::number(double(mu.linear_fp8) / gib));
       return v;
     }());
     out.add("model", Value::string(o->synthetic));
@@ -332,8 +295,8 @@ Runner add_bench(CLI::App& app) {
     out.add("peak_bf16_tflops", Value::number(hw.peak_bf16_tflops));
     out.add("copy_gbps", Value::number(hw.copy_gbps));
     out.add("gpu_mem_gib", Value::number(mem));
-    out.add("weights_gib", Value::number(double(dm.weight_bytes) / double(1ull << 30)));
-    out.add("flops_per_token_gflop", Value::number(forward_flops(mc, {1}) / 1e9));
+    out.add("weights_gib", Value::number(double(mu.weights) / gib));
+    out.add("flops_per_token_gflop", Value::number(engine->forward_flops({1}) / 1e9));
     out.add("latency_ms", lat);
     out.add("throughput", thr);
     if (o->profile) out.add("profile_ms", prof);
@@ -342,7 +305,6 @@ Runner add_bench(CLI::App& app) {
     out.add("baseline", base);
     emit_json(out, o->json_out);
     return 0;
-#endif
   };
 }
 

@@ -1,161 +1,23 @@
-// `clefrt inspect`: what a model folder holds, without loading the weights into memory.
-#include <filesystem>
+// `clefrt inspect`: what a model folder holds, without loading the weights (clefrt::inspect).
 #include <iostream>
-#include <map>
 #include <memory>
 
-#ifdef CLEFRT_HAVE_CUDA
-#include "cuda/forward.h"
-#endif
-
 #include "cli/commands.h"
-#include "common/error.h"
-#include "io/safetensors.h"
-#include "model/config.h"
-#include "model/weights.h"
 
 namespace clefrt::cli {
 
-namespace {
-
-std::string gib(double bytes) {
-  char buf[32];
-  if (bytes < double(1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / double(1ull << 20));
-  else std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(1ull << 30));
-  return buf;
-}
-
-std::string count(double n) {
-  char buf[32];
-  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
-  else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-  else std::snprintf(buf, sizeof buf, "%.0f", n);
-  return buf;
-}
-
-struct Group {
-  double params = 0, bytes = 0;
-  std::map<std::string, int> dtypes;
-};
-
-}  // namespace
-
 Runner add_inspect(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
-  auto max_tokens = std::make_shared<int64_t>(16384);
+  auto max_tokens = std::make_shared<size_t>(16384);
   CLI::App* c = app.add_subcommand("inspect",
                                    "Print what a Clef folder holds: architecture, sizes, dtypes, parameter counts\n"
                                    "(backbone, vision, head) and the memory each device plan needs. Reads headers only.");
   c->add_option("--model", *dir, "a Clef release folder")->required()->check(CLI::ExistingDirectory);
-  c->add_option("--max-length", *max_tokens, "tokens the GPU activation plan is sized for (default 16384)");
+  c->add_option("--max-length", *max_tokens, "tokens the GPU activation plan is sized for (default 16384)")->check(CLI::PositiveNumber);
   return [dir, max_tokens]() -> int {
-    namespace fs = std::filesystem;
-    model::ModelConfig cfg = model::load_config(*dir);
-    io::TensorStore store = io::TensorStore::open_folder(*dir);
-    io::TensorStore head;
-    fs::path hp = fs::path(*dir) / "joint_head.safetensors";
-    if (fs::exists(hp)) head.add_file(hp.string());
-    std::map<std::string, Group> groups;
-    auto add = [&](const std::string& g, const io::TensorInfo* t) {
-      Group& x = groups[g];
-      x.params += double(t->numel());
-      x.bytes += double(t->nbytes);
-      x.dtypes[io::dtype_name(t->dtype)]++;
-    };
-    for (const auto* t : store.all()) {
-      const std::string& n = t->name;
-      if (n.rfind("model.visual.", 0) == 0) add("vision", t);
-      else if (n.rfind("mtp.", 0) == 0) add("mtp (ignored)", t);
-      else if (n == "lm_head.weight" || n.find("embed_tokens") != std::string::npos) add("embeddings + lm_head", t);
-      else add("backbone", t);
-    }
-    for (const auto* t : head.all()) add("joint head", t);
-    const auto& tc = cfg.text;
-    int64_t gdn = 0;
-    for (auto t : tc.layer_types) gdn += t == model::LayerType::LinearAttention;
-    std::cout << "folder        " << *dir << "\n"
-              << "architecture  " << cfg.architecture << " (" << cfg.model_type << ")\n"
-              << "format        " << (cfg.quantization ? "quantized (compressed-tensors: the CPU engine dequantizes NVFP4 / FP8 at load; CUDA keeps them packed, see --quant)" : "unquantized") << "\n"
-              << "text          hidden " << tc.hidden << ", " << tc.layers << " layers (" << gdn << " GDN, " << tc.layers - gdn
-              << " attention), ffn " << tc.ffn << ", vocab " << tc.vocab << "\n"
-              << "attention     " << tc.q_heads << " query / " << tc.kv_heads << " KV heads of " << tc.head_dim << ", rotary "
-              << tc.rotary_dim() << " dims, theta " << tc.rope_theta << "\n"
-              << "GDN           " << tc.k_heads << " key / " << tc.v_heads << " value heads of " << tc.k_head_dim << "/" << tc.v_head_dim
-              << ", conv " << tc.conv_kernel << "\n";
-    if (cfg.vision.present)
-      std::cout << "vision        depth " << cfg.vision.depth << ", hidden " << cfg.vision.hidden << ", " << cfg.vision.heads
-                << " heads, patch " << cfg.vision.patch << " (not run yet)\n";
-    std::cout << "joint head    width " << cfg.head.width << ", " << cfg.head.routing_layers << " routing + " << cfg.head.layers
-              << " layers, " << cfg.head.heads << " heads, ffn " << cfg.head.ffn << "\n\n";
-    double total_params = 0, total_bytes = 0, cpu_params = 0, head_params = 0;
-    for (const auto& [name, g] : groups) {
-      std::string dts;
-      for (const auto& [d, n] : g.dtypes) dts += (dts.empty() ? "" : ", ") + d + " x" + std::to_string(n);
-      std::printf("%-22s %10s params  %10s  %s\n", name.c_str(), count(g.params).c_str(), gib(g.bytes).c_str(), dts.c_str());
-      total_params += g.params;
-      total_bytes += g.bytes;
-      if (name != "vision" && name != "mtp (ignored)") cpu_params += g.params;
-      if (name == "joint head") head_params += g.params;
-    }
-    std::printf("%-22s %10s params  %10s on disk\n\n", "total", count(total_params).c_str(), gib(total_bytes).c_str());
-    std::cout << "memory plan\n"
-              << "  cpu (fp32 weights, what `decide --device cpu` holds): " << gib(cpu_params * 4) << " + activations\n";
-#ifdef CLEFRT_HAVE_CUDA
-    // The CUDA engine: the backbone's Linears in the --quant format (the recipe's keep-list --
-    // GDN in_proj_a/b, conv, norms -- in bf16), embeddings in bf16 (or pinned host memory with
-    // --offload-embeddings, which also plans the lean arena), the joint head (bf16 matrices,
-    // fp32 token-row ones), the activation arena for a batch of --max-length tokens (64
-    // requests), cuBLASLt's workspace, and NVFP4's two staging slots.
-    {
-      const model::TextWeights shapes = model::shape_only_text(cfg.text);
-      double lin = 0, lin_rows = 0, other = 0;
-      auto linear = [&](const model::Tensor& t) {
-        lin += double(t.numel());
-        lin_rows += double(t.numel_rows());
-      };
-      for (const auto& l : shapes.layers) {
-        for (const model::Tensor* t : {&l.gate_proj, &l.up_proj, &l.down_proj}) linear(*t);
-        if (l.type == model::LayerType::LinearAttention) {
-          for (const model::Tensor* t : {&l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.out_proj}) linear(*t);
-          other += double(l.gdn.in_proj_a.numel() + l.gdn.in_proj_b.numel());
-        } else {
-          for (const model::Tensor* t : {&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj}) linear(*t);
-        }
-      }
-      const double embed = double(shapes.embed.numel()) * 2 * (cfg.text.tie_word_embeddings ? 1 : 2);
-      // the head's memory projection and memory key / value matrices fp32, the rest bf16 (as a
-      // bf16 file holds them; the vectors, fp32 on the GPU, are under 1% and counted as bf16)
-      const double W = double(cfg.head.width), head_f32 = double(cfg.text.hidden) * W + double(cfg.head.routing_layers + cfg.head.layers) * 3 * W * W;
-      const double head = head_f32 * 4 + (head_params - head_f32) * 2, ws = double(cuda::Forward::gemm_workspace_bytes());
-      struct Mode {
-        const char* name;
-        QuantMode q;
-        double bytes_per_weight, bytes_per_row;
-      };
-      for (Mode m : {Mode{"bf16", QuantMode::BF16, 2, 0}, Mode{"fp8", QuantMode::FP8, 1, 4}, Mode{"nvfp4-w4a16", QuantMode::NVFP4_W4A16, 0.5625, 4},
-                     Mode{"nvfp4 (W4A4)", QuantMode::NVFP4, 0.5625, 4}}) {
-        const double weights = lin * m.bytes_per_weight + lin_rows * m.bytes_per_row + other * 2 + head;
-        cuda::ForwardOptions fo;
-        fo.max_tokens = *max_tokens;
-        fo.max_seqs = 64;
-        const double arena = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, fo, m.q));
-        cuda::use_lean_memory_plan(fo);  // what --offload-embeddings plans
-        const double arena_lean = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, fo, m.q));
-        // staging: two slots of up to LinearRunner::kStageBytes (none with the fused W4A16 GEMM)
-        const bool staged = cuda::w4a16_kernel_from_env() == cuda::W4A16Kernel::Staged;
-        const double staging =
-            staged && (m.q == QuantMode::NVFP4 || m.q == QuantMode::NVFP4_W4A16) ? 2.0 * double(cuda::LinearRunner::kStageBytes) : 0.0;
-        const double total = weights + arena + ws + staging;
-        std::printf("  cuda --quant %-12s weights %s + embeddings %s + activations (%lld tokens) %s + workspaces %s = %s; "
-                    "with --offload-embeddings %s\n",
-                    m.name, gib(weights).c_str(), gib(embed).c_str(), (long long)*max_tokens, gib(arena).c_str(), gib(ws + staging).c_str(),
-                    gib(total + embed).c_str(), gib(total - arena + arena_lean).c_str());
-      }
-      std::cout << "  (plus the CUDA context: ~0.26 GiB on an H200)\n";
-    }
-#else
-    std::cout << "  cuda: this build has no CUDA backend\n";
-#endif
+    EngineOptions o;
+    o.max_length = *max_tokens;
+    std::cout << inspect(*dir, o);
     return 0;
   };
 }

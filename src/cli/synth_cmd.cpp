@@ -3,12 +3,11 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "model/synth.h"
 
 namespace clefrt::cli {
 
 Runner add_synth(CLI::App& app) {
-  auto o = std::make_shared<model::SynthOptions>();
+  auto o = std::make_shared<SynthOptions>();
   CLI::App* c = app.add_subcommand("synth",
                                    "Write a random-weight model folder in the exact Clef release layout (sharded bf16\n"
                                    "safetensors, config.json, joint_head.*, tokenizer.json). Random weights give\n"
@@ -22,7 +21,7 @@ Runner add_synth(CLI::App& app) {
                 "Linear weights ~ normal(0, gain / sqrt(fan_in)) (default 1; 0.5 gives a well-conditioned model whose answers "
                 "bf16 compute moves by ~1e-3 rather than ~1e-2)");
   return [o]() {
-    model::synthesize(*o);
+    synthesize(*o);
     std::cerr << "synth: wrote " << o->preset << " model to " << o->out_dir << "\n";
     return 0;
   };

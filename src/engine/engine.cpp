@@ -3,6 +3,7 @@
 // parsed, validated and encoded once here, above the backends.
 #include <clefrt/clefrt.h>
 
+#include <algorithm>
 #include <future>
 #include <mutex>
 
@@ -10,6 +11,7 @@
 #include "common/json.h"
 #include "engine/engine_core.h"
 #include "engine/scheduler.h"
+#include "model/synth.h"
 #include "schema/answers.h"
 #include "schema/encode.h"
 #include "schema/openai_shape.h"
@@ -22,6 +24,7 @@ struct Prepared::Impl {
   Encoded enc;
   json::Value body;  // the OpenAI-shaped body as it came (its answers follow its question order)
   bool openai = false;
+  bool encoded_only = false;  // prepare_encoded: no request behind it
 };
 
 Prepared::Prepared() = default;
@@ -40,6 +43,7 @@ const std::string& Prepared::model() const {
 std::string Prepared::answer(const Probs& probs, const AnswerOptions& opts, const std::string& model) const {
   const Impl& p = impl();
   const std::string name = p.req.model.empty() ? model : p.req.model;
+  if (p.encoded_only) throw Error(Status::Internal, "internal_error", "a request prepared from its encoding has no answer shape");
   return p.openai ? openai_response(name, p.body, p.req, probs, input_tokens(), opts)
                   : response_json(name, p.req, probs, input_tokens(), opts);
 }
@@ -147,37 +151,51 @@ Prepared Engine::prepare(std::string_view body, BodyShape shape) const {
   return Prepared(std::move(p));
 }
 
+Prepared Engine::prepare_encoded(Encoded e) const {
+  auto p = std::make_shared<Prepared::Impl>();
+  p->enc = std::move(e);
+  p->encoded_only = true;
+  return Prepared(std::move(p));
+}
+
 std::shared_ptr<Ticket> Engine::submit(Prepared p, std::chrono::steady_clock::time_point deadline,
                                        std::function<void(const Prepared&, Outcome)> done) {
   return impl_->scheduler().submit(std::move(p), deadline, std::move(done));
 }
 
 std::vector<Probs> Engine::probs(const std::vector<const Prepared*>& requests) {
-  struct Wait {
-    std::promise<Outcome> promise;
-  };
-  std::vector<std::shared_ptr<Wait>> waits;
-  std::vector<std::shared_ptr<Ticket>> tickets;
-  waits.reserve(requests.size());
-  try {
-    for (const Prepared* r : requests) {
-      auto w = std::make_shared<Wait>();
-      waits.push_back(w);
-      tickets.push_back(submit(*r, std::chrono::steady_clock::time_point::max(), [w](const Prepared&, Outcome o) { w->promise.set_value(std::move(o)); }));
-    }
-  } catch (...) {
-    for (auto& t : tickets) t->cancel();  // none of a refused list runs
-    throw;
-  }
-  std::vector<Probs> out;
+  // Queued a forward's worth at a time (the engine thread sees each group at once and packs it
+  // together), at most two groups ahead, so a list longer than the queue still runs.
+  const size_t group = std::max<size_t>(1, std::min(impl_->opts.max_batch_requests, impl_->opts.max_queue / 2));
+  std::vector<std::promise<Outcome>> promises(requests.size());
+  std::vector<std::future<Outcome>> futures;
+  for (auto& p : promises) futures.push_back(p.get_future());
+  std::vector<Probs> out(requests.size());
   std::exception_ptr first;
-  for (auto& w : waits) {
-    Outcome o = w->promise.get_future().get();
-    if (o.kind == Outcome::Kind::Failed && !first) first = o.error;
-    if (o.kind == Outcome::Kind::Cancelled && !first)
-      first = std::make_exception_ptr(Error(Status::Unavailable, "unavailable", "the engine stopped before the request ran"));
-    out.push_back(std::move(o.probs));
+  size_t collected = 0;
+  auto collect_until = [&](size_t n) {
+    for (; collected < n; ++collected) {
+      Outcome o = futures[collected].get();
+      if (o.kind == Outcome::Kind::Failed && !first) first = o.error;
+      if (o.kind == Outcome::Kind::Cancelled && !first)
+        first = std::make_exception_ptr(Error(Status::Unavailable, "unavailable", "the engine stopped before the request ran"));
+      out[collected] = std::move(o.probs);
+    }
+  };
+  for (size_t begin = 0; begin < requests.size(); begin += group) {
+    if (begin >= 2 * group) collect_until(begin - group);
+    std::vector<Scheduler::Submission> subs;
+    for (size_t i = begin; i < std::min(requests.size(), begin + group); ++i)
+      subs.push_back({*requests[i], std::chrono::steady_clock::time_point::max(),
+                      [p = &promises[i]](const Prepared&, Outcome o) { p->set_value(std::move(o)); }});
+    try {
+      impl_->scheduler().submit_all(std::move(subs));
+    } catch (...) {
+      collect_until(begin);  // what was queued still runs: wait for it, then report
+      throw;
+    }
   }
+  collect_until(requests.size());
   if (first) std::rethrow_exception(first);
   return out;
 }
@@ -200,10 +218,23 @@ const char* Engine::format() const { return impl_->core->format(); }
 size_t Engine::gpu_bytes() const { return impl_->core->gpu_bytes(); }
 std::string Engine::summary() const { return impl_->core->gpu_summary(); }
 size_t Engine::max_length() const { return impl_->opts.max_length; }
+MemoryUse Engine::memory() const { return impl_->core->memory(); }
+double Engine::forward_flops(const std::vector<int64_t>& lengths) const { return impl_->core->forward_flops(lengths); }
 
 void Engine::set_profile(bool on) { impl_->core->set_profile(on); }
 std::vector<std::pair<std::string, double>> Engine::profile() const { return impl_->core->profile(); }
 void Engine::clear_profile() { impl_->core->clear_profile(); }
+
+void synthesize(const SynthOptions& o) {
+  model::SynthOptions m;
+  m.out_dir = o.out_dir;
+  m.preset = o.preset;
+  m.tokenizer = o.tokenizer;
+  m.seed = o.seed;
+  m.linear_gain = o.linear_gain;
+  m.progress = o.progress;
+  model::synthesize(m);
+}
 
 std::string version() {
   std::string v = std::string("clefrt ") + CLEFRT_VERSION;

@@ -15,6 +15,7 @@
 #ifdef CLEFRT_HAVE_CUDA
 #include "cuda/device_model.h"
 #include "cuda/forward.h"
+#include "cuda/hardware.h"
 #endif
 
 namespace clefrt {
@@ -68,11 +69,77 @@ bool cuda_available(std::string* reason) {
 #endif
 }
 
+Hardware measure_hardware() {
+#ifdef CLEFRT_HAVE_CUDA
+  std::string why;
+  if (!cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", why);
+  const cuda::HardwareLimits h = cuda::measure_hardware();
+  Hardware out;
+  out.gpu = h.gpu;
+  out.mem_total_gib = h.mem_total_gib;
+  out.peak_bf16_tflops = h.peak_bf16_tflops;
+  out.copy_gbps = h.copy_gbps;
+  return out;
+#else
+  throw Error(Status::Unavailable, "device_unavailable", "this build has no CUDA backend");
+#endif
+}
+
+double gpu_memory_in_use_gib() {
+#ifdef CLEFRT_HAVE_CUDA
+  if (!cuda_available()) return 0;
+  cuda::trim_stack_reservation();  // as loading does, so that figures before and after compare
+  return cuda::gpu_used_gib();
+#else
+  return 0;
+#endif
+}
+
 size_t EngineCore::gpu_bytes() const {
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) return gpu_->model.weight_bytes + gpu_->forward->working_bytes();
 #endif
   return 0;
+}
+
+MemoryUse EngineCore::memory() const {
+  MemoryUse m;
+#ifdef CLEFRT_HAVE_CUDA
+  if (gpu_) {
+    const cuda::DevModel& d = gpu_->model;
+    m.weights = d.weight_bytes;
+    m.weights_reserved = d.weight_reserved_bytes;
+    m.weights_host = d.host_weight_bytes;
+    m.working = gpu_->forward->working_bytes();
+    m.linear_bf16 = d.bytes_by_format[0];
+    m.linear_nvfp4 = d.bytes_by_format[1];
+    m.linear_fp8 = d.bytes_by_format[2];
+  }
+#endif
+  return m;
+}
+
+double EngineCore::forward_flops(const std::vector<int64_t>& lengths) const {
+  const auto& c = cfg_.text;
+  const auto& h = cfg_.head;
+  const double H = double(c.hidden), key_dim = double(c.k_heads * c.k_head_dim), value_dim = double(c.v_heads * c.v_head_dim);
+  double per_token = 0, attn_layers = 0;
+  for (auto t : c.layer_types) {
+    per_token += 3 * H * double(c.ffn);
+    if (t == model::LayerType::LinearAttention)
+      per_token += H * (2 * key_dim + 2 * value_dim + 2 * double(c.v_heads)) + value_dim * H;
+    else {
+      per_token += H * double(c.q_heads * 2 * c.head_dim + 2 * c.kv_heads * c.head_dim) + double(c.q_heads * c.head_dim) * H;
+      attn_layers += 1;
+    }
+  }
+  per_token += double(h.hidden) * double(h.width) + double(h.routing_layers + h.layers) * 2.0 * double(h.width) * double(h.width);
+  double f = 0;
+  for (int64_t L : lengths) {
+    f += 2.0 * per_token * double(L);
+    f += attn_layers * 4.0 * double(c.q_heads * c.head_dim) * double(L) * double(L + 1) / 2.0;
+  }
+  return f;
 }
 
 const char* EngineCore::format() const {

@@ -71,6 +71,8 @@ class EngineCore {
   Device device() const { return opts_.device; }
   // What the Linears run in: "f32" (CPU), "bf16", "fp8", "nvfp4" (W4A4), "nvfp4-w4a16", "mixed".
   const char* format() const;
+  MemoryUse memory() const;
+  double forward_flops(const std::vector<int64_t>& lengths) const;  // clefrt::Engine::forward_flops
   // CUDA: per-op times (cuda::Forward::set_profile); nothing on the CPU.
   void set_profile(bool on);
   std::vector<std::pair<std::string, double>> profile() const;

@@ -56,24 +56,35 @@ bool Scheduler::full() const {
 }
 
 std::shared_ptr<Job> Scheduler::submit(Prepared p, Clock::time_point deadline, std::function<void(const Prepared&, Outcome)> done) {
-  auto job = std::make_shared<Job>();
-  job->prepared = std::move(p);
-  job->enqueued = Clock::now();
-  job->deadline = deadline;
-  job->done = std::move(done);
+  std::vector<Submission> one;
+  one.push_back({std::move(p), deadline, std::move(done)});
+  return submit_all(std::move(one))[0];
+}
+
+std::vector<std::shared_ptr<Job>> Scheduler::submit_all(std::vector<Submission> subs) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  const auto now = Clock::now();
+  for (auto& s : subs) {
+    auto job = std::make_shared<Job>();
+    job->prepared = std::move(s.prepared);
+    job->enqueued = now;
+    job->deadline = s.deadline;
+    job->done = std::move(s.done);
+    jobs.push_back(std::move(job));
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     if (stopping_) throw Error(Status::Unavailable, "unavailable", "the server is shutting down");
-    if (q_.size() >= o_.max_queue) drop_ended_locked();
-    if (q_.size() >= o_.max_queue)
+    if (q_.size() + jobs.size() > o_.max_queue) drop_ended_locked();
+    if (q_.size() + jobs.size() > o_.max_queue)
       throw Error(Status::TooManyRequests, "rate_limited",
                   "the request queue is full (" + std::to_string(o_.max_queue) + " waiting); retry shortly");
-    q_.push_back(job);
+    for (auto& j : jobs) q_.push_back(j);
     report_depth_locked();
   }
   cv_.notify_one();
   deadline_cv_.notify_one();
-  return job;
+  return jobs;
 }
 
 void Scheduler::pause(bool on) {

@@ -55,6 +55,14 @@ class Scheduler {
   // Queues a request that must end by `deadline`; throws Error 429 when the queue is full, 503
   // when stopping. `done` is called later, never from inside submit().
   std::shared_ptr<Job> submit(Prepared p, Clock::time_point deadline, std::function<void(const Prepared&, Outcome)> done);
+  // Several at once, all or none (429 when they do not all fit): the engine thread sees them
+  // together, so they are packed as one forward when they fit its budget.
+  struct Submission {
+    Prepared prepared;
+    Clock::time_point deadline;
+    std::function<void(const Prepared&, Outcome)> done;
+  };
+  std::vector<std::shared_ptr<Job>> submit_all(std::vector<Submission> subs);
   // Whether submit() would refuse for a full queue now: checked before a request is encoded, so
   // an overloaded server spends nothing on work it will refuse.
   bool full() const;

@@ -450,6 +450,7 @@ void Connection::after_response() {
 }
 
 void Connection::refuse(int status, std::string type, std::string message) {
+  release();  // the body will not be read: its share of the budget is free now, not after the linger
   Response r = srv_->refuse(head_, Refusal{status, std::move(type), std::move(message)});
   auto res = std::make_shared<bhttp::response<bhttp::string_body>>(bhttp::status(unsigned(r.status)), version_ == 10 ? 10 : 11);
   res->set(bhttp::field::content_type, r.content_type);

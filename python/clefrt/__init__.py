@@ -1,0 +1,159 @@
+"""clefrt: joint-schema decision models (Cloudflare's Clef and Clef-flash) from Python.
+
+A request holds a ``state`` (text, JSON, images) and typed ``questions`` (``noul``, ``choice``,
+``score``); the model gives a probability for every allowed option in one forward pass::
+
+    from clefrt import Clef
+    model = Clef("/models/clef")                      # or Clef(path, "nvfp4") on a GPU
+    out = model.probs([model.encode({"state": "Checkout is down",
+                                     "questions": {"outage": {"type": "noul"}}})])[0]
+    # {'outage': {'true': 0.98, 'false': 0.02}}
+
+The calls are those of the community NVFP4 Clef runtime (``Clef(path, mode)``, ``encode``,
+``probs``), so code written for it runs by changing the import; ``decide`` adds the System One
+response. The engine is native C++/CUDA: calls release the GIL while it works, and requests from
+several Python threads share its forwards.
+"""
+
+import json as _json
+
+from . import _clefrt
+from ._clefrt import EngineError, LoadError, Prepared, RequestError
+
+__all__ = ["Clef", "Prepared", "RequestError", "LoadError", "EngineError", "version", "cuda_available"]
+
+_MODES = ("auto", "bf16", "fp8", "nvfp4", "nvfp4-w4a16")
+
+
+def version():
+    """The library's version string (``clefrt X.Y.Z ...``)."""
+    return _clefrt.version()
+
+
+def cuda_available():
+    """``(True, "")`` when this build has the CUDA backend and a usable GPU, else ``(False, why)``."""
+    return _clefrt.cuda_available()
+
+
+def _plain(value):
+    """JSON for values json cannot write by itself: numpy scalars and arrays (without importing numpy)."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable (a request holds JSON values)")
+
+
+def _body(record):
+    if isinstance(record, (str, bytes, bytearray)):
+        return record.decode() if isinstance(record, (bytes, bytearray)) else record
+    if not isinstance(record, dict):
+        raise TypeError(f"a request is a dict (or its JSON text), not {type(record).__name__}")
+    return _json.dumps(record, ensure_ascii=False, allow_nan=False, default=_plain)
+
+
+class Clef:
+    """A loaded Clef model folder.
+
+    Clef(path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False,
+         confidence="reference", parse_special=False, require_instructions=False, threads=0,
+         check_weights=True, batch_invariant=True, max_batch_tokens=16384,
+         max_batch_requests=64, w4a16_fused=False)
+
+    path: a Clef / Clef-flash release folder (config.json, tokenizer.json, sharded safetensors in
+        bf16 / f16 / f32, NVFP4 or FP8 compressed-tensors, joint_head.*).
+    mode: what the GPU runs the Linears in: "auto" (what the folder holds), "bf16", "fp8",
+        "nvfp4" (W4A4; needs a W4A4 folder) or "nvfp4-w4a16" (the community runtime's names).
+        The CPU engine runs what the folder holds and takes only "auto".
+    device: "auto" (CUDA when this build has it and a GPU is present), "cuda" or "cpu".
+    max_length: the context length in tokens; a longer state is cut to fit, a schema that alone
+        does not fit raises RequestError (413, "maximum context length").
+    offload_embeddings: CUDA lean-memory mode (embeddings in pinned host memory, blocked MLP and
+        GDN passes): the same answers, less GPU memory.
+    confidence: the ``confidence`` of decide()'s answers: "reference" (max p), "purity" (hosted
+        Clef) or "jev".
+    parse_special: special-token text inside user content becomes the special token, as the
+        reference does (default: user text is always plain text).
+    require_instructions: a missing or empty instruction raises RequestError (422) instead of the
+        question id standing in.
+    threads: CPU engine threads (0: all cores).
+    check_weights: test every weight for NaN / infinity at load (LoadError names the tensor).
+    batch_invariant: a request's answer does not depend on what it is batched with.
+    max_batch_tokens, max_batch_requests: how much one forward packs.
+    w4a16_fused: CUDA, NVFP4: the fused W4A16 GEMM (no staging memory; slower on Hopper).
+
+    Raises LoadError (the file / tensor named) or EngineError (e.g. no GPU for device="cuda").
+    """
+
+    def __init__(self, path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False, confidence="reference",
+                 parse_special=False, require_instructions=False, threads=0, check_weights=True, batch_invariant=True,
+                 max_batch_tokens=16384, max_batch_requests=64, w4a16_fused=False):
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
+        if confidence not in ("reference", "purity", "jev"):
+            raise ValueError(f"confidence must be reference, purity or jev, not {confidence!r}")
+        self._confidence = confidence
+        self._engine = _clefrt.Engine(str(path), {
+            "mode": mode, "device": device, "max_length": int(max_length), "offload_embeddings": bool(offload_embeddings),
+            "parse_special": bool(parse_special), "require_instructions": bool(require_instructions), "threads": int(threads),
+            "check_weights": bool(check_weights), "batch_invariant": bool(batch_invariant),
+            "max_batch_tokens": int(max_batch_tokens), "max_batch_requests": int(max_batch_requests), "w4a16_fused": bool(w4a16_fused),
+        })
+
+    def encode(self, record):
+        """A request (a dict, or its JSON text) -> a Prepared: ``input_ids``, ``questions`` (id,
+        type, question_span, option_spans, option_ids in encoded order), ``state_span``,
+        ``state_tokens_dropped``, ``input_tokens``. Raises RequestError (status, path, message) for
+        a request the protocol refuses."""
+        return self._engine.prepare(_body(record), False)
+
+    def probs(self, encoded):
+        """A list of Prepared -> a list of ``{question_id: {option_id: probability}}`` dicts, options
+        in encoded order (noul: ``{"true": p, "false": 1 - p}``), unrounded floats. The list runs as
+        packed forwards; the GIL is released meanwhile."""
+        if isinstance(encoded, Prepared):
+            raise TypeError("probs() takes a list of encoded requests: probs([model.encode(record)])")
+        encoded = list(encoded)
+        out = self._engine.probs(encoded)
+        result = []
+        for prepared, probs in zip(encoded, out):
+            result.append({q["id"]: dict(zip(q["option_ids"], p)) for q, p in zip(prepared.questions, probs)})
+        return result
+
+    def decide(self, records, *, precise=False):
+        """A request (dict or JSON text) -> its System One response as a dict (as ``POST
+        /v1/systemone`` answers it); a list of requests -> a list of responses, run together.
+        ``precise``: numbers unrounded."""
+        if isinstance(records, list):
+            prepared = [self.encode(r) for r in records]
+            probs = self._engine.probs(prepared)
+            return [_json.loads(p.answer(q, self._confidence, bool(precise), "clef")) for p, q in zip(prepared, probs)]
+        return _json.loads(self._engine.decide(_body(records), self._confidence, bool(precise)))
+
+    @property
+    def device(self):
+        """"cpu" or "cuda"."""
+        return self._engine.device
+
+    @property
+    def format(self):
+        """What the Linears run in: "f32" (CPU), "bf16", "fp8", "nvfp4", "nvfp4-w4a16" or "mixed"."""
+        return self._engine.format
+
+    @property
+    def gpu_memory_bytes(self):
+        """GPU memory held by the engine (0 on the CPU)."""
+        return self._engine.gpu_bytes
+
+    def close(self):
+        """Finish what is queued and stop the engine thread (also done when the object goes)."""
+        self._engine.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"Clef(device={self.device!r}, format={self.format!r})"
