@@ -76,7 +76,7 @@ Runner add_bench(CLI::App& app) {
     std::string commit = "unknown", baseline, command;
     int reps = 20;
     int64_t max_tokens = 32768;
-    bool batch_invariant = true, profile = false, offload = false, memory_only = false;
+    bool batch_invariant = true, profile = false, offload = false, memory_only = false, w4a16_fused = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("bench",
@@ -91,6 +91,7 @@ Runner add_bench(CLI::App& app) {
   c->add_flag("--offload-embeddings", o->offload,
               "lean memory: embed_tokens / lm_head in pinned host memory, the MLP in 1,024-token blocks, the GDN in "
               "16-chunk passes (same answers)");
+  c->add_flag("--w4a16-fused", o->w4a16_fused, "NVFP4: the fused W4A16 GEMM instead of staging (as decide / serve take it)");
   c->add_option("--max-tokens", o->max_tokens, "tokens the activation memory is planned for (default 32768)");
   c->add_flag("--memory-only", o->memory_only,
               "only measure GPU memory: plan --max-tokens for one request, run one request of that length, report");
@@ -120,6 +121,7 @@ Runner add_bench(CLI::App& app) {
     eo.device = Device::Cuda;
     eo.quant = qm;
     eo.offload_embeddings = o->offload;
+    eo.w4a16_fused = o->w4a16_fused;
     eo.batch_invariant = o->batch_invariant;
     eo.max_length = size_t(o->max_tokens);  // the activation plan: one forward of --max-tokens
     eo.max_batch_tokens = size_t(o->max_tokens);

@@ -21,11 +21,11 @@ Runner add_serve(CLI::App& app);
 Runner add_quantize(CLI::App& app);
 
 // The engine flags `decide` and `serve` share (engine_flags.cpp): --device, --quant,
-// --offload-embeddings, --threads, --max-length, --parse-special, --require-instructions,
+// --offload-embeddings, --w4a16-fused, --threads, --max-length, --parse-special, --require-instructions,
 // --no-check-weights.
 struct EngineFlags {
   std::string device = "auto", quant = "auto";
-  bool offload = false, parse_special = false, require_instructions = false, check_weights = true;
+  bool offload = false, w4a16_fused = false, parse_special = false, require_instructions = false, check_weights = true;
   int threads = 0;
   size_t max_length = 16384;
 };
