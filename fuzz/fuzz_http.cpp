@@ -52,12 +52,23 @@ static int server_port() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int port = server_port();
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(uint16_t(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) abort();
+  // Thousands of loopback connections a second exhaust the ephemeral ports while earlier ones sit
+  // in TIME_WAIT: the connection ends with a reset (below), and a refused connect is retried.
+  int tries = 0;
+  while (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (++tries > 200) {
+      std::fprintf(stderr, "fuzz_http: connect failed for 2 s: %s\n", std::strerror(errno));
+      abort();
+    }
+    close(fd);
+    usleep(10000);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+  }
   size_t off = 0;
   while (off < size) {
     const ssize_t n = send(fd, data + off, size - off, MSG_NOSIGNAL);
@@ -82,6 +93,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     out.append(buf, size_t(n));
   }
+  linger lg{1, 0};  // a reset, not a TIME_WAIT per input
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
   close(fd);
   // every response the transport wrote is a status line of HTTP/1.x with a 3-digit code
   size_t pos = 0;
