@@ -267,7 +267,8 @@ class Engine {
   std::string decide(std::string_view body, const AnswerOptions& opts = {}, BodyShape shape = BodyShape::SystemOne);
 
   // Queues a request that must end by `deadline`; `done` runs once, on the engine thread (answered
-  // or failed), the deadline thread (timed out) or the caller of cancel(); it must not block.
+  // or failed), the deadline thread (timed out) or the caller of cancel(); it must not block, and
+  // must not call probs() or decide() (they wait for the engine thread it runs on).
   // Throws Error 429 when max_queue requests wait, 503 once stop() has begun.
   std::shared_ptr<Ticket> submit(Prepared p, std::chrono::steady_clock::time_point deadline,
                                  std::function<void(const Prepared&, Outcome)> done);
@@ -298,6 +299,7 @@ class Engine {
 
  private:
   explicit Engine(std::unique_ptr<Impl> impl);
+  static std::unique_ptr<Engine> open(EngineOptions opts, const std::function<void(Impl&)>& open_core);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -104,35 +104,32 @@ void check_options(const EngineOptions& o) {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() { stop(); }
 
-std::unique_ptr<Engine> Engine::load(const std::string& dir, const EngineOptions& opts) {
+// One path for every way of opening an engine: the options checked, the core opened by `open`,
+// the scheduler started when there are weights to run.
+std::unique_ptr<Engine> Engine::open(EngineOptions opts, const std::function<void(Impl&)>& open_core) {
   check_options(opts);
   auto impl = std::make_unique<Impl>();
   impl->opts = opts;
   impl->limits.require_instructions = opts.require_instructions;
-  impl->core = EngineCore::load(dir, core_options(opts));
+  open_core(*impl);
   if (opts.load_weights) impl->sched = std::make_unique<Scheduler>(*impl->core, scheduler_options(opts));
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
+std::unique_ptr<Engine> Engine::load(const std::string& dir, const EngineOptions& opts) {
+  return open(opts, [&](Impl& i) { i.core = EngineCore::load(dir, core_options(i.opts)); });
+}
+
 std::unique_ptr<Engine> Engine::synthetic(const std::string& preset, const std::string& tokenizer, const EngineOptions& opts) {
-  check_options(opts);
-  auto impl = std::make_unique<Impl>();
-  impl->opts = opts;
-  impl->limits.require_instructions = opts.require_instructions;
-  CoreOptions c = core_options(opts);
-  impl->core = EngineCore::synthetic(preset, tokenizer, c);
-  impl->sched = std::make_unique<Scheduler>(*impl->core, scheduler_options(opts));
-  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+  EngineOptions o = opts;
+  o.load_weights = true;  // random weights are made on the GPU
+  return open(o, [&](Impl& i) { i.core = EngineCore::synthetic(preset, tokenizer, core_options(i.opts)); });
 }
 
 std::unique_ptr<Engine> Engine::tokenizer_only(const std::string& tokenizer, const EngineOptions& opts) {
-  check_options(opts);
-  auto impl = std::make_unique<Impl>();
-  impl->opts = opts;
-  impl->opts.load_weights = false;
-  impl->limits.require_instructions = opts.require_instructions;
-  impl->core = EngineCore::tokenizer_only(tokenizer, core_options(impl->opts));
-  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+  EngineOptions o = opts;
+  o.load_weights = false;
+  return open(o, [&](Impl& i) { i.core = EngineCore::tokenizer_only(tokenizer, core_options(i.opts)); });
 }
 
 Prepared Engine::prepare(std::string_view body, BodyShape shape) const {
