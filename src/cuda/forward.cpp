@@ -241,14 +241,13 @@ void Forward::collect_profile() {
   marks_.clear();
 }
 
-std::vector<std::vector<std::vector<double>>> Forward::head_only(const std::vector<const Encoded*>& batch,
-                                                                 const std::vector<float>& hidden) {
+std::vector<std::vector<std::vector<double>>> Forward::head_only(const model::Batch& batch, const std::vector<float>& hidden) {
   return run_impl(batch, &hidden);
 }
 
-std::vector<std::vector<std::vector<double>>> Forward::run(const std::vector<const Encoded*>& batch) { return run_impl(batch, nullptr); }
+std::vector<std::vector<std::vector<double>>> Forward::run(const model::Batch& batch) { return run_impl(batch, nullptr); }
 
-std::vector<std::vector<std::vector<double>>> Forward::run_impl(const std::vector<const Encoded*>& batch, const std::vector<float>* hidden) {
+std::vector<std::vector<std::vector<double>>> Forward::run_impl(const model::Batch& batch, const std::vector<float>* hidden) {
   Batch b;
   prepare(b, batch);
   if (b.L == 0) return {};
@@ -266,11 +265,11 @@ std::vector<std::vector<std::vector<double>>> Forward::run_impl(const std::vecto
   collect_profile();
   std::vector<std::vector<std::vector<double>>> out;
   size_t j = 0;
-  for (const Encoded* e : batch) {
+  for (const model::Sequence& e : batch) {
     std::vector<std::vector<double>> per;
-    for (const auto& q : e->questions) {
+    for (const auto& q : e.questions) {
       std::vector<double> p;
-      for (size_t k = 0; k < q.option_spans.size(); ++k) p.push_back(double(probs[j++]));
+      for (size_t k = 0; k < q.options.size(); ++k) p.push_back(double(probs[j++]));
       per.push_back(std::move(p));
     }
     out.push_back(std::move(per));
@@ -278,7 +277,7 @@ std::vector<std::vector<std::vector<double>>> Forward::run_impl(const std::vecto
   return out;
 }
 
-std::vector<float> Forward::hidden_states(const std::vector<const Encoded*>& batch) {
+std::vector<float> Forward::hidden_states(const model::Batch& batch) {
   Batch b;
   prepare(b, batch);
   if (b.L == 0) return {};
@@ -291,7 +290,7 @@ std::vector<float> Forward::hidden_states(const std::vector<const Encoded*>& bat
   return h;
 }
 
-int64_t Forward::first_non_finite_layer(const std::vector<const Encoded*>& batch) {
+int64_t Forward::first_non_finite_layer(const model::Batch& batch) {
   const int64_t saved = o_.debug_layers, n = int64_t(m_.layers.size());
   auto bad_after = [&](int64_t layers) {
     o_.debug_layers = layers;
@@ -322,15 +321,13 @@ int64_t Forward::first_non_finite_layer(const std::vector<const Encoded*>& batch
   }
 }
 
-void Forward::prepare(Batch& b, const std::vector<const Encoded*>& batch) {
+void Forward::prepare(Batch& b, const model::Batch& batch) {
   b.nseq = int64_t(batch.size());
   std::vector<int64_t> offs = {0};
-  for (const Encoded* e : batch) {
-    if (!e->images.empty())
-      throw Error(Status::Unprocessable, "unsupported", "images are not supported yet: the vision tower is not implemented", "images");
-    offs.push_back(offs.back() + int64_t(e->input_ids.size()));
-    b.Q += int64_t(e->questions.size());
-    for (const auto& q : e->questions) b.O += int64_t(q.option_spans.size());
+  for (const model::Sequence& e : batch) {
+    offs.push_back(offs.back() + e.length);
+    b.Q += int64_t(e.questions.size());
+    for (const auto& q : e.questions) b.O += int64_t(q.options.size());
   }
   b.L = offs.back();
   if (b.L > o_.max_tokens)
@@ -339,10 +336,10 @@ void Forward::prepare(Batch& b, const std::vector<const Encoded*>& batch) {
   if (b.nseq > o_.max_seqs)
     throw Error(Status::Internal, "internal_error",
                 "batch of " + std::to_string(b.nseq) + " requests exceeds the plan's " + std::to_string(o_.max_seqs));
-  for (const Encoded* e : batch)
-    if (int64_t(e->questions.size()) > o_.max_questions)
+  for (const model::Sequence& e : batch)
+    if (int64_t(e.questions.size()) > o_.max_questions)
       throw Error(Status::Unprocessable, "invalid_request",
-                  "a request has " + std::to_string(e->questions.size()) + " questions; the GPU memory plan allows " +
+                  "a request has " + std::to_string(e.questions.size()) + " questions; the GPU memory plan allows " +
                       std::to_string(o_.max_questions) + " per request",
                   "questions");
   if (b.L == 0) return;
@@ -351,7 +348,7 @@ void Forward::prepare(Batch& b, const std::vector<const Encoded*>& batch) {
   auto& v = b.meta;
   auto mark = [&](size_t& off) { off = v.size(); };
   mark(b.off_ids);
-  for (const Encoded* e : batch) v.insert(v.end(), e->input_ids.begin(), e->input_ids.end());
+  for (const model::Sequence& e : batch) v.insert(v.end(), e.ids, e.ids + e.length);
   for (int32_t id : v)
     if (id < 0 || id >= m_.c.vocab)
       throw Error(Status::Internal, "internal_error", "token id " + std::to_string(id) + " is outside the vocabulary of " +
@@ -394,17 +391,17 @@ void Forward::prepare(Batch& b, const std::vector<const Encoded*>& batch) {
   std::vector<int32_t> qb, qe, ob, oe, last, qof, oreq, optb = {0}, type, qreq, otb, ote, qtb, qte, qqb, qqe;
   int32_t qi = 0;
   for (int64_t s = 0; s < b.nseq; ++s) {
-    const Encoded& e = *batch[size_t(s)];
+    const model::Sequence& e = batch[size_t(s)];
     const int32_t base = int32_t(offs[s]), qfirst = qi;
     last.push_back(int32_t(offs[s + 1] - 1));
     for (const auto& q : e.questions) {
-      qb.push_back(base + q.question_span.begin);
-      qe.push_back(base + q.question_span.end);
+      qb.push_back(base + q.question.begin);
+      qe.push_back(base + q.question.end);
       type.push_back(int32_t(q.type));
       qreq.push_back(int32_t(s));
       qtb.push_back(base);
       qte.push_back(int32_t(offs[s + 1]));
-      for (const Span& o : q.option_spans) {
+      for (const Span& o : q.options) {
         ob.push_back(base + o.begin);
         oe.push_back(base + o.end);
         qof.push_back(qi);

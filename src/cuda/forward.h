@@ -13,6 +13,7 @@
 #include "cuda/device_model.h"
 #include "cuda/gemm.h"
 #include "cuda/qlinear.h"
+#include "model/batch.h"
 #include "schema/encode.h"
 
 namespace clefrt::cuda {
@@ -54,16 +55,21 @@ class Forward {
 
   // Per request, per question, option probabilities (encoded option order). Throws a 413
   // context_length_exceeded Error when the batch exceeds the plan (max_tokens / max_seqs).
-  std::vector<std::vector<std::vector<double>>> run(const std::vector<const Encoded*>& batch);
+  std::vector<std::vector<std::vector<double>>> run(const model::Batch& batch);
+  std::vector<std::vector<std::vector<double>>> run(const std::vector<const Encoded*>& batch) { return run(model::batch_of(batch)); }
   // The backbone alone: final-norm hidden states [tokens, hidden] (tests compare them with the
   // CPU engine's).
-  std::vector<float> hidden_states(const std::vector<const Encoded*>& batch);
+  std::vector<float> hidden_states(const model::Batch& batch);
+  std::vector<float> hidden_states(const std::vector<const Encoded*>& batch) { return hidden_states(model::batch_of(batch)); }
   // Where the backbone first goes non-finite for this batch (the engine's error path; bisects
   // over the number of layers run, so ~log2(layers) backbone passes): -1 the embeddings, i the
   // residual stream after layer i, -2 finite throughout.
-  int64_t first_non_finite_layer(const std::vector<const Encoded*>& batch);
+  int64_t first_non_finite_layer(const model::Batch& batch);
   // The joint head alone on given hidden states [tokens, hidden] (tests feed it the CPU's).
-  std::vector<std::vector<std::vector<double>>> head_only(const std::vector<const Encoded*>& batch, const std::vector<float>& hidden);
+  std::vector<std::vector<std::vector<double>>> head_only(const model::Batch& batch, const std::vector<float>& hidden);
+  std::vector<std::vector<std::vector<double>>> head_only(const std::vector<const Encoded*>& batch, const std::vector<float>& hidden) {
+    return head_only(model::batch_of(batch), hidden);
+  }
 
   // CLEFRT_PROFILE=1 (or set_profile): time every op with CUDA events; totals by op name in
   // milliseconds, summed over the runs since the last clear.
@@ -86,8 +92,8 @@ class Forward {
   struct Batch;
   // The arena a model needs for batches of up to max_tokens tokens / max_seqs requests.
   static size_t plan_bytes(const DevModel& m, const ForwardOptions& o);
-  void prepare(Batch& b, const std::vector<const Encoded*>& batch);
-  std::vector<std::vector<std::vector<double>>> run_impl(const std::vector<const Encoded*>& batch, const std::vector<float>* hidden);
+  void prepare(Batch& b, const model::Batch& batch);
+  std::vector<std::vector<std::vector<double>>> run_impl(const model::Batch& batch, const std::vector<float>* hidden);
   void backbone(Batch& b);
   void head(Batch& b);
   void mark(const char* op);   // profiling: the op that starts here

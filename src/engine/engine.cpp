@@ -11,6 +11,7 @@
 #include "common/json.h"
 #include "engine/engine_core.h"
 #include "engine/scheduler.h"
+#include "model/batch.h"
 #include "model/synth.h"
 #include "schema/answers.h"
 #include "schema/encode.h"
@@ -145,6 +146,7 @@ Prepared Engine::prepare(std::string_view body, BodyShape shape) const {
   }
   if (!p->openai) p->req = parse_request(root, impl_->limits);
   p->enc = impl_->core->encoder().encode(p->req);
+  (void)model::sequence_of(p->enc);  // what the backends cannot run is refused here, before any queue
   return Prepared(std::move(p));
 }
 

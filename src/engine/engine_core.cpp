@@ -295,27 +295,27 @@ std::unique_ptr<EngineCore> EngineCore::synthetic(const std::string& preset, con
 #endif
 }
 
-std::vector<std::vector<std::vector<double>>> EngineCore::probs(const std::vector<const Encoded*>& batch, model::GdnForm form) const {
+std::vector<std::vector<std::vector<double>>> EngineCore::probs(const model::Batch& batch, model::GdnForm form) const {
   auto out = forward(batch, form);
   for (size_t k = 0; k < out.size(); ++k)
     for (size_t q = 0; q < out[k].size(); ++q)
       for (double p : out[k][q])
-        if (!std::isfinite(p)) throw_non_finite(*batch[k], q);
+        if (!std::isfinite(p)) throw_non_finite(batch[k], q);
   return out;
 }
 
 // Runs the request again alone with a finiteness check after each stage, to say where it went
 // wrong. Only on this failure path: the normal forward pays nothing for it.
-void EngineCore::throw_non_finite(const Encoded& e, size_t question) const {
+void EngineCore::throw_non_finite(const model::Sequence& e, size_t question) const {
   std::string where;
   const int64_t n = int64_t(cfg_.text.layer_types.size());
   int64_t layer = -2;  // -2: the backbone stayed finite
 #ifdef CLEFRT_HAVE_CUDA
-  if (gpu_) layer = gpu_->forward->first_non_finite_layer({&e});
+  if (gpu_) layer = gpu_->forward->first_non_finite_layer({e});
 #endif
   if (!gpu_) {
-    const std::vector<int64_t> offsets = {0, int64_t(e.input_ids.size())};
-    layer = model::first_non_finite_layer(text_, cfg_.text, e.input_ids, offsets);
+    const std::vector<int64_t> offsets = {0, e.length};
+    layer = model::first_non_finite_layer(text_, cfg_.text, std::vector<int32_t>(e.ids, e.ids + e.length), offsets);
   }
   if (layer == -1) where = "in the token embeddings";
   else if (layer >= 0 && layer < n)
@@ -329,7 +329,7 @@ void EngineCore::throw_non_finite(const Encoded& e, size_t question) const {
                   ": the weights hold NaN or infinity (loading with the weight check on finds which tensor) or the activations overflowed");
 }
 
-std::vector<std::vector<std::vector<double>>> EngineCore::forward(const std::vector<const Encoded*>& batch, model::GdnForm form) const {
+std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::Batch& batch, model::GdnForm form) const {
   if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) return gpu_->forward->run(batch);
@@ -342,21 +342,19 @@ std::vector<std::vector<std::vector<double>>> EngineCore::forward(const std::vec
   // forward per request.
   if (opts_.batch_invariant && batch.size() > 1) {
     std::vector<std::vector<std::vector<double>>> out;
-    for (const Encoded* e : batch) out.push_back(forward({e}, form)[0]);
+    for (const model::Sequence& e : batch) out.push_back(forward({e}, form)[0]);
     return out;
   }
   std::vector<int32_t> ids;
   std::vector<int64_t> offsets = {0};
-  for (const Encoded* e : batch) {
-    if (!e->images.empty())
-      throw Error(Status::Unprocessable, "unsupported", "images are not supported yet: the vision tower is not implemented", "images");
-    ids.insert(ids.end(), e->input_ids.begin(), e->input_ids.end());
+  for (const model::Sequence& e : batch) {
+    ids.insert(ids.end(), e.ids, e.ids + e.length);
     offsets.push_back(int64_t(ids.size()));
   }
   std::vector<float> hidden = model::backbone_forward(text_, cfg_.text, ids, offsets, form);
   std::vector<std::vector<std::vector<double>>> out;
   for (size_t k = 0; k < batch.size(); ++k)
-    out.push_back(model::joint_head(head_, cfg_.head, text_.lm_head, hidden.data() + offsets[k] * cfg_.text.hidden, *batch[k]));
+    out.push_back(model::joint_head(head_, cfg_.head, text_.lm_head, hidden.data() + offsets[k] * cfg_.text.hidden, batch[k]));
   return out;
 }
 

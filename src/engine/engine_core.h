@@ -8,6 +8,7 @@
 
 #include <clefrt/clefrt.h>
 
+#include "model/batch.h"
 #include "model/config.h"
 #include "model/forward.h"
 #include "model/weights.h"
@@ -65,8 +66,12 @@ class EngineCore {
   // packed forward: each request keeps its own attention and GDN state. A probability that is
   // not finite is never returned: the call throws a 500 Error naming where the forward first
   // went non-finite (a backbone layer, the final norm or the joint head).
+  std::vector<std::vector<std::vector<double>>> probs(const model::Batch& batch, model::GdnForm form = model::GdnForm::Chunked) const;
+  // The same for encoded requests (tests; the engine above converts once, in the scheduler).
   std::vector<std::vector<std::vector<double>>> probs(const std::vector<const Encoded*>& batch,
-                                                      model::GdnForm form = model::GdnForm::Chunked) const;
+                                                      model::GdnForm form = model::GdnForm::Chunked) const {
+    return probs(model::batch_of(batch), form);
+  }
 
   Device device() const { return opts_.device; }
   // What the Linears run in: "f32" (CPU), "bf16", "fp8", "nvfp4" (W4A4), "nvfp4-w4a16", "mixed".
@@ -84,8 +89,8 @@ class EngineCore {
 
  private:
   EngineCore();
-  std::vector<std::vector<std::vector<double>>> forward(const std::vector<const Encoded*>& batch, model::GdnForm form) const;
-  [[noreturn]] void throw_non_finite(const Encoded& e, size_t question) const;
+  std::vector<std::vector<std::vector<double>>> forward(const model::Batch& batch, model::GdnForm form) const;
+  [[noreturn]] void throw_non_finite(const model::Sequence& e, size_t question) const;
   CoreOptions opts_;
   model::ModelConfig cfg_;
   std::unique_ptr<Tokenizer> tok_;

@@ -202,7 +202,7 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
     j.end(std::move(o));
   };
   try {
-    auto probs = core_.probs(encs);
+    auto probs = core_.probs(model::batch_of(encs));
     for (size_t i = 0; i < batch.size(); ++i) answered(*batch[i], t0, std::move(probs[i]));
   } catch (...) {
     // One request's failure must not fail its batch-mates: run them one by one.
@@ -214,7 +214,7 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
       if (j->ended()) continue;
       const auto t1 = Clock::now();
       try {
-        answered(*j, t1, std::move(core_.probs({&j->prepared.encoded()})[0]));
+        answered(*j, t1, std::move(core_.probs(model::Batch{model::sequence_of(j->prepared.encoded())})[0]));
       } catch (...) {
         failed(*j, t1);
       }

@@ -252,8 +252,8 @@ void add(vector<float>& x, const vector<float>& y) {
 
 }  // namespace
 
-vector<vector<double>> joint_head(const HeadWeights& hw, const HeadConfig& c, const Tensor& lm_head, const float* hidden, const Encoded& e) {
-  const int64_t L = int64_t(e.input_ids.size()), d = c.hidden, W = c.width;
+vector<vector<double>> joint_head(const HeadWeights& hw, const HeadConfig& c, const Tensor& lm_head, const float* hidden, const Sequence& e) {
+  const int64_t L = e.length, d = c.hidden, W = c.width;
   vector<float> H(hidden, hidden + L * d);
   vector<float> Hn = layer_norm(H, L, hw.hidden_norm);
   vector<float> M = lin(Hn, L, hw.memory_proj);
@@ -272,11 +272,11 @@ vector<vector<double>> joint_head(const HeadWeights& hw, const HeadConfig& c, co
   vector<float> qm(size_t(Q * d)), cm, lm;
   vector<int64_t> qof;  // question of each option
   for (int64_t i = 0; i < Q; ++i) {
-    auto m = span_mean(Hn.data(), e.questions[size_t(i)].question_span, d, nullptr);
+    auto m = span_mean(Hn.data(), e.questions[size_t(i)].question, d, nullptr);
     std::copy(m.begin(), m.end(), qm.begin() + i * d);
-    for (const Span& s : e.questions[size_t(i)].option_spans) {
+    for (const Span& s : e.questions[size_t(i)].options) {
       auto c1 = span_mean(Hn.data(), s, d, nullptr);
-      auto l1 = span_mean(nullptr, s, d, e.input_ids.data());
+      auto l1 = span_mean(nullptr, s, d, e.ids);
       cm.insert(cm.end(), c1.begin(), c1.end());
       lm.insert(lm.end(), l1.begin(), l1.end());
       qof.push_back(i);
@@ -300,7 +300,7 @@ vector<vector<double>> joint_head(const HeadWeights& hw, const HeadConfig& c, co
   {
     int64_t j0 = 0;
     for (int64_t i = 0; i < Q; ++i) {
-      const int64_t n = int64_t(e.questions[size_t(i)].option_spans.size());
+      const int64_t n = int64_t(e.questions[size_t(i)].options.size());
       vector<double> s(static_cast<size_t>(n));
       double mx = -1e300, sum = 0;
       for (int64_t j = 0; j < n; ++j) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/batch.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "schema/encode.h"
@@ -38,6 +39,10 @@ void set_activation_observer(ActivationObserver fn, void* ctx);
 
 // Per-question option probabilities (encoded option order) from one request's hidden states.
 std::vector<std::vector<double>> joint_head(const HeadWeights& h, const HeadConfig& c, const Tensor& lm_head,
-                                            const float* hidden, const Encoded& e);
+                                            const float* hidden, const Sequence& e);
+inline std::vector<std::vector<double>> joint_head(const HeadWeights& h, const HeadConfig& c, const Tensor& lm_head,
+                                                   const float* hidden, const Encoded& e) {
+  return joint_head(h, c, lm_head, hidden, sequence_of(e));
+}
 
 }  // namespace clefrt::model

@@ -1,0 +1,25 @@
+#include "model/batch.h"
+
+#include "common/error.h"
+
+namespace clefrt::model {
+
+Sequence sequence_of(const Encoded& e) {
+  if (!e.images.empty())
+    throw Error(Status::Unprocessable, "unsupported", "images are not supported yet: the vision tower is not implemented", "images");
+  Sequence s;
+  s.ids = e.input_ids.data();
+  s.length = int64_t(e.input_ids.size());
+  s.questions.reserve(e.questions.size());
+  for (const auto& q : e.questions) s.questions.push_back({q.type, q.question_span, q.option_spans});
+  return s;
+}
+
+Batch batch_of(const std::vector<const Encoded*>& encoded) {
+  Batch b;
+  b.reserve(encoded.size());
+  for (const Encoded* e : encoded) b.push_back(sequence_of(*e));
+  return b;
+}
+
+}  // namespace clefrt::model
