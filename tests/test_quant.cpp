@@ -16,6 +16,7 @@
 #include "model/synth.h"
 #include "model/weights.h"
 #include "quant/formats.h"
+#include "quant/recipe.h"
 #include "quant/quantize.h"
 #include "schema/request.h"
 #include "test_util.h"
@@ -395,6 +396,31 @@ TEST(Quant, LoaderMatchesIndependentPythonReader) {
       }
     EXPECT_EQ(compared, ref.all().size()) << scheme << ": every quantized Linear of the reference is compared";
   }
+}
+
+}  // namespace
+}  // namespace clefrt
+
+namespace clefrt {
+namespace {
+
+// The one recipe the quantizer, the GPU loader and the memory plan share.
+TEST(QuantRecipe, KeepListQuantizedLinearsAndScaleGroups) {
+  for (const char* kept : {"in_proj_a", "in_proj_b", "model.language_model.layers.3.linear_attn.in_proj_a.weight",
+                           "model.language_model.layers.3.linear_attn.conv1d.weight", "model.language_model.layers.3.input_layernorm.weight"})
+    EXPECT_TRUE(quant::recipe_keeps_bf16(kept)) << kept;
+  for (const char* run : {"in_proj_qkv", "in_proj_z", "out_proj", "gate_proj", "q_proj"}) EXPECT_FALSE(quant::recipe_keeps_bf16(run)) << run;
+  const std::string l = "model.language_model.layers.0.";
+  EXPECT_TRUE(quant::recipe_quantizes(l + "mlp.down_proj.weight", {64, 128}, true));
+  EXPECT_FALSE(quant::recipe_quantizes(l + "mlp.down_proj.weight", {64, 120}, true));  // NVFP4 blocks of 16
+  EXPECT_TRUE(quant::recipe_quantizes(l + "mlp.down_proj.weight", {64, 120}, false));  // FP8 has none
+  EXPECT_FALSE(quant::recipe_quantizes(l + "linear_attn.in_proj_b.weight", {48, 128}, false));
+  EXPECT_FALSE(quant::recipe_quantizes(l + "mlp.down_proj.bias", {64}, false));
+  EXPECT_FALSE(quant::recipe_quantizes("model.language_model.embed_tokens.weight", {1000, 128}, false));
+  EXPECT_EQ(quant::recipe_scale_group(l + "self_attn.k_proj.weight"), l + "self_attn.qkv");
+  EXPECT_EQ(quant::recipe_scale_group(l + "mlp.up_proj.weight"), l + "mlp.gate_up");
+  EXPECT_EQ(quant::recipe_scale_group(l + "linear_attn.in_proj_z.weight"), l + "linear_attn.in_proj_qkvz");
+  EXPECT_EQ(quant::recipe_scale_group(l + "mlp.down_proj.weight"), l + "mlp.down_proj");
 }
 
 }  // namespace

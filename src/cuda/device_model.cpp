@@ -11,6 +11,7 @@
 #include "cuda/check.h"
 #include "cuda/kernels_quant.h"
 #include "io/safetensors_write.h"
+#include "quant/recipe.h"
 
 namespace clefrt::cuda {
 
@@ -355,7 +356,9 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
     if (lw.type == model::LayerType::LinearAttention) {
       const auto& g = lw.gdn;
       // in_proj_b / in_proj_a: kept in bf16 by the recipe (unless the folder holds them quantized)
-      d.gdn_in = b.linear({&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a}, {false, false, true, true});
+      d.gdn_in = b.linear({&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a},
+                          {quant::recipe_keeps_bf16("in_proj_qkv"), quant::recipe_keeps_bf16("in_proj_z"),
+                           quant::recipe_keeps_bf16("in_proj_b"), quant::recipe_keeps_bf16("in_proj_a")});
       d.gdn_out = b.linear({&g.out_proj});
       d.conv_w = b.vec(g.conv1d, 0.0f, 0.5f);
       d.dt_bias = b.vec(g.dt_bias, 0.0f, 1.0f);

@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "quant/recipe.h"
 
 namespace clefrt {
 
@@ -123,13 +124,26 @@ std::string inspect(const std::string& dir_path, const EngineOptions& opts) {
         lin += double(t.numel());
         lin_rows += double(t.numel_rows());
       };
+      // a Linear in the format, or in bf16 where the recipe keeps it
+      auto part = [&](const model::Tensor& t, const char* module) {
+        if (quant::recipe_keeps_bf16(module)) other += double(t.numel());
+        else linear(t);
+      };
       for (const auto& l : shapes.layers) {
-        for (const model::Tensor* t : {&l.gate_proj, &l.up_proj, &l.down_proj}) linear(*t);
+        part(l.gate_proj, "gate_proj");
+        part(l.up_proj, "up_proj");
+        part(l.down_proj, "down_proj");
         if (l.type == model::LayerType::LinearAttention) {
-          for (const model::Tensor* t : {&l.gdn.in_proj_qkv, &l.gdn.in_proj_z, &l.gdn.out_proj}) linear(*t);
-          other += double(l.gdn.in_proj_a.numel() + l.gdn.in_proj_b.numel());
+          part(l.gdn.in_proj_qkv, "in_proj_qkv");
+          part(l.gdn.in_proj_z, "in_proj_z");
+          part(l.gdn.out_proj, "out_proj");
+          part(l.gdn.in_proj_a, "in_proj_a");
+          part(l.gdn.in_proj_b, "in_proj_b");
         } else {
-          for (const model::Tensor* t : {&l.attn.q_proj, &l.attn.k_proj, &l.attn.v_proj, &l.attn.o_proj}) linear(*t);
+          part(l.attn.q_proj, "q_proj");
+          part(l.attn.k_proj, "k_proj");
+          part(l.attn.v_proj, "v_proj");
+          part(l.attn.o_proj, "o_proj");
         }
       }
       const double embed = double(shapes.embed.numel()) * 2 * (cfg.text.tie_word_embeddings ? 1 : 2);

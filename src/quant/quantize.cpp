@@ -19,6 +19,7 @@
 #include "model/forward.h"
 #include "model/weights.h"
 #include "quant/formats.h"
+#include "quant/recipe.h"
 #include "schema/request.h"
 
 namespace clefrt::quant {
@@ -30,25 +31,7 @@ namespace {
 
 bool ends_with(const std::string& a, const std::string& b) { return a.size() >= b.size() && a.compare(a.size() - b.size(), b.size(), b) == 0; }
 
-// A decoder Linear the recipe quantizes (everything else stays as it is).
-bool quantized_linear(const io::TensorInfo& t, bool nvfp4) {
-  const std::string& n = t.name;
-  if (n.rfind("model.language_model.layers.", 0) != 0 || !ends_with(n, ".weight") || t.shape.size() != 2) return false;
-  for (const char* keep : {"in_proj_a", "in_proj_b", "conv1d", "norm"})
-    if (n.find(keep) != std::string::npos) return false;
-  return !nvfp4 || t.shape[1] % 16 == 0;
-}
-
-// The module whose global scale this Linear shares (q/k/v, gate/up, in_proj_qkv + in_proj_z).
-std::string scale_group(const std::string& name) {
-  const std::string base = name.substr(0, name.size() - 7);
-  for (auto [member, group] : {std::pair{".self_attn.q_proj", ".self_attn.qkv"}, {".self_attn.k_proj", ".self_attn.qkv"},
-                               {".self_attn.v_proj", ".self_attn.qkv"}, {".mlp.gate_proj", ".mlp.gate_up"}, {".mlp.up_proj", ".mlp.gate_up"},
-                               {".linear_attn.in_proj_qkv", ".linear_attn.in_proj_qkvz"},
-                               {".linear_attn.in_proj_z", ".linear_attn.in_proj_qkvz"}})
-    if (ends_with(base, member)) return base.substr(0, base.size() - std::string(member).size()) + group;
-  return base;
-}
+bool quantized_linear(const io::TensorInfo& t, bool nvfp4) { return recipe_quantizes(t.name, t.shape, nvfp4); }
 
 struct Calibration {
   std::map<std::string, float> amax;  // module -> max |input activation|
@@ -127,7 +110,7 @@ void quantize_folder(const QuantizeOptions& o) {
       auto w = model::to_f32(*t);
       float m = 0;
       for (float v : w) m = std::fmax(m, std::fabs(v));
-      float& g = group_amax[scale_group(t->name)];
+      float& g = group_amax[recipe_scale_group(t->name)];
       g = std::fmax(g, m);
     }
   std::map<std::string, std::vector<io::OutTensor>> shards;  // file name -> tensors
@@ -149,7 +132,7 @@ void quantize_folder(const QuantizeOptions& o) {
     auto w = model::to_f32(*t);
     const int64_t rows = t->shape[0], cols = t->shape[1];
     if (nvfp4) {
-      const float amax = group_amax[scale_group(t->name)];
+      const float amax = group_amax[recipe_scale_group(t->name)];
       const float gs = amax > 0 && std::isfinite(amax) ? 448.0f * 6.0f / amax : 1.0f;
       Nvfp4Weight q = nvfp4_quantize(w.data(), rows, cols, gs);
       out.push_back({base + ".weight_packed", io::DType::U8, {rows, cols / 2}, std::move(q.packed)});
