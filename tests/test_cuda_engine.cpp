@@ -9,8 +9,8 @@
 
 #include "common/error.h"
 #include "common/json.h"
-#include "cuda/device_model.h"
-#include "cuda/forward.h"
+#include "cuda/model/device_model.h"
+#include "cuda/model/forward.h"
 #include "engine/engine_core.h"
 #include "io/safetensors.h"
 #include "model/forward.h"

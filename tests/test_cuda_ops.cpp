@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "cpu/ops.h"
-#include "cuda/buffer.h"
-#include "cuda/gemm.h"
-#include "cuda/kernels.h"
+#include "cuda/runtime/buffer.h"
+#include "cuda/runtime/gemm.h"
+#include "cuda/ops/kernels.h"
 #include "engine/engine_core.h"
 #include "test_cuda_util.h"
 

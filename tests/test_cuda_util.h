@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "common/json.h"
-#include "cuda/buffer.h"
-#include "cuda/device_model.h"
-#include "cuda/forward.h"
-#include "cuda/kernels.h"
+#include "cuda/runtime/buffer.h"
+#include "cuda/model/device_model.h"
+#include "cuda/model/forward.h"
+#include "cuda/ops/kernels.h"
 #include "engine/engine_core.h"
 #include "model/forward.h"
 #include "schema/request.h"

@@ -13,9 +13,9 @@
 #include "io/safetensors.h"
 #include "model/synth.h"
 #ifdef CLEFRT_HAVE_CUDA
-#include "cuda/device_model.h"
-#include "cuda/forward.h"
-#include "cuda/hardware.h"
+#include "cuda/model/device_model.h"
+#include "cuda/model/forward.h"
+#include "cuda/runtime/hardware.h"
 #endif
 
 namespace clefrt {

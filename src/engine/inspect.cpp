@@ -10,7 +10,7 @@
 #include <sstream>
 
 #ifdef CLEFRT_HAVE_CUDA
-#include "cuda/forward.h"
+#include "cuda/model/forward.h"
 #endif
 
 #include "common/error.h"

@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/buffer.h"
-#include "cuda/device_model.h"
-#include "cuda/gemm.h"
-#include "cuda/qlinear.h"
+#include "cuda/runtime/buffer.h"
+#include "cuda/model/device_model.h"
+#include "cuda/runtime/gemm.h"
+#include "cuda/model/qlinear.h"
 #include "model/batch.h"
 #include "schema/encode.h"
 

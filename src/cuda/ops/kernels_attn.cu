@@ -3,11 +3,11 @@
 // online softmax in fp32) that never holds an L x L matrix, with the sigmoid output gate fused.
 #include <cmath>
 
-#include "cuda/async_copy.cuh"
-#include "cuda/check.h"
-#include "cuda/kernels.h"
-#include "cuda/mma.cuh"
-#include "cuda/reduce.cuh"
+#include "cuda/ops/async_copy.cuh"
+#include "cuda/runtime/check.h"
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/mma.cuh"
+#include "cuda/ops/reduce.cuh"
 
 namespace clefrt::cuda {
 

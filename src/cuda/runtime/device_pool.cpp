@@ -1,4 +1,4 @@
-#include "cuda/device_pool.h"
+#include "cuda/runtime/device_pool.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 
 namespace clefrt::cuda {
 

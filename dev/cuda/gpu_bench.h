@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "common/json.h"
-#include "cuda/check.h"
-#include "cuda/hardware.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/hardware.h"
 
 namespace clefrt::bench {
 

@@ -20,9 +20,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/buffer.h"
-#include "cuda/device_model.h"
-#include "cuda/gemm.h"
+#include "cuda/runtime/buffer.h"
+#include "cuda/model/device_model.h"
+#include "cuda/runtime/gemm.h"
 
 namespace clefrt::cuda {
 

@@ -4,9 +4,9 @@
 // together, so a batch of requests runs the head in one pass.
 #include <cmath>
 
-#include "cuda/check.h"
-#include "cuda/kernels.h"
-#include "cuda/reduce.cuh"
+#include "cuda/runtime/check.h"
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/reduce.cuh"
 
 namespace clefrt::cuda {
 

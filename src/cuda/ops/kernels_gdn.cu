@@ -16,10 +16,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "cuda/async_copy.cuh"
-#include "cuda/check.h"
-#include "cuda/kernels.h"
-#include "cuda/reduce.cuh"
+#include "cuda/ops/async_copy.cuh"
+#include "cuda/runtime/check.h"
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/reduce.cuh"
 
 namespace clefrt::cuda {
 

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/buffer.h"
-#include "cuda/device_pool.h"
-#include "cuda/kernels.h"
+#include "cuda/runtime/buffer.h"
+#include "cuda/runtime/device_pool.h"
+#include "cuda/ops/kernels.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "quant/mode.h"

@@ -1,10 +1,10 @@
 // NVFP4 / FP8 conversions and the FP8 epilogue (kernels_quant.h). The rounding helpers repeat
 // quant/formats.cpp's definitions operation for operation; __fdiv_rn / __fmul_rn keep the
 // compiler from contracting or approximating them.
-#include "cuda/check.h"
-#include "cuda/formats.cuh"
-#include "cuda/kernels_quant.h"
-#include "cuda/reduce.cuh"
+#include "cuda/runtime/check.h"
+#include "cuda/ops/formats.cuh"
+#include "cuda/ops/kernels_quant.h"
+#include "cuda/ops/reduce.cuh"
 
 namespace clefrt::cuda {
 

@@ -27,7 +27,7 @@
 #include <vector>
 #include <tuple>
 
-#include "cuda/buffer.h"
+#include "cuda/runtime/buffer.h"
 
 namespace clefrt::cuda {
 

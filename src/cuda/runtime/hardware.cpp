@@ -1,11 +1,11 @@
-#include "cuda/hardware.h"
+#include "cuda/runtime/hardware.h"
 
 #include <algorithm>
 
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/gemm.h"
-#include "cuda/kernels.h"
+#include "cuda/runtime/buffer.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/gemm.h"
+#include "cuda/ops/kernels.h"
 
 namespace clefrt::cuda {
 

@@ -30,12 +30,12 @@
 #include <string>
 
 #include "common/error.h"
-#include "cuda/async_copy.cuh"
-#include "cuda/check.h"
-#include "cuda/formats.cuh"
-#include "cuda/kernels_quant.h"
-#include "cuda/mma.cuh"
-#include "cuda/nvfp4_dequant.cuh"
+#include "cuda/ops/async_copy.cuh"
+#include "cuda/runtime/check.h"
+#include "cuda/ops/formats.cuh"
+#include "cuda/ops/kernels_quant.h"
+#include "cuda/ops/mma.cuh"
+#include "cuda/ops/nvfp4_dequant.cuh"
 
 namespace clefrt::cuda {
 

@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "cuda/async_copy.cuh"  // smem_u32, swizzle128 (the layout below)
+#include "cuda/ops/async_copy.cuh"  // smem_u32, swizzle128 (the layout below)
 
 namespace clefrt::cuda {
 

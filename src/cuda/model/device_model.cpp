@@ -1,4 +1,4 @@
-#include "cuda/device_model.h"
+#include "cuda/model/device_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "cuda/check.h"
-#include "cuda/kernels_quant.h"
+#include "cuda/runtime/check.h"
+#include "cuda/ops/kernels_quant.h"
 #include "io/safetensors_write.h"
 #include "quant/recipe.h"
 

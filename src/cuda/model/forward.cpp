@@ -1,4 +1,4 @@
-#include "cuda/forward.h"
+#include "cuda/model/forward.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "cuda/check.h"
-#include "cuda/kernels.h"
-#include "cuda/kernels_quant.h"
+#include "cuda/runtime/check.h"
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/kernels_quant.h"
 
 namespace clefrt::cuda {
 

@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "common/json.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/gemm.h"
-#include "cuda/hardware.h"
-#include "cuda/kernels.h"
-#include "cuda/kernels_quant.h"
+#include "cuda/runtime/buffer.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/gemm.h"
+#include "cuda/runtime/hardware.h"
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/kernels_quant.h"
 #include "gpu_bench.h"
 
 using namespace clefrt;

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "cuda/mma.cuh"
+#include "cuda/ops/mma.cuh"
 
 namespace clefrt::cuda {
 

@@ -1,9 +1,9 @@
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 
 #include <cstdlib>
 #include <cstring>
 
-#include "cuda/buffer.h"
+#include "cuda/runtime/buffer.h"
 
 namespace clefrt::cuda {
 

@@ -39,13 +39,13 @@
 #include <string>
 
 #include "common/error.h"
-#include "cuda/async_copy.cuh"
-#include "cuda/check.h"
-#include "cuda/formats.cuh"
-#include "cuda/kernels_quant.h"
-#include "cuda/nvfp4_dequant.cuh"
-#include "cuda/tma.cuh"
-#include "cuda/wgmma.cuh"
+#include "cuda/ops/async_copy.cuh"
+#include "cuda/runtime/check.h"
+#include "cuda/ops/formats.cuh"
+#include "cuda/ops/kernels_quant.h"
+#include "cuda/ops/nvfp4_dequant.cuh"
+#include "cuda/ops/tma.cuh"
+#include "cuda/ops/wgmma.cuh"
 
 namespace clefrt::cuda {
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 
 namespace clefrt::cuda {
 

@@ -1,8 +1,8 @@
 // Embedding gather, norms, SwiGLU, bias/GELU, casts and the synthetic-weight fill.
-#include "cuda/check.h"
-#include "cuda/formats.cuh"
-#include "cuda/kernels.h"
-#include "cuda/reduce.cuh"
+#include "cuda/runtime/check.h"
+#include "cuda/ops/formats.cuh"
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/reduce.cuh"
 
 namespace clefrt::cuda {
 

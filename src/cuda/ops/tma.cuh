@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "cuda/async_copy.cuh"
+#include "cuda/ops/async_copy.cuh"
 
 namespace clefrt::cuda {
 

@@ -1,6 +1,6 @@
-#include "cuda/gemm.h"
+#include "cuda/runtime/gemm.h"
 
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 
 #include <cstdio>
 #include <cstdlib>

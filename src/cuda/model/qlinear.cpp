@@ -1,12 +1,12 @@
-#include "cuda/qlinear.h"
+#include "cuda/model/qlinear.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "common/error.h"
-#include "cuda/check.h"
-#include "cuda/kernels_quant.h"
+#include "cuda/runtime/check.h"
+#include "cuda/ops/kernels_quant.h"
 
 namespace clefrt::cuda {
 
