@@ -26,7 +26,7 @@
 #include "io/safetensors.h"
 #include "model/forward.h"
 #include "quant/formats.h"
-#include "quant/quantize.h"
+#include <clefrt/clefrt.h>
 #include "schema/request.h"
 #include "test_cuda_util.h"
 #include "test_util.h"
@@ -555,7 +555,7 @@ std::string quantized_folder(const std::string& src, const std::string& tag, con
                              const std::vector<std::string>& calib = {}) {
   const std::string out = testing::TempDir() + "clefrt-gq-" + tag + "-" + std::to_string(getpid());
   if (std::ifstream(out + "/config.json")) return out;
-  quant::QuantizeOptions qo;
+  QuantizeOptions qo;
   qo.model_dir = src;
   qo.out_dir = out;
   qo.scheme = scheme;
@@ -565,7 +565,7 @@ std::string quantized_folder(const std::string& src, const std::string& tag, con
     std::ofstream f(qo.calib_file);
     for (const auto& r : calib) f << r << "\n";
   }
-  quant::quantize_folder(qo);
+  quantize(qo);
   return out;
 }
 

@@ -17,7 +17,7 @@
 #include "model/weights.h"
 #include "quant/formats.h"
 #include "quant/recipe.h"
-#include "quant/quantize.h"
+#include <clefrt/clefrt.h>
 #include "schema/request.h"
 #include "test_util.h"
 
@@ -273,13 +273,13 @@ TEST(Quant, QuantizeCommandWritesLoadableFolders) {
   const auto cfg = model::load_config(src);
   const auto tw0 = model::load_text_weights(orig, cfg.text);
   for (const std::string scheme : {"nvfp4-w4a16", "nvfp4", "fp8"}) {
-    quant::QuantizeOptions qo;
+    QuantizeOptions qo;
     qo.model_dir = src;
     qo.out_dir = testing::TempDir() + "clefrt-qq-" + scheme + "-" + std::to_string(getpid());
     qo.scheme = scheme;
     qo.calib_file = calib;
     qo.progress = false;
-    quant::quantize_folder(qo);
+    quantize(qo);
     json::Value c = json::parse(test::read_file(qo.out_dir + "/config.json"));
     const json::Value* qc = c.find("quantization_config");
     ASSERT_NE(qc, nullptr);
@@ -314,14 +314,14 @@ TEST(Quant, QuantizeCommandWritesLoadableFolders) {
     EXPECT_NEAR(p[0][0] + p[0][1], 1.0, 1e-9);
   }
   // refusals: W4A4 without calibration, an existing output folder
-  quant::QuantizeOptions bad;
+  QuantizeOptions bad;
   bad.model_dir = src;
   bad.out_dir = testing::TempDir() + "clefrt-qq-bad-" + std::to_string(getpid());
   bad.scheme = "nvfp4";
-  EXPECT_THROW(quant::quantize_folder(bad), Error);
+  EXPECT_THROW(quantize(bad), Error);
   bad.scheme = "fp8";
   bad.out_dir = src;
-  EXPECT_THROW(quant::quantize_folder(bad), Error);
+  EXPECT_THROW(quantize(bad), Error);
   // calibration records: one over the context is skipped (it is valid, just too long), an
   // invalid one stops the run and the error names the file and line
   {
@@ -331,14 +331,14 @@ TEST(Quant, QuantizeCommandWritesLoadableFolders) {
     std::ofstream(bad_calib) << R"({"state":"fine","questions":{"a":{"type":"noul","instructions":")" << huge << R"("}}})"
                              << "\n\n"
                              << R"({"state":"broken","questions":{"a":{"type":"nope"}}})" << "\n";
-    quant::QuantizeOptions q;
+    QuantizeOptions q;
     q.model_dir = src;
     q.out_dir = testing::TempDir() + "clefrt-qq-badcalib-out-" + std::to_string(getpid());
     q.scheme = "nvfp4";
     q.calib_file = bad_calib;
     q.progress = false;
     try {
-      quant::quantize_folder(q);
+      quantize(q);
       ADD_FAILURE() << "expected the bad calibration record to be refused";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(bad_calib + ":3"), std::string::npos) << e.what();
@@ -347,7 +347,7 @@ TEST(Quant, QuantizeCommandWritesLoadableFolders) {
     std::ofstream(bad_calib) << R"({"state":"fine","questions":{"a":{"type":"noul","instructions":")" << huge << R"("}}})" << "\n";
     q.out_dir += "-2";
     try {
-      quant::quantize_folder(q);
+      quantize(q);
       ADD_FAILURE() << "expected 'no calibration records'";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("no calibration records that fit the context"), std::string::npos) << e.what();
@@ -368,12 +368,12 @@ TEST(Quant, LoaderMatchesIndependentPythonReader) {
   const std::string src = test::source_path("tests/fixtures/oracle/tiny-b");
   const auto cfg = model::load_config(src);
   for (const std::string scheme : {"nvfp4-w4a16", "fp8"}) {
-    quant::QuantizeOptions qo;
+    QuantizeOptions qo;
     qo.model_dir = src;
     qo.out_dir = testing::TempDir() + "clefrt-qref-" + scheme + "-" + std::to_string(getpid());
     qo.scheme = scheme;
     qo.progress = false;
-    quant::quantize_folder(qo);
+    quantize(qo);
     io::TensorStore st = io::TensorStore::open_folder(qo.out_dir);
     model::QuantActivations qa;
     qa.fp8_dynamic = scheme == "fp8";

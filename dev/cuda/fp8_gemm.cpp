@@ -3,6 +3,8 @@
 // of 20 after 3 warm-ups):
 //   bf16 inv       cuBLASLt bf16, the engine's batch-invariant algorithm
 //   fp8 inv        cuBLASLt FP8 e4m3, the engine's batch-invariant algorithm (GEMM alone)
+//   fast accum     the same algorithm without fp32 promotion of partial sums (GemmLab: a
+//                  variant kept here, not in the product)
 //   quant / scale  the engine's per-token activation quantization and the scale pass after it
 //   candidates     every algorithm cuBLASLt's heuristic offers for this m, timed, with its
 //                  configuration; "inv" marks the batch-invariant ones (no split-K / reduction);
@@ -38,6 +40,9 @@ int main(int argc, char** argv) {
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
     Gemm inv(s, true), any(s, false);
+    GemmLab fast_lab;
+    fast_lab.fp8_fast_accum = true;
+    Gemm fast(s, true, size_t(64) << 20, fast_lab);
     std::vector<int64_t> ms = {318, 1024, 8192, 32768};
     if (opt.only_m > 0) ms = {opt.only_m};
     json::Value shapes = json::Value::array();
@@ -62,8 +67,9 @@ int main(int argc, char** argv) {
         const double t_f8 = median_ms(s, [&] { inv.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::BF16, n, "bench"); });
         const double t_q = median_ms(s, [&] { fp8_quantize_rows(x.as<bf16>(), m, k, k, x8.as<uint8_t>(), k, xs.as<float>(), s); });
         const double t_sc = median_ms(s, [&] { scale_rows_cols_bf16(y.as<bf16>(), m, n, n, xs.as<float>(), ws.as<float>(), s); });
-        std::printf("m %6lld  bf16 inv %8.3f ms %6.0f TF/s | fp8 inv %8.3f ms %6.0f TF/s (%.2fx bf16) | quant %.3f scale %.3f ms\n",
-                    (long long)m, t_bf, tf(t_bf), t_f8, tf(t_f8), t_bf / t_f8, t_q, t_sc);
+        const double t_fa = median_ms(s, [&] { fast.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::BF16, n, "bench"); });
+        std::printf("m %6lld  bf16 inv %8.3f ms %6.0f TF/s | fp8 inv %8.3f ms %6.0f TF/s (%.2fx bf16) | fast accum %8.3f ms (%.2fx fp8 inv) | quant %.3f scale %.3f ms\n",
+                    (long long)m, t_bf, tf(t_bf), t_f8, tf(t_f8), t_bf / t_f8, t_fa, t_f8 / t_fa, t_q, t_sc);
         // the engine's output (bf16) for these m rows, to compare each candidate's bits with
         inv.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::BF16, n, "bench");
         std::vector<uint16_t> ref(size_t(m * n)), got(size_t(m * n));
@@ -95,6 +101,7 @@ int main(int argc, char** argv) {
         r.add("m", json::Value::integer(m));
         r.add("bf16_invariant_ms", json::Value::number(t_bf));
         r.add("fp8_invariant_ms", json::Value::number(t_f8));
+        r.add("fp8_fast_accum_ms", json::Value::number(t_fa));
         r.add("fp8_quantize_ms", json::Value::number(t_q));
         r.add("fp8_scale_ms", json::Value::number(t_sc));
         r.add("fp8_candidates", std::move(cands));

@@ -94,6 +94,9 @@ struct EngineOptions {
                                        // (the same answers bit for bit; a little slower on long inputs)
   bool w4a16_fused = false;            // CUDA, NVFP4 parts: the fused W4A16 GEMM instead of dequantizing a
                                        // chunk ahead (no staging memory; slower on the H200 at Clef's shapes)
+  bool native_fp4 = true;              // CUDA, W4A4 parts on Blackwell (compute capability >= 10): FP4 tensor
+                                       // cores (UNTESTED: no such GPU here); false keeps the emulated path,
+                                       // its oracle. Hopper and older always emulate
   int threads = 0;                     // CPU engine threads (0: all cores)
   bool batch_invariant = true;         // a request's answer does not depend on its batch (CUDA: GEMM
                                        // algorithms fixed per shape class; CPU: one forward per request)
@@ -239,6 +242,10 @@ Hardware measure_hardware();
 // GPU memory in use on the device (total - free), CUDA context included; 0 without CUDA.
 double gpu_memory_in_use_gib();
 
+// A backbone Linear's input as the CPU forward meets it: the weight's tensor name
+// ("model.language_model.layers.3.mlp.down_proj.weight") and the activations [rows, cols], fp32.
+using LinearInputObserver = std::function<void(const std::string& weight, const float* x, int64_t rows, int64_t cols)>;
+
 class Engine {
  public:
   // Loads and validates a release folder: config.json, tokenizer.json, the sharded safetensors
@@ -290,6 +297,11 @@ class Engine {
   // work left out, under 1% at Clef's shapes): what benchmarks divide by.
   double forward_flops(const std::vector<int64_t>& lengths) const;
 
+  // --- calibration (the CPU engine only; Error otherwise): from now on every forward reports the
+  // input of each backbone Linear before its product (what clefrt::quantize's W4A4 activation
+  // scales are made from). Empty to stop. Called on the engine thread, one forward at a time.
+  void observe_linear_inputs(LinearInputObserver o);
+
   // --- profiling (CUDA): per-op times with CUDA events, summed since the last clear, in ms
   void set_profile(bool on);
   std::vector<std::pair<std::string, double>> profile() const;
@@ -323,6 +335,25 @@ struct SynthOptions {
   bool progress = true;           // a line per layer on stderr
 };
 void synthesize(const SynthOptions& o);
+
+// Writes a compressed-tensors copy of a bf16 release folder (spec/quant.md): what `clefrt
+// quantize` runs. The bf16 keep-list (embeddings, lm_head, vision, GDN in_proj_a/b and conv1d,
+// norms, the joint head) and the shared global scales (q/k/v, gate/up, GDN in_proj_qkv + z) are
+// the loader's own recipe. Throws Error naming the file, record (file:line) or option at fault.
+struct QuantizeOptions {
+  std::string model_dir;                // the bf16 folder
+  std::string out_dir;                  // created; must not exist or be empty
+  std::string scheme = "nvfp4-w4a16";   // nvfp4-w4a16 (NVFP4 weights) | nvfp4 (W4A4: activation
+                                        // scales calibrated) | fp8 (per-channel e4m3 weights,
+                                        // dynamic per-token activations)
+  std::string calib_file;               // nvfp4: System One bodies, one per line, run through the
+                                        // CPU engine (observe_linear_inputs); a record over the
+                                        // context is skipped and counted, an invalid one stops
+  size_t calib_records = 256;           // at most this many calibration records are run
+  int threads = 0;                      // CPU threads for calibration (0: all cores)
+  bool progress = true;                 // progress on stderr
+};
+void quantize(const QuantizeOptions& o);
 
 // "clefrt 0.1.0 (commit ..., CUDA ..., architectures ...)"
 std::string version();

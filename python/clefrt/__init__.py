@@ -58,7 +58,7 @@ class Clef:
     Clef(path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False,
          confidence="reference", parse_special=False, require_instructions=False, threads=0,
          check_weights=True, batch_invariant=True, max_batch_tokens=16384,
-         max_batch_requests=64, w4a16_fused=False)
+         max_batch_requests=64, w4a16_fused=False, native_fp4=True)
 
     path: a Clef / Clef-flash release folder (config.json, tokenizer.json, sharded safetensors in
         bf16 / f16 / f32, NVFP4 or FP8 compressed-tensors, joint_head.*).
@@ -81,13 +81,15 @@ class Clef:
     batch_invariant: a request's answer does not depend on what it is batched with.
     max_batch_tokens, max_batch_requests: how much one forward packs.
     w4a16_fused: CUDA, NVFP4: the fused W4A16 GEMM (no staging memory; slower on Hopper).
+    native_fp4: CUDA, W4A4 on Blackwell: FP4 tensor cores (untested here); False keeps the
+        emulated path (its oracle). Hopper and older always emulate.
 
     Raises LoadError (the file / tensor named) or EngineError (e.g. no GPU for device="cuda").
     """
 
     def __init__(self, path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False, confidence="reference",
                  parse_special=False, require_instructions=False, threads=0, check_weights=True, batch_invariant=True,
-                 max_batch_tokens=16384, max_batch_requests=64, w4a16_fused=False):
+                 max_batch_tokens=16384, max_batch_requests=64, w4a16_fused=False, native_fp4=True):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
         if confidence not in ("reference", "purity", "jev"):
@@ -98,6 +100,7 @@ class Clef:
             "parse_special": bool(parse_special), "require_instructions": bool(require_instructions), "threads": int(threads),
             "check_weights": bool(check_weights), "batch_invariant": bool(batch_invariant),
             "max_batch_tokens": int(max_batch_tokens), "max_batch_requests": int(max_batch_requests), "w4a16_fused": bool(w4a16_fused),
+            "native_fp4": bool(native_fp4),
         })
 
     def encode(self, record):

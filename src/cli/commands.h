@@ -25,7 +25,7 @@ Runner add_quantize(CLI::App& app);
 // --no-check-weights.
 struct EngineFlags {
   std::string device = "auto", quant = "auto";
-  bool offload = false, w4a16_fused = false, parse_special = false, require_instructions = false, check_weights = true;
+  bool offload = false, w4a16_fused = false, native_fp4 = true, parse_special = false, require_instructions = false, check_weights = true;
   int threads = 0;
   size_t max_length = 16384;
 };

@@ -16,7 +16,10 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
              "16-chunk passes (same answers, a little slower on long inputs)");
   c.add_flag("--w4a16-fused", f.w4a16_fused,
              "cuda, NVFP4 Linears: the fused W4A16 GEMM (weights dequantized in shared memory; no staging memory, the lowest\n"
-             "GPU memory; on the H200 slower than the default staging from ~1,000 tokens). CLEFRT_W4A16_FUSED=1 sets it too");
+             "GPU memory; on the H200 slower than the default staging from ~1,000 tokens)");
+  c.add_flag("!--no-native-fp4", f.native_fp4,
+             "cuda, W4A4 folders on Blackwell: the emulated path (dequantized weights, fake-quantized activations: the oracle)\n"
+             "instead of the FP4 tensor cores; without effect elsewhere");
   c.add_option("--threads", f.threads, "CPU engine threads (default: all cores)")->check(CLI::NonNegativeNumber);
   c.add_option("--max-length", f.max_length, "context length in tokens; longer states are cut, longer schemas refused with 413 (default 16384)")
       ->check(CLI::PositiveNumber);
@@ -33,6 +36,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.quant = parse_quant_mode(f.quant);
   o.offload_embeddings = f.offload;
   o.w4a16_fused = f.w4a16_fused;
+  o.native_fp4 = f.native_fp4;
   o.threads = f.threads;
   o.max_length = f.max_length;
   o.parse_special = f.parse_special;

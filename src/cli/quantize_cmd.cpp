@@ -2,25 +2,25 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "quant/quantize.h"
 
 namespace clefrt::cli {
 
 Runner add_quantize(CLI::App& app) {
-  auto o = std::make_shared<quant::QuantizeOptions>();
+  auto o = std::make_shared<QuantizeOptions>();
   CLI::App* c = app.add_subcommand("quantize",
                                    "Write a compressed-tensors copy of a bf16 Clef folder (spec/quant.md): NVFP4 weights\n"
                                    "(nvfp4-w4a16; nvfp4 = W4A4 with activation scales calibrated over --calib records run\n"
                                    "through this engine) or FP8 (per-channel weights, dynamic per-token activations).\n"
                                    "Embeddings, lm_head, vision, GDN in_proj_a/b and conv1d, norms and the joint head stay bf16.\n"
-                                   "The result runs on the CPU engine today; the GPU paths are issue 6.");
+                                   "The result runs on the CPU and GPU engines (--quant auto).");
   c->add_option("--model", o->model_dir, "the bf16 folder")->required()->check(CLI::ExistingDirectory);
   c->add_option("--out", o->out_dir, "the new folder (must not exist or be empty)")->required();
   c->add_option("--scheme", o->scheme, "nvfp4 | nvfp4-w4a16 | fp8")->required()->check(CLI::IsMember({"nvfp4", "nvfp4-w4a16", "fp8"}));
   c->add_option("--calib", o->calib_file, "calibration requests, one System One body per line (needed for nvfp4); records over the model's context are skipped and counted, an invalid one stops the run (file:line)");
-  c->add_option("--calib-records", o->calib_records, "records to use (default 256)");
+  c->add_option("--calib-records", o->calib_records, "records to use (default 256)")->check(CLI::PositiveNumber);
+  c->add_option("--threads", o->threads, "CPU threads for calibration (default: all cores)")->check(CLI::NonNegativeNumber);
   return [o]() -> int {
-    quant::quantize_folder(*o);
+    quantize(*o);
     return 0;
   };
 }

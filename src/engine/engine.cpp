@@ -72,6 +72,7 @@ CoreOptions core_options(const EngineOptions& o) {
   c.quant = o.quant;
   c.offload_embeddings = o.offload_embeddings;
   c.w4a16_fused = o.w4a16_fused;
+  c.native_fp4 = o.native_fp4;
   c.batch_invariant = o.batch_invariant;
   c.check_weights = o.check_weights;
   c.load_weights = o.load_weights;
@@ -220,6 +221,7 @@ size_t Engine::max_length() const { return impl_->opts.max_length; }
 MemoryUse Engine::memory() const { return impl_->core->memory(); }
 double Engine::forward_flops(const std::vector<int64_t>& lengths) const { return impl_->core->forward_flops(lengths); }
 
+void Engine::observe_linear_inputs(LinearInputObserver o) { impl_->core->set_linear_input_observer(std::move(o)); }
 void Engine::set_profile(bool on) { impl_->core->set_profile(on); }
 std::vector<std::pair<std::string, double>> Engine::profile() const { return impl_->core->profile(); }
 void Engine::clear_profile() { impl_->core->clear_profile(); }

@@ -34,6 +34,7 @@ struct GpuBackend {
     bo.progress = progress;
     bo.quant = opts.quant;
     bo.offload_embeddings = opts.offload_embeddings;
+    bo.native_fp4 = opts.native_fp4;
     model = cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo);
     cuda::ForwardOptions fo;
     fo.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);
@@ -329,6 +330,12 @@ void EngineCore::throw_non_finite(const model::Sequence& e, size_t question) con
                   ": the weights hold NaN or infinity (loading with the weight check on finds which tensor) or the activations overflowed");
 }
 
+void EngineCore::set_linear_input_observer(LinearInputObserver o) {
+  if (gpu_ && o) throw Error(Status::BadRequest, "usage", "Linear input observers run on the CPU engine only (open it with device = cpu)");
+  std::lock_guard<std::mutex> lock(observer_mu_);
+  observer_ = std::move(o);
+}
+
 std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::Batch& batch, model::GdnForm form) const {
   if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
 #ifdef CLEFRT_HAVE_CUDA
@@ -337,6 +344,21 @@ std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::B
   // OpenMP's thread count is a per-thread setting: the thread that runs forwards (the server's
   // engine thread, a Python caller's) is not the one that loaded the engine
   if (opts_.threads > 0 && omp_get_max_threads() != opts_.threads) omp_set_num_threads(opts_.threads);
+  // The model's observer hook is per thread too: set around this forward from the engine's.
+  LinearInputObserver observer;
+  {
+    std::lock_guard<std::mutex> lock(observer_mu_);
+    observer = observer_;
+  }
+  struct ObserverScope {
+    explicit ObserverScope(const LinearInputObserver* o) {
+      if (*o) model::set_activation_observer(&ObserverScope::call, const_cast<LinearInputObserver*>(o));
+    }
+    ~ObserverScope() { model::set_activation_observer(nullptr, nullptr); }
+    static void call(void* ctx, const model::Tensor& w, const float* x, int64_t rows, int64_t cols) {
+      (*static_cast<LinearInputObserver*>(ctx))(w.name, x, rows, cols);
+    }
+  } scope(&observer);
   // OpenBLAS picks its kernels and blocking by the number of rows, so a packed forward rounds
   // a request differently from the same request alone. Batch-invariant (the default): one
   // forward per request.

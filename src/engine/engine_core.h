@@ -3,6 +3,7 @@
 // (include/clefrt/clefrt.h, engine.cpp) puts the scheduler and the protocol around it.
 #pragma once
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,11 @@ struct CoreOptions {
   // CUDA: embed_tokens / lm_head stay in pinned host memory; kernels read only the rows they need.
   bool offload_embeddings = false;
   // CUDA, NVFP4 parts: the fused W4A16 GEMM instead of staging (cuda/qlinear.h; slower on the
-  // H200 at Clef's shapes, no staging memory). CLEFRT_W4A16_FUSED=1 sets it too.
+  // H200 at Clef's shapes, no staging memory).
   bool w4a16_fused = false;
+  // CUDA, W4A4 parts on Blackwell (compute capability >= 10): native FP4 tensor cores; false
+  // keeps the emulated path (its oracle) there. Hopper and older always emulate.
+  bool native_fp4 = true;
   // Every floating-point weight is tested for NaN / infinity at load (io/finite_check.h), and a
   // folder holding any is refused naming the tensor. Off: such weights surface later, as a
   // request's 500 naming the layer whose output turned non-finite.
@@ -78,6 +82,11 @@ class EngineCore {
   const char* format() const;
   MemoryUse memory() const;
   double forward_flops(const std::vector<int64_t>& lengths) const;  // clefrt::Engine::forward_flops
+  // Calibration (clefrt::quantize): the CPU forward reports the input of every backbone Linear
+  // to it, on the thread that runs the forward (clefrt::LinearInputObserver). Empty: none.
+  // Throws on the GPU engine.
+  void set_linear_input_observer(LinearInputObserver o);
+
   // CUDA: per-op times (cuda::Forward::set_profile); nothing on the CPU.
   void set_profile(bool on);
   std::vector<std::pair<std::string, double>> profile() const;
@@ -98,6 +107,8 @@ class EngineCore {
   model::TextWeights text_;
   model::HeadWeights head_;
   std::unique_ptr<GpuBackend> gpu_;
+  mutable std::mutex observer_mu_;
+  LinearInputObserver observer_;
 };
 
 }  // namespace clefrt

@@ -166,7 +166,7 @@ std::string inspect(const std::string& dir_path, const EngineOptions& opts) {
         cuda::use_lean_memory_plan(fo);  // what --offload-embeddings plans
         const double arena_lean = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, fo, m.q));
         // staging: two slots of up to LinearRunner::kStageBytes (none with the fused W4A16 GEMM)
-        const bool staged = !opts.w4a16_fused && cuda::w4a16_kernel_from_env() == cuda::W4A16Kernel::Staged;
+        const bool staged = !opts.w4a16_fused;
         const double staging =
             staged && (m.q == QuantMode::NVFP4 || m.q == QuantMode::NVFP4_W4A16) ? 2.0 * double(cuda::LinearRunner::kStageBytes) : 0.0;
         const double total = weights + arena + ws + staging;

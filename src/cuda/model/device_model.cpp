@@ -328,11 +328,10 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
       folder_quantized |= source_of(*t) == Source::Nvfp4 || source_of(*t) == Source::Fp8;
   bool native_fp4 = false;
   if (o.native_fp4) {
-    const char* env = std::getenv("CLEFRT_NATIVE_FP4");
     int dev = 0, major = 0;
     check(cudaGetDevice(&dev), "cudaGetDevice");
     check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "compute capability");
-    native_fp4 = major >= 10 && !(env && std::string(env) == "0");
+    native_fp4 = major >= 10;
   }
   Builder b(m, o, folder_quantized, native_fp4);
   m.embed = b.table(tw.embed, 1.0f);

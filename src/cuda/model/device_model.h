@@ -126,7 +126,7 @@ struct BuildOptions {
   bool offload_embeddings = false;
   // W4A4 parts run on native FP4 tensor cores when the GPU has them (compute capability >= 10,
   // Blackwell); false keeps the emulated path (dequantized weights, fake-quantized activations),
-  // which is also what runs on Hopper. CLEFRT_NATIVE_FP4=0 in the environment turns it off too.
+  // which is also what runs on Hopper (EngineOptions::native_fp4).
   bool native_fp4 = true;
   // Synthetic W4A4: the static activation global scale random weights get (448 * 6 / 8: inputs
   // of magnitude up to ~8, which (1+w) RMSNorm outputs are).

@@ -170,8 +170,6 @@ struct Forward::Batch {
 };
 
 Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
-  const char* pe = std::getenv("CLEFRT_PROFILE");
-  profile_ = pe && *pe && std::strcmp(pe, "0") != 0;
   if (!flash_attention_supports(m.c.head_dim))
     throw load_error("config.json", "head_dim " + std::to_string(m.c.head_dim) + " is not supported by the CUDA attention kernel");
   if (m.c.k_head_dim > 128 || m.c.v_head_dim > 256)
@@ -182,7 +180,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   gemm_ = std::make_unique<Gemm>(stream_, o.batch_invariant, gemm_workspace_bytes());
   lin_ = std::make_unique<LinearRunner>(m, *gemm_, stream_, LinearRunner::kStageBytes,
-                                        o.w4a16_fused ? W4A16Kernel::Fused : w4a16_kernel_from_env());
+                                        o.w4a16_fused ? W4A16Kernel::Fused : W4A16Kernel::Staged);
   if (o.gdn_pass_chunks < 0) throw Error(Status::Internal, "internal_error", "gdn_pass_chunks < 0");
   arena_.reserve(plan_bytes(m, o));
 }

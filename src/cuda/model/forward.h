@@ -23,7 +23,7 @@ struct ForwardOptions {
   int64_t max_seqs = 256;      // requests per batch
   int64_t max_questions = 64;  // per request: the protocol's limit (schema::Limits), which plans the head's question rows
   bool batch_invariant = true; // GEMM algorithms fixed per shape class (see gemm.h)
-  bool w4a16_fused = false;    // NVFP4 parts on the fused W4A16 GEMM (qlinear.h; or CLEFRT_W4A16_FUSED=1)
+  bool w4a16_fused = false;    // NVFP4 parts on the fused W4A16 GEMM (qlinear.h)
   // A GDN layer runs in passes of at most this many 64-token chunks (0: one pass), all
   // sequences and heads at once: in_proj over the pass's tokens (and the conv's history rows
   // before them), conv, gates, chunked scan with the state carried between passes, gated norm,
@@ -71,7 +71,7 @@ class Forward {
     return head_only(model::batch_of(batch), hidden);
   }
 
-  // CLEFRT_PROFILE=1 (or set_profile): time every op with CUDA events; totals by op name in
+  // set_profile (EngineOptions::profile, `clefrt bench --profile`): time every op with CUDA events; totals by op name in
   // milliseconds, summed over the runs since the last clear.
   void set_profile(bool on) { profile_ = on; }
   const std::vector<std::pair<std::string, double>>& profile() const { return prof_totals_; }

@@ -26,14 +26,6 @@ std::vector<const DevLinear*> LinearRunner::schedule_order(const DevModel& m) {
   return order;
 }
 
-W4A16Kernel w4a16_kernel_from_env() {
-  static const W4A16Kernel k = [] {
-    const char* v = std::getenv("CLEFRT_W4A16_FUSED");
-    return v && *v && std::string(v) != "0" ? W4A16Kernel::Fused : W4A16Kernel::Staged;
-  }();
-  return k;
-}
-
 bool LinearRunner::fused_nvfp4(const DevLinearPart& p) const {
   return w4a16_ == W4A16Kernel::Fused && p.fmt == WFormat::NVFP4 && !p.scales_swizzled && nvfp4_gemm_supports(p.k, p.k);
 }

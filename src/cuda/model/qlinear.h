@@ -4,7 +4,7 @@
 //   has no FP4 tensor cores. Default: each part is dequantized (bit-exact, spec/quant.md) into
 //   one of two bf16 staging slots by a side stream, in row chunks, one chunk ahead of the
 //   cuBLASLt GEMM that reads it (the dequantization of chunk i+1 overlaps the GEMM of chunk i).
-//   With W4A16Kernel::Fused (CLEFRT_W4A16_FUSED=1) parts whose k is a multiple of 64 run the
+//   With W4A16Kernel::Fused parts whose k is a multiple of 64 run the
 //   W4A16 GEMM of kernels_w4a16.cu instead (dequantized per tile in shared memory, no staging
 //   slots): measured on the H200 at the 27B shapes it is slower than staging at every size a Clef
 //   prompt has (blog 113 vs 98 ms, 8,192 tokens 1,702 vs 948 ms; bench/results), so it is not the
@@ -39,8 +39,6 @@ struct QuantScratch {
 };
 
 enum class W4A16Kernel { Staged, Fused };
-// CLEFRT_W4A16_FUSED=1 -> Fused, else Staged (read once).
-W4A16Kernel w4a16_kernel_from_env();
 
 class LinearRunner {
  public:
@@ -48,7 +46,7 @@ class LinearRunner {
   // (a part is split into chunks of whole rows).
   static constexpr size_t kStageBytes = size_t(96) << 20;
   LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes = kStageBytes,
-               W4A16Kernel w4a16 = w4a16_kernel_from_env());
+               W4A16Kernel w4a16 = W4A16Kernel::Staged);
   ~LinearRunner();
   LinearRunner(const LinearRunner&) = delete;
   LinearRunner& operator=(const LinearRunner&) = delete;

@@ -70,7 +70,7 @@ struct GdnScratch {
   float* state_out = nullptr;
 };
 // Which kernels: Auto = tensor cores (mma.sync TF32, 3xTF32 split: fp32-level accuracy) when
-// Dk % 16 == 0 and Dv % 8 == 0 unless CLEFRT_GDN_SIMT=1, else the fp32 CUDA-core kernels. The
+// Dk % 16 == 0 and Dv % 8 == 0, else the fp32 CUDA-core kernels. The
 // tests run both explicitly.
 enum class GdnPath { Auto, TensorCores, Simt };
 // mixed: [L, conv_dim] (q | k | v heads, q/k normalised); g, beta: [L, Hv]; o: [L, Hv * Dv] fp32.

@@ -749,14 +749,10 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
 
 // GdnPath::Auto -> tensor cores or not (see kernels.h)
 bool use_tensor_cores(GdnPath path, int64_t Dk, int64_t Dv) {
-  static const bool simt = [] {
-    const char* v = std::getenv("CLEFRT_GDN_SIMT");
-    return v && *v && std::string(v) != "0";
-  }();
   const bool fits = Dk % 16 == 0 && Dv % 8 == 0;
   if (path == GdnPath::TensorCores && !fits)
     throw Error(Status::Internal, "internal_error", "gdn: the tensor-core kernels need Dk % 16 == 0 and Dv % 8 == 0");
-  return path == GdnPath::TensorCores || (path == GdnPath::Auto && !simt && fits);
+  return path == GdnPath::TensorCores || (path == GdnPath::Auto && fits);
 }
 
 __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz,

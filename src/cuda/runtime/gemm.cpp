@@ -17,25 +17,6 @@ struct Layouts {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
 };
 
-// Hopper's FP8 tensor cores keep fewer accumulator bits unless cuBLASLt promotes partial sums
-// to fp32 now and then (its default); CLEFRT_FP8_FAST_ACCUM=1 turns the promotion off (faster,
-// less exact over long k). Off by default: exact before fast.
-bool fp8_fast_accumulation() {
-  static const bool on = [] {
-    const char* v = std::getenv("CLEFRT_FP8_FAST_ACCUM");
-    return v && *v && std::string(v) != "0";
-  }();
-  return on;
-}
-
-// CLEFRT_FP8_M_BUCKETS=0: FP8 GEMMs run the reference algorithm at every m (no tuning).
-bool fp8_m_buckets() {
-  static const bool on = [] {
-    const char* v = std::getenv("CLEFRT_FP8_M_BUCKETS");
-    return !(v && std::string(v) == "0");
-  }();
-  return on;
-}
 // m's FP8 bucket, named by its largest m (the last one: everything above 8,192). A bucket's
 // algorithm is timed at its first call (gemm.h, tune_fp8).
 int64_t fp8_bucket(int64_t m) { return m <= 512 ? 512 : m <= 2048 ? 2048 : m <= 8192 ? 8192 : 16384; }
@@ -54,7 +35,7 @@ bool invariant_algo(const cublasLtMatmulAlgo_t& a) {
 // Column-major view: D^T[n, m] = W[n, k] * X^T[k, m]; W row-major [n, k] is column-major
 // [k, n] (op T), X row-major [m, k] is column-major [k, m] (op N). FP8 needs this "TN" form
 // too: A (the weights) transposed, B not.
-Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, int in_kind, const char* op) {
+Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, int in_kind, bool fast_accum, const char* op) {
   const cudaDataType in = in_kind == 1 ? CUDA_R_32F : in_kind == 2 ? CUDA_R_8F_E4M3 : in_kind == 3 ? CUDA_R_4F_E2M1 : CUDA_R_16BF;
   Layouts l;
   check(cublasLtMatmulDescCreate(&l.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), op);
@@ -66,7 +47,7 @@ Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, 
     check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode), op);
     check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode), op);
   }
-  if (in_kind == 2 && fp8_fast_accumulation()) {
+  if (in_kind == 2 && fast_accum) {
     const int8_t on = 1;
     check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on), op);
   }
@@ -85,8 +66,8 @@ void destroy(Layouts& l) {
 
 }  // namespace
 
-Gemm::Gemm(cudaStream_t stream, bool batch_invariant, size_t workspace_bytes)
-    : stream_(stream), batch_invariant_(batch_invariant), workspace_(workspace_bytes, "cuBLASLt workspace") {
+Gemm::Gemm(cudaStream_t stream, bool batch_invariant, size_t workspace_bytes, GemmLab lab)
+    : stream_(stream), batch_invariant_(batch_invariant), lab_(lab), workspace_(workspace_bytes, "cuBLASLt workspace") {
   check(cublasLtCreate(&lt_), "cublasLtCreate");
 }
 
@@ -101,7 +82,7 @@ Gemm::~Gemm() {
 // Up to 16 of cuBLASLt's heuristic candidates for the shape, best first.
 std::vector<cublasLtMatmulHeuristicResult_t> Gemm::heuristics(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, In in,
                                                               const char* op) {
-  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), op);
+  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), lab_.fp8_fast_accum, op);
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), op);
   size_t ws = workspace_.bytes();
@@ -148,7 +129,7 @@ Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy
     if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, in, op)).first;
     p.algo = a->second;
     const int64_t bucket = fp8_bucket(m);
-    if (in == In::FP8 && !acc && fp8_m_buckets()) {
+    if (in == In::FP8 && !acc && lab_.fp8_m_buckets) {
       auto d = fp8_bucket_algos_.find(std::make_tuple(bucket, n, k, ldy, int(yt)));
       if (d != fp8_bucket_algos_.end()) {
         p.algo = d->second;
@@ -161,7 +142,7 @@ Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy
   } else {
     p.algo = choose(m, n, k, ldx, ldy, yt, acc, in, op);
   }
-  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), op);
+  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), lab_.fp8_fast_accum, op);
   p.desc = l.desc;
   p.a = l.a;
   p.b = l.b;
@@ -221,7 +202,7 @@ void Gemm::tune_fp8(Plan& p, const uint8_t* x, int64_t m, int64_t k, const uint8
     decide(p.reference);
     return;
   }
-  Layouts l = make_layouts(rows, n, k, k, ldy, yt, int(In::FP8), op);
+  Layouts l = make_layouts(rows, n, k, k, ldy, yt, int(In::FP8), lab_.fp8_fast_accum, op);
   cudaEvent_t t0 = nullptr, t1 = nullptr;
   std::vector<char> want(bytes), got(bytes);
   auto rows_of = [&](const cublasLtMatmulAlgo_t& algo, DeviceBuffer& out, std::vector<char>& host) {
@@ -319,7 +300,7 @@ std::vector<Gemm::Candidate> Gemm::candidates(bool fp8, int64_t m, int64_t n, in
 
 void Gemm::run_candidate(const Candidate& c, bool fp8, const void* x, int64_t m, int64_t k, const void* w, int64_t n, void* y, OutType yt,
                          const char* op) {
-  Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), op);
+  Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), lab_.fp8_fast_accum, op);
   Plan p{l.desc, l.a, l.b, l.c, c.algo};
   try {
     launch(p, x, w, y, false, op);

@@ -15,7 +15,7 @@
 // fastest). So per m bucket (<= 512, <= 2,048, <= 8,192, above) and shape, the first call times
 // the reference algorithm and the heuristic's invariant candidates at its m and keeps the
 // fastest, among those whose output on the call's first (up to) 64 rows equals the reference's
-// in every bit (tune_fp8). CLEFRT_FP8_M_BUCKETS=0: the reference algorithm everywhere. Answers
+// in every bit (tune_fp8). Answers
 // stay batch-invariant either way; which candidate wins may differ between processes.
 #pragma once
 #include <cublasLt.h>
@@ -33,9 +33,15 @@ namespace clefrt::cuda {
 
 enum class OutType { BF16, F32 };
 
+// Switches only the dev/cuda lab's benches turn (the product runs the defaults).
+struct GemmLab {
+  bool fp8_m_buckets = true;    // false: the reference-m FP8 algorithm at every m (no tuning)
+  bool fp8_fast_accum = false;  // true: no fp32 promotion of FP8 partial sums (faster, less exact over long k)
+};
+
 class Gemm {
  public:
-  explicit Gemm(cudaStream_t stream, bool batch_invariant = false, size_t workspace_bytes = size_t(64) << 20);
+  explicit Gemm(cudaStream_t stream, bool batch_invariant = false, size_t workspace_bytes = size_t(64) << 20, GemmLab lab = {});
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -97,6 +103,7 @@ class Gemm {
 
   cudaStream_t stream_;
   bool batch_invariant_;
+  GemmLab lab_;
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer workspace_;
   std::map<Key, Plan> plans_;

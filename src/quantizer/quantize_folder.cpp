@@ -1,4 +1,8 @@
-#include "quant/quantize.h"
+// clefrt::quantize (include/clefrt/clefrt.h): a bf16 folder -> a compressed-tensors folder.
+// The quantizer is a client of the engine, not part of its numerics: W4A4 calibration runs
+// records through the public Engine (observe_linear_inputs), the conversions are quant/formats,
+// the choice of tensors quant/recipe; nothing in src/quant depends on this file.
+#include <clefrt/clefrt.h>
 
 #include <cmath>
 #include <cstdio>
@@ -12,17 +16,14 @@
 #include "common/error.h"
 #include "common/file.h"
 #include "common/json.h"
-#include "engine/engine_core.h"
 #include "io/safetensors.h"
 #include "io/safetensors_write.h"
 #include "model/config.h"
-#include "model/forward.h"
 #include "model/weights.h"
 #include "quant/formats.h"
 #include "quant/recipe.h"
-#include "schema/request.h"
 
-namespace clefrt::quant {
+namespace clefrt {
 
 namespace fs = std::filesystem;
 using json::Value;
@@ -31,24 +32,78 @@ namespace {
 
 bool ends_with(const std::string& a, const std::string& b) { return a.size() >= b.size() && a.compare(a.size() - b.size(), b.size(), b) == 0; }
 
-bool quantized_linear(const io::TensorInfo& t, bool nvfp4) { return recipe_quantizes(t.name, t.shape, nvfp4); }
+bool quantized_linear(const io::TensorInfo& t, bool nvfp4) { return quant::recipe_quantizes(t.name, t.shape, nvfp4); }
 
+// max |input activation| per Linear module, over every calibration forward
 struct Calibration {
-  std::map<std::string, float> amax;  // module -> max |input activation|
-  static void observe(void* ctx, const model::Tensor& w, const float* x, int64_t rows, int64_t cols) {
-    if (!ends_with(w.name, ".weight")) return;
-    auto* c = static_cast<Calibration*>(ctx);
+  std::map<std::string, float> amax;
+  void observe(const std::string& weight, const float* x, int64_t rows, int64_t cols) {
+    if (!ends_with(weight, ".weight")) return;
     float m = 0;
     for (int64_t i = 0; i < rows * cols; ++i) m = std::fmax(m, std::fabs(x[i]));
-    const std::string module = w.name.substr(0, w.name.size() - 7);
-    float& a = c->amax[module];
+    float& a = amax[weight.substr(0, weight.size() - 7)];
     a = std::fmax(a, m);
   }
 };
 
+// Runs up to o.calib_records records of o.calib_file through the CPU engine, observing every
+// backbone Linear's input. Records go in groups so the progress line moves; the maximum does
+// not depend on the order.
+Calibration calibrate(const QuantizeOptions& o) {
+  EngineOptions eo;
+  eo.device = Device::Cpu;
+  eo.threads = o.threads;
+  auto engine = Engine::load(o.model_dir, eo);
+  std::ifstream in(o.calib_file);
+  if (!in) throw load_error(o.calib_file, "cannot read the calibration records");
+  Calibration cal;
+  engine->observe_linear_inputs([&cal](const std::string& w, const float* x, int64_t rows, int64_t cols) { cal.observe(w, x, rows, cols); });
+  std::string line;
+  size_t n = 0, line_no = 0, too_long = 0, first_too_long = 0;
+  std::vector<Prepared> group;
+  auto run_group = [&] {
+    std::vector<const Prepared*> ptrs;
+    for (const Prepared& p : group) ptrs.push_back(&p);
+    engine->probs(ptrs);
+    n += group.size();
+    group.clear();
+    if (o.progress) std::fprintf(stderr, "\rquantize: calibration %zu/%zu records", n, o.calib_records);
+  };
+  try {
+    while (n + group.size() < o.calib_records && std::getline(in, line)) {
+      ++line_no;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      try {
+        group.push_back(engine->prepare(line));
+      } catch (const Error& err) {
+        // A valid record over the context (413) cannot be run: skipped and counted, as logged
+        // traffic holds such records. Anything else is a broken file: stop and say which record.
+        if (err.http_status() == 413) {
+          if (too_long++ == 0) first_too_long = line_no;
+          continue;
+        }
+        const std::string at = o.calib_file + ":" + std::to_string(line_no);
+        throw Error(err.status(), err.type(), err.message(), err.where().empty() ? at : at + ": " + err.where());
+      }
+      if (group.size() == 8) run_group();
+    }
+    if (!group.empty()) run_group();
+  } catch (...) {
+    if (o.progress) std::fprintf(stderr, "\n");  // end the progress line before the error
+    throw;
+  }
+  engine->observe_linear_inputs(nullptr);
+  if (o.progress) std::fprintf(stderr, "\n");
+  if (too_long)
+    std::fprintf(stderr, "quantize: skipped %zu calibration record(s) over the model's context (the first at %s:%zu)\n", too_long,
+                 o.calib_file.c_str(), first_too_long);
+  if (n == 0) throw load_error(o.calib_file, "no calibration records" + std::string(too_long ? " that fit the context" : ""));
+  return cal;
+}
+
 }  // namespace
 
-void quantize_folder(const QuantizeOptions& o) {
+void quantize(const QuantizeOptions& o) {
   const bool nvfp4 = o.scheme == "nvfp4" || o.scheme == "nvfp4-w4a16", w4a4 = o.scheme == "nvfp4";
   if (!nvfp4 && o.scheme != "fp8") throw Error(Status::BadRequest, "usage", "--scheme " + o.scheme + ": nvfp4, nvfp4-w4a16 or fp8");
   if (w4a4 && o.calib_file.empty())
@@ -59,47 +114,7 @@ void quantize_folder(const QuantizeOptions& o) {
   fs::create_directories(o.out_dir);
 
   // W4A4: calibrate the input activations of every Linear over the records.
-  Calibration cal;
-  if (w4a4) {
-    auto engine = EngineCore::load(o.model_dir);
-    std::ifstream in(o.calib_file);
-    if (!in) throw load_error(o.calib_file, "cannot read the calibration records");
-    std::string line;
-    size_t n = 0, line_no = 0, too_long = 0, first_too_long = 0;
-    model::set_activation_observer(&Calibration::observe, &cal);
-    try {
-      while (n < o.calib_records && std::getline(in, line)) {
-        ++line_no;
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        Encoded e;
-        try {
-          e = engine->encoder().encode(parse_request(line));
-        } catch (const Error& err) {
-          // A valid record over the context (413) cannot be run: skipped and counted, as logged
-          // traffic holds such records. Anything else is a broken file: stop and say which record.
-          if (err.http_status() == 413) {
-            if (too_long++ == 0) first_too_long = line_no;
-            continue;
-          }
-          const std::string at = o.calib_file + ":" + std::to_string(line_no);
-          throw Error(err.status(), err.type(), err.message(), err.where().empty() ? at : at + ": " + err.where());
-        }
-        engine->probs({&e});
-        ++n;
-        if (o.progress) std::fprintf(stderr, "\rquantize: calibration %zu/%zu records", n, o.calib_records);
-      }
-    } catch (...) {
-      model::set_activation_observer(nullptr, nullptr);
-      if (o.progress) std::fprintf(stderr, "\n");  // end the progress line before the error
-      throw;
-    }
-    model::set_activation_observer(nullptr, nullptr);
-    if (o.progress) std::fprintf(stderr, "\n");
-    if (too_long)
-      std::fprintf(stderr, "quantize: skipped %zu calibration record(s) over the model's context (the first at %s:%zu)\n", too_long,
-                   o.calib_file.c_str(), first_too_long);
-    if (n == 0) throw load_error(o.calib_file, "no calibration records" + std::string(too_long ? " that fit the context" : ""));
-  }
+  const Calibration cal = w4a4 ? calibrate(o) : Calibration{};
 
   io::TensorStore st = io::TensorStore::open_folder(o.model_dir);
   std::vector<const io::TensorInfo*> all = st.all();
@@ -110,7 +125,7 @@ void quantize_folder(const QuantizeOptions& o) {
       auto w = model::to_f32(*t);
       float m = 0;
       for (float v : w) m = std::fmax(m, std::fabs(v));
-      float& g = group_amax[recipe_scale_group(t->name)];
+      float& g = group_amax[quant::recipe_scale_group(t->name)];
       g = std::fmax(g, m);
     }
   std::map<std::string, std::vector<io::OutTensor>> shards;  // file name -> tensors
@@ -132,9 +147,9 @@ void quantize_folder(const QuantizeOptions& o) {
     auto w = model::to_f32(*t);
     const int64_t rows = t->shape[0], cols = t->shape[1];
     if (nvfp4) {
-      const float amax = group_amax[recipe_scale_group(t->name)];
+      const float amax = group_amax[quant::recipe_scale_group(t->name)];
       const float gs = amax > 0 && std::isfinite(amax) ? 448.0f * 6.0f / amax : 1.0f;
-      Nvfp4Weight q = nvfp4_quantize(w.data(), rows, cols, gs);
+      quant::Nvfp4Weight q = quant::nvfp4_quantize(w.data(), rows, cols, gs);
       out.push_back({base + ".weight_packed", io::DType::U8, {rows, cols / 2}, std::move(q.packed)});
       out.push_back({base + ".weight_scale", io::DType::F8_E4M3, {rows, cols / 16}, std::move(q.scales)});
       out.push_back({base + ".weight_global_scale", io::DType::F32, {1}, io::f32_bytes({q.global_scale})});
@@ -151,7 +166,7 @@ void quantize_folder(const QuantizeOptions& o) {
         for (int64_t c = 0; c < cols; ++c) m = std::fmax(m, std::fabs(w[size_t(r * cols + c)]));
         const float s = m > 0 ? m / 448.0f : 1.0f;
         scale[size_t(r)] = s;
-        for (int64_t c = 0; c < cols; ++c) codes[size_t(r * cols + c)] = e4m3_encode(w[size_t(r * cols + c)] / s);
+        for (int64_t c = 0; c < cols; ++c) codes[size_t(r * cols + c)] = quant::e4m3_encode(w[size_t(r * cols + c)] / s);
       }
       out.push_back({base + ".weight", io::DType::F8_E4M3, {rows, cols}, std::move(codes)});
       out.push_back({base + ".weight_scale", io::DType::F32, {rows, 1}, io::f32_bytes(scale)});
@@ -203,4 +218,4 @@ void quantize_folder(const QuantizeOptions& o) {
   std::ofstream(fs::path(o.out_dir) / "config.json") << json::write(root) << "\n";
 }
 
-}  // namespace clefrt::quant
+}  // namespace clefrt
