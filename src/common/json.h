@@ -41,7 +41,6 @@ struct Value {
   bool is_string() const { return kind == Kind::String; }
   bool is_object() const { return kind == Kind::Object; }
   bool is_array() const { return kind == Kind::Array; }
-  bool is_number() const { return kind == Kind::Int || kind == Kind::UInt || kind == Kind::Double; }
 
   const Value* find(std::string_view key) const;  // nullptr when absent
   Value& add(std::string key, Value v);           // appends (no duplicate check)

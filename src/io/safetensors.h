@@ -41,7 +41,6 @@ class SafetensorsFile {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find(std::string_view name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  size_t file_size() const { return size_; }
 
  private:
   SafetensorsFile() = default;

@@ -312,7 +312,6 @@ DevMha mha(Builder& b, const model::Mha& m, bool memory_kv) {
 
 void trim_stack_reservation() { check(cudaDeviceSetLimit(cudaLimitStackSize, 0), "cudaDeviceSetLimit(stack size)"); }
 
-const char* wformat_name(WFormat f) { return f == WFormat::NVFP4 ? "nvfp4" : f == WFormat::FP8 ? "fp8" : "bf16"; }
 
 DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeights& hw, const model::TextConfig& c,
                             const model::HeadConfig& hc, const BuildOptions& o) {

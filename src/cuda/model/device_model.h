@@ -17,7 +17,6 @@ namespace clefrt::cuda {
 
 // How a block of a Linear's output rows is stored (spec/quant.md).
 enum class WFormat : uint8_t { BF16, NVFP4, FP8 };
-const char* wformat_name(WFormat f);
 
 // Rows [row0, row0 + n) of a (possibly fused) Linear, all in one format.
 struct DevLinearPart {

@@ -28,7 +28,6 @@ void swiglu_fp8_scaled(const bf16* gu, int64_t L, int64_t ffn, const float* rs, 
                        bf16* act, cudaStream_t s);
 // y[r, :] (+)= bias, then gelu (erf) if asked; y fp32 [rows, n] with row stride ldy.
 void bias_act(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu, cudaStream_t s);
-void to_bf16(const float* x, int64_t n, bf16* y, cudaStream_t s);
 void f32_to_bf16_rows(const float* x, int64_t rows, int64_t d, int64_t ldx, bf16* y, int64_t ldy, cudaStream_t s);
 // Deterministic pseudo-random fill (synthetic weights): normal(mean, std) by a counter hash.
 void fill_normal_bf16(bf16* p, int64_t n, uint64_t seed, float mean, float std, cudaStream_t s);

@@ -189,7 +189,6 @@ void bias_act(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias,
   check_launch("bias_act");
 }
 
-void to_bf16(const float* x, int64_t n, bf16* y, cudaStream_t s) { f32_to_bf16_rows(x, 1, n, n, y, n, s); }
 
 void f32_to_bf16_rows(const float* x, int64_t rows, int64_t d, int64_t ldx, bf16* y, int64_t ldy, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
