@@ -2,7 +2,8 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests] [bench MODES...] [memory] [nan] [serve MODES...] [anchors]
+#   bench/run_device_suite.sh COMMIT [tests] [bench MODES...] [memory] [nan] [serve MODES...] [lab] [anchors]
+# lab: the dev/cuda kernel benches (clefrt_bench_gdn; the GEMM ones with lab-gemm).
 # nan: a tiny folder with NaN weights through the CUDA engine (refused at load; with
 # --no-check-weights a 500 naming the layer). serve: `clefrt serve --synthetic clef-27b` under
 # clefrt_load (1, 8, 64 clients) per mode, then SIGTERM timed. anchors: ../shared/anchors'
@@ -19,7 +20,7 @@ while [ $# -gt 0 ]; do
       .carry/clefrt_gpu_tests 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
     bench)
       shift
-      while [ $# -gt 0 ] && [ "$1" != memory ] && [ "$1" != tests ]; do
+      while [ $# -gt 0 ] && [ "$1" != memory ] && [ "$1" != tests ] && [ "$1" != lab ] && [ "$1" != anchors ] && [ "$1" != nan ]; do
         m=$1
         .carry/clefrt bench --synthetic clef-27b --quant "$m" --tokenizer $tok --reps 5 --profile --commit "$commit" \
           --command "clefrt bench --synthetic clef-27b --quant $m --reps 5 --profile" --json "$OUT/bench-$m.json" \
@@ -59,6 +60,11 @@ for i in range(480):
     anchors)
       mkdir -p /tmp/fla && tar xJf .anchors/fla-0.5.2-bc3b101d.tar.xz -C /tmp/fla
       PYTHONUNBUFFERED=1 python3 .anchors/kernel_anchors.py /tmp/fla "$OUT/kernel-anchors.json" 2>&1 | tail -12 ;;
+    lab)
+      .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn.json" 2>&1 | tee "$OUT/lab-gdn.txt" ;;
+    lab-gemm)
+      .carry/clefrt_bench_w4a16 --commit "$commit" --json "$OUT/lab-w4a16.json" > "$OUT/lab-w4a16.txt" 2>&1; echo "== lab w4a16 rc=$?"
+      .carry/clefrt_bench_fp8 --commit "$commit" --json "$OUT/lab-fp8.json" > "$OUT/lab-fp8.txt" 2>&1; echo "== lab fp8 rc=$?" ;;
     memory)
       for m in bf16 fp8 nvfp4-w4a16 nvfp4; do
         for off in "" --offload-embeddings; do

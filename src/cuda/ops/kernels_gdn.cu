@@ -8,15 +8,17 @@
 //   (I + Lm) U = beta V,  (I + Lm) W = beta K e^gamma          (forward substitution)
 // then, sequentially over the chunks of a sequence with the fp32 state S [Dk, Dv]:
 //   Vn = U - W S;  O = e^gamma Q S + A Vn;  S = e^gamma_C S + (K e^(gamma_C - gamma))^T Vn
-// Kernel 1 (gdn_chunk_prep) does the first part for all chunks in parallel; kernel 2
-// (gdn_chunk_scan) walks the chunks, one CTA per (sequence, head, 32 state columns): the
-// columns of S evolve independently, which is what makes the split exact. Each has a
-// tensor-core form (3xTF32 mma.sync, the default) and a CUDA-core form (GdnPath in kernels.h).
+// gdn_chunk_prep does the first part for all chunks in parallel; gdn_chunk_scan walks the
+// chunks, one CTA per (sequence, head, 32 state columns): the columns of S evolve independently,
+// which is what makes the split exact. Each has a tensor-core form (3xTF32 mma.sync, the
+// default; the scan in two kernels: the state recurrence alone, then every chunk's output in
+// parallel) and a CUDA-core form (GdnPath in kernels.h).
 #include <cmath>
 #include <cstdlib>
 #include <string>
 
 #include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/gdn_tiles.cuh"
 #include "cuda/runtime/check.h"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
@@ -25,8 +27,8 @@ namespace clefrt::cuda {
 
 namespace {
 
-constexpr int C = 64;   // chunk
-constexpr int SW = 32;  // state columns per scan CTA
+using namespace gdn;
+
 
 // Depthwise causal conv + SiLU. Clef's case (K = 4, Cn and ldx multiples of 4): four channels
 // per thread, x and the taps read as float4, 32-bit index arithmetic (the per-element 64-bit
@@ -97,109 +99,6 @@ __global__ void gates_k(const float* b, const float* a, int64_t ldba, int64_t L,
     const float sp = x > 20.0f ? x : log1pf(expf(x));
     g[i] = negA[j] * sp;
   }
-}
-
-// gamma_i = sum of g over the chunk's tokens 0..i (zeros past n), in double, by warp 0: each
-// lane adds a pair of tokens, then a shuffle scan over the 32 pairs (the chunk's first step, on
-// the scan's sequential path: a one-thread loop of 64 dependent loads was slower).
-__device__ __forceinline__ void chunk_gamma(double* gam, const float* g, int64_t t0, int n, int64_t Hv, int64_t j) {
-  const int lane = int(threadIdx.x);
-  if (lane >= 32) return;
-  const int i0 = 2 * lane;
-  const double a = i0 < n ? double(g[(t0 + i0) * Hv + j]) : 0.0;
-  const double b = i0 + 1 < n ? double(g[(t0 + i0 + 1) * Hv + j]) : 0.0;
-  double sum = a + b;
-  for (int o = 1; o < 32; o <<= 1) {
-    const double v = __shfl_up_sync(0xffffffffu, sum, o);
-    if (lane >= o) sum += v;
-  }
-  gam[i0 + 1] = sum;
-  gam[i0] = sum - b;
-}
-
-// ---- tensor-core helpers ----
-// mma.sync m16n8k8 TF32 with the "3xTF32" split (x = hi + lo, both TF32; a*b ~ a_hi b_hi +
-// a_hi b_lo + a_lo b_hi), which keeps fp32-level accuracy (~2^-21) at a few times the SIMT rate.
-// hi: x rounded to TF32 by adding half a TF32 unit to the bits and clearing the 13 low ones (ties
-// away from zero, like cvt.rna); lo = x - hi is exact in fp32 and goes in as is: the tensor core
-// reads only a TF32 operand's upper 19 bits. Three instructions; cvt.rna.tf32.f32 has no sm_90
-// instruction and compiled to ~20 (Nsight Compute: FSETP / SEL / LOP3 / VIADD were half of the
-// scan's instructions, HMMA 5%). Finite inputs only (hi of an infinity would be one).
-__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
-  const uint32_t h = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-  hi = h;
-  lo = __float_as_uint(x - __uint_as_float(h));
-}
-
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// d[q] += A[16 x K] B_q[K x 8] for q < nb <= NB: A(r, k) = a_at(r, k), B_q(k, c) = b_at(q, k, c), r and
-// c relative to the tile. One A fragment, split once per k-step, serves the nb tiles (the split,
-// not the MMA, is most of the instructions). The three products of a k-step go to three
-// accumulators (hi*hi, lo*hi, hi*lo), summed at the end: one chain of dependent MMAs per tile
-// was three times as long (Nsight Compute: "fixed latency" the top stall of the scan). Per tile:
-// the same operations in the same order as one tile alone.
-template <int NB, class FA, class FB>
-__device__ __forceinline__ void mma_3xtf32_shared_a(float (&d)[NB][4], int nb, int K, FA a_at, FB b_at) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  float e1[NB][4] = {}, e2[NB][4] = {};
-#pragma unroll 2
-  for (int k0 = 0; k0 < K; k0 += 8) {
-    uint32_t ah[4], al[4];
-    split_tf32(a_at(g, k0 + t), ah[0], al[0]);
-    split_tf32(a_at(g + 8, k0 + t), ah[1], al[1]);
-    split_tf32(a_at(g, k0 + t + 4), ah[2], al[2]);
-    split_tf32(a_at(g + 8, k0 + t + 4), ah[3], al[3]);
-#pragma unroll
-    for (int q = 0; q < NB; ++q) {
-      if (q >= nb) break;
-      uint32_t bh[2], bl[2];
-      split_tf32(b_at(q, k0 + t, g), bh[0], bl[0]);
-      split_tf32(b_at(q, k0 + t + 4, g), bh[1], bl[1]);
-      mma_tf32(e1[q], al, bh);
-      mma_tf32(e2[q], ah, bl);
-      mma_tf32(d[q], ah, bh);
-    }
-  }
-#pragma unroll
-  for (int q = 0; q < NB; ++q)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) d[q][i] += e1[q][i] + e2[q][i];
-}
-
-// d[q] += A_q[16 x K] B[K x 8] for q < na <= NA: A_q(r, k) = a_at(q, r, k); one B fragment serves
-// the na tiles. The two correction products share one accumulator here (NA goes up to 8 tiles:
-// three accumulators each would not fit the registers).
-template <int NA, class FA, class FB>
-__device__ __forceinline__ void mma_3xtf32_shared_b(float (&d)[NA][4], int na, int K, FA a_at, FB b_at) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  float e[NA][4] = {};
-#pragma unroll 2
-  for (int k0 = 0; k0 < K; k0 += 8) {
-    uint32_t bh[2], bl[2];
-    split_tf32(b_at(k0 + t, g), bh[0], bl[0]);
-    split_tf32(b_at(k0 + t + 4, g), bh[1], bl[1]);
-#pragma unroll
-    for (int q = 0; q < NA; ++q) {
-      if (q >= na) break;
-      uint32_t ah[4], al[4];
-      split_tf32(a_at(q, g, k0 + t), ah[0], al[0]);
-      split_tf32(a_at(q, g + 8, k0 + t), ah[1], al[1]);
-      split_tf32(a_at(q, g, k0 + t + 4), ah[2], al[2]);
-      split_tf32(a_at(q, g + 8, k0 + t + 4), ah[3], al[3]);
-      mma_tf32(e[q], al, bh);
-      mma_tf32(e[q], ah, bl);
-      mma_tf32(d[q], ah, bh);
-    }
-  }
-#pragma unroll
-  for (int q = 0; q < NA; ++q)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) d[q][i] += e[q][i];
 }
 
 struct PrepSmem {
@@ -452,31 +351,6 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
   }
 }
 
-// The chunks of sequence s in this pass, [cb, ce); false (the CTA has nothing to do) if none.
-__device__ __forceinline__ bool scan_pass_chunks(const GdnChunks& ch, const GdnScratch& sc, int64_t s, int64_t& cb, int64_t& ce) {
-  const int64_t first = ch.seq_chunk[s], end = ch.seq_chunk[s + 1];
-  cb = first > sc.c0 ? first : sc.c0;
-  ce = sc.c1 >= 0 && sc.c1 < end ? sc.c1 : end;
-  return cb < ce;
-}
-// This CTA's state columns [c0_col, c0_col + sw) of value head j: from the previous pass when
-// the sequence began before it, else zero (columns >= sw, padding, stay zero).
-__device__ __forceinline__ void load_state(float* S, int lds, const GdnScratch& sc, bool carried, int64_t j, int64_t Dk, int64_t Dv,
-                                           int64_t c0_col, int sw, int tid, int nt) {
-  for (int64_t e = tid; e < Dk * lds; e += nt) {
-    const int64_t y = e / lds, x = e - y * lds;
-    S[e] = carried && x < sw ? sc.state_in[(j * Dk + y) * Dv + c0_col + x] : 0.0f;
-  }
-}
-// After the pass's last chunk, for a sequence that continues in the next pass.
-__device__ __forceinline__ void store_state(const float* S, int lds, const GdnScratch& sc, int64_t j, int64_t Dk, int64_t Dv,
-                                            int64_t c0_col, int sw, int tid, int nt) {
-  __syncthreads();  // the last chunk's S updates are done
-  for (int64_t e = tid; e < Dk * sw; e += nt) {
-    const int64_t y = e / sw, x = e - y * sw;
-    sc.state_out[(j * Dk + y) * Dv + c0_col + x] = S[y * lds + x];
-  }
-}
 
 struct ScanSmem {
   static size_t bytes(int64_t Dk) {
@@ -611,66 +485,64 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
   if (ch.seq_chunk[s + 1] > ce) store_state(S, SW, sc, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
-// ---- the scan on tensor cores ----
-// The same three products per chunk as gdn_chunk_scan_k, with the 3xTF32 tiles above.
-// Shared-memory strides are padded so the fragment loads do not conflict: rows of Dk + 4 and of
-// C + 4, state rows of SW + 8.
-constexpr int SWP = SW + 8;
 
-struct ScanTcSmem {
-  // W, then A, then K share one region (each is done before the next arrives): ~100 KiB at
-  // Dk = 128, two CTAs per SM
+// ---- the scan on tensor cores, in two kernels ----
+// gdn_chunk_state_tc_k is the sequential part alone, one CTA (8 warps) per (sequence, value
+// head, 32 state columns): per chunk it saves S as the chunk's starting state h_c, forms
+// Vn = U - W S (written over U) and updates S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn).
+// The next chunk's W and U load while the state update runs, K while Vn is formed.
+// gdn_chunk_out_tc_k then forms O = e^gamma Q h_c + A Vn for every chunk at once. Each product
+// is the 3xTF32 tile of gdn_tiles.cuh in the same order as one kernel doing all of it (the
+// dev/cuda lab's fused variant), so the outputs are the same bits. Shared strides: rows of
+// Dk + 4 and C + 4 floats, state rows of SW + 8.
+struct StateTcSmem {
+  // S, W, K, U, Vn: ~106 KiB at Dk = 128, two CTAs per SM
   static size_t bytes(int64_t Dk) {
-    const int64_t ld = Dk + 4, region = C * (ld > C + 4 ? ld : C + 4);
-    return sizeof(double) * C + sizeof(float) * (Dk * SWP + region + C * ld + C * SWP + 2 * C);
+    const int64_t ld = Dk + 4;
+    return sizeof(double) * C + sizeof(float) * (Dk * SWP + 2 * C * ld + 2 * C * SWP + C);
   }
 };
 
-// One CTA (8 warps) per (sequence, value head, 32 state columns), as gdn_chunk_scan_k. Each warp
-// owns output tiles of 16 x 8: Vn and O 64 x 32 (2 tiles per warp), S 128 x 32 (Dk / 16 x 4 tiles).
-__global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
-                                                           int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* o) {
+__global__ void __launch_bounds__(256) gdn_chunk_state_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                            int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc) {
   extern __shared__ double smem_d[];
-  const int ld = int(Dk) + 4, lda = C + 4;
+  const int ld = int(Dk) + 4;
   double* gam = smem_d;
   float* S = reinterpret_cast<float*>(gam + C);  // [Dk][SWP]
-  float* Ws = S + Dk * SWP;                      // [C][ld]: W, then A ([C][lda]), then K
-  float* qs = Ws + C * (ld > lda ? ld : lda);    // [C][ld]
-  float* ks = Ws;
-  float* As = Ws;
-  float* Vn = qs + C * ld;    // [C][SWP]
-  float* eg = Vn + C * SWP;   // e^gamma_i
-  float* ek = eg + C;         // e^(gamma_C - gamma_i)
+  float* Ws = S + Dk * SWP;                      // [C][ld]
+  float* ks = Ws + C * ld;                       // [C][ld]
+  float* Us = ks + C * ld;                       // [C][SWP]: U's columns of this CTA
+  float* Vn = Us + C * SWP;                      // [C][SWP]
+  float* ek = Vn + C * SWP;                      // e^(gamma_C - gamma_i)
 
   const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SW;
-  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk, value_dim = Hv * Dv;
+  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
   const int sw = int(Dv - c0_col < SW ? Dv - c0_col : SW);
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
   const int gq = lane >> 2, tq = lane & 3;
-  // this warp's 16 x 8 tiles of the 64 x 32 outputs: rows 16 * (warp % 4), columns 8 * ct
-  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;
+  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;  // this warp's two 16 x 8 tiles of Vn
 
   int64_t cb, ce;
   if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
   load_state(S, SWP, sc, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
+  auto load_wu = [&](int64_t c) {
+    load_tile_async(Ws, ld, sc.w + ((c - sc.c0) * Hv + j) * C * Dk, Dk, C, int(Dk), C, int(Dk));
+    load_tile_async(Us, SWP, sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col, Dv, C, SW, C, sw);
+    cp_async_commit();
+  };
+  load_wu(cb);
   for (int64_t c = cb; c < ce; ++c) {
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
-    const float* w = sc.w + ((c - sc.c0) * Hv + j) * C * Dk;
-    const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv;
-    const float* aqk = sc.aqk + ((c - sc.c0) * Hv + j) * C * C;
-    const float* rows = mixed + t0 * conv_dim;
-    __syncthreads();  // the previous chunk's readers of q/k/Vn/S are done
-    load_tile_async(Ws, ld, w, Dk, C, int(Dk), C, int(Dk));
-    load_tile_async(qs, ld, rows + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
-    load_tile_async(Vn, SWP, u + c0_col, Dv, C, SW, C, sw);
+    float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv;  // becomes Vn
+    float* h = sc.h + ((c - sc.c0) * Hv + j) * Dk * Dv;
+    load_tile_async(ks, ld, mixed + t0 * conv_dim + key_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+    cp_async_commit();
     chunk_gamma(gam, g, t0, n, Hv, j);
-    cp_async_wait_all();
+    cp_async_wait<1>();  // W and U of this chunk (K may still be on its way)
     __syncthreads();
-    if (tid < C) {
-      eg[tid] = float(exp(gam[tid]));
-      ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
-    }
+    for (int e = tid; e < int(Dk) * sw; e += nt) h[(e / sw) * Dv + c0_col + e % sw] = S[(e / sw) * SWP + e % sw];
+    if (tid < C) ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
     // Vn = U - W S: this warp's two tiles share their W fragment
     {
       float d[2][4] = {};
@@ -678,48 +550,26 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
           d, 2, int(Dk), [&](int r, int k) { return Ws[(rt + r) * ld + k]; },
           [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
       for (int q = 0; q < 2; ++q) {
-        const int cc = ct0 + 8 * q;
-        Vn[(rt + gq) * SWP + cc + 2 * tq] -= d[q][0];
-        Vn[(rt + gq) * SWP + cc + 2 * tq + 1] -= d[q][1];
-        Vn[(rt + gq + 8) * SWP + cc + 2 * tq] -= d[q][2];
-        Vn[(rt + gq + 8) * SWP + cc + 2 * tq + 1] -= d[q][3];
+        const int cc = ct0 + 8 * q + 2 * tq, r0 = (rt + gq) * SWP, r1 = (rt + gq + 8) * SWP;
+        Vn[r0 + cc] = Us[r0 + cc] - d[q][0];
+        Vn[r0 + cc + 1] = Us[r0 + cc + 1] - d[q][1];
+        Vn[r1 + cc] = Us[r1 + cc] - d[q][2];
+        Vn[r1 + cc + 1] = Us[r1 + cc + 1] - d[q][3];
       }
     }
-    __syncthreads();  // W is done: A into its space
-    load_tile_async(As, lda, aqk, C, C, C, C, C);
-    cp_async_wait_all();
-    __syncthreads();
-    // O = e^gamma Q S + A Vn (A is lower triangular: k stops at the tile's last row)
-    {
-      float d[2][4] = {};
-      mma_3xtf32_shared_a<2>(
-          d, 2, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; },
-          [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
-      const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
-      float a[2][4];
-      for (int q = 0; q < 2; ++q) {
-        a[q][0] = d[q][0] * e0;
-        a[q][1] = d[q][1] * e0;
-        a[q][2] = d[q][2] * e1;
-        a[q][3] = d[q][3] * e1;
-      }
-      mma_3xtf32_shared_a<2>(
-          a, 2, rt + 16, [&](int r, int k) { return As[(rt + r) * lda + k]; },
-          [&](int q, int k, int col) { return Vn[k * SWP + ct0 + 8 * q + col]; });
-      for (int q = 0; q < 2; ++q) {
-        const int r0 = rt + gq, r1 = rt + gq + 8, col = ct0 + 8 * q + 2 * tq;
-        float* out0 = o + (t0 + r0) * value_dim + j * Dv + c0_col + col;
-        float* out1 = o + (t0 + r1) * value_dim + j * Dv + c0_col + col;
-        if (r0 < n && col < sw) out0[0] = a[q][0];
-        if (r0 < n && col + 1 < sw) out0[1] = a[q][1];
-        if (r1 < n && col < sw) out1[0] = a[q][2];
-        if (r1 < n && col + 1 < sw) out1[1] = a[q][3];
-      }
+    __syncthreads();  // Vn is whole; W and U are free for the next chunk's
+    if (c + 1 < ce) load_wu(c + 1);
+    // Vn for the output kernel, then e^(gamma_C - gamma_i) Vn for the state update
+    for (int e = tid; e < C * SW; e += nt) {
+      const int r = e / SW, x = e % SW;
+      const float v = Vn[r * SWP + x];
+      if (x < sw) u[r * Dv + c0_col + x] = v;
+      Vn[r * SWP + x] = v * ek[r];
     }
-    __syncthreads();  // Q, A and Vn reads are done
-    load_tile_async(ks, ld, rows + key_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));  // K into W's (then A's) space
-    for (int e = tid; e < C * SW; e += nt) Vn[(e / SW) * SWP + e % SW] *= ek[e / SW];
-    cp_async_wait_all();
+    if (c + 1 < ce)
+      cp_async_wait<1>();  // K (the next W and U may still be on their way)
+    else
+      cp_async_wait<0>();
     __syncthreads();
     // S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn): (Dk / 16) x 4 tiles over the 8 warps; a
     // warp's tiles (warp + 8 i) share their columns, so one Vn fragment serves them all
@@ -743,8 +593,73 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
         s1[1] = s1[1] * eC + d[q][3];
       }
     }
+    __syncthreads();  // S, K and Vn are done before the next chunk reads or refills them
   }
   if (ch.seq_chunk[s + 1] > ce) store_state(S, SWP, sc, j, Dk, Dv, c0_col, sw, tid, nt);
+}
+
+struct OutTcSmem {
+  // Q, h_c, A, Vn: ~81 KiB at Dk = 128
+  static size_t bytes(int64_t Dk) {
+    const int64_t ld = Dk + 4, lda = C + 4;
+    return sizeof(double) * C + sizeof(float) * (C * ld + Dk * SWP + C * lda + C * SWP + C);
+  }
+};
+
+// One CTA per (chunk of the pass, value head, 32 state columns); warp tiles as in the state kernel.
+__global__ void __launch_bounds__(256) gdn_chunk_out_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                          int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* o) {
+  extern __shared__ double smem_d[];
+  const int ld = int(Dk) + 4, lda = C + 4;
+  double* gam = smem_d;
+  float* qs = reinterpret_cast<float*>(gam + C);  // [C][ld]
+  float* H = qs + C * ld;                         // [Dk][SWP]
+  float* As = H + Dk * SWP;                       // [C][lda]
+  float* Vn = As + C * lda;                       // [C][SWP]
+  float* eg = Vn + C * SWP;                       // e^gamma_i
+
+  const int64_t ci = blockIdx.x, c = sc.c0 + ci, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SW;
+  const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
+  const int sw = int(Dv - c0_col < SW ? Dv - c0_col : SW);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gq = lane >> 2, tq = lane & 3;
+  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;
+  const int64_t t0 = ch.chunk_start[c];
+  const int n = ch.chunk_len[c];
+  const int64_t slot = ci * Hv + j;
+  load_tile_async(qs, ld, mixed + t0 * conv_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+  load_tile_async(H, SWP, sc.h + slot * Dk * Dv + c0_col, Dv, int(Dk), SW, int(Dk), sw);
+  load_tile_async(As, lda, sc.aqk + slot * C * C, C, C, C, C, C);
+  load_tile_async(Vn, SWP, sc.u + slot * C * Dv + c0_col, Dv, C, SW, C, sw);
+  chunk_gamma(gam, g, t0, n, Hv, j);
+  cp_async_wait_all();
+  __syncthreads();
+  if (tid < C) eg[tid] = float(exp(gam[tid]));
+  __syncthreads();
+  float d[2][4] = {};
+  mma_3xtf32_shared_a<2>(
+      d, 2, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; },
+      [&](int q, int k, int col) { return H[k * SWP + ct0 + 8 * q + col]; });
+  const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
+  float a[2][4];
+  for (int q = 0; q < 2; ++q) {
+    a[q][0] = d[q][0] * e0;
+    a[q][1] = d[q][1] * e0;
+    a[q][2] = d[q][2] * e1;
+    a[q][3] = d[q][3] * e1;
+  }
+  mma_3xtf32_shared_a<2>(
+      a, 2, rt + 16, [&](int r, int k) { return As[(rt + r) * lda + k]; },
+      [&](int q, int k, int col) { return Vn[k * SWP + ct0 + 8 * q + col]; });
+  for (int q = 0; q < 2; ++q) {
+    const int r0 = rt + gq, r1 = rt + gq + 8, col = ct0 + 8 * q + 2 * tq;
+    float* out0 = o + (t0 + r0) * value_dim + j * Dv + c0_col + col;
+    float* out1 = o + (t0 + r1) * value_dim + j * Dv + c0_col + col;
+    if (r0 < n && col < sw) out0[0] = a[q][0];
+    if (r0 < n && col + 1 < sw) out0[1] = a[q][1];
+    if (r1 < n && col < sw) out1[0] = a[q][2];
+    if (r1 < n && col + 1 < sw) out1[1] = a[q][3];
+  }
 }
 
 // GdnPath::Auto -> tensor cores or not (see kernels.h)
@@ -808,7 +723,8 @@ void set_smem_limits() {
     check(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
-    check(cudaFuncSetAttribute(gdn_chunk_scan_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
+    check(cudaFuncSetAttribute(gdn_chunk_state_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
+    check(cudaFuncSetAttribute(gdn_chunk_out_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     attr = true;
   }
 }
@@ -847,11 +763,19 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
   check_pass(ch, sc, "gdn_chunk_scan");
   const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW));
-  if (use_tensor_cores(path, Dk, Dv))
-    gdn_chunk_scan_tc_k<<<grid, 256, ScanTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
-  else
+  if (use_tensor_cores(path, Dk, Dv)) {
+    if (!sc.h) throw Error(Status::Internal, "internal_error", "gdn_chunk_scan: the tensor-core scan needs GdnScratch::h");
+    gdn_chunk_state_tc_k<<<grid, 256, StateTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc);
+    check_launch("gdn_chunk_scan (state)");
+    const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
+    if (c1 == sc.c0) return;
+    const dim3 ogrid(unsigned(c1 - sc.c0), unsigned(Hv), unsigned((Dv + SW - 1) / SW));
+    gdn_chunk_out_tc_k<<<ogrid, 256, OutTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
+    check_launch("gdn_chunk_scan (out)");
+  } else {
     gdn_chunk_scan_k<<<grid, 256, ScanSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
-  check_launch("gdn_chunk_scan");
+    check_launch("gdn_chunk_scan");
+  }
 }
 
 void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,

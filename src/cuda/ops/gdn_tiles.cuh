@@ -1,0 +1,145 @@
+// The tiles of the GDN chunk kernels (kernels_gdn.cu; the dev/cuda lab's variants include it
+// too): the chunk and state-column sizes, the in-chunk cumulative decay, the 3xTF32 mma.sync
+// products, and a scan pass's chunk range and state carried between passes.
+#pragma once
+#include <cstdint>
+
+#include "cuda/ops/kernels.h"
+
+namespace clefrt::cuda::gdn {
+
+constexpr int C = 64;   // chunk
+constexpr int SW = 32;  // state columns per scan CTA
+constexpr int SWP = SW + 8;  // state rows in shared memory, padded so fragment loads do not conflict
+
+
+// gamma_i = sum of g over the chunk's tokens 0..i (zeros past n), in double, by warp 0: each
+// lane adds a pair of tokens, then a shuffle scan over the 32 pairs (the chunk's first step, on
+// the scan's sequential path: a one-thread loop of 64 dependent loads was slower).
+__device__ __forceinline__ void chunk_gamma(double* gam, const float* g, int64_t t0, int n, int64_t Hv, int64_t j) {
+  const int lane = int(threadIdx.x);
+  if (lane >= 32) return;
+  const int i0 = 2 * lane;
+  const double a = i0 < n ? double(g[(t0 + i0) * Hv + j]) : 0.0;
+  const double b = i0 + 1 < n ? double(g[(t0 + i0 + 1) * Hv + j]) : 0.0;
+  double sum = a + b;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double v = __shfl_up_sync(0xffffffffu, sum, o);
+    if (lane >= o) sum += v;
+  }
+  gam[i0 + 1] = sum;
+  gam[i0] = sum - b;
+}
+
+// ---- tensor-core helpers ----
+// mma.sync m16n8k8 TF32 with the "3xTF32" split (x = hi + lo, both TF32; a*b ~ a_hi b_hi +
+// a_hi b_lo + a_lo b_hi), which keeps fp32-level accuracy (~2^-21) at a few times the SIMT rate.
+// hi: x rounded to TF32 by adding half a TF32 unit to the bits and clearing the 13 low ones (ties
+// away from zero, like cvt.rna); lo = x - hi is exact in fp32 and goes in as is: the tensor core
+// reads only a TF32 operand's upper 19 bits. Three instructions; cvt.rna.tf32.f32 has no sm_90
+// instruction and compiled to ~20 (Nsight Compute: FSETP / SEL / LOP3 / VIADD were half of the
+// scan's instructions, HMMA 5%). Finite inputs only (hi of an infinity would be one).
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  const uint32_t h = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  hi = h;
+  lo = __float_as_uint(x - __uint_as_float(h));
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d[q] += A[16 x K] B_q[K x 8] for q < nb <= NB: A(r, k) = a_at(r, k), B_q(k, c) = b_at(q, k, c), r and
+// c relative to the tile. One A fragment, split once per k-step, serves the nb tiles (the split,
+// not the MMA, is most of the instructions). The three products of a k-step go to three
+// accumulators (hi*hi, lo*hi, hi*lo), summed at the end: one chain of dependent MMAs per tile
+// was three times as long (Nsight Compute: "fixed latency" the top stall of the scan). Per tile:
+// the same operations in the same order as one tile alone.
+template <int NB, class FA, class FB>
+__device__ __forceinline__ void mma_3xtf32_shared_a(float (&d)[NB][4], int nb, int K, FA a_at, FB b_at) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float e1[NB][4] = {}, e2[NB][4] = {};
+#pragma unroll 2
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    uint32_t ah[4], al[4];
+    split_tf32(a_at(g, k0 + t), ah[0], al[0]);
+    split_tf32(a_at(g + 8, k0 + t), ah[1], al[1]);
+    split_tf32(a_at(g, k0 + t + 4), ah[2], al[2]);
+    split_tf32(a_at(g + 8, k0 + t + 4), ah[3], al[3]);
+#pragma unroll
+    for (int q = 0; q < NB; ++q) {
+      if (q >= nb) break;
+      uint32_t bh[2], bl[2];
+      split_tf32(b_at(q, k0 + t, g), bh[0], bl[0]);
+      split_tf32(b_at(q, k0 + t + 4, g), bh[1], bl[1]);
+      mma_tf32(e1[q], al, bh);
+      mma_tf32(e2[q], ah, bl);
+      mma_tf32(d[q], ah, bh);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < NB; ++q)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) d[q][i] += e1[q][i] + e2[q][i];
+}
+
+// d[q] += A_q[16 x K] B[K x 8] for q < na <= NA: A_q(r, k) = a_at(q, r, k); one B fragment serves
+// the na tiles. The two correction products share one accumulator here (NA goes up to 8 tiles:
+// three accumulators each would not fit the registers).
+template <int NA, class FA, class FB>
+__device__ __forceinline__ void mma_3xtf32_shared_b(float (&d)[NA][4], int na, int K, FA a_at, FB b_at) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float e[NA][4] = {};
+#pragma unroll 2
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    uint32_t bh[2], bl[2];
+    split_tf32(b_at(k0 + t, g), bh[0], bl[0]);
+    split_tf32(b_at(k0 + t + 4, g), bh[1], bl[1]);
+#pragma unroll
+    for (int q = 0; q < NA; ++q) {
+      if (q >= na) break;
+      uint32_t ah[4], al[4];
+      split_tf32(a_at(q, g, k0 + t), ah[0], al[0]);
+      split_tf32(a_at(q, g + 8, k0 + t), ah[1], al[1]);
+      split_tf32(a_at(q, g, k0 + t + 4), ah[2], al[2]);
+      split_tf32(a_at(q, g + 8, k0 + t + 4), ah[3], al[3]);
+      mma_tf32(e[q], al, bh);
+      mma_tf32(e[q], ah, bl);
+      mma_tf32(d[q], ah, bh);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < NA; ++q)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) d[q][i] += e[q][i];
+}
+
+// The chunks of sequence s in this pass, [cb, ce); false (the CTA has nothing to do) if none.
+__device__ __forceinline__ bool scan_pass_chunks(const GdnChunks& ch, const GdnScratch& sc, int64_t s, int64_t& cb, int64_t& ce) {
+  const int64_t first = ch.seq_chunk[s], end = ch.seq_chunk[s + 1];
+  cb = first > sc.c0 ? first : sc.c0;
+  ce = sc.c1 >= 0 && sc.c1 < end ? sc.c1 : end;
+  return cb < ce;
+}
+// This CTA's state columns [c0_col, c0_col + sw) of value head j: from the previous pass when
+// the sequence began before it, else zero (columns >= sw, padding, stay zero).
+__device__ __forceinline__ void load_state(float* S, int lds, const GdnScratch& sc, bool carried, int64_t j, int64_t Dk, int64_t Dv,
+                                           int64_t c0_col, int sw, int tid, int nt) {
+  for (int64_t e = tid; e < Dk * lds; e += nt) {
+    const int64_t y = e / lds, x = e - y * lds;
+    S[e] = carried && x < sw ? sc.state_in[(j * Dk + y) * Dv + c0_col + x] : 0.0f;
+  }
+}
+// After the pass's last chunk, for a sequence that continues in the next pass.
+__device__ __forceinline__ void store_state(const float* S, int lds, const GdnScratch& sc, int64_t j, int64_t Dk, int64_t Dv,
+                                            int64_t c0_col, int sw, int tid, int nt) {
+  __syncthreads();  // the last chunk's S updates are done
+  for (int64_t e = tid; e < Dk * sw; e += nt) {
+    const int64_t y = e / sw, x = e - y * sw;
+    sc.state_out[(j * Dk + y) * Dv + c0_col + x] = S[y * lds + x];
+  }
+}
+
+}  // namespace clefrt::cuda::gdn
