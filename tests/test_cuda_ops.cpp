@@ -238,13 +238,12 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
     const int64_t nc = int64_t(cs.size());
     DeviceBuffer dm = upload(mixed, "m"), dg = upload(g, "g"), db = upload(beta, "b"), dcs = upload(cs, "cs"), dcl = upload(cl, "cl"),
                  dsc = upload(sc, "sc"), w(size_t(nc * Hv * 64 * Dk) * 4), u(size_t(nc * Hv * 64 * Dv) * 4),
-                 a(size_t(nc * Hv * 64 * 64) * 4), hs(size_t(nc * Hv * Dk * Dv) * 4), o(want.size() * 4);
+                 a(size_t(nc * Hv * 64 * 64) * 4), o(want.size() * 4);
     GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
     for (GdnPath path : {GdnPath::TensorCores, GdnPath::Simt}) {
       const char* name = path == GdnPath::Simt ? "simt" : "tensor cores";
       check(cudaMemset(o.get(), 0xff, want.size() * 4), "poison o");  // NaN: every output must be written
-      gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch,
-                  GdnScratch{w.as<float>(), u.as<float>(), a.as<float>(), hs.as<float>()},
+      gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, GdnScratch{w.as<float>(), u.as<float>(), a.as<float>()},
                   o.as<float>(), nullptr, path);
       const auto whole = down<float>(o, want.size());
       expect_close(whole, want, 2e-5, 1e-4, std::string("gdn_chunked ") + name + " Dk=" + std::to_string(Dk));
@@ -253,11 +252,11 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
       for (int64_t P : {int64_t(1), int64_t(2), int64_t(3), nc - 1}) {
         if (P < 1) continue;
         DeviceBuffer pw(size_t(P * Hv * 64 * Dk) * 4), pu(size_t(P * Hv * 64 * Dv) * 4), pa(size_t(P * Hv * 64 * 64) * 4),
-            ph(size_t(P * Hv * Dk * Dv) * 4), st0(size_t(Hv * Dk * Dv) * 4), st1(size_t(Hv * Dk * Dv) * 4);
+            st0(size_t(Hv * Dk * Dv) * 4), st1(size_t(Hv * Dk * Dv) * 4);
         float* st[2] = {st0.as<float>(), st1.as<float>()};
         check(cudaMemset(o.get(), 0xff, want.size() * 4), "poison o");
         for (int64_t c0 = 0, pass = 0; c0 < nc; c0 += P, ++pass) {
-          GdnScratch sp{pw.as<float>(), pu.as<float>(), pa.as<float>(), ph.as<float>()};
+          GdnScratch sp{pw.as<float>(), pu.as<float>(), pa.as<float>()};
           sp.c0 = c0;
           sp.c1 = std::min(nc, c0 + P);
           sp.state_in = st[pass % 2];

@@ -1,17 +1,22 @@
 // The GDN chunked prefill's scan, kernel variants side by side (issue 20), at the 27B model's
 // GDN shapes (Hk 16, Hv 48, Dk = Dv = 128) on random inputs normalised as the engine's gdn_prep
-// leaves them. Per batch shape (1 x 8,192, 8 x 1,024, 64 x 512 tokens; CUDA events, median of
-// 20 after 3 warm-ups, one layer):
-//   prep           gdn_chunk_prep (the product's tensor-core form)
-//   scan           the product's gdn_chunk_scan: the state kernel, then the output kernel
-//   fused          this file's variant: one kernel, each chunk's output formed in the walk
-//   simt           the product's CUDA-core scan (GdnPath::Simt)
-// and whether each variant's output equals the product's in every bit (the split must keep the
-// bits). The rate is the chunk algorithm's useful FLOPs (each 3xTF32 product counted once) over
-// the measured bf16 GEMM peak, for scale only. Usage: clefrt_bench_gdn [--commit ID] [--json FILE]
+// leaves them. Per batch shape (1 x 8,192, 8 x 1,024, 64 x 512 tokens; one layer; CUDA events,
+// median of 20 after 3 warm-ups; each run from a fresh prep, whose time is subtracted):
+//   product       gdn_chunk_scan, the engine's (one fused kernel, 3xTF32 products)
+//   fused 3xtf32  this file's copy of it (its bits must equal the product's: the harness check)
+//   fused tf32    the same kernel with plain TF32 products (one MMA instead of three)
+//   fused bf16    the same kernel with bf16 m16n8k16 products (fp32 accumulation; fla's choice)
+//   split 3xtf32  a state kernel (the recurrence alone, next chunk's loads under the update)
+//               + a parallel output kernel over saved chunk states: the same bits, and slower
+//   simt          the engine's CUDA-core scan
+// Error is against the product's output, which the GPU tests hold to the CPU's fp32 within
+// 2e-5 relative. Rates count each product once (useful FLOPs), for scale against the measured
+// bf16 GEMM peak. Usage: clefrt_bench_gdn [--commit ID] [--json FILE]
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -20,6 +25,7 @@
 #include "cuda/ops/async_copy.cuh"
 #include "cuda/ops/gdn_tiles.cuh"
 #include "cuda/ops/kernels.h"
+#include "cuda/ops/mma.cuh"
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/check.h"
 #include "gpu_bench.h"
@@ -28,8 +34,86 @@ namespace clefrt::cuda {
 namespace {
 using namespace gdn;
 
-// ---- variant "fused": the product's tensor-core scan until it was split (state kernel + output
-// kernel): one kernel walks the chunks and forms each chunk's output in the same loop.
+// The products' kinds: the product's 3xTF32 (fp32-level), plain TF32 (operands rounded to
+// 10-bit mantissas, one MMA), bf16 m16n8k16 (operands rounded to bf16, fp32 accumulation: what
+// fla does). Same accumulator layout in all three (rows g and g + 8, columns 2t and 2t + 1).
+enum class Mma { Tf32x3, Tf32, Bf16 };
+
+__device__ __forceinline__ uint32_t tf32_hi(float x) {
+  uint32_t h, l;
+  split_tf32(x, h, l);
+  return h;
+}
+
+template <Mma M, int NB, class FA, class FB>
+__device__ __forceinline__ void mma_shared_a(float (&d)[NB][4], int nb, int K, FA a_at, FB b_at) {
+  if constexpr (M == Mma::Tf32x3) {
+    mma_3xtf32_shared_a<NB>(d, nb, K, a_at, b_at);
+  } else {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if constexpr (M == Mma::Tf32) {
+#pragma unroll 2
+      for (int k0 = 0; k0 < K; k0 += 8) {
+        const uint32_t a[4] = {tf32_hi(a_at(g, k0 + t)), tf32_hi(a_at(g + 8, k0 + t)), tf32_hi(a_at(g, k0 + t + 4)),
+                               tf32_hi(a_at(g + 8, k0 + t + 4))};
+#pragma unroll
+        for (int q = 0; q < NB; ++q) {
+          if (q >= nb) break;
+          const uint32_t b[2] = {tf32_hi(b_at(q, k0 + t, g)), tf32_hi(b_at(q, k0 + t + 4, g))};
+          mma_tf32(d[q], a, b);
+        }
+      }
+    } else {
+#pragma unroll 2
+      for (int k0 = 0; k0 < K; k0 += 16) {
+        const int c0 = k0 + 2 * t, c1 = c0 + 8;
+        const uint32_t a0 = pack_bf16(a_at(g, c0), a_at(g, c0 + 1)), a1 = pack_bf16(a_at(g + 8, c0), a_at(g + 8, c0 + 1)),
+                       a2 = pack_bf16(a_at(g, c1), a_at(g, c1 + 1)), a3 = pack_bf16(a_at(g + 8, c1), a_at(g + 8, c1 + 1));
+#pragma unroll
+        for (int q = 0; q < NB; ++q) {
+          if (q >= nb) break;
+          mma_bf16(d[q], a0, a1, a2, a3, pack_bf16(b_at(q, c0, g), b_at(q, c0 + 1, g)), pack_bf16(b_at(q, c1, g), b_at(q, c1 + 1, g)));
+        }
+      }
+    }
+  }
+}
+
+template <Mma M, int NA, class FA, class FB>
+__device__ __forceinline__ void mma_shared_b(float (&d)[NA][4], int na, int K, FA a_at, FB b_at) {
+  if constexpr (M == Mma::Tf32x3) {
+    mma_3xtf32_shared_b<NA>(d, na, K, a_at, b_at);
+  } else {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if constexpr (M == Mma::Tf32) {
+#pragma unroll 2
+      for (int k0 = 0; k0 < K; k0 += 8) {
+        const uint32_t b[2] = {tf32_hi(b_at(k0 + t, g)), tf32_hi(b_at(k0 + t + 4, g))};
+#pragma unroll
+        for (int q = 0; q < NA; ++q) {
+          if (q >= na) break;
+          const uint32_t a[4] = {tf32_hi(a_at(q, g, k0 + t)), tf32_hi(a_at(q, g + 8, k0 + t)), tf32_hi(a_at(q, g, k0 + t + 4)),
+                                 tf32_hi(a_at(q, g + 8, k0 + t + 4))};
+          mma_tf32(d[q], a, b);
+        }
+      }
+    } else {
+#pragma unroll 2
+      for (int k0 = 0; k0 < K; k0 += 16) {
+        const int c0 = k0 + 2 * t, c1 = c0 + 8;
+        const uint32_t b0 = pack_bf16(b_at(c0, g), b_at(c0 + 1, g)), b1 = pack_bf16(b_at(c1, g), b_at(c1 + 1, g));
+#pragma unroll
+        for (int q = 0; q < NA; ++q) {
+          if (q >= na) break;
+          mma_bf16(d[q], pack_bf16(a_at(q, g, c0), a_at(q, g, c0 + 1)), pack_bf16(a_at(q, g + 8, c0), a_at(q, g + 8, c0 + 1)),
+                   pack_bf16(a_at(q, g, c1), a_at(q, g, c1 + 1)), pack_bf16(a_at(q, g + 8, c1), a_at(q, g + 8, c1 + 1)), b0, b1);
+        }
+      }
+    }
+  }
+}
+
+// ---- variant "fused" (the product's kernel), its products of the kind M ----
 struct ScanTcSmem {
   // W, then A, then K share one region (each is done before the next arrives): ~100 KiB at
   // Dk = 128, two CTAs per SM
@@ -41,6 +125,7 @@ struct ScanTcSmem {
 
 // One CTA (8 warps) per (sequence, value head, 32 state columns), as gdn_chunk_scan_k. Each warp
 // owns output tiles of 16 x 8: Vn and O 64 x 32 (2 tiles per warp), S 128 x 32 (Dk / 16 x 4 tiles).
+template <Mma M>
 __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
                                                            int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* o) {
   extern __shared__ double smem_d[];
@@ -87,7 +172,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
     // Vn = U - W S: this warp's two tiles share their W fragment
     {
       float d[2][4] = {};
-      mma_3xtf32_shared_a<2>(
+      mma_shared_a<M, 2>(
           d, 2, int(Dk), [&](int r, int k) { return Ws[(rt + r) * ld + k]; },
           [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
       for (int q = 0; q < 2; ++q) {
@@ -105,7 +190,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
     // O = e^gamma Q S + A Vn (A is lower triangular: k stops at the tile's last row)
     {
       float d[2][4] = {};
-      mma_3xtf32_shared_a<2>(
+      mma_shared_a<M, 2>(
           d, 2, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; },
           [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
       const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
@@ -116,7 +201,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
         a[q][2] = d[q][2] * e1;
         a[q][3] = d[q][3] * e1;
       }
-      mma_3xtf32_shared_a<2>(
+      mma_shared_a<M, 2>(
           a, 2, rt + 16, [&](int r, int k) { return As[(rt + r) * lda + k]; },
           [&](int q, int k, int col) { return Vn[k * SWP + ct0 + 8 * q + col]; });
       for (int q = 0; q < 2; ++q) {
@@ -141,7 +226,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
     const int cc = (warp & 3) * 8;
     if (na > 0) {
       float d[4][4] = {};
-      mma_3xtf32_shared_b<4>(
+      mma_shared_b<M, 4>(
           d, na, C, [&](int q, int r, int k) { return ks[k * ld + ((warp + 8 * q) >> 2) * 16 + r]; },
           [&](int k, int col) { return Vn[k * SWP + cc + col]; });
 #pragma unroll
@@ -160,7 +245,182 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
   if (ch.seq_chunk[s + 1] > ce) store_state(S, SWP, sc, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
-size_t fused_smem_bytes(int64_t Dk) { return ScanTcSmem::bytes(Dk); }
+// ---- variant "split": the scan on tensor cores in two kernels ----
+// gdn_chunk_state_tc_k is the sequential part alone, one CTA (8 warps) per (sequence, value
+// head, 32 state columns): per chunk it saves S as the chunk's starting state h_c, forms
+// Vn = U - W S (written over U) and updates S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn).
+// The next chunk's W and U load while the state update runs, K while Vn is formed.
+// gdn_chunk_out_tc_k then forms O = e^gamma Q h_c + A Vn for every chunk at once. Each product
+// is the 3xTF32 tile of gdn_tiles.cuh in the same order as one kernel doing all of it (the
+// dev/cuda lab's fused variant), so the outputs are the same bits. Shared strides: rows of
+// Dk + 4 and C + 4 floats, state rows of SW + 8.
+struct StateTcSmem {
+  // S, W, K, U, Vn: ~106 KiB at Dk = 128, two CTAs per SM
+  static size_t bytes(int64_t Dk) {
+    const int64_t ld = Dk + 4;
+    return sizeof(double) * C + sizeof(float) * (Dk * SWP + 2 * C * ld + 2 * C * SWP + C);
+  }
+};
+
+__global__ void __launch_bounds__(256) gdn_chunk_state_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                            int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* hbuf) {
+  extern __shared__ double smem_d[];
+  const int ld = int(Dk) + 4;
+  double* gam = smem_d;
+  float* S = reinterpret_cast<float*>(gam + C);  // [Dk][SWP]
+  float* Ws = S + Dk * SWP;                      // [C][ld]
+  float* ks = Ws + C * ld;                       // [C][ld]
+  float* Us = ks + C * ld;                       // [C][SWP]: U's columns of this CTA
+  float* Vn = Us + C * SWP;                      // [C][SWP]
+  float* ek = Vn + C * SWP;                      // e^(gamma_C - gamma_i)
+
+  const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SW;
+  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
+  const int sw = int(Dv - c0_col < SW ? Dv - c0_col : SW);
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+  const int gq = lane >> 2, tq = lane & 3;
+  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;  // this warp's two 16 x 8 tiles of Vn
+
+  int64_t cb, ce;
+  if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
+  load_state(S, SWP, sc, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
+  auto load_wu = [&](int64_t c) {
+    load_tile_async(Ws, ld, sc.w + ((c - sc.c0) * Hv + j) * C * Dk, Dk, C, int(Dk), C, int(Dk));
+    load_tile_async(Us, SWP, sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col, Dv, C, SW, C, sw);
+    cp_async_commit();
+  };
+  load_wu(cb);
+  for (int64_t c = cb; c < ce; ++c) {
+    const int64_t t0 = ch.chunk_start[c];
+    const int n = ch.chunk_len[c];
+    float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv;  // becomes Vn
+    float* h = hbuf + ((c - sc.c0) * Hv + j) * Dk * Dv;
+    load_tile_async(ks, ld, mixed + t0 * conv_dim + key_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+    cp_async_commit();
+    chunk_gamma(gam, g, t0, n, Hv, j);
+    cp_async_wait<1>();  // W and U of this chunk (K may still be on its way)
+    __syncthreads();
+    for (int e = tid; e < int(Dk) * sw; e += nt) h[(e / sw) * Dv + c0_col + e % sw] = S[(e / sw) * SWP + e % sw];
+    if (tid < C) ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
+    // Vn = U - W S: this warp's two tiles share their W fragment
+    {
+      float d[2][4] = {};
+      mma_3xtf32_shared_a<2>(
+          d, 2, int(Dk), [&](int r, int k) { return Ws[(rt + r) * ld + k]; },
+          [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
+      for (int q = 0; q < 2; ++q) {
+        const int cc = ct0 + 8 * q + 2 * tq, r0 = (rt + gq) * SWP, r1 = (rt + gq + 8) * SWP;
+        Vn[r0 + cc] = Us[r0 + cc] - d[q][0];
+        Vn[r0 + cc + 1] = Us[r0 + cc + 1] - d[q][1];
+        Vn[r1 + cc] = Us[r1 + cc] - d[q][2];
+        Vn[r1 + cc + 1] = Us[r1 + cc + 1] - d[q][3];
+      }
+    }
+    __syncthreads();  // Vn is whole; W and U are free for the next chunk's
+    if (c + 1 < ce) load_wu(c + 1);
+    // Vn for the output kernel, then e^(gamma_C - gamma_i) Vn for the state update
+    for (int e = tid; e < C * SW; e += nt) {
+      const int r = e / SW, x = e % SW;
+      const float v = Vn[r * SWP + x];
+      if (x < sw) u[r * Dv + c0_col + x] = v;
+      Vn[r * SWP + x] = v * ek[r];
+    }
+    if (c + 1 < ce)
+      cp_async_wait<1>();  // K (the next W and U may still be on their way)
+    else
+      cp_async_wait<0>();
+    __syncthreads();
+    // S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn): (Dk / 16) x 4 tiles over the 8 warps; a
+    // warp's tiles (warp + 8 i) share their columns, so one Vn fragment serves them all
+    const float eC = float(exp(gam[n - 1]));
+    const int tiles = int(Dk / 16) * 4, na = warp < tiles ? (tiles - warp + 7) / 8 : 0;
+    const int cc = (warp & 3) * 8;
+    if (na > 0) {
+      float d[4][4] = {};
+      mma_3xtf32_shared_b<4>(
+          d, na, C, [&](int q, int r, int k) { return ks[k * ld + ((warp + 8 * q) >> 2) * 16 + r]; },
+          [&](int k, int col) { return Vn[k * SWP + cc + col]; });
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (q >= na) break;
+        const int r0 = ((warp + 8 * q) >> 2) * 16;
+        float* s0 = S + (r0 + gq) * SWP + cc + 2 * tq;
+        float* s1 = S + (r0 + gq + 8) * SWP + cc + 2 * tq;
+        s0[0] = s0[0] * eC + d[q][0];
+        s0[1] = s0[1] * eC + d[q][1];
+        s1[0] = s1[0] * eC + d[q][2];
+        s1[1] = s1[1] * eC + d[q][3];
+      }
+    }
+    __syncthreads();  // S, K and Vn are done before the next chunk reads or refills them
+  }
+  if (ch.seq_chunk[s + 1] > ce) store_state(S, SWP, sc, j, Dk, Dv, c0_col, sw, tid, nt);
+}
+
+struct OutTcSmem {
+  // Q, h_c, A, Vn: ~81 KiB at Dk = 128
+  static size_t bytes(int64_t Dk) {
+    const int64_t ld = Dk + 4, lda = C + 4;
+    return sizeof(double) * C + sizeof(float) * (C * ld + Dk * SWP + C * lda + C * SWP + C);
+  }
+};
+
+// One CTA per (chunk of the pass, value head, 32 state columns); warp tiles as in the state kernel.
+__global__ void __launch_bounds__(256) gdn_chunk_out_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                          int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, const float* hbuf, float* o) {
+  extern __shared__ double smem_d[];
+  const int ld = int(Dk) + 4, lda = C + 4;
+  double* gam = smem_d;
+  float* qs = reinterpret_cast<float*>(gam + C);  // [C][ld]
+  float* H = qs + C * ld;                         // [Dk][SWP]
+  float* As = H + Dk * SWP;                       // [C][lda]
+  float* Vn = As + C * lda;                       // [C][SWP]
+  float* eg = Vn + C * SWP;                       // e^gamma_i
+
+  const int64_t ci = blockIdx.x, c = sc.c0 + ci, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SW;
+  const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
+  const int sw = int(Dv - c0_col < SW ? Dv - c0_col : SW);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gq = lane >> 2, tq = lane & 3;
+  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;
+  const int64_t t0 = ch.chunk_start[c];
+  const int n = ch.chunk_len[c];
+  const int64_t slot = ci * Hv + j;
+  load_tile_async(qs, ld, mixed + t0 * conv_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+  load_tile_async(H, SWP, hbuf + slot * Dk * Dv + c0_col, Dv, int(Dk), SW, int(Dk), sw);
+  load_tile_async(As, lda, sc.aqk + slot * C * C, C, C, C, C, C);
+  load_tile_async(Vn, SWP, sc.u + slot * C * Dv + c0_col, Dv, C, SW, C, sw);
+  chunk_gamma(gam, g, t0, n, Hv, j);
+  cp_async_wait_all();
+  __syncthreads();
+  if (tid < C) eg[tid] = float(exp(gam[tid]));
+  __syncthreads();
+  float d[2][4] = {};
+  mma_3xtf32_shared_a<2>(
+      d, 2, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; },
+      [&](int q, int k, int col) { return H[k * SWP + ct0 + 8 * q + col]; });
+  const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
+  float a[2][4];
+  for (int q = 0; q < 2; ++q) {
+    a[q][0] = d[q][0] * e0;
+    a[q][1] = d[q][1] * e0;
+    a[q][2] = d[q][2] * e1;
+    a[q][3] = d[q][3] * e1;
+  }
+  mma_3xtf32_shared_a<2>(
+      a, 2, rt + 16, [&](int r, int k) { return As[(rt + r) * lda + k]; },
+      [&](int q, int k, int col) { return Vn[k * SWP + ct0 + 8 * q + col]; });
+  for (int q = 0; q < 2; ++q) {
+    const int r0 = rt + gq, r1 = rt + gq + 8, col = ct0 + 8 * q + 2 * tq;
+    float* out0 = o + (t0 + r0) * value_dim + j * Dv + c0_col + col;
+    float* out1 = o + (t0 + r1) * value_dim + j * Dv + c0_col + col;
+    if (r0 < n && col < sw) out0[0] = a[q][0];
+    if (r0 < n && col + 1 < sw) out0[1] = a[q][1];
+    if (r1 < n && col < sw) out1[0] = a[q][2];
+    if (r1 < n && col + 1 < sw) out1[1] = a[q][3];
+  }
+}
+
 
 }  // namespace
 }  // namespace clefrt::cuda
@@ -174,7 +434,9 @@ int main(int argc, char** argv) {
   if (!bench::parse_options(argc, argv, false, opt)) return 2;
   try {
     const HardwareLimits hw = bench::measure_and_print_hardware();
-    check(cudaFuncSetAttribute(gdn_chunk_scan_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "fused smem");
+    for (const void* k : {(const void*)gdn_chunk_scan_tc_k<Mma::Tf32x3>, (const void*)gdn_chunk_scan_tc_k<Mma::Tf32>,
+                          (const void*)gdn_chunk_scan_tc_k<Mma::Bf16>, (const void*)gdn_chunk_state_tc_k, (const void*)gdn_chunk_out_tc_k})
+      check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "lab smem");
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
     const int64_t Hk = 16, Hv = 48, Dk = 128, Dv = 128, conv_dim = 2 * Hk * Dk + Hv * Dv;
@@ -185,7 +447,7 @@ int main(int argc, char** argv) {
     };
     for (Shape sh : {Shape{"1x8192", 1, 8192}, Shape{"8x1024", 8, 1024}, Shape{"64x512", 64, 512}}) {
       const int64_t L = sh.seqs * sh.len;
-      std::vector<int32_t> cs, cl, sc = {0}, seq_start(size_t(L));
+      std::vector<int32_t> cs, cl, sc = {0};
       for (int64_t q = 0; q < sh.seqs; ++q) {
         for (int64_t t = 0; t < sh.len; t += 64) {
           cs.push_back(int32_t(q * sh.len + t));
@@ -211,59 +473,80 @@ int main(int argc, char** argv) {
       gdn_prep(mixed.as<float>(), conv_dim, L, Hk, Dk, ba.as<float>(), ba.as<float>() + Hv, 2 * Hv, Hv, negA.as<float>(), dtb.as<float>(),
                g.as<float>(), beta.as<float>(), s);
       const GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, sh.seqs};
-      const GdnScratch scr{w.as<float>(), u.as<float>(), a.as<float>(), h.as<float>()};
-      auto prep = [&] { gdn_chunk_prep(mixed.as<float>(), Hk, Hv, Dk, Dv, g.as<float>(), beta.as<float>(), ch, scr, s); };
-      // the product's scan overwrites U with Vn: each timed run starts from a fresh prep, timed apart
-      const double t_prep = median_ms(s, prep);
-      const double t_prep_scan = median_ms(s, [&] {
-        prep();
-        gdn_chunk_scan(mixed.as<float>(), Hk, Hv, Dk, Dv, g.as<float>(), ch, scr, o_ref.as<float>(), s);
-      });
-      const double t_prep_fused = median_ms(s, [&] {
-        prep();
-        gdn_chunk_scan_tc_k<<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / SW)), 256, fused_smem_bytes(Dk), s>>>(
-            mixed.as<float>(), conv_dim, Hk, Hv, Dk, Dv, g.as<float>(), ch, scr, o.as<float>());
-      });
-      std::vector<uint32_t> ref(size_t(L * Hv * Dv)), got(ref.size());
-      auto differing = [&](const DeviceBuffer& b) {
-        check(cudaMemcpy(got.data(), b.get(), got.size() * 4, cudaMemcpyDeviceToHost), "copy");
-        size_t d = 0;
-        for (size_t i = 0; i < got.size(); ++i) d += got[i] != ref[i];
-        return d;
+      const GdnScratch scr{w.as<float>(), u.as<float>(), a.as<float>()};
+      const float* mx = mixed.as<float>();
+      const float* gg = g.as<float>();
+      const dim3 sgrid(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / SW)), ogrid(unsigned(nc), unsigned(Hv), unsigned(Dv / SW));
+      auto prep = [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s); };
+      struct Variant {
+        const char* name;
+        std::function<void(float*)> scan;
       };
-      prep();
-      gdn_chunk_scan(mixed.as<float>(), Hk, Hv, Dk, Dv, g.as<float>(), ch, scr, o_ref.as<float>(), s);
-      check(cudaStreamSynchronize(s), "sync");
-      check(cudaMemcpy(ref.data(), o_ref.get(), ref.size() * 4, cudaMemcpyDeviceToHost), "copy");
-      prep();
-      gdn_chunk_scan_tc_k<<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / SW)), 256, fused_smem_bytes(Dk), s>>>(
-          mixed.as<float>(), conv_dim, Hk, Hv, Dk, Dv, g.as<float>(), ch, scr, o.as<float>());
-      check_launch("fused scan");
-      check(cudaStreamSynchronize(s), "sync");
-      const size_t fused_diff = differing(o);
-      const double t_prep_simt = median_ms(s, [&] {
-        prep();
-        gdn_chunk_scan(mixed.as<float>(), Hk, Hv, Dk, Dv, g.as<float>(), ch, scr, o.as<float>(), s, GdnPath::Simt);
-      });
-      const double t_scan = t_prep_scan - t_prep, t_simt = t_prep_simt - t_prep, t_fused = t_prep_fused - t_prep;
-      // useful FLOPs: prep (K K^T, Q K^T, T (beta V), T (beta K)) and scan (W S, Q S, A Vn, K^T Vn) per chunk and head
-      const double per_chunk = 2.0 * (2 * 64 * 64 * Dk + 64 * 64 * (Dk + Dv)) + 2.0 * (64 * Dk * Dv * 3 + 64 * 64 * Dv);
-      const double flop = per_chunk * double(nc * Hv);
-      const double t_all = t_prep + t_scan;
-      std::printf("%-7s chunks %4lld | prep %.3f ms | scan %.3f ms (fused %.3f ms, %.2fx; simt %.3f ms) | prep + scan %.3f ms, "
-                  "%.1f TFLOP/s = %.3f of the bf16 peak | fused output bits differing from the product's: %zu of %zu\n",
-                  sh.name, (long long)nc, t_prep, t_scan, t_fused, t_fused / t_scan, t_simt, t_all, flop / (t_all * 1e-3) / 1e12,
-                  flop / (t_all * 1e-3) / 1e12 / hw.peak_bf16_tflops, fused_diff, ref.size());
-      json::Value r = json::Value::object();
-      r.add("m", json::Value::integer(L));
-      r.add("sequences", json::Value::integer(sh.seqs));
-      r.add("prep_ms", json::Value::number(t_prep));
-      r.add("scan_ms", json::Value::number(t_scan));
-      r.add("fused_scan_ms", json::Value::number(t_fused));
-      r.add("simt_scan_ms", json::Value::number(t_simt));
-      r.add("fused_outputs_differing", json::Value::integer(int64_t(fused_diff)));
+      const std::vector<Variant> variants = {
+          {"product", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s); }},
+          {"fused 3xtf32", [&](float* out) {
+             gdn_chunk_scan_tc_k<Mma::Tf32x3><<<sgrid, 256, ScanTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, out);
+           }},
+          {"fused tf32", [&](float* out) {
+             gdn_chunk_scan_tc_k<Mma::Tf32><<<sgrid, 256, ScanTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, out);
+           }},
+          {"fused bf16", [&](float* out) {
+             gdn_chunk_scan_tc_k<Mma::Bf16><<<sgrid, 256, ScanTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, out);
+           }},
+          {"split 3xtf32", [&](float* out) {
+             gdn_chunk_state_tc_k<<<sgrid, 256, StateTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
+             gdn_chunk_out_tc_k<<<ogrid, 256, OutTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>(), out);
+           }},
+          {"simt", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Simt); }},
+      };
+      const size_t N = size_t(L * Hv * Dv);
+      std::vector<float> ref(N), got(N);
+      // every variant from a fresh prep (the split one writes Vn over U); times are prep + scan - prep
+      const double t_prep = median_ms(s, prep);
+      const double flop_prep = 2.0 * (2 * 64 * 64 * Dk + 64 * 64 * (Dk + Dv)) * double(nc * Hv);
+      const double flop_scan = 2.0 * (64 * Dk * Dv * 3 + 64 * 64 * Dv) * double(nc * Hv);
+      std::printf("\n%s: %lld chunks; prep %.3f ms (%.1f TFLOP/s, %.3f of the bf16 peak)\n", sh.name, (long long)nc, t_prep,
+                  flop_prep / (t_prep * 1e-3) / 1e12, flop_prep / (t_prep * 1e-3) / 1e12 / hw.peak_bf16_tflops);
       json::Value pts = json::Value::array();
-      pts.arr.push_back(std::move(r));
+      double t_product = 0;
+      for (const Variant& v : variants) {
+        float* out = v.name == std::string("product") ? o_ref.as<float>() : o.as<float>();
+        prep();
+        v.scan(out);
+        check_launch(v.name);
+        check(cudaStreamSynchronize(s), v.name);
+        check(cudaMemcpy((out == o_ref.as<float>() ? ref : got).data(), out, N * 4, cudaMemcpyDeviceToHost), "copy");
+        size_t differ = 0;
+        double max_ref = 0, max_err = 0, se = 0, sr = 0;
+        if (out != o_ref.as<float>())
+          for (size_t i = 0; i < N; ++i) {
+            differ += std::memcmp(&got[i], &ref[i], 4) != 0;
+            const double e = double(got[i]) - double(ref[i]);
+            max_err = std::max(max_err, std::fabs(e));
+            max_ref = std::max(max_ref, std::fabs(double(ref[i])));
+            se += e * e;
+            sr += double(ref[i]) * double(ref[i]);
+          }
+        const double t = median_ms(s, [&] {
+          prep();
+          v.scan(out);
+        }) - t_prep;
+        if (out == o_ref.as<float>()) t_product = t;
+        const double rel_max = max_ref > 0 ? max_err / max_ref : 0, rel_rms = sr > 0 ? std::sqrt(se / sr) : 0;
+        std::printf("  %-13s scan %7.3f ms (%.2fx the product's) %6.1f TFLOP/s | prep + scan %7.3f ms | vs the product: %zu of %zu bits "
+                    "differ, max |err| / max |o| %.2e, rms rel %.2e\n",
+                    v.name, t, t / t_product, flop_scan / (t * 1e-3) / 1e12, t_prep + t, differ, N, rel_max, rel_rms);
+        json::Value r = json::Value::object();
+        r.add("variant", json::Value::string(v.name));
+        r.add("m", json::Value::integer(L));
+        r.add("sequences", json::Value::integer(sh.seqs));
+        r.add("prep_ms", json::Value::number(t_prep));
+        r.add("scan_ms", json::Value::number(t));
+        r.add("outputs_differing_from_product", json::Value::integer(int64_t(differ)));
+        r.add("max_err_over_max_out", json::Value::number(rel_max));
+        r.add("rms_rel_err", json::Value::number(rel_rms));
+        pts.arr.push_back(std::move(r));
+      }
       shapes.arr.push_back(bench::shape_record(sh.name, Hv * Dv, Dk, std::move(pts)));
     }
     if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_gdn", std::move(shapes));

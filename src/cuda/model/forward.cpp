@@ -115,7 +115,6 @@ struct Forward::Batch {
     gs.w = a.carve<float>(gdn_pass * c.v_heads * kChunk * c.k_head_dim, "gdn W");
     gs.u = a.carve<float>(gdn_pass * c.v_heads * kChunk * c.v_head_dim, "gdn U");
     gs.aqk = a.carve<float>(gdn_pass * c.v_heads * kChunk * kChunk, "gdn A");
-    gs.h = a.carve<float>(gdn_pass * c.v_heads * c.k_head_dim * c.v_head_dim, "gdn chunk states");
     size_t phase_end = a.used();
     a.rewind(gdn_shared);
     qs_gdn = carve_qs(a, m, Tb + hist, std::max(H, value_dim));

@@ -64,9 +64,6 @@ struct GdnChunks {
 // pass). The state is fp32 either way, so passes give the same bits as one pass.
 struct GdnScratch {
   float *w, *u, *aqk;  // [chunks, Hv, 64, Dk], [chunks, Hv, 64, Dv], [chunks, Hv, 64, 64]
-  float* h = nullptr;  // [chunks, Hv, Dk, Dv]: the state at each chunk's start (the tensor-core
-                       // scan's state kernel writes it, its output kernel reads it; the scan
-                       // also overwrites u with Vn = U - W S)
   int64_t c0 = 0, c1 = -1;
   const float* state_in = nullptr;
   float* state_out = nullptr;

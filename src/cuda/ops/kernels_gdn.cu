@@ -10,9 +10,8 @@
 //   Vn = U - W S;  O = e^gamma Q S + A Vn;  S = e^gamma_C S + (K e^(gamma_C - gamma))^T Vn
 // gdn_chunk_prep does the first part for all chunks in parallel; gdn_chunk_scan walks the
 // chunks, one CTA per (sequence, head, 32 state columns): the columns of S evolve independently,
-// which is what makes the split exact. Each has a tensor-core form (3xTF32 mma.sync, the
-// default; the scan in two kernels: the state recurrence alone, then every chunk's output in
-// parallel) and a CUDA-core form (GdnPath in kernels.h).
+// which is what makes the split exact. Each has a tensor-core form (3xTF32 mma.sync,  the
+// default) and a CUDA-core form (GdnPath in kernels.h).
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -486,63 +485,65 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
 }
 
 
-// ---- the scan on tensor cores, in two kernels ----
-// gdn_chunk_state_tc_k is the sequential part alone, one CTA (8 warps) per (sequence, value
-// head, 32 state columns): per chunk it saves S as the chunk's starting state h_c, forms
-// Vn = U - W S (written over U) and updates S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn).
-// The next chunk's W and U load while the state update runs, K while Vn is formed.
-// gdn_chunk_out_tc_k then forms O = e^gamma Q h_c + A Vn for every chunk at once. Each product
-// is the 3xTF32 tile of gdn_tiles.cuh in the same order as one kernel doing all of it (the
-// dev/cuda lab's fused variant), so the outputs are the same bits. Shared strides: rows of
-// Dk + 4 and C + 4 floats, state rows of SW + 8.
-struct StateTcSmem {
-  // S, W, K, U, Vn: ~106 KiB at Dk = 128, two CTAs per SM
+// ---- the scan on tensor cores ----
+// The same three products per chunk as gdn_chunk_scan_k, with the 3xTF32 tiles of
+// gdn_tiles.cuh. Shared-memory strides are padded so the fragment loads do not conflict: rows of
+// Dk + 4 and of C + 4, state rows of SW + 8. (Split into a state kernel and a parallel output
+// kernel it was slower: the dev/cuda lab's gdn_scan.cu.)
+struct ScanTcSmem {
+  // W, then A, then K share one region (each is done before the next arrives): ~100 KiB at
+  // Dk = 128, two CTAs per SM
   static size_t bytes(int64_t Dk) {
-    const int64_t ld = Dk + 4;
-    return sizeof(double) * C + sizeof(float) * (Dk * SWP + 2 * C * ld + 2 * C * SWP + C);
+    const int64_t ld = Dk + 4, region = C * (ld > C + 4 ? ld : C + 4);
+    return sizeof(double) * C + sizeof(float) * (Dk * SWP + region + C * ld + C * SWP + 2 * C);
   }
 };
 
-__global__ void __launch_bounds__(256) gdn_chunk_state_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
-                                                            int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc) {
+// One CTA (8 warps) per (sequence, value head, 32 state columns), as gdn_chunk_scan_k. Each warp
+// owns output tiles of 16 x 8: Vn and O 64 x 32 (2 tiles per warp), S 128 x 32 (Dk / 16 x 4 tiles).
+__global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                           int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* o) {
   extern __shared__ double smem_d[];
-  const int ld = int(Dk) + 4;
+  const int ld = int(Dk) + 4, lda = C + 4;
   double* gam = smem_d;
   float* S = reinterpret_cast<float*>(gam + C);  // [Dk][SWP]
-  float* Ws = S + Dk * SWP;                      // [C][ld]
-  float* ks = Ws + C * ld;                       // [C][ld]
-  float* Us = ks + C * ld;                       // [C][SWP]: U's columns of this CTA
-  float* Vn = Us + C * SWP;                      // [C][SWP]
-  float* ek = Vn + C * SWP;                      // e^(gamma_C - gamma_i)
+  float* Ws = S + Dk * SWP;                      // [C][ld]: W, then A ([C][lda]), then K
+  float* qs = Ws + C * (ld > lda ? ld : lda);    // [C][ld]
+  float* ks = Ws;
+  float* As = Ws;
+  float* Vn = qs + C * ld;    // [C][SWP]
+  float* eg = Vn + C * SWP;   // e^gamma_i
+  float* ek = eg + C;         // e^(gamma_C - gamma_i)
 
   const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SW;
-  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
+  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk, value_dim = Hv * Dv;
   const int sw = int(Dv - c0_col < SW ? Dv - c0_col : SW);
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
   const int gq = lane >> 2, tq = lane & 3;
-  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;  // this warp's two 16 x 8 tiles of Vn
+  // this warp's 16 x 8 tiles of the 64 x 32 outputs: rows 16 * (warp % 4), columns 8 * ct
+  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;
 
   int64_t cb, ce;
   if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
   load_state(S, SWP, sc, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
-  auto load_wu = [&](int64_t c) {
-    load_tile_async(Ws, ld, sc.w + ((c - sc.c0) * Hv + j) * C * Dk, Dk, C, int(Dk), C, int(Dk));
-    load_tile_async(Us, SWP, sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col, Dv, C, SW, C, sw);
-    cp_async_commit();
-  };
-  load_wu(cb);
   for (int64_t c = cb; c < ce; ++c) {
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
-    float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv;  // becomes Vn
-    float* h = sc.h + ((c - sc.c0) * Hv + j) * Dk * Dv;
-    load_tile_async(ks, ld, mixed + t0 * conv_dim + key_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
-    cp_async_commit();
+    const float* w = sc.w + ((c - sc.c0) * Hv + j) * C * Dk;
+    const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv;
+    const float* aqk = sc.aqk + ((c - sc.c0) * Hv + j) * C * C;
+    const float* rows = mixed + t0 * conv_dim;
+    __syncthreads();  // the previous chunk's readers of q/k/Vn/S are done
+    load_tile_async(Ws, ld, w, Dk, C, int(Dk), C, int(Dk));
+    load_tile_async(qs, ld, rows + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+    load_tile_async(Vn, SWP, u + c0_col, Dv, C, SW, C, sw);
     chunk_gamma(gam, g, t0, n, Hv, j);
-    cp_async_wait<1>();  // W and U of this chunk (K may still be on its way)
+    cp_async_wait_all();
     __syncthreads();
-    for (int e = tid; e < int(Dk) * sw; e += nt) h[(e / sw) * Dv + c0_col + e % sw] = S[(e / sw) * SWP + e % sw];
-    if (tid < C) ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
+    if (tid < C) {
+      eg[tid] = float(exp(gam[tid]));
+      ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
+    }
     // Vn = U - W S: this warp's two tiles share their W fragment
     {
       float d[2][4] = {};
@@ -550,26 +551,48 @@ __global__ void __launch_bounds__(256) gdn_chunk_state_tc_k(const float* mixed, 
           d, 2, int(Dk), [&](int r, int k) { return Ws[(rt + r) * ld + k]; },
           [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
       for (int q = 0; q < 2; ++q) {
-        const int cc = ct0 + 8 * q + 2 * tq, r0 = (rt + gq) * SWP, r1 = (rt + gq + 8) * SWP;
-        Vn[r0 + cc] = Us[r0 + cc] - d[q][0];
-        Vn[r0 + cc + 1] = Us[r0 + cc + 1] - d[q][1];
-        Vn[r1 + cc] = Us[r1 + cc] - d[q][2];
-        Vn[r1 + cc + 1] = Us[r1 + cc + 1] - d[q][3];
+        const int cc = ct0 + 8 * q;
+        Vn[(rt + gq) * SWP + cc + 2 * tq] -= d[q][0];
+        Vn[(rt + gq) * SWP + cc + 2 * tq + 1] -= d[q][1];
+        Vn[(rt + gq + 8) * SWP + cc + 2 * tq] -= d[q][2];
+        Vn[(rt + gq + 8) * SWP + cc + 2 * tq + 1] -= d[q][3];
       }
     }
-    __syncthreads();  // Vn is whole; W and U are free for the next chunk's
-    if (c + 1 < ce) load_wu(c + 1);
-    // Vn for the output kernel, then e^(gamma_C - gamma_i) Vn for the state update
-    for (int e = tid; e < C * SW; e += nt) {
-      const int r = e / SW, x = e % SW;
-      const float v = Vn[r * SWP + x];
-      if (x < sw) u[r * Dv + c0_col + x] = v;
-      Vn[r * SWP + x] = v * ek[r];
+    __syncthreads();  // W is done: A into its space
+    load_tile_async(As, lda, aqk, C, C, C, C, C);
+    cp_async_wait_all();
+    __syncthreads();
+    // O = e^gamma Q S + A Vn (A is lower triangular: k stops at the tile's last row)
+    {
+      float d[2][4] = {};
+      mma_3xtf32_shared_a<2>(
+          d, 2, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; },
+          [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
+      const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
+      float a[2][4];
+      for (int q = 0; q < 2; ++q) {
+        a[q][0] = d[q][0] * e0;
+        a[q][1] = d[q][1] * e0;
+        a[q][2] = d[q][2] * e1;
+        a[q][3] = d[q][3] * e1;
+      }
+      mma_3xtf32_shared_a<2>(
+          a, 2, rt + 16, [&](int r, int k) { return As[(rt + r) * lda + k]; },
+          [&](int q, int k, int col) { return Vn[k * SWP + ct0 + 8 * q + col]; });
+      for (int q = 0; q < 2; ++q) {
+        const int r0 = rt + gq, r1 = rt + gq + 8, col = ct0 + 8 * q + 2 * tq;
+        float* out0 = o + (t0 + r0) * value_dim + j * Dv + c0_col + col;
+        float* out1 = o + (t0 + r1) * value_dim + j * Dv + c0_col + col;
+        if (r0 < n && col < sw) out0[0] = a[q][0];
+        if (r0 < n && col + 1 < sw) out0[1] = a[q][1];
+        if (r1 < n && col < sw) out1[0] = a[q][2];
+        if (r1 < n && col + 1 < sw) out1[1] = a[q][3];
+      }
     }
-    if (c + 1 < ce)
-      cp_async_wait<1>();  // K (the next W and U may still be on their way)
-    else
-      cp_async_wait<0>();
+    __syncthreads();  // Q, A and Vn reads are done
+    load_tile_async(ks, ld, rows + key_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));  // K into W's (then A's) space
+    for (int e = tid; e < C * SW; e += nt) Vn[(e / SW) * SWP + e % SW] *= ek[e / SW];
+    cp_async_wait_all();
     __syncthreads();
     // S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn): (Dk / 16) x 4 tiles over the 8 warps; a
     // warp's tiles (warp + 8 i) share their columns, so one Vn fragment serves them all
@@ -593,73 +616,8 @@ __global__ void __launch_bounds__(256) gdn_chunk_state_tc_k(const float* mixed, 
         s1[1] = s1[1] * eC + d[q][3];
       }
     }
-    __syncthreads();  // S, K and Vn are done before the next chunk reads or refills them
   }
   if (ch.seq_chunk[s + 1] > ce) store_state(S, SWP, sc, j, Dk, Dv, c0_col, sw, tid, nt);
-}
-
-struct OutTcSmem {
-  // Q, h_c, A, Vn: ~81 KiB at Dk = 128
-  static size_t bytes(int64_t Dk) {
-    const int64_t ld = Dk + 4, lda = C + 4;
-    return sizeof(double) * C + sizeof(float) * (C * ld + Dk * SWP + C * lda + C * SWP + C);
-  }
-};
-
-// One CTA per (chunk of the pass, value head, 32 state columns); warp tiles as in the state kernel.
-__global__ void __launch_bounds__(256) gdn_chunk_out_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
-                                                          int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* o) {
-  extern __shared__ double smem_d[];
-  const int ld = int(Dk) + 4, lda = C + 4;
-  double* gam = smem_d;
-  float* qs = reinterpret_cast<float*>(gam + C);  // [C][ld]
-  float* H = qs + C * ld;                         // [Dk][SWP]
-  float* As = H + Dk * SWP;                       // [C][lda]
-  float* Vn = As + C * lda;                       // [C][SWP]
-  float* eg = Vn + C * SWP;                       // e^gamma_i
-
-  const int64_t ci = blockIdx.x, c = sc.c0 + ci, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SW;
-  const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
-  const int sw = int(Dv - c0_col < SW ? Dv - c0_col : SW);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int gq = lane >> 2, tq = lane & 3;
-  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;
-  const int64_t t0 = ch.chunk_start[c];
-  const int n = ch.chunk_len[c];
-  const int64_t slot = ci * Hv + j;
-  load_tile_async(qs, ld, mixed + t0 * conv_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
-  load_tile_async(H, SWP, sc.h + slot * Dk * Dv + c0_col, Dv, int(Dk), SW, int(Dk), sw);
-  load_tile_async(As, lda, sc.aqk + slot * C * C, C, C, C, C, C);
-  load_tile_async(Vn, SWP, sc.u + slot * C * Dv + c0_col, Dv, C, SW, C, sw);
-  chunk_gamma(gam, g, t0, n, Hv, j);
-  cp_async_wait_all();
-  __syncthreads();
-  if (tid < C) eg[tid] = float(exp(gam[tid]));
-  __syncthreads();
-  float d[2][4] = {};
-  mma_3xtf32_shared_a<2>(
-      d, 2, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; },
-      [&](int q, int k, int col) { return H[k * SWP + ct0 + 8 * q + col]; });
-  const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
-  float a[2][4];
-  for (int q = 0; q < 2; ++q) {
-    a[q][0] = d[q][0] * e0;
-    a[q][1] = d[q][1] * e0;
-    a[q][2] = d[q][2] * e1;
-    a[q][3] = d[q][3] * e1;
-  }
-  mma_3xtf32_shared_a<2>(
-      a, 2, rt + 16, [&](int r, int k) { return As[(rt + r) * lda + k]; },
-      [&](int q, int k, int col) { return Vn[k * SWP + ct0 + 8 * q + col]; });
-  for (int q = 0; q < 2; ++q) {
-    const int r0 = rt + gq, r1 = rt + gq + 8, col = ct0 + 8 * q + 2 * tq;
-    float* out0 = o + (t0 + r0) * value_dim + j * Dv + c0_col + col;
-    float* out1 = o + (t0 + r1) * value_dim + j * Dv + c0_col + col;
-    if (r0 < n && col < sw) out0[0] = a[q][0];
-    if (r0 < n && col + 1 < sw) out0[1] = a[q][1];
-    if (r1 < n && col < sw) out1[0] = a[q][2];
-    if (r1 < n && col + 1 < sw) out1[1] = a[q][3];
-  }
 }
 
 // GdnPath::Auto -> tensor cores or not (see kernels.h)
@@ -723,8 +681,7 @@ void set_smem_limits() {
     check(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
-    check(cudaFuncSetAttribute(gdn_chunk_state_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
-    check(cudaFuncSetAttribute(gdn_chunk_out_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
+    check(cudaFuncSetAttribute(gdn_chunk_scan_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     attr = true;
   }
 }
@@ -763,19 +720,11 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
   check_pass(ch, sc, "gdn_chunk_scan");
   const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW));
-  if (use_tensor_cores(path, Dk, Dv)) {
-    if (!sc.h) throw Error(Status::Internal, "internal_error", "gdn_chunk_scan: the tensor-core scan needs GdnScratch::h");
-    gdn_chunk_state_tc_k<<<grid, 256, StateTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc);
-    check_launch("gdn_chunk_scan (state)");
-    const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
-    if (c1 == sc.c0) return;
-    const dim3 ogrid(unsigned(c1 - sc.c0), unsigned(Hv), unsigned((Dv + SW - 1) / SW));
-    gdn_chunk_out_tc_k<<<ogrid, 256, OutTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
-    check_launch("gdn_chunk_scan (out)");
-  } else {
+  if (use_tensor_cores(path, Dk, Dv))
+    gdn_chunk_scan_tc_k<<<grid, 256, ScanTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
+  else
     gdn_chunk_scan_k<<<grid, 256, ScanSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
-    check_launch("gdn_chunk_scan");
-  }
+  check_launch("gdn_chunk_scan");
 }
 
 void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
