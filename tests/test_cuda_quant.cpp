@@ -673,6 +673,41 @@ TEST(CudaQuant, W4A16FusedForwardAgainstCpu) {
   EXPECT_EQ(batch_worst, 0.0);
 }
 
+// The portable kernels (EngineOptions::portable_kernels: what an Ampere / Ada GPU runs) against
+// the fast ones on this GPU, on the fused W4A16 folder (the one product with a wgmma kernel) and
+// on bf16 and W4A4 (where nothing differs on Hopper: the same bits). wgmma and mma.sync sum a
+// tile's products in different orders, so the W4A16 answers are held to the bf16 bound instead.
+TEST(CudaQuant, PortableKernelsAgainstTheFastOnes) {
+  NEED_GPU();
+  const std::string base = test::synth_folder("calm-small", 5, "small", 0.5f);
+  struct Case {
+    const char* name;
+    std::string dir;
+    QuantMode q;
+    bool fused;
+  };
+  const std::vector<Case> cases = {{"bf16", base, QuantMode::Auto, false},
+                                   {"nvfp4-w4a16 fused", quantized_folder(base, "small-w4a16", "nvfp4-w4a16"), QuantMode::Auto, true},
+                                   {"nvfp4-w4a16 staged", quantized_folder(base, "small-w4a16", "nvfp4-w4a16"), QuantMode::Auto, false}};
+  for (const Case& c : cases) {
+    CoreOptions o = gpu_opts();
+    o.quant = c.q;
+    o.w4a16_fused = c.fused;
+    auto fast = EngineCore::load(c.dir, o);
+    o.portable_kernels = true;
+    auto portable = EngineCore::load(c.dir, o);
+    std::vector<Encoded> enc;
+    for (const auto& text : test::corpus_requests(24)) enc.push_back(fast->encoder().encode(parse_request(text)));
+    double worst = 0;
+    for (const auto& e : enc) worst = std::max(worst, worst_diff(portable->probs({&e})[0], fast->probs({&e})[0]));
+    std::cout << "[ cuda    ] portable vs fast kernels, small " << c.name << ", " << enc.size() << " requests: worst |dp| " << worst << "\n";
+    if (c.fused && cuda::nvfp4_gemm_wgmma_available())
+      EXPECT_LT(worst, 2e-3) << c.name;
+    else
+      EXPECT_EQ(worst, 0.0) << c.name << ": the same kernels on both sides";
+  }
+}
+
 // The lean-memory plan (MLP over token blocks, the GDN layer in passes of chunks; the default
 // is 64-chunk passes, --offload-embeddings uses 1,024-token blocks and 16-chunk passes) at
 // extreme settings (40-token blocks, one chunk a pass: the conv's history rows recomputed at

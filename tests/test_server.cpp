@@ -95,6 +95,59 @@ TEST(Server, EndpointsAnswer) {
     EXPECT_NE(met->body.find(k), std::string::npos) << k;
 }
 
+// Operations (issue 22): CORS for the allowed origin only (preflight and answers), a cut state
+// reported in usage.state_tokens_dropped (absent when nothing was cut), /health's version and
+// format, and latency histograms by endpoint and outcome.
+TEST(Server, CorsTruncationHealthAndLatencyByEndpoint) {
+  ServerOptions so;
+  so.cors_origins = {"https://app.example"};
+  Running r{so, [] {
+              EngineOptions eo;
+              eo.device = Device::Cpu;
+              eo.threads = 2;
+              eo.max_length = 400;
+              return Engine::load(tiny_dir(), eo);
+            }};
+  auto c = r.client();
+  httplib::Headers from_app = {{"Origin", "https://app.example"}, {"Access-Control-Request-Method", "POST"}};
+  auto pre = c.Options("/v1/systemone", from_app);
+  ASSERT_TRUE(pre);
+  EXPECT_EQ(pre->status, 204);
+  EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+  EXPECT_NE(pre->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
+  EXPECT_NE(pre->get_header_value("Access-Control-Allow-Headers").find("Authorization"), std::string::npos);
+  auto other = c.Options("/v1/systemone", httplib::Headers{{"Origin", "https://evil.example"}});
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 405);
+  EXPECT_FALSE(other->has_header("Access-Control-Allow-Origin"));
+  auto a = c.Post("/v1/systemone", from_app, kBlog, "application/json");
+  ASSERT_TRUE(a);
+  ASSERT_EQ(a->status, 200) << a->body;
+  EXPECT_EQ(a->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+  EXPECT_EQ(a->body.find("state_tokens_dropped"), std::string::npos) << "nothing was cut: " << a->body;
+  const std::string long_state = R"({"state":")" + std::string(3000, 'x') + R"(","questions":{"q":{"type":"noul"}}})";
+  auto cut = c.Post("/v1/systemone", long_state, "application/json");
+  ASSERT_TRUE(cut);
+  ASSERT_EQ(cut->status, 200) << cut->body;
+  const json::Value v = json::parse(cut->body);
+  const json::Value* dropped = v.find("usage")->find("state_tokens_dropped");
+  ASSERT_NE(dropped, nullptr) << cut->body;
+  EXPECT_GT(dropped->i, 0);
+  EXPECT_LE(v.find("usage")->find("input_tokens")->i, 400);
+  EXPECT_FALSE(cut->has_header("Access-Control-Allow-Origin"));  // no Origin sent
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_NE(h->body.find("\"format\":\"f32\""), std::string::npos) << h->body;
+  EXPECT_NE(h->body.find("\"version\":\"clefrt "), std::string::npos) << h->body;
+  EXPECT_EQ(c.Post("/v1/systemone", "{", "application/json")->status, 400);
+  auto met = c.Get("/metrics");
+  ASSERT_TRUE(met);
+  for (const char* k : {"clefrt_request_duration_seconds_count{endpoint=\"/v1/systemone\",outcome=\"answered\"} 3",  // the preflight too
+                        "clefrt_request_duration_seconds_count{endpoint=\"/v1/systemone\",outcome=\"refused\"} 2",
+                        "clefrt_request_duration_seconds_count{endpoint=\"/health\",outcome=\"answered\"} 1"})
+    EXPECT_NE(met->body.find(k), std::string::npos) << k << "\n" << met->body;
+}
+
 TEST(Server, ErrorsHaveProtocolStatusesAndBodies) {
   ServerOptions so;
   so.api_key = "s3cret";

@@ -97,6 +97,9 @@ struct EngineOptions {
   bool native_fp4 = true;              // CUDA, W4A4 parts on Blackwell (compute capability >= 10): FP4 tensor
                                        // cores (UNTESTED: no such GPU here); false keeps the emulated path,
                                        // its oracle. Hopper and older always emulate
+  bool portable_kernels = false;       // CUDA: only the kernels every supported GPU (compute capability >= 8.0)
+                                       // runs: mma.sync for the W4A16 GEMM instead of wgmma / TMA, W4A4
+                                       // emulated; to check them against the fast ones on Hopper / Blackwell
   int threads = 0;                     // CPU engine threads (0: all cores)
   bool batch_invariant = true;         // a request's answer does not depend on its batch (CUDA: GEMM
                                        // algorithms fixed per shape class; CPU: one forward per request)
@@ -239,6 +242,13 @@ struct Hardware {
   double copy_gbps = 0;  // bytes read + written per second
 };
 Hardware measure_hardware();
+// The GPU the CUDA engine runs on (device 0), read from the driver (no measurement). CUDA only.
+struct GpuInfo {
+  std::string name;
+  int major = 0, minor = 0;  // compute capability
+  double memory_gib = 0;
+};
+GpuInfo gpu_info();
 // GPU memory in use on the device (total - free), CUDA context included; 0 without CUDA.
 double gpu_memory_in_use_gib();
 

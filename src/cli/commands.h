@@ -25,11 +25,20 @@ Runner add_quantize(CLI::App& app);
 // --no-check-weights.
 struct EngineFlags {
   std::string device = "auto", quant = "auto";
-  bool offload = false, w4a16_fused = false, native_fp4 = true, parse_special = false, require_instructions = false, check_weights = true;
+  bool offload = false, w4a16_fused = false, native_fp4 = true, portable_kernels = false, parse_special = false, require_instructions = false, check_weights = true;
   int threads = 0;
   size_t max_length = 16384;
 };
 void add_engine_flags(CLI::App& c, EngineFlags& f);
+// Number checks with readable refusals ("--max-queue: must be at least 1, not 0"; CLI11's own
+// print the whole double range): positive() > 0, non_negative() >= 0.
+CLI::Validator positive();
+CLI::Validator non_negative();
+
+// Every long option of `c` that has no environment variable yet gets CLEFRT_<NAME> (--max-queue:
+// CLEFRT_MAX_QUEUE), read when the option is not on the command line: services are configured
+// from an environment file. Call after the options are added.
+void add_env_names(CLI::App& c);
 EngineOptions engine_options(const EngineFlags& f);
 
 // Reads each input: a file, "-" for stdin; a `.jsonl` file (or stdin with --jsonl) gives one

@@ -83,6 +83,7 @@ Runner add_decide(CLI::App& app) {
       ->check(CLI::IsMember({"reference", "purity", "jev"}));
   c->add_flag("--jsonl", o->jsonl, "read stdin ('-') as JSON lines");
   c->add_option("requests", o->inputs, "request files (.json, or .jsonl for one per line); '-' reads stdin")->required();
+  add_env_names(*c);
   return [o]() -> int {
     EngineOptions eo = engine_options(o->engine);
     eo.batch_invariant = o->batch_invariant;

@@ -1,5 +1,7 @@
 // The engine options `decide` and `serve` share, as flags, and their translation into the
 // public clefrt::EngineOptions.
+#include <cctype>
+
 #include "cli/commands.h"
 
 namespace clefrt::cli {
@@ -20,14 +22,49 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
   c.add_flag("!--no-native-fp4", f.native_fp4,
              "cuda, W4A4 folders on Blackwell: the emulated path (dequantized weights, fake-quantized activations: the oracle)\n"
              "instead of the FP4 tensor cores; without effect elsewhere");
-  c.add_option("--threads", f.threads, "CPU engine threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  c.add_flag("--portable-kernels", f.portable_kernels,
+             "cuda: only the kernels every supported GPU runs (mma.sync W4A16 GEMM instead of wgmma / TMA, W4A4 emulated):\n"
+             "to compare them with the fast ones on a Hopper or Blackwell card");
+  c.add_option("--threads", f.threads, "CPU engine threads (default: all cores)")->check(non_negative());
   c.add_option("--max-length", f.max_length, "context length in tokens; longer states are cut, longer schemas refused with 413 (default 16384)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   c.add_flag("--parse-special", f.parse_special, "parse special-token text in user content, as the reference does");
   c.add_flag("--require-instructions", f.require_instructions, "refuse missing/empty instructions (422)");
   c.add_flag("!--no-check-weights", f.check_weights,
              "skip the load-time test of every weight for NaN / infinity (a folder with any is refused, naming the tensor; the test\n"
              "reads each weight once more); without it such weights give a request a 500 naming the layer");
+}
+
+namespace {
+CLI::Validator number_check(bool strict, const char* tag) {
+  return CLI::Validator(
+      [strict](std::string& in) -> std::string {
+        size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(in, &used);
+        } catch (...) {
+          return "not a number: " + in;
+        }
+        if (used != in.size()) return "not a number: " + in;
+        if (strict ? !(v > 0) : !(v >= 0)) return std::string(strict ? "must be above 0" : "must be 0 or more") + ", not " + in;
+        return {};
+      },
+      tag);
+}
+}  // namespace
+
+CLI::Validator positive() { return number_check(true, "POSITIVE"); }
+CLI::Validator non_negative() { return number_check(false, "NONNEGATIVE"); }
+
+void add_env_names(CLI::App& c) {
+  for (CLI::Option* o : c.get_options()) {
+    const std::string name = o->get_single_name();
+    if (o->get_lnames().empty() || !o->get_envname().empty() || name == "help") continue;
+    std::string env = "CLEFRT_";
+    for (char ch : o->get_lnames()[0]) env += ch == '-' ? '_' : char(std::toupper(static_cast<unsigned char>(ch)));
+    o->envname(env);
+  }
 }
 
 EngineOptions engine_options(const EngineFlags& f) {
@@ -37,6 +74,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.offload_embeddings = f.offload;
   o.w4a16_fused = f.w4a16_fused;
   o.native_fp4 = f.native_fp4;
+  o.portable_kernels = f.portable_kernels;
   o.threads = f.threads;
   o.max_length = f.max_length;
   o.parse_special = f.parse_special;

@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
       "A request holds a state and typed questions (noul, choice, score); the model returns a\n"
       "probability for every allowed option in one forward pass."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "clefrt " CLEFRT_VERSION);
+  app.set_version_flag("--version", clefrt::version());
   app.footer(
       "Run `clefrt COMMAND --help` for a command's options.\n"
       "Not built yet (see README): eval; images. Untested: the native Blackwell FP4 path.");

@@ -17,8 +17,8 @@ Runner add_quantize(CLI::App& app) {
   c->add_option("--out", o->out_dir, "the new folder (must not exist or be empty)")->required();
   c->add_option("--scheme", o->scheme, "nvfp4 | nvfp4-w4a16 | fp8")->required()->check(CLI::IsMember({"nvfp4", "nvfp4-w4a16", "fp8"}));
   c->add_option("--calib", o->calib_file, "calibration requests, one System One body per line (needed for nvfp4); records over the model's context are skipped and counted, an invalid one stops the run (file:line)");
-  c->add_option("--calib-records", o->calib_records, "records to use (default 256)")->check(CLI::PositiveNumber);
-  c->add_option("--threads", o->threads, "CPU threads for calibration (default: all cores)")->check(CLI::NonNegativeNumber);
+  c->add_option("--calib-records", o->calib_records, "records to use (default 256)")->check(positive());
+  c->add_option("--threads", o->threads, "CPU threads for calibration (default: all cores)")->check(non_negative());
   return [o]() -> int {
     quantize(*o);
     return 0;

@@ -33,6 +33,7 @@ Runner add_serve(CLI::App& app) {
     EngineFlags engine;
     std::string model, synthetic, tokenizer = ".deps/qwen3/tokenizer.json", host = "127.0.0.1", api_key, api_key_file;
     std::string confidence = "reference", model_name = "clef";
+    std::vector<std::string> cors;
     int port = 8080, io_threads = 2, prep_threads = 0;
     size_t max_batch_tokens = 16384, max_queue = 256, max_batch_requests = 64, max_connections = 16384;
     double timeout = 60, header_timeout = 10, body_timeout = 60, keep_alive_timeout = 60, drain = 10;
@@ -57,29 +58,34 @@ Runner add_serve(CLI::App& app) {
                 ->envname("CLEFRT_API_KEY");
   auto* kf = c->add_option("--api-key-file", o->api_key_file, "read the key from this file (first line)")->check(CLI::ExistingFile);
   k->excludes(kf);
-  c->add_option("--max-batch-tokens", o->max_batch_tokens, "tokens packed into one forward (default 16384)")->check(CLI::PositiveNumber);
-  c->add_option("--max-batch-requests", o->max_batch_requests, "requests packed into one forward (default 64)")->check(CLI::PositiveNumber);
-  c->add_option("--max-queue", o->max_queue, "requests waiting for the engine before 429 (default 256)")->check(CLI::PositiveNumber);
+  c->add_option("--max-batch-tokens", o->max_batch_tokens, "tokens packed into one forward (default 16384)")->check(positive());
+  c->add_option("--max-batch-requests", o->max_batch_requests, "requests packed into one forward (default 64)")->check(positive());
+  c->add_option("--max-queue", o->max_queue, "requests waiting for the engine before 429 (default 256)")->check(positive());
   c->add_option("--timeout", o->timeout, "seconds a request may take from its arrival, queue included, before a 503 (default 60)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   c->add_option("--max-connections", o->max_connections,
                 "HTTP connections open at once; past it a new one gets 503 and is closed (default 16384; bounded by the descriptor limit)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   c->add_option("--header-timeout", o->header_timeout, "seconds from a request's first byte to the end of its headers, else 408 (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   c->add_option("--body-timeout", o->body_timeout, "seconds from the end of the headers to the end of the body, else 408 (default 60)")
-      ->check(CLI::PositiveNumber);
-  c->add_option("--keep-alive-timeout", o->keep_alive_timeout, "seconds an idle connection stays open (default 60)")->check(CLI::PositiveNumber);
+      ->check(positive());
+  c->add_option("--keep-alive-timeout", o->keep_alive_timeout, "seconds an idle connection stays open (default 60)")->check(positive());
   c->add_option("--drain-seconds", o->drain,
                 "on SIGTERM / SIGINT: idle connections close at once; requests in progress get this long to finish (default 10)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   c->add_option("--confidence", o->confidence, "reference | purity | jev")->check(CLI::IsMember({"reference", "purity", "jev"}));
   c->add_option("--model-name", o->model_name, "the id reported by /v1/models and in responses without a model (default clef)");
   add_engine_flags(*c, o->engine);
   c->add_option("--io-threads", o->io_threads, "threads running the HTTP connections' event loop (default 2)")->check(CLI::Range(1, 64));
   c->add_option("--prep-threads", o->prep_threads, "threads that parse and tokenize requests (default: the cores, at least 2)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
+  c->add_option("--cors-origin", o->cors,
+                "allow browsers on this origin (https://app.example; repeatable; '*' for any) to call the API: CORS headers on\n"
+                "answers and OPTIONS preflights answered (default: none)")
+      ->delimiter(',');
   c->add_flag("--quiet", o->quiet, "no per-request log lines");
+  add_env_names(*c);
   return [o, k]() -> int {
     if (o->model.empty() && o->synthetic.empty()) throw Error(Status::BadRequest, "usage", "serve needs --model DIR or --synthetic NAME");
     server::ServerOptions so;
@@ -95,6 +101,7 @@ Runner add_serve(CLI::App& app) {
       if (so.api_key.empty()) throw Error(Status::BadRequest, "usage", "--api-key-file " + o->api_key_file + " is empty");
     }
     so.model_name = o->model_name;
+    so.cors_origins = o->cors;
     so.timeout_s = o->timeout;
     so.prep_threads = o->prep_threads;
     so.log_requests = !o->quiet;

@@ -45,8 +45,9 @@ std::string Prepared::answer(const Probs& probs, const AnswerOptions& opts, cons
   const Impl& p = impl();
   const std::string name = p.req.model.empty() ? model : p.req.model;
   if (p.encoded_only) throw Error(Status::Internal, "internal_error", "a request prepared from its encoding has no answer shape");
-  return p.openai ? openai_response(name, p.body, p.req, probs, input_tokens(), opts)
-                  : response_json(name, p.req, probs, input_tokens(), opts);
+  const size_t dropped = p.enc.state_tokens_dropped;
+  return p.openai ? openai_response(name, p.body, p.req, probs, input_tokens(), opts, dropped)
+                  : response_json(name, p.req, probs, input_tokens(), opts, dropped);
 }
 
 std::string Prepared::encoded_json() const { return encoded_to_json(encoded()); }
@@ -73,6 +74,7 @@ CoreOptions core_options(const EngineOptions& o) {
   c.offload_embeddings = o.offload_embeddings;
   c.w4a16_fused = o.w4a16_fused;
   c.native_fp4 = o.native_fp4;
+  c.portable_kernels = o.portable_kernels;
   c.batch_invariant = o.batch_invariant;
   c.check_weights = o.check_weights;
   c.load_weights = o.load_weights;
@@ -237,12 +239,5 @@ void synthesize(const SynthOptions& o) {
   model::synthesize(m);
 }
 
-std::string version() {
-  std::string v = std::string("clefrt ") + CLEFRT_VERSION;
-#ifdef CLEFRT_COMMIT
-  v += " (commit " CLEFRT_COMMIT ")";
-#endif
-  return v;
-}
 
 }  // namespace clefrt

@@ -15,6 +15,7 @@
 #ifdef CLEFRT_HAVE_CUDA
 #include "cuda/model/device_model.h"
 #include "cuda/model/forward.h"
+#include "cuda/ops/kernels_quant.h"
 #include "cuda/runtime/hardware.h"
 #endif
 
@@ -23,6 +24,23 @@ namespace clefrt {
 namespace fs = std::filesystem;
 
 #ifdef CLEFRT_HAVE_CUDA
+// Before any weight is read: a GPU this build cannot run, or FP8 Linears on a GPU without FP8
+// tensor cores, is refused with what would work instead.
+void check_gpu_runs(const model::ModelConfig& cfg, const CoreOptions& opts) {
+  cuda::check_device_supported(cuda_build_architectures());
+  const cuda::DeviceInfo d = cuda::device_info();
+  bool fp8 = opts.quant == QuantMode::FP8;
+  if (opts.quant == QuantMode::Auto && cfg.quantization) {
+    const json::Value* f = cfg.quantization->find("format");
+    fp8 = f && f->is_string() && f->s == "float-quantized";
+  }
+  if (fp8 && d.capability() < 89)
+    throw Error(Status::Unavailable, "device_unavailable",
+                "FP8 Linears need FP8 tensor cores (compute capability 8.9 or newer: Ada, Hopper, Blackwell); " + d.name +
+                    " is " + std::to_string(d.major) + "." + std::to_string(d.minor) +
+                    ": load a bf16 or NVFP4 folder, or convert at load with --quant bf16 or --quant nvfp4-w4a16");
+}
+
 struct GpuBackend {
   cuda::DevModel model;
   std::unique_ptr<cuda::Forward> forward;
@@ -34,13 +52,14 @@ struct GpuBackend {
     bo.progress = progress;
     bo.quant = opts.quant;
     bo.offload_embeddings = opts.offload_embeddings;
-    bo.native_fp4 = opts.native_fp4;
+    bo.native_fp4 = opts.native_fp4 && !opts.portable_kernels;
     model = cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo);
     cuda::ForwardOptions fo;
     fo.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);
     fo.max_seqs = opts.max_batch_requests;
     fo.batch_invariant = opts.batch_invariant;
     fo.w4a16_fused = opts.w4a16_fused;
+    fo.portable_kernels = opts.portable_kernels;
     if (opts.offload_embeddings) cuda::use_lean_memory_plan(fo);
     forward = std::make_unique<cuda::Forward>(model, fo);
   }
@@ -67,6 +86,17 @@ bool cuda_available(std::string* reason) {
 #else
   if (reason) *reason = "this build has no CUDA backend (nvcc was not found when it was configured)";
   return false;
+#endif
+}
+
+GpuInfo gpu_info() {
+#ifdef CLEFRT_HAVE_CUDA
+  std::string why;
+  if (!cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", why);
+  const cuda::DeviceInfo d = cuda::device_info();
+  return GpuInfo{d.name, d.major, d.minor, d.mem_total_gib};
+#else
+  throw Error(Status::Unavailable, "device_unavailable", "this build has no CUDA backend");
 #endif
 }
 
@@ -187,7 +217,12 @@ std::string EngineCore::gpu_summary() const {
       std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(size_t(1) << 30));
       return std::string(buf);
     };
-    std::string s = std::string("quant ") + quant_mode_name(opts_.quant) + ": Linears bf16 " + gib(m.bytes_by_format[0]) + ", nvfp4 " +
+    const cuda::DeviceInfo d = cuda::device_info();
+    const bool wgmma = !opts_.portable_kernels && cuda::nvfp4_gemm_wgmma_available();
+    char gpu[200];
+    std::snprintf(gpu, sizeof gpu, "GPU %s (compute capability %d.%d, %.1f GiB); kernels: W4A16 GEMM %s, W4A4 %s; ", d.name.c_str(), d.major,
+                  d.minor, d.mem_total_gib, wgmma ? "wgmma + TMA" : "mma.sync", m.has_native_fp4 ? "FP4 tensor cores" : "emulated");
+    std::string s = std::string(gpu) + "quant " + quant_mode_name(opts_.quant) + ": Linears bf16 " + gib(m.bytes_by_format[0]) + ", nvfp4 " +
                     gib(m.bytes_by_format[1]) + (m.has_w4a4 ? " (W4A4)" : "") + ", fp8 " + gib(m.bytes_by_format[2]) + "; weights " +
                     gib(m.weight_bytes) + " on the GPU" + (m.host_weight_bytes ? ", " + gib(m.host_weight_bytes) + " in pinned host memory" : "") +
                     "; activations + workspaces " + gib(gpu_->forward->working_bytes());
@@ -238,6 +273,9 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
   e->encoder_ = std::make_unique<Encoder>(*e->tok_, opts.encode);
   if (!opts.load_weights) return e;
   if (opts.device == Device::Cuda && !cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "--device cuda: " + why);
+#ifdef CLEFRT_HAVE_CUDA
+  if (opts.device == Device::Cuda) check_gpu_runs(e->cfg_, opts);
+#endif
   io::TensorStore backbone = io::TensorStore::open_folder(dir);
   io::TensorStore head;
   fs::path hp = fs::path(dir) / "joint_head.safetensors";
@@ -282,6 +320,7 @@ std::unique_ptr<EngineCore> EngineCore::synthetic(const std::string& preset, con
   opts.device = Device::Cuda;
   e->opts_ = opts;
   e->cfg_ = model::synthetic_config(preset);
+  check_gpu_runs(e->cfg_, opts);
   e->tok_ = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer));
   e->encoder_ = std::make_unique<Encoder>(*e->tok_, opts.encode);
   const auto tw = model::shape_only_text(e->cfg_.text);

@@ -41,6 +41,8 @@ struct CoreOptions {
   // CUDA, W4A4 parts on Blackwell (compute capability >= 10): native FP4 tensor cores; false
   // keeps the emulated path (its oracle) there. Hopper and older always emulate.
   bool native_fp4 = true;
+  // CUDA: the kernels every supported GPU runs (clefrt::EngineOptions::portable_kernels).
+  bool portable_kernels = false;
   // Every floating-point weight is tested for NaN / infinity at load (io/finite_check.h), and a
   // folder holding any is refused naming the tensor. Off: such weights surface later, as a
   // request's 500 naming the layer whose output turned non-finite.
@@ -50,6 +52,9 @@ struct CoreOptions {
 };
 
 struct GpuBackend;
+
+// The GPU architectures this build holds code for ("sm_90a"; "" without CUDA): version.cpp.
+const char* cuda_build_architectures();
 
 class EngineCore {
  public:

@@ -416,7 +416,7 @@ void Connection::send(Response r) {
   if (phase_ != Phase::InFlight) return;
   ex_.reset();
   auto res = std::make_shared<bhttp::response<bhttp::string_body>>(bhttp::status(unsigned(r.status)), version_);
-  res->set(bhttp::field::content_type, r.content_type);
+  if (!r.content_type.empty()) res->set(bhttp::field::content_type, r.content_type);
   for (const auto& h : r.headers) res->set(h.name, h.value);
   res->body() = std::move(r.body);
   const bool keep = keep_alive_ && !draining_ && !srv_->stopping.load();
@@ -453,7 +453,7 @@ void Connection::refuse(int status, std::string type, std::string message) {
   release();  // the body will not be read: its share of the budget is free now, not after the linger
   Response r = srv_->refuse(head_, Refusal{status, std::move(type), std::move(message)});
   auto res = std::make_shared<bhttp::response<bhttp::string_body>>(bhttp::status(unsigned(r.status)), version_ == 10 ? 10 : 11);
-  res->set(bhttp::field::content_type, r.content_type);
+  if (!r.content_type.empty()) res->set(bhttp::field::content_type, r.content_type);
   for (const auto& h : r.headers) res->set(h.name, h.value);
   res->body() = std::move(r.body);
   parser_.reset();

@@ -22,21 +22,25 @@ void Histogram::observe(double v) {
 }
 
 void Histogram::render(std::string& out, const std::string& name, const std::string& help) const {
-  std::lock_guard<std::mutex> l(mu_);
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  render_series(out, name, "");
+}
+
+void Histogram::render_series(std::string& out, const std::string& name, const std::string& labels) const {
+  std::lock_guard<std::mutex> l(mu_);
   uint64_t cum = 0;
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cum += counts_[i];
-    out += name + "_bucket{le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
+    out += name + "_bucket{" + labels + "le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
   }
   cum += counts_.back();
-  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cum) + "\n";
-  out += name + "_sum " + num(sum_) + "\n" + name + "_count " + std::to_string(n_) + "\n";
+  out += name + "_bucket{" + labels + "le=\"+Inf\"} " + std::to_string(cum) + "\n";
+  const std::string plain = labels.empty() ? "" : "{" + labels.substr(0, labels.size() - 1) + "}";
+  out += name + "_sum" + plain + " " + num(sum_) + "\n" + name + "_count" + plain + " " + std::to_string(n_) + "\n";
 }
 
 Metrics::Metrics()
-    : latency_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
-      batch_size_({1, 2, 4, 8, 16, 32, 64, 128}),
+    : batch_size_({1, 2, 4, 8, 16, 32, 64, 128}),
       batch_tokens_({256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}) {}
 
 void Metrics::request(const std::string& endpoint, int status, const std::string& error_type, double seconds) {
@@ -44,8 +48,10 @@ void Metrics::request(const std::string& endpoint, int status, const std::string
     std::lock_guard<std::mutex> l(mu_);
     ++requests_[{endpoint, status}];
     if (!error_type.empty()) ++errors_[error_type];
+    auto& h = latency_[{endpoint, status >= 200 && status < 300 ? "answered" : "refused"}];
+    if (!h) h = std::make_unique<Histogram>(std::vector<double>{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30});
+    h->observe(seconds);
   }
-  latency_.observe(seconds);
 }
 
 void Metrics::batch(size_t requests, size_t tokens) {
@@ -66,7 +72,13 @@ std::string Metrics::render(size_t open_connections) const {
   }
   out += "# HELP clefrt_open_connections HTTP connections open now.\n# TYPE clefrt_open_connections gauge\n";
   out += "clefrt_open_connections " + std::to_string(open_connections) + "\n";
-  latency_.render(out, "clefrt_request_duration_seconds", "Time from request received to response ready.");
+  out += "# HELP clefrt_request_duration_seconds Time from request received to response ready, by endpoint and outcome "
+         "(answered: 2xx; refused: any other status).\n# TYPE clefrt_request_duration_seconds histogram\n";
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [k, h] : latency_)
+      h->render_series(out, "clefrt_request_duration_seconds", "endpoint=\"" + k.first + "\",outcome=\"" + k.second + "\",");
+  }
   batch_size_.render(out, "clefrt_batch_requests", "Requests per engine forward.");
   batch_tokens_.render(out, "clefrt_batch_tokens", "Prompt tokens per engine forward.");
   out += "# HELP clefrt_prompt_tokens_total Prompt tokens of answered requests.\n# TYPE clefrt_prompt_tokens_total counter\n";

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@ class Histogram {
   explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
   void observe(double v);
   void render(std::string& out, const std::string& name, const std::string& help) const;
+  // Its series only (no HELP / TYPE lines), each with these labels before `le` ("a=\"x\",").
+  void render_series(std::string& out, const std::string& name, const std::string& labels) const;
 
  private:
   mutable std::mutex mu_;
@@ -40,7 +43,10 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, uint64_t> errors_;  // by error type
-  Histogram latency_, batch_size_, batch_tokens_;
+  // latency by (endpoint, outcome): "answered" (2xx) or "refused" (everything else), so a
+  // decision's time is not averaged with /health polls or instant refusals
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<Histogram>> latency_;
+  Histogram batch_size_, batch_tokens_;
   std::atomic<uint64_t> prompt_tokens_{0}, device_bytes_{0};
   std::atomic<size_t> queue_depth_{0};
 };

@@ -81,6 +81,7 @@ struct HttpServer::Pending {
   std::mutex mu;  // job / aborted: the client may leave while the request is being prepared
   std::shared_ptr<Ticket> job;
   bool aborted = false;
+  std::string cors_origin;  // the Access-Control-Allow-Origin value for this request's answer, if any
 };
 
 HttpServer::HttpServer(ServerOptions o, std::function<std::unique_ptr<Engine>()> load) : o_(std::move(o)), load_(std::move(load)) {
@@ -176,6 +177,12 @@ void HttpServer::finish(Pending& p, Reply r) {
   res.body = std::move(r.body);
   if (r.retry_after > 0) res.headers.push_back({"Retry-After", std::to_string(int(r.retry_after))});
   if (!r.allow.empty()) res.headers.push_back({"Allow", r.allow});
+  if (!p.cors_origin.empty()) {
+    res.headers.push_back({"Access-Control-Allow-Origin", p.cors_origin});
+    res.headers.push_back({"Vary", "Origin"});
+    res.headers.push_back({"Access-Control-Expose-Headers", "Retry-After"});
+  }
+  for (auto& h : r.extra_headers) res.headers.push_back(std::move(h));
   p.ex->respond(std::move(res));
 }
 
@@ -224,9 +231,18 @@ HttpServer::Reply HttpServer::health() const {
   h.add("model", Value::string(o_.model_name));
   h.add("device", Value::string(device_name(engine_->device())));
   h.add("format", Value::string(engine_->format()));
+  if (engine_->device() == Device::Cuda) {
+    const GpuInfo g = gpu_info();
+    Value gpu = Value::object();
+    gpu.add("name", Value::string(g.name));
+    gpu.add("compute_capability", Value::string(std::to_string(g.major) + "." + std::to_string(g.minor)));
+    gpu.add("memory_total_gib", Value::number(g.memory_gib));
+    h.add("gpu", gpu);
+  }
   h.add("gpu_memory_bytes", Value::integer(int64_t(engine_->gpu_bytes())));
   h.add("queue_depth", Value::integer(int64_t(engine_->queued())));
   h.add("open_connections", Value::integer(int64_t(http_->open_connections())));
+  h.add("version", Value::string(version()));
   return Reply{200, json::write(h)};
 }
 
@@ -244,6 +260,18 @@ void HttpServer::handle(http::Request req, std::shared_ptr<http::Exchange> ex) {
   const bool decision = p->endpoint == "/v1/systemone" || p->endpoint == "/v1/decisions";
   if (p->endpoint == "other")
     return finish(*p, Reply{404, error_body(404, "not_found", "no such endpoint: " + p->method + " " + p->path), "not_found"});
+  if (const std::string* origin = req.header("Origin"); origin && !o_.cors_origins.empty()) {
+    for (const std::string& allowed : o_.cors_origins)
+      if (allowed == "*" || allowed == *origin) p->cors_origin = allowed == "*" ? "*" : *origin;
+  }
+  if (req.method == "OPTIONS" && !p->cors_origin.empty()) {  // a CORS preflight
+    Reply r{204, ""};
+    r.content_type.clear();
+    r.extra_headers = {{"Access-Control-Allow-Methods", decision ? "POST, OPTIONS" : "GET, HEAD, OPTIONS"},
+                       {"Access-Control-Allow-Headers", "Authorization, Content-Type, Content-Encoding"},
+                       {"Access-Control-Max-Age", "600"}};
+    return finish(*p, std::move(r));
+  }
   const bool get_like = req.method == "GET" || req.method == "HEAD";
   if (decision ? req.method != "POST" : !get_like) {
     Reply r{405, error_body(405, "method_not_allowed", p->method + " is not served at " + p->path + " (use " + (decision ? "POST" : "GET") + ")"),

@@ -32,6 +32,9 @@ struct ServerOptions {
   size_t max_queue = 256;     // requests admitted and not yet answered (the engine's own queue bounds it too)
   http::Options http;         // connections, limits, deadlines, drain (host / port / body limit come from above)
   AnswerOptions answers;
+  // Browsers' cross-origin calls (CORS): the Origin values allowed ("*": any). Empty: no CORS
+  // headers, and OPTIONS is a 405 like any other unserved method.
+  std::vector<std::string> cors_origins;
 };
 
 class HttpServer {
@@ -59,6 +62,7 @@ class HttpServer {
     double retry_after = 0;
     std::string type;   // the error type of a refusal (log line, metrics); empty on success
     std::string allow;  // 405: the methods the path takes
+    std::vector<http::Header> extra_headers;  // CORS preflight answers
     size_t tokens = 0;
     double queue_ms = 0, compute_ms = 0;
   };

@@ -180,7 +180,8 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   gemm_ = std::make_unique<Gemm>(stream_, o.batch_invariant, gemm_workspace_bytes());
   lin_ = std::make_unique<LinearRunner>(m, *gemm_, stream_, LinearRunner::kStageBytes,
-                                        o.w4a16_fused ? W4A16Kernel::Fused : W4A16Kernel::Staged);
+                                        o.w4a16_fused ? W4A16Kernel::Fused : W4A16Kernel::Staged,
+                                        o.portable_kernels ? W4A16Gemm::MmaSync : W4A16Gemm::Auto);
   if (o.gdn_pass_chunks < 0) throw Error(Status::Internal, "internal_error", "gdn_pass_chunks < 0");
   arena_.reserve(plan_bytes(m, o));
 }

@@ -24,6 +24,7 @@ struct ForwardOptions {
   int64_t max_questions = 64;  // per request: the protocol's limit (schema::Limits), which plans the head's question rows
   bool batch_invariant = true; // GEMM algorithms fixed per shape class (see gemm.h)
   bool w4a16_fused = false;    // NVFP4 parts on the fused W4A16 GEMM (qlinear.h)
+  bool portable_kernels = false;  // the W4A16 GEMM on mma.sync even where its wgmma kernel runs
   // A GDN layer runs in passes of at most this many 64-token chunks (0: one pass), all
   // sequences and heads at once: in_proj over the pass's tokens (and the conv's history rows
   // before them), conv, gates, chunked scan with the state carried between passes, gated norm,

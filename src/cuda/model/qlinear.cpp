@@ -46,8 +46,9 @@ int64_t LinearRunner::fp8_scratch_cols(const DevModel& m) {
   return cols;
 }
 
-LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes, W4A16Kernel w4a16)
-    : m_(m), gemm_(gemm), s_(s), w4a16_(w4a16), fp8_cols_(fp8_scratch_cols(m)) {
+LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes, W4A16Kernel w4a16,
+                           W4A16Gemm w4a16_gemm)
+    : m_(m), gemm_(gemm), s_(s), w4a16_(w4a16), w4a16_gemm_(w4a16_gemm), fp8_cols_(fp8_scratch_cols(m)) {
   if (!m.has_nvfp4) return;
   size_t slot = 0;
   for (const DevLinear* l : schedule_order(m))
@@ -120,7 +121,7 @@ void LinearRunner::run_nvfp4(const bf16* x, int64_t m, int64_t ldx, const DevLin
     ldxin = p.k;
   }
   if (fused_nvfp4(p)) {
-    nvfp4_gemm(xin, m, p.k, ldxin, p.packed, p.scales, p.row_gs, p.n, y, yt == OutType::F32, ldy, acc, s_);
+    nvfp4_gemm(xin, m, p.k, ldxin, p.packed, p.scales, p.row_gs, p.n, y, yt == OutType::F32, ldy, acc, s_, w4a16_gemm_);
     return;
   }
   for (int64_t r0 = 0; r0 < p.n;) {

@@ -22,6 +22,7 @@
 
 #include "cuda/runtime/buffer.h"
 #include "cuda/model/device_model.h"
+#include "cuda/ops/kernels_quant.h"
 #include "cuda/runtime/gemm.h"
 
 namespace clefrt::cuda {
@@ -46,7 +47,7 @@ class LinearRunner {
   // (a part is split into chunks of whole rows).
   static constexpr size_t kStageBytes = size_t(96) << 20;
   LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes = kStageBytes,
-               W4A16Kernel w4a16 = W4A16Kernel::Staged);
+               W4A16Kernel w4a16 = W4A16Kernel::Staged, W4A16Gemm w4a16_gemm = W4A16Gemm::Auto);
   ~LinearRunner();
   LinearRunner(const LinearRunner&) = delete;
   LinearRunner& operator=(const LinearRunner&) = delete;
@@ -101,6 +102,7 @@ class LinearRunner {
   Gemm& gemm_;
   cudaStream_t s_;
   W4A16Kernel w4a16_;
+  W4A16Gemm w4a16_gemm_;  // MmaSync: the portable kernel even where wgmma runs (EngineOptions::portable_kernels)
   int64_t fp8_cols_;
   cudaStream_t side_ = nullptr;
   cudaEvent_t ready_[2] = {nullptr, nullptr}, free_[2] = {nullptr, nullptr};

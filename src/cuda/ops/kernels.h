@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 namespace clefrt::cuda {
 
@@ -32,6 +33,8 @@ void f32_to_bf16_rows(const float* x, int64_t rows, int64_t d, int64_t ldx, bf16
 // Deterministic pseudo-random fill (synthetic weights): normal(mean, std) by a counter hash.
 void fill_normal_bf16(bf16* p, int64_t n, uint64_t seed, float mean, float std, cudaStream_t s);
 void fill_normal_f32(float* p, int64_t n, uint64_t seed, float mean, float std, cudaStream_t s);
+// Whether this binary holds code the current GPU runs (false: why, as CUDA says).
+bool kernels_have_image(std::string* why);
 
 // ---- Gated DeltaNet (kernels_gdn.cu) ----
 // Depthwise causal conv + SiLU over packed sequences; seq_start[t] is the first token of t's

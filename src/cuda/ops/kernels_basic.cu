@@ -208,4 +208,13 @@ void fill_normal_f32(float* p, int64_t n, uint64_t seed, float mean, float std, 
   check_launch("fill_normal_f32");
 }
 
+bool kernels_have_image(std::string* why) {
+  cudaFuncAttributes a{};
+  const cudaError_t e = cudaFuncGetAttributes(&a, embed_gather_k);
+  if (e == cudaSuccess) return true;
+  cudaGetLastError();  // clear it: the caller reports
+  if (why) *why = cudaGetErrorString(e);
+  return false;
+}
+
 }  // namespace clefrt::cuda

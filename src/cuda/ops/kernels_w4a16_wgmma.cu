@@ -81,6 +81,10 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
     nvfp4_gemm_wgmma_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ packed,
                        const uint8_t* __restrict__ scales, const float* __restrict__ row_gs, int n, void* y, bool y_f32, int64_t ldy,
                        bool accumulate) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // Other architectures of a fat binary: never launched there (nvfp4_gemm_wgmma_available)
+  __trap();
+#else
   using C = WgCfg<BM>;
   constexpr int STAGES = C::STAGES, MB = C::MB, WN = C::WN, UNITS = C::UNITS;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -221,6 +225,7 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
           store_output(y, y_f32, ldy, accumulate, r, col, acc[b][j * 4 + h * 2 + c]);
         }
       }
+#endif
 }
 
 // x as a TMA tensor map: [m, k] bf16, rows ldx apart, boxes of 64 x BM, 128-byte swizzle

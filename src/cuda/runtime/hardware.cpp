@@ -31,6 +31,32 @@ struct Timer {
 };
 }  // namespace
 
+DeviceInfo device_info() {
+  DeviceInfo d;
+  cudaDeviceProp p{};
+  check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+  d.name = p.name;
+  d.major = p.major;
+  d.minor = p.minor;
+  d.mem_total_gib = double(p.totalGlobalMem) / double(1ull << 30);
+  return d;
+}
+
+void check_device_supported(const std::string& build) {
+  const DeviceInfo d = device_info();
+  const std::string which = d.name + " (compute capability " + std::to_string(d.major) + "." + std::to_string(d.minor) + ")";
+  if (d.capability() < 80)
+    throw Error(Status::Unavailable, "device_unavailable",
+                "clefrt's CUDA engine needs compute capability 8.0 or newer (Ampere, Ada, Hopper, Blackwell); this GPU is " + which +
+                    ": run with --device cpu");
+  std::string why;
+  if (!kernels_have_image(&why))
+    throw Error(Status::Unavailable, "device_unavailable",
+                "this build has no GPU code for " + which + " (" + build + "): rebuild with CUDAARCHS set to its architecture (" +
+                    std::to_string(d.major) + std::to_string(d.minor) + (d.major >= 9 ? "a" : "") +
+                    "), or scripts/build_release.sh for every supported one (" + why + ")");
+}
+
 HardwareLimits measure_hardware() {
   HardwareLimits h;
   cudaDeviceProp p{};

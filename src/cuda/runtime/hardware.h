@@ -13,6 +13,18 @@ struct HardwareLimits {
 };
 
 HardwareLimits measure_hardware();
+
+// The GPU this process runs on (device 0), as the load line and /health name it.
+struct DeviceInfo {
+  std::string name;
+  int major = 0, minor = 0;  // compute capability
+  double mem_total_gib = 0;
+  int capability() const { return major * 10 + minor; }  // 90 for 9.0
+};
+DeviceInfo device_info();
+// Throws a 503 "device_unavailable" Error for a GPU this build cannot run: compute capability
+// below 8.0 (Ampere), or none of the build's architectures (`build`, e.g. "sm_90a") runs on it.
+void check_device_supported(const std::string& build);
 double gpu_used_gib();  // total - free, as cudaMemGetInfo reports it
 
 }  // namespace clefrt::cuda

@@ -1,0 +1,21 @@
+# Run at every build (cmake -P): writes OUT (build_info.h) with the source tree's commit, and
+# touches it only when the commit changes, so a rebuild recompiles one file.
+execute_process(COMMAND git -C "${SRC}" rev-parse --short=7 HEAD OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE
+                ERROR_QUIET RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0 OR commit STREQUAL "")
+  set(commit "unknown")
+else()
+  execute_process(COMMAND git -C "${SRC}" status --porcelain --untracked-files=no OUTPUT_VARIABLE dirty ERROR_QUIET)
+  if(NOT dirty STREQUAL "")
+    set(commit "${commit}+changes")
+  endif()
+endif()
+set(text "#pragma once\n#define CLEFRT_COMMIT \"${commit}\"\n")
+if(EXISTS "${OUT}")
+  file(READ "${OUT}" old)
+else()
+  set(old "")
+endif()
+if(NOT old STREQUAL text)
+  file(WRITE "${OUT}" "${text}")
+endif()
