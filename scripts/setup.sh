@@ -11,7 +11,7 @@ PKGS=(
   googletest libgtest-dev libbenchmark-dev
   clang libclang-rt-dev
   libopenblas-dev libcpp-httplib-dev libboost-dev zlib1g-dev
-  python3-dev pybind11-dev python3-pytest
+  python3-dev pybind11-dev python3-pytest python3-jsonschema python3-yaml
 )
 # npm comes with the machine's Node.js; install Debian's only where none is present
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The Debian package as a user gets it: CPack builds it from BUILD_DIR, dpkg-deb unpacks it into a
+# scratch root (no root rights or system changes needed), and the unpacked clefrt must report its
+# version, write the tiny model and answer the blog request; the package must declare its
+# dependencies and hold the library, header, pkg-config file, Python module, docs and systemd
+# unit; the unit must pass systemd-analyze verify (when present) with nothing printed.
+# Usage: tools/test_package.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+(cd "$build" && cpack -G DEB -B "$work/pkg" > "$work/cpack.log" 2>&1) || { cat "$work/cpack.log"; exit 1; }
+deb=$(ls "$work"/pkg/*.deb)
+echo "package: $(basename "$deb") ($(du -h "$deb" | cut -f1))"
+depends=$(dpkg-deb -f "$deb" Depends)
+echo "Depends: $depends"
+case $depends in *libsimdjson14*libutf8proc2*) ;; *) echo "FAIL: the package does not declare its libraries"; exit 1 ;; esac
+dpkg-deb -x "$deb" "$work/root"
+for f in usr/bin/clefrt usr/lib/libclefrt.so usr/include/clefrt/clefrt.h usr/lib/pkgconfig/clefrt.pc \
+         usr/lib/systemd/system/clefrt.service usr/share/doc/clefrt/README.md usr/share/doc/clefrt/clefrt.default; do
+  [ -e "$work/root/$f" ] || { echo "FAIL: the package lacks /$f"; exit 1; }
+done
+if ls "$build"/python/clefrt/_clefrt*.so > /dev/null 2>&1; then
+  ls "$work"/root/usr/lib/python3/dist-packages/clefrt/_clefrt*.so > /dev/null || { echo "FAIL: the package lacks the Python module"; exit 1; }
+fi
+bin="$work/root/usr/bin/clefrt"
+"$bin" --version
+"$bin" synth --out "$work/tiny" --config tiny --tokenizer "$src/.deps/qwen3/tokenizer.json" > /dev/null 2>&1
+out=$("$bin" decide --model "$work/tiny" --device cpu "$src/examples/blog.json")
+case $out in *'"answers"'*) echo "decide: ${out:0:120}..." ;; *) echo "FAIL: decide printed: $out"; exit 1 ;; esac
+if command -v systemd-analyze > /dev/null; then
+  # verify checks that ExecStart exists: point it at the unpacked binary, the environment file at an empty one
+  sed -e "s|/usr/bin/clefrt|$bin|" -e "s|EnvironmentFile=/etc/default/clefrt|EnvironmentFile=$work/env|" \
+    "$work/root/usr/lib/systemd/system/clefrt.service" > "$work/clefrt.service"
+  : > "$work/env"
+  msgs=$(systemd-analyze verify "$work/clefrt.service" 2>&1) || { echo "FAIL: systemd-analyze verify: $msgs"; exit 1; }
+  [ -z "$msgs" ] || { echo "FAIL: systemd-analyze verify says: $msgs"; exit 1; }
+  echo "systemd-analyze verify: clean"
+else
+  echo "systemd-analyze not installed: the unit was not verified"
+fi
+echo "package: ok"
