@@ -4,6 +4,8 @@
 # points, results under $OUT. Usage:
 #   bench/run_device_suite.sh COMMIT [tests] [bench MODES...] [memory] [nan] [serve MODES...] [lab] [anchors]
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn; the GEMM ones with lab-gemm).
+# ops: --version, the architectures in the binary (cuobjdump), the ready line and /health of a
+# served synthetic model, with the fast and the portable kernels.
 # nan: a tiny folder with NaN weights through the CUDA engine (refused at load; with
 # --no-check-weights a 500 naming the layer). serve: `clefrt serve --synthetic clef-27b` under
 # clefrt_load (1, 8, 64 clients) per mode, then SIGTERM timed. anchors: ../shared/anchors'
@@ -60,6 +62,24 @@ for i in range(480):
     anchors)
       mkdir -p /tmp/fla && tar xJf .anchors/fla-0.5.2-bc3b101d.tar.xz -C /tmp/fla
       PYTHONUNBUFFERED=1 python3 .anchors/kernel_anchors.py /tmp/fla "$OUT/kernel-anchors.json" 2>&1 | tail -12 ;;
+    ops)
+      .carry/clefrt --version
+      if command -v cuobjdump > /dev/null || [ -x /usr/local/cuda/bin/cuobjdump ]; then
+        "$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)" --list-elf .carry/clefrt | sed 's/.*\.\(sm_[0-9a-z]*\)\..*/\1/' | sort | uniq -c
+      else echo "no cuobjdump on this machine"; fi
+      for extra in "" --portable-kernels; do
+        port=18$((RANDOM % 900 + 100))
+        .carry/clefrt serve --synthetic small --quant nvfp4-w4a16 --w4a16-fused $extra --tokenizer $tok --port $port --quiet > "$OUT/ops-serve$extra.log" 2>&1 &
+        pid=$!
+        python3 -c "import time, urllib.request as u
+for i in range(240):
+    try:
+        print(u.urlopen('http://127.0.0.1:$port/health', timeout=2).read().decode()); break
+    except Exception: time.sleep(0.5)"
+        curl -s -X POST localhost:$port/v1/systemone -d @examples/blog.json | head -c 300; echo
+        kill -TERM $pid; wait $pid
+        echo "== serve $extra exit $?"; grep -o '"event":"ready".*' "$OUT/ops-serve$extra.log" | head -c 700; echo
+      done ;;
     lab)
       .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn.json" 2>&1 | tee "$OUT/lab-gdn.txt" ;;
     lab-gemm)

@@ -3,6 +3,8 @@
 // CTest label `gpu`; skipped where no GPU is present.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -163,6 +165,26 @@ TEST(CudaEngine, RefusesBatchOverThePlan) {
     EXPECT_EQ(e.http_status(), 413);
     EXPECT_NE(std::string(e.what()).find("maximum context length"), std::string::npos) << e.what();
   }
+}
+
+// A plan over the GPU's free memory (a batch of 2^26 tokens) is refused from the headers, in
+// well under the time a load takes, naming the figure and what would fit.
+TEST(CudaEngine, PlanOverTheFreeMemoryIsRefusedBeforeLoading) {
+  NEED_GPU();
+  const std::string dir = test::synth_folder("calm-small", 5, "small", 0.5f);
+  CoreOptions o;
+  o.device = Device::Cuda;
+  o.max_batch_tokens = int64_t(1) << 26;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    EngineCore::load(dir, o);
+    FAIL() << "expected insufficient_memory";
+  } catch (const Error& e) {
+    std::cout << "[ cuda    ] " << e.what() << "\n";
+    EXPECT_EQ(e.type(), "insufficient_memory");
+    EXPECT_NE(e.message().find("GPU has"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // after decoding, deadlines, header limits, pipelining, Expect: 100-continue, HEAD, methods,
 // refusals counted, a bounded drain; and the Content-Encoding decoder on its own.
 #include <gtest/gtest.h>
+
+#include <cctype>
 #include <zlib.h>
 
 #include <atomic>
@@ -197,7 +199,8 @@ TEST(Http, ChunkExtensionsTrailersConnectionsAndBodyBudgetAreBounded) {
     for (int i = 0; i < 100 && !alone; ++i) {
       held[0]->send("GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
       auto got = held[0]->read_responses(1, 5);
-      alone = !got.empty() && got[0].second.find("\"open_connections\":1}") != std::string::npos;
+      const size_t at = got.empty() ? std::string::npos : got[0].second.find("\"open_connections\":1");
+      alone = at != std::string::npos && !std::isdigit(static_cast<unsigned char>(got[0].second[at + 20]));
       if (!alone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     ASSERT_TRUE(alone) << "the earlier connections did not close";

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "cpu/ops.h"
+#include "engine/memory_plan.h"
 #include "io/finite_check.h"
 #include "io/safetensors.h"
 #include "model/synth.h"
@@ -281,6 +282,22 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
   fs::path hp = fs::path(dir) / "joint_head.safetensors";
   if (!fs::exists(hp)) throw load_error(hp.string(), "missing: a Clef folder holds the joint head here");
   head.add_file(hp.string());
+  {  // does the plan fit? (headers only; refused now rather than by an allocation minutes later)
+    PlanRequest pr;
+    pr.cuda = opts.device == Device::Cuda;
+    pr.quant = opts.quant;
+    pr.offload = opts.offload_embeddings;
+    pr.w4a16_fused = opts.w4a16_fused;
+    pr.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);
+    double free_bytes = host_memory_available();
+#ifdef CLEFRT_HAVE_CUDA
+    if (pr.cuda) {
+      free_bytes = cuda::gpu_free_bytes();
+      pr.fp8_capable = cuda::device_info().capability() >= 89;
+    }
+#endif
+    check_memory_fits(e->cfg_, folder_sizes(backbone, head), pr, free_bytes);
+  }
   if (opts.check_weights) {
     io::check_finite(backbone);
     io::check_finite(head);

@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "engine/memory_plan.h"
 #include "quant/recipe.h"
 
 namespace clefrt {
@@ -118,62 +119,17 @@ std::string inspect(const std::string& dir_path, const EngineOptions& opts) {
     // fp32 token-row ones), the activation arena for a batch of --max-length tokens (64
     // requests), cuBLASLt's workspace, and NVFP4's two staging slots.
     {
-      const model::TextWeights shapes = model::shape_only_text(cfg.text);
-      double lin = 0, lin_rows = 0, other = 0;
-      auto linear = [&](const model::Tensor& t) {
-        lin += double(t.numel());
-        lin_rows += double(t.numel_rows());
-      };
-      // a Linear in the format, or in bf16 where the recipe keeps it
-      auto part = [&](const model::Tensor& t, const char* module) {
-        if (quant::recipe_keeps_bf16(module)) other += double(t.numel());
-        else linear(t);
-      };
-      for (const auto& l : shapes.layers) {
-        part(l.gate_proj, "gate_proj");
-        part(l.up_proj, "up_proj");
-        part(l.down_proj, "down_proj");
-        if (l.type == model::LayerType::LinearAttention) {
-          part(l.gdn.in_proj_qkv, "in_proj_qkv");
-          part(l.gdn.in_proj_z, "in_proj_z");
-          part(l.gdn.out_proj, "out_proj");
-          part(l.gdn.in_proj_a, "in_proj_a");
-          part(l.gdn.in_proj_b, "in_proj_b");
-        } else {
-          part(l.attn.q_proj, "q_proj");
-          part(l.attn.k_proj, "k_proj");
-          part(l.attn.v_proj, "v_proj");
-          part(l.attn.o_proj, "o_proj");
-        }
-      }
-      const double embed = double(shapes.embed.numel()) * 2 * (cfg.text.tie_word_embeddings ? 1 : 2);
-      // the head's memory projection and memory key / value matrices fp32, the rest bf16 (as a
-      // bf16 file holds them; the vectors, fp32 on the GPU, are under 1% and counted as bf16)
-      const double W = double(cfg.head.width), head_f32 = double(cfg.text.hidden) * W + double(cfg.head.routing_layers + cfg.head.layers) * 3 * W * W;
-      const double head = head_f32 * 4 + (head_params - head_f32) * 2, ws = double(cuda::Forward::gemm_workspace_bytes());
       struct Mode {
         const char* name;
         QuantMode q;
-        double bytes_per_weight, bytes_per_row;
       };
-      for (Mode m : {Mode{"bf16", QuantMode::BF16, 2, 0}, Mode{"fp8", QuantMode::FP8, 1, 4}, Mode{"nvfp4-w4a16", QuantMode::NVFP4_W4A16, 0.5625, 4},
-                     Mode{"nvfp4 (W4A4)", QuantMode::NVFP4, 0.5625, 4}}) {
-        const double weights = lin * m.bytes_per_weight + lin_rows * m.bytes_per_row + other * 2 + head;
-        cuda::ForwardOptions fo;
-        fo.max_tokens = *max_tokens;
-        fo.max_seqs = 64;
-        const double arena = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, fo, m.q));
-        cuda::use_lean_memory_plan(fo);  // what --offload-embeddings plans
-        const double arena_lean = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, fo, m.q));
-        // staging: two slots of up to LinearRunner::kStageBytes (none with the fused W4A16 GEMM)
-        const bool staged = !opts.w4a16_fused;
-        const double staging =
-            staged && (m.q == QuantMode::NVFP4 || m.q == QuantMode::NVFP4_W4A16) ? 2.0 * double(cuda::LinearRunner::kStageBytes) : 0.0;
-        const double total = weights + arena + ws + staging;
+      for (Mode m : {Mode{"bf16", QuantMode::BF16}, Mode{"fp8", QuantMode::FP8}, Mode{"nvfp4-w4a16", QuantMode::NVFP4_W4A16},
+                     Mode{"nvfp4 (W4A4)", QuantMode::NVFP4}}) {
+        const CudaPlan p = cuda_plan(cfg, head_params, m.q, opts.w4a16_fused, *max_tokens);
         appendf(out, "  cuda --quant %-12s weights %s + embeddings %s + activations (%lld tokens) %s + workspaces %s = %s; "
                     "with --offload-embeddings %s\n",
-                    m.name, gib(weights).c_str(), gib(embed).c_str(), (long long)*max_tokens, gib(arena).c_str(), gib(ws + staging).c_str(),
-                    gib(total + embed).c_str(), gib(total - arena + arena_lean).c_str());
+                    m.name, gib(p.weights).c_str(), gib(p.embeddings).c_str(), (long long)*max_tokens, gib(p.arena).c_str(),
+                    gib(p.workspaces).c_str(), gib(p.total(false)).c_str(), gib(p.total(true)).c_str());
       }
       out << "  (plus the CUDA context: ~0.26 GiB on an H200)\n";
     }

@@ -112,9 +112,13 @@ void parse_criteria(Question& q, const Value* crit, const std::string& path, con
       if (!crit->is_object())
         throw bad_request(path, std::string("choice criteria must be an object of label -> description, not ") + json::kind_name(crit->kind));
       size_t n = crit->obj.size();
-      if (n < lim.min_choices || n > lim.max_choices)
-        throw unprocessable(path, "a choice question needs " + std::to_string(lim.min_choices) + " to " +
-                                      std::to_string(lim.max_choices) + " labels, got " + std::to_string(n));
+      // The wording carries the Decision Index kit's capacity markers ("a choice needs at least
+      // two options", "options per choice"), by which it counts such a request as unsupported
+      // by this engine rather than failed (and does not retry it).
+      if (n < lim.min_choices)
+        throw unprocessable(path, "a choice needs at least two options, got " + std::to_string(n));
+      if (n > lim.max_choices)
+        throw unprocessable(path, "at most " + std::to_string(lim.max_choices) + " options per choice, got " + std::to_string(n));
       // The prompt lists labels sorted by code point; answers come back in the caller's order.
       std::vector<size_t> order(n);
       for (size_t k = 0; k < n; ++k) order[k] = k;
@@ -135,8 +139,8 @@ void parse_criteria(Question& q, const Value* crit, const std::string& path, con
         throw bad_request(path, std::string("score criteria must be an array of level descriptions, not ") + json::kind_name(crit->kind));
       size_t n = crit->arr.size();
       if (n < lim.min_levels || n > lim.max_levels)
-        throw unprocessable(path, "a score question needs " + std::to_string(lim.min_levels) + " to " +
-                                      std::to_string(lim.max_levels) + " levels, got " + std::to_string(n));
+        throw unprocessable(path, "a score takes " + std::to_string(lim.min_levels) + " to " + std::to_string(lim.max_levels) +
+                                      " levels, got " + std::to_string(n));  // the kit's marker, as above
       for (size_t k = 0; k < n; ++k) q.options.push_back({std::to_string(k), crit->arr[k]});
       q.levels = crit->arr;
       break;

@@ -98,6 +98,12 @@ HardwareLimits measure_hardware() {
   return h;
 }
 
+double gpu_free_bytes() {
+  size_t free_b = 0, total = 0;
+  check(cudaMemGetInfo(&free_b, &total), "cudaMemGetInfo");
+  return double(free_b);
+}
+
 double gpu_used_gib() {
   size_t free_b = 0, total = 0;
   check(cudaMemGetInfo(&free_b, &total), "cudaMemGetInfo");

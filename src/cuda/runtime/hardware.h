@@ -26,5 +26,6 @@ DeviceInfo device_info();
 // below 8.0 (Ampere), or none of the build's architectures (`build`, e.g. "sm_90a") runs on it.
 void check_device_supported(const std::string& build);
 double gpu_used_gib();  // total - free, as cudaMemGetInfo reports it
+double gpu_free_bytes();  // free, as cudaMemGetInfo reports it
 
 }  // namespace clefrt::cuda

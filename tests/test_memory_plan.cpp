@@ -1,0 +1,77 @@
+// The memory plan checked at load (engine/memory_plan.h): a plan over what is free is refused
+// with its figure and options that fit, before any weight is read; one that fits passes.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "engine/memory_plan.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/synth.h"
+#include "test_util.h"
+
+namespace clefrt {
+namespace {
+
+struct Folder {
+  model::ModelConfig cfg;
+  FolderSizes sizes;
+};
+
+Folder small_folder() {
+  const std::string dir = test::synth_folder("plan-small", 3, "small");
+  Folder f;
+  f.cfg = model::load_config(dir);
+  io::TensorStore st = io::TensorStore::open_folder(dir), head;
+  head.add_file(dir + "/joint_head.safetensors");
+  f.sizes = folder_sizes(st, head);
+  return f;
+}
+
+std::string refusal(const Folder& f, const PlanRequest& r, double free_bytes) {
+  try {
+    check_memory_fits(f.cfg, f.sizes, r, free_bytes);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.http_status(), 503);
+    EXPECT_EQ(e.type(), "insufficient_memory");
+    return e.message();
+  }
+  return "";
+}
+
+TEST(MemoryPlan, CpuRefusesFp32WeightsOverWhatIsAvailable) {
+  const Folder f = small_folder();
+  PlanRequest r;
+  const double need = f.sizes.cpu_params * 4;
+  EXPECT_EQ(refusal(f, r, need * 1.01), "");
+  const std::string m = refusal(f, r, need * 0.5);
+  EXPECT_NE(m.find("fp32"), std::string::npos) << m;
+  EXPECT_NE(m.find(gib_text(need)), std::string::npos) << m;
+  EXPECT_EQ(refusal(f, r, -1), "");  // unknown: nothing to check
+}
+
+TEST(MemoryPlan, CudaRefusalNamesThePlanAndWhatFits) {
+  const Folder f = small_folder();
+  PlanRequest r;
+  r.cuda = true;
+  r.quant = QuantMode::BF16;
+  r.max_tokens = 16384;
+  const CudaPlan bf16 = cuda_plan(f.cfg, f.sizes.head_params, QuantMode::BF16, false, 16384);
+  const CudaPlan w4 = cuda_plan(f.cfg, f.sizes.head_params, QuantMode::NVFP4_W4A16, true, 16384);
+  ASSERT_GT(bf16.total(false), 0);  // this build has the CUDA plan
+  EXPECT_GT(bf16.total(false), bf16.total(true));
+  EXPECT_LT(w4.weights, bf16.weights);
+  EXPECT_EQ(refusal(f, r, bf16.total(false) + 1), "");
+  // room for the lean NVFP4 plan only: the refusal names the bf16 figure and that option
+  const std::string m = refusal(f, r, w4.total(true) + 1);
+  EXPECT_NE(m.find(gib_text(bf16.total(false))), std::string::npos) << m;
+  EXPECT_NE(m.find("--quant nvfp4-w4a16 --offload-embeddings --w4a16-fused"), std::string::npos) << m;
+  EXPECT_EQ(m.find("--quant bf16 ("), std::string::npos) << "bf16 does not fit: " << m;
+  // no room at all
+  EXPECT_NE(refusal(f, r, 1024).find("no option of this engine fits it"), std::string::npos);
+  // FP8 is offered only where the GPU has FP8 tensor cores
+  r.fp8_capable = false;
+  EXPECT_EQ(refusal(f, r, bf16.total(false) - 1).find("--quant fp8"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace clefrt
