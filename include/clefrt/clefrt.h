@@ -106,6 +106,8 @@ struct EngineOptions {
   bool check_weights = true;           // test every floating-point weight for NaN / infinity at load and
                                        // refuse the folder naming the tensor (one more pass over the weights)
   bool load_weights = true;            // false: config and tokenizer only; prepare() works, answers throw
+  bool progress = false;               // loading reports its stages on stderr: on a terminal a line per stage
+                                       // updated in place (GB, GB/s), otherwise one JSON line as each ends
 
   // --- requests
   size_t max_length = 16384;           // context length in tokens: a state is cut to fit; a schema that

@@ -58,7 +58,7 @@ class Clef:
     Clef(path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False,
          confidence="reference", parse_special=False, require_instructions=False, threads=0,
          check_weights=True, batch_invariant=True, max_batch_tokens=16384,
-         max_batch_requests=64, w4a16_fused=False, native_fp4=True)
+         max_batch_requests=64, w4a16_fused=False, native_fp4=True, portable_kernels=False, progress=False)
 
     path: a Clef / Clef-flash release folder (config.json, tokenizer.json, sharded safetensors in
         bf16 / f16 / f32, NVFP4 or FP8 compressed-tensors, joint_head.*).
@@ -83,13 +83,17 @@ class Clef:
     w4a16_fused: CUDA, NVFP4: the fused W4A16 GEMM (no staging memory; slower on Hopper).
     native_fp4: CUDA, W4A4 on Blackwell: FP4 tensor cores (untested here); False keeps the
         emulated path (its oracle). Hopper and older always emulate.
+    portable_kernels: CUDA: only the kernels every supported GPU runs (mma.sync W4A16 GEMM
+        instead of wgmma / TMA), to compare them with the fast ones.
+    progress: loading reports its stages on stderr (a line per stage).
 
     Raises LoadError (the file / tensor named) or EngineError (e.g. no GPU for device="cuda").
     """
 
     def __init__(self, path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False, confidence="reference",
                  parse_special=False, require_instructions=False, threads=0, check_weights=True, batch_invariant=True,
-                 max_batch_tokens=16384, max_batch_requests=64, w4a16_fused=False, native_fp4=True):
+                 max_batch_tokens=16384, max_batch_requests=64, w4a16_fused=False, native_fp4=True,
+                 portable_kernels=False, progress=False):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
         if confidence not in ("reference", "purity", "jev"):
@@ -100,7 +104,7 @@ class Clef:
             "parse_special": bool(parse_special), "require_instructions": bool(require_instructions), "threads": int(threads),
             "check_weights": bool(check_weights), "batch_invariant": bool(batch_invariant),
             "max_batch_tokens": int(max_batch_tokens), "max_batch_requests": int(max_batch_requests), "w4a16_fused": bool(w4a16_fused),
-            "native_fp4": bool(native_fp4),
+            "native_fp4": bool(native_fp4), "portable_kernels": bool(portable_kernels), "progress": bool(progress),
         })
 
     def encode(self, record):

@@ -75,6 +75,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.w4a16_fused = f.w4a16_fused;
   o.native_fp4 = f.native_fp4;
   o.portable_kernels = f.portable_kernels;
+  o.progress = true;  // the CLI's loads report their stages (decide, serve)
   o.threads = f.threads;
   o.max_length = f.max_length;
   o.parse_special = f.parse_special;

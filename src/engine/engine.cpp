@@ -4,6 +4,7 @@
 #include <clefrt/clefrt.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <future>
 #include <mutex>
 
@@ -69,12 +70,20 @@ namespace {
 CoreOptions core_options(const EngineOptions& o) {
   CoreOptions c;
   c.threads = o.threads;
-  c.device = o.device == Device::Auto ? (cuda_available() ? Device::Cuda : Device::Cpu) : o.device;
+  c.device = o.device;
+  if (o.device == Device::Auto) {
+    std::string why;
+    c.device = cuda_available(&why) ? Device::Cuda : Device::Cpu;
+    // not silently: a user who expected the GPU learns why the CPU runs it
+    if (c.device == Device::Cpu && o.progress && o.load_weights)
+      std::fprintf(stderr, "{\"event\":\"device\",\"device\":\"cpu\",\"why\":%s}\n", json::write(json::Value::string("--device auto: " + why)).c_str());
+  }
   c.quant = o.quant;
   c.offload_embeddings = o.offload_embeddings;
   c.w4a16_fused = o.w4a16_fused;
   c.native_fp4 = o.native_fp4;
   c.portable_kernels = o.portable_kernels;
+  c.progress = o.progress;
   c.batch_invariant = o.batch_invariant;
   c.check_weights = o.check_weights;
   c.load_weights = o.load_weights;

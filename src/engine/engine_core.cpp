@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/progress.h"
 #include "cpu/ops.h"
 #include "engine/memory_plan.h"
 #include "io/finite_check.h"
@@ -51,6 +52,8 @@ struct GpuBackend {
              bool progress) {
     cuda::BuildOptions bo;
     bo.progress = progress;
+    Progress up(progress, "upload weights", double(tw.layers.size()), "layers");
+    bo.on_layer = [&up](size_t, size_t) { up.add(1); };
     bo.quant = opts.quant;
     bo.offload_embeddings = opts.offload_embeddings;
     bo.native_fp4 = opts.native_fp4 && !opts.portable_kernels;
@@ -282,6 +285,12 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
   fs::path hp = fs::path(dir) / "joint_head.safetensors";
   if (!fs::exists(hp)) throw load_error(hp.string(), "missing: a Clef folder holds the joint head here");
   head.add_file(hp.string());
+  if (opts.device == Device::Cpu) {  // usage errors before any work
+    if (opts.quant != QuantMode::Auto)
+      throw Error(Status::BadRequest, "usage", std::string("--quant ") + quant_mode_name(opts.quant) +
+                                                   " is a CUDA option; the CPU engine runs what the folder holds (leave --quant out)");
+    if (opts.offload_embeddings) throw Error(Status::BadRequest, "usage", "--offload-embeddings is a CUDA option");
+  }
   {  // does the plan fit? (headers only; refused now rather than by an allocation minutes later)
     PlanRequest pr;
     pr.cuda = opts.device == Device::Cuda;
@@ -299,23 +308,22 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
     check_memory_fits(e->cfg_, folder_sizes(backbone, head), pr, free_bytes);
   }
   if (opts.check_weights) {
-    io::check_finite(backbone);
-    io::check_finite(head);
+    Progress p(opts.progress, "check weights", double(backbone.total_bytes() + head.total_bytes()), "GB");
+    io::check_finite(backbone, [&](size_t b) { p.add(double(b)); });
+    io::check_finite(head, [&](size_t b) { p.add(double(b)); });
   }
   if (opts.device == Device::Cpu) {
-    if (opts.quant != QuantMode::Auto)
-      throw Error(Status::BadRequest, "usage", std::string("--quant ") + quant_mode_name(opts.quant) +
-                                                   " is a CUDA option; the CPU engine runs what the folder holds (leave --quant out)");
-    if (opts.offload_embeddings) throw Error(Status::BadRequest, "usage", "--offload-embeddings is a CUDA option");
+    Progress p(opts.progress, "weights to fp32", double(backbone.total_bytes() + head.total_bytes()), "GB");
     e->text_ = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Full, qa);
     e->head_ = model::load_head_weights(head, e->cfg_.head);
+    p.add(double(backbone.total_bytes() + head.total_bytes()));
     return e;
   }
 #ifdef CLEFRT_HAVE_CUDA
   // Checked lazily (no fp32 copy), uploaded as bf16; the mapped files close after the upload.
   const auto tw = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Lazy, qa);
   const auto hw = model::load_head_weights(head, e->cfg_.head, model::LoadMode::Lazy);
-  e->gpu_ = std::make_unique<GpuBackend>(tw, hw, e->cfg_, opts, false);
+  e->gpu_ = std::make_unique<GpuBackend>(tw, hw, e->cfg_, opts, opts.progress);
 #endif
   return e;
 }

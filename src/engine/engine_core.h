@@ -43,6 +43,8 @@ struct CoreOptions {
   bool native_fp4 = true;
   // CUDA: the kernels every supported GPU runs (clefrt::EngineOptions::portable_kernels).
   bool portable_kernels = false;
+  // Loading reports its stages on stderr (common/progress.h).
+  bool progress = false;
   // Every floating-point weight is tested for NaN / infinity at load (io/finite_check.h), and a
   // folder holding any is refused naming the tensor. Off: such weights surface later, as a
   // request's 500 naming the layer whose output turned non-finite.

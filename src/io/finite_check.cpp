@@ -75,9 +75,10 @@ NonFinite find_non_finite(const TensorInfo& t) {
   }
 }
 
-void check_finite(const TensorStore& store) {
+void check_finite(const TensorStore& store, const std::function<void(size_t bytes)>& on_tensor) {
   for (const TensorInfo* t : store.all()) {
     const NonFinite r = find_non_finite(*t);
+    if (on_tensor) on_tensor(t->nbytes);
     if (r.count == 0) continue;
     throw load_error(t->file ? *t->file : t->name,
                      "tensor " + t->name + " (" + dtype_name(t->dtype) + " " + t->shape_str() + ") holds " + std::to_string(r.count) +

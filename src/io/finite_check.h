@@ -3,6 +3,7 @@
 // codes, F8_E5M2). Integer and packed tensors (NVFP4's U8 codes) cannot hold such values.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "io/safetensors.h"
 
@@ -18,6 +19,7 @@ NonFinite find_non_finite(const TensorInfo& t);
 
 // Every tensor of the store; throws load_error naming the file and the first bad tensor (and
 // how many values of it are bad).
-void check_finite(const TensorStore& store);
+// on_tensor: called after each tensor with its bytes (progress).
+void check_finite(const TensorStore& store, const std::function<void(size_t bytes)>& on_tensor = {});
 
 }  // namespace clefrt::io

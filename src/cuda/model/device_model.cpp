@@ -316,7 +316,6 @@ void trim_stack_reservation() { check(cudaDeviceSetLimit(cudaLimitStackSize, 0),
 DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeights& hw, const model::TextConfig& c,
                             const model::HeadConfig& hc, const BuildOptions& o) {
   trim_stack_reservation();
-  const bool progress = o.progress;
   DevModel m;
   m.c = c;
   m.hc = hc;
@@ -343,7 +342,6 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
     m.inv_freq = b.host_vec(inv);
   }
   for (size_t i = 0; i < tw.layers.size(); ++i) {
-    if (progress) std::fprintf(stderr, "\rupload: layer %zu/%zu", i + 1, tw.layers.size());
     const model::LayerWeights& lw = tw.layers[i];
     DevLayer d{};
     d.type = lw.type;
@@ -377,8 +375,8 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
       d.k_norm = b.vec(a.k_norm, 0.0f, 0.1f);
     }
     m.layers.push_back(d);
+    if (o.on_layer) o.on_layer(i + 1, tw.layers.size());
   }
-  if (progress) std::fprintf(stderr, "\n");
   DevHead& h = m.head;
   h.hidden_norm = ln(b, hw.hidden_norm);
   h.option_summary_norm = ln(b, hw.option_summary_norm);

@@ -4,6 +4,7 @@
 // the GPU.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "cuda/runtime/buffer.h"
@@ -118,6 +119,7 @@ struct DevModel {
 struct BuildOptions {
   uint64_t seed = 1;
   bool progress = false;
+  std::function<void(size_t layer, size_t layers)> on_layer;  // after each layer's upload (load progress)
   // What the backbone's Linears become (Auto: what each tensor holds). bf16 <-> fp8 <-> nvfp4
   // conversions run on the GPU at load; --quant nvfp4 (W4A4) needs calibrated input scales,
   // which only a W4A4 folder has (or the synthetic model, which makes one up).
