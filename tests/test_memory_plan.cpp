@@ -73,5 +73,25 @@ TEST(MemoryPlan, CudaRefusalNamesThePlanAndWhatFits) {
   EXPECT_EQ(refusal(f, r, bf16.total(false) - 1).find("--quant fp8"), std::string::npos);
 }
 
+// The format left to the engine (EngineOptions::fit_memory): the first format / offload / W4A16
+// kernel that fits at the same context is chosen and explained; nothing fitting is still refused.
+TEST(MemoryPlan, FitMemoryChoosesWhatFitsAtTheSameContext) {
+  const Folder f = small_folder();
+  PlanRequest r;
+  r.cuda = true;
+  r.quant = QuantMode::Auto;  // an unquantized folder: bf16
+  r.max_tokens = 16384;
+  const CudaPlan bf16 = cuda_plan(f.cfg, f.sizes.head_params, QuantMode::BF16, false, 16384);
+  EXPECT_FALSE(check_memory_fits(f.cfg, f.sizes, r, bf16.total(false) + 1, true).has_value()) << "it fits as asked";
+  const double free_bytes = bf16.total(true) - 1;  // not even bf16 with offload
+  const auto c = check_memory_fits(f.cfg, f.sizes, r, free_bytes, true);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_NE(c->quant, QuantMode::BF16);
+  EXPECT_LE(cuda_plan(f.cfg, f.sizes.head_params, c->quant, c->fused, 16384).total(c->offload), free_bytes);
+  EXPECT_NE(c->why.find("needs"), std::string::npos) << c->why;
+  EXPECT_THROW(check_memory_fits(f.cfg, f.sizes, r, free_bytes, false), Error);  // not allowed to adjust: refused
+  EXPECT_THROW(check_memory_fits(f.cfg, f.sizes, r, 1024, true), Error);         // nothing fits: refused
+}
+
 }  // namespace
 }  // namespace clefrt

@@ -97,6 +97,10 @@ struct EngineOptions {
   bool native_fp4 = true;              // CUDA, W4A4 parts on Blackwell (compute capability >= 10): FP4 tensor
                                        // cores (UNTESTED: no such GPU here); false keeps the emulated path,
                                        // its oracle. Hopper and older always emulate
+  bool fit_memory = false;             // CUDA, quant Auto, no offload / fused kernel asked for: when the memory plan
+                                       // does not fit the GPU, load the first format (converted at load), offload
+                                       // and W4A16 kernel that does (logged with progress) instead of refusing;
+                                       // never a shorter context
   bool portable_kernels = false;       // CUDA: only the kernels every supported GPU (compute capability >= 8.0)
                                        // runs: mma.sync for the W4A16 GEMM instead of wgmma / TMA, W4A4
                                        // emulated; to check them against the fast ones on Hopper / Blackwell

@@ -76,6 +76,8 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.native_fp4 = f.native_fp4;
   o.portable_kernels = f.portable_kernels;
   o.progress = true;  // the CLI's loads report their stages (decide, serve)
+  // the format and offload left to the engine: it fits them to the GPU (and says which)
+  o.fit_memory = f.quant == "auto" && !f.offload && !f.w4a16_fused;
   o.threads = f.threads;
   o.max_length = f.max_length;
   o.parse_special = f.parse_special;

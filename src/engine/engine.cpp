@@ -84,6 +84,7 @@ CoreOptions core_options(const EngineOptions& o) {
   c.native_fp4 = o.native_fp4;
   c.portable_kernels = o.portable_kernels;
   c.progress = o.progress;
+  c.fit_memory = o.fit_memory;
   c.batch_invariant = o.batch_invariant;
   c.check_weights = o.check_weights;
   c.load_weights = o.load_weights;

@@ -305,7 +305,17 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
       pr.fp8_capable = cuda::device_info().capability() >= 89;
     }
 #endif
-    check_memory_fits(e->cfg_, folder_sizes(backbone, head), pr, free_bytes);
+    const bool may_adjust = pr.cuda && opts.fit_memory && opts.quant == QuantMode::Auto && !opts.offload_embeddings && !opts.w4a16_fused;
+    if (const auto c = check_memory_fits(e->cfg_, folder_sizes(backbone, head), pr, free_bytes, may_adjust)) {
+      opts.quant = c->quant;
+      opts.offload_embeddings = c->offload;
+      opts.w4a16_fused = c->fused;
+      e->opts_ = opts;
+      if (opts.progress)
+        std::fprintf(stderr, "{\"event\":\"fit\",\"quant\":\"%s\",\"offload_embeddings\":%s,\"w4a16_fused\":%s,\"why\":%s}\n",
+                     quant_mode_name(c->quant), c->offload ? "true" : "false", c->fused ? "true" : "false",
+                     json::write(json::Value::string(c->why)).c_str());
+    }
   }
   if (opts.check_weights) {
     Progress p(opts.progress, "check weights", double(backbone.total_bytes() + head.total_bytes()), "GB");

@@ -45,6 +45,9 @@ struct CoreOptions {
   bool portable_kernels = false;
   // Loading reports its stages on stderr (common/progress.h).
   bool progress = false;
+  // CUDA, quant Auto and no offload / fused kernel asked for: a plan over the free memory loads
+  // the first format + offload + W4A16 kernel that fits instead of being refused (memory_plan.h).
+  bool fit_memory = false;
   // Every floating-point weight is tested for NaN / infinity at load (io/finite_check.h), and a
   // folder holding any is refused naming the tensor. Off: such weights surface later, as a
   // request's 500 naming the layer whose output turned non-finite.

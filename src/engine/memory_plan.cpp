@@ -1,6 +1,7 @@
 #include "engine/memory_plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <cstdio>
 #include <vector>
 
@@ -117,11 +118,12 @@ double host_memory_available() {
   return kib < 0 ? -1 : kib * 1024;
 }
 
-void check_memory_fits(const model::ModelConfig& cfg, const FolderSizes& sizes, const PlanRequest& r, double free_bytes) {
-  if (free_bytes < 0) return;  // unknown: nothing to check against
+std::optional<PlanChoice> check_memory_fits(const model::ModelConfig& cfg, const FolderSizes& sizes, const PlanRequest& r,
+                                            double free_bytes, bool may_adjust) {
+  if (free_bytes < 0) return std::nullopt;  // unknown: nothing to check against
   if (!r.cuda) {
     const double need = sizes.cpu_params * 4;
-    if (need <= free_bytes) return;
+    if (need <= free_bytes) return std::nullopt;
     throw Error(Status::Unavailable, "insufficient_memory",
                 "the CPU engine holds the weights in fp32: " + gib_text(need) + " plus activations, and this machine has " +
                     gib_text(free_bytes) + " available: run it on a GPU (--device cuda), or on a machine with more memory");
@@ -129,7 +131,7 @@ void check_memory_fits(const model::ModelConfig& cfg, const FolderSizes& sizes, 
   const QuantMode q = r.quant == QuantMode::Auto ? folder_quant(cfg) : r.quant;
   const CudaPlan plan = cuda_plan(cfg, sizes.head_params, q, r.w4a16_fused, r.max_tokens);
   const double need = plan.total(r.offload);
-  if (need <= free_bytes) return;
+  if (need <= free_bytes) return std::nullopt;
   // what would fit, cheapest change first: offload, then the fused W4A16 GEMM, then a lighter
   // format (converted at load), then a shorter context
   struct Alt {
@@ -151,6 +153,20 @@ void check_memory_fits(const model::ModelConfig& cfg, const FolderSizes& sizes, 
           if (fused && f != QuantMode::NVFP4_W4A16 && f != QuantMode::NVFP4) continue;
           alts.push_back({f, off, fused, tokens});
         }
+  if (may_adjust)
+    for (const Alt& a : alts) {
+      if (a.tokens != r.max_tokens) continue;  // never a shorter context than asked for
+      const double n = cuda_plan(cfg, sizes.head_params, a.q, a.fused, a.tokens).total(a.offload);
+      if (n > free_bytes) continue;
+      PlanChoice c;
+      c.quant = a.q;
+      c.offload = a.offload;
+      c.fused = a.fused;
+      c.why = std::string(quant_mode_name(q)) + (r.offload ? " with offloaded embeddings" : "") + " needs " + gib_text(need) +
+              " and the GPU has " + gib_text(free_bytes) + " free: " + quant_mode_name(a.q) + (a.offload ? " + offloaded embeddings" : "") +
+              (a.fused ? " + the fused W4A16 GEMM" : "") + " (" + gib_text(n) + ")";
+      return c;
+    }
   std::string fits;
   int shown = 0;
   for (const Alt& a : alts) {

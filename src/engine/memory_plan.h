@@ -3,6 +3,7 @@
 // with its figure and what would fit, instead of failing an allocation minutes later).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "io/safetensors.h"
@@ -44,6 +45,15 @@ struct PlanRequest {
   bool offload = false, w4a16_fused = false, fp8_capable = true;
   int64_t max_tokens = 16384;
 };
-void check_memory_fits(const model::ModelConfig& cfg, const FolderSizes& sizes, const PlanRequest& r, double free_bytes);
+// With may_adjust (CUDA, the format and offload left to the engine), a plan that does not fit
+// is not refused when another format / offload / W4A16 kernel at the same context fits: the
+// first such one is returned (with why, for the log) and the caller loads that.
+struct PlanChoice {
+  QuantMode quant = QuantMode::Auto;
+  bool offload = false, fused = false;
+  std::string why;  // "bf16 needs 55.1 GiB, the GPU has 15.2 GiB free: nvfp4-w4a16 + offload (13.9 GiB)"
+};
+std::optional<PlanChoice> check_memory_fits(const model::ModelConfig& cfg, const FolderSizes& sizes, const PlanRequest& r,
+                                            double free_bytes, bool may_adjust = false);
 
 }  // namespace clefrt
