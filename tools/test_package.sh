@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Debian package as a user gets it: CPack builds it from BUILD_DIR, dpkg-deb unpacks it into a
-# scratch root (no root rights or system changes needed), and the unpacked clefrt must report its
+# The Debian package as a user gets it: CPack builds it from BUILD_DIR, dpkg installs it into a
+# scratch root (no system changes needed), and the installed clefrt must report its
 # version, write the tiny model and answer the blog request; the package must declare its
 # dependencies and hold the library, header, pkg-config file, Python module, docs and systemd
 # unit; the unit must pass systemd-analyze verify (when present) with nothing printed.
@@ -16,7 +16,15 @@ echo "package: $(basename "$deb") ($(du -h "$deb" | cut -f1))"
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "Depends: $depends"
 case $depends in *libsimdjson14*libutf8proc2*) ;; *) echo "FAIL: the package does not declare its libraries"; exit 1 ;; esac
-dpkg-deb -x "$deb" "$work/root"
+# dpkg installs it into a scratch root whose package database is a copy of this machine's, so
+# the declared dependencies are checked against what Debian installed here (no --force-depends),
+# and nothing outside the scratch root changes (--force-not-root: files only, no maintainer
+# scripts to run)
+mkdir -p "$work/root/var/lib/dpkg/info" "$work/root/var/lib/dpkg/updates"
+cp /var/lib/dpkg/status "$work/root/var/lib/dpkg/status"
+dpkg --root="$work/root" --force-not-root --log=/dev/null -i "$deb" > "$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; echo "FAIL: dpkg -i"; exit 1; }
+dpkg --root="$work/root" -s clefrt | grep -q "^Status: install ok installed" || { echo "FAIL: dpkg does not list clefrt as installed"; exit 1; }
+echo "dpkg -i: installed (dependencies satisfied by this machine's packages)"
 for f in usr/bin/clefrt usr/lib/libclefrt.so usr/include/clefrt/clefrt.h usr/lib/pkgconfig/clefrt.pc \
          usr/lib/systemd/system/clefrt.service usr/share/doc/clefrt/README.md usr/share/doc/clefrt/clefrt.default; do
   [ -e "$work/root/$f" ] || { echo "FAIL: the package lacks /$f"; exit 1; }
@@ -40,4 +48,7 @@ if command -v systemd-analyze > /dev/null; then
 else
   echo "systemd-analyze not installed: the unit was not verified"
 fi
+dpkg --root="$work/root" --force-not-root --log=/dev/null -r clefrt > "$work/dpkg-r.log" 2>&1 || { cat "$work/dpkg-r.log"; echo "FAIL: dpkg -r"; exit 1; }
+[ ! -e "$work/root/usr/bin/clefrt" ] || { echo "FAIL: dpkg -r left /usr/bin/clefrt"; exit 1; }
+echo "dpkg -r: removed"
 echo "package: ok"
