@@ -6,6 +6,8 @@
 //   fused 3xtf32  this file's copy of it (its bits must equal the product's: the harness check)
 //   fused tf32    the same kernel with plain TF32 products (one MMA instead of three)
 //   fused bf16    the same kernel with bf16 m16n8k16 products (fp32 accumulation; fla's choice)
+//   narrow sw16   the fused kernel over 16 state columns per CTA (twice the CTAs, three per SM),
+//                 sw32 the same layout at 32 columns: the same bits as the product
 //   split 3xtf32  a state kernel (the recurrence alone, next chunk's loads under the update)
 //               + a parallel output kernel over saved chunk states: the same bits, and slower
 //   simt          the engine's CUDA-core scan
@@ -245,6 +247,140 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
   if (ch.seq_chunk[s + 1] > ce) store_state(S, SWP, sc, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
+
+// ---- variant "narrow": the fused kernel over 16 state columns per CTA ----
+// Nsight Compute showed the fused kernel latency-bound with 1.45 CTAs per SM (192 CTAs at
+// 1 x 8,192). Here a CTA owns SWT = 16 columns: twice the CTAs, each a warp's single 16 x 8
+// tile of Vn / O and two of S, and a smaller shared footprint (W, Q and K take turns in one
+// region; A has its own and loads with W) so three fit an SM. Every tile's products run in the
+// same order as in the product's kernel: the same bits.
+template <int SWT>
+struct NarrowSmem {
+  static constexpr int SWPT = SWT + 8;
+  static size_t bytes(int64_t Dk) {
+    const int64_t ld = Dk + 4, lda = C + 4;
+    return sizeof(double) * C + sizeof(float) * (Dk * SWPT + C * ld + C * lda + C * SWPT + 2 * C);
+  }
+};
+
+template <int SWT>
+__global__ void __launch_bounds__(256) gdn_scan_narrow_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                         int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* o) {
+  constexpr int SWPT = NarrowSmem<SWT>::SWPT, CT = SWT / 8;  // column tiles of 8
+  static_assert(8 % CT == 0 && (4 * CT) % 8 == 0, "8 warps: 4 row tiles x CT column tiles of Vn / O");
+  constexpr int NB = 4 * CT / 8;  // this warp's tiles of Vn / O
+  extern __shared__ double smem_d[];
+  const int ld = int(Dk) + 4, lda = C + 4;
+  double* gam = smem_d;
+  float* S = reinterpret_cast<float*>(gam + C);  // [Dk][SWPT]
+  float* R = S + Dk * SWPT;                      // [C][ld]: W, then Q, then K
+  float* As = R + C * ld;                        // [C][lda]
+  float* Vn = As + C * lda;                      // [C][SWPT]
+  float* eg = Vn + C * SWPT;
+  float* ek = eg + C;
+
+  const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SWT;
+  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk, value_dim = Hv * Dv;
+  const int sw = int(Dv - c0_col < SWT ? Dv - c0_col : SWT);
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+  const int gq = lane >> 2, tq = lane & 3;
+  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 8 * NB;
+
+  int64_t cb, ce;
+  if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
+  load_state(S, SWPT, sc, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
+  for (int64_t c = cb; c < ce; ++c) {
+    const int64_t t0 = ch.chunk_start[c];
+    const int n = ch.chunk_len[c];
+    const float* w = sc.w + ((c - sc.c0) * Hv + j) * C * Dk;
+    const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv;
+    const float* aqk = sc.aqk + ((c - sc.c0) * Hv + j) * C * C;
+    const float* rows = mixed + t0 * conv_dim;
+    __syncthreads();  // the previous chunk's readers are done
+    load_tile_async(R, ld, w, Dk, C, int(Dk), C, int(Dk));
+    load_tile_async(As, lda, aqk, C, C, C, C, C);
+    load_tile_async(Vn, SWPT, u + c0_col, Dv, C, SWT, C, sw);
+    chunk_gamma(gam, g, t0, n, Hv, j);
+    cp_async_wait_all();
+    __syncthreads();
+    if (tid < C) {
+      eg[tid] = float(exp(gam[tid]));
+      ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
+    }
+    {  // Vn = U - W S
+      float d[NB][4] = {};
+      mma_shared_a<Mma::Tf32x3, NB>(
+          d, NB, int(Dk), [&](int r, int k) { return R[(rt + r) * ld + k]; },
+          [&](int q, int k, int col) { return S[k * SWPT + ct0 + 8 * q + col]; });
+      for (int q = 0; q < NB; ++q) {
+        const int cc = ct0 + 8 * q;
+        Vn[(rt + gq) * SWPT + cc + 2 * tq] -= d[q][0];
+        Vn[(rt + gq) * SWPT + cc + 2 * tq + 1] -= d[q][1];
+        Vn[(rt + gq + 8) * SWPT + cc + 2 * tq] -= d[q][2];
+        Vn[(rt + gq + 8) * SWPT + cc + 2 * tq + 1] -= d[q][3];
+      }
+    }
+    __syncthreads();  // W is done: Q into its space
+    load_tile_async(R, ld, rows + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+    cp_async_wait_all();
+    __syncthreads();
+    {  // O = e^gamma Q S + A Vn
+      float d[NB][4] = {};
+      mma_shared_a<Mma::Tf32x3, NB>(
+          d, NB, int(Dk), [&](int r, int k) { return R[(rt + r) * ld + k]; },
+          [&](int q, int k, int col) { return S[k * SWPT + ct0 + 8 * q + col]; });
+      const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
+      float a[NB][4];
+      for (int q = 0; q < NB; ++q) {
+        a[q][0] = d[q][0] * e0;
+        a[q][1] = d[q][1] * e0;
+        a[q][2] = d[q][2] * e1;
+        a[q][3] = d[q][3] * e1;
+      }
+      mma_shared_a<Mma::Tf32x3, NB>(
+          a, NB, rt + 16, [&](int r, int k) { return As[(rt + r) * lda + k]; },
+          [&](int q, int k, int col) { return Vn[k * SWPT + ct0 + 8 * q + col]; });
+      for (int q = 0; q < NB; ++q) {
+        const int r0 = rt + gq, r1 = rt + gq + 8, col = ct0 + 8 * q + 2 * tq;
+        float* out0 = o + (t0 + r0) * value_dim + j * Dv + c0_col + col;
+        float* out1 = o + (t0 + r1) * value_dim + j * Dv + c0_col + col;
+        if (r0 < n && col < sw) out0[0] = a[q][0];
+        if (r0 < n && col + 1 < sw) out0[1] = a[q][1];
+        if (r1 < n && col < sw) out1[0] = a[q][2];
+        if (r1 < n && col + 1 < sw) out1[1] = a[q][3];
+      }
+    }
+    __syncthreads();  // Q, A and Vn reads are done
+    load_tile_async(R, ld, rows + key_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+    for (int e = tid; e < C * SWT; e += nt) Vn[(e / SWT) * SWPT + e % SWT] *= ek[e / SWT];
+    cp_async_wait_all();
+    __syncthreads();
+    // S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn): tile t = warp + 8 i is row block t / CT,
+    // column tile t % CT (= warp % CT for every i: one Vn fragment serves the warp's tiles)
+    const float eC = float(exp(gam[n - 1]));
+    const int tiles = int(Dk / 16) * CT, na = warp < tiles ? (tiles - warp + 7) / 8 : 0;
+    const int cc = (warp % CT) * 8;
+    if (na > 0) {
+      float d[4][4] = {};
+      mma_shared_b<Mma::Tf32x3, 4>(
+          d, na, C, [&](int q, int r, int k) { return R[k * ld + ((warp + 8 * q) / CT) * 16 + r]; },
+          [&](int k, int col) { return Vn[k * SWPT + cc + col]; });
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (q >= na) break;
+        const int r0 = ((warp + 8 * q) / CT) * 16;
+        float* s0 = S + (r0 + gq) * SWPT + cc + 2 * tq;
+        float* s1 = S + (r0 + gq + 8) * SWPT + cc + 2 * tq;
+        s0[0] = s0[0] * eC + d[q][0];
+        s0[1] = s0[1] * eC + d[q][1];
+        s1[0] = s1[0] * eC + d[q][2];
+        s1[1] = s1[1] * eC + d[q][3];
+      }
+    }
+  }
+  if (ch.seq_chunk[s + 1] > ce) store_state(S, SWPT, sc, j, Dk, Dv, c0_col, sw, tid, nt);
+}
+
 // ---- variant "split": the scan on tensor cores in two kernels ----
 // gdn_chunk_state_tc_k is the sequential part alone, one CTA (8 warps) per (sequence, value
 // head, 32 state columns): per chunk it saves S as the chunk's starting state h_c, forms
@@ -435,7 +571,8 @@ int main(int argc, char** argv) {
   try {
     const HardwareLimits hw = bench::measure_and_print_hardware();
     for (const void* k : {(const void*)gdn_chunk_scan_tc_k<Mma::Tf32x3>, (const void*)gdn_chunk_scan_tc_k<Mma::Tf32>,
-                          (const void*)gdn_chunk_scan_tc_k<Mma::Bf16>, (const void*)gdn_chunk_state_tc_k, (const void*)gdn_chunk_out_tc_k})
+                          (const void*)gdn_chunk_scan_tc_k<Mma::Bf16>, (const void*)gdn_chunk_state_tc_k, (const void*)gdn_chunk_out_tc_k,
+                          (const void*)gdn_scan_narrow_k<16>, (const void*)gdn_scan_narrow_k<32>})
       check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "lab smem");
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
@@ -492,6 +629,14 @@ int main(int argc, char** argv) {
            }},
           {"fused bf16", [&](float* out) {
              gdn_chunk_scan_tc_k<Mma::Bf16><<<sgrid, 256, ScanTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, out);
+           }},
+          {"narrow sw16", [&](float* out) {
+             gdn_scan_narrow_k<16><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 16)), 256, NarrowSmem<16>::bytes(Dk), s>>>(
+                 mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, out);
+           }},
+          {"narrow sw32", [&](float* out) {
+             gdn_scan_narrow_k<32><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 32)), 256, NarrowSmem<32>::bytes(Dk), s>>>(
+                 mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, out);
            }},
           {"split 3xtf32", [&](float* out) {
              gdn_chunk_state_tc_k<<<sgrid, 256, StateTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
