@@ -16,12 +16,12 @@ TEST(Answers, BlogExampleShape) {
   Request r = parse_request(kBlog);
   // encoded order: team = billing, sales, tech
   std::vector<std::vector<double>> p = {{0.99061, 0.00939}, {0.17624, 0.015, 0.80876}, {0.0042, 0.0043, 0.0215, 0.97}};
-  std::string got = response_json("clef", r, p, 346, {});
+  std::string got = response_json("clef", r, p, Usage{346, 0, 0}, {});
   EXPECT_EQ(got,
             R"({"model":"clef","answers":{"outage":{"type":"noul","noul":0.9906},)"
             R"("team":{"type":"choice","choice":"tech","probabilities":{"billing":0.1762,"tech":0.8088,"sales":0.015},"confidence":0.8088},)"
             R"("severity":{"type":"score","score":2.9573,"legend":{"0":"No impact","1":"Minor","2":"Major","3":"Critical"},)"
-            R"("probabilities":{"0":0.0042,"1":0.0043,"2":0.0215,"3":0.97},"confidence":0.97}},"usage":{"input_tokens":346,"output_tokens":0}})");
+            R"("probabilities":{"0":0.0042,"1":0.0043,"2":0.0215,"3":0.97},"confidence":0.97}},"usage":{"input_tokens":346,"output_tokens":0,"cached_tokens":0}})");
 }
 
 TEST(Answers, TiesGoToTheFirstLabelInCallerOrder) {

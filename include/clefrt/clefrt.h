@@ -112,9 +112,14 @@ struct EngineOptions {
   bool load_weights = true;            // false: config and tokenizer only; prepare() works, answers throw
   bool progress = false;               // loading reports its stages on stderr: on a terminal a line per stage
                                        // updated in place (GB, GB/s), otherwise one JSON line as each ends
+  double prefix_cache_gib = -1;        // the prefix cache's budget: a request whose ids start with a cached
+                                       // system prompt + state computes only the rest, with the same bits.
+                                       // 0: off. -1: the backend's default (CPU: 4 GiB of host memory; CUDA:
+                                       // off, the GPU backend does not reuse prefixes yet, and asking for a
+                                       // budget there is refused)
 
   // --- requests
-  size_t max_length = 16384;           // context length in tokens: a state is cut to fit; a schema that
+  size_t max_length = 16384;           // context length in tokens, at most kMaxContext: a state is cut to fit; a schema that
                                        // alone does not fit is a 413 ("maximum context length")
   bool parse_special = false;          // special-token text in user content becomes the special token, as the
                                        // reference does (default: user text never becomes an added token)
@@ -126,6 +131,9 @@ struct EngineOptions {
   size_t max_batch_requests = 64;      // requests packed into one forward
   size_t max_queue = 256;              // requests waiting for the engine before submit() refuses (429)
 };
+
+// Clef's context window: the largest max_length.
+constexpr size_t kMaxContext = 65536;
 
 // How an answer is rendered.
 struct AnswerOptions {
@@ -170,6 +178,21 @@ struct Encoded {
 // Per question (request order), per option (encoded order), the probability.
 using Probs = std::vector<std::vector<double>>;
 
+// The prefix cache's counters since load (EngineOptions::prefix_cache_gib).
+struct PrefixCacheStats {
+  bool enabled = false;
+  size_t budget_bytes = 0;
+  int64_t granularity = 0;  // prefixes are reused in multiples of this many tokens
+  size_t bytes = 0;         // held now
+  size_t entries = 0;
+  uint64_t hits = 0;        // requests that continued a cached prefix
+  uint64_t misses = 0;      // requests long enough to look one up that found none
+  uint64_t hit_tokens = 0;  // tokens read from the cache instead of computed
+  uint64_t inserted = 0;
+  uint64_t evictions = 0;
+  uint64_t too_large = 0;   // states not kept: over the budget alone, or the rest held by running batches
+};
+
 // The bodies a request may come in. SystemOne: the System One request. Decisions: what clients
 // send to `POST /v1/decisions`: System One when `questions` is an object, the OpenAI decisions
 // shape when it is an array (answered in the shape it came in).
@@ -186,7 +209,8 @@ class Prepared {
   const std::string& model() const;
   // The response in the request's own shape: System One `{"model", "answers", "usage"}` or the
   // OpenAI decisions shape. `model` stands in when the request named none.
-  std::string answer(const Probs& probs, const AnswerOptions& opts, const std::string& model = "clef") const;
+  // `cached_tokens` goes to usage.cached_tokens (Outcome::cached_tokens).
+  std::string answer(const Probs& probs, const AnswerOptions& opts, const std::string& model = "clef", size_t cached_tokens = 0) const;
   // `{"input_ids":[...],"questions":[...],"usage":{"input_tokens":N}}`: what `clefrt encode` prints.
   std::string encoded_json() const;
 
@@ -210,6 +234,7 @@ struct Outcome {
   std::exception_ptr error;
   double queue_ms = 0;    // from submit() to the forward that ran it (to the end, if none did)
   double compute_ms = 0;  // that forward's time
+  size_t cached_tokens = 0;  // leading tokens read from the prefix cache instead of computed
 };
 
 // A submitted request. It ends exactly once; cancel() after that does nothing.
@@ -307,6 +332,7 @@ class Engine {
   size_t gpu_bytes() const;    // GPU memory held (weights, activations, workspaces); 0 on the CPU
   std::string summary() const; // one line: what the Linears run in and where the memory goes ("" on the CPU)
   MemoryUse memory() const;
+  PrefixCacheStats prefix_cache() const;
   size_t max_length() const;
   // Model FLOPs of one forward over requests of these lengths (every Linear: 2 per weight per
   // token; causal attention scores and values; the GDN recurrence and the head's small per-option

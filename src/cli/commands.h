@@ -28,6 +28,7 @@ struct EngineFlags {
   bool offload = false, w4a16_fused = false, native_fp4 = true, portable_kernels = false, parse_special = false, require_instructions = false, check_weights = true;
   int threads = 0;
   size_t max_length = 16384;
+  double prefix_cache_gib = -1;  // -1: the engine's default
 };
 void add_engine_flags(CLI::App& c, EngineFlags& f);
 // Number checks with readable refusals ("--max-queue: must be at least 1, not 0"; CLI11's own

@@ -31,7 +31,7 @@ int decide_records(Engine& engine, const std::vector<std::string>& inputs, bool 
       Outcome o = it.outcome.get();
       if (o.kind == Outcome::Kind::Failed) std::rethrow_exception(o.error);
       if (o.kind != Outcome::Kind::Answered) throw Error(Status::Unavailable, "unavailable", "the engine stopped before the request ran");
-      std::cout << it.prepared.answer(o.probs, ao) << "\n";
+      std::cout << it.prepared.answer(o.probs, ao, "clef", o.cached_tokens) << "\n";
     } catch (const Error& e) {
       std::cout << e.to_json() << "\n";
       std::cerr << "clefrt decide: " << it.where << ": " << e.http_status() << " " << e.what() << "\n";

@@ -26,8 +26,15 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
              "cuda: only the kernels every supported GPU runs (mma.sync W4A16 GEMM instead of wgmma / TMA, W4A4 emulated):\n"
              "to compare them with the fast ones on a Hopper or Blackwell card");
   c.add_option("--threads", f.threads, "CPU engine threads (default: all cores)")->check(non_negative());
-  c.add_option("--max-length", f.max_length, "context length in tokens; longer states are cut, longer schemas refused with 413 (default 16384)")
+  c.add_option("--max-length", f.max_length,
+               "context length in tokens, at most 65536 (Clef's window); longer states are cut, longer schemas refused with 413\n"
+               "(default 16384)")
       ->check(positive());
+  c.add_option("--prefix-cache-gib", f.prefix_cache_gib,
+               "the prefix cache's budget: a request whose ids start with a cached system prompt + state (in multiples of 256\n"
+               "tokens on the CPU) computes only the rest, the same answer bit for bit; least recently used prefixes go first.\n"
+               "0 turns it off. Default: 4 on the CPU; the GPU backend does not reuse prefixes yet (a budget there is refused)")
+      ->check(non_negative());
   c.add_flag("--parse-special", f.parse_special, "parse special-token text in user content, as the reference does");
   c.add_flag("--require-instructions", f.require_instructions, "refuse missing/empty instructions (422)");
   c.add_flag("!--no-check-weights", f.check_weights,
@@ -80,6 +87,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.fit_memory = f.quant == "auto" && !f.offload && !f.w4a16_fused;
   o.threads = f.threads;
   o.max_length = f.max_length;
+  o.prefix_cache_gib = f.prefix_cache_gib;
   o.parse_special = f.parse_special;
   o.require_instructions = f.require_instructions;
   o.check_weights = f.check_weights;

@@ -187,8 +187,23 @@ void causal_conv_silu(const float* x, int64_t len, int64_t channels, const float
     }
 }
 
+void causal_conv_silu_after(const float* history, const float* x, int64_t len, int64_t channels, const float* w, int64_t kernel,
+                            float* y) {
+#pragma omp parallel for if (len * channels > 65536)
+  for (int64_t t = 0; t < len; ++t)
+    for (int64_t c = 0; c < channels; ++c) {
+      float acc = 0;
+      for (int64_t j = 0; j < kernel; ++j) {
+        const int64_t src = t - kernel + 1 + j;  // < 0: history row kernel - 1 + src
+        acc += w[c * kernel + j] * (src >= 0 ? x[src * channels + c] : history[(kernel - 1 + src) * channels + c]);
+      }
+      y[t * channels + c] = silu(acc);
+    }
+}
+
 void gdn_recurrent(const GdnHead& h) {
   std::vector<float> S(size_t(h.dk * h.dv), 0.0f), kv(size_t(h.dv));
+  if (h.state) std::copy_n(h.state, S.size(), S.begin());
   for (int64_t t = 0; t < h.len; ++t) {
     const float* q = h.q + t * h.q_stride;
     const float* k = h.k + t * h.k_stride;
@@ -207,6 +222,7 @@ void gdn_recurrent(const GdnHead& h) {
     for (int64_t i = 0; i < h.dk; ++i)
       for (int64_t j = 0; j < h.dv; ++j) o[j] += S[size_t(i * h.dv + j)] * q[i];
   }
+  if (h.state) std::copy(S.begin(), S.end(), h.state);
 }
 
 // The chunked (UT transform) form of spec/model.md 1.1; the same result up to rounding.
@@ -217,6 +233,7 @@ __attribute__((target_clones("arch=x86-64-v3", "default"), optimize("fp-contract
   blas_single_threaded();  // called once per (sequence, head), inside the caller's parallel loop
   const int64_t dk = h.dk, dv = h.dv;
   std::vector<float> S(size_t(dk * dv), 0.0f);
+  if (h.state) std::copy_n(h.state, S.size(), S.begin());
   // gamma (the in-chunk cumulative log decay) is kept in double: with strong decay it reaches
   // thousands within a chunk, and fp32 differences gamma_i - gamma_j would lose ~1e-4 of
   // accuracy to cancellation (seen against the reference on runs of repeated characters). The
@@ -292,28 +309,34 @@ __attribute__((target_clones("arch=x86-64-v3", "default"), optimize("fp-contract
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(dk), int(dv), n, 1.0f, Kd.data(), int(dk), U.data(), int(dv), 1.0f, S.data(),
                 int(dv));
   }
+  if (h.state) std::copy(S.begin(), S.end(), h.state);
 }
 
 void attention_causal(const float* q, const float* k, const float* v, int64_t len, int64_t hq, int64_t hkv, int64_t d,
                       int64_t q_stride, int64_t kv_stride, float* out) {
+  attention_causal_rows(q, 0, len, k, v, hq, hkv, d, q_stride, kv_stride, out);
+}
+
+void attention_causal_rows(const float* q, int64_t first, int64_t rows_total, const float* k, const float* v, int64_t hq, int64_t hkv,
+                           int64_t d, int64_t q_stride, int64_t kv_stride, float* out) {
   // Blocks of query rows: S = Q_blk K^T (sgemm), causal softmax per row, O_blk = P V (sgemm).
   const float scale = 1.0f / std::sqrt(float(d));
   const int64_t group = hq / hkv;
-  const int64_t B = 256;
+  const int64_t B = kAttentionBlock, end = first + rows_total;
   blas_single_threaded();
 #pragma omp parallel for schedule(dynamic)
   for (int64_t h = 0; h < hq; ++h) {
-    std::vector<float> S(static_cast<size_t>(std::min(B, len) * len));
+    std::vector<float> S(static_cast<size_t>(std::min(B, rows_total) * end));
     const int64_t kh = h / group;
     const float* kb = k + kh * d;
     const float* vb = v + kh * d;
-    for (int64_t i0 = 0; i0 < len; i0 += B) {
-      const int64_t rows = std::min(B, len - i0), keys = i0 + rows;  // keys beyond the block's last row are masked
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(d), scale, q + i0 * q_stride + h * d,
+    for (int64_t i0 = first; i0 < end; i0 += B) {
+      const int64_t rows = std::min(B, end - i0), keys = i0 + rows;  // keys beyond the block's last row are masked
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(keys), int(d), scale, q + (i0 - first) * q_stride + h * d,
                   int(q_stride), kb, int(kv_stride), 0.0f, S.data(), int(keys));
       for (int64_t r = 0; r < rows; ++r) softmax_row(S.data() + r * keys, i0 + r + 1, keys);  // causal: keys 0..i0+r
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(keys), 1.0f, S.data(), int(keys), vb,
-                  int(kv_stride), 0.0f, out + (i0 * hq + h) * d, int(hq * d));
+                  int(kv_stride), 0.0f, out + ((i0 - first) * hq + h) * d, int(hq * d));
     }
   }
 }

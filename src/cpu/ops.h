@@ -24,8 +24,12 @@ void layer_norm(const float* x, int64_t rows, int64_t d, const float* w, const f
 
 // Depthwise causal conv over one sequence then SiLU: y[t,c] = silu(sum_j w[c,j] x[t-K+1+j, c]).
 void causal_conv_silu(const float* x, int64_t len, int64_t channels, const float* w, int64_t kernel, float* y);
+// The same over rows that continue a sequence: `history` holds the K-1 input rows before x
+// (zeros before the sequence's start), so a sequence run in pieces gets its whole-run outputs.
+void causal_conv_silu_after(const float* history, const float* x, int64_t len, int64_t channels, const float* w, int64_t kernel,
+                            float* y);
 
-// Gated DeltaNet over one sequence and one value head, fp32 state S[dk, dv] starting at zero.
+// Gated DeltaNet over one sequence and one value head, fp32 state S[dk, dv].
 // q, k: [len, dk] (already L2-normalised, q scaled); v: [len, dv]; g (log decay), beta: [len].
 // Strides let the caller pass views into packed [len, heads*dim] buffers.
 struct GdnHead {
@@ -33,14 +37,25 @@ struct GdnHead {
   int64_t len, dk, dv;
   int64_t q_stride, k_stride, v_stride, gb_stride, o_stride;
   float* o;  // [len, dv]
+  // null: S starts at zero. Otherwise S [dk, dv] row-major: read as the state before the first
+  // row and overwritten with the state after the last (a sequence run in pieces; the chunked
+  // form then needs each piece to start at a multiple of its chunk to keep the whole run's bits).
+  float* state = nullptr;
 };
 void gdn_recurrent(const GdnHead& h);
 void gdn_chunked(const GdnHead& h, int64_t chunk = 64);
 
 // Causal attention over one sequence: q [len, hq, d], k/v [len, hkv, d] (row strides given),
-// out [len, hq, d]; query head h reads KV head h / (hq / hkv).
+// out [len, hq, d]; query head h reads KV head h / (hq / hkv). Query rows run in blocks of
+// kAttentionBlock.
+constexpr int64_t kAttentionBlock = 256;
 void attention_causal(const float* q, const float* k, const float* v, int64_t len, int64_t hq, int64_t hkv, int64_t d,
                       int64_t q_stride, int64_t kv_stride, float* out);
+// Query rows [first, first + rows) of a sequence (q and out point at row `first`) against its
+// keys [0, first + rows) (k / v point at row 0). With `first` a multiple of kAttentionBlock the
+// bits are those of the whole-sequence call's rows.
+void attention_causal_rows(const float* q, int64_t first, int64_t rows, const float* k, const float* v, int64_t hq, int64_t hkv,
+                           int64_t d, int64_t q_stride, int64_t kv_stride, float* out);
 
 // Unmasked multi-head attention (the joint head): q [lq, w], k/v [lk, w], heads of w/heads.
 void attention_full(const float* q, int64_t lq, const float* k, const float* v, int64_t lk, int64_t width, int64_t heads,

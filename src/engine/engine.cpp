@@ -42,13 +42,13 @@ const std::string& Prepared::model() const {
   return impl_ ? impl_->req.model : none;
 }
 
-std::string Prepared::answer(const Probs& probs, const AnswerOptions& opts, const std::string& model) const {
+std::string Prepared::answer(const Probs& probs, const AnswerOptions& opts, const std::string& model, size_t cached_tokens) const {
   const Impl& p = impl();
   const std::string name = p.req.model.empty() ? model : p.req.model;
   if (p.encoded_only) throw Error(Status::Internal, "internal_error", "a request prepared from its encoding has no answer shape");
   const size_t dropped = p.enc.state_tokens_dropped;
-  return p.openai ? openai_response(name, p.body, p.req, probs, input_tokens(), opts, dropped)
-                  : response_json(name, p.req, probs, input_tokens(), opts, dropped);
+  const Usage u{input_tokens(), cached_tokens, dropped};
+  return p.openai ? openai_response(name, p.body, p.req, probs, u, opts) : response_json(name, p.req, probs, u, opts);
 }
 
 std::string Prepared::encoded_json() const { return encoded_to_json(encoded()); }
@@ -93,6 +93,9 @@ CoreOptions core_options(const EngineOptions& o) {
   // the GPU plans its activation memory for the largest forward the scheduler can pack
   c.max_batch_tokens = int64_t(std::max(o.max_batch_tokens, o.max_length));
   c.max_batch_requests = int64_t(o.max_batch_requests);
+  // the default budget where prefixes are reused (the CPU), none where they are not yet
+  const double gib = o.prefix_cache_gib >= 0 ? o.prefix_cache_gib : c.device == Device::Cpu ? 4.0 : 0.0;
+  c.prefix_cache_bytes = size_t(gib * double(size_t(1) << 30));
   return c;
 }
 
@@ -107,6 +110,9 @@ SchedulerOptions scheduler_options(const EngineOptions& o) {
 void check_options(const EngineOptions& o) {
   auto bad = [](const std::string& m) { throw Error(Status::BadRequest, "usage", m); };
   if (o.max_length == 0) bad("max_length must be at least 1 token");
+  if (o.max_length > kMaxContext)
+    bad("max_length is at most " + std::to_string(kMaxContext) + " tokens (Clef's context window), not " + std::to_string(o.max_length));
+  if (!(o.prefix_cache_gib >= 0 || o.prefix_cache_gib == -1)) bad("prefix_cache_gib must be 0 (off), a budget in GiB, or -1 (the default)");
   if (o.max_batch_tokens == 0) bad("max_batch_tokens must be at least 1");
   if (o.max_batch_requests == 0) bad("max_batch_requests must be at least 1");
   if (o.max_queue == 0) bad("max_queue must be at least 1 (0 would refuse every request)");
@@ -214,7 +220,13 @@ std::vector<Probs> Engine::probs(const std::vector<const Prepared*>& requests) {
 
 std::string Engine::decide(std::string_view body, const AnswerOptions& opts, BodyShape shape) {
   const Prepared p = prepare(body, shape);
-  return p.answer(probs({&p})[0], opts);
+  std::promise<Outcome> promise;
+  auto future = promise.get_future();
+  submit(p, std::chrono::steady_clock::time_point::max(), [&promise](const Prepared&, Outcome o) { promise.set_value(std::move(o)); });
+  Outcome o = future.get();
+  if (o.kind == Outcome::Kind::Failed) std::rethrow_exception(o.error);
+  if (o.kind != Outcome::Kind::Answered) throw Error(Status::Unavailable, "unavailable", "the engine stopped before the request ran");
+  return p.answer(o.probs, opts, "clef", o.cached_tokens);
 }
 
 bool Engine::queue_full() const { return impl_->scheduler().full(); }
@@ -231,6 +243,7 @@ size_t Engine::gpu_bytes() const { return impl_->core->gpu_bytes(); }
 std::string Engine::summary() const { return impl_->core->gpu_summary(); }
 size_t Engine::max_length() const { return impl_->opts.max_length; }
 MemoryUse Engine::memory() const { return impl_->core->memory(); }
+PrefixCacheStats Engine::prefix_cache() const { return impl_->core->prefix_cache_stats(); }
 double Engine::forward_flops(const std::vector<int64_t>& lengths) const { return impl_->core->forward_flops(lengths); }
 
 void Engine::observe_linear_inputs(LinearInputObserver o) { impl_->core->set_linear_input_observer(std::move(o)); }

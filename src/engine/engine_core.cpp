@@ -13,6 +13,7 @@
 #include "engine/memory_plan.h"
 #include "io/finite_check.h"
 #include "io/safetensors.h"
+#include "model/sequence_forward.h"
 #include "model/synth.h"
 #ifdef CLEFRT_HAVE_CUDA
 #include "cuda/model/device_model.h"
@@ -136,6 +137,8 @@ size_t EngineCore::gpu_bytes() const {
 #endif
   return 0;
 }
+
+PrefixCacheStats EngineCore::prefix_cache_stats() const { return cache_ ? cache_->stats() : PrefixCacheStats{}; }
 
 MemoryUse EngineCore::memory() const {
   MemoryUse m;
@@ -285,7 +288,11 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
   fs::path hp = fs::path(dir) / "joint_head.safetensors";
   if (!fs::exists(hp)) throw load_error(hp.string(), "missing: a Clef folder holds the joint head here");
   head.add_file(hp.string());
-  if (opts.device == Device::Cpu) {  // usage errors before any work
+  if (opts.device == Device::Cuda && opts.prefix_cache_bytes > 0)  // usage errors before any work
+    throw Error(Status::BadRequest, "usage",
+                "the prefix cache runs on the CPU engine only in this build: the GPU backend does not reuse prefixes yet "
+                "(leave the budget out or set it to 0)");
+  if (opts.device == Device::Cpu) {
     if (opts.quant != QuantMode::Auto)
       throw Error(Status::BadRequest, "usage", std::string("--quant ") + quant_mode_name(opts.quant) +
                                                    " is a CUDA option; the CPU engine runs what the folder holds (leave --quant out)");
@@ -327,6 +334,7 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
     e->text_ = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Full, qa);
     e->head_ = model::load_head_weights(head, e->cfg_.head);
     p.add(double(backbone.total_bytes() + head.total_bytes()));
+    if (opts.prefix_cache_bytes > 0) e->cache_ = std::make_unique<PrefixCache>(opts.prefix_cache_bytes, model::kChunkTokens);
     return e;
   }
 #ifdef CLEFRT_HAVE_CUDA
@@ -370,8 +378,11 @@ std::unique_ptr<EngineCore> EngineCore::synthetic(const std::string& preset, con
 #endif
 }
 
-std::vector<std::vector<std::vector<double>>> EngineCore::probs(const model::Batch& batch, model::GdnForm form) const {
-  auto out = forward(batch, form);
+std::vector<std::vector<std::vector<double>>> EngineCore::probs(const model::Batch& batch, model::GdnForm form,
+                                                                std::vector<size_t>* cached_tokens) const {
+  std::vector<size_t> cached(batch.size(), 0);
+  auto out = forward(batch, form, &cached);
+  if (cached_tokens) *cached_tokens = cached;
   for (size_t k = 0; k < out.size(); ++k)
     for (size_t q = 0; q < out[k].size(); ++q)
       for (double p : out[k][q])
@@ -410,7 +421,15 @@ void EngineCore::set_linear_input_observer(LinearInputObserver o) {
   observer_ = std::move(o);
 }
 
-std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::Batch& batch, model::GdnForm form) const {
+namespace {
+struct CpuPrefixState : CachedState {
+  model::PrefixState s;
+  size_t bytes() const override { return s.bytes(); }
+};
+}  // namespace
+
+std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::Batch& batch, model::GdnForm form,
+                                                                  std::vector<size_t>* cached) const {
   if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) return gpu_->forward->run(batch);
@@ -433,24 +452,31 @@ std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::B
       (*static_cast<LinearInputObserver*>(ctx))(w.name, x, rows, cols);
     }
   } scope(&observer);
-  // OpenBLAS picks its kernels and blocking by the number of rows, so a packed forward rounds
-  // a request differently from the same request alone. Batch-invariant (the default): one
-  // forward per request.
-  if (opts_.batch_invariant && batch.size() > 1) {
-    std::vector<std::vector<std::vector<double>>> out;
-    for (const model::Sequence& e : batch) out.push_back(forward({e}, form)[0]);
-    return out;
-  }
-  std::vector<int32_t> ids;
-  std::vector<int64_t> offsets = {0};
-  for (const model::Sequence& e : batch) {
-    ids.insert(ids.end(), e.ids, e.ids + e.length);
-    offsets.push_back(int64_t(ids.size()));
-  }
-  std::vector<float> hidden = model::backbone_forward(text_, cfg_.text, ids, offsets, form);
+  // One request at a time, each cut into the backbone's chunks from its start (model/forward.h):
+  // its bits do not depend on its batch nor on whether its prefix came from the cache.
   std::vector<std::vector<std::vector<double>>> out;
-  for (size_t k = 0; k < batch.size(); ++k)
-    out.push_back(model::joint_head(head_, cfg_.head, text_.lm_head, hidden.data() + offsets[k] * cfg_.text.hidden, batch[k]));
+  for (size_t k = 0; k < batch.size(); ++k) {
+    const model::Sequence& e = batch[k];
+    model::SequenceRun run;
+    std::shared_ptr<const PrefixEntry> hit;
+    CpuPrefixState* snapshot = nullptr;
+    std::shared_ptr<CpuPrefixState> keep;
+    const int64_t limit = std::min(e.prefix_limit, e.length - 1) / model::kChunkTokens * model::kChunkTokens;
+    if (cache_ && limit > 0) {
+      hit = cache_->find(e.ids, limit);
+      if (hit) run.from = &static_cast<const CpuPrefixState&>(*hit->state).s;
+      const int64_t from = hit ? int64_t(hit->ids.size()) : 0;
+      if (limit > from) {
+        keep = std::make_shared<CpuPrefixState>();
+        snapshot = keep.get();
+        run.snapshot_at = limit;
+        run.snapshot = &snapshot->s;
+      }
+    }
+    out.push_back(model::sequence_probs(text_, head_, cfg_, e, form, run));
+    if (keep) cache_->insert(e.ids, limit, std::move(keep));
+    if (cached) (*cached)[k] = hit ? hit->ids.size() : 0;
+  }
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include <clefrt/clefrt.h>
 
+#include "engine/prefix_cache.h"
 #include "model/batch.h"
 #include "model/config.h"
 #include "model/forward.h"
@@ -28,7 +29,7 @@ struct CoreOptions {
   int64_t max_batch_tokens = 0;
   int64_t max_batch_requests = 64;
   // A request's answer does not depend on its batch: CUDA fixes GEMM algorithms per shape
-  // class; the CPU runs a batch's requests one at a time.
+  // class. (The CPU runs a batch's requests one at a time whatever this says.)
   bool batch_invariant = true;
   // CUDA: what the backbone's Linears run in (quant/mode.h); the CPU engine runs what the folder
   // holds (dequantized at load) and accepts only Auto.
@@ -54,6 +55,8 @@ struct CoreOptions {
   bool check_weights = true;
   // false: config, tokenizer and encoder only (`clefrt encode`, clefrt::EngineOptions::load_weights).
   bool load_weights = true;
+  // The prefix cache's budget in bytes (0: off; engine/prefix_cache.h). CPU only for now.
+  size_t prefix_cache_bytes = 0;
 };
 
 struct GpuBackend;
@@ -80,7 +83,9 @@ class EngineCore {
   // packed forward: each request keeps its own attention and GDN state. A probability that is
   // not finite is never returned: the call throws a 500 Error naming where the forward first
   // went non-finite (a backbone layer, the final norm or the joint head).
-  std::vector<std::vector<std::vector<double>>> probs(const model::Batch& batch, model::GdnForm form = model::GdnForm::Chunked) const;
+  // cached_tokens (optional): per request, the leading tokens read from the prefix cache.
+  std::vector<std::vector<std::vector<double>>> probs(const model::Batch& batch, model::GdnForm form = model::GdnForm::Chunked,
+                                                      std::vector<size_t>* cached_tokens = nullptr) const;
   // The same for encoded requests (tests; the engine above converts once, in the scheduler).
   std::vector<std::vector<std::vector<double>>> probs(const std::vector<const Encoded*>& batch,
                                                       model::GdnForm form = model::GdnForm::Chunked) const {
@@ -91,6 +96,7 @@ class EngineCore {
   // What the Linears run in: "f32" (CPU), "bf16", "fp8", "nvfp4" (W4A4), "nvfp4-w4a16", "mixed".
   const char* format() const;
   MemoryUse memory() const;
+  PrefixCacheStats prefix_cache_stats() const;
   double forward_flops(const std::vector<int64_t>& lengths) const;  // clefrt::Engine::forward_flops
   // Calibration (clefrt::quantize): the CPU forward reports the input of every backbone Linear
   // to it, on the thread that runs the forward (clefrt::LinearInputObserver). Empty: none.
@@ -108,7 +114,7 @@ class EngineCore {
 
  private:
   EngineCore();
-  std::vector<std::vector<std::vector<double>>> forward(const model::Batch& batch, model::GdnForm form) const;
+  std::vector<std::vector<std::vector<double>>> forward(const model::Batch& batch, model::GdnForm form, std::vector<size_t>* cached) const;
   [[noreturn]] void throw_non_finite(const model::Sequence& e, size_t question) const;
   CoreOptions opts_;
   model::ModelConfig cfg_;
@@ -117,6 +123,7 @@ class EngineCore {
   model::TextWeights text_;
   model::HeadWeights head_;
   std::unique_ptr<GpuBackend> gpu_;
+  std::unique_ptr<PrefixCache> cache_;  // null: off
   mutable std::mutex observer_mu_;
   LinearInputObserver observer_;
 };

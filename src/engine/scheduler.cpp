@@ -186,9 +186,10 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
     tokens += j->prepared.encoded().input_ids.size();
   }
   if (observer_.batch) observer_.batch(batch.size(), tokens);
-  auto answered = [](Job& j, Clock::time_point start, std::vector<std::vector<double>> p) {
+  auto answered = [](Job& j, Clock::time_point start, std::vector<std::vector<double>> p, size_t cached) {
     Outcome o;
     o.probs = std::move(p);
+    o.cached_tokens = cached;
     o.queue_ms = ms_between(j.enqueued, start);
     o.compute_ms = ms_between(start, Clock::now());
     j.end(std::move(o));
@@ -202,8 +203,9 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
     j.end(std::move(o));
   };
   try {
-    auto probs = core_.probs(model::batch_of(encs));
-    for (size_t i = 0; i < batch.size(); ++i) answered(*batch[i], t0, std::move(probs[i]));
+    std::vector<size_t> cached;
+    auto probs = core_.probs(model::batch_of(encs), model::GdnForm::Chunked, &cached);
+    for (size_t i = 0; i < batch.size(); ++i) answered(*batch[i], t0, std::move(probs[i]), cached[i]);
   } catch (...) {
     // One request's failure must not fail its batch-mates: run them one by one.
     if (batch.size() == 1) {
@@ -214,7 +216,9 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
       if (j->ended()) continue;
       const auto t1 = Clock::now();
       try {
-        answered(*j, t1, std::move(core_.probs(model::Batch{model::sequence_of(j->prepared.encoded())})[0]));
+        std::vector<size_t> cached;
+        auto p = core_.probs(model::Batch{model::sequence_of(j->prepared.encoded())}, model::GdnForm::Chunked, &cached);
+        answered(*j, t1, std::move(p[0]), cached[0]);
       } catch (...) {
         failed(*j, t1);
       }

@@ -1,5 +1,7 @@
 #include "model/batch.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace clefrt::model {
@@ -10,6 +12,7 @@ Sequence sequence_of(const Encoded& e) {
   Sequence s;
   s.ids = e.input_ids.data();
   s.length = int64_t(e.input_ids.size());
+  s.prefix_limit = std::min<int64_t>(e.state_span.end, s.length);
   s.questions.reserve(e.questions.size());
   for (const auto& q : e.questions) s.questions.push_back({q.type, q.question_span, q.option_spans});
   return s;

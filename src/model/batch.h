@@ -19,6 +19,9 @@ struct SeqQuestion {
 struct Sequence {
   const int32_t* ids = nullptr;  // the request's token ids (not owned: they live in its Encoded)
   int64_t length = 0;
+  // How many of the first ids a cached prefix may cover: the system prompt, STATE:, media and
+  // state (Encoded::state_span.end); the schema and every span come after them.
+  int64_t prefix_limit = 0;
   std::vector<SeqQuestion> questions;
 };
 

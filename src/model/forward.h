@@ -1,18 +1,37 @@
-// The Clef computation (spec/model.md 1 and 4) in fp32 over the CPU ops: the Qwen3.5 text
-// backbone for several packed sequences (each keeps its own attention and GDN state) and the
-// joint schema head for one encoded request.
+// The Clef computation (spec/model.md 1) in fp32 over the CPU ops: the Qwen3.5 text backbone,
+// one sequence at a time in chunks of kChunkTokens that carry a BackboneState
+// (model/prefix_state.h) from one to the next. Every sequence is cut at the same places (the
+// multiples of kChunkTokens), whether it runs whole, continues a cached prefix or sits in a
+// batch, so OpenBLAS (whose kernels and blocking depend on the number of rows) rounds each row
+// the same way in all three. The joint head is model/head.h.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/head.h"
+#include "model/prefix_state.h"
 #include "model/weights.h"
 #include "schema/encode.h"
 
 namespace clefrt::model {
 
 enum class GdnForm { Chunked, Recurrent };
+
+// The CPU backbone's chunk: a multiple of the GDN chunk (64) and of the attention kernel's query
+// block (cpu::kAttentionBlock), so a sequence continued at a chunk boundary keeps both kernels'
+// blocks. A cached prefix is reused in multiples of it.
+constexpr int64_t kChunkTokens = 256;
+
+// Receives a chunk's final-norm hidden states: rows [first, first + n) of the sequence, [n, hidden].
+using ChunkSink = std::function<void(int64_t first, int64_t n, const float* hidden)>;
+
+// Runs rows [st.length, end) of one sequence (ids: the sequence's ids from its start) through the
+// backbone from state `st` (st.length a multiple of kChunkTokens), which it carries on.
+void backbone_run(const TextWeights& w, const TextConfig& c, const int32_t* ids, int64_t end, BackboneState& st, GdnForm form,
+                  const ChunkSink& sink);
 
 // ids: the sequences one after another; offsets: n+1 starts (offsets[0] = 0, back = ids.size()).
 // Returns the final-norm hidden states [ids.size(), hidden].
@@ -36,13 +55,5 @@ std::vector<float> backbone_forward_bf16_points(const TextWeights& w, const Text
 // input activations [rows, cols] before the product. Null to stop.
 using ActivationObserver = void (*)(void* ctx, const Tensor& w, const float* x, int64_t rows, int64_t cols);
 void set_activation_observer(ActivationObserver fn, void* ctx);
-
-// Per-question option probabilities (encoded option order) from one request's hidden states.
-std::vector<std::vector<double>> joint_head(const HeadWeights& h, const HeadConfig& c, const Tensor& lm_head,
-                                            const float* hidden, const Sequence& e);
-inline std::vector<std::vector<double>> joint_head(const HeadWeights& h, const HeadConfig& c, const Tensor& lm_head,
-                                                   const float* hidden, const Encoded& e) {
-  return joint_head(h, c, lm_head, hidden, sequence_of(e));
-}
 
 }  // namespace clefrt::model

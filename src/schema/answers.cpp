@@ -84,16 +84,21 @@ Value build_answers(const Request& req, const std::vector<std::vector<double>>& 
   return answers;
 }
 
-std::string response_json(const std::string& model, const Request& req, const std::vector<std::vector<double>>& probs,
-                           size_t input_tokens, const AnswerOptions& opts, size_t state_tokens_dropped) {
+Value usage_json(const Usage& u) {
+  Value usage = Value::object();
+  usage.add("input_tokens", Value::integer(int64_t(u.input_tokens)));
+  usage.add("output_tokens", Value::integer(0));
+  usage.add("cached_tokens", Value::integer(int64_t(u.cached_tokens)));
+  if (u.state_tokens_dropped > 0) usage.add("state_tokens_dropped", Value::integer(int64_t(u.state_tokens_dropped)));
+  return usage;
+}
+
+std::string response_json(const std::string& model, const Request& req, const std::vector<std::vector<double>>& probs, const Usage& usage,
+                          const AnswerOptions& opts) {
   Value r = Value::object();
   r.add("model", Value::string(model));
   r.add("answers", build_answers(req, probs, opts));
-  Value usage = Value::object();
-  usage.add("input_tokens", Value::integer(int64_t(input_tokens)));
-  usage.add("output_tokens", Value::integer(0));
-  if (state_tokens_dropped > 0) usage.add("state_tokens_dropped", Value::integer(int64_t(state_tokens_dropped)));
-  r.add("usage", std::move(usage));
+  r.add("usage", usage_json(usage));
   return json::write(r);
 }
 

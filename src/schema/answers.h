@@ -16,11 +16,19 @@ namespace clefrt {
 // choice: labels sorted by code point; score: levels 0..n-1).
 json::Value build_answers(const Request& req, const std::vector<std::vector<double>>& probs, const AnswerOptions& opts);
 
-// The whole response: {"model", "answers", "usage": {"input_tokens", "output_tokens": 0}}, and
-// usage.state_tokens_dropped when the state was cut to fit the context (absent otherwise, so an
-// uncut answer is the reference server's byte for byte: no silent truncation).
-std::string response_json(const std::string& model, const Request& req, const std::vector<std::vector<double>>& probs,
-                           size_t input_tokens, const AnswerOptions& opts, size_t state_tokens_dropped = 0);
+// What `usage` reports.
+struct Usage {
+  size_t input_tokens = 0;
+  size_t cached_tokens = 0;         // leading tokens read from the prefix cache (0 on a miss or with it off)
+  size_t state_tokens_dropped = 0;  // cut from the state to fit the context
+};
+// {"input_tokens", "output_tokens": 0, "cached_tokens"}, and "state_tokens_dropped" when the
+// state was cut (absent otherwise: the reference server has no such field; no silent truncation).
+json::Value usage_json(const Usage& u);
+
+// The whole response: {"model", "answers", "usage"}.
+std::string response_json(const std::string& model, const Request& req, const std::vector<std::vector<double>>& probs, const Usage& usage,
+                          const AnswerOptions& opts);
 
 double confidence_of(const std::vector<double>& p, Confidence c);
 

@@ -90,7 +90,7 @@ Value openai_to_system_one(const Value& body) {
 }
 
 std::string openai_response(const std::string& model, const Value& body, const Request& req, const std::vector<std::vector<double>>& probs,
-                            size_t input_tokens, const AnswerOptions& opts, size_t state_tokens_dropped) {
+                            const Usage& usage, const AnswerOptions& opts) {
   Value answers = Value::array();
   const Value& qs = *body.find("questions");
   for (size_t i = 0; i < req.questions.size(); ++i) {
@@ -136,11 +136,7 @@ std::string openai_response(const std::string& model, const Value& body, const R
   Value out = Value::object();
   out.add("model", Value::string(model));
   out.add("answers", answers);
-  Value usage = Value::object();
-  usage.add("input_tokens", Value::integer(int64_t(input_tokens)));
-  usage.add("output_tokens", Value::integer(0));
-  if (state_tokens_dropped > 0) usage.add("state_tokens_dropped", Value::integer(int64_t(state_tokens_dropped)));
-  out.add("usage", usage);
+  out.add("usage", usage_json(usage));
   return json::write(out);
 }
 

@@ -16,7 +16,6 @@ json::Value openai_to_system_one(const json::Value& body);
 
 // {model, answers: [...], usage} in the OpenAI shape, questions in the caller's order.
 std::string openai_response(const std::string& model, const json::Value& body, const Request& req,
-                            const std::vector<std::vector<double>>& probs, size_t input_tokens, const AnswerOptions& opts,
-                            size_t state_tokens_dropped = 0);
+                            const std::vector<std::vector<double>>& probs, const Usage& usage, const AnswerOptions& opts);
 
 }  // namespace clefrt

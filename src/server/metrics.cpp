@@ -59,7 +59,7 @@ void Metrics::batch(size_t requests, size_t tokens) {
   batch_tokens_.observe(double(tokens));
 }
 
-std::string Metrics::render(size_t open_connections) const {
+std::string Metrics::render(size_t open_connections, const PrefixCacheStats& cache) const {
   std::string out =
       "# HELP clefrt_requests_total HTTP requests by endpoint (\"other\": any unknown path) and status, refusals of the HTTP "
       "layer included.\n# TYPE clefrt_requests_total counter\n";
@@ -87,6 +87,16 @@ std::string Metrics::render(size_t open_connections) const {
   out += "clefrt_queue_depth " + std::to_string(queue_depth_.load()) + "\n";
   out += "# HELP clefrt_device_memory_bytes GPU memory held by the engine (0 on the CPU).\n# TYPE clefrt_device_memory_bytes gauge\n";
   out += "clefrt_device_memory_bytes " + std::to_string(device_bytes_.load()) + "\n";
+  auto metric = [&](const char* name, const char* type, const char* help, uint64_t v) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + std::to_string(v) + "\n";
+  };
+  metric("clefrt_prefix_cache_hit_tokens_total", "counter", "Prompt tokens read from the prefix cache instead of computed.", cache.hit_tokens);
+  metric("clefrt_prefix_cache_hits_total", "counter", "Requests that continued a cached prefix.", cache.hits);
+  metric("clefrt_prefix_cache_misses_total", "counter", "Requests long enough to reuse a prefix that found none cached.", cache.misses);
+  metric("clefrt_prefix_cache_evictions_total", "counter", "Cached prefixes evicted for the byte budget.", cache.evictions);
+  metric("clefrt_prefix_cache_bytes", "gauge", "Memory held by cached prefixes (0 with the cache off).", cache.bytes);
+  metric("clefrt_prefix_cache_entries", "gauge", "Cached prefixes.", cache.entries);
+  metric("clefrt_prefix_cache_budget_bytes", "gauge", "The prefix cache's byte budget (0: off).", cache.budget_bytes);
   return out;
 }
 

@@ -2,6 +2,8 @@
 // latency, queue depth, open connections, batch size and batch tokens, prompt tokens, device
 // memory.
 #pragma once
+#include <clefrt/clefrt.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -37,7 +39,7 @@ class Metrics {
   void prompt_tokens(size_t n) { prompt_tokens_ += n; }
   void set_queue_depth(size_t n) { queue_depth_ = n; }
   void set_device_memory(uint64_t bytes) { device_bytes_ = bytes; }
-  std::string render(size_t open_connections) const;
+  std::string render(size_t open_connections, const PrefixCacheStats& cache) const;
 
  private:
   mutable std::mutex mu_;

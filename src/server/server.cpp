@@ -159,9 +159,9 @@ void HttpServer::log_line(const Pending& p, const Reply& r, double secs) const {
                      ",\"method\":" + json::write(Value::string(p.method)) +
                      ",\"path\":" + json::write(Value::string(p.path)) + ",\"status\":" + std::to_string(r.status);
   if (!r.type.empty()) line += ",\"error\":" + json::write(Value::string(r.type));
-  char nums[160];
-  std::snprintf(nums, sizeof nums, ",\"tokens\":%zu,\"queue_ms\":%.2f,\"compute_ms\":%.2f,\"total_ms\":%.2f}\n", r.tokens, r.queue_ms,
-                r.compute_ms, secs * 1e3);
+  char nums[200];
+  std::snprintf(nums, sizeof nums, ",\"tokens\":%zu,\"cached_tokens\":%zu,\"queue_ms\":%.2f,\"compute_ms\":%.2f,\"total_ms\":%.2f}\n",
+                r.tokens, r.cached_tokens, r.queue_ms, r.compute_ms, secs * 1e3);
   line += nums;
   std::fputs(line.c_str(), stderr);
 }
@@ -285,7 +285,7 @@ void HttpServer::handle(http::Request req, std::shared_ptr<http::Exchange> ex) {
   }
   if (p->endpoint == "/health") return finish(*p, health());
   if (p->endpoint == "/metrics") {
-    Reply r{200, metrics_.render(http_->open_connections())};
+    Reply r{200, metrics_.render(http_->open_connections(), engine_ready_ ? engine_->prefix_cache() : PrefixCacheStats{})};
     r.content_type = "text/plain; version=0.0.4";
     return finish(*p, std::move(r));
   }
@@ -338,7 +338,7 @@ void HttpServer::prepare(const std::shared_ptr<Pending>& p, const http::Request&
       Reply r{500, ""};
       switch (o.kind) {
         case Outcome::Kind::Answered:
-          r = Reply{200, req.answer(o.probs, o_.answers, o_.model_name)};
+          r = Reply{200, req.answer(o.probs, o_.answers, o_.model_name, o.cached_tokens)};
           metrics_.prompt_tokens(tokens);
           break;
         case Outcome::Kind::Failed:
@@ -358,6 +358,7 @@ void HttpServer::prepare(const std::shared_ptr<Pending>& p, const http::Request&
           break;
       }
       r.tokens = tokens;
+      r.cached_tokens = o.cached_tokens;
       r.queue_ms = o.queue_ms;
       r.compute_ms = o.compute_ms;
       finish(*p, std::move(r));

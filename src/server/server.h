@@ -63,7 +63,7 @@ class HttpServer {
     std::string type;   // the error type of a refusal (log line, metrics); empty on success
     std::string allow;  // 405: the methods the path takes
     std::vector<http::Header> extra_headers;  // CORS preflight answers
-    size_t tokens = 0;
+    size_t tokens = 0, cached_tokens = 0;
     double queue_ms = 0, compute_ms = 0;
   };
   struct Pending;  // one request from arrival to its log line

@@ -202,7 +202,7 @@ def test_the_server_answers_as_documented(server, name, method, path, body, head
 def test_the_schemas_are_strict():
     """A field the server does not send fails validation (the test above can fail)."""
     schema = resolve(DOC["components"]["schemas"]["SystemOneResponse"])
-    good = {"model": "clef", "answers": {"q": {"type": "noul", "noul": 0.5}}, "usage": {"input_tokens": 10, "output_tokens": 0}}
+    good = {"model": "clef", "answers": {"q": {"type": "noul", "noul": 0.5}}, "usage": {"input_tokens": 10, "output_tokens": 0, "cached_tokens": 0}}
     jsonschema.validate(good, schema)
     for bad in ({**good, "extra": 1}, {**good, "usage": {"input_tokens": 10}},
                 {**good, "answers": {"q": {"type": "noul", "noul": 0.5, "probabilities": {}}}}):
