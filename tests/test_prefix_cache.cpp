@@ -1,0 +1,283 @@
+// The prefix cache on the CPU engine (engine/prefix_cache.h, model/sequence_forward.h): an answer
+// that continues a cached prefix is the answer without the cache, bit for bit, across prefix
+// lengths, batch mixes and evictions; the counters say what happened.
+#include <gtest/gtest.h>
+
+#include <clefrt/clefrt.h>
+
+#include <future>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "engine/prefix_cache.h"
+#include "io/safetensors.h"
+#include "model/forward.h"
+#include "model/sequence_forward.h"
+#include "model/synth.h"
+#include "model/weights.h"
+#include "test_util.h"
+
+namespace clefrt {
+namespace {
+
+const std::string& tiny_dir() {
+  static const std::string d = test::synth_folder("prefix", 11);
+  return d;
+}
+
+std::unique_ptr<Engine> open(double cache_gib) {
+  EngineOptions o;
+  o.device = Device::Cpu;
+  o.threads = 2;
+  o.prefix_cache_gib = cache_gib;
+  o.max_length = 16384;
+  return Engine::load(tiny_dir(), o);
+}
+
+// About `words` words of seeded text (tokens ~ 1.3 x words).
+std::string state_text(size_t words, uint32_t seed) {
+  static const char* vocab[] = {"billing", "outage", "the", "customer", "reports", "that", "invoice", "was", "charged", "twice",
+                                "server", "error", "page", "since", "Monday", "refund", "please", "urgent", "login", "fails",
+                                "on", "mobile", "and", "desktop", "42", "2026-12-01", "EU-west", "latency", "spikes", "again"};
+  std::mt19937 rng(seed);
+  std::string s;
+  for (size_t i = 0; i < words; ++i) {
+    if (i) s += (rng() % 17 == 0) ? ".\n" : " ";
+    s += vocab[rng() % (sizeof vocab / sizeof *vocab)];
+  }
+  return s;
+}
+
+std::string body(const std::string& state, int question_set) {
+  json::Value b = json::Value::object();
+  b.add("state", json::Value::string(state));
+  const char* qs[] = {
+      R"({"outage":{"type":"noul","instructions":"Is a service down?"},"team":{"type":"choice","criteria":{"billing":"payments","tech":"outages","sales":null}}})",
+      R"({"severity":{"type":"score","criteria":["No impact","Minor","Major","Critical"]}})",
+      R"({"refund":{"type":"noul","instructions":"Does the customer ask for a refund?"},"lang":{"type":"choice","criteria":{"en":null,"de":null}},"tone":{"type":"score","criteria":["calm","upset","furious"]}})"};
+  b.add("questions", json::parse(qs[question_set % 3]));
+  return json::write(b);
+}
+
+struct Answer {
+  Probs probs;
+  size_t cached = 0;
+  size_t state_end = 0;
+};
+
+// Submitted together while the engine thread is held, so they run as one batch.
+std::vector<Answer> run_batch(Engine& e, const std::vector<std::string>& bodies) {
+  std::vector<std::promise<Outcome>> promises(bodies.size());
+  std::vector<Answer> out(bodies.size());
+  e.pause(true);
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    Prepared p = e.prepare(bodies[i]);
+    out[i].state_end = size_t(p.encoded().state_span.end);
+    e.submit(p, std::chrono::steady_clock::time_point::max(), [pr = &promises[i]](const Prepared&, Outcome o) { pr->set_value(std::move(o)); });
+  }
+  e.pause(false);
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    Outcome o = promises[i].get_future().get();
+    if (o.kind == Outcome::Kind::Failed) std::rethrow_exception(o.error);
+    EXPECT_EQ(o.kind, Outcome::Kind::Answered);
+    out[i].probs = o.probs;
+    out[i].cached = o.cached_tokens;
+  }
+  return out;
+}
+Answer run(Engine& e, const std::string& b) { return run_batch(e, {b})[0]; }
+
+size_t reusable(size_t state_end) { return state_end / 256 * 256; }  // the CPU's chunk
+
+TEST(PrefixCache, WarmEqualsColdBitForBitAcrossPrefixLengths) {
+  auto cold = open(0), warm = open(1);
+  size_t hits = 0;
+  // states from a few tokens to ~10,000 (one crosses no chunk boundary, the others land anywhere in a chunk)
+  for (size_t words : {2, 150, 200, 420, 1000, 2300, 7600}) {
+    const std::string s = state_text(words, uint32_t(words));
+    for (int qset = 0; qset < 3; ++qset) {
+      const Answer c = run(*cold, body(s, qset)), w = run(*warm, body(s, qset));
+      EXPECT_EQ(c.cached, 0u);
+      EXPECT_EQ(w.probs, c.probs) << words << " words, question set " << qset << ", " << w.cached << " tokens from the cache";
+      // the first question set computes the prefix; the others continue it
+      EXPECT_EQ(w.cached, qset == 0 ? 0 : reusable(w.state_end)) << words << " words";
+      if (w.cached) ++hits;
+    }
+  }
+  const PrefixCacheStats st = warm->prefix_cache();
+  EXPECT_TRUE(st.enabled);
+  EXPECT_EQ(st.granularity, 256);
+  EXPECT_EQ(st.hits, hits);
+  EXPECT_GE(hits, 10u);
+  EXPECT_GT(st.hit_tokens, 9000u * 2);
+  EXPECT_GT(st.bytes, 0u);
+  EXPECT_FALSE(cold->prefix_cache().enabled);
+}
+
+TEST(PrefixCache, BatchMixesGiveEachRequestItsColdAnswer) {
+  auto cold = open(0), warm = open(1);
+  const std::string a = state_text(600, 1), b = state_text(900, 2), c = state_text(30, 3);
+  // one batch: a twice (the second continues the first's prefix, inserted earlier in the same
+  // batch), b, a short one that caches nothing, a state that extends a's text
+  const std::vector<std::string> bodies = {body(a, 0), body(b, 1), body(a, 2), body(c, 0), body(a + " and more words after it", 1), body(b, 2)};
+  const auto w = run_batch(*warm, bodies);
+  for (size_t i = 0; i < bodies.size(); ++i) EXPECT_EQ(w[i].probs, run(*cold, bodies[i]).probs) << "request " << i;
+  EXPECT_EQ(w[0].cached, 0u);
+  EXPECT_EQ(w[2].cached, reusable(w[2].state_end));
+  EXPECT_EQ(w[3].cached, 0u);
+  EXPECT_GT(w[4].cached, 0u);  // a's boundary, or a longer one of its own
+  EXPECT_LE(w[4].cached, reusable(w[4].state_end));
+  EXPECT_EQ(w[5].cached, reusable(w[5].state_end));
+  // and again, all from the cache now
+  const auto again = run_batch(*warm, bodies);
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    EXPECT_EQ(again[i].probs, w[i].probs) << "request " << i;
+    EXPECT_EQ(again[i].cached, reusable(again[i].state_end)) << "request " << i;
+  }
+}
+
+TEST(PrefixCache, EvictionUnderATinyBudgetKeepsAnswersExact) {
+  const std::string a = state_text(700, 4), b = state_text(700, 5);
+  size_t one = 0;
+  {
+    auto probe = open(1);
+    run(*probe, body(a, 0));
+    one = probe->prefix_cache().bytes;
+  }
+  ASSERT_GT(one, 0u);
+  auto cold = open(0);
+  auto warm = open(double(one) * 1.5 / double(size_t(1) << 30));  // room for one of a, b
+  const std::vector<std::pair<const std::string*, size_t>> order = {{&a, 0}, {&b, 0}, {&a, 0}, {&a, 1}, {&b, 0}, {&b, 1}};
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int qset = int(i % 3);
+    const Answer w = run(*warm, body(*order[i].first, qset));
+    EXPECT_EQ(w.probs, run(*cold, body(*order[i].first, qset)).probs) << "step " << i;
+    EXPECT_EQ(w.cached > 0, order[i].second == 1) << "step " << i;
+  }
+  const PrefixCacheStats st = warm->prefix_cache();
+  EXPECT_EQ(st.entries, 1u);
+  EXPECT_LE(st.bytes, st.budget_bytes);
+  EXPECT_EQ(st.evictions, 3u);  // a by b, b by a, a by b
+  EXPECT_EQ(st.hits, 2u);
+}
+
+TEST(PrefixCache, OffMeansNoLookupsAndZeroCachedTokens) {
+  auto e = open(0);
+  const std::string s = state_text(800, 6);
+  EXPECT_EQ(run(*e, body(s, 0)).cached, 0u);
+  EXPECT_EQ(run(*e, body(s, 1)).cached, 0u);
+  const PrefixCacheStats st = e->prefix_cache();
+  EXPECT_FALSE(st.enabled);
+  EXPECT_EQ(st.hits + st.misses, 0u);
+  // the response says so
+  const json::Value r = json::parse(e->decide(body(s, 2)));
+  EXPECT_EQ(r.find("usage")->find("cached_tokens")->i, 0);
+}
+
+TEST(PrefixCache, DecideReportsCachedTokensInUsage) {
+  auto e = open(1);
+  const std::string s = state_text(800, 7);
+  const json::Value first = json::parse(e->decide(body(s, 0)));
+  const json::Value second = json::parse(e->decide(body(s, 1)));
+  EXPECT_EQ(first.find("usage")->find("cached_tokens")->i, 0);
+  const int64_t n = second.find("usage")->find("cached_tokens")->i;
+  EXPECT_GT(n, 0);
+  EXPECT_EQ(n % 256, 0);
+  EXPECT_LT(n, second.find("usage")->find("input_tokens")->i);
+}
+
+// The comparisons above can fail: a prefix state from another state's text, continued as if it
+// were this request's, changes the answer.
+TEST(PrefixCache, AWrongPrefixStateChangesTheAnswer) {
+  const std::string dir = tiny_dir();
+  auto e = open(0);
+  const Prepared pa = e->prepare(body(state_text(600, 8), 0)), pb = e->prepare(body(state_text(600, 9), 0));
+  // the backbone and head at the model level, as the engine runs them
+  const model::ModelConfig cfg = model::load_config(dir);
+  io::TensorStore backbone = io::TensorStore::open_folder(dir);
+  io::TensorStore head;
+  head.add_file(dir + "/joint_head.safetensors");
+  const model::TextWeights tw = model::load_text_weights(backbone, cfg.text, model::LoadMode::Full);
+  const model::HeadWeights hw = model::load_head_weights(head, cfg.head);
+  const model::Sequence a = model::sequence_of(pa.encoded()), b = model::sequence_of(pb.encoded());
+  ASSERT_GE(a.prefix_limit, 512);
+  model::PrefixState sa, sb;
+  model::SequenceRun ra, rb;
+  ra.snapshot_at = rb.snapshot_at = 512;
+  ra.snapshot = &sa;
+  rb.snapshot = &sb;
+  const auto pa_cold = model::sequence_probs(tw, hw, cfg, a, model::GdnForm::Chunked, ra);
+  model::sequence_probs(tw, hw, cfg, b, model::GdnForm::Chunked, rb);
+  model::SequenceRun own, wrong;
+  own.from = &sa;
+  wrong.from = &sb;
+  EXPECT_EQ(model::sequence_probs(tw, hw, cfg, a, model::GdnForm::Chunked, own), pa_cold);
+  EXPECT_NE(model::sequence_probs(tw, hw, cfg, a, model::GdnForm::Chunked, wrong), pa_cold);
+  EXPECT_EQ(pa_cold, e->probs({&pa})[0]);
+}
+
+struct FakeState : CachedState {
+  size_t n;
+  explicit FakeState(size_t b) : n(b) {}
+  size_t bytes() const override { return n; }
+};
+
+TEST(PrefixCache, LongestMatchLruAndHeldEntries) {
+  std::vector<int32_t> ids(1024);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i * 7 + 3);
+  PrefixCache c(10000, 256);
+  c.insert(ids.data(), 256, std::make_shared<FakeState>(1000));
+  c.insert(ids.data(), 768, std::make_shared<FakeState>(1000));
+  auto hit = c.find(ids.data(), 1024);  // the longest cached boundary within the limit
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->ids.size(), 768u);
+  EXPECT_EQ(c.find(ids.data(), 700)->ids.size(), 256u);  // 768 is past the limit
+  std::vector<int32_t> other = ids;
+  other[300] = 5;  // differs inside the second block: only the first boundary matches
+  EXPECT_EQ(c.find(other.data(), 1024)->ids.size(), 256u);
+  other[0] = 5;
+  EXPECT_FALSE(c.find(other.data(), 1024));
+  // an entry a running batch holds (`hit`, the least recently used now) is not evicted: the
+  // 256 entry goes instead
+  other[0] = ids[0];
+  c.insert(other.data(), 512, std::make_shared<FakeState>(2500));  // 4,548 bytes over the 6,096 held
+  EXPECT_EQ(c.stats().evictions, 1u);
+  EXPECT_EQ(c.stats().entries, 2u);
+  EXPECT_EQ(c.find(ids.data(), 1024)->ids.size(), 768u);
+  EXPECT_EQ(c.find(ids.data(), 300), nullptr);
+  EXPECT_EQ(c.find(other.data(), 1024)->ids.size(), 512u);
+  c.insert(ids.data(), 1024, std::make_shared<FakeState>(20000));  // over the budget alone
+  EXPECT_EQ(c.stats().too_large, 1u);
+  EXPECT_LE(c.stats().bytes, 10000u);
+}
+
+TEST(PrefixCache, CudaRefusesABudgetItCannotUse) {
+  EngineOptions o;
+  o.device = Device::Cuda;
+  o.prefix_cache_gib = 2;
+  try {
+    Engine::load(tiny_dir(), o);
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    // without a GPU the device is the first complaint; with one, the cache
+    const std::string m = e.what();
+    EXPECT_TRUE(m.find("prefix cache") != std::string::npos || e.http_status() == 503) << m;
+  }
+}
+
+TEST(PrefixCache, MaxLengthIsAtMostTheWindow) {
+  EngineOptions o;
+  o.device = Device::Cpu;
+  o.max_length = 65537;
+  try {
+    Engine::load(tiny_dir(), o);
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 65536"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace clefrt
