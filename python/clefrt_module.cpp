@@ -51,6 +51,7 @@ clefrt::EngineOptions options_from(const py::dict& d) {
     else if (k == "max_batch_tokens") o.max_batch_tokens = v.cast<size_t>();
     else if (k == "max_batch_requests") o.max_batch_requests = v.cast<size_t>();
     else if (k == "max_queue") o.max_queue = v.cast<size_t>();
+    else if (k == "prefix_cache_gib") o.prefix_cache_gib = v.cast<double>();
     else throw clefrt::Error(clefrt::Status::BadRequest, "usage", "unknown engine option '" + k + "'");
   }
   return o;
@@ -124,7 +125,9 @@ PYBIND11_MODULE(_clefrt, m) {
       .def_property_readonly("input_tokens", &clefrt::Prepared::input_tokens)
       .def("encoded_json", &clefrt::Prepared::encoded_json)
       .def("answer", [](const clefrt::Prepared& p, const std::vector<std::vector<double>>& probs, const std::string& confidence, bool precise,
-                        const std::string& model) { return p.answer(probs, answer_options(confidence, precise), model); });
+                        const std::string& model, size_t cached_tokens) {
+        return p.answer(probs, answer_options(confidence, precise), model, cached_tokens);
+      });
 
   py::class_<clefrt::Engine>(m, "Engine", "clefrt::Engine")
       .def(py::init([](const std::string& path, const py::dict& opts) {
@@ -143,6 +146,33 @@ PYBIND11_MODULE(_clefrt, m) {
              py::gil_scoped_release nogil;
              return e.probs(reqs);
            })
+      .def("probs_and_cached",
+           [](clefrt::Engine& e, const std::vector<const clefrt::Prepared*>& reqs) {
+             std::vector<size_t> cached;
+             std::vector<clefrt::Probs> p;
+             {
+               py::gil_scoped_release nogil;
+               p = e.probs(reqs, &cached);
+             }
+             return py::make_tuple(p, cached);
+           })
+      .def_property_readonly("prefix_cache",
+                             [](const clefrt::Engine& e) {
+                               const clefrt::PrefixCacheStats s = e.prefix_cache();
+                               py::dict d;
+                               d["enabled"] = s.enabled;
+                               d["budget_bytes"] = s.budget_bytes;
+                               d["granularity"] = s.granularity;
+                               d["bytes"] = s.bytes;
+                               d["entries"] = s.entries;
+                               d["hits"] = s.hits;
+                               d["misses"] = s.misses;
+                               d["hit_tokens"] = s.hit_tokens;
+                               d["inserted"] = s.inserted;
+                               d["evictions"] = s.evictions;
+                               d["too_large"] = s.too_large;
+                               return d;
+                             })
       .def("decide",
            [](clefrt::Engine& e, const std::string& body, const std::string& confidence, bool precise) {
              const clefrt::AnswerOptions a = answer_options(confidence, precise);

@@ -95,6 +95,32 @@ TEST(Server, EndpointsAnswer) {
     EXPECT_NE(met->body.find(k), std::string::npos) << k;
 }
 
+// The prefix cache through HTTP: the second question set on one state says how many tokens came
+// from the cache, answers as the cache-free engine does, and /metrics counts it.
+TEST(Server, PrefixCacheHitsShowInUsageAndMetrics) {
+  Running r{ServerOptions{}};
+  auto c = r.client();
+  std::string state;
+  for (int i = 0; i < 150; ++i) state += "order " + std::to_string(i) + " was charged twice. ";
+  const std::string a = R"({"state":")" + state + R"(","questions":{"q":{"type":"noul","instructions":"Is it a billing issue?"}}})";
+  const std::string b = R"({"state":")" + state + R"(","questions":{"t":{"type":"choice","criteria":{"billing":null,"tech":null}}}})";
+  auto ra = c.Post("/v1/systemone", a, "application/json");
+  auto rb = c.Post("/v1/systemone", b, "application/json");
+  ASSERT_TRUE(ra && rb);
+  ASSERT_EQ(rb->status, 200) << rb->body;
+  EXPECT_EQ(json::parse(ra->body).find("usage")->find("cached_tokens")->i, 0);
+  const int64_t cached = json::parse(rb->body).find("usage")->find("cached_tokens")->i;
+  EXPECT_GT(cached, 0);
+  EXPECT_EQ(cached % 256, 0);
+  auto met = c.Get("/metrics");
+  ASSERT_TRUE(met);
+  for (const std::string k : {std::string("clefrt_prefix_cache_hits_total 1\n"), "clefrt_prefix_cache_hit_tokens_total " + std::to_string(cached) + "\n",
+                              std::string("clefrt_prefix_cache_misses_total 1\n"), std::string("clefrt_prefix_cache_entries 1\n"),
+                              std::string("clefrt_prefix_cache_evictions_total 0\n")})
+    EXPECT_NE(met->body.find(k), std::string::npos) << k << met->body;
+  EXPECT_EQ(met->body.find("clefrt_prefix_cache_bytes 0\n"), std::string::npos);
+}
+
 // Operations (issue 22): CORS for the allowed origin only (preflight and answers), a cut state
 // reported in usage.state_tokens_dropped (absent when nothing was cut), /health's version and
 // format, and latency histograms by endpoint and outcome.

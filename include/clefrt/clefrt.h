@@ -307,7 +307,8 @@ class Engine {
   // Probabilities for several prepared requests, run as packed forwards with whatever else is
   // waiting. Throws the first failure's Error (a failed request does not fail the others'
   // forwards, but this call reports it).
-  std::vector<Probs> probs(const std::vector<const Prepared*>& requests);
+  // cached_tokens (optional): per request, Outcome::cached_tokens.
+  std::vector<Probs> probs(const std::vector<const Prepared*>& requests, std::vector<size_t>* cached_tokens = nullptr);
   // A request given as its encoding (benchmarks with made-up token ids): probs() runs it,
   // answer() refuses (there is no request to answer in the shape of).
   Prepared prepare_encoded(Encoded e) const;

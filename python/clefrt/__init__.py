@@ -58,7 +58,8 @@ class Clef:
     Clef(path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False,
          confidence="reference", parse_special=False, require_instructions=False, threads=0,
          check_weights=True, batch_invariant=True, max_batch_tokens=16384,
-         max_batch_requests=64, w4a16_fused=False, native_fp4=True, portable_kernels=False, progress=False)
+         max_batch_requests=64, w4a16_fused=False, native_fp4=True, portable_kernels=False, progress=False,
+         prefix_cache_gib=-1)
 
     path: a Clef / Clef-flash release folder (config.json, tokenizer.json, sharded safetensors in
         bf16 / f16 / f32, NVFP4 or FP8 compressed-tensors, joint_head.*).
@@ -86,6 +87,10 @@ class Clef:
     portable_kernels: CUDA: only the kernels every supported GPU runs (mma.sync W4A16 GEMM
         instead of wgmma / TMA), to compare them with the fast ones.
     progress: loading reports its stages on stderr (a line per stage).
+    prefix_cache_gib: the prefix cache's budget: a request whose ids start with a cached system
+        prompt + state computes only the rest, with the same answer bit for bit (decide()'s
+        usage.cached_tokens says how many tokens came from it). 0: off; -1: the default (4 GiB
+        on the CPU; the GPU backend does not reuse prefixes yet and refuses a budget).
 
     Raises LoadError (the file / tensor named) or EngineError (e.g. no GPU for device="cuda").
     """
@@ -93,7 +98,7 @@ class Clef:
     def __init__(self, path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False, confidence="reference",
                  parse_special=False, require_instructions=False, threads=0, check_weights=True, batch_invariant=True,
                  max_batch_tokens=16384, max_batch_requests=64, w4a16_fused=False, native_fp4=True,
-                 portable_kernels=False, progress=False):
+                 portable_kernels=False, progress=False, prefix_cache_gib=-1):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
         if confidence not in ("reference", "purity", "jev"):
@@ -105,6 +110,7 @@ class Clef:
             "check_weights": bool(check_weights), "batch_invariant": bool(batch_invariant),
             "max_batch_tokens": int(max_batch_tokens), "max_batch_requests": int(max_batch_requests), "w4a16_fused": bool(w4a16_fused),
             "native_fp4": bool(native_fp4), "portable_kernels": bool(portable_kernels), "progress": bool(progress),
+            "prefix_cache_gib": float(prefix_cache_gib),
         })
 
     def encode(self, record):
@@ -133,8 +139,8 @@ class Clef:
         ``precise``: numbers unrounded."""
         if isinstance(records, list):
             prepared = [self.encode(r) for r in records]
-            probs = self._engine.probs(prepared)
-            return [_json.loads(p.answer(q, self._confidence, bool(precise), "clef")) for p, q in zip(prepared, probs)]
+            probs, cached = self._engine.probs_and_cached(prepared)
+            return [_json.loads(p.answer(q, self._confidence, bool(precise), "clef", c)) for p, q, c in zip(prepared, probs, cached)]
         return _json.loads(self._engine.decide(_body(records), self._confidence, bool(precise)))
 
     @property
@@ -146,6 +152,12 @@ class Clef:
     def format(self):
         """What the Linears run in: "f32" (CPU), "bf16", "fp8", "nvfp4", "nvfp4-w4a16" or "mixed"."""
         return self._engine.format
+
+    @property
+    def prefix_cache(self):
+        """The prefix cache's counters: enabled, budget_bytes, granularity (tokens), bytes, entries,
+        hits, misses, hit_tokens, inserted, evictions, too_large."""
+        return self._engine.prefix_cache
 
     @property
     def gpu_memory_bytes(self):

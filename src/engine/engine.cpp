@@ -181,7 +181,7 @@ std::shared_ptr<Ticket> Engine::submit(Prepared p, std::chrono::steady_clock::ti
   return impl_->scheduler().submit(std::move(p), deadline, std::move(done));
 }
 
-std::vector<Probs> Engine::probs(const std::vector<const Prepared*>& requests) {
+std::vector<Probs> Engine::probs(const std::vector<const Prepared*>& requests, std::vector<size_t>* cached_tokens) {
   // Queued a forward's worth at a time (the engine thread sees each group at once and packs it
   // together), at most two groups ahead, so a list longer than the queue still runs.
   const size_t group = std::max<size_t>(1, std::min(impl_->opts.max_batch_requests, impl_->opts.max_queue / 2));
@@ -189,6 +189,7 @@ std::vector<Probs> Engine::probs(const std::vector<const Prepared*>& requests) {
   std::vector<std::future<Outcome>> futures;
   for (auto& p : promises) futures.push_back(p.get_future());
   std::vector<Probs> out(requests.size());
+  if (cached_tokens) cached_tokens->assign(requests.size(), 0);
   std::exception_ptr first;
   size_t collected = 0;
   auto collect_until = [&](size_t n) {
@@ -198,6 +199,7 @@ std::vector<Probs> Engine::probs(const std::vector<const Prepared*>& requests) {
       if (o.kind == Outcome::Kind::Cancelled && !first)
         first = std::make_exception_ptr(Error(Status::Unavailable, "unavailable", "the engine stopped before the request ran"));
       out[collected] = std::move(o.probs);
+      if (cached_tokens) (*cached_tokens)[collected] = o.cached_tokens;
     }
   };
   for (size_t begin = 0; begin < requests.size(); begin += group) {

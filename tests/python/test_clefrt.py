@@ -179,3 +179,20 @@ def test_the_gil_is_released_during_a_forward(model):
     assert took > 0.05, "the forward was too quick to tell"
     # with the GIL held the counting thread would not run at all during the call
     assert during > 10000, f"{during} ticks in {took:.2f} s"
+
+
+def test_the_prefix_cache_reports_cached_tokens_and_keeps_the_answer(tiny):
+    state = "ticket: " + " ".join(f"word{i} failed login again" for i in range(200))  # ~1,000 tokens
+    first = {"state": state, "questions": {"q": {"type": "noul", "instructions": "Is it urgent?"}}}
+    second = {"state": state, "questions": {"team": {"type": "choice", "criteria": {"billing": None, "tech": None}}}}
+    with Clef(tiny, threads=2, prefix_cache_gib=0) as cold, Clef(tiny, threads=2, prefix_cache_gib=0.5) as warm:
+        assert not cold.prefix_cache["enabled"]
+        a, b = warm.decide([first, second])  # one batch: the second continues the first's prefix
+        assert a["usage"]["cached_tokens"] == 0
+        assert b["usage"]["cached_tokens"] > 0 and b["usage"]["cached_tokens"] % warm.prefix_cache["granularity"] == 0
+        assert warm.decide(second, precise=True) == {**cold.decide(second, precise=True),
+                                                     "usage": {**cold.decide(second)["usage"], "cached_tokens": b["usage"]["cached_tokens"]}}
+        stats = warm.prefix_cache
+        assert stats["hits"] == 2 and stats["hit_tokens"] == 2 * b["usage"]["cached_tokens"] and stats["entries"] == 1
+    with pytest.raises(ValueError, match="prefix_cache_gib"):
+        Clef(tiny, prefix_cache_gib=-2)
