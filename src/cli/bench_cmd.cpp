@@ -92,7 +92,7 @@ Runner add_bench(CLI::App& app) {
               "lean memory: embed_tokens / lm_head in pinned host memory, the MLP in 1,024-token blocks, the GDN in "
               "16-chunk passes (same answers)");
   c->add_flag("--w4a16-fused", o->w4a16_fused, "NVFP4: the fused W4A16 GEMM instead of staging (as decide / serve take it)");
-  c->add_option("--max-tokens", o->max_tokens, "tokens the activation memory is planned for (default 32768)");
+  c->add_option("--max-tokens", o->max_tokens, "tokens the activation memory is planned for (default 32768; at 65536 the 64k latency point runs too)");
   c->add_flag("--memory-only", o->memory_only,
               "only measure GPU memory: plan --max-tokens for one request, run one request of that length, report");
   c->add_option("--json", o->json_out, "write the results as JSON here");
@@ -187,8 +187,12 @@ Runner add_bench(CLI::App& app) {
       int64_t tokens;
       int reps;
     };
-    for (Point p : {Point{"blog_346", 0, o->reps}, Point{"tok_1024", 1024, o->reps}, Point{"tok_8192", 8192, std::max(3, o->reps / 4)},
-                    Point{"tok_16384", 16384, std::max(3, o->reps / 6)}}) {
+    std::vector<Point> points = {Point{"blog_346", 0, o->reps}, Point{"tok_1024", 1024, o->reps}, Point{"tok_8192", 8192, std::max(3, o->reps / 4)},
+                                 Point{"tok_16384", 16384, std::max(3, o->reps / 6)}};
+    // the long points where the plan holds them (--max-tokens)
+    for (int64_t n : {int64_t(32768), int64_t(65536)})
+      if (o->max_tokens >= n) points.push_back(Point{n == 32768 ? "tok_32768" : "tok_65536", n, 2});
+    for (Point p : points) {
       Encoded e = p.tokens ? padded(blog, p.tokens, 7) : blog;
       for (int w = 0; w < 2; ++w) time_ms({&e});
       std::vector<double> t;
