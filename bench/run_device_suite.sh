@@ -3,6 +3,7 @@
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
 #   bench/run_device_suite.sh COMMIT [tests] [bench MODES...] [memory] [nan] [serve MODES...] [lab] [anchors]
+# long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn; the GEMM ones with lab-gemm).
 # ops: --version, the architectures in the binary (cuobjdump), the ready line and /health of a
 # served synthetic model, with the fast and the portable kernels.
@@ -31,6 +32,22 @@ while [ $# -gt 0 ]; do
         shift
       done
       continue ;;
+    long)
+      # issue 18's memory points: 27B NVFP4 + offloaded embeddings at 32k / 64k tokens (staged and
+      # fused W4A16), then bf16 with the 32k / 64k latency points
+      for n in 32768 65536; do
+        for f in "" --w4a16-fused; do
+          .carry/clefrt bench --synthetic clef-27b --quant nvfp4-w4a16 --offload-embeddings $f --memory-only --max-tokens $n \
+            --tokenizer $tok --commit "$commit" --json "$OUT/memory-nvfp4-offload$f-$n.json" > /dev/null 2> "$OUT/memory-nvfp4-offload$f-$n.err"
+          echo "== memory nvfp4-w4a16 offload $f $n rc=$? $(grep -o '"gpu_mem_gib":[0-9.]*' "$OUT/memory-nvfp4-offload$f-$n.json")"
+          tail -2 "$OUT/memory-nvfp4-offload$f-$n.err"
+        done
+      done ;;
+    long-bf16)
+      .carry/clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 65536 --tokenizer $tok --reps 5 --commit "$commit" \
+        --command "clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 65536 --reps 5" --json "$OUT/bench-bf16-64k.json" \
+        > "$OUT/bench-bf16-64k.txt" 2> "$OUT/bench-bf16-64k.err"
+      echo "== bench bf16 64k rc=$?"; grep -v "^{" "$OUT/bench-bf16-64k.txt" | head -40; tail -3 "$OUT/bench-bf16-64k.err" ;;
     nan)
       d=/tmp/nan-tiny
       .carry/clefrt synth --out $d --config tiny --tokenizer $tok > /dev/null 2>&1
