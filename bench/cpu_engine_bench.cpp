@@ -17,6 +17,7 @@
 
 #include "engine/engine_core.h"
 #include "model/synth.h"
+#include "schema/request.h"
 
 using clock_type = std::chrono::steady_clock;
 
@@ -99,5 +100,42 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     first = false;
   }
-  std::printf("]}\n");
+  std::printf("]");
+  // The reuse point (issue 18): an ~8,000-token state asked a second question set (~300 schema
+  // tokens). Cold: the engine without a prefix cache; warm: the same request on an engine whose
+  // cache holds the state from a first question set. Best of `reps` each (every warm rep hits).
+  {
+    clefrt::CoreOptions co;
+    co.prefix_cache_bytes = size_t(4) << 30;
+    auto cached = clefrt::EngineCore::load(dir, co);
+    std::string state;
+    for (int i = 0; state.size() < 8000 * 4; ++i) state += "order " + std::to_string(i) + " shipped late and the customer asked twice. ";
+    auto encode = [&](const std::string& questions) {
+      return engine->encoder().encode(clefrt::parse_request("{\"state\":\"" + state + "\",\"questions\":" + questions + "}"));
+    };
+    const clefrt::Encoded first = encode(R"({"q":{"type":"noul","instructions":"Is it urgent?"}})");
+    const clefrt::Encoded second = encode(
+        R"({"refund":{"type":"noul","instructions":"Does the customer ask for a refund, a credit or a replacement for the order?"},)"
+        R"("team":{"type":"choice","instructions":"Which team should handle the ticket?","criteria":{"billing":"payments, invoices, refunds","logistics":"shipping, delivery, tracking","support":"everything else","sales":"new orders and quotes"}},)"
+        R"("tone":{"type":"score","instructions":"How upset is the customer?","criteria":["calm","annoyed","upset","furious","threatening to leave"]},)"
+        R"("lang":{"type":"choice","instructions":"Which language is the ticket in?","criteria":{"en":"English","de":"German","fr":"French","es":"Spanish"}}})");
+    const clefrt::model::Batch b1 = clefrt::model::batch_of({&first}), b2 = clefrt::model::batch_of({&second});
+    cached->probs(b1);
+    double cold = 1e30, warm = 1e30;
+    std::vector<size_t> hit;
+    for (int r = 0; r < reps; ++r) {
+      auto t = clock_type::now();
+      engine->probs(b2);
+      cold = std::min(cold, seconds(t));
+      t = clock_type::now();
+      cached->probs(b2, clefrt::model::GdnForm::Chunked, &hit);
+      warm = std::min(warm, seconds(t));
+    }
+    const size_t state_tokens = size_t(second.state_span.end), total = second.input_ids.size();
+    std::printf(",\"reuse\":{\"input_tokens\":%zu,\"state_end\":%zu,\"schema_tokens\":%zu,\"cached_tokens\":%zu,\"cold_seconds\":%.4f,"
+                "\"warm_seconds\":%.4f,\"warm_over_cold\":%.4f,\"new_tokens_over_all\":%.4f}",
+                total, state_tokens, total - state_tokens, hit.empty() ? size_t(0) : hit[0], cold, warm, warm / cold,
+                double(total - (hit.empty() ? 0 : hit[0])) / double(total));
+  }
+  std::printf("}\n");
 }
