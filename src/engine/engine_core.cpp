@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <filesystem>
 
@@ -426,7 +427,73 @@ struct CpuPrefixState : CachedState {
   model::PrefixState s;
   size_t bytes() const override { return s.bytes(); }
 };
+
+// What a CPU forward sets on the thread it runs on: OpenMP's thread count is per thread (the
+// thread that runs forwards, the server's engine thread or a Python caller's, is not the one
+// that loaded the engine), and so is the model's Linear-input observer (calibration).
+struct CpuThreadScope {
+  CpuThreadScope(int threads, const LinearInputObserver& o) : observer(o) {
+    if (threads > 0 && omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    if (observer) model::set_activation_observer(&CpuThreadScope::call, &observer);
+  }
+  ~CpuThreadScope() { model::set_activation_observer(nullptr, nullptr); }
+  static void call(void* ctx, const model::Tensor& w, const float* x, int64_t rows, int64_t cols) {
+    (*static_cast<LinearInputObserver*>(ctx))(w.name, x, rows, cols);
+  }
+  LinearInputObserver observer;
+};
 }  // namespace
+
+LinearInputObserver EngineCore::observer() const {
+  std::lock_guard<std::mutex> lock(observer_mu_);
+  return observer_;
+}
+
+std::unique_ptr<StepRun> EngineCore::start(const model::Sequence& e, model::GdnForm form) const {
+  if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
+  if (gpu_) throw Error(Status::Internal, "internal_error", "the GPU engine runs a request in one forward, not in steps");
+  auto r = std::make_unique<StepRun>();
+  r->seq = e;
+  r->form = form;
+  const int64_t limit = std::min(e.prefix_limit, e.length - 1) / model::kChunkTokens * model::kChunkTokens;
+  const model::PrefixState* from = nullptr;
+  if (cache_ && limit > 0) {
+    r->hit = cache_->find(e.ids, limit);
+    if (r->hit) from = &static_cast<const CpuPrefixState&>(*r->hit->state).s;
+    r->snapshot_pending = limit > (r->hit ? int64_t(r->hit->ids.size()) : 0);
+  }
+  r->runner = std::make_unique<model::SequenceRunner>(text_, head_, cfg_, r->seq, form, from);
+  return r;
+}
+
+bool EngineCore::step(StepRun& r, int64_t tokens) const {
+  CpuThreadScope scope(opts_.threads, observer());
+  model::SequenceRunner& run = *r.runner;
+  const int64_t chunks = std::max<int64_t>(1, tokens / model::kChunkTokens);
+  const int64_t target = std::min(run.length(), run.position() + chunks * model::kChunkTokens);
+  if (r.snapshot_pending && run.prefix_limit() <= target) {
+    run.advance(run.prefix_limit());
+    auto keep = std::make_shared<CpuPrefixState>();
+    keep->s = run.snapshot();
+    cache_->insert(r.seq.ids, run.prefix_limit(), std::move(keep));
+    r.snapshot_pending = false;
+  }
+  run.advance(target);
+  return run.position() == run.length();
+}
+
+std::vector<std::vector<double>> EngineCore::finish(StepRun& r, size_t* cached_tokens) const {
+  std::vector<std::vector<double>> p;
+  {
+    CpuThreadScope scope(opts_.threads, observer());
+    p = r.runner->finish();
+  }
+  for (size_t q = 0; q < p.size(); ++q)
+    for (double x : p[q])
+      if (!std::isfinite(x)) throw_non_finite(r.seq, q);
+  if (cached_tokens) *cached_tokens = r.hit ? r.hit->ids.size() : 0;
+  return p;
+}
 
 std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::Batch& batch, model::GdnForm form,
                                                                   std::vector<size_t>* cached) const {
@@ -434,48 +501,16 @@ std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::B
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) return gpu_->forward->run(batch);
 #endif
-  // OpenMP's thread count is a per-thread setting: the thread that runs forwards (the server's
-  // engine thread, a Python caller's) is not the one that loaded the engine
-  if (opts_.threads > 0 && omp_get_max_threads() != opts_.threads) omp_set_num_threads(opts_.threads);
-  // The model's observer hook is per thread too: set around this forward from the engine's.
-  LinearInputObserver observer;
-  {
-    std::lock_guard<std::mutex> lock(observer_mu_);
-    observer = observer_;
-  }
-  struct ObserverScope {
-    explicit ObserverScope(const LinearInputObserver* o) {
-      if (*o) model::set_activation_observer(&ObserverScope::call, const_cast<LinearInputObserver*>(o));
-    }
-    ~ObserverScope() { model::set_activation_observer(nullptr, nullptr); }
-    static void call(void* ctx, const model::Tensor& w, const float* x, int64_t rows, int64_t cols) {
-      (*static_cast<LinearInputObserver*>(ctx))(w.name, x, rows, cols);
-    }
-  } scope(&observer);
   // One request at a time, each cut into the backbone's chunks from its start (model/forward.h):
   // its bits do not depend on its batch nor on whether its prefix came from the cache.
   std::vector<std::vector<std::vector<double>>> out;
   for (size_t k = 0; k < batch.size(); ++k) {
-    const model::Sequence& e = batch[k];
-    model::SequenceRun run;
-    std::shared_ptr<const PrefixEntry> hit;
-    CpuPrefixState* snapshot = nullptr;
-    std::shared_ptr<CpuPrefixState> keep;
-    const int64_t limit = std::min(e.prefix_limit, e.length - 1) / model::kChunkTokens * model::kChunkTokens;
-    if (cache_ && limit > 0) {
-      hit = cache_->find(e.ids, limit);
-      if (hit) run.from = &static_cast<const CpuPrefixState&>(*hit->state).s;
-      const int64_t from = hit ? int64_t(hit->ids.size()) : 0;
-      if (limit > from) {
-        keep = std::make_shared<CpuPrefixState>();
-        snapshot = keep.get();
-        run.snapshot_at = limit;
-        run.snapshot = &snapshot->s;
-      }
+    auto r = start(batch[k], form);
+    while (!step(*r, std::numeric_limits<int64_t>::max() / 2)) {
     }
-    out.push_back(model::sequence_probs(text_, head_, cfg_, e, form, run));
-    if (keep) cache_->insert(e.ids, limit, std::move(keep));
-    if (cached) (*cached)[k] = hit ? hit->ids.size() : 0;
+    CpuThreadScope scope(opts_.threads, observer());
+    out.push_back(r->runner->finish());
+    if (cached) (*cached)[k] = r->hit ? r->hit->ids.size() : 0;
   }
   return out;
 }

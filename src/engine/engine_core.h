@@ -13,6 +13,7 @@
 #include "model/batch.h"
 #include "model/config.h"
 #include "model/forward.h"
+#include "model/sequence_forward.h"
 #include "model/weights.h"
 #include "quant/mode.h"
 #include "schema/encode.h"
@@ -61,6 +62,17 @@ struct CoreOptions {
 
 struct GpuBackend;
 
+// One CPU request in steps: the cached prefix it continues (held, so it is not evicted while
+// this runs), the runner, and whether its own prefix state goes to the cache at the limit.
+struct StepRun {
+  model::Sequence seq;
+  model::GdnForm form = model::GdnForm::Chunked;
+  std::shared_ptr<const PrefixEntry> hit;
+  std::unique_ptr<model::SequenceRunner> runner;
+  bool snapshot_pending = false;
+};
+
+
 // The GPU architectures this build holds code for ("sm_90a"; "" without CUDA): version.cpp.
 const char* cuda_build_architectures();
 
@@ -78,6 +90,16 @@ class EngineCore {
   const model::ModelConfig& config() const { return cfg_; }
   const Encoder& encoder() const { return *encoder_; }
   const Tokenizer& tokenizer() const { return *tok_; }
+
+  // One request in steps (the CPU engine only: runs_in_steps()), so the scheduler can interleave
+  // a long request with short ones: start() looks up the prefix cache; step() runs about
+  // `tokens` more (whole chunks; the prefix state goes to the cache on the way) and says whether
+  // the request is through; finish() gives the probabilities (a 500 for non-finite ones, as
+  // probs()). The same bits as probs().
+  bool runs_in_steps() const { return !gpu_ && opts_.load_weights; }
+  std::unique_ptr<StepRun> start(const model::Sequence& e, model::GdnForm form = model::GdnForm::Chunked) const;
+  bool step(StepRun& r, int64_t tokens) const;
+  std::vector<std::vector<double>> finish(StepRun& r, size_t* cached_tokens = nullptr) const;
 
   // Per-question probabilities (encoded option order) for several encoded requests, run as one
   // packed forward: each request keeps its own attention and GDN state. A probability that is
@@ -116,6 +138,7 @@ class EngineCore {
   EngineCore();
   std::vector<std::vector<std::vector<double>>> forward(const model::Batch& batch, model::GdnForm form, std::vector<size_t>* cached) const;
   [[noreturn]] void throw_non_finite(const model::Sequence& e, size_t question) const;
+  LinearInputObserver observer() const;
   CoreOptions opts_;
   model::ModelConfig cfg_;
   std::unique_ptr<Tokenizer> tok_;

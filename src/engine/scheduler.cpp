@@ -139,41 +139,102 @@ void Scheduler::watch_deadlines() {
       l.lock();
       continue;
     }
-    if (stopping_ && q_.empty() && running_.empty()) return;
+    if (stopping_ && q_.empty() && running_.empty()) return;  // (the long job is in running_ between steps)
     if (next == Clock::time_point::max()) deadline_cv_.wait(l);
     else deadline_cv_.wait_until(l, next);
   }
 }
 
+void Scheduler::end_answered(Job& j, Clock::time_point start, std::vector<std::vector<double>> p, size_t cached) {
+  Outcome o;
+  o.probs = std::move(p);
+  o.cached_tokens = cached;
+  o.queue_ms = ms_between(j.enqueued, start);
+  o.compute_ms = ms_between(start, Clock::now());
+  j.end(std::move(o));
+}
+void Scheduler::end_failed(Job& j, Clock::time_point start) {  // inside a catch block
+  Outcome o;
+  o.kind = Outcome::Kind::Failed;
+  o.error = std::current_exception();
+  o.queue_ms = ms_between(j.enqueued, start);
+  o.compute_ms = ms_between(start, Clock::now());
+  j.end(std::move(o));
+}
+
 void Scheduler::loop() {
+  const bool stepping = core_.runs_in_steps();
   for (;;) {
     std::vector<std::shared_ptr<Job>> batch;
+    std::shared_ptr<Job> new_long;
     {
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return (!q_.empty() && !paused_) || (stopping_ && q_.empty()); });
-      if (q_.empty()) {  // stopping and drained
+      cv_.wait(l, [&] { return (!paused_ && (!q_.empty() || long_job_)) || (stopping_ && q_.empty() && !long_job_); });
+      if (q_.empty() && !long_job_) {  // stopping and drained
         deadline_cv_.notify_all();
         return;
       }
       size_t tokens = 0;
-      while (!q_.empty() && batch.size() < o_.max_batch_requests) {
-        auto& j = q_.front();
+      for (auto it = q_.begin(); it != q_.end() && batch.size() < o_.max_batch_requests;) {
+        const std::shared_ptr<Job>& j = *it;
         if (j->ended()) {
-          q_.pop_front();
+          it = q_.erase(it);
           continue;
         }
         const size_t n = j->prepared.encoded().input_ids.size();
+        if (stepping && n > o_.step_tokens) {  // a long request runs in steps, one at a time
+          if (!long_job_ && !new_long) {
+            new_long = j;
+            it = q_.erase(it);
+          } else {
+            ++it;  // waits for the one running; the short ones behind it go ahead
+          }
+          continue;
+        }
         if (!batch.empty() && tokens + n > o_.max_batch_tokens) break;
         tokens += n;
         batch.push_back(j);
-        q_.pop_front();
+        it = q_.erase(it);
       }
       report_depth_locked();
       running_ = batch;
+      if (long_job_) running_.push_back(long_job_);
+      if (new_long) running_.push_back(new_long);
     }
     if (!batch.empty()) run_batch(batch);
+    if (new_long) {
+      long_job_ = new_long;
+      long_start_ = Clock::now();
+      if (observer_.batch) observer_.batch(1, new_long->prepared.encoded().input_ids.size());
+    }
+    if (long_job_) step_long();
     std::lock_guard<std::mutex> l(mu_);
     running_.clear();
+    if (long_job_) running_.push_back(long_job_);  // its deadline still counts between steps
+  }
+}
+
+// One step of the long request (scheduler.h): about step_tokens of its tokens, then back to
+// the queue. It ends when its last step gives the probabilities, when it fails, or when it was
+// cancelled / timed out between steps (its work is dropped).
+void Scheduler::step_long() {
+  auto drop = [&] {
+    long_run_.reset();
+    long_job_.reset();
+  };
+  Job& j = *long_job_;
+  if (j.ended()) return drop();
+  try {
+    if (!long_run_) long_run_ = core_.start(model::sequence_of(j.prepared.encoded()));
+    if (core_.step(*long_run_, int64_t(o_.step_tokens))) {
+      size_t cached = 0;
+      auto p = core_.finish(*long_run_, &cached);
+      end_answered(j, long_start_, std::move(p), cached);
+      drop();
+    }
+  } catch (...) {
+    end_failed(j, long_start_);
+    drop();
   }
 }
 
@@ -186,30 +247,14 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
     tokens += j->prepared.encoded().input_ids.size();
   }
   if (observer_.batch) observer_.batch(batch.size(), tokens);
-  auto answered = [](Job& j, Clock::time_point start, std::vector<std::vector<double>> p, size_t cached) {
-    Outcome o;
-    o.probs = std::move(p);
-    o.cached_tokens = cached;
-    o.queue_ms = ms_between(j.enqueued, start);
-    o.compute_ms = ms_between(start, Clock::now());
-    j.end(std::move(o));
-  };
-  auto failed = [](Job& j, Clock::time_point start) {
-    Outcome o;
-    o.kind = Outcome::Kind::Failed;
-    o.error = std::current_exception();
-    o.queue_ms = ms_between(j.enqueued, start);
-    o.compute_ms = ms_between(start, Clock::now());
-    j.end(std::move(o));
-  };
   try {
     std::vector<size_t> cached;
     auto probs = core_.probs(model::batch_of(encs), model::GdnForm::Chunked, &cached);
-    for (size_t i = 0; i < batch.size(); ++i) answered(*batch[i], t0, std::move(probs[i]), cached[i]);
+    for (size_t i = 0; i < batch.size(); ++i) end_answered(*batch[i], t0, std::move(probs[i]), cached[i]);
   } catch (...) {
     // One request's failure must not fail its batch-mates: run them one by one.
     if (batch.size() == 1) {
-      failed(*batch[0], t0);
+      end_failed(*batch[0], t0);
       return;
     }
     for (auto& j : batch) {
@@ -218,9 +263,9 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
       try {
         std::vector<size_t> cached;
         auto p = core_.probs(model::Batch{model::sequence_of(j->prepared.encoded())}, model::GdnForm::Chunked, &cached);
-        answered(*j, t1, std::move(p[0]), cached[0]);
+        end_answered(*j, t1, std::move(p[0]), cached[0]);
       } catch (...) {
-        failed(*j, t1);
+        end_failed(*j, t1);
       }
     }
   }

@@ -1,7 +1,7 @@
 // The engine thread: one thread owns the engine core (and the device). Prepared requests are
 // submitted here from any thread; each step the engine takes waiting requests in arrival order
 // and packs as many as fit the token budget into one forward (a request over the budget runs
-// alone). The queue is bounded: a full queue is refused at once (429), never buffered.
+// alone; on the CPU a long request runs in steps between the others' batches). The queue is bounded: a full queue is refused at once (429), never buffered.
 //
 // Every job ends exactly once, through its `done` callback: answered, failed, timed out (its
 // deadline passed, whether it was queued or running; a deadline thread watches them), or
@@ -29,6 +29,11 @@ struct SchedulerOptions {
   size_t max_batch_tokens = 16384;
   size_t max_batch_requests = 64;
   size_t max_queue = 256;
+  // On an engine that runs requests in steps (EngineCore::runs_in_steps: the CPU), a request of
+  // more tokens runs in steps of this many, one long request at a time, with the batches of
+  // shorter requests that arrive meanwhile between its steps: a long request does not stall
+  // short ones (they wait one step at most). The answer is the same bits either way.
+  size_t step_tokens = 1024;
 };
 
 class Job : public Ticket {
@@ -77,6 +82,9 @@ class Scheduler {
   void loop();
   void watch_deadlines();
   void run_batch(std::vector<std::shared_ptr<Job>>& batch);
+  void step_long();
+  static void end_answered(Job& j, Clock::time_point start, std::vector<std::vector<double>> p, size_t cached);
+  static void end_failed(Job& j, Clock::time_point start);  // inside a catch block
   void drop_ended_locked();
   void report_depth_locked();
   const EngineCore& core_;
@@ -86,7 +94,11 @@ class Scheduler {
   std::mutex join_mu_;
   std::condition_variable cv_, deadline_cv_;
   std::deque<std::shared_ptr<Job>> q_;
-  std::vector<std::shared_ptr<Job>> running_;  // the batch in the engine now (its deadlines still count)
+  std::vector<std::shared_ptr<Job>> running_;  // the batch in the engine now and the long request (their deadlines still count)
+  // the long request running in steps (engine thread only)
+  std::shared_ptr<Job> long_job_;
+  std::unique_ptr<StepRun> long_run_;
+  Clock::time_point long_start_;
   bool stopping_ = false, paused_ = false;
   std::thread thread_, deadline_thread_;
 };

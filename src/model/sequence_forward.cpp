@@ -8,31 +8,57 @@
 
 namespace clefrt::model {
 
+SequenceRunner::SequenceRunner(const TextWeights& w, const HeadWeights& h, const ModelConfig& c, const Sequence& e, GdnForm form,
+                               const PrefixState* from)
+    : w_(w), h_(h), c_(c), e_(e), form_(form) {
+  const int64_t L = e.length, start = from ? from->backbone.length : 0;
+  if (L <= 0) throw Error(Status::Internal, "internal_error", "SequenceRunner: an empty sequence");
+  limit_ = std::min(e.prefix_limit, L - 1) / kChunkTokens * kChunkTokens;
+  if (start > limit_ || start % kChunkTokens != 0)
+    throw Error(Status::Internal, "internal_error",
+                "SequenceRunner: a prefix of " + std::to_string(start) + " tokens for a sequence whose prefix may cover " + std::to_string(limit_));
+  st_ = from ? from->backbone : BackboneState::start(c.text);
+  rows_.normed_first = limit_;  // the spans and the last row lie after the prefix_limit
+  if (from) {
+    rows_.rows = start;
+    rows_.memory = from->memory;
+  }
+}
+
+void SequenceRunner::advance(int64_t until) {
+  until = std::min(until, e_.length);
+  if (until < st_.length || (until % kChunkTokens != 0 && until != e_.length))
+    throw Error(Status::Internal, "internal_error", "SequenceRunner: advance to " + std::to_string(until) + " from " + std::to_string(st_.length));
+  backbone_run(w_, c_.text, e_.ids, until, st_, form_,
+               [&](int64_t, int64_t n, const float* hidden) { append_head_rows(h_, c_.head, hidden, n, rows_); });
+}
+
+PrefixState SequenceRunner::snapshot() const {
+  if (st_.length % kChunkTokens != 0 || st_.length > limit_)
+    throw Error(Status::Internal, "internal_error", "SequenceRunner: a snapshot at " + std::to_string(st_.length) + " tokens");
+  PrefixState p;
+  p.backbone = st_;
+  p.memory = rows_.memory;
+  return p;
+}
+
+std::vector<std::vector<double>> SequenceRunner::finish() {
+  if (st_.length != e_.length) throw Error(Status::Internal, "internal_error", "SequenceRunner: finish before the last token");
+  return joint_head(h_, c_.head, w_.lm_head, rows_, e_);
+}
+
 std::vector<std::vector<double>> sequence_probs(const TextWeights& w, const HeadWeights& h, const ModelConfig& c, const Sequence& e,
                                                 GdnForm form, const SequenceRun& run) {
-  const int64_t L = e.length, start = run.from ? run.from->backbone.length : 0;
-  if (L <= 0) throw Error(Status::Internal, "internal_error", "sequence_probs: an empty sequence");
-  const int64_t limit = std::min(e.prefix_limit, L - 1) / kChunkTokens * kChunkTokens;
-  if (start > limit || start % kChunkTokens != 0 ||
-      (run.snapshot && (run.snapshot_at <= start || run.snapshot_at > limit || run.snapshot_at % kChunkTokens != 0)))
-    throw Error(Status::Internal, "internal_error",
-                "sequence_probs: a prefix of " + std::to_string(start) + " / snapshot at " + std::to_string(run.snapshot_at) +
-                    " tokens for a sequence whose prefix may cover " + std::to_string(limit));
-  BackboneState st = run.from ? run.from->backbone : BackboneState::start(c.text);
-  HeadRows rows;
-  rows.normed_first = limit;  // the spans and the last row lie after the prefix_limit
-  if (run.from) {
-    rows.rows = start;
-    rows.memory = run.from->memory;
-  }
-  const ChunkSink sink = [&](int64_t, int64_t n, const float* hidden) { append_head_rows(h, c.head, hidden, n, rows); };
+  SequenceRunner r(w, h, c, e, form, run.from);
   if (run.snapshot) {
-    backbone_run(w, c.text, e.ids, run.snapshot_at, st, form, sink);
-    run.snapshot->backbone = st;
-    run.snapshot->memory = rows.memory;
+    if (run.snapshot_at <= r.position() || run.snapshot_at > r.prefix_limit() || run.snapshot_at % kChunkTokens != 0)
+      throw Error(Status::Internal, "internal_error",
+                  "sequence_probs: a snapshot at " + std::to_string(run.snapshot_at) + " tokens (prefix limit " + std::to_string(r.prefix_limit()) + ")");
+    r.advance(run.snapshot_at);
+    *run.snapshot = r.snapshot();
   }
-  backbone_run(w, c.text, e.ids, L, st, form, sink);
-  return joint_head(h, c.head, w.lm_head, rows, e);
+  r.advance(e.length);
+  return r.finish();
 }
 
 }  // namespace clefrt::model

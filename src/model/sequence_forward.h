@@ -20,6 +20,33 @@ struct SequenceRun {
   PrefixState* snapshot = nullptr;    // after `from`, at most e.prefix_limit) to *snapshot
 };
 
+// The same in steps, so a long request can give way to others between them: the backbone
+// advances chunk by chunk; the state at a chunk boundary can be taken for the cache.
+class SequenceRunner {
+ public:
+  SequenceRunner(const TextWeights& w, const HeadWeights& h, const ModelConfig& c, const Sequence& e, GdnForm form,
+                 const PrefixState* from = nullptr);
+  int64_t position() const { return st_.length; }
+  int64_t length() const { return e_.length; }
+  // The most a cached prefix of this request may cover: e.prefix_limit down to a chunk boundary.
+  int64_t prefix_limit() const { return limit_; }
+  // Runs the backbone on to `until` (a multiple of kChunkTokens, or the length).
+  void advance(int64_t until);
+  PrefixState snapshot() const;  // the state at position() (a chunk boundary)
+  // The probabilities, once position() == length().
+  std::vector<std::vector<double>> finish();
+
+ private:
+  const TextWeights& w_;
+  const HeadWeights& h_;
+  const ModelConfig& c_;
+  const Sequence& e_;
+  GdnForm form_;
+  int64_t limit_;
+  BackboneState st_;
+  HeadRows rows_;
+};
+
 // Per question, per option (encoded order), the probability.
 std::vector<std::vector<double>> sequence_probs(const TextWeights& w, const HeadWeights& h, const ModelConfig& c, const Sequence& e,
                                                 GdnForm form, const SequenceRun& run = {});
