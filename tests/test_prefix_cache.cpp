@@ -267,6 +267,16 @@ TEST(PrefixCache, CudaRefusesABudgetItCannotUse) {
   }
 }
 
+TEST(PrefixCache, ABudgetOverTheMemoryLeftIsRefused) {
+  try {
+    open(1e6);  // a million GiB
+    FAIL() << "loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.http_status(), 503);
+    EXPECT_NE(std::string(e.what()).find("--prefix-cache-gib"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PrefixCache, MaxLengthIsAtMostTheWindow) {
   EngineOptions o;
   o.device = Device::Cpu;

@@ -96,6 +96,7 @@ CoreOptions core_options(const EngineOptions& o) {
   // the default budget where prefixes are reused (the CPU), none where they are not yet
   const double gib = o.prefix_cache_gib >= 0 ? o.prefix_cache_gib : c.device == Device::Cpu ? 4.0 : 0.0;
   c.prefix_cache_bytes = size_t(gib * double(size_t(1) << 30));
+  c.prefix_cache_default = o.prefix_cache_gib < 0;
   return c;
 }
 

@@ -335,7 +335,22 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
     e->text_ = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Full, qa);
     e->head_ = model::load_head_weights(head, e->cfg_.head);
     p.add(double(backbone.total_bytes() + head.total_bytes()));
-    if (opts.prefix_cache_bytes > 0) e->cache_ = std::make_unique<PrefixCache>(opts.prefix_cache_bytes, model::kChunkTokens);
+    if (opts.prefix_cache_bytes > 0) {
+      size_t budget = opts.prefix_cache_bytes;
+      const double avail = host_memory_available();  // with the weights loaded
+      if (avail >= 0 && double(budget) > avail / 2) {
+        const std::string left = std::to_string(int64_t(avail / double(1 << 20))) + " MiB";
+        if (!opts.prefix_cache_default)
+          throw Error(Status::Unavailable, "insufficient_memory",
+                      "--prefix-cache-gib " + std::to_string(double(budget) / double(size_t(1) << 30)) +
+                          " is over half of the host memory left after the weights (" + left + "): ask for less, or 0 to turn the cache off");
+        budget = size_t(avail / 2);
+        if (opts.progress)
+          std::fprintf(stderr, "{\"event\":\"prefix_cache\",\"budget_bytes\":%zu,\"why\":\"the default 4 GiB is over half of the %s left after the weights\"}\n",
+                       budget, left.c_str());
+      }
+      if (budget > 0) e->cache_ = std::make_unique<PrefixCache>(budget, model::kChunkTokens);
+    }
     return e;
   }
 #ifdef CLEFRT_HAVE_CUDA

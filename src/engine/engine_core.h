@@ -58,6 +58,9 @@ struct CoreOptions {
   bool load_weights = true;
   // The prefix cache's budget in bytes (0: off; engine/prefix_cache.h). CPU only for now.
   size_t prefix_cache_bytes = 0;
+  // The budget is the default (not asked for): at load it shrinks to half of the host memory left
+  // after the weights when that is less (and says so); an asked-for budget over it is refused.
+  bool prefix_cache_default = false;
 };
 
 struct GpuBackend;

@@ -112,6 +112,17 @@ std::string inspect(const std::string& dir_path, const EngineOptions& opts) {
     appendf(out, "%-22s %10s params  %10s on disk\n\n", "total", count(total_params).c_str(), gib(total_bytes).c_str());
     out << "memory plan\n"
               << "  cpu (fp32 weights, what `decide --device cpu` holds): " << gib(cpu_params * 4) << " + activations\n";
+    {  // what one cached prefix holds on the CPU (model/prefix_state.h), per its length
+      const auto& t = cfg.text;
+      double attn = 0, gdn = 0;
+      for (auto lt : t.layer_types) (lt == model::LayerType::FullAttention ? attn : gdn) += 1;
+      const double conv_dim = double(2 * t.k_heads * t.k_head_dim + t.v_heads * t.v_head_dim);
+      const double per_token = (attn * 2 * double(t.kv_heads * t.head_dim) + double(cfg.head.width)) * 4 + 4;
+      const double fixed = gdn * (double(t.v_heads * t.k_head_dim * t.v_head_dim) + double(t.conv_kernel - 1) * conv_dim) * 4;
+      appendf(out, "  cpu prefix cache: %s per cached prefix + %s per 1,000 of its tokens (K/V, head memory rows); %s for a %lld-token one\n",
+              gib(fixed).c_str(), gib(per_token * 1000).c_str(), gib(fixed + per_token * double(opts.max_length)).c_str(),
+              (long long)opts.max_length);
+    }
 #ifdef CLEFRT_HAVE_CUDA
     // The CUDA engine: the backbone's Linears in the --quant format (the recipe's keep-list --
     // GDN in_proj_a/b, conv, norms -- in bf16), embeddings in bf16 (or pinned host memory with
