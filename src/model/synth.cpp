@@ -25,6 +25,16 @@ struct Preset {
   int64_t min_vocab;
 };
 
+// The vision tower's numbers per preset (patch 16, 2 frames, 2 x 2 merge, 3 channels throughout).
+struct VisionPreset {
+  int64_t hidden, depth, heads, ffn, positions;
+};
+VisionPreset vision_preset(const std::string& name) {
+  if (name == "tiny") return {32, 2, 2, 48, 64};
+  if (name == "small") return {64, 2, 4, 128, 256};
+  return {1152, 27, 16, 4304, 2304};  // Clef and Clef-flash
+}
+
 Preset preset(const std::string& name) {
   if (name == "tiny") return {64, 4, 128, 4, 2, 32, 2, 4, 16, 16, {2, 1, 1}, 32, 4, 64, 1, 1, 2, 0};
   if (name == "small") return {256, 8, 768, 8, 2, 64, 4, 8, 32, 32, {3, 3, 2}, 128, 4, 256, 2, 2, 2, 0};
@@ -129,6 +139,24 @@ void synthesize(const SynthOptions& o) {
   cfg.add("architectures", arch);
   cfg.add("model_type", Value::string("qwen3_5"));
   cfg.add("text_config", tc);
+  const VisionPreset V = vision_preset(o.preset);
+  {
+    Value vc = Value::object();
+    vc.add("model_type", Value::string("qwen3_5_vision"));
+    vc.add("depth", Value::integer(V.depth));
+    vc.add("hidden_size", Value::integer(V.hidden));
+    vc.add("num_heads", Value::integer(V.heads));
+    vc.add("intermediate_size", Value::integer(V.ffn));
+    vc.add("hidden_act", Value::string("gelu_pytorch_tanh"));
+    vc.add("patch_size", Value::integer(16));
+    vc.add("temporal_patch_size", Value::integer(2));
+    vc.add("spatial_merge_size", Value::integer(2));
+    vc.add("in_channels", Value::integer(3));
+    vc.add("out_hidden_size", Value::integer(P.hidden));
+    vc.add("num_position_embeddings", Value::integer(V.positions));
+    vc.add("deepstack_visual_indexes", Value::array());
+    cfg.add("vision_config", vc);
+  }
   cfg.add("clefrt_synthetic", Value::string("random weights from `clefrt synth --config " + o.preset + "`: answers are meaningless"));
   write_text(dir / "config.json", json::write(cfg) + "\n");
   Value hc = head_config_json(P);
@@ -177,6 +205,39 @@ void synthesize(const SynthOptions& o) {
   if (o.progress) std::fprintf(stderr, "\n");
   put(size_t(P.shards - 1), p + "norm.weight", {H}, g.normal(H, 0.1f));
   put(size_t(P.shards - 1), "lm_head.weight", {vocab, H}, g.normal(vocab * H, 1.0f));
+  // The vision tower, from its own generator so the text weights of a seed stay what they were
+  // before synthetic folders had one.
+  {
+    Gen gv{std::mt19937_64(o.seed ^ 0x76697369ull)};
+    auto vlin = [&](int64_t out, int64_t in) { return gv.normal(out * in, o.linear_gain / std::sqrt(float(in))); };
+    const size_t sh = size_t(P.shards - 1);
+    const std::string v = "model.visual.";
+    const int64_t VH = V.hidden, in = 3 * 2 * 16 * 16, m2 = 4;
+    put(sh, v + "patch_embed.proj.weight", {VH, 3, 2, 16, 16}, vlin(VH, in));
+    put(sh, v + "patch_embed.proj.bias", {VH}, gv.normal(VH, 0.1f));
+    put(sh, v + "pos_embed.weight", {V.positions, VH}, gv.normal(V.positions * VH, 0.5f));
+    for (int64_t i = 0; i < V.depth; ++i) {
+      const std::string b = v + "blocks." + std::to_string(i) + ".";
+      for (const char* n : {"norm1", "norm2"}) {
+        put(sh, b + n + ".weight", {VH}, gv.normal(VH, 0.1f, 1.0f));
+        put(sh, b + n + ".bias", {VH}, gv.normal(VH, 0.1f));
+      }
+      put(sh, b + "attn.qkv.weight", {3 * VH, VH}, vlin(3 * VH, VH));
+      put(sh, b + "attn.qkv.bias", {3 * VH}, gv.normal(3 * VH, 0.1f));
+      put(sh, b + "attn.proj.weight", {VH, VH}, vlin(VH, VH));
+      put(sh, b + "attn.proj.bias", {VH}, gv.normal(VH, 0.1f));
+      put(sh, b + "mlp.linear_fc1.weight", {V.ffn, VH}, vlin(V.ffn, VH));
+      put(sh, b + "mlp.linear_fc1.bias", {V.ffn}, gv.normal(V.ffn, 0.1f));
+      put(sh, b + "mlp.linear_fc2.weight", {VH, V.ffn}, vlin(VH, V.ffn));
+      put(sh, b + "mlp.linear_fc2.bias", {VH}, gv.normal(VH, 0.1f));
+    }
+    put(sh, v + "merger.norm.weight", {VH}, gv.normal(VH, 0.1f, 1.0f));
+    put(sh, v + "merger.norm.bias", {VH}, gv.normal(VH, 0.1f));
+    put(sh, v + "merger.linear_fc1.weight", {m2 * VH, m2 * VH}, vlin(m2 * VH, m2 * VH));
+    put(sh, v + "merger.linear_fc1.bias", {m2 * VH}, gv.normal(m2 * VH, 0.1f));
+    put(sh, v + "merger.linear_fc2.weight", {H, m2 * VH}, vlin(H, m2 * VH));
+    put(sh, v + "merger.linear_fc2.bias", {H}, gv.normal(H, 0.1f));
+  }
   Value wm = Value::object();
   for (size_t s = 0; s < shards.size(); ++s) {
     char name[64];

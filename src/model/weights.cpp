@@ -142,6 +142,37 @@ struct Loader {
 };
 }  // namespace
 
+VisionWeights load_vision_weights(const io::TensorStore& store, const VisionConfig& c, LoadMode mode) {
+  Loader L{store, mode, {}};
+  VisionWeights v;
+  const std::string p = "model.visual.";
+  const int64_t H = c.hidden, m2 = c.spatial_merge * c.spatial_merge;
+  v.patch_w = L.get(p + "patch_embed.proj.weight", {H, c.in_channels, c.temporal_patch, c.patch, c.patch});
+  v.patch_b = L.get(p + "patch_embed.proj.bias", {H});
+  v.pos_embed = L.get(p + "pos_embed.weight", {c.num_position_embeddings, H});
+  for (int64_t i = 0; i < c.depth; ++i) {
+    const std::string b = p + "blocks." + std::to_string(i) + ".";
+    VisionBlockWeights w;
+    w.norm1 = L.ln(b + "norm1", H);
+    w.norm2 = L.ln(b + "norm2", H);
+    w.qkv_w = L.get(b + "attn.qkv.weight", {3 * H, H});
+    w.qkv_b = L.get(b + "attn.qkv.bias", {3 * H});
+    w.proj_w = L.get(b + "attn.proj.weight", {H, H});
+    w.proj_b = L.get(b + "attn.proj.bias", {H});
+    w.fc1_w = L.get(b + "mlp.linear_fc1.weight", {c.ffn, H});
+    w.fc1_b = L.get(b + "mlp.linear_fc1.bias", {c.ffn});
+    w.fc2_w = L.get(b + "mlp.linear_fc2.weight", {H, c.ffn});
+    w.fc2_b = L.get(b + "mlp.linear_fc2.bias", {H});
+    v.blocks.push_back(std::move(w));
+  }
+  v.merger_norm = L.ln(p + "merger.norm", H);
+  v.merger_fc1_w = L.get(p + "merger.linear_fc1.weight", {m2 * H, m2 * H});
+  v.merger_fc1_b = L.get(p + "merger.linear_fc1.bias", {m2 * H});
+  v.merger_fc2_w = L.get(p + "merger.linear_fc2.weight", {c.out_hidden, m2 * H});
+  v.merger_fc2_b = L.get(p + "merger.linear_fc2.bias", {c.out_hidden});
+  return v;
+}
+
 TextWeights load_text_weights(const io::TensorStore& store, const TextConfig& c, LoadMode mode, QuantActivations qa) {
   Loader L{store, mode, qa};
   TextWeights w;

@@ -79,6 +79,19 @@ struct HeadWeights {
   float prior_logit_scale = 0, joint_logit_scale = 0, residual_gate = 0;
 };
 
+// The vision tower (`model.visual.`, spec/model.md 2), Qwen3-VL without deepstack.
+struct VisionBlockWeights {
+  LayerNormW norm1, norm2;
+  Tensor qkv_w, qkv_b, proj_w, proj_b, fc1_w, fc1_b, fc2_w, fc2_b;
+};
+struct VisionWeights {
+  Tensor patch_w, patch_b;  // Conv3d [hidden, C, T, P, P] (read as a Linear over C*T*P*P) + bias
+  Tensor pos_embed;         // [num_position_embeddings, hidden]: a side x side grid
+  std::vector<VisionBlockWeights> blocks;
+  LayerNormW merger_norm;
+  Tensor merger_fc1_w, merger_fc1_b, merger_fc2_w, merger_fc2_b;
+};
+
 // Reads and checks every tensor (shape, dtype BF16/F16/F32). Throws load_error naming the file,
 // the tensor and the expected vs found shape.
 // Full: every tensor converted to fp32 (the CPU engine).
@@ -96,6 +109,9 @@ struct QuantActivations {
 TextWeights load_text_weights(const io::TensorStore& store, const TextConfig& cfg, LoadMode mode = LoadMode::Full,
                               QuantActivations qa = {});
 HeadWeights load_head_weights(const io::TensorStore& store, const HeadConfig& cfg, LoadMode mode = LoadMode::Full);
+// From the backbone's store; throws load_error naming the tensor when the folder has a
+// vision_config but not its weights.
+VisionWeights load_vision_weights(const io::TensorStore& store, const VisionConfig& cfg, LoadMode mode = LoadMode::Full);
 // The shapes of every tensor of a configuration, no data (LoadMode::ShapeOnly).
 TextWeights shape_only_text(const TextConfig& cfg);
 HeadWeights shape_only_head(const HeadConfig& cfg);
