@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/forward.h"
 #include "model/vision.h"
 #include "model/weights.h"
 #include "test_util.h"
@@ -108,6 +109,58 @@ TEST(Vision, AGridTheTowerCannotTakeIs422) {
   } catch (const Error& e) {
     EXPECT_EQ(e.http_status(), 422);
   }
+}
+
+TEST(Vision, MropePositionsFollowTheSpec) {
+  // 3 text tokens, a 2 x 3 merged image (6 pad tokens), 2 text tokens
+  const SequenceMedia m = mrope_positions(11, {MediaSpan{3, 2, 3}});
+  EXPECT_EQ(m.pos_t, (std::vector<int64_t>{0, 1, 2, 3, 3, 3, 3, 3, 3, 6, 7}));
+  EXPECT_EQ(m.pos_h, (std::vector<int64_t>{0, 1, 2, 3, 3, 3, 4, 4, 4, 6, 7}));
+  EXPECT_EQ(m.pos_w, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 3, 4, 5, 6, 7}));
+  const SequenceMedia text = mrope_positions(4, {});
+  EXPECT_EQ(text.pos_h, (std::vector<int64_t>{0, 1, 2, 3}));
+}
+
+TEST(Vision, BackboneReadsImageRowsAndPositions) {
+  const std::string dir = test::synth_folder("vision", 21);
+  const ModelConfig cfg = load_config(dir);
+  io::TensorStore store = io::TensorStore::open_folder(dir);
+  const TextWeights tw = load_text_weights(store, cfg.text);
+  const int64_t L = 700, H = cfg.text.hidden;
+  std::vector<int32_t> ids(static_cast<size_t>(L));
+  for (int64_t t = 0; t < L; ++t) ids[size_t(t)] = int32_t((t * 7919) % 20000);
+  auto run = [&](const SequenceMedia* media, int64_t cut) {  // cut > 0: from the state after `cut` tokens
+    std::vector<float> out(size_t(L * H));
+    BackboneState st = BackboneState::start(cfg.text);
+    const ChunkSink sink = [&](int64_t first, int64_t n, const float* h) { std::copy_n(h, n * H, out.data() + first * H); };
+    if (cut > 0) {
+      backbone_run(tw, cfg.text, ids.data(), cut, st, GdnForm::Chunked, sink, media);
+      BackboneState copy = st;
+      backbone_run(tw, cfg.text, ids.data(), L, copy, GdnForm::Chunked, sink, media);
+    } else {
+      backbone_run(tw, cfg.text, ids.data(), L, st, GdnForm::Chunked, sink, media);
+    }
+    return out;
+  };
+  // text: positions from mrope_positions give the bits of no media at all
+  const SequenceMedia text = mrope_positions(L, {});
+  EXPECT_EQ(run(&text, 0), run(nullptr, 0));
+  // an image of 4 x 5 merged tokens across the chunk boundary at 256
+  std::vector<float> rows(static_cast<size_t>(20 * H));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d;
+  for (auto& r : rows) r = d(rng);
+  SequenceMedia m = mrope_positions(L, {MediaSpan{250, 4, 5}});
+  m.images.push_back({250, 20, rows.data()});
+  const auto with = run(&m, 0);
+  EXPECT_EQ(run(&m, 256), with);  // continued from a state inside the image: the same bits
+  const auto plain = run(nullptr, 0);
+  EXPECT_EQ(std::vector<float>(with.begin(), with.begin() + 250 * H), std::vector<float>(plain.begin(), plain.begin() + 250 * H));
+  EXPECT_NE(with[size_t(250 * H)], plain[size_t(250 * H)]);  // the image rows replace the pad embeddings
+  // positions alone move what follows the image (the text after it counts on from 250 + 5)
+  SequenceMedia pos_only = mrope_positions(L, {MediaSpan{250, 4, 5}});
+  const auto shifted = run(&pos_only, 0);
+  EXPECT_NE(shifted[size_t((L - 1) * H)], plain[size_t((L - 1) * H)]);
 }
 
 }  // namespace

@@ -113,7 +113,8 @@ vector<float> gdn_layer(const GdnWeights& w, const TextConfig& c, const vector<f
 
 // Gated full attention (spec 1.2) with partial RoPE over n rows of one sequence that continue
 // `st` (layer li): their keys and values join the state's, positions go on from st.length.
-vector<float> attn_layer(const AttnWeights& w, const TextConfig& c, const vector<float>& h, int64_t n, BackboneState& st, size_t li) {
+vector<float> attn_layer(const AttnWeights& w, const TextConfig& c, const vector<float>& h, int64_t n, BackboneState& st, size_t li,
+                         const SequenceMedia* media) {
   const int64_t Hq = c.q_heads, Hkv = c.kv_heads, D = c.head_dim, R = c.rotary_dim(), pos0 = st.length;
   vector<float> qg = bf16_point(lin(h, n, w.q_proj)), kraw = bf16_point(lin(h, n, w.k_proj)), v = bf16_point(lin(h, n, w.v_proj));
   vector<float> q(size_t(n * Hq * D)), gate(size_t(n * Hq * D)), k(size_t(n * Hkv * D));
@@ -131,8 +132,16 @@ vector<float> attn_layer(const AttnWeights& w, const TextConfig& c, const vector
   vector<float> inv_freq(static_cast<size_t>(R / 2));
   for (int64_t i = 0; i < R / 2; ++i)
     inv_freq[size_t(i)] = 1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(R));
-  auto rope = [&](float* x, int64_t pos) {
+  // mRoPE, interleaved: frequency i takes its position from row h when i % 3 == 1 and
+  // i < 3 * section[1], from row w when i % 3 == 2 and i < 3 * section[2], else from row t
+  // (the same for text, whose three rows agree).
+  const int64_t sec_h = c.mrope_section.size() == 3 ? 3 * c.mrope_section[1] : 0;
+  const int64_t sec_w = c.mrope_section.size() == 3 ? 3 * c.mrope_section[2] : 0;
+  auto rope = [&](float* x, int64_t tok) {
+    const int64_t pt = media ? media->pos_t[size_t(tok)] : tok, ph = media ? media->pos_h[size_t(tok)] : tok,
+                  pw = media ? media->pos_w[size_t(tok)] : tok;
     for (int64_t i = 0; i < R / 2; ++i) {
+      const int64_t pos = (i % 3 == 1 && i < sec_h) ? ph : (i % 3 == 2 && i < sec_w) ? pw : pt;
       const float ang = inv_freq[size_t(i)] * float(pos);
       const float cs = std::cos(ang), sn = std::sin(ang);
       const float x1 = x[i], x2 = x[i + R / 2];
@@ -158,7 +167,8 @@ vector<float> attn_layer(const AttnWeights& w, const TextConfig& c, const vector
 }
 
 // One chunk of n rows through every layer and the final norm.
-vector<float> backbone_chunk(const TextWeights& w, const TextConfig& c, const int32_t* ids, int64_t n, BackboneState& st, GdnForm form) {
+vector<float> backbone_chunk(const TextWeights& w, const TextConfig& c, const int32_t* ids, int64_t n, BackboneState& st, GdnForm form,
+                             const SequenceMedia* media) {
   const int64_t H = c.hidden;
   vector<float> x(size_t(n * H)), h(size_t(n * H));
   for (int64_t t = 0; t < n; ++t) {
@@ -168,12 +178,16 @@ vector<float> backbone_chunk(const TextWeights& w, const TextConfig& c, const in
                                                           std::to_string(c.vocab) + " (tokenizer and model disagree)");
     std::copy_n(w.embed.data() + int64_t(id) * H, H, x.data() + t * H);
   }
+  if (media)  // the vision tower's rows in place of the image pad embeddings
+    for (const SequenceMedia::Image& im : media->images)
+      for (int64_t t = std::max(im.first, st.length); t < std::min(im.first + im.count, st.length + n); ++t)
+        std::copy_n(im.rows + (t - im.first) * H, H, x.data() + (t - st.length) * H);
   check_finite(x, -1);
   int64_t layer = 0;
   for (size_t li = 0; li < w.layers.size(); ++li) {
     const LayerWeights& lw = w.layers[li];
     cpu::rms_norm_1p(x.data(), n, H, lw.input_norm.data(), float(c.rms_eps), h.data());
-    vector<float> mix = lw.type == LayerType::LinearAttention ? gdn_layer(lw.gdn, c, h, n, st, li, form) : attn_layer(lw.attn, c, h, n, st, li);
+    vector<float> mix = lw.type == LayerType::LinearAttention ? gdn_layer(lw.gdn, c, h, n, st, li, form) : attn_layer(lw.attn, c, h, n, st, li, media);
 #pragma omp parallel for if (x.size() > 65536)
     for (size_t i = 0; i < x.size(); ++i) x[i] += mix[i];
     cpu::rms_norm_1p(x.data(), n, H, lw.post_norm.data(), float(c.rms_eps), h.data());
@@ -221,8 +235,32 @@ void set_activation_observer(ActivationObserver fn, void* ctx) {
   t_observer_ctx = ctx;
 }
 
+SequenceMedia mrope_positions(int64_t length, const std::vector<MediaSpan>& images) {
+  SequenceMedia m;
+  m.pos_t.resize(size_t(length));
+  m.pos_h.resize(size_t(length));
+  m.pos_w.resize(size_t(length));
+  int64_t p = 0;
+  size_t next = 0;
+  for (int64_t t = 0; t < length;) {
+    if (next < images.size() && images[next].first == t) {
+      const MediaSpan& im = images[next++];
+      for (int64_t k = 0; k < im.rows * im.cols && t < length; ++k, ++t) {
+        m.pos_t[size_t(t)] = p;
+        m.pos_h[size_t(t)] = p + k / im.cols;
+        m.pos_w[size_t(t)] = p + k % im.cols;
+      }
+      p += std::max(im.rows, im.cols);
+      continue;
+    }
+    m.pos_t[size_t(t)] = m.pos_h[size_t(t)] = m.pos_w[size_t(t)] = p++;
+    ++t;
+  }
+  return m;
+}
+
 void backbone_run(const TextWeights& w, const TextConfig& c, const int32_t* ids, int64_t end, BackboneState& st, GdnForm form,
-                  const ChunkSink& sink) {
+                  const ChunkSink& sink, const SequenceMedia* media) {
   if (st.length % kChunkTokens != 0 || st.length > end)
     throw Error(Status::Internal, "internal_error", "backbone_run: a state of " + std::to_string(st.length) + " tokens continued to " +
                                                         std::to_string(end) + " (states continue at multiples of the chunk)");
@@ -234,7 +272,7 @@ void backbone_run(const TextWeights& w, const TextConfig& c, const int32_t* ids,
     }
   while (st.length < end) {
     const int64_t first = st.length, n = std::min(kChunkTokens, end - first);
-    vector<float> hidden = backbone_chunk(w, c, ids + first, n, st, form);
+    vector<float> hidden = backbone_chunk(w, c, ids + first, n, st, form, media);
     if (sink) sink(first, n, hidden.data());
   }
 }

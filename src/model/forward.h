@@ -25,13 +25,33 @@ enum class GdnForm { Chunked, Recurrent };
 // blocks. A cached prefix is reused in multiples of it.
 constexpr int64_t kChunkTokens = 256;
 
+// What a sequence with images adds to its ids (spec/model.md 1.2, 2): each token's three mRoPE
+// position rows, and the vision tower's rows that replace its images' <|image_pad|> embeddings.
+struct SequenceMedia {
+  std::vector<int64_t> pos_t, pos_h, pos_w;  // [length] each
+  struct Image {
+    int64_t first = 0, count = 0;  // the pad tokens [first, first + count)
+    const float* rows = nullptr;   // [count, hidden], not owned
+  };
+  std::vector<Image> images;
+};
+// The position rows of a sequence of `length` tokens whose images' pad tokens are given (each
+// with its merged grid, rows x cols = count): text tokens count on by one on all three rows; an
+// image starting at p has t = p, h = p + row, w = p + col, and the text after it goes on from
+// p + max(rows, cols).
+struct MediaSpan {
+  int64_t first = 0, rows = 0, cols = 0;
+};
+SequenceMedia mrope_positions(int64_t length, const std::vector<MediaSpan>& images);
+
 // Receives a chunk's final-norm hidden states: rows [first, first + n) of the sequence, [n, hidden].
 using ChunkSink = std::function<void(int64_t first, int64_t n, const float* hidden)>;
 
 // Runs rows [st.length, end) of one sequence (ids: the sequence's ids from its start) through the
 // backbone from state `st` (st.length a multiple of kChunkTokens), which it carries on.
+// `media`: null for a text-only sequence (positions = token index).
 void backbone_run(const TextWeights& w, const TextConfig& c, const int32_t* ids, int64_t end, BackboneState& st, GdnForm form,
-                  const ChunkSink& sink);
+                  const ChunkSink& sink, const SequenceMedia* media = nullptr);
 
 // ids: the sequences one after another; offsets: n+1 starts (offsets[0] = 0, back = ids.size()).
 // Returns the final-norm hidden states [ids.size(), hidden].
