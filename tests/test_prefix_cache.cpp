@@ -253,6 +253,29 @@ TEST(PrefixCache, LongestMatchLruAndHeldEntries) {
   EXPECT_LE(c.stats().bytes, 10000u);
 }
 
+// An insert that cannot fit for the entries running batches hold evicts nothing.
+TEST(PrefixCache, ARefusedInsertEvictsNothing) {
+  PrefixCache c(1000, 1);
+  const int32_t a[1] = {1}, b[1] = {2}, d[1] = {3};
+  c.insert(a, 1, std::make_shared<FakeState>(596));  // 600 bytes with its id
+  c.insert(b, 1, std::make_shared<FakeState>(196));  // 200
+  auto held = c.find(a, 1);
+  ASSERT_TRUE(held);
+  EXPECT_FALSE(c.would_keep(a, 1, 10));  // cached already
+  EXPECT_FALSE(c.would_keep(d, 1, 2000));  // over the budget alone
+  EXPECT_TRUE(c.would_keep(d, 1, 496));
+  c.insert(d, 1, std::make_shared<FakeState>(496));  // 500: would fit only by evicting the held one
+  PrefixCacheStats st = c.stats();
+  EXPECT_EQ(st.too_large, 1u);
+  EXPECT_EQ(st.evictions, 0u);
+  EXPECT_EQ(st.entries, 2u);
+  EXPECT_TRUE(c.find(b, 1));
+  held.reset();  // the batch ended: now it can go
+  c.insert(d, 1, std::make_shared<FakeState>(496));
+  EXPECT_EQ(c.stats().evictions, 1u);
+  EXPECT_TRUE(c.find(d, 1));
+}
+
 TEST(PrefixCache, CudaRefusesABudgetItCannotUse) {
   EngineOptions o;
   o.device = Device::Cuda;

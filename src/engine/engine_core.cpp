@@ -471,13 +471,16 @@ std::unique_ptr<StepRun> EngineCore::start(const model::Sequence& e, model::GdnF
   r->seq = e;
   r->form = form;
   const int64_t limit = std::min(e.prefix_limit, e.length - 1) / model::kChunkTokens * model::kChunkTokens;
-  const model::PrefixState* from = nullptr;
-  if (cache_ && limit > 0) {
-    r->hit = cache_->find(e.ids, limit);
-    if (r->hit) from = &static_cast<const CpuPrefixState&>(*r->hit->state).s;
-    r->snapshot_pending = limit > (r->hit ? int64_t(r->hit->ids.size()) : 0);
+  // the cache holds states of the chunked GDN form only (the recurrent one rounds differently)
+  std::shared_ptr<const PrefixEntry> hit;
+  if (cache_ && limit > 0 && form == model::GdnForm::Chunked) {
+    hit = cache_->find(e.ids, limit);
+    r->cached_tokens = hit ? hit->ids.size() : 0;
+    r->snapshot_pending = limit > int64_t(r->cached_tokens);
   }
-  r->runner = std::make_unique<model::SequenceRunner>(text_, head_, cfg_, r->seq, form, from);
+  // the runner copies the state in: the entry is free for eviction from then on
+  r->runner = std::make_unique<model::SequenceRunner>(text_, head_, cfg_, r->seq, form,
+                                                      hit ? &static_cast<const CpuPrefixState&>(*hit->state).s : nullptr);
   return r;
 }
 
@@ -488,10 +491,17 @@ bool EngineCore::step(StepRun& r, int64_t tokens) const {
   const int64_t target = std::min(run.length(), run.position() + chunks * model::kChunkTokens);
   if (r.snapshot_pending && run.prefix_limit() <= target) {
     run.advance(run.prefix_limit());
-    auto keep = std::make_shared<CpuPrefixState>();
-    keep->s = run.snapshot();
-    cache_->insert(r.seq.ids, run.prefix_limit(), std::move(keep));
     r.snapshot_pending = false;
+    if (cache_->would_keep(r.seq.ids, run.prefix_limit(), run.state_bytes())) {
+      std::shared_ptr<CpuPrefixState> keep;
+      try {
+        keep = std::make_shared<CpuPrefixState>();
+        keep->s = run.snapshot();
+      } catch (const std::bad_alloc&) {
+        keep.reset();  // caching is optional: the request goes on without it
+      }
+      if (keep) cache_->insert(r.seq.ids, run.prefix_limit(), std::move(keep));
+    }
   }
   run.advance(target);
   return run.position() == run.length();
@@ -506,7 +516,7 @@ std::vector<std::vector<double>> EngineCore::finish(StepRun& r, size_t* cached_t
   for (size_t q = 0; q < p.size(); ++q)
     for (double x : p[q])
       if (!std::isfinite(x)) throw_non_finite(r.seq, q);
-  if (cached_tokens) *cached_tokens = r.hit ? r.hit->ids.size() : 0;
+  if (cached_tokens) *cached_tokens = r.cached_tokens;
   return p;
 }
 
@@ -525,7 +535,7 @@ std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::B
     }
     CpuThreadScope scope(opts_.threads, observer());
     out.push_back(r->runner->finish());
-    if (cached) (*cached)[k] = r->hit ? r->hit->ids.size() : 0;
+    if (cached) (*cached)[k] = r->cached_tokens;
   }
   return out;
 }

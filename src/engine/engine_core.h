@@ -65,12 +65,12 @@ struct CoreOptions {
 
 struct GpuBackend;
 
-// One CPU request in steps: the cached prefix it continues (held, so it is not evicted while
-// this runs), the runner, and whether its own prefix state goes to the cache at the limit.
+// One CPU request in steps: how much came from the cache, the runner, and whether its own
+// prefix state goes to the cache at the limit.
 struct StepRun {
   model::Sequence seq;
   model::GdnForm form = model::GdnForm::Chunked;
-  std::shared_ptr<const PrefixEntry> hit;
+  size_t cached_tokens = 0;  // the prefix read from the cache (its entry is let go once copied in)
   std::unique_ptr<model::SequenceRunner> runner;
   bool snapshot_pending = false;
 };

@@ -76,11 +76,15 @@ void PrefixCache::insert(const int32_t* ids, int64_t n, std::shared_ptr<const Ca
     by_key_.erase(it);
     --stats_.entries;
   }
-  evict_until_fits_locked(e->bytes);
-  if (stats_.bytes + e->bytes > budget_) {  // what is left is held by running batches
+  // evict only when that makes room: entries running batches hold stay, and so then does the rest
+  size_t evictable = 0;
+  for (const auto& x : lru_)
+    if (x.use_count() == 1) evictable += x->bytes;
+  if (stats_.bytes - evictable + e->bytes > budget_) {
     ++stats_.too_large;
     return;
   }
+  evict_until_fits_locked(e->bytes);
   lru_.push_front(e);
   by_key_[key] = lru_.begin();
   stats_.bytes += e->bytes;
@@ -99,6 +103,18 @@ void PrefixCache::evict_until_fits_locked(size_t incoming) {
     ++stats_.evictions;
     it = lru_.erase(it);
   }
+}
+
+bool PrefixCache::would_keep(const int32_t* ids, int64_t n, size_t state_bytes) const {
+  if (n <= 0 || n % granularity_ != 0) return false;
+  const size_t bytes = state_bytes + size_t(n) * sizeof(int32_t);
+  uint64_t h = 0;
+  for (int64_t t = 0; t < n; ++t) h = mix(h, uint32_t(ids[t]));
+  const uint64_t key = mix(h, uint64_t(n));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (bytes > budget_) return false;
+  auto it = by_key_.find(key);
+  return it == by_key_.end() || !std::equal((*it->second)->ids.begin(), (*it->second)->ids.end(), ids);
 }
 
 PrefixCacheStats PrefixCache::stats() const {

@@ -40,6 +40,9 @@ class PrefixCache {
   // cached already or the state alone is over the budget; otherwise the least recently used
   // entries no one holds go until it fits.
   void insert(const int32_t* ids, int64_t n, std::shared_ptr<const CachedState> state);
+  // Whether insert() could keep a state of `state_bytes` after ids[0, n): not cached yet and not
+  // over the budget alone (asked before the state is copied out of a running request).
+  bool would_keep(const int32_t* ids, int64_t n, size_t state_bytes) const;
   PrefixCacheStats stats() const;
 
  private:

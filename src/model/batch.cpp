@@ -12,7 +12,13 @@ Sequence sequence_of(const Encoded& e) {
   Sequence s;
   s.ids = e.input_ids.data();
   s.length = int64_t(e.input_ids.size());
-  s.prefix_limit = std::min<int64_t>(e.state_span.end, s.length);
+  // never past a span (the head reads those rows' hidden states) nor the last row
+  int64_t limit = std::min<int64_t>(e.state_span.end, s.length - 1);
+  for (const auto& q : e.questions) {
+    limit = std::min<int64_t>(limit, q.question_span.begin);
+    for (const Span& o : q.option_spans) limit = std::min<int64_t>(limit, o.begin);
+  }
+  s.prefix_limit = std::max<int64_t>(limit, 0);
   s.questions.reserve(e.questions.size());
   for (const auto& q : e.questions) s.questions.push_back({q.type, q.question_span, q.option_spans});
   return s;

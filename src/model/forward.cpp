@@ -266,9 +266,10 @@ void backbone_run(const TextWeights& w, const TextConfig& c, const int32_t* ids,
                                                         std::to_string(end) + " (states continue at multiples of the chunk)");
   for (size_t li = 0; li < c.layer_types.size(); ++li)
     if (c.layer_types[li] == LayerType::FullAttention) {
+      // grown geometrically: a request run in steps must not copy its K/V at every step
       const size_t want = size_t(end * c.kv_heads * c.head_dim);
-      st.k[li].reserve(want);
-      st.v[li].reserve(want);
+      if (st.k[li].capacity() < want) st.k[li].reserve(std::max(want, 2 * st.k[li].capacity()));
+      if (st.v[li].capacity() < want) st.v[li].reserve(std::max(want, 2 * st.v[li].capacity()));
     }
   while (st.length < end) {
     const int64_t first = st.length, n = std::min(kChunkTokens, end - first);

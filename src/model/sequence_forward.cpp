@@ -18,6 +18,11 @@ SequenceRunner::SequenceRunner(const TextWeights& w, const HeadWeights& h, const
     throw Error(Status::Internal, "internal_error",
                 "SequenceRunner: a prefix of " + std::to_string(start) + " tokens for a sequence whose prefix may cover " + std::to_string(limit_));
   st_ = from ? from->backbone : BackboneState::start(c.text);
+  for (size_t li = 0; li < c.text.layer_types.size(); ++li)  // the whole request's K/V at once
+    if (c.text.layer_types[li] == LayerType::FullAttention) {
+      st_.k[li].reserve(size_t(L * c.text.kv_heads * c.text.head_dim));
+      st_.v[li].reserve(size_t(L * c.text.kv_heads * c.text.head_dim));
+    }
   rows_.normed_first = limit_;  // the spans and the last row lie after the prefix_limit
   if (from) {
     rows_.rows = start;

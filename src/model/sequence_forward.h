@@ -33,6 +33,7 @@ class SequenceRunner {
   // Runs the backbone on to `until` (a multiple of kChunkTokens, or the length).
   void advance(int64_t until);
   PrefixState snapshot() const;  // the state at position() (a chunk boundary)
+  size_t state_bytes() const { return st_.bytes() + rows_.memory.size() * sizeof(float); }  // what snapshot() copies
   // The probabilities, once position() == length().
   std::vector<std::vector<double>> finish();
 
