@@ -10,7 +10,7 @@ PKGS=(
   libsimdjson-dev libpcre2-dev libutf8proc-dev libcli11-dev
   googletest libgtest-dev libbenchmark-dev
   clang libclang-rt-dev
-  libopenblas-dev libcpp-httplib-dev libboost-dev zlib1g-dev
+  libopenblas-dev libcpp-httplib-dev libboost-dev zlib1g-dev libssl-dev
   python3-dev pybind11-dev python3-pytest python3-jsonschema python3-yaml
 )
 # npm comes with the machine's Node.js; install Debian's only where none is present

@@ -19,6 +19,7 @@ Runner add_inspect(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_serve(CLI::App& app);
 Runner add_quantize(CLI::App& app);
+Runner add_eval(CLI::App& app);
 
 // The engine flags `decide` and `serve` share (engine_flags.cpp): --device, --quant,
 // --offload-embeddings, --w4a16-fused, --threads, --max-length, --parse-special, --require-instructions,

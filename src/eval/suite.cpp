@@ -1,0 +1,225 @@
+#include "eval/suite.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "common/error.h"
+#include "common/file.h"
+
+namespace clefrt::eval {
+
+using json::Value;
+
+namespace {
+
+Error data_error(const std::string& file, const std::string& what) {
+  return Error(Status::BadRequest, "eval_data", file + ": " + what);
+}
+
+// RFC 4180 CSV (quoted fields may hold commas, quotes doubled, newlines), as Python's csv module
+// reads the kit's files. Returns the records after the header; `header` gets the field names.
+std::vector<std::vector<std::string>> read_csv(const std::string& path, std::vector<std::string>& header) {
+  const std::string text = read_file(path);
+  std::vector<std::vector<std::string>> recs;
+  std::vector<std::string> rec;
+  std::string field;
+  bool quoted = false, any = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') field += '"', ++i;
+      else if (c == '"') quoted = false;
+      else field += c;
+      continue;
+    }
+    if (c == '"') quoted = any = true;
+    else if (c == ',') rec.push_back(std::move(field)), field.clear(), any = true;
+    else if (c == '\n' || c == '\r') {
+      if (c == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+      if (any || !field.empty()) {
+        rec.push_back(std::move(field));
+        recs.push_back(std::move(rec));
+      }
+      field.clear();
+      rec.clear();
+      any = false;
+    } else field += c, any = true;
+  }
+  if (quoted) throw data_error(path, "a quoted field is not closed");
+  if (any || !field.empty()) {
+    rec.push_back(std::move(field));
+    recs.push_back(std::move(rec));
+  }
+  if (recs.empty()) throw data_error(path, "empty");
+  header = recs.front();
+  recs.erase(recs.begin());
+  return recs;
+}
+
+Value choice_question(const std::string& instructions, const std::vector<std::string>& descriptions) {
+  Value criteria = Value::object();
+  for (size_t j = 0; j < descriptions.size(); ++j) criteria.add("option_" + std::to_string(j), Value::string(descriptions[j]));
+  Value q = Value::object();
+  q.add("type", Value::string("choice"));
+  q.add("instructions", Value::string(instructions));
+  q.add("criteria", std::move(criteria));
+  Value qs = Value::object();
+  qs.add("q1", std::move(q));
+  return qs;
+}
+
+Row choice_row(const std::string& id, const std::string& instructions, const std::vector<std::string>& descriptions, size_t gold) {
+  Row r;
+  r.id = id;
+  r.request = Value::object();
+  r.request.add("state", Value::object());
+  r.request.add("questions", choice_question(instructions, descriptions));
+  r.gold = Value::object();
+  r.gold.add("q1", Value::string("option_" + std::to_string(gold)));
+  return r;
+}
+
+Benchmark banking77(const std::string& dir) {
+  Benchmark b{"banking77", "BANKING77", "macro_f1", 0.0127, {}};
+  const std::string cats_path = dir + "/banking77_categories.json", csv_path = dir + "/banking77_test.csv";
+  const Value cats = json::parse(read_file(cats_path));
+  if (!cats.is_array() || cats.arr.size() != 77) throw data_error(cats_path, "expected a list of the 77 categories");
+  std::vector<std::string> labels;  // in file order, as the kit keeps them
+  std::map<std::string, size_t> index;
+  for (const Value& c : cats.arr) {
+    if (!c.is_string()) throw data_error(cats_path, "a category that is not a string");
+    index[c.s] = labels.size();
+    labels.push_back(c.s);
+  }
+  std::vector<std::string> header;
+  const auto recs = read_csv(csv_path, header);
+  if (header != std::vector<std::string>{"text", "category"}) throw data_error(csv_path, "expected the columns text,category");
+  for (size_t i = 0; i < recs.size(); ++i) {
+    if (recs[i].size() != 2) throw data_error(csv_path, "record " + std::to_string(i + 1) + " has " + std::to_string(recs[i].size()) + " fields");
+    auto it = index.find(recs[i][1]);
+    if (it == index.end()) throw data_error(csv_path, "record " + std::to_string(i + 1) + ": category " + recs[i][1] + " is not in " + cats_path);
+    b.rows.push_back(choice_row("BANKING77:test:" + std::to_string(i), "Classify the banking intent of this user request:\n" + recs[i][0],
+                                labels, it->second));
+  }
+  return b;
+}
+
+Benchmark clinc150(const std::string& dir) {
+  Benchmark b{"clinc150", "CLINC150+OOS", "macro_f1", 0.006, {}};
+  const std::string path = dir + "/clinc_data_full.json";
+  const Value d = json::parse(read_file(path));
+  auto split = [&](const char* name) -> const Value& {
+    const Value* s = d.find(name);
+    if (!s || !s->is_array()) throw data_error(path, std::string("no list '") + name + "'");
+    return *s;
+  };
+  std::set<std::string> intents = {"oos"};
+  for (const Value& r : split("train").arr) {
+    if (!r.is_array() || r.arr.size() != 2 || !r.arr[1].is_string()) throw data_error(path, "a train row that is not [text, intent]");
+    intents.insert(r.arr[1].s);
+  }
+  const std::vector<std::string> labels(intents.begin(), intents.end());  // code point order, as Python sorts
+  std::map<std::string, size_t> index;
+  std::vector<std::string> desc;
+  for (const auto& l : labels) {
+    index[l] = desc.size();
+    std::string d2 = l;
+    std::replace(d2.begin(), d2.end(), '_', ' ');
+    desc.push_back(l == "oos" ? "out of scope: none of the listed intents" : d2);
+  }
+  for (const char* name : {"test", "oos_test"}) {
+    const Value& rows = split(name);
+    for (size_t i = 0; i < rows.arr.size(); ++i) {
+      const Value& r = rows.arr[i];
+      if (!r.is_array() || r.arr.size() != 2 || !r.arr[0].is_string() || !r.arr[1].is_string())
+        throw data_error(path, std::string(name) + " row " + std::to_string(i) + " is not [text, intent]");
+      auto it = index.find(r.arr[1].s);
+      if (it == index.end()) throw data_error(path, std::string(name) + " row " + std::to_string(i) + ": intent " + r.arr[1].s + " is not a train intent");
+      b.rows.push_back(choice_row("CLINC150+OOS:" + std::string(name) + ":" + std::to_string(i),
+                                  "Classify the intent of this user request, or choose out of scope if none applies:\n" + r.arr[0].s, desc,
+                                  it->second));
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+std::vector<std::string> known_benchmarks() { return {"banking77", "clinc150"}; }
+
+Benchmark build(const std::string& name, const std::string& data_dir) {
+  if (name == "banking77") return banking77(data_dir);
+  if (name == "clinc150") return clinc150(data_dir);
+  if (name == "cruxeval" || name == "finentity")
+    throw Error(Status::BadRequest, "usage", "--suite " + name + ": its builder is not written yet (banking77 and clinc150 are)");
+  throw Error(Status::BadRequest, "usage", "--suite: unknown benchmark '" + name + "' (banking77, clinc150)");
+}
+
+std::string payload_sha256(const Row& r) {
+  Value p = Value::object();
+  p.add("model", Value::string("jev-1.13.0"));
+  p.add("state", *r.request.find("state"));
+  p.add("questions", *r.request.find("questions"));
+  const std::string s = json::write(p);
+  unsigned char md[32];
+  unsigned int n = 0;
+  EVP_Digest(s.data(), s.size(), md, &n, EVP_sha256(), nullptr);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < n; ++i) out += hex[md[i] >> 4], out += hex[md[i] & 15];
+  return out;
+}
+
+double macro_f1(const std::vector<std::pair<std::string, std::string>>& pairs) {
+  std::map<std::string, std::array<double, 3>> c;  // tp, fp, fn
+  for (const auto& [g, p] : pairs) {
+    if (g == p) c[g][0] += 1;
+    else {
+      c[p][1] += 1;
+      c[g][2] += 1;
+    }
+  }
+  if (c.empty()) return 0;
+  double sum = 0;
+  for (const auto& [l, v] : c) {
+    const double den = 2 * v[0] + v[1] + v[2];
+    sum += den > 0 ? 2 * v[0] / den : 0;
+  }
+  return sum / double(c.size());
+}
+
+Score score(const Benchmark& b, const std::vector<Outcome>& outcomes) {
+  Score s;
+  s.rows = outcomes.size();
+  std::vector<std::pair<std::string, std::string>> pairs;
+  size_t correct = 0;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (!outcomes[i].answered) continue;
+    ++s.answered;
+    const Row& r = b.rows[i];
+    const Value& criteria = *r.request.find("questions")->find("q1")->find("criteria");
+    const std::string gold = r.gold.find("q1")->s;
+    const Value* a = outcomes[i].answers.find("q1");
+    const Value* choice = a ? a->find("choice") : nullptr;
+    const std::string pred = choice && choice->is_string() ? choice->s : "";
+    // labels as the kit compares them: the options' descriptions, JSON-quoted
+    auto semantic = [&](const std::string& key) {
+      const Value* d = criteria.find(key);
+      return d ? json::dumps(*d) : "\"" + key + "\"";
+    };
+    pairs.emplace_back(semantic(gold), semantic(pred));
+    correct += pred == gold;
+  }
+  if (s.answered) s.native = b.metric == "macro_f1" ? macro_f1(pairs) : double(correct) / double(s.answered);
+  s.coverage = s.rows ? double(s.answered) / double(s.rows) : 0;
+  s.raw = s.answered ? json::py_round(s.native, 4) * s.coverage : 0;
+  s.skill = std::clamp((s.raw - b.chance) / (1 - b.chance), 0.0, 1.0);
+  return s;
+}
+
+}  // namespace clefrt::eval

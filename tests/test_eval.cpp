@@ -1,0 +1,99 @@
+// `clefrt eval`'s builders and scorer (eval/suite.h) against the Decision Index kit's rules
+// (docs/notes/decision-index-kit.md): the payloads' sha256, macro-F1, raw and skill.
+#include <gtest/gtest.h>
+
+#include <openssl/evp.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "eval/suite.h"
+#include "test_util.h"
+
+namespace clefrt::eval {
+namespace {
+
+std::string data_dir() { return test::source_path("../shared/data"); }
+
+std::string sha256_hex(const std::string& s) {
+  unsigned char md[32];
+  unsigned int n = 0;
+  EVP_Digest(s.data(), s.size(), md, &n, EVP_sha256(), nullptr);
+  std::string out;
+  for (unsigned i = 0; i < n; ++i) {
+    char b[3];
+    std::snprintf(b, sizeof b, "%02x", md[i]);
+    out += b;
+  }
+  return out;
+}
+
+// Every payload of a benchmark, as the kit's run ids list them: the sha256 of the lines
+// "catalog:track:id<TAB>payload sha256\n" (the vectors come from an independent Python
+// rebuild of the kit's builders, docs/notes/decision-index-kit.md 1-2).
+TEST(Eval, PayloadHashesOfTheWholeBenchmarks) {
+  if (!std::filesystem::exists(data_dir() + "/banking77_test.csv")) GTEST_SKIP() << data_dir() << " is not here";
+  const Benchmark b = build("banking77", data_dir());
+  ASSERT_EQ(b.rows.size(), 3080u);
+  EXPECT_EQ(b.rows[0].id, "BANKING77:test:0");
+  EXPECT_EQ(payload_sha256(b.rows[0]), "b221f506ac539f8d7d170944060a45e9eb3bea968bf4e2e63841a49b2d05d565");
+  std::string lines;
+  for (const Row& r : b.rows) lines += "4:BANKING77:" + r.id + "\t" + payload_sha256(r) + "\n";
+  EXPECT_EQ(sha256_hex(lines), "1d71a88921549884b22accc6e3fd7f4d867ac3c603a6ffec79996fea8337d132");
+  const Benchmark c = build("clinc150", data_dir());
+  ASSERT_EQ(c.rows.size(), 5500u);
+  EXPECT_EQ(c.rows[0].gold.find("q1")->s, "option_132");
+  EXPECT_EQ(c.rows.back().gold.find("q1")->s, "option_80");  // oos_test rows
+  EXPECT_EQ(payload_sha256(c.rows[0]), "b0e12cc2470e9ab378b39a96843db003ca48350926383467a2036e51728c1a4f");
+  lines.clear();
+  for (const Row& r : c.rows) lines += "5:CLINC150+OOS:" + r.id + "\t" + payload_sha256(r) + "\n";
+  EXPECT_EQ(sha256_hex(lines), "907fab29f255b755b31b6a820bcff85805d0dcfdfd3518a56f8178a51d2b452f");
+}
+
+TEST(Eval, CsvFieldsWithQuotesCommasAndNewlines) {
+  const std::string d = testing::TempDir() + "clefrt-eval-csv-" + std::to_string(getpid());
+  std::filesystem::create_directories(d);
+  std::string cats = "[";
+  for (int i = 0; i < 77; ++i) cats += std::string(i ? "," : "") + "\"cat_" + std::to_string(i) + "\"";
+  std::ofstream(d + "/banking77_categories.json") << cats << "]";
+  std::ofstream(d + "/banking77_test.csv") << "text,category\nplain,cat_3\n\"a, \"\"quoted\"\"\nline\",cat_76\r\n";
+  const Benchmark b = build("banking77", d);
+  ASSERT_EQ(b.rows.size(), 2u);
+  EXPECT_EQ(b.rows[1].request.find("questions")->find("q1")->find("instructions")->s,
+            "Classify the banking intent of this user request:\na, \"quoted\"\nline");
+  EXPECT_EQ(b.rows[1].gold.find("q1")->s, "option_76");
+  std::ofstream(d + "/banking77_test.csv") << "text,category\nplain,no_such\n";
+  EXPECT_THROW(build("banking77", d), Error);
+  EXPECT_THROW(build("cruxeval", d), Error);  // not written yet: said, not guessed
+}
+
+TEST(Eval, MacroF1CountsLabelsSeenInGoldOrPredictions) {
+  // a: tp 1, fn 1 -> 2/3; b: tp 1, fp 1, fn 1 -> 1/2; c: fp 1 (only predicted) -> 0
+  const double f = macro_f1({{"a", "a"}, {"a", "b"}, {"b", "b"}, {"b", "c"}});
+  EXPECT_NEAR(f, (2.0 / 3 + 0.5 + 0) / 3, 1e-15);
+  EXPECT_EQ(macro_f1({}), 0.0);
+}
+
+TEST(Eval, RawIsRoundedNativeTimesCoverageAndSkillIsChanceCorrected) {
+  Benchmark b{"banking77", "BANKING77", "macro_f1", 0.0127, {}};
+  for (int i = 0; i < 4; ++i) {
+    Row r;
+    r.id = "x:" + std::to_string(i);
+    r.request = json::parse(R"({"state":{},"questions":{"q1":{"type":"choice","criteria":{"option_0":"a","option_1":"b"}}}})");
+    r.gold = json::parse(i % 2 ? R"({"q1":"option_1"})" : R"({"q1":"option_0"})");
+    b.rows.push_back(r);
+  }
+  auto ans = [](const char* c) { return json::parse(std::string(R"({"q1":{"type":"choice","choice":")") + c + "\"}}"); };
+  // rows 0-2 answered (row 2 wrong), row 3 unanswered
+  const Score s = score(b, {{true, ans("option_0")}, {true, ans("option_1")}, {true, ans("option_1")}, {false, {}}});
+  EXPECT_EQ(s.answered, 3u);
+  EXPECT_DOUBLE_EQ(s.coverage, 0.75);
+  // pairs (a,a) (b,b) (a,b): a tp1 fn1 -> 2/3; b tp1 fp1 -> 2/3
+  EXPECT_NEAR(s.native, 2.0 / 3, 1e-15);
+  EXPECT_DOUBLE_EQ(s.raw, 0.6667 * 0.75);
+  EXPECT_DOUBLE_EQ(s.skill, (0.6667 * 0.75 - 0.0127) / (1 - 0.0127));
+}
+
+}  // namespace
+}  // namespace clefrt::eval
