@@ -109,3 +109,43 @@ TEST(Cli, InspectAndDecideOnAnOracleFolder) {
 
 }  // namespace
 }  // namespace clefrt
+
+namespace clefrt {
+namespace {
+
+// `clefrt eval` end to end on the tiny model (CPU): its three files, a resumed run that skips
+// what is answered, and a refusal to overwrite.
+TEST(Cli, EvalWritesPredictionsAndReportAndResumes) {
+  const std::string data = test::source_path("../shared/data");
+  if (!std::filesystem::exists(data + "/banking77_test.csv")) GTEST_SKIP() << data << " is not here";
+  const std::string model = test::synth_folder("cli-eval", 5);
+  const std::string out = testing::TempDir() + "clefrt-eval-" + std::to_string(getpid());
+  std::filesystem::remove_all(out);
+  const std::string args = "eval --model " + model + " --data " + data + " --device cpu --threads 2 --out " + out;
+  CmdResult r = run(args + " --suite banking77 --limit 6");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::ifstream in(out + "/predictions.jsonl");
+  std::vector<json::Value> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(json::parse(l));
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(lines[0].find("id")->s, "BANKING77:test:0");
+  EXPECT_TRUE(lines[0].find("answers")->find("q1")->find("choice")->is_string());
+  EXPECT_EQ(lines[0].find("gold")->find("q1")->s, "option_0");
+  const json::Value rep = json::parse(read_file(out + "/report.json"));
+  const json::Value* b = rep.find("benchmarks")->find("banking77");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->find("rows")->i, 6);
+  EXPECT_EQ(b->find("answered")->i, 6);
+  EXPECT_DOUBLE_EQ(b->find("coverage")->d, 1.0);
+  EXPECT_TRUE(std::filesystem::exists(out + "/report.md"));
+  EXPECT_NE(run(args + " --suite banking77 --limit 6").status, 0);  // predictions exist: --resume or another --out
+  r = run(args + " --suite banking77 --limit 8 --resume");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json::Value rep2 = json::parse(read_file(out + "/report.json"));
+  EXPECT_EQ(rep2.find("benchmarks")->find("banking77")->find("resumed")->i, 6);
+  EXPECT_EQ(rep2.find("benchmarks")->find("banking77")->find("answered")->i, 8);
+  EXPECT_NE(run(args + " --suite finentity --limit 1 --resume").status, 0);  // not built: said
+}
+
+}  // namespace
+}  // namespace clefrt
