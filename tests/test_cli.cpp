@@ -144,7 +144,10 @@ TEST(Cli, EvalWritesPredictionsAndReportAndResumes) {
   const json::Value rep2 = json::parse(read_file(out + "/report.json"));
   EXPECT_EQ(rep2.find("benchmarks")->find("banking77")->find("resumed")->i, 6);
   EXPECT_EQ(rep2.find("benchmarks")->find("banking77")->find("answered")->i, 8);
-  EXPECT_NE(run(args + " --suite finentity --limit 1 --resume").status, 0);  // not built: said
+  EXPECT_NE(run(args + " --suite cruxeval --limit 1 --resume").status, 0);  // not built: said
+  r = run(args + " --suite finentity --limit 3 --resume");  // many questions per request
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(json::parse(read_file(out + "/report.json")).find("benchmarks")->find("finentity")->find("answered")->i, 3);
 }
 
 }  // namespace

@@ -49,6 +49,17 @@ TEST(Eval, PayloadHashesOfTheWholeBenchmarks) {
   lines.clear();
   for (const Row& r : c.rows) lines += "5:CLINC150+OOS:" + r.id + "\t" + payload_sha256(r) + "\n";
   EXPECT_EQ(sha256_hex(lines), "907fab29f255b755b31b6a820bcff85805d0dcfdfd3518a56f8178a51d2b452f");
+  const Benchmark f = build("finentity", data_dir());
+  ASSERT_EQ(f.rows.size(), 979u);
+  size_t questions = 0;
+  for (const Row& r : f.rows) questions += r.gold.obj.size();
+  EXPECT_EQ(questions, 2129u);  // 2,131 annotations, one span with two tags dropped
+  EXPECT_EQ(f.rows[0].id, "FinEntity:entity-given:0000");
+  EXPECT_EQ(f.rows[0].gold.find("entity_0000_0_17")->s, "Positive");
+  EXPECT_EQ(payload_sha256(f.rows[0]), "5970e9cd074221f074233f3050b53eac4be6c7baaa60c4507d693c7a1dfd21a0");
+  lines.clear();
+  for (const Row& r : f.rows) lines += "39:FinEntity-entity-given:" + r.id + "\t" + payload_sha256(r) + "\n";
+  EXPECT_EQ(sha256_hex(lines), "be2d1ec6c4af47d4d7657024c7f6d31fafd1007c57560bf717e817348f67b262");
 }
 
 TEST(Eval, CsvFieldsWithQuotesCommasAndNewlines) {
@@ -66,6 +77,7 @@ TEST(Eval, CsvFieldsWithQuotesCommasAndNewlines) {
   std::ofstream(d + "/banking77_test.csv") << "text,category\nplain,no_such\n";
   EXPECT_THROW(build("banking77", d), Error);
   EXPECT_THROW(build("cruxeval", d), Error);  // not written yet: said, not guessed
+  EXPECT_THROW(build("finentity", d), Error);  // its file is not there: named
 }
 
 TEST(Eval, MacroF1CountsLabelsSeenInGoldOrPredictions) {
@@ -73,6 +85,21 @@ TEST(Eval, MacroF1CountsLabelsSeenInGoldOrPredictions) {
   const double f = macro_f1({{"a", "a"}, {"a", "b"}, {"b", "b"}, {"b", "c"}});
   EXPECT_NEAR(f, (2.0 / 3 + 0.5 + 0) / 3, 1e-15);
   EXPECT_EQ(macro_f1({}), 0.0);
+}
+
+// FinEntity pools every entity question of the answered documents into one macro-F1.
+TEST(Eval, ManyQuestionsPoolIntoOneScore) {
+  Benchmark b{"finentity", "FinEntity", "macro_f1", 0.3201, {}};
+  Row r;
+  r.id = "d0";
+  r.request = json::parse(R"({"state":{},"questions":{"e1":{"type":"choice","criteria":{"Negative":"Negative","Positive":"Positive"}},)"
+                          R"("e2":{"type":"choice","criteria":{"Negative":"Negative","Positive":"Positive"}}}})");
+  r.gold = json::parse(R"({"e1":"Positive","e2":"Negative"})");
+  b.rows = {r};
+  const Score s = score(b, {{true, json::parse(R"({"e1":{"choice":"Positive"},"e2":{"choice":"Positive"}})")}});
+  // Positive: tp 1, fp 1 -> 2/3; Negative: fn 1 -> 0
+  EXPECT_NEAR(s.native, 1.0 / 3, 1e-15);
+  EXPECT_EQ(s.answered, 1u);
 }
 
 TEST(Eval, RawIsRoundedNativeTimesCoverageAndSkillIsChanceCorrected) {

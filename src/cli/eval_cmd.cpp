@@ -56,11 +56,12 @@ Runner add_eval(CLI::App& app) {
                                    "Rebuild Decision Index benchmarks from their public source files as the kit's exact\n"
                                    "requests, run them through this engine and score them with the kit's rules (macro-F1 or\n"
                                    "accuracy, coverage, chance-corrected skill). Built: banking77 (3,080 rows), clinc150\n"
-                                   "(CLINC150 + OOS, 5,500). Not yet: cruxeval, finentity, --endpoint.\n"
+                                   "(CLINC150 + OOS, 5,500), finentity (979 documents, 2,129 entity questions). Not yet:\n"
+                                   "cruxeval, --endpoint, --compare.\n"
                                    "Writes OUT/predictions.jsonl (one line per row: id, request, answers or null + error, gold),\n"
                                    "OUT/report.json and OUT/report.md.");
   c->add_option("--model", o->model, "the Clef folder")->required()->check(CLI::ExistingDirectory);
-  c->add_option("--suite", o->suite, "benchmarks, comma-separated (default banking77,clinc150)");
+  c->add_option("--suite", o->suite, "benchmarks, comma-separated: banking77, clinc150, finentity (default banking77,clinc150)");
   c->add_option("--data", o->data, "the benchmarks' source files (default ../shared/data; see its SOURCES.md)")->check(CLI::ExistingDirectory);
   c->add_option("--out", o->out, "the output folder (created)")->required();
   c->add_option("--limit", o->limit, "only the first N rows of each benchmark, in the kit's order (0: all)")->check(non_negative());

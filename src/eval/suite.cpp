@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -148,16 +149,71 @@ Benchmark clinc150(const std::string& dir) {
   return b;
 }
 
+Benchmark finentity(const std::string& dir) {
+  Benchmark b{"finentity", "FinEntity", "macro_f1", 0.3201, {}};
+  const std::string path = dir + "/FinEntity.json";
+  const Value docs = json::parse(read_file(path));
+  if (!docs.is_array()) throw data_error(path, "expected a list of documents");
+  for (size_t i = 0; i < docs.arr.size(); ++i) {
+    const Value& d = docs.arr[i];
+    const Value* content = d.find("content");
+    const Value* anns = d.find("annotations");
+    const std::string where = "document " + std::to_string(i);
+    if (!content || !content->is_string() || !anns || !anns->is_array()) throw data_error(path, where + " has no content / annotations");
+    auto field = [&](const Value& a, const char* k) -> const Value& {
+      const Value* v = a.find(k);
+      if (!v) throw data_error(path, where + ": an annotation without " + k);
+      return *v;
+    };
+    // a span (start, end, value) annotated with different tags is dropped altogether
+    std::map<std::string, std::set<std::string>> tags;
+    auto span_key = [&](const Value& a) { return json::write(field(a, "start")) + ":" + json::write(field(a, "end")) + ":" + field(a, "value").s; };
+    for (const Value& a : anns->arr) tags[span_key(a)].insert(field(a, "tag").s);
+    Value qs = Value::object(), gold = Value::object();
+    for (size_t j = 0; j < anns->arr.size(); ++j) {
+      const Value& a = anns->arr[j];
+      if (tags[span_key(a)].size() > 1) continue;
+      const std::string start = json::write(field(a, "start")), end = json::write(field(a, "end"));
+      char key[96];
+      std::snprintf(key, sizeof key, "entity_%04zu_%s_%s", j, start.c_str(), end.c_str());
+      Value crit = Value::object();
+      for (const char* t : {"Negative", "Neutral", "Positive"}) crit.add(t, Value::string(t));
+      Value q = Value::object();
+      q.add("type", Value::string("choice"));
+      q.add("instructions", Value::string("Classify the sentiment toward the supplied financial entity span. The entity span is given explicitly as " +
+                                          start + ":" + end + " (" + field(a, "value").s +
+                                          "); do not extract or alter it. Choose exactly one of Negative, Neutral, or Positive."));
+      q.add("criteria", std::move(crit));
+      qs.add(key, std::move(q));
+      gold.add(key, Value::string(field(a, "tag").s));
+    }
+    Row r;
+    char id[48];
+    std::snprintf(id, sizeof id, "FinEntity:entity-given:%04zu", i);
+    r.id = id;
+    r.request = Value::object();
+    Value state = Value::object();
+    state.add("document", *content);
+    state.add("task", Value::string("FinEntity entity-given sentiment"));
+    r.request.add("state", std::move(state));
+    r.request.add("questions", std::move(qs));
+    r.gold = std::move(gold);
+    b.rows.push_back(std::move(r));
+  }
+  return b;
+}
+
 }  // namespace
 
-std::vector<std::string> known_benchmarks() { return {"banking77", "clinc150"}; }
+std::vector<std::string> known_benchmarks() { return {"banking77", "clinc150", "finentity"}; }
 
 Benchmark build(const std::string& name, const std::string& data_dir) {
   if (name == "banking77") return banking77(data_dir);
   if (name == "clinc150") return clinc150(data_dir);
-  if (name == "cruxeval" || name == "finentity")
-    throw Error(Status::BadRequest, "usage", "--suite " + name + ": its builder is not written yet (banking77 and clinc150 are)");
-  throw Error(Status::BadRequest, "usage", "--suite: unknown benchmark '" + name + "' (banking77, clinc150)");
+  if (name == "finentity") return finentity(data_dir);
+  if (name == "cruxeval")
+    throw Error(Status::BadRequest, "usage", "--suite cruxeval: its builder is not written yet (banking77, clinc150 and finentity are)");
+  throw Error(Status::BadRequest, "usage", "--suite: unknown benchmark '" + name + "' (banking77, clinc150, finentity)");
 }
 
 std::string payload_sha256(const Row& r) {
@@ -198,24 +254,28 @@ Score score(const Benchmark& b, const std::vector<Outcome>& outcomes) {
   s.rows = outcomes.size();
   std::vector<std::pair<std::string, std::string>> pairs;
   size_t correct = 0;
+  size_t judged = 0;
   for (size_t i = 0; i < outcomes.size(); ++i) {
     if (!outcomes[i].answered) continue;
     ++s.answered;
     const Row& r = b.rows[i];
-    const Value& criteria = *r.request.find("questions")->find("q1")->find("criteria");
-    const std::string gold = r.gold.find("q1")->s;
-    const Value* a = outcomes[i].answers.find("q1");
-    const Value* choice = a ? a->find("choice") : nullptr;
-    const std::string pred = choice && choice->is_string() ? choice->s : "";
-    // labels as the kit compares them: the options' descriptions, JSON-quoted
-    auto semantic = [&](const std::string& key) {
-      const Value* d = criteria.find(key);
-      return d ? json::dumps(*d) : "\"" + key + "\"";
-    };
-    pairs.emplace_back(semantic(gold), semantic(pred));
-    correct += pred == gold;
+    const Value& questions = *r.request.find("questions");
+    for (const auto& [qid, g] : r.gold.obj) {  // every question of the request (FinEntity: every entity)
+      const Value& criteria = *questions.find(qid)->find("criteria");
+      const Value* a = outcomes[i].answers.find(qid);
+      const Value* choice = a ? a->find("choice") : nullptr;
+      const std::string pred = choice && choice->is_string() ? choice->s : "";
+      // labels as the kit compares them: the options' descriptions, JSON-quoted
+      auto semantic = [&](const std::string& key) {
+        const Value* d = criteria.find(key);
+        return d ? json::dumps(*d) : "\"" + key + "\"";
+      };
+      pairs.emplace_back(semantic(g.s), semantic(pred));
+      correct += pred == g.s;
+      ++judged;
+    }
   }
-  if (s.answered) s.native = b.metric == "macro_f1" ? macro_f1(pairs) : double(correct) / double(s.answered);
+  if (s.answered) s.native = b.metric == "macro_f1" ? macro_f1(pairs) : double(correct) / double(std::max<size_t>(judged, 1));
   s.coverage = s.rows ? double(s.answered) / double(s.rows) : 0;
   s.raw = s.answered ? json::py_round(s.native, 4) * s.coverage : 0;
   s.skill = std::clamp((s.raw - b.chance) / (1 - b.chance), 0.0, 1.0);

@@ -1,7 +1,7 @@
 // `clefrt eval` (issue 21): the Decision Index kit's benchmarks rebuilt from their public source
 // files as the kit's exact System One requests, and scored with its rules
-// (docs/notes/decision-index-kit.md says where each rule comes from). Built so far: BANKING77
-// and CLINC150 + OOS; CRUXEval and FinEntity are not yet.
+// (docs/notes/decision-index-kit.md says where each rule comes from). Built so far: BANKING77,
+// CLINC150 + OOS and FinEntity; CRUXEval is not yet.
 #pragma once
 #include <string>
 #include <vector>
@@ -17,7 +17,7 @@ struct Row {
 };
 
 struct Benchmark {
-  std::string name;      // banking77 | clinc150
+  std::string name;      // banking77 | clinc150 | finentity
   std::string title;     // as the kit's board names it: "BANKING77", "CLINC150+OOS"
   std::string metric;    // "macro_f1" | "accuracy"
   double chance = 0;     // the kit's chance baseline for its skill score
