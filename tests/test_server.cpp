@@ -443,3 +443,41 @@ TEST(Scheduler, JobsEndOnceAndReleaseTheirCallback) {
 
 }  // namespace
 }  // namespace clefrt::server
+
+namespace clefrt::server {
+namespace {
+
+std::string run_cli(const std::string& args) {
+  std::string out;
+  FILE* p = popen((std::string(CLEFRT_BINARY) + " " + args + " 2>&1").c_str(), "r");
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+// `clefrt eval --endpoint` against this server answers what the same model answers in process;
+// --compare says so (full top-1 agreement, |dp| 0).
+TEST(Server, EvalThroughTheEndpointEqualsInProcess) {
+  const std::string data = test::source_path("../shared/data");
+  if (!std::filesystem::exists(data + "/banking77_test.csv")) GTEST_SKIP() << data << " is not here";
+  Running r{ServerOptions{}};
+  const std::string base = testing::TempDir() + "clefrt-eval-ep-" + std::to_string(getpid());
+  std::filesystem::remove_all(base);
+  const std::string common = " --data " + data + " --suite banking77,finentity --limit 5";
+  run_cli("eval --model " + tiny_dir() + " --device cpu --threads 2 --out " + base + "/a" + common);
+  run_cli("eval --endpoint http://127.0.0.1:" + std::to_string(r.port) + " --concurrency 3 --out " + base + "/b" + common);
+  const json::Value rb = json::parse(read_file(base + "/b/report.json"));
+  EXPECT_EQ(rb.find("benchmarks")->find("finentity")->find("answered")->i, 5);
+  const std::string cmp = run_cli("eval --compare " + base + "/a " + base + "/b");
+  EXPECT_NE(cmp.find("top-1 agreement 100.00%"), std::string::npos) << cmp;
+  EXPECT_NE(cmp.find("max 0.0000"), std::string::npos) << cmp;
+  // a server that is not there: every row unanswered, counted as errors, not a crash
+  run_cli("eval --endpoint http://127.0.0.1:1 --out " + base + "/c --data " + data + " --suite banking77 --limit 2");
+  const json::Value rc = json::parse(read_file(base + "/c/report.json"));
+  EXPECT_EQ(rc.find("benchmarks")->find("banking77")->find("errors")->i, 2);
+  EXPECT_EQ(rc.find("benchmarks")->find("banking77")->find("coverage")->d, 0.0);
+}
+
+}  // namespace
+}  // namespace clefrt::server
