@@ -144,8 +144,8 @@ TEST(Cli, EvalWritesPredictionsAndReportAndResumes) {
   const json::Value rep2 = json::parse(read_file(out + "/report.json"));
   EXPECT_EQ(rep2.find("benchmarks")->find("banking77")->find("resumed")->i, 6);
   EXPECT_EQ(rep2.find("benchmarks")->find("banking77")->find("answered")->i, 8);
-  EXPECT_NE(run(args + " --suite cruxeval --limit 1 --resume").status, 0);  // not built: said
-  r = run(args + " --suite finentity --limit 3 --resume");  // many questions per request
+  EXPECT_NE(run(args + " --suite nosuch --limit 1 --resume").status, 0);  // an unknown name is refused
+  r = run(args + " --suite finentity,cruxeval --limit 3 --resume");  // many questions per request; Python literals
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(json::parse(read_file(out + "/report.json")).find("benchmarks")->find("finentity")->find("answered")->i, 3);
 }

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "eval/pyliteral.h"
 #include "eval/suite.h"
 #include "test_util.h"
 
@@ -62,6 +63,56 @@ TEST(Eval, PayloadHashesOfTheWholeBenchmarks) {
   EXPECT_EQ(sha256_hex(lines), "be2d1ec6c4af47d4d7657024c7f6d31fafd1007c57560bf717e817348f67b262");
 }
 
+// CRUXEval: candidates are Python literals, deduplicated by Python ==, shuffled by CPython's
+// string-seeded Mersenne Twister, shown as repr(); the mean of 1 / options is the kit's chance.
+TEST(Eval, CruxevalRowsAndPayloads) {
+  if (!std::filesystem::exists(data_dir() + "/crux.jsonl")) GTEST_SKIP() << data_dir() << " is not here";
+  const Benchmark c = build("cruxeval", data_dir());
+  ASSERT_EQ(c.rows.size(), 570u);
+  EXPECT_DOUBLE_EQ(c.chance, 0.36971874129768867);
+  EXPECT_EQ(c.rows[0].id, "CRUXEval-output-choice:test:sample_0");
+  EXPECT_EQ(c.rows[0].gold.find("answer")->s, "option_3");
+  EXPECT_EQ(payload_sha256(c.rows[0]), "6df1a65d8bd829086dd9509e3e2b62f4acbe5028895b85059cbe9bb90ecc0854");
+  std::string lines;
+  for (const Row& r : c.rows) lines += "43:CRUXEval-output-choice:" + r.id + "\t" + payload_sha256(r) + "\n";
+  EXPECT_EQ(sha256_hex(lines), "9891d4b47c57ac0e4c298d9caf9d456bbad50220ca19676fc63ad9014f916f1c");
+}
+
+TEST(Eval, PythonLiteralsReprAndEquality) {
+  auto rt = [](const std::string& t) {
+    auto v = literal_eval(t);
+    return v ? repr(*v) : std::string("<fails>");
+  };
+  EXPECT_EQ(rt("\"it's\""), "\"it's\"");
+  EXPECT_EQ(rt("'say \"hi\"'"), "'say \"hi\"'");
+  EXPECT_EQ(rt("'both \\' \"'"), "'both \\' \"'");
+  EXPECT_EQ(rt("(1,)"), "(1,)");
+  EXPECT_EQ(rt("( 1 )"), "1");
+  EXPECT_EQ(rt("[1, 2.50, -3e+20, True, None]"), "[1, 2.5, -3e+20, True, None]");
+  EXPECT_EQ(rt("{'b': 1, 'a': [ ], }"), "{'b': 1, 'a': []}");
+  EXPECT_EQ(rt("b'\\x00a\\n'"), "b'\\x00a\\n'");
+  EXPECT_EQ(rt("'\\u00e9\\x85\\t'"), "'\u00e9\\x85\\t'");
+  EXPECT_EQ(rt("'a' \"b\""), "'ab'");
+  EXPECT_EQ(rt("set()"), "set()");
+  EXPECT_EQ(rt("123456789012345678901234567890"), "123456789012345678901234567890");
+  EXPECT_EQ(rt("{[1]: 2}"), "<fails>");  // unhashable key: TypeError
+  EXPECT_EQ(rt("f(1)"), "<fails>");
+  EXPECT_EQ(rt("1 +"), "<fails>");
+  auto eq = [](const std::string& a, const std::string& b) { return py_equal(*literal_eval(a), *literal_eval(b)); };
+  EXPECT_TRUE(eq("1", "1.0"));
+  EXPECT_TRUE(eq("True", "1"));
+  EXPECT_TRUE(eq("{1: 'a', 2: 'b'}", "{2: 'b', 1: 'a'}"));
+  EXPECT_FALSE(eq("[1, 2]", "(1, 2)"));
+  EXPECT_FALSE(eq("'1'", "1"));
+  EXPECT_FALSE(eq("b'a'", "'a'"));
+  // CPython's random.Random(s).shuffle is a permutation, the same every time
+  const auto p = python_shuffle("20260917:CRUX:sample_0", 5), q = python_shuffle("20260917:CRUX:sample_0", 5);
+  EXPECT_EQ(p, q);
+  std::vector<size_t> sorted = p;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<size_t>{0, 1, 2, 3, 4}));
+}
+
 TEST(Eval, CsvFieldsWithQuotesCommasAndNewlines) {
   const std::string d = testing::TempDir() + "clefrt-eval-csv-" + std::to_string(getpid());
   std::filesystem::create_directories(d);
@@ -76,7 +127,7 @@ TEST(Eval, CsvFieldsWithQuotesCommasAndNewlines) {
   EXPECT_EQ(b.rows[1].gold.find("q1")->s, "option_76");
   std::ofstream(d + "/banking77_test.csv") << "text,category\nplain,no_such\n";
   EXPECT_THROW(build("banking77", d), Error);
-  EXPECT_THROW(build("cruxeval", d), Error);  // not written yet: said, not guessed
+  EXPECT_THROW(build("cruxeval", d), Error);  // its files are not there: named
   EXPECT_THROW(build("finentity", d), Error);  // its file is not there: named
 }
 

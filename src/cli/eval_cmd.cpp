@@ -27,7 +27,7 @@ namespace {
 
 struct EvalOptions {
   EngineFlags engine;
-  std::string model, endpoint, endpoint_model = "clef", api_key, data = "../shared/data", out, suite = "banking77,clinc150";
+  std::string model, endpoint, endpoint_model = "clef", api_key, data = "../shared/data", out, suite = "banking77,clinc150,finentity,cruxeval";
   std::vector<std::string> compare;
   size_t limit = 0, batch = 32, concurrency = 4;
   double timeout_s = 600;
@@ -132,8 +132,8 @@ Runner add_eval(CLI::App& app) {
                                    "Rebuild Decision Index benchmarks from their public source files as the kit's exact\n"
                                    "requests, run them through this engine and score them with the kit's rules (macro-F1 or\n"
                                    "accuracy, coverage, chance-corrected skill). Built: banking77 (3,080 rows), clinc150\n"
-                                   "(CLINC150 + OOS, 5,500), finentity (979 documents, 2,129 entity questions), in process\n"
-                                   "(--model) or against a System One server (--endpoint). Not yet: cruxeval.\n"
+                                   "(CLINC150 + OOS, 5,500), finentity (979 documents, 2,129 entity questions), cruxeval (570),\n"
+                                   "in process (--model) or against a System One server (--endpoint).\n"
                                    "Writes OUT/predictions.jsonl (one line per row: id, request, answers or null + error, gold),\n"
                                    "OUT/report.json and OUT/report.md.");
   c->add_option("--model", o->model, "the Clef folder (run in process)")->check(CLI::ExistingDirectory);
@@ -144,7 +144,7 @@ Runner add_eval(CLI::App& app) {
   c->add_option("--timeout", o->timeout_s, "--endpoint: seconds per request (default 600, as the kit)")->check(positive());
   c->add_option("--compare", o->compare, "two finished --out folders: the card table (A, B, delta) and per-question agreement")
       ->expected(2);
-  c->add_option("--suite", o->suite, "benchmarks, comma-separated: banking77, clinc150, finentity (default banking77,clinc150)");
+  c->add_option("--suite", o->suite, "benchmarks, comma-separated: banking77, clinc150, finentity, cruxeval (default: all four)");
   c->add_option("--data", o->data, "the benchmarks' source files (default ../shared/data; see its SOURCES.md)")->check(CLI::ExistingDirectory);
   c->add_option("--out", o->out, "the output folder (created)");
   c->add_option("--limit", o->limit, "only the first N rows of each benchmark, in the kit's order (0: all)")->check(non_negative());

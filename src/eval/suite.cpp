@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/file.h"
+#include "eval/pyliteral.h"
 
 namespace clefrt::eval {
 
@@ -203,17 +204,95 @@ Benchmark finentity(const std::string& dir) {
   return b;
 }
 
+Benchmark cruxeval(const std::string& dir) {
+  Benchmark b{"cruxeval", "CRUXEval", "accuracy", 0, {}};
+  const std::string items_path = dir + "/crux.jsonl", gen_path = dir + "/crux_gen.json", ev_path = dir + "/crux_eval.json";
+  std::map<std::string, Value> items;  // by id: a string sort, as the kit orders them
+  {
+    const std::string text = read_file(items_path);
+    size_t pos = 0, line = 0;
+    while (pos < text.size()) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      ++line;
+      if (end > pos) {
+        Value v = json::parse(std::string_view(text).substr(pos, end - pos));
+        const Value* id = v.find("id");
+        if (!id || !id->is_string()) throw data_error(items_path, "line " + std::to_string(line) + " has no id");
+        items[id->s] = std::move(v);
+      }
+      pos = end + 1;
+    }
+  }
+  const Value gens = json::parse(read_file(gen_path));
+  const Value ev = json::parse(read_file(ev_path));
+  const Value* scored = ev.find("raw_scored_generations");
+  if (!gens.is_object() || !scored || !scored->is_object()) throw data_error(gen_path, "expected {id: [generations]} and raw_scored_generations");
+  double inv_k = 0;
+  for (const auto& [sid, item] : items) {
+    auto str_field = [&](const char* k) -> const std::string& {
+      const Value* v = item.find(k);
+      if (!v || !v->is_string()) throw data_error(items_path, sid + " has no " + k);
+      return v->s;
+    };
+    const auto gold = literal_eval(str_field("output"));
+    if (!gold) throw data_error(items_path, sid + ": its output is not a Python literal this reads");
+    std::vector<PyValue> values = {*gold};
+    const Value* g = gens.find(sid);
+    const Value* f = scored->find(sid);
+    if (g && f && g->is_array() && f->is_array())
+      for (size_t k = 0; k < g->arr.size() && k < f->arr.size(); ++k) {
+        if (f->arr[k].kind == json::Value::Kind::Bool && f->arr[k].b) continue;  // a correct generation is not a distractor
+        if (!g->arr[k].is_string()) continue;
+        const auto v = literal_eval(g->arr[k].s);
+        if (!v) continue;
+        bool dup = false;
+        for (const auto& x : values) dup = dup || py_equal(x, *v);
+        if (!dup) values.push_back(*v);
+      }
+    if (values.size() < 2) continue;
+    if (values.size() > 10) values.resize(10);
+    const std::vector<size_t> perm = python_shuffle("20260917:CRUX:" + sid, values.size());
+    Value crit = Value::object();
+    size_t gold_at = 0;
+    for (size_t k = 0; k < perm.size(); ++k) {
+      crit.add("option_" + std::to_string(k), Value::string(repr(values[perm[k]])));
+      if (perm[k] == 0) gold_at = k;
+    }
+    Value q = Value::object();
+    q.add("type", Value::string("choice"));
+    q.add("instructions", Value::string("Choose the correct output of f called with the supplied input arguments. Candidates are Python literal values."));
+    q.add("criteria", std::move(crit));
+    Value qs = Value::object();
+    qs.add("answer", std::move(q));
+    Value state = Value::object();
+    state.add("code", Value::string(str_field("code")));
+    state.add("input", Value::string(str_field("input")));
+    state.add("task", Value::string("CRUXEval output selection"));
+    Row r;
+    r.id = "CRUXEval-output-choice:test:" + sid;
+    r.request = Value::object();
+    r.request.add("state", std::move(state));
+    r.request.add("questions", std::move(qs));
+    r.gold = Value::object();
+    r.gold.add("answer", Value::string("option_" + std::to_string(gold_at)));
+    b.rows.push_back(std::move(r));
+    inv_k += 1.0 / double(values.size());
+  }
+  b.chance = b.rows.empty() ? 0 : inv_k / double(b.rows.size());  // the mean of 1 / options, as the kit's
+  return b;
+}
+
 }  // namespace
 
-std::vector<std::string> known_benchmarks() { return {"banking77", "clinc150", "finentity"}; }
+std::vector<std::string> known_benchmarks() { return {"banking77", "clinc150", "finentity", "cruxeval"}; }
 
 Benchmark build(const std::string& name, const std::string& data_dir) {
   if (name == "banking77") return banking77(data_dir);
   if (name == "clinc150") return clinc150(data_dir);
   if (name == "finentity") return finentity(data_dir);
-  if (name == "cruxeval")
-    throw Error(Status::BadRequest, "usage", "--suite cruxeval: its builder is not written yet (banking77, clinc150 and finentity are)");
-  throw Error(Status::BadRequest, "usage", "--suite: unknown benchmark '" + name + "' (banking77, clinc150, finentity)");
+  if (name == "cruxeval") return cruxeval(data_dir);
+  throw Error(Status::BadRequest, "usage", "--suite: unknown benchmark '" + name + "' (banking77, clinc150, finentity, cruxeval)");
 }
 
 std::string payload_sha256(const Row& r) {
@@ -277,6 +356,12 @@ Score score(const Benchmark& b, const std::vector<Outcome>& outcomes) {
   }
   if (s.answered) s.native = b.metric == "macro_f1" ? macro_f1(pairs) : double(correct) / double(std::max<size_t>(judged, 1));
   s.coverage = s.rows ? double(s.answered) / double(s.rows) : 0;
+  if (b.metric == "accuracy") {  // the kit's track rule: correct over all rows, each figure rounded
+    s.raw = json::py_round(s.rows ? double(correct) / double(s.rows) : 0, 4);
+    s.skill = json::py_round(std::clamp((s.raw - b.chance) / (1 - b.chance), 0.0, 1.0), 4);
+    s.coverage = json::py_round(s.coverage, 4);
+    return s;
+  }
   s.raw = s.answered ? json::py_round(s.native, 4) * s.coverage : 0;
   s.skill = std::clamp((s.raw - b.chance) / (1 - b.chance), 0.0, 1.0);
   return s;

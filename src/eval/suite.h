@@ -1,7 +1,7 @@
 // `clefrt eval` (issue 21): the Decision Index kit's benchmarks rebuilt from their public source
 // files as the kit's exact System One requests, and scored with its rules
-// (docs/notes/decision-index-kit.md says where each rule comes from). Built so far: BANKING77,
-// CLINC150 + OOS and FinEntity; CRUXEval is not yet.
+// (docs/notes/decision-index-kit.md says where each rule comes from): BANKING77, CLINC150 + OOS,
+// FinEntity and CRUXEval.
 #pragma once
 #include <string>
 #include <vector>
@@ -17,7 +17,7 @@ struct Row {
 };
 
 struct Benchmark {
-  std::string name;      // banking77 | clinc150 | finentity
+  std::string name;      // banking77 | clinc150 | finentity | cruxeval
   std::string title;     // as the kit's board names it: "BANKING77", "CLINC150+OOS"
   std::string metric;    // "macro_f1" | "accuracy"
   double chance = 0;     // the kit's chance baseline for its skill score
@@ -43,8 +43,9 @@ struct Outcome {
 struct Score {
   double native = 0;     // macro-F1 or accuracy over the answered rows (0 when none)
   double coverage = 0;   // answered / rows
-  double raw = 0;        // round(native, 4) * coverage (the kit's display value)
-  double skill = 0;      // clip((raw - chance) / (1 - chance), 0, 1)
+  double raw = 0;        // macro-F1: round(native, 4) * coverage (the kit's display value); accuracy
+                         // (CRUXEval, the kit's track rule): round(correct / rows, 4)
+  double skill = 0;      // clip((raw - chance) / (1 - chance), 0, 1) (accuracy: rounded to 4, as coverage)
   size_t rows = 0, answered = 0;
 };
 // outcomes[i] belongs to b.rows[i] (the first outcomes.size() rows: --limit).
