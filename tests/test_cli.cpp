@@ -152,3 +152,39 @@ TEST(Cli, EvalWritesPredictionsAndReportAndResumes) {
 
 }  // namespace
 }  // namespace clefrt
+
+namespace clefrt {
+namespace {
+
+// A run killed mid-way (its predictions cut, the last line half written) and resumed gives the
+// report of a run that was never interrupted.
+TEST(Cli, EvalResumedAfterAKillGivesTheSameReport) {
+  const std::string data = test::source_path("../shared/data");
+  if (!std::filesystem::exists(data + "/crux.jsonl")) GTEST_SKIP() << data << " is not here";
+  const std::string model = test::synth_folder("cli-eval", 5);
+  const std::string base = testing::TempDir() + "clefrt-eval-kill-" + std::to_string(getpid());
+  std::filesystem::remove_all(base);
+  const std::string args = "eval --model " + model + " --data " + data + " --device cpu --threads 2 --suite cruxeval,finentity --limit 7 --out ";
+  ASSERT_EQ(run(args + base + "/whole").status, 0);
+  ASSERT_EQ(run(args + base + "/cut").status, 0);
+  {  // keep 5 whole lines and half of the sixth, as a kill leaves it
+    std::ifstream in(base + "/cut/predictions.jsonl");
+    std::string kept, line;
+    for (int k = 0; k < 5 && std::getline(in, line); ++k) kept += line + "\n";
+    std::getline(in, line);
+    kept += line.substr(0, line.size() / 2);
+    in.close();
+    std::ofstream(base + "/cut/predictions.jsonl", std::ios::trunc) << kept;
+    std::filesystem::remove(base + "/cut/report.json");
+  }
+  ASSERT_EQ(run(args + base + "/cut --resume").status, 0);
+  const json::Value a = json::parse(read_file(base + "/whole/report.json")), b = json::parse(read_file(base + "/cut/report.json"));
+  for (const char* bench : {"cruxeval", "finentity"})
+    for (const char* k : {"native", "raw", "coverage", "skill", "rows", "answered"})
+      EXPECT_EQ(json::write(*a.find("benchmarks")->find(bench)->find(k)), json::write(*b.find("benchmarks")->find(bench)->find(k)))
+          << bench << " " << k;
+  EXPECT_EQ(b.find("benchmarks")->find("cruxeval")->find("resumed")->i, 5);
+}
+
+}  // namespace
+}  // namespace clefrt

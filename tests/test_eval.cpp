@@ -153,6 +153,25 @@ TEST(Eval, ManyQuestionsPoolIntoOneScore) {
   EXPECT_EQ(s.answered, 1u);
 }
 
+// CRUXEval's track rule: correct over all rows (unsupported and failed rows count 0), each figure
+// rounded to 4 places.
+TEST(Eval, AccuracyCountsUnansweredRowsAsWrong) {
+  Benchmark b{"cruxeval", "CRUXEval", "accuracy", 0.5, {}};
+  for (int i = 0; i < 3; ++i) {
+    Row r;
+    r.id = std::to_string(i);
+    r.request = json::parse(R"({"state":{},"questions":{"answer":{"type":"choice","criteria":{"option_0":"1","option_1":"2"}}}})");
+    r.gold = json::parse(R"({"answer":"option_1"})");
+    b.rows.push_back(r);
+  }
+  auto ans = [](const char* c) { return json::parse(std::string(R"({"answer":{"choice":")") + c + "\"}}"); };
+  const Score s = score(b, {{true, ans("option_1")}, {true, ans("option_0")}, {false, {}}});  // right, wrong, unsupported
+  EXPECT_DOUBLE_EQ(s.native, 0.5);                      // over the answered
+  EXPECT_DOUBLE_EQ(s.raw, 0.3333);                      // over all rows, rounded
+  EXPECT_DOUBLE_EQ(s.coverage, 0.6667);
+  EXPECT_DOUBLE_EQ(s.skill, 0.0);                       // below chance: clipped
+}
+
 TEST(Eval, RawIsRoundedNativeTimesCoverageAndSkillIsChanceCorrected) {
   Benchmark b{"banking77", "BANKING77", "macro_f1", 0.0127, {}};
   for (int i = 0; i < 4; ++i) {

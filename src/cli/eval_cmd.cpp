@@ -27,7 +27,7 @@ namespace {
 
 struct EvalOptions {
   EngineFlags engine;
-  std::string model, endpoint, endpoint_model = "clef", api_key, data = "../shared/data", out, suite = "banking77,clinc150,finentity,cruxeval";
+  std::string model, synthetic, tokenizer = ".deps/qwen3/tokenizer.json", endpoint, endpoint_model = "clef", api_key, data = "../shared/data", out, suite = "banking77,clinc150,finentity,cruxeval";
   std::vector<std::string> compare;
   size_t limit = 0, batch = 32, concurrency = 4;
   double timeout_s = 600;
@@ -137,6 +137,10 @@ Runner add_eval(CLI::App& app) {
                                    "Writes OUT/predictions.jsonl (one line per row: id, request, answers or null + error, gold),\n"
                                    "OUT/report.json and OUT/report.md.");
   c->add_option("--model", o->model, "the Clef folder (run in process)")->check(CLI::ExistingDirectory);
+  c->add_option("--synthetic", o->synthetic, "instead of --model: random weights of a preset made on the GPU (clef-27b, clef-flash, small):\n"
+                                             "throughput only, the answers are noise")
+      ->check(CLI::IsMember({"clef-27b", "clef-flash", "small"}));
+  c->add_option("--tokenizer", o->tokenizer, "--synthetic's tokenizer.json (default the pinned Qwen3 one)");
   c->add_option("--endpoint", o->endpoint, "instead of --model: a System One server (ours or another engine's), http://host:port");
   c->add_option("--endpoint-model", o->endpoint_model, "the `model` field sent to --endpoint (default clef)");
   c->add_option("--api-key", o->api_key, "--endpoint's Bearer key (or CLEFRT_API_KEY)")->envname("CLEFRT_API_KEY");
@@ -156,7 +160,8 @@ Runner add_eval(CLI::App& app) {
     namespace fs = std::filesystem;
     if (!o->compare.empty()) return compare_runs(o->compare[0], o->compare[1]);
     if (o->out.empty()) throw Error(Status::BadRequest, "usage", "--out is needed (or --compare A B)");
-    if (o->model.empty() == o->endpoint.empty()) throw Error(Status::BadRequest, "usage", "give --model DIR or --endpoint URL (one of them)");
+    if (int(!o->model.empty()) + int(!o->endpoint.empty()) + int(!o->synthetic.empty()) != 1)
+      throw Error(Status::BadRequest, "usage", "give one of --model DIR, --synthetic PRESET or --endpoint URL");
     std::vector<eval::Benchmark> benches;
     for (const std::string& name : split_commas(o->suite)) benches.push_back(eval::build(name, o->data));
     if (benches.empty()) throw Error(Status::BadRequest, "usage", "--suite names no benchmark");
@@ -180,7 +185,12 @@ Runner add_eval(CLI::App& app) {
     std::unique_ptr<Engine> engine;
     std::unique_ptr<Endpoint> endpoint;
     if (!o->endpoint.empty()) endpoint = std::make_unique<Endpoint>(parse_endpoint(o->endpoint));
-    else engine = Engine::load(o->model, engine_options(o->engine));
+    else if (!o->synthetic.empty()) {
+      EngineOptions eo = engine_options(o->engine);
+      eo.device = Device::Cuda;
+      if (eo.quant == QuantMode::Auto) eo.quant = QuantMode::BF16;
+      engine = Engine::synthetic(o->synthetic, o->tokenizer, eo);
+    } else engine = Engine::load(o->model, engine_options(o->engine));
     std::ofstream pred(pred_path, std::ios::app);
     json::Value report = json::Value::object(), per = json::Value::object();
     std::string md = "| benchmark | metric | native | coverage | raw | skill | rows | answered |\n|---|---|---|---|---|---|---|---|\n";
@@ -326,16 +336,19 @@ Runner add_eval(CLI::App& app) {
       v.add("unsupported", json::Value::integer(int64_t(unsupported)));
       v.add("errors", json::Value::integer(int64_t(errors)));
       v.add("resumed", json::Value::integer(int64_t(resumed)));
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      v.add("seconds", json::Value::number(secs));
+      v.add("rows_per_s", json::Value::number(secs > 0 ? double(ran) / secs : 0));  // the rows run here (not resumed)
       per.add(b.name, std::move(v));
       md += "| " + b.title + " | " + b.metric + " | " + pct(s.native) + " | " + pct(s.coverage) + " | " + pct(s.raw) + " | " + pct(s.skill) +
             " | " + std::to_string(s.rows) + " | " + std::to_string(s.answered) + " |\n";
     }
     report.add("benchmarks", std::move(per));
-    report.add("model", json::Value::string(endpoint ? o->endpoint : o->model));
+    report.add("model", json::Value::string(endpoint ? o->endpoint : !o->synthetic.empty() ? "synthetic " + o->synthetic : o->model));
     report.add("format", json::Value::string(engine ? engine->format() : "endpoint"));
     report.add("version", json::Value::string(version()));
     std::ofstream(o->out + "/report.json") << json::write(report) << "\n";
-    std::ofstream(o->out + "/report.md") << "# clefrt eval\n\n" << "Model `" << (endpoint ? o->endpoint : o->model) << "` ("
+    std::ofstream(o->out + "/report.md") << "# clefrt eval\n\n" << "Model `" << (endpoint ? o->endpoint : !o->synthetic.empty() ? "synthetic " + o->synthetic : o->model) << "` ("
                                          << (engine ? engine->format() : "endpoint") << "), " << version()
                                          << ". Percent; raw = round(native, 4) x coverage; skill is chance-corrected.\n\n"
                                          << md;
