@@ -4,6 +4,7 @@
 # points, results under $OUT. Usage:
 #   bench/run_device_suite.sh COMMIT [tests] [bench MODES...] [memory] [nan] [serve MODES...] [lab] [anchors]
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
+# eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn; the GEMM ones with lab-gemm).
 # ops: --version, the architectures in the binary (cuobjdump), the ready line and /health of a
 # served synthetic model, with the fast and the portable kernels.
@@ -48,6 +49,13 @@ while [ $# -gt 0 ]; do
         --command "clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 65536 --reps 5" --json "$OUT/bench-bf16-64k.json" \
         > "$OUT/bench-bf16-64k.txt" 2> "$OUT/bench-bf16-64k.err"
       echo "== bench bf16 64k rc=$?"; grep -v "^{" "$OUT/bench-bf16-64k.txt" | head -40; tail -3 "$OUT/bench-bf16-64k.err" ;;
+    eval)
+      # issue 21's throughput point: all four benchmarks through the 27B shapes (random weights:
+      # the scores are noise), rows/s per benchmark in the report; needs .evaldata/ (a copy of
+      # ../shared/data, carried)
+      .carry/clefrt eval --synthetic clef-27b --quant bf16 --tokenizer $tok --data .evaldata --out "$OUT/eval-bf16" \
+        > "$OUT/eval-bf16.txt" 2> "$OUT/eval-bf16.err"
+      echo "== eval bf16 rc=$?"; cat "$OUT/eval-bf16.txt"; grep -o '"rows_per_s":[0-9.]*' "$OUT/eval-bf16/report.json" ;;
     nan)
       d=/tmp/nan-tiny
       .carry/clefrt synth --out $d --config tiny --tokenizer $tok > /dev/null 2>&1
