@@ -228,7 +228,7 @@ Benchmark cruxeval(const std::string& dir) {
   const Value ev = json::parse(read_file(ev_path));
   const Value* scored = ev.find("raw_scored_generations");
   if (!gens.is_object() || !scored || !scored->is_object()) throw data_error(gen_path, "expected {id: [generations]} and raw_scored_generations");
-  double inv_k = 0;
+  int64_t inv_k = 0;  // the sum of 2520 / options (2520: every count 2..10 divides it), exact
   for (const auto& [sid, item] : items) {
     auto str_field = [&](const char* k) -> const std::string& {
       const Value* v = item.find(k);
@@ -277,9 +277,10 @@ Benchmark cruxeval(const std::string& dir) {
     r.gold = Value::object();
     r.gold.add("answer", Value::string("option_" + std::to_string(gold_at)));
     b.rows.push_back(std::move(r));
-    inv_k += 1.0 / double(values.size());
+    inv_k += 2520 / int64_t(values.size());
   }
-  b.chance = b.rows.empty() ? 0 : inv_k / double(b.rows.size());  // the mean of 1 / options, as the kit's
+  // the mean of 1 / options, correctly rounded (an exact ratio of small integers), as the kit states it
+  b.chance = b.rows.empty() ? 0 : double(inv_k) / double(2520 * int64_t(b.rows.size()));
   return b;
 }
 
