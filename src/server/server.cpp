@@ -240,6 +240,15 @@ HttpServer::Reply HttpServer::health() const {
     h.add("gpu", gpu);
   }
   h.add("gpu_memory_bytes", Value::integer(int64_t(engine_->gpu_bytes())));
+  {
+    const PrefixCacheStats pc = engine_->prefix_cache();
+    Value c = Value::object();
+    c.add("enabled", Value::boolean(pc.enabled));
+    c.add("budget_bytes", Value::integer(int64_t(pc.budget_bytes)));
+    c.add("bytes", Value::integer(int64_t(pc.bytes)));
+    c.add("entries", Value::integer(int64_t(pc.entries)));
+    h.add("prefix_cache", c);
+  }
   h.add("queue_depth", Value::integer(int64_t(engine_->queued())));
   h.add("open_connections", Value::integer(int64_t(http_->open_connections())));
   h.add("version", Value::string(version()));
