@@ -59,15 +59,20 @@ std::string long_body(size_t chars) {
   return json::write(b);
 }
 
-// A long request runs in steps (scheduler.h step_tokens) with the short requests that arrive
-// meanwhile answered between them; its own answer is what it gets alone.
-TEST(LongInput, ALongRequestDoesNotStallShortOnes) {
-  const std::string dir = test::synth_folder("long", 12);
+EngineOptions cpu_options(double prefix_cache_gib = -1) {
   EngineOptions o;
   o.device = Device::Cpu;
   o.threads = 2;
   o.max_length = 32768;
-  auto e = Engine::load(dir, o);
+  o.prefix_cache_gib = prefix_cache_gib;
+  return o;
+}
+
+// A long request runs in steps (scheduler.h step_tokens) with the short requests that arrive
+// meanwhile answered between them; its own answer is what it gets alone.
+TEST(LongInput, ALongRequestDoesNotStallShortOnes) {
+  const std::string dir = test::synth_folder("long", 12);
+  auto e = Engine::load(dir, cpu_options());
   using C = std::chrono::steady_clock;
   const Prepared big = e->prepare(long_body(40000));  // ~12,000 tokens
   ASSERT_GT(big.input_tokens(), 10000u);
@@ -85,19 +90,14 @@ TEST(LongInput, ALongRequestDoesNotStallShortOnes) {
   ASSERT_EQ(out.kind, Outcome::Kind::Answered);
   for (auto t : short_done) EXPECT_LT(t, big_end) << "a short request ended after the long one";
   // the same bits as the long request alone on an engine without a cache
-  o.prefix_cache_gib = 0;
-  auto alone = Engine::load(dir, o);
+  auto alone = Engine::load(dir, cpu_options(0));
   const Prepared again = alone->prepare(long_body(40000));
   EXPECT_EQ(alone->probs({&again})[0], out.probs);
 }
 
 TEST(LongInput, ACancelledLongRequestStopsBetweenSteps) {
   const std::string dir = test::synth_folder("long", 12);
-  EngineOptions o;
-  o.device = Device::Cpu;
-  o.threads = 2;
-  o.max_length = 32768;
-  auto e = Engine::load(dir, o);
+  auto e = Engine::load(dir, cpu_options());
   using C = std::chrono::steady_clock;
   std::promise<Outcome> done;
   // ~32,000 tokens (cut to the context): seconds of work alone on two cores

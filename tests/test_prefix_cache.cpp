@@ -203,18 +203,24 @@ TEST(PrefixCache, AWrongPrefixStateChangesTheAnswer) {
   const model::HeadWeights hw = model::load_head_weights(head, cfg.head);
   const model::Sequence a = model::sequence_of(pa.encoded()), b = model::sequence_of(pb.encoded());
   ASSERT_GE(a.prefix_limit, 512);
+  // each run whole, its state taken at 512 on the way
+  auto whole = [&](const model::Sequence& e, model::PrefixState& at512) {
+    model::SequenceRunner r(tw, hw, cfg, e, model::GdnForm::Chunked);
+    r.advance(512);
+    at512 = r.snapshot();
+    r.advance(e.length);
+    return r.finish();
+  };
+  auto from = [&](const model::Sequence& e, const model::PrefixState& st) {
+    model::SequenceRunner r(tw, hw, cfg, e, model::GdnForm::Chunked, &st);
+    r.advance(e.length);
+    return r.finish();
+  };
   model::PrefixState sa, sb;
-  model::SequenceRun ra, rb;
-  ra.snapshot_at = rb.snapshot_at = 512;
-  ra.snapshot = &sa;
-  rb.snapshot = &sb;
-  const auto pa_cold = model::sequence_probs(tw, hw, cfg, a, model::GdnForm::Chunked, ra);
-  model::sequence_probs(tw, hw, cfg, b, model::GdnForm::Chunked, rb);
-  model::SequenceRun own, wrong;
-  own.from = &sa;
-  wrong.from = &sb;
-  EXPECT_EQ(model::sequence_probs(tw, hw, cfg, a, model::GdnForm::Chunked, own), pa_cold);
-  EXPECT_NE(model::sequence_probs(tw, hw, cfg, a, model::GdnForm::Chunked, wrong), pa_cold);
+  const auto pa_cold = whole(a, sa);
+  whole(b, sb);
+  EXPECT_EQ(from(a, sa), pa_cold);
+  EXPECT_NE(from(a, sb), pa_cold);
   EXPECT_EQ(pa_cold, e->probs({&pa})[0]);
 }
 

@@ -111,11 +111,12 @@ std::vector<std::string> split_commas(const std::string& s) {
   return v;
 }
 
-// The kit counts a refusal that names the engine's capacity as unsupported, not failed.
-bool is_capacity(const Error& e) {
-  const std::string m = e.what();
-  return m.find("maximum context length") != std::string::npos || m.find("a choice needs at least two options") != std::string::npos ||
-         m.find("options per choice") != std::string::npos || m.find("a score takes 2 to 10 levels") != std::string::npos;
+// The kit counts a refusal whose text names the engine's capacity as unsupported, not failed
+// (the markers clefrt's own refusals carry).
+bool names_capacity(const std::string& m) {
+  for (const char* marker : {"maximum context length", "a choice needs at least two options", "options per choice", "a score takes 2 to 10 levels"})
+    if (m.find(marker) != std::string::npos) return true;
+  return false;
 }
 
 std::string pct(double x) {
@@ -200,6 +201,12 @@ Runner add_eval(CLI::App& app) {
       size_t unsupported = 0, errors = 0, resumed = 0;
       const auto t0 = std::chrono::steady_clock::now();
       size_t ran = 0;
+      auto progress = [&](size_t at) {
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double rate = secs > 0 ? double(ran) / secs : 0;
+        std::fprintf(stderr, "\reval %s: %zu/%zu rows, %.1f rows/s, ETA %.0f s   ", b.name.c_str(), at, n, rate,
+                     rate > 0 ? double(n - at) / rate : 0.0);
+      };
       auto write_line = [&](const eval::Row& r, const json::Value* answers, const std::string& error) {
         json::Value line = json::Value::object();
         line.add("id", json::Value::string(r.id));
@@ -243,12 +250,8 @@ Runner add_eval(CLI::App& app) {
                 write_line(r, nullptr, "no response: " + httplib::to_string(res.error()));
                 continue;
               }
-              const bool capacity = res->body.find("maximum context length") != std::string::npos ||
-                                    res->body.find("a choice needs at least two options") != std::string::npos ||
-                                    res->body.find("options per choice") != std::string::npos ||
-                                    res->body.find("a score takes 2 to 10 levels") != std::string::npos;
               if (res->status != 200) {
-                ((res->status == 400 || res->status == 413 || res->status == 422) && capacity ? unsupported : errors)++;
+                ((res->status == 400 || res->status == 413 || res->status == 422) && names_capacity(res->body) ? unsupported : errors)++;
                 write_line(r, nullptr, "HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 300));
                 continue;
               }
@@ -264,12 +267,7 @@ Runner add_eval(CLI::App& app) {
                 ++errors;
                 write_line(r, nullptr, std::string("invalid response: ") + e.what());
               }
-              if (ran % 16 == 0) {
-                const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                const double rate = secs > 0 ? double(ran) / secs : 0;
-                std::fprintf(stderr, "\reval %s: %zu/%zu rows, %.1f rows/s, ETA %.0f s   ", b.name.c_str(), std::min(n, next.load()), n, rate,
-                             rate > 0 ? double(n - std::min(n, next.load())) / rate : 0.0);
-              }
+              if (ran % 16 == 0) progress(std::min(n, next.load()));
             }
           });
         for (auto& t : ts) t.join();
@@ -289,7 +287,7 @@ Runner add_eval(CLI::App& app) {
             ps.push_back(engine->prepare(json::write(r.request)));
             idx.push_back(i);
           } catch (const Error& e) {
-            (is_capacity(e) ? unsupported : errors)++;
+            (names_capacity(e.what()) ? unsupported : errors)++;
             write_line(r, nullptr, e.what());
           }
         }
@@ -309,17 +307,13 @@ Runner add_eval(CLI::App& app) {
             outcomes[idx[k]] = {true, *resp.find("answers")};
             write_line(r, resp.find("answers"), "");
           } catch (const Error& e) {
-            (is_capacity(e) ? unsupported : errors)++;
+            (names_capacity(e.what()) ? unsupported : errors)++;
             write_line(r, nullptr, e.what());
           }
         }
         pred.flush();
         ran += ps.size();
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const size_t at = std::min(n, i0 + o->batch);
-        const double rate = secs > 0 ? double(ran) / secs : 0;
-        std::fprintf(stderr, "\reval %s: %zu/%zu rows, %.1f rows/s, ETA %.0f s   ", b.name.c_str(), at, n, rate,
-                     rate > 0 ? double(n - at) / rate : 0.0);
+        progress(std::min(n, i0 + o->batch));
       }
       std::fprintf(stderr, "\n");
       const eval::Score s = eval::score(b, outcomes);

@@ -533,9 +533,7 @@ std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::B
     auto r = start(batch[k], form);
     while (!step(*r, std::numeric_limits<int64_t>::max() / 2)) {
     }
-    CpuThreadScope scope(opts_.threads, observer());
-    out.push_back(r->runner->finish());
-    if (cached) (*cached)[k] = r->cached_tokens;
+    out.push_back(finish(*r, cached ? &(*cached)[k] : nullptr));
   }
   return out;
 }

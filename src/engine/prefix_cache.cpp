@@ -15,6 +15,14 @@ uint64_t mix(uint64_t h, uint64_t x) {  // splitmix64 over the running hash and 
   return h ^ (h >> 31);
 }
 
+// The boundary hash of ids[0, n): every id folded in, then the length (find() folds the same
+// way, keeping each boundary's value on the way).
+uint64_t key_of(const int32_t* ids, int64_t n) {
+  uint64_t h = 0;
+  for (int64_t t = 0; t < n; ++t) h = mix(h, uint32_t(ids[t]));
+  return mix(h, uint64_t(n));
+}
+
 }  // namespace
 
 PrefixCache::PrefixCache(size_t budget_bytes, int64_t granularity) : budget_(budget_bytes), granularity_(granularity) {
@@ -57,9 +65,7 @@ void PrefixCache::insert(const int32_t* ids, int64_t n, std::shared_ptr<const Ca
   e->ids.assign(ids, ids + n);
   e->bytes = state->bytes() + size_t(n) * sizeof(int32_t);
   e->state = std::move(state);
-  uint64_t h = 0;  // as find() computes it
-  for (int64_t t = 0; t < n; ++t) h = mix(h, uint32_t(ids[t]));
-  const uint64_t key = e->key = mix(h, uint64_t(n));
+  const uint64_t key = e->key = key_of(ids, n);
   std::lock_guard<std::mutex> lock(mu_);
   if (e->bytes > budget_) {
     ++stats_.too_large;
@@ -108,9 +114,7 @@ void PrefixCache::evict_until_fits_locked(size_t incoming) {
 bool PrefixCache::would_keep(const int32_t* ids, int64_t n, size_t state_bytes) const {
   if (n <= 0 || n % granularity_ != 0) return false;
   const size_t bytes = state_bytes + size_t(n) * sizeof(int32_t);
-  uint64_t h = 0;
-  for (int64_t t = 0; t < n; ++t) h = mix(h, uint32_t(ids[t]));
-  const uint64_t key = mix(h, uint64_t(n));
+  const uint64_t key = key_of(ids, n);
   std::lock_guard<std::mutex> lock(mu_);
   if (bytes > budget_) return false;
   auto it = by_key_.find(key);

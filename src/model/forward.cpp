@@ -223,6 +223,14 @@ BackboneState BackboneState::start(const TextConfig& c) {
   return s;
 }
 
+void BackboneState::reserve(const TextConfig& c, int64_t tokens) {
+  const size_t want = size_t(tokens * c.kv_heads * c.head_dim);
+  for (size_t li = 0; li < k.size(); ++li)
+    if (c.layer_types[li] == LayerType::FullAttention)
+      for (auto* kv : {&k[li], &v[li]})
+        if (kv->capacity() < want) kv->reserve(std::max(want, 2 * kv->capacity()));
+}
+
 size_t BackboneState::bytes() const {
   size_t b = 0;
   for (const auto* part : {&k, &v, &gdn, &conv})
@@ -264,13 +272,7 @@ void backbone_run(const TextWeights& w, const TextConfig& c, const int32_t* ids,
   if (st.length % kChunkTokens != 0 || st.length > end)
     throw Error(Status::Internal, "internal_error", "backbone_run: a state of " + std::to_string(st.length) + " tokens continued to " +
                                                         std::to_string(end) + " (states continue at multiples of the chunk)");
-  for (size_t li = 0; li < c.layer_types.size(); ++li)
-    if (c.layer_types[li] == LayerType::FullAttention) {
-      // grown geometrically: a request run in steps must not copy its K/V at every step
-      const size_t want = size_t(end * c.kv_heads * c.head_dim);
-      if (st.k[li].capacity() < want) st.k[li].reserve(std::max(want, 2 * st.k[li].capacity()));
-      if (st.v[li].capacity() < want) st.v[li].reserve(std::max(want, 2 * st.v[li].capacity()));
-    }
+  st.reserve(c, end);
   while (st.length < end) {
     const int64_t first = st.length, n = std::min(kChunkTokens, end - first);
     vector<float> hidden = backbone_chunk(w, c, ids + first, n, st, form, media);

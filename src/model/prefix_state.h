@@ -19,6 +19,9 @@ struct BackboneState {
   std::vector<std::vector<float>> conv;  // GDN: the last conv_kernel - 1 in_proj_qkv rows, [conv_kernel - 1, conv_dim] (zeros at the start)
 
   static BackboneState start(const TextConfig& c);  // before the first token
+  // Room for the K/V of `tokens` tokens, grown geometrically (a request run in steps must not
+  // copy its K/V at every step).
+  void reserve(const TextConfig& c, int64_t tokens);
   size_t bytes() const;
 };
 

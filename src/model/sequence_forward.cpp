@@ -18,11 +18,7 @@ SequenceRunner::SequenceRunner(const TextWeights& w, const HeadWeights& h, const
     throw Error(Status::Internal, "internal_error",
                 "SequenceRunner: a prefix of " + std::to_string(start) + " tokens for a sequence whose prefix may cover " + std::to_string(limit_));
   st_ = from ? from->backbone : BackboneState::start(c.text);
-  for (size_t li = 0; li < c.text.layer_types.size(); ++li)  // the whole request's K/V at once
-    if (c.text.layer_types[li] == LayerType::FullAttention) {
-      st_.k[li].reserve(size_t(L * c.text.kv_heads * c.text.head_dim));
-      st_.v[li].reserve(size_t(L * c.text.kv_heads * c.text.head_dim));
-    }
+  st_.reserve(c.text, L);  // the whole request's K/V at once
   rows_.normed_first = limit_;  // the spans and the last row lie after the prefix_limit
   if (from) {
     rows_.rows = start;
@@ -50,20 +46,6 @@ PrefixState SequenceRunner::snapshot() const {
 std::vector<std::vector<double>> SequenceRunner::finish() {
   if (st_.length != e_.length) throw Error(Status::Internal, "internal_error", "SequenceRunner: finish before the last token");
   return joint_head(h_, c_.head, w_.lm_head, rows_, e_);
-}
-
-std::vector<std::vector<double>> sequence_probs(const TextWeights& w, const HeadWeights& h, const ModelConfig& c, const Sequence& e,
-                                                GdnForm form, const SequenceRun& run) {
-  SequenceRunner r(w, h, c, e, form, run.from);
-  if (run.snapshot) {
-    if (run.snapshot_at <= r.position() || run.snapshot_at > r.prefix_limit() || run.snapshot_at % kChunkTokens != 0)
-      throw Error(Status::Internal, "internal_error",
-                  "sequence_probs: a snapshot at " + std::to_string(run.snapshot_at) + " tokens (prefix limit " + std::to_string(r.prefix_limit()) + ")");
-    r.advance(run.snapshot_at);
-    *run.snapshot = r.snapshot();
-  }
-  r.advance(e.length);
-  return r.finish();
 }
 
 }  // namespace clefrt::model

@@ -14,14 +14,9 @@
 
 namespace clefrt::model {
 
-struct SequenceRun {
-  const PrefixState* from = nullptr;  // the state after the request's first from->length ids (null: from the start)
-  int64_t snapshot_at = 0;            // > 0: write the state after this many tokens (a multiple of kChunkTokens,
-  PrefixState* snapshot = nullptr;    // after `from`, at most e.prefix_limit) to *snapshot
-};
-
-// The same in steps, so a long request can give way to others between them: the backbone
-// advances chunk by chunk; the state at a chunk boundary can be taken for the cache.
+// In steps, so a long request can give way to others between them: the backbone advances
+// chunk by chunk; the state at a chunk boundary can be taken for the cache. `from`: the state
+// after the request's first from->backbone.length ids (null: from the start).
 class SequenceRunner {
  public:
   SequenceRunner(const TextWeights& w, const HeadWeights& h, const ModelConfig& c, const Sequence& e, GdnForm form,
@@ -47,9 +42,5 @@ class SequenceRunner {
   BackboneState st_;
   HeadRows rows_;
 };
-
-// Per question, per option (encoded order), the probability.
-std::vector<std::vector<double>> sequence_probs(const TextWeights& w, const HeadWeights& h, const ModelConfig& c, const Sequence& e,
-                                                GdnForm form, const SequenceRun& run = {});
 
 }  // namespace clefrt::model
