@@ -53,7 +53,8 @@ while [ $# -gt 0 ]; do
       # issue 21's throughput point: all four benchmarks through the 27B shapes (random weights:
       # the scores are noise), rows/s per benchmark in the report; needs .evaldata/ (a copy of
       # ../shared/data, carried)
-      .carry/clefrt eval --synthetic clef-27b --quant bf16 --tokenizer $tok --data .evaldata --out "$OUT/eval-bf16" \
+      # EVAL_LIMIT=N: the first N rows of each (the whole suite is hours of 27B prefill)
+      timeout ${EVAL_TIMEOUT:-400} .carry/clefrt eval --synthetic clef-27b --quant bf16 --tokenizer $tok --data .evaldata ${EVAL_LIMIT:+--limit $EVAL_LIMIT} --out "$OUT/eval-bf16" \
         > "$OUT/eval-bf16.txt" 2> "$OUT/eval-bf16.err"
       echo "== eval bf16 rc=$?"; cat "$OUT/eval-bf16.txt"; grep -o '"rows_per_s":[0-9.]*' "$OUT/eval-bf16/report.json" ;;
     nan)

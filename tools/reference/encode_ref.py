@@ -62,8 +62,9 @@ def load_tokenizers(tok_path):
     return full, Tokenizer.from_str(json.dumps(spec))
 
 
-def encode_request(full, plain, req, max_length=16384, parse_special=False):
-    """Returns {"input_ids", "questions", "images", "usage"} or {"error": 413}."""
+def encode_request(full, plain, req, max_length=16384, parse_special=False, grids=None):
+    """Returns {"input_ids", "questions", "images", "usage"} or {"error": 413}. grids: each
+    image's [t, h, w] patch grid as the image processor made it (else PNG headers + smart_resize)."""
     user_tok = full if parse_special else plain
     vs, ve, pad = (full.token_to_id(t) for t in ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>"))
 
@@ -75,10 +76,14 @@ def encode_request(full, plain, req, max_length=16384, parse_special=False):
 
     prefix = const("<|im_start|>system\n" + SYSTEM + "<|im_end|>\n<|im_start|>user\nSTATE:\n")
     media, images = [], []
-    for img in req.get("images") or []:
-        w, h = png_size(image_bytes(img))
-        rh, rw = smart_resize(h, w, factor=PATCH * MERGE, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
-        gh, gw = rh // PATCH, rw // PATCH
+    for k, img in enumerate(req.get("images") or []):
+        if grids is not None:
+            _, gh, gw = grids[k]
+            rh, rw = gh * PATCH, gw * PATCH
+        else:
+            w, h = png_size(image_bytes(img))
+            rh, rw = smart_resize(h, w, factor=PATCH * MERGE, min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+            gh, gw = rh // PATCH, rw // PATCH
         media += [vs] + [pad] * (gh * gw // (MERGE * MERGE)) + [ve]
         images.append({"grid_thw": [1, gh, gw], "resized": [rw, rh]})
     if media:
