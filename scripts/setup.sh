@@ -11,6 +11,7 @@ PKGS=(
   googletest libgtest-dev libbenchmark-dev
   clang libclang-rt-dev
   libopenblas-dev libcpp-httplib-dev libboost-dev zlib1g-dev libssl-dev
+  libpng-dev libjpeg62-turbo-dev libwebp-dev
   python3-dev pybind11-dev python3-pytest python3-jsonschema python3-yaml
 )
 # npm comes with the machine's Node.js; install Debian's only where none is present
