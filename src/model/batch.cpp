@@ -8,7 +8,11 @@ namespace clefrt::model {
 
 Sequence sequence_of(const Encoded& e) {
   if (!e.images.empty())
-    throw Error(Status::Unprocessable, "unsupported", "images are not supported yet: the vision tower is not implemented", "images");
+    throw Error(Status::Unprocessable, "unsupported", "images are not supported yet: the engine does not run the vision tower", "images");
+  return sequence_with_media(e);
+}
+
+Sequence sequence_with_media(const Encoded& e) {
   Sequence s;
   s.ids = e.input_ids.data();
   s.length = int64_t(e.input_ids.size());

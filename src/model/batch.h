@@ -30,6 +30,9 @@ using Batch = std::vector<Sequence>;
 // The backend's view of encoded requests (which must outlive it). Throws a 422 for a request
 // with images: no backend reads image rows yet.
 Sequence sequence_of(const Encoded& e);
+// The same view without that check, for the image path that brings the tower's rows itself (and
+// its tests); the prefix cache must not see these until images are in its key.
+Sequence sequence_with_media(const Encoded& e);
 Batch batch_of(const std::vector<const Encoded*>& encoded);
 
 }  // namespace clefrt::model
