@@ -88,7 +88,7 @@ TEST(VisionOracle, TinyV_ImagesAgainstTheReference) {
       }
     }
     // the backbone with the image rows, then the head
-    Sequence s = sequence_with_media(e);
+    Sequence s = sequence_of(e, req.images.empty() ? nullptr : &media);
     std::vector<float> hidden(size_t(s.length * H));
     BackboneState st = BackboneState::start(cfg.text);
     const ChunkSink sink = [&](int64_t first, int64_t k, const float* h) { std::copy_n(h, k * H, hidden.data() + first * H); };
@@ -102,6 +102,77 @@ TEST(VisionOracle, TinyV_ImagesAgainstTheReference) {
   EXPECT_EQ(n, 24u);
   EXPECT_GE(with_images, 18u);
   std::cout << "[ oracle  ] tiny-v: " << n << " requests (" << with_images << " with 1-4 images), worst |p - p_ref32| = " << worst << "\n";
+}
+
+}  // namespace
+}  // namespace clefrt
+
+namespace clefrt {
+namespace {
+
+// The same requests through the public Engine (prepare -> the scheduler -> the CPU forward), as
+// the server, `decide` and Python run them: the same probabilities, and a batch of all 24 gives
+// each one's bits alone.
+TEST(VisionOracle, TinyV_ThroughTheEngine) {
+  EngineOptions o;
+  o.device = Device::Cpu;
+  auto engine = Engine::load(test::source_path("tests/fixtures/oracle/tiny-v"), o);
+  std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/tiny-v.expected.jsonl")));
+  std::vector<Prepared> prepared;
+  std::vector<test::Probs> want;
+  for (std::string line; std::getline(in, line);) {
+    const json::Value rec = json::parse(line);
+    prepared.push_back(engine->prepare(json::write(*rec.find("request"))));
+    want.push_back(test::probs_of(*rec.find("probs")));
+  }
+  std::vector<const Prepared*> all;
+  for (const auto& p : prepared) all.push_back(&p);
+  const auto together = engine->probs(all);
+  double worst = 0;
+  for (size_t k = 0; k < prepared.size(); ++k) {
+    worst = std::max(worst, test::worst_diff(together[k], want[k]));
+    if (k % 6 == 0) EXPECT_EQ(engine->probs({&prepared[k]})[0], together[k]) << "request " << k << " alone vs in the batch";
+  }
+  EXPECT_LT(worst, 1e-4);
+  std::cout << "[ oracle  ] tiny-v through the engine: worst |p - p_ref32| = " << worst << "\n";
+}
+
+std::string base64(const std::string& b) {
+  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string s;
+  size_t i = 0;
+  for (; i + 2 < b.size(); i += 3) {
+    const uint32_t v = uint32_t(uint8_t(b[i])) << 16 | uint32_t(uint8_t(b[i + 1])) << 8 | uint8_t(b[i + 2]);
+    s += {a[v >> 18], a[(v >> 12) & 63], a[(v >> 6) & 63], a[v & 63]};
+  }
+  if (i + 1 == b.size()) {
+    const uint32_t v = uint32_t(uint8_t(b[i])) << 16;
+    s += {a[v >> 18], a[(v >> 12) & 63], '=', '='};
+  } else if (i + 2 == b.size()) {
+    const uint32_t v = uint32_t(uint8_t(b[i])) << 16 | uint32_t(uint8_t(b[i + 1])) << 8;
+    s += {a[v >> 18], a[(v >> 12) & 63], a[(v >> 6) & 63], '='};
+  }
+  return s;
+}
+
+TEST(VisionOracle, ImageThatDoesNotDecodeIs422NamingIt) {
+  EngineOptions o;
+  o.device = Device::Cpu;
+  auto engine = Engine::load(test::source_path("tests/fixtures/oracle/tiny-v"), o);
+  // a valid PNG header (the size check passes) over pixel data that is not there
+  const std::string png = test::read_file(test::source_path("tests/fixtures/images/corpus/rgb-200x150.png"));
+  json::Value body = json::parse(R"({"state":"x","questions":{"q":{"type":"noul","instructions":"ok?"}}})");
+  json::Value images = json::Value::array();
+  images.arr.push_back(json::Value::string("data:image/png;base64," + base64(png)));
+  images.arr.push_back(json::Value::string("data:image/png;base64," + base64(png.substr(0, 400))));
+  body.add("images", std::move(images));
+  try {
+    engine->prepare(json::write(body));
+    ADD_FAILURE() << "a truncated image was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.http_status(), 422);
+    EXPECT_NE(std::string(e.what()).find("images[1]"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "engine/engine_core.h"
+#include "engine/prepared.h"
 #include "engine/scheduler.h"
 #include "model/batch.h"
 #include "model/synth.h"
@@ -27,7 +28,13 @@ struct Prepared::Impl {
   json::Value body;  // the OpenAI-shaped body as it came (its answers follow its question order)
   bool openai = false;
   bool encoded_only = false;  // prepare_encoded: no request behind it
+  std::shared_ptr<const ImageMedia> media;  // the images' tower rows and positions (null: none)
 };
+
+model::Sequence sequence_of(const Prepared& p) {
+  const Prepared::Impl& i = p.impl();
+  return model::sequence_of(i.enc, i.media ? &i.media->media : nullptr);
+}
 
 Prepared::Prepared() = default;
 Prepared::Prepared(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
@@ -166,7 +173,10 @@ Prepared Engine::prepare(std::string_view body, BodyShape shape) const {
   }
   if (!p->openai) p->req = parse_request(root, impl_->limits);
   p->enc = impl_->core->encoder().encode(p->req);
-  (void)model::sequence_of(p->enc);  // what the backends cannot run is refused here, before any queue
+  // images through the tower here, on the caller's thread; what the backends cannot run is
+  // refused here, before any queue
+  p->media = impl_->core->image_media(p->req, p->enc);
+  (void)model::sequence_of(p->enc, p->media ? &p->media->media : nullptr);
   return Prepared(std::move(p));
 }
 

@@ -13,9 +13,11 @@
 #include "cpu/ops.h"
 #include "engine/memory_plan.h"
 #include "io/finite_check.h"
+#include "image/preprocess.h"
 #include "io/safetensors.h"
 #include "model/sequence_forward.h"
 #include "model/synth.h"
+#include "model/vision.h"
 #ifdef CLEFRT_HAVE_CUDA
 #include "cuda/model/device_model.h"
 #include "cuda/model/forward.h"
@@ -334,6 +336,10 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
     Progress p(opts.progress, "weights to fp32", double(backbone.total_bytes() + head.total_bytes()), "GB");
     e->text_ = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Full, qa);
     e->head_ = model::load_head_weights(head, e->cfg_.head);
+    if (backbone.find("model.visual.patch_embed.proj.weight")) {
+      e->vision_ = model::load_vision_weights(backbone, e->cfg_.vision);
+      e->has_vision_ = true;
+    }
     p.add(double(backbone.total_bytes() + head.total_bytes()));
     if (opts.prefix_cache_bytes > 0) {
       size_t budget = opts.prefix_cache_bytes;
@@ -464,6 +470,39 @@ LinearInputObserver EngineCore::observer() const {
   return observer_;
 }
 
+std::shared_ptr<const ImageMedia> EngineCore::image_media(const Request& req, const Encoded& e) const {
+  if (req.images.empty()) return nullptr;
+  if (gpu_)
+    throw Error(Status::Unprocessable, "unsupported",
+                "images run on the CPU engine only in this build: the GPU vision tower is not built yet (open the engine with device cpu)",
+                "images");
+  if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
+  if (!has_vision_) throw Error(Status::Unprocessable, "unsupported", "this model folder has no vision tower (model.visual.*)", "images");
+  if (e.images.size() != req.images.size())
+    throw Error(Status::Internal, "internal_error", "image_media: the encoding does not hold the request's images");
+  CpuThreadScope scope(opts_.threads, {});
+  auto m = std::make_shared<ImageMedia>();
+  std::vector<model::MediaSpan> spans;
+  const int64_t H = cfg_.text.hidden, merge = int64_t(encoder_->options().vision.merge_size);
+  for (size_t i = 0; i < req.images.size(); ++i) {
+    const std::string where = "images[" + std::to_string(i) + "]";
+    const model::ImagePatches p = preprocess_image(req.images[i], encoder_->options().vision, 16'777'216, where);  // the processor's max_pixels; validation held the header to the protocol's limit
+    const EncodedImage& ei = e.images[i];
+    if (p.grid_h != ei.grid_h || p.grid_w != ei.grid_w)
+      throw unprocessable(where, "the decoded image is " + std::to_string(p.grid_w * 16) + "x" + std::to_string(p.grid_h * 16) +
+                                     " after resizing but its header promised " + std::to_string(ei.width) + "x" + std::to_string(ei.height));
+    m->rows.push_back(model::vision_forward(vision_, cfg_.vision, p));
+    const int64_t count = int64_t(ei.pad_span.end - ei.pad_span.begin);
+    if (int64_t(m->rows.back().size()) != count * H)
+      throw Error(Status::Internal, "internal_error", "image_media: the tower's rows do not fill " + where + "'s pad tokens");
+    spans.push_back({int64_t(ei.pad_span.begin), p.grid_h / merge, p.grid_w / merge});
+  }
+  m->media = model::mrope_positions(int64_t(e.input_ids.size()), spans);
+  for (size_t i = 0; i < spans.size(); ++i)
+    m->media.images.push_back({spans[i].first, spans[i].rows * spans[i].cols, m->rows[i].data()});
+  return m;
+}
+
 std::unique_ptr<StepRun> EngineCore::start(const model::Sequence& e, model::GdnForm form) const {
   if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
   if (gpu_) throw Error(Status::Internal, "internal_error", "the GPU engine runs a request in one forward, not in steps");
@@ -524,7 +563,11 @@ std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::B
                                                                   std::vector<size_t>* cached) const {
   if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
 #ifdef CLEFRT_HAVE_CUDA
-  if (gpu_) return gpu_->forward->run(batch);
+  if (gpu_) {
+    for (const auto& s : batch)  // image_media refuses them first; the GPU forward reads no image rows
+      if (s.media) throw Error(Status::Unprocessable, "unsupported", "images run on the CPU engine only in this build", "images");
+    return gpu_->forward->run(batch);
+  }
 #endif
   // One request at a time, each cut into the backbone's chunks from its start (model/forward.h):
   // its bits do not depend on its batch nor on whether its prefix came from the cache.

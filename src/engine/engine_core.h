@@ -65,6 +65,13 @@ struct CoreOptions {
 
 struct GpuBackend;
 
+// A request's images through the processor and the vision tower: the rows that replace its
+// <|image_pad|> embeddings (one vector per image) and its mRoPE positions, which point at them.
+struct ImageMedia {
+  std::vector<std::vector<float>> rows;
+  model::SequenceMedia media;
+};
+
 // One CPU request in steps: how much came from the cache, the runner, and whether its own
 // prefix state goes to the cache at the limit.
 struct StepRun {
@@ -92,6 +99,10 @@ class EngineCore {
 
   const model::ModelConfig& config() const { return cfg_; }
   const Encoder& encoder() const { return *encoder_; }
+  // Null for a request without images. Decodes, resizes and runs the tower (the CPU engine; the
+  // GPU engine and a folder without a tower answer a 422); an image that does not decode is a
+  // 422 naming images[i].
+  std::shared_ptr<const ImageMedia> image_media(const Request& req, const Encoded& e) const;
   const Tokenizer& tokenizer() const { return *tok_; }
 
   // One request in steps (the CPU engine only: runs_in_steps()), so the scheduler can interleave
@@ -148,6 +159,8 @@ class EngineCore {
   std::unique_ptr<Encoder> encoder_;
   model::TextWeights text_;
   model::HeadWeights head_;
+  model::VisionWeights vision_;
+  bool has_vision_ = false;  // the CPU engine and a folder with model.visual.* tensors
   std::unique_ptr<GpuBackend> gpu_;
   std::unique_ptr<PrefixCache> cache_;  // null: off
   mutable std::mutex observer_mu_;

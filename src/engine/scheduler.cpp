@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "engine/prepared.h"
 
 namespace clefrt {
 
@@ -225,7 +226,7 @@ void Scheduler::step_long() {
   Job& j = *long_job_;
   if (j.ended()) return drop();
   try {
-    if (!long_run_) long_run_ = core_.start(model::sequence_of(j.prepared.encoded()));
+    if (!long_run_) long_run_ = core_.start(sequence_of(j.prepared));
     if (core_.step(*long_run_, int64_t(o_.step_tokens))) {
       size_t cached = 0;
       auto p = core_.finish(*long_run_, &cached);
@@ -240,16 +241,16 @@ void Scheduler::step_long() {
 
 void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
   const auto t0 = Clock::now();
-  std::vector<const Encoded*> encs;
+  model::Batch seqs;
   size_t tokens = 0;
   for (auto& j : batch) {
-    encs.push_back(&j->prepared.encoded());
+    seqs.push_back(sequence_of(j->prepared));
     tokens += j->prepared.encoded().input_ids.size();
   }
   if (observer_.batch) observer_.batch(batch.size(), tokens);
   try {
     std::vector<size_t> cached;
-    auto probs = core_.probs(model::batch_of(encs), model::GdnForm::Chunked, &cached);
+    auto probs = core_.probs(seqs, model::GdnForm::Chunked, &cached);
     for (size_t i = 0; i < batch.size(); ++i) end_answered(*batch[i], t0, std::move(probs[i]), cached[i]);
   } catch (...) {
     // One request's failure must not fail its batch-mates: run them one by one.
@@ -262,7 +263,7 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
       const auto t1 = Clock::now();
       try {
         std::vector<size_t> cached;
-        auto p = core_.probs(model::Batch{model::sequence_of(j->prepared.encoded())}, model::GdnForm::Chunked, &cached);
+        auto p = core_.probs(model::Batch{sequence_of(j->prepared)}, model::GdnForm::Chunked, &cached);
         end_answered(*j, t1, std::move(p[0]), cached[0]);
       } catch (...) {
         end_failed(*j, t1);

@@ -6,14 +6,11 @@
 
 namespace clefrt::model {
 
-Sequence sequence_of(const Encoded& e) {
-  if (!e.images.empty())
-    throw Error(Status::Unprocessable, "unsupported", "images are not supported yet: the engine does not run the vision tower", "images");
-  return sequence_with_media(e);
-}
-
-Sequence sequence_with_media(const Encoded& e) {
+Sequence sequence_of(const Encoded& e, const SequenceMedia* media) {
+  if (!e.images.empty() && !media)
+    throw Error(Status::Unprocessable, "unsupported", "images need the vision tower's rows: this request came without them", "images");
   Sequence s;
+  s.media = e.images.empty() ? nullptr : media;
   s.ids = e.input_ids.data();
   s.length = int64_t(e.input_ids.size());
   // never past a span (the head reads those rows' hidden states) nor the last row
@@ -22,7 +19,7 @@ Sequence sequence_with_media(const Encoded& e) {
     limit = std::min<int64_t>(limit, q.question_span.begin);
     for (const Span& o : q.option_spans) limit = std::min<int64_t>(limit, o.begin);
   }
-  s.prefix_limit = std::max<int64_t>(limit, 0);
+  s.prefix_limit = s.media ? 0 : std::max<int64_t>(limit, 0);
   s.questions.reserve(e.questions.size());
   for (const auto& q : e.questions) s.questions.push_back({q.type, q.question_span, q.option_spans});
   return s;

@@ -10,6 +10,8 @@
 
 namespace clefrt::model {
 
+struct SequenceMedia;  // model/forward.h
+
 struct SeqQuestion {
   QuestionType type = QuestionType::Noul;
   Span question;              // the question's own tokens (its span mean is the question row)
@@ -23,16 +25,16 @@ struct Sequence {
   // state (Encoded::state_span.end); the schema and every span come after them.
   int64_t prefix_limit = 0;
   std::vector<SeqQuestion> questions;
+  // Images: their positions and the vision tower's rows (not owned); null for text. The prefix
+  // cache does not key on images yet, so a sequence with media has prefix_limit 0.
+  const SequenceMedia* media = nullptr;
 };
 
 using Batch = std::vector<Sequence>;
 
-// The backend's view of encoded requests (which must outlive it). Throws a 422 for a request
-// with images: no backend reads image rows yet.
-Sequence sequence_of(const Encoded& e);
-// The same view without that check, for the image path that brings the tower's rows itself (and
-// its tests); the prefix cache must not see these until images are in its key.
-Sequence sequence_with_media(const Encoded& e);
+// The backend's view of an encoded request (which must outlive it). A request with images needs
+// their media (the tower's rows, engine_core.h image_media): without it, a 422.
+Sequence sequence_of(const Encoded& e, const SequenceMedia* media = nullptr);
 Batch batch_of(const std::vector<const Encoded*>& encoded);
 
 }  // namespace clefrt::model

@@ -31,7 +31,7 @@ void SequenceRunner::advance(int64_t until) {
   if (until < st_.length || (until % kChunkTokens != 0 && until != e_.length))
     throw Error(Status::Internal, "internal_error", "SequenceRunner: advance to " + std::to_string(until) + " from " + std::to_string(st_.length));
   backbone_run(w_, c_.text, e_.ids, until, st_, form_,
-               [&](int64_t, int64_t n, const float* hidden) { append_head_rows(h_, c_.head, hidden, n, rows_); });
+               [&](int64_t, int64_t n, const float* hidden) { append_head_rows(h_, c_.head, hidden, n, rows_); }, e_.media);
 }
 
 PrefixState SequenceRunner::snapshot() const {
