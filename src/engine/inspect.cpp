@@ -106,7 +106,7 @@ std::string inspect(const std::string& dir_path, const EngineOptions& opts) {
       appendf(out, "%-22s %10s params  %10s  %s\n", name.c_str(), count(g.params).c_str(), gib(g.bytes).c_str(), dts.c_str());
       total_params += g.params;
       total_bytes += g.bytes;
-      if (name != "vision" && name != "mtp (ignored)") cpu_params += g.params;
+      if (name != "mtp (ignored)") cpu_params += g.params;  // the CPU engine loads the vision tower too
       if (name == "joint head") head_params += g.params;
     }
     appendf(out, "%-22s %10s params  %10s on disk\n\n", "total", count(total_params).c_str(), gib(total_bytes).c_str());
