@@ -2,11 +2,11 @@
 // (docs/notes/decision-index-kit.md): the payloads' sha256, macro-F1, raw and skill.
 #include <gtest/gtest.h>
 
-#include <openssl/evp.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "common/digest.h"
 #include "common/error.h"
 #include "eval/pyliteral.h"
 #include "eval/suite.h"
@@ -16,19 +16,6 @@ namespace clefrt::eval {
 namespace {
 
 std::string data_dir() { return test::source_path("../shared/data"); }
-
-std::string sha256_hex(const std::string& s) {
-  unsigned char md[32];
-  unsigned int n = 0;
-  EVP_Digest(s.data(), s.size(), md, &n, EVP_sha256(), nullptr);
-  std::string out;
-  for (unsigned i = 0; i < n; ++i) {
-    char b[3];
-    std::snprintf(b, sizeof b, "%02x", md[i]);
-    out += b;
-  }
-  return out;
-}
 
 // Every payload of a benchmark, as the kit's run ids list them: the sha256 of the lines
 // "catalog:track:id<TAB>payload sha256\n" (the vectors come from an independent Python

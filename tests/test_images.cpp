@@ -3,10 +3,10 @@
 // the decoded RGB bytes, the resized bytes and the normalised patches must hash the same, and
 // what the reference refuses is refused here with a clear error.
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 
 #include <sstream>
 
+#include "common/digest.h"
 #include "common/error.h"
 #include "image/preprocess.h"
 #include "schema/images.h"
@@ -15,16 +15,6 @@
 using namespace clefrt;
 
 namespace {
-
-std::string sha256_hex(const void* data, size_t n) {
-  unsigned char md[32];
-  unsigned int len = 0;
-  EVP_Digest(data, n, md, &len, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (unsigned i = 0; i < len; ++i) s += {hex[md[i] >> 4], hex[md[i] & 15]};
-  return s;
-}
 
 std::string str(const json::Value& rec, const char* key) {
   const json::Value* v = rec.find(key);
@@ -48,7 +38,7 @@ TEST(Images, DecodeResizeAndPatchesEqualTheReference) {
     const std::string file = str(rec, "file");
     SCOPED_TRACE(file);
     const std::string bytes = test::read_file(test::source_path("tests/fixtures/images/corpus/" + file));
-    ASSERT_EQ(sha256_hex(bytes.data(), bytes.size()), str(rec, "bytes_sha256"));
+    ASSERT_EQ(sha256_hex(bytes), str(rec, "bytes_sha256"));
     const auto fmt = sniff_image(bytes);
     const std::string error = str(rec, "error");
     if (!fmt) {  // BMP and GIF: not formats of the protocol (the reference refuses BMP, takes GIF)
@@ -77,19 +67,19 @@ TEST(Images, DecodeResizeAndPatchesEqualTheReference) {
     const json::Value& dec = *rec.find("decoded");
     ASSERT_EQ(d.width, uint32_t(dec.arr[0].i));
     ASSERT_EQ(d.height, uint32_t(dec.arr[1].i));
-    EXPECT_EQ(sha256_hex(d.pixels.data(), d.pixels.size()), str(rec, "decoded_sha256")) << "decoded pixels";
+    EXPECT_EQ(sha256_hex(test::bytes_of(d.pixels)), str(rec, "decoded_sha256")) << "decoded pixels";
     uint32_t w = 0, h = 0;
     g.resize(d.width, d.height, w, h);
     const json::Value& rs = *rec.find("resized");
     ASSERT_EQ(w, uint32_t(rs.arr[0].i));
     ASSERT_EQ(h, uint32_t(rs.arr[1].i));
     const RgbImage r = (w == d.width && h == d.height) ? d : resize_bicubic_aa(d, w, h);
-    EXPECT_EQ(sha256_hex(r.pixels.data(), r.pixels.size()), str(rec, "resized_sha256")) << "resized pixels";
+    EXPECT_EQ(sha256_hex(test::bytes_of(r.pixels)), str(rec, "resized_sha256")) << "resized pixels";
     const model::ImagePatches p = image_patches(r, g);
     const json::Value& thw = *rec.find("grid_thw");
     EXPECT_EQ(p.grid_h, thw.arr[1].i);
     EXPECT_EQ(p.grid_w, thw.arr[2].i);
-    EXPECT_EQ(sha256_hex(p.pixels.data(), p.pixels.size() * sizeof(float)), str(rec, "pixel_values_sha256")) << "pixel_values";
+    EXPECT_EQ(sha256_hex(test::bytes_of(p.pixels)), str(rec, "pixel_values_sha256")) << "pixel_values";
     ++checked;
   }
   EXPECT_GE(checked, 30u);

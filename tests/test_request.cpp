@@ -4,27 +4,10 @@
 #include "common/error.h"
 #include "schema/images.h"
 #include "schema/request.h"
+#include "test_util.h"
 
 namespace clefrt {
 namespace {
-
-std::string b64(const std::string& bytes) {
-  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t k = 0;
-  for (; k + 3 <= bytes.size(); k += 3) {
-    uint32_t v = uint32_t(uint8_t(bytes[k])) << 16 | uint32_t(uint8_t(bytes[k + 1])) << 8 | uint8_t(bytes[k + 2]);
-    for (int s = 18; s >= 0; s -= 6) out.push_back(a[(v >> s) & 63]);
-  }
-  if (bytes.size() - k == 1) {
-    uint32_t v = uint32_t(uint8_t(bytes[k])) << 16;
-    out += {a[v >> 18], a[(v >> 12) & 63], '=', '='};
-  } else if (bytes.size() - k == 2) {
-    uint32_t v = uint32_t(uint8_t(bytes[k])) << 16 | uint32_t(uint8_t(bytes[k + 1])) << 8;
-    out += {a[v >> 18], a[(v >> 12) & 63], a[(v >> 6) & 63], '='};
-  }
-  return out;
-}
 
 std::string be32(uint32_t v) { return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; }
 std::string png_header(uint32_t w, uint32_t h) {
@@ -61,7 +44,7 @@ std::vector<Case> cases() {
   std::string many_labels = "{";
   for (int k = 0; k < 256; ++k) many_labels += (k ? "," : "") + std::string("\"l") + std::to_string(k) + "\":null";
   many_labels += "}";
-  std::string png = "data:image/png;base64," + b64(png_header(64, 64));
+  std::string png = "data:image/png;base64," + test::base64(png_header(64, 64));
   return {
       {"malformed json", "{\"state\":", 400, ""},
       {"not an object", "[1,2]", 400, ""},
@@ -98,10 +81,10 @@ std::vector<Case> cases() {
       {"image bad mime", std::string(R"({"state":"s","images":["data:image/gif;base64,R0lG"],)") + kQ + "}", 422, "images[0]"},
       {"image not base64 encoded url", std::string(R"({"state":"s","images":["data:image/png,abc"],)") + kQ + "}", 422, "images[0]"},
       {"image bad base64", std::string(R"({"state":"s","images":["data:image/png;base64,@@@@"],)") + kQ + "}", 422, "images[0]"},
-      {"image bytes not an image", std::string(R"({"state":"s","images":["data:image/png;base64,)") + b64("hello world!") + "\"]," + kQ + "}", 422, "images[0]"},
-      {"image type mismatch", std::string(R"({"state":"s","images":["data:image/jpeg;base64,)") + b64(png_header(8, 8)) + "\"]," + kQ + "}", 422, "images[0]"},
-      {"image truncated header", std::string(R"({"state":"s","images":["data:image/png;base64,)") + b64(png_header(8, 8).substr(0, 16)) + "\"]," + kQ + "}", 422, "images[0]"},
-      {"image over 16 megapixels", std::string(R"({"state":"s","images":["data:image/png;base64,)") + b64(png_header(5000, 4000)) + "\"]," + kQ + "}", 422, "images[0]"},
+      {"image bytes not an image", std::string(R"({"state":"s","images":["data:image/png;base64,)") + test::base64("hello world!") + "\"]," + kQ + "}", 422, "images[0]"},
+      {"image type mismatch", std::string(R"({"state":"s","images":["data:image/jpeg;base64,)") + test::base64(png_header(8, 8)) + "\"]," + kQ + "}", 422, "images[0]"},
+      {"image truncated header", std::string(R"({"state":"s","images":["data:image/png;base64,)") + test::base64(png_header(8, 8).substr(0, 16)) + "\"]," + kQ + "}", 422, "images[0]"},
+      {"image over 16 megapixels", std::string(R"({"state":"s","images":["data:image/png;base64,)") + test::base64(png_header(5000, 4000)) + "\"]," + kQ + "}", 422, "images[0]"},
       {"image object missing base64", std::string(R"({"state":"s","images":[{"content_type":"image/png"}],)") + kQ + "}", 400, "images[0].base64"},
       {"image object unknown field", std::string(R"({"state":"s","images":[{"content_type":"image/png","base64":"","url":"x"}],)") + kQ + "}", 422, "images[0].url"},
       {"image a number", std::string(R"({"state":"s","images":[3],)") + kQ + "}", 400, "images[0]"},
@@ -169,9 +152,9 @@ TEST(Request, OptionsInEncodedOrder) {
 }
 
 TEST(Request, ImagesAcceptedInEveryForm) {
-  std::string body = std::string(R"({"state":"s","images":["data:image/png;base64,)") + b64(png_header(640, 480)) +
-                     R"(",{"content_type":"image/jpeg","base64":")" + b64(jpeg_header(300, 200)) +
-                     R"("},"data:image/webp;base64,)" + b64(webp_vp8x(1000, 10)) + "\"]," + kQ + "}";
+  std::string body = std::string(R"({"state":"s","images":["data:image/png;base64,)") + test::base64(png_header(640, 480)) +
+                     R"(",{"content_type":"image/jpeg","base64":")" + test::base64(jpeg_header(300, 200)) +
+                     R"("},"data:image/webp;base64,)" + test::base64(webp_vp8x(1000, 10)) + "\"]," + kQ + "}";
   Request r = parse_request(body);
   ASSERT_EQ(r.images.size(), 3u);
   EXPECT_EQ(r.images[0].width, 640u);
@@ -193,7 +176,7 @@ TEST(Base64, StrictDecoding) {
   for (int n = 0; n < 40; ++n) {
     std::string s;
     for (int k = 0; k < n; ++k) s.push_back(char(k * 37 + n));
-    EXPECT_EQ(*base64_decode(b64(s), 100), s);
+    EXPECT_EQ(*base64_decode(test::base64(s), 100), s);
   }
 }
 

@@ -150,8 +150,7 @@ TEST(Vision, BackboneReadsImageRowsAndPositions) {
   std::mt19937 rng(3);
   std::normal_distribution<float> d;
   for (auto& r : rows) r = d(rng);
-  SequenceMedia m = mrope_positions(L, {MediaSpan{250, 4, 5}});
-  m.images.push_back({250, 20, rows.data()});
+  const SequenceMedia m = mrope_positions(L, {MediaSpan{250, 4, 5, rows.data()}});
   const auto with = run(&m, 0);
   EXPECT_EQ(run(&m, 256), with);  // continued from a state inside the image: the same bits
   const auto plain = run(nullptr, 0);

@@ -4,10 +4,10 @@
 // positions must be identical, the pixel values byte-identical, the probabilities within 1e-4.
 // The pieces are driven directly: the engine does not route images to the tower yet.
 #include <gtest/gtest.h>
-#include <openssl/evp.h>
 
 #include <sstream>
 
+#include "common/digest.h"
 #include "common/json.h"
 #include "image/preprocess.h"
 #include "io/safetensors.h"
@@ -23,16 +23,6 @@
 
 namespace clefrt {
 namespace {
-
-std::string sha256_hex(const void* data, size_t n) {
-  unsigned char md[32];
-  unsigned int len = 0;
-  EVP_Digest(data, n, md, &len, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (unsigned i = 0; i < len; ++i) s += {hex[md[i] >> 4], hex[md[i] & 15]};
-  return s;
-}
 
 TEST(VisionOracle, TinyV_ImagesAgainstTheReference) {
   using namespace model;
@@ -71,14 +61,12 @@ TEST(VisionOracle, TinyV_ImagesAgainstTheReference) {
       rows[i] = vision_forward(vw, cfg.vision, p);
       const EncodedImage& ei = e.images[i];
       ASSERT_EQ(int64_t(rows[i].size()), int64_t(ei.pad_span.end - ei.pad_span.begin) * H);
-      spans.push_back({int64_t(ei.pad_span.begin), p.grid_h / 2, p.grid_w / 2});
+      spans.push_back({int64_t(ei.pad_span.begin), p.grid_h / 2, p.grid_w / 2, rows[i].data()});
     }
-    SequenceMedia media = mrope_positions(int64_t(e.input_ids.size()), spans);
-    for (size_t i = 0; i < spans.size(); ++i)
-      media.images.push_back({spans[i].first, spans[i].rows * spans[i].cols, rows[i].data()});
+    const SequenceMedia media = mrope_positions(int64_t(e.input_ids.size()), spans);
     if (!req.images.empty()) {
       ++with_images;
-      EXPECT_EQ(sha256_hex(pv_bytes.data(), pv_bytes.size()), rec.find("pixel_values_sha256")->s) << "pixel values";
+      EXPECT_EQ(sha256_hex(pv_bytes), rec.find("pixel_values_sha256")->s) << "pixel values";
       const auto& pos = rec.find("position_ids")->arr;
       const std::vector<int64_t>* mine[3] = {&media.pos_t, &media.pos_h, &media.pos_w};
       for (int r = 0; r < 3; ++r) {
@@ -137,24 +125,6 @@ TEST(VisionOracle, TinyV_ThroughTheEngine) {
   std::cout << "[ oracle  ] tiny-v through the engine: worst |p - p_ref32| = " << worst << "\n";
 }
 
-std::string base64(const std::string& b) {
-  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string s;
-  size_t i = 0;
-  for (; i + 2 < b.size(); i += 3) {
-    const uint32_t v = uint32_t(uint8_t(b[i])) << 16 | uint32_t(uint8_t(b[i + 1])) << 8 | uint8_t(b[i + 2]);
-    s += {a[v >> 18], a[(v >> 12) & 63], a[(v >> 6) & 63], a[v & 63]};
-  }
-  if (i + 1 == b.size()) {
-    const uint32_t v = uint32_t(uint8_t(b[i])) << 16;
-    s += {a[v >> 18], a[(v >> 12) & 63], '=', '='};
-  } else if (i + 2 == b.size()) {
-    const uint32_t v = uint32_t(uint8_t(b[i])) << 16 | uint32_t(uint8_t(b[i + 1])) << 8;
-    s += {a[v >> 18], a[(v >> 12) & 63], a[(v >> 6) & 63], '='};
-  }
-  return s;
-}
-
 TEST(VisionOracle, ImageThatDoesNotDecodeIs422NamingIt) {
   EngineOptions o;
   o.device = Device::Cpu;
@@ -163,8 +133,8 @@ TEST(VisionOracle, ImageThatDoesNotDecodeIs422NamingIt) {
   const std::string png = test::read_file(test::source_path("tests/fixtures/images/corpus/rgb-200x150.png"));
   json::Value body = json::parse(R"({"state":"x","questions":{"q":{"type":"noul","instructions":"ok?"}}})");
   json::Value images = json::Value::array();
-  images.arr.push_back(json::Value::string("data:image/png;base64," + base64(png)));
-  images.arr.push_back(json::Value::string("data:image/png;base64," + base64(png.substr(0, 400))));
+  images.arr.push_back(json::Value::string("data:image/png;base64," + test::base64(png)));
+  images.arr.push_back(json::Value::string("data:image/png;base64," + test::base64(png.substr(0, 400))));
   body.add("images", std::move(images));
   try {
     engine->prepare(json::write(body));

@@ -489,17 +489,15 @@ std::shared_ptr<const ImageMedia> EngineCore::image_media(const Request& req, co
     const model::ImagePatches p = preprocess_image(req.images[i], encoder_->options().vision, 16'777'216, where);  // the processor's max_pixels; validation held the header to the protocol's limit
     const EncodedImage& ei = e.images[i];
     if (p.grid_h != ei.grid_h || p.grid_w != ei.grid_w)
-      throw unprocessable(where, "the decoded image is " + std::to_string(p.grid_w * 16) + "x" + std::to_string(p.grid_h * 16) +
-                                     " after resizing but its header promised " + std::to_string(ei.width) + "x" + std::to_string(ei.height));
+      throw unprocessable(where, "the decoded image has a " + std::to_string(p.grid_w) + "x" + std::to_string(p.grid_h) +
+                                     "-patch grid but its header promised " + std::to_string(ei.grid_w) + "x" + std::to_string(ei.grid_h));
     m->rows.push_back(model::vision_forward(vision_, cfg_.vision, p));
     const int64_t count = int64_t(ei.pad_span.end - ei.pad_span.begin);
     if (int64_t(m->rows.back().size()) != count * H)
       throw Error(Status::Internal, "internal_error", "image_media: the tower's rows do not fill " + where + "'s pad tokens");
-    spans.push_back({int64_t(ei.pad_span.begin), p.grid_h / merge, p.grid_w / merge});
+    spans.push_back({int64_t(ei.pad_span.begin), p.grid_h / merge, p.grid_w / merge, m->rows.back().data()});
   }
   m->media = model::mrope_positions(int64_t(e.input_ids.size()), spans);
-  for (size_t i = 0; i < spans.size(); ++i)
-    m->media.images.push_back({spans[i].first, spans[i].rows * spans[i].cols, m->rows[i].data()});
   return m;
 }
 

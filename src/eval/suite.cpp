@@ -1,6 +1,5 @@
 #include "eval/suite.h"
 
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <array>
@@ -9,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "common/digest.h"
 #include "common/error.h"
 #include "common/file.h"
 #include "eval/pyliteral.h"
@@ -301,14 +301,7 @@ std::string payload_sha256(const Row& r) {
   p.add("model", Value::string("jev-1.13.0"));
   p.add("state", *r.request.find("state"));
   p.add("questions", *r.request.find("questions"));
-  const std::string s = json::write(p);
-  unsigned char md[32];
-  unsigned int n = 0;
-  EVP_Digest(s.data(), s.size(), md, &n, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < n; ++i) out += hex[md[i] >> 4], out += hex[md[i] & 15];
-  return out;
+  return sha256_hex(json::write(p));
 }
 
 double macro_f1(const std::vector<std::pair<std::string, std::string>>& pairs) {

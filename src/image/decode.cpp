@@ -64,10 +64,9 @@ RgbImage decode_png(std::string_view bytes, uint64_t max_pixels, const std::stri
   png_uint_32 w = 0, h = 0;
   int depth = 0, color = 0, interlace = 0;
   png_get_IHDR(png, info, &w, &h, &depth, &color, &interlace, nullptr, nullptr);
-  const uint64_t limit = max_pixels;
-  if (uint64_t(w) * h > limit || w == 0 || h == 0) {
+  if (uint64_t(w) * h > max_pixels || w == 0 || h == 0) {
     png_destroy_read_struct(&png, &info, nullptr);
-    check_pixels(w, h, limit, where);
+    check_pixels(w, h, max_pixels, where);
   }
   if (depth == 16) {
     // torchvision decodes these to uint16 and the processor's resize then fails: there is no

@@ -259,6 +259,7 @@ SequenceMedia mrope_positions(int64_t length, const std::vector<MediaSpan>& imag
         m.pos_w[size_t(t)] = p + k % im.cols;
       }
       p += std::max(im.rows, im.cols);
+      if (im.embeddings) m.images.push_back({im.first, im.rows * im.cols, im.embeddings});
       continue;
     }
     m.pos_t[size_t(t)] = m.pos_h[size_t(t)] = m.pos_w[size_t(t)] = p++;

@@ -38,9 +38,11 @@ struct SequenceMedia {
 // The position rows of a sequence of `length` tokens whose images' pad tokens are given (each
 // with its merged grid, rows x cols = count): text tokens count on by one on all three rows; an
 // image starting at p has t = p, h = p + row, w = p + col, and the text after it goes on from
-// p + max(rows, cols).
+// p + max(rows, cols). A span with `embeddings` (the tower's [rows * cols, hidden] rows) also
+// becomes one of the media's images; without, it places positions only.
 struct MediaSpan {
   int64_t first = 0, rows = 0, cols = 0;
+  const float* embeddings = nullptr;
 };
 SequenceMedia mrope_positions(int64_t length, const std::vector<MediaSpan>& images);
 

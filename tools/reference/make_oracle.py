@@ -207,9 +207,43 @@ def qwen35_config(cfg, vocab):
     return Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=False)
 
 
+def set_text_inv_freq(model, cfg, name):
+    """spec/model.md 1.2: inv_freq[i] = theta^(-2i/R) in fp32 on the text rotary (the vision
+    tower's is left alone). Seen with transformers 5.17: the buffer can come out rounded to bf16
+    after a bf16 save/load."""
+    R = int(cfg["head_dim"] * 0.25)
+    want = 1.0 / (1e7 ** (torch.arange(0, R, 2, dtype=torch.int64).float() / R))
+    for mname, mod in model.named_modules():
+        if hasattr(mod, "inv_freq") and "visual" not in mname:
+            have = mod.inv_freq.detach().float().cpu()
+            print(f"{name}: {mname}.inv_freq dtype {mod.inv_freq.dtype}, max rel diff to fp32 formula "
+                  f"{((have - want).abs() / want).max().item():.3g}")
+            mod.inv_freq = want.to(mod.inv_freq.device)
+            if hasattr(mod, "original_inv_freq"):
+                mod.original_inv_freq = want.to(mod.inv_freq.device)
+
+
+def make_head(cfg, gen, d):
+    """A random joint head for shape dict `cfg`, rounded to bf16, saved into folder `d`
+    (joint_head.safetensors + joint_head_config.json); returned in fp32 on the CPU."""
+    from safetensors.torch import save_file
+    head = JointHead(cfg["hidden"], cfg["width"], cfg["routing"], cfg["head_layers"], cfg["heads"], cfg["head_ffn"]).eval()
+    perturb(head, gen, head=True)
+    with torch.no_grad():
+        head.prior_logit_scale.fill_(math.log(10.0))
+        head.joint_logit_scale.fill_(math.log(20.0))
+        head.residual_gate.fill_(0.5)
+        for p in (head.prior_logit_scale, head.joint_logit_scale, head.residual_gate):
+            p.copy_(p.to(torch.bfloat16).float())
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in head.state_dict().items()}, os.path.join(d, "joint_head.safetensors"))
+    with open(os.path.join(d, "joint_head_config.json"), "w") as f:
+        json.dump({"hidden_size": cfg["hidden"], "width": cfg["width"], "routing_layers": cfg["routing"],
+                   "layers": cfg["head_layers"], "heads": cfg["heads"], "feedforward": cfg["head_ffn"]}, f)
+    return head
+
+
 def build(name, cfg, tok_src, out, requests):
     from transformers import Qwen3_5ForConditionalGeneration
-    from safetensors.torch import save_file
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     vocab = trim_tokenizer(tok_src, os.path.join(d, "tokenizer.json"))
@@ -227,8 +261,6 @@ def build(name, cfg, tok_src, out, requests):
     # independent of which GPU kernels get picked.
     model = Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=DTYPE, attn_implementation="eager").eval().to(DEV)
     print(f"{name}: attention implementation {model.config._attn_implementation}")
-    # spec/model.md 1.2: inv_freq[i] = theta^(-2i/R) in fp32. Seen with transformers 5.17: the
-    # rotary buffer can come out rounded to bf16 after a bf16 save/load; set it from the formula.
     # The GDN of spec 1.1 is defined by its recurrence; the chunked form equals it up to rounding,
     # but transformers' torch fallback differences the in-chunk cumulative decay in fp32, which
     # loses ~1e-4 on strongly decaying tokens. Prefill through its recurrent rule instead.
@@ -244,29 +276,8 @@ def build(name, cfg, tok_src, out, requests):
 
             mq.torch_chunk_gated_delta_rule = prefill_recurrent
         print(f"{name}: GDN prefill through torch_recurrent_gated_delta_rule")
-    R = int(cfg["head_dim"] * 0.25)
-    want = 1.0 / (1e7 ** (torch.arange(0, R, 2, dtype=torch.int64).float() / R))
-    for mname, mod in model.named_modules():
-        if hasattr(mod, "inv_freq") and "visual" not in mname:
-            have = mod.inv_freq.detach().float().cpu()
-            print(f"{name}: {mname}.inv_freq dtype {mod.inv_freq.dtype}, max rel diff to fp32 formula "
-                  f"{((have - want).abs() / want).max().item():.3g}")
-            mod.inv_freq = want.to(mod.inv_freq.device)
-            if hasattr(mod, "original_inv_freq"):
-                mod.original_inv_freq = want.to(mod.inv_freq.device)
-    head = JointHead(cfg["hidden"], cfg["width"], cfg["routing"], cfg["head_layers"], cfg["heads"], cfg["head_ffn"]).eval()
-    perturb(head, gen, head=True)
-    with torch.no_grad():
-        head.prior_logit_scale.fill_(math.log(10.0))
-        head.joint_logit_scale.fill_(math.log(20.0))
-        head.residual_gate.fill_(0.5)
-        for p in (head.prior_logit_scale, head.joint_logit_scale, head.residual_gate):
-            p.copy_(p.to(torch.bfloat16).float())
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in head.state_dict().items()}, os.path.join(d, "joint_head.safetensors"))
-    with open(os.path.join(d, "joint_head_config.json"), "w") as f:
-        json.dump({"hidden_size": cfg["hidden"], "width": cfg["width"], "routing_layers": cfg["routing"],
-                   "layers": cfg["head_layers"], "heads": cfg["heads"], "feedforward": cfg["head_ffn"]}, f)
-    head = head.to(DEV).to(DTYPE)
+    set_text_inv_freq(model, cfg, name)
+    head = make_head(cfg, gen, d).to(DEV).to(DTYPE)
     full, plain = load_tokenizers(os.path.join(d, "tokenizer.json"))
     E = model.lm_head.weight
     lm = model.model.language_model

@@ -13,15 +13,14 @@ model's vision tower and backbone (eager attention, CPU) + make_oracle.py's join
 OUT_DIR/tiny-v.stages.pt holds the first requests' pixel_values, vision outputs and position ids
 (for finding the stage where an engine departs; not a fixture).
 """
-import base64, hashlib, io, json, math, os, sys
+import base64, hashlib, io, json, os, sys
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import make_corpus  # noqa: E402
 from encode_ref import encode_request, load_tokenizers  # noqa: E402
-from make_oracle import JointHead, perturb, qwen35_config, trim_tokenizer  # noqa: E402
+from make_oracle import make_head, perturb, qwen35_config, set_text_inv_freq, trim_tokenizer  # noqa: E402
 from image_probe import PREPROCESSOR, scene  # noqa: E402
 
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -55,7 +54,6 @@ def images_pool():
 
 def main():
     from transformers import AutoImageProcessor, Qwen3_5ForConditionalGeneration
-    from safetensors.torch import save_file
     tok_src, out = sys.argv[1:3]
     d = os.path.join(out, "tiny-v")
     os.makedirs(d, exist_ok=True)
@@ -80,25 +78,8 @@ def main():
     model = Qwen3_5ForConditionalGeneration.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
     print(f"tiny-v: vision config {model.config.vision_config.to_dict()}")
     print(f"tiny-v: visual keys {[k for k in model.state_dict() if 'visual' in k][:40]}")
-    R = int(CFG["head_dim"] * 0.25)
-    want = 1.0 / (1e7 ** (torch.arange(0, R, 2, dtype=torch.int64).float() / R))
-    for mname, mod in model.named_modules():
-        if hasattr(mod, "inv_freq") and "visual" not in mname:
-            mod.inv_freq = want.clone()
-            if hasattr(mod, "original_inv_freq"):
-                mod.original_inv_freq = want.clone()
-    head = JointHead(CFG["hidden"], CFG["width"], CFG["routing"], CFG["head_layers"], CFG["heads"], CFG["head_ffn"]).eval()
-    perturb(head, gen, head=True)
-    with torch.no_grad():
-        head.prior_logit_scale.fill_(math.log(10.0))
-        head.joint_logit_scale.fill_(math.log(20.0))
-        head.residual_gate.fill_(0.5)
-        for p in (head.prior_logit_scale, head.joint_logit_scale, head.residual_gate):
-            p.copy_(p.to(torch.bfloat16).float())
-    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in head.state_dict().items()}, os.path.join(d, "joint_head.safetensors"))
-    with open(os.path.join(d, "joint_head_config.json"), "w") as f:
-        json.dump({"hidden_size": CFG["hidden"], "width": CFG["width"], "routing_layers": CFG["routing"],
-                   "layers": CFG["head_layers"], "heads": CFG["heads"], "feedforward": CFG["head_ffn"]}, f)
+    set_text_inv_freq(model, CFG, "tiny-v")
+    head = make_head(CFG, gen, d)
     ip = AutoImageProcessor.from_pretrained(d)
     print(f"tiny-v: processor {type(ip).__name__} backend {getattr(ip, 'backend', '?')}")
     pool = images_pool()
