@@ -176,8 +176,9 @@ Prepared Engine::prepare(std::string_view body, BodyShape shape) const {
   // images through the tower here, on the caller's thread; what the backends cannot run is
   // refused here, before any queue
   p->media = impl_->core->image_media(p->req, p->enc);
-  (void)model::sequence_of(p->enc, p->media ? &p->media->media : nullptr);
-  return Prepared(std::move(p));
+  Prepared out(std::move(p));
+  (void)sequence_of(out);
+  return out;
 }
 
 Prepared Engine::prepare_encoded(Encoded e) const {

@@ -483,10 +483,12 @@ std::shared_ptr<const ImageMedia> EngineCore::image_media(const Request& req, co
   CpuThreadScope scope(opts_.threads, {});
   auto m = std::make_shared<ImageMedia>();
   std::vector<model::MediaSpan> spans;
-  const int64_t H = cfg_.text.hidden, merge = int64_t(encoder_->options().vision.merge_size);
+  const VisionGeometry& g = encoder_->options().vision;
+  const int64_t H = cfg_.text.hidden, merge = int64_t(g.merge_size);
   for (size_t i = 0; i < req.images.size(); ++i) {
     const std::string where = "images[" + std::to_string(i) + "]";
-    const model::ImagePatches p = preprocess_image(req.images[i], encoder_->options().vision, 16'777'216, where);  // the processor's max_pixels; validation held the header to the protocol's limit
+    // validation held each header to the protocol's pixel limit, which is under the processor's
+    const model::ImagePatches p = preprocess_image(req.images[i], g, g.max_pixels, where);
     const EncodedImage& ei = e.images[i];
     if (p.grid_h != ei.grid_h || p.grid_w != ei.grid_w)
       throw unprocessable(where, "the decoded image has a " + std::to_string(p.grid_w) + "x" + std::to_string(p.grid_h) +
