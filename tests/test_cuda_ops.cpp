@@ -335,7 +335,7 @@ TEST(CudaOps, AttnPrepNormAndRope) {
   }
   DeviceBuffer d = upload(to_bf(qkv), "qkv"), dqn = upload(qn, "qn"), dkn = upload(kn, "kn"), dss = upload(ss, "ss"), dinv = upload(inv, "inv"),
                oq(wq.size() * 2), ok(wk.size() * 2);
-  attn_prep(d.as<bf16>(), ld, L, Hq, Hkv, D, R, dinv.as<float>(), dss.as<int32_t>(), dqn.as<float>(), dkn.as<float>(), 1e-6f, oq.as<bf16>(),
+  attn_prep(d.as<bf16>(), ld, L, Hq, Hkv, D, R, dinv.as<float>(), dss.as<int32_t>(), {}, dqn.as<float>(), dkn.as<float>(), 1e-6f, oq.as<bf16>(),
             ok.as<bf16>(), nullptr);
   expect_close(down_bf(oq, wq.size()), wq, 1e-3, 8e-3, "attn_prep q");
   expect_close(down_bf(ok, wk.size()), wk, 1e-3, 8e-3, "attn_prep k");

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 
@@ -52,8 +53,8 @@ struct GpuBackend {
   std::unique_ptr<cuda::Forward> forward;
 
   // Weights in GPU memory as the options ask, and the forward planned for their batches.
-  GpuBackend(const model::TextWeights& tw, const model::HeadWeights& hw, const model::ModelConfig& cfg, const CoreOptions& opts,
-             bool progress) {
+  GpuBackend(const model::TextWeights& tw, const model::HeadWeights& hw, const model::VisionWeights* vw, const model::ModelConfig& cfg,
+             const CoreOptions& opts, bool progress) {
     cuda::BuildOptions bo;
     bo.progress = progress;
     Progress up(progress, "upload weights", double(tw.layers.size()), "layers");
@@ -61,13 +62,15 @@ struct GpuBackend {
     bo.quant = opts.quant;
     bo.offload_embeddings = opts.offload_embeddings;
     bo.native_fp4 = opts.native_fp4 && !opts.portable_kernels;
-    model = cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo);
+    model = cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo, vw, vw ? &cfg.vision : nullptr);
     cuda::ForwardOptions fo;
     fo.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);
     fo.max_seqs = opts.max_batch_requests;
     fo.batch_invariant = opts.batch_invariant;
     fo.w4a16_fused = opts.w4a16_fused;
     fo.portable_kernels = opts.portable_kernels;
+    const VisionGeometry& g = opts.encode.vision;
+    fo.vision_patches = int64_t(g.max_pixels / (uint64_t(g.patch_size) * g.patch_size));
     if (opts.offload_embeddings) cuda::use_lean_memory_plan(fo);
     forward = std::make_unique<cuda::Forward>(model, fo);
   }
@@ -363,7 +366,10 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
   // Checked lazily (no fp32 copy), uploaded as bf16; the mapped files close after the upload.
   const auto tw = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Lazy, qa);
   const auto hw = model::load_head_weights(head, e->cfg_.head, model::LoadMode::Lazy);
-  e->gpu_ = std::make_unique<GpuBackend>(tw, hw, e->cfg_, opts, opts.progress);
+  std::optional<model::VisionWeights> vw;
+  if (backbone.find("model.visual.patch_embed.proj.weight")) vw = model::load_vision_weights(backbone, e->cfg_.vision, model::LoadMode::Lazy);
+  e->gpu_ = std::make_unique<GpuBackend>(tw, hw, vw ? &*vw : nullptr, e->cfg_, opts, opts.progress);
+  e->has_vision_ = vw.has_value();
 #endif
   return e;
 }
@@ -390,7 +396,10 @@ std::unique_ptr<EngineCore> EngineCore::synthetic(const std::string& preset, con
   e->encoder_ = std::make_unique<Encoder>(*e->tok_, opts.encode);
   const auto tw = model::shape_only_text(e->cfg_.text);
   const auto hw = model::shape_only_head(e->cfg_.head);
-  e->gpu_ = std::make_unique<GpuBackend>(tw, hw, e->cfg_, opts, true);
+  std::optional<model::VisionWeights> vw;
+  if (e->cfg_.vision.present) vw = model::shape_only_vision(e->cfg_.vision);
+  e->gpu_ = std::make_unique<GpuBackend>(tw, hw, vw ? &*vw : nullptr, e->cfg_, opts, true);
+  e->has_vision_ = vw.has_value();
   return e;
 #else
   (void)preset;
@@ -472,16 +481,13 @@ LinearInputObserver EngineCore::observer() const {
 
 std::shared_ptr<const ImageMedia> EngineCore::image_media(const Request& req, const Encoded& e) const {
   if (req.images.empty()) return nullptr;
-  if (gpu_)
-    throw Error(Status::Unprocessable, "unsupported",
-                "images run on the CPU engine only in this build: the GPU vision tower is not built yet (open the engine with device cpu)",
-                "images");
   if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
   if (!has_vision_) throw Error(Status::Unprocessable, "unsupported", "this model folder has no vision tower (model.visual.*)", "images");
   if (e.images.size() != req.images.size())
     throw Error(Status::Internal, "internal_error", "image_media: the encoding does not hold the request's images");
   CpuThreadScope scope(opts_.threads, {});
   auto m = std::make_shared<ImageMedia>();
+  m->patches.reserve(req.images.size());  // the spans point into it
   std::vector<model::MediaSpan> spans;
   const VisionGeometry& g = encoder_->options().vision;
   const int64_t H = cfg_.text.hidden, merge = int64_t(g.merge_size);
@@ -493,8 +499,16 @@ std::shared_ptr<const ImageMedia> EngineCore::image_media(const Request& req, co
     if (p.grid_h != ei.grid_h || p.grid_w != ei.grid_w)
       throw unprocessable(where, "the decoded image has a " + std::to_string(p.grid_w) + "x" + std::to_string(p.grid_h) +
                                      "-patch grid but its header promised " + std::to_string(ei.grid_w) + "x" + std::to_string(ei.grid_h));
-    m->rows.push_back(model::vision_forward(vision_, cfg_.vision, p));
     const int64_t count = int64_t(ei.pad_span.end - ei.pad_span.begin);
+    if (gpu_) {  // the forward runs the tower on the GPU
+      if (p.grid_t * p.grid_h * p.grid_w != count * merge * merge)
+        throw Error(Status::Internal, "internal_error", "image_media: the patches do not fill " + where + "'s pad tokens");
+      m->patches.push_back(std::move(p));
+      spans.push_back({int64_t(ei.pad_span.begin), m->patches.back().grid_h / merge, m->patches.back().grid_w / merge, nullptr,
+                       &m->patches.back()});
+      continue;
+    }
+    m->rows.push_back(model::vision_forward(vision_, cfg_.vision, p));
     if (int64_t(m->rows.back().size()) != count * H)
       throw Error(Status::Internal, "internal_error", "image_media: the tower's rows do not fill " + where + "'s pad tokens");
     spans.push_back({int64_t(ei.pad_span.begin), p.grid_h / merge, p.grid_w / merge, m->rows.back().data()});
@@ -564,8 +578,6 @@ std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::B
   if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) {
-    for (const auto& s : batch)  // image_media refuses them first; the GPU forward reads no image rows
-      if (s.media) throw Error(Status::Unprocessable, "unsupported", "images run on the CPU engine only in this build", "images");
     return gpu_->forward->run(batch);
   }
 #endif

@@ -65,10 +65,13 @@ struct CoreOptions {
 
 struct GpuBackend;
 
-// A request's images through the processor and the vision tower: the rows that replace its
-// <|image_pad|> embeddings (one vector per image) and its mRoPE positions, which point at them.
+// A request's images through the processor and, on the CPU, the vision tower: the rows that
+// replace its <|image_pad|> embeddings (one vector per image; the CPU engine) or the processor's
+// patches, which the GPU forward runs through its tower with the batch's other images; and its
+// mRoPE positions, which point at them.
 struct ImageMedia {
   std::vector<std::vector<float>> rows;
+  std::vector<model::ImagePatches> patches;
   model::SequenceMedia media;
 };
 
@@ -160,7 +163,7 @@ class EngineCore {
   model::TextWeights text_;
   model::HeadWeights head_;
   model::VisionWeights vision_;
-  bool has_vision_ = false;  // the CPU engine and a folder with model.visual.* tensors
+  bool has_vision_ = false;  // the folder has model.visual.* tensors (on the GPU: uploaded)
   std::unique_ptr<GpuBackend> gpu_;
   std::unique_ptr<PrefixCache> cache_;  // null: off
   mutable std::mutex observer_mu_;

@@ -179,9 +179,11 @@ vector<float> backbone_chunk(const TextWeights& w, const TextConfig& c, const in
     std::copy_n(w.embed.data() + int64_t(id) * H, H, x.data() + t * H);
   }
   if (media)  // the vision tower's rows in place of the image pad embeddings
-    for (const SequenceMedia::Image& im : media->images)
+    for (const SequenceMedia::Image& im : media->images) {
+      if (!im.rows) throw Error(Status::Internal, "internal_error", "the CPU backbone got an image without the tower's rows");
       for (int64_t t = std::max(im.first, st.length); t < std::min(im.first + im.count, st.length + n); ++t)
         std::copy_n(im.rows + (t - im.first) * H, H, x.data() + (t - st.length) * H);
+    }
   check_finite(x, -1);
   int64_t layer = 0;
   for (size_t li = 0; li < w.layers.size(); ++li) {
@@ -259,7 +261,7 @@ SequenceMedia mrope_positions(int64_t length, const std::vector<MediaSpan>& imag
         m.pos_w[size_t(t)] = p + k % im.cols;
       }
       p += std::max(im.rows, im.cols);
-      if (im.embeddings) m.images.push_back({im.first, im.rows * im.cols, im.embeddings});
+      if (im.embeddings || im.patches) m.images.push_back({im.first, im.rows * im.cols, im.embeddings, im.patches});
       continue;
     }
     m.pos_t[size_t(t)] = m.pos_h[size_t(t)] = m.pos_w[size_t(t)] = p++;

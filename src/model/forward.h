@@ -27,22 +27,29 @@ constexpr int64_t kChunkTokens = 256;
 
 // What a sequence with images adds to its ids (spec/model.md 1.2, 2): each token's three mRoPE
 // position rows, and the vision tower's rows that replace its images' <|image_pad|> embeddings.
+struct ImagePatches;  // model/vision.h
 struct SequenceMedia {
   std::vector<int64_t> pos_t, pos_h, pos_w;  // [length] each
   struct Image {
     int64_t first = 0, count = 0;  // the pad tokens [first, first + count)
-    const float* rows = nullptr;   // [count, hidden], not owned
+    // Not owned. The CPU engine runs the tower in prepare() and hands its rows [count, hidden];
+    // the GPU engine hands the processor's patches, which its forward runs through its tower
+    // with the batch's other images.
+    const float* rows = nullptr;
+    const ImagePatches* patches = nullptr;
   };
   std::vector<Image> images;
 };
 // The position rows of a sequence of `length` tokens whose images' pad tokens are given (each
 // with its merged grid, rows x cols = count): text tokens count on by one on all three rows; an
 // image starting at p has t = p, h = p + row, w = p + col, and the text after it goes on from
-// p + max(rows, cols). A span with `embeddings` (the tower's [rows * cols, hidden] rows) also
-// becomes one of the media's images; without, it places positions only.
+// p + max(rows, cols). A span with `embeddings` (the tower's [rows * cols, hidden] rows) or
+// `patches` (the tower's input) also becomes one of the media's images; with neither, it places
+// positions only.
 struct MediaSpan {
   int64_t first = 0, rows = 0, cols = 0;
   const float* embeddings = nullptr;
+  const ImagePatches* patches = nullptr;
 };
 SequenceMedia mrope_positions(int64_t length, const std::vector<MediaSpan>& images);
 

@@ -315,6 +315,14 @@ ModelConfig synthetic_config(const std::string& name) {
   c.model_type = "qwen3_5";
   c.text = parse_text_config(text_config_json(P, vocab), "synthetic " + name);
   c.head = parse_head_config(head_config_json(P), "synthetic " + name);
+  const VisionPreset V = vision_preset(name);  // the release's tower, as `clefrt synth` writes it
+  c.vision.present = true;
+  c.vision.depth = V.depth;
+  c.vision.hidden = V.hidden;
+  c.vision.heads = V.heads;
+  c.vision.ffn = V.ffn;
+  c.vision.num_position_embeddings = V.positions;
+  c.vision.out_hidden = c.text.hidden;
   return c;
 }
 

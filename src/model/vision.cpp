@@ -56,35 +56,37 @@ vector<std::pair<int64_t, int64_t>> vision_patch_rows_cols(const VisionConfig& c
   return rc;
 }
 
-vector<float> vision_position_embeddings(const VisionWeights& w, const VisionConfig& c, int64_t gt, int64_t gh, int64_t gw) {
-  const int64_t H = c.hidden;
+vector<PositionTaps> vision_position_taps(const VisionConfig& c, int64_t gh, int64_t gw) {
   const int64_t side = int64_t(std::lround(std::sqrt(double(c.num_position_embeddings))));
   if (side * side != c.num_position_embeddings)
     throw Error(Status::Internal, "internal_error", "vision_config num_position_embeddings " + std::to_string(c.num_position_embeddings) + " is not a square");
   const vector<float> hs = torch_linspace(0.0f, float(side - 1), gh), ws = torch_linspace(0.0f, float(side - 1), gw);
-  // the (h, w) grid row-major: four table rows per point, weighted, summed in that order
-  vector<float> grid(size_t(gh * gw * H));
+  vector<PositionTaps> taps(size_t(gh * gw));
   for (int64_t i = 0; i < gh; ++i) {
     const int64_t h0 = int64_t(hs[size_t(i)]), h1 = std::min(h0 + 1, side - 1);
     const float dh = hs[size_t(i)] - float(h0);
     for (int64_t j = 0; j < gw; ++j) {
       const int64_t w0 = int64_t(ws[size_t(j)]), w1 = std::min(w0 + 1, side - 1);
       const float dw = ws[size_t(j)] - float(w0);
-      const float wt[4] = {(1 - dh) * (1 - dw), (1 - dh) * dw, dh * (1 - dw), dh * dw};
-      const int64_t idx[4] = {h0 * side + w0, h0 * side + w1, h1 * side + w0, h1 * side + w1};
-      float* out = grid.data() + (i * gw + j) * H;
-      for (int64_t x = 0; x < H; ++x) {
-        float acc = w.pos_embed.data()[idx[0] * H + x] * wt[0];
-        for (int k = 1; k < 4; ++k) acc += w.pos_embed.data()[idx[k] * H + x] * wt[k];
-        out[x] = acc;
-      }
+      taps[size_t(i * gw + j)] = {{h0 * side + w0, h0 * side + w1, h1 * side + w0, h1 * side + w1},
+                                  {(1 - dh) * (1 - dw), (1 - dh) * dw, dh * (1 - dw), dh * dw}};
     }
   }
+  return taps;
+}
+
+vector<float> vision_position_embeddings(const VisionWeights& w, const VisionConfig& c, int64_t gt, int64_t gh, int64_t gw) {
+  const int64_t H = c.hidden;
+  const vector<PositionTaps> taps = vision_position_taps(c, gh, gw);
   vector<float> out;
   out.reserve(size_t(gt * gh * gw * H));
   for (auto [r, col] : vision_patch_rows_cols(c, gt, gh, gw)) {
-    const float* src = grid.data() + (r * gw + col) * H;
-    out.insert(out.end(), src, src + H);
+    const PositionTaps& p = taps[size_t(r * gw + col)];
+    for (int64_t x = 0; x < H; ++x) {
+      float acc = w.pos_embed.data()[p.idx[0] * H + x] * p.wt[0];
+      for (int k = 1; k < 4; ++k) acc += w.pos_embed.data()[p.idx[k] * H + x] * p.wt[k];
+      out.push_back(acc);
+    }
   }
   return out;
 }

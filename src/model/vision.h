@@ -25,6 +25,13 @@ std::vector<float> vision_forward(const VisionWeights& w, const VisionConfig& c,
 // Its pieces, for tests: the position table resampled to the grid (bilinear, align_corners,
 // as torch.linspace places the sample points), [t * h * w, hidden] in merge-block order; and
 // each patch's (row, column) in that order.
+// The four table rows and weights each grid point (i, j) of a gh x gw grid samples, row-major;
+// the embedding is sum_k table[idx[k]] * wt[k], summed in k order.
+struct PositionTaps {
+  int64_t idx[4];
+  float wt[4];
+};
+std::vector<PositionTaps> vision_position_taps(const VisionConfig& c, int64_t grid_h, int64_t grid_w);
 std::vector<float> vision_position_embeddings(const VisionWeights& w, const VisionConfig& c, int64_t grid_t, int64_t grid_h, int64_t grid_w);
 std::vector<std::pair<int64_t, int64_t>> vision_patch_rows_cols(const VisionConfig& c, int64_t grid_t, int64_t grid_h, int64_t grid_w);
 // torch.linspace(start, end, steps) in fp32 (the first half counted from start, the rest from end).

@@ -276,6 +276,11 @@ TextWeights shape_only_text(const TextConfig& cfg) {
   return load_text_weights(none, cfg, LoadMode::ShapeOnly);
 }
 
+VisionWeights shape_only_vision(const VisionConfig& cfg) {
+  static const io::TensorStore none;
+  return load_vision_weights(none, cfg, LoadMode::ShapeOnly);
+}
+
 HeadWeights shape_only_head(const HeadConfig& cfg) {
   static const io::TensorStore none;
   return load_head_weights(none, cfg, LoadMode::ShapeOnly);

@@ -115,6 +115,7 @@ VisionWeights load_vision_weights(const io::TensorStore& store, const VisionConf
 // The shapes of every tensor of a configuration, no data (LoadMode::ShapeOnly).
 TextWeights shape_only_text(const TextConfig& cfg);
 HeadWeights shape_only_head(const HeadConfig& cfg);
+VisionWeights shape_only_vision(const VisionConfig& cfg);
 
 // bf16 / f16 / f32 bytes -> fp32.
 std::vector<float> to_f32(const io::TensorInfo& t);

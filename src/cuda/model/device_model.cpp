@@ -73,6 +73,15 @@ class Builder {
     put_bf16(t, p, t.numel(), 1.0f / std::sqrt(float(cols)), 0.0f);
     return {nullptr, p, rows, cols};
   }
+  // A matrix that stays bf16 whatever o_.quant says (the vision tower).
+  const bf16* matrix_bf16(const model::Tensor& t) {
+    if (t.quant != model::Tensor::Quant::None)
+      throw load_error(t.name, "the vision tower's weights must be bf16, f16 or f32 (a quantized tower is not supported)");
+    const int64_t rows = t.shape.front(), cols = t.numel() / std::max<int64_t>(rows, 1);
+    bf16* p = alloc<bf16>(size_t(t.numel()));
+    put_bf16(t, p, t.numel(), 1.0f / std::sqrt(float(cols)), 0.0f);
+    return p;
+  }
   // An embedding table, in GPU memory or (offload) in mapped host memory.
   const bf16* table(const model::Tensor& t, float std) {
     const size_t bytes = size_t(t.numel()) * 2;
@@ -314,7 +323,8 @@ void trim_stack_reservation() { check(cudaDeviceSetLimit(cudaLimitStackSize, 0),
 
 
 DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeights& hw, const model::TextConfig& c,
-                            const model::HeadConfig& hc, const BuildOptions& o) {
+                            const model::HeadConfig& hc, const BuildOptions& o, const model::VisionWeights* vw,
+                            const model::VisionConfig* vc) {
   trim_stack_reservation();
   DevModel m;
   m.c = c;
@@ -422,6 +432,40 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
   h.scalars.joint_scale = float(std::exp(std::min(double(hw.joint_logit_scale), std::log(100.0))));
   h.scalars.gate = float(1.0 / (1.0 + std::exp(-double(hw.residual_gate))));
   h.scalars.b3 = h.scorer3_b;
+  if (vw && vc) {
+    DevVision& v = m.vision;
+    v.c = *vc;
+    const int64_t hd = vc->hidden / vc->heads;
+    if (vc->hidden % vc->heads || hd % 4 || !flash_attention_full_padded(hd))
+      throw load_error("config.json", "vision_config head dim " + std::to_string(hd) +
+                                          " is not supported by the CUDA vision tower (a multiple of 4, at most 128)");
+    v.patch = b.matrix_bf16(vw->patch_w);
+    v.patch_b = b.vec(vw->patch_b, 0.0f, 0.02f);
+    v.pos_table = b.vec(vw->pos_embed, 0.0f, 0.5f);
+    std::vector<float> inv(size_t(hd / 4));
+    for (int64_t j = 0; j < hd / 4; ++j) inv[size_t(j)] = 1.0f / std::pow(10000.0f, float(2 * j) / float(hd / 2));
+    v.inv_freq = b.host_vec(inv);
+    for (const model::VisionBlockWeights& bw : vw->blocks) {
+      DevVisionBlock d;
+      d.norm1 = ln(b, bw.norm1);
+      d.norm2 = ln(b, bw.norm2);
+      d.qkv = b.matrix_bf16(bw.qkv_w);
+      d.proj = b.matrix_bf16(bw.proj_w);
+      d.fc1 = b.matrix_bf16(bw.fc1_w);
+      d.fc2 = b.matrix_bf16(bw.fc2_w);
+      d.qkv_b = b.vec(bw.qkv_b, 0.0f, 0.02f);
+      d.proj_b = b.vec(bw.proj_b, 0.0f, 0.02f);
+      d.fc1_b = b.vec(bw.fc1_b, 0.0f, 0.02f);
+      d.fc2_b = b.vec(bw.fc2_b, 0.0f, 0.02f);
+      v.blocks.push_back(d);
+    }
+    v.merger_norm = ln(b, vw->merger_norm);
+    v.merger_fc1 = b.matrix_bf16(vw->merger_fc1_w);
+    v.merger_fc2 = b.matrix_bf16(vw->merger_fc2_w);
+    v.merger_fc1_b = b.vec(vw->merger_fc1_b, 0.0f, 0.02f);
+    v.merger_fc2_b = b.vec(vw->merger_fc2_b, 0.0f, 0.02f);
+    m.has_vision = true;
+  }
   check(cudaDeviceSynchronize(), "upload weights");
   m.weight_bytes = m.pool.used();
   m.weight_reserved_bytes = m.pool.reserved();

@@ -97,6 +97,24 @@ struct DevHead {
   HeadScalars scalars{};
 };
 
+// The vision tower (spec/model.md 2): bf16 matrices and fp32 vectors whatever --quant says (the
+// community NVFP4 build keeps the tower bf16 too; `clefrt quantize` leaves model.visual.* alone).
+struct DevVisionBlock {
+  DevLN norm1, norm2;
+  const bf16 *qkv = nullptr, *proj = nullptr, *fc1 = nullptr, *fc2 = nullptr;  // [out, in]
+  const float *qkv_b = nullptr, *proj_b = nullptr, *fc1_b = nullptr, *fc2_b = nullptr;
+};
+struct DevVision {
+  model::VisionConfig c;
+  const bf16* patch = nullptr;  // the Conv3d as a Linear [hidden, C * T * P * P]
+  const float *patch_b = nullptr, *pos_table = nullptr;  // pos_table [num_position_embeddings, hidden] fp32
+  const float* inv_freq = nullptr;                       // the 2-D rotary's hd / 4 frequencies
+  std::vector<DevVisionBlock> blocks;
+  DevLN merger_norm;
+  const bf16 *merger_fc1 = nullptr, *merger_fc2 = nullptr;
+  const float *merger_fc1_b = nullptr, *merger_fc2_b = nullptr;
+};
+
 struct DevModel {
   model::TextConfig c;
   model::HeadConfig hc;
@@ -106,6 +124,8 @@ struct DevModel {
   const float* inv_freq = nullptr;  // RoPE, R/2 values computed as the CPU twin does
   std::vector<DevLayer> layers;
   DevHead head;
+  bool has_vision = false;  // the folder's tower was uploaded (images run on the GPU)
+  DevVision vision;
   size_t weight_bytes = 0;       // bytes of the weights on the GPU
   size_t weight_reserved_bytes = 0;  // GPU memory the pool holds for them (granule-rounded)
   size_t host_weight_bytes = 0;  // pinned host memory (offloaded embeddings)
@@ -144,7 +164,9 @@ void trim_stack_reservation();
 // bf16 (matrices) or kept fp32 (vectors), NVFP4 / FP8 kept or converted as `o.quant` says.
 // Tensors with no data (LoadMode::ShapeOnly) are filled with deterministic random values on the
 // GPU (seed), scaled like `clefrt synth`'s. Throws load_error for what cannot be run.
+// vw / vc: the vision tower's weights and numbers, or null for a model that takes no images.
 DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeights& hw, const model::TextConfig& c,
-                            const model::HeadConfig& hc, const BuildOptions& o = {});
+                            const model::HeadConfig& hc, const BuildOptions& o = {}, const model::VisionWeights* vw = nullptr,
+                            const model::VisionConfig* vc = nullptr);
 
 }  // namespace clefrt::cuda

@@ -10,6 +10,8 @@
 #include "cuda/runtime/check.h"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/kernels_quant.h"
+#include "cuda/model/vision_tower.h"
+#include "model/forward.h"
 
 namespace clefrt::cuda {
 
@@ -31,6 +33,16 @@ T* rows_before(T* p, int64_t r0, int64_t ld) {
 // the arena. carve() is also run on a counting arena to plan the memory.
 struct Forward::Batch {
   int64_t L = 0, nseq = 0, O = 0, Q = 0, nchunks = 0, ntiles = 0;
+  // images: their patches (the tower's input), where their rows go, and the mRoPE rows
+  int64_t VS = 0;
+  struct Image {
+    int64_t row = 0, count = 0;  // the pad tokens' rows in the batch
+    const model::ImagePatches* patches = nullptr;
+  };
+  std::vector<Image> images;
+  VisionScratch vs{};
+  bool mrope = false;
+  size_t off_mrope = 0;
   // host index arrays, uploaded in one copy
   std::vector<int32_t> meta;
   size_t off_ids, off_seq_start, off_chunk_start, off_chunk_len, off_seq_chunk, off_tile_q0, off_tile_seq0, off_tile_end;
@@ -165,8 +177,16 @@ struct Forward::Batch {
     cm = a.carve<float>(O * d, "cm");
     a.rewind(std::max(a.used(), late_end));
     a.rewind(std::max(a.used(), backbone_end));
+    // the tower runs before the embeddings: its scratch shares the backbone's region, and its
+    // output rows wait in `hidden` (out_hidden == hidden, checked at load)
+    if (VS > 0) {
+      const size_t end = a.used();
+      a.rewind(shared_from);
+      vs = VisionScratch::carve(a, m.vision.c, VS);
+      a.rewind(std::max(a.used(), end));
+    }
   }
-  size_t meta_capacity() const { return size_t(L * 2 + 3 * nchunks + nseq + 1 + 3 * ntiles + 10 * Q + 8 * O + nseq + 64); }
+  size_t meta_capacity() const { return size_t(L * 5 + 3 * nchunks + nseq + 1 + 3 * ntiles + 10 * Q + 8 * O + nseq + 64); }
 };
 
 Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
@@ -175,6 +195,9 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   if (m.c.k_head_dim > 128 || m.c.v_head_dim > 256)
     throw load_error("config.json", "GDN head dims (k " + std::to_string(m.c.k_head_dim) + ", v " + std::to_string(m.c.v_head_dim) +
                                         ") are not supported by the CUDA GDN kernels (k <= 128, v <= 256)");
+  if (m.has_vision && m.vision.c.out_hidden != m.c.hidden)
+    throw load_error("config.json", "vision_config out_hidden_size " + std::to_string(m.vision.c.out_hidden) + " differs from the text hidden size " +
+                                        std::to_string(m.c.hidden));
   if (m.head.scorer0.n > 4 * m.hc.width)
     throw load_error("joint_head.safetensors", "residual_scorer hidden size above 4 x width is not supported by the CUDA head");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -192,6 +215,12 @@ Forward::~Forward() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+int64_t Forward::vision_plan(const DevModel& m, const ForwardOptions& o) {
+  if (!m.has_vision) return 0;
+  const int64_t all = m.vision.c.spatial_merge * m.vision.c.spatial_merge * o.max_tokens;
+  return o.vision_patches > 0 ? std::min(all, o.vision_patches) : all;
+}
+
 size_t Forward::plan_bytes(const DevModel& m, const ForwardOptions& o) {
   Batch b;
   b.L = o.max_tokens;
@@ -200,6 +229,8 @@ size_t Forward::plan_bytes(const DevModel& m, const ForwardOptions& o) {
   b.Q = std::min(o.max_tokens, o.max_seqs * o.max_questions);
   b.nchunks = o.max_tokens / kChunk + o.max_seqs;
   b.ntiles = o.max_tokens / kTile + o.max_seqs;
+  // every image token is one merge block of patches, and image tokens are batch tokens
+  b.VS = vision_plan(m, o);
   Arena a = Arena::counter();
   b.carve(a, m, o);
   return a.used() + (size_t(1) << 20);
@@ -355,6 +386,41 @@ void Forward::prepare(Batch& b, const model::Batch& batch) {
   mark(b.off_seq_start);
   for (int64_t s = 0; s < b.nseq; ++s)
     for (int64_t t = offs[s]; t < offs[s + 1]; ++t) v.push_back(int32_t(offs[s]));
+  // images: the patches go through the tower; every sequence's positions become mRoPE rows
+  for (int64_t s = 0; s < b.nseq; ++s) {
+    const model::SequenceMedia* md = batch[size_t(s)].media;
+    if (!md) continue;
+    b.mrope = true;
+    for (const model::SequenceMedia::Image& im : md->images) {
+      if (!im.patches) throw Error(Status::Internal, "internal_error", "the GPU forward got an image without its patches");
+      if (!m_.has_vision) throw Error(Status::Unprocessable, "unsupported", "this model has no vision tower (model.visual.*)", "images");
+      const model::ImagePatches& p = *im.patches;
+      const int64_t m2 = m_.vision.c.spatial_merge * m_.vision.c.spatial_merge;
+      if (p.grid_t * p.grid_h * p.grid_w != im.count * m2 || im.first < 0 || im.first + im.count > batch[size_t(s)].length)
+        throw Error(Status::Internal, "internal_error", "an image's patches do not fill its pad tokens");
+      b.images.push_back({offs[s] + im.first, im.count, im.patches});
+      b.VS += im.count * m2;
+      if (im.count * m2 > vision_plan(m_, o_))
+        throw Error(Status::Unprocessable, "invalid_image",
+                    "an image of " + std::to_string(im.count * m2) + " patches is over the GPU plan's " + std::to_string(vision_plan(m_, o_)),
+                    "images");
+    }
+  }
+  b.VS = std::min(b.VS, vision_plan(m_, o_));
+  if (b.mrope) {
+    mark(b.off_mrope);
+    v.resize(v.size() + size_t(3 * b.L));
+    int32_t* pos = v.data() + b.off_mrope;
+    for (int64_t s = 0; s < b.nseq; ++s) {
+      const model::SequenceMedia* md = batch[size_t(s)].media;
+      for (int64_t t = 0; t < offs[s + 1] - offs[s]; ++t) {
+        const int64_t r = offs[s] + t;
+        pos[r] = int32_t(md ? md->pos_t[size_t(t)] : t);
+        pos[b.L + r] = int32_t(md ? md->pos_h[size_t(t)] : t);
+        pos[2 * b.L + r] = int32_t(md ? md->pos_w[size_t(t)] : t);
+      }
+    }
+  }
   std::vector<int32_t> cs, cl, sc = {0}, tq, ts, te;
   for (int64_t s = 0; s < b.nseq; ++s) {
     for (int64_t t = offs[s]; t < offs[s + 1]; t += kChunk) {
@@ -453,9 +519,35 @@ void Forward::backbone(Batch& b) {
   cudaStream_t s = stream_;
   const GdnChunks ch{b.d(b.off_chunk_start), b.d(b.off_chunk_len), b.d(b.off_seq_chunk), b.nchunks, b.nseq};
   const AttnTiles tiles{b.d(b.off_tile_q0), b.d(b.off_tile_seq0), b.d(b.off_tile_end), b.ntiles};
+  MropePositions mrope;
+  if (b.mrope) {
+    mrope.pos = b.d(b.off_mrope);
+    mrope.sec_h = c.mrope_section.size() == 3 ? int(3 * c.mrope_section[1]) : 0;
+    mrope.sec_w = c.mrope_section.size() == 3 ? int(3 * c.mrope_section[2]) : 0;
+  }
 
+  // the images through the tower in groups that fit its scratch, their rows into `hidden`
+  for (size_t i = 0, rows = 0; i < b.images.size();) {
+    std::vector<const model::ImagePatches*> group;
+    int64_t patches = 0, tokens = 0;
+    const int64_t m2 = m_.vision.c.spatial_merge * m_.vision.c.spatial_merge;
+    for (; i < b.images.size() && patches + b.images[i].count * m2 <= b.vs.S; ++i) {
+      group.push_back(b.images[i].patches);
+      patches += b.images[i].count * m2;
+      tokens += b.images[i].count;
+    }
+    vision_tower(m_.vision, *gemm_, group, b.vs, b.hidden + rows * H, s, [this](const char* op) { mark(op); });
+    rows += size_t(tokens);
+  }
   mark("embed");
   embed_gather(b.d(b.off_ids), L, m_.embed, H, b.x, s);
+  // the tower's rows in place of the image pad embeddings
+  int64_t done_rows = 0;
+  for (const Batch::Image& im : b.images) {
+    check(cudaMemcpyAsync(b.x + im.row * H, b.hidden + done_rows * H, size_t(im.count * H) * 4, cudaMemcpyDeviceToDevice, s),
+          "image rows into the embeddings");
+    done_rows += im.count;
+  }
   lin_->begin(b.qs_gdn);
   LinearRunner& lin = *lin_;
   int64_t done = 0;
@@ -507,7 +599,7 @@ void Forward::backbone(Batch& b) {
       mark("gemm attn qkv");
       lin.run(b.h, L, H, l.qkv, b.abig, OutType::BF16, n, false, "attention qkv_proj");
       mark("attn prep");
-      attn_prep(b.abig, n, L, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), l.q_norm, l.k_norm, eps, b.q, b.k, s);
+      attn_prep(b.abig, n, L, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), mrope, l.q_norm, l.k_norm, eps, b.q, b.k, s);
       mark("flash attention");
       flash_attention(b.q, b.k, b.abig + Hq * 2 * D + Hkv * D, n, b.abig + D, n, 2 * D, Hq, Hkv, D, tiles, b.aact, s);
       mark("gemm attn o_proj");

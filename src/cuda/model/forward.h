@@ -38,6 +38,10 @@ struct ForwardOptions {
   // are batch-invariant, so a row's bits do not depend on its block. Staged NVFP4 dequantizes
   // the MLP weights once per block: a memory-for-time trade (--offload-embeddings turns it on).
   int64_t mlp_block_tokens = 0;
+  // The vision tower's scratch holds this many patches (0: merge^2 x max_tokens, every image
+  // token's). The processor's largest image (max_pixels / patch^2) is enough: a batch's images
+  // run through the tower in groups that fit, with the same bits as all at once.
+  int64_t vision_patches = 0;
   int64_t debug_layers = -1;   // tests: run only the first N backbone layers (-1: all)
 };
 
@@ -93,6 +97,7 @@ class Forward {
   struct Batch;
   // The arena a model needs for batches of up to max_tokens tokens / max_seqs requests.
   static size_t plan_bytes(const DevModel& m, const ForwardOptions& o);
+  static int64_t vision_plan(const DevModel& m, const ForwardOptions& o);  // the tower's scratch in patches
   void prepare(Batch& b, const model::Batch& batch);
   std::vector<std::vector<std::vector<double>>> run_impl(const model::Batch& batch, const std::vector<float>* hidden);
   void backbone(Batch& b);

@@ -90,9 +90,15 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
 // ---- gated attention (kernels_attn.cu) ----
 // From the fused q|gate, k, v GEMM output qkv [L, ldqkv]: q heads (rows of 2D: q then gate)
 // and k heads get the (1+w) RMSNorm and partial RoPE (rotary dim R, angle inv_freq[i] * pos in
-// fp32, pos = t - seq_start[t]). Writes q [L, Hq, D] and k [L, Hkv, D] bf16.
+// fp32, pos = t - seq_start[t], or the mRoPE rows when mrope.pos is set). Writes q [L, Hq, D]
+// and k [L, Hkv, D] bf16.
+struct MropePositions {
+  const int32_t* pos = nullptr;  // null: pos = t - seq_start[t]; else rows t, h, w: [3, L]
+  int sec_h = 0, sec_w = 0;      // 3 x mrope_section[1], 3 x mrope_section[2] (spec/model.md 1.2)
+};
 void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hkv, int64_t D, int64_t R, const float* inv_freq,
-               const int32_t* seq_start, const float* q_norm, const float* k_norm, float eps, bf16* q, bf16* k, cudaStream_t s);
+               const int32_t* seq_start, const MropePositions& mrope, const float* q_norm, const float* k_norm, float eps, bf16* q, bf16* k,
+               cudaStream_t s);
 // Causal varlen flash attention (tensor cores, online softmax), GQA, then * sigmoid(gate).
 // Tiles of 64 queries: tile i covers queries [tile_q0[i], min(tile_q0[i] + 64, tile_end[i])) of
 // the sequence starting at tile_seq0[i] and ending at tile_end[i].
@@ -105,6 +111,25 @@ void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, c
                      int64_t gate_head_stride, int64_t Hq,
                      int64_t Hkv, int64_t D, const AttnTiles& tiles, bf16* out, cudaStream_t s);
 bool flash_attention_supports(int64_t D);
+// Bidirectional attention within each tile's sequence [seq0, end) (the vision tower's frames), no
+// gate, scale 1 / sqrt(dout): q, k, v [L, heads, Dp] bf16 with the head dims zero-padded to
+// Dp = flash_attention_full_padded(dout) (0: unsupported); out [L, heads, dout] bf16.
+void flash_attention_full(const bf16* q, const bf16* k, const bf16* v, int64_t heads, int64_t dout, const AttnTiles& tiles, bf16* out,
+                          cudaStream_t s);
+int64_t flash_attention_full_padded(int64_t dout);
+
+// ---- vision tower (kernels_vision.cu, spec/model.md 2) ----
+// x[s, :] += bias + sum_k table[idx[s][k], :] * wt[s][k] (k in order): the patch embedding's bias
+// and its interpolated position row (model::vision_position_taps per patch).
+void vision_embed_finish(float* x, int64_t S, int64_t H, const float* bias, const float* table, const int32_t* idx4, const float* wt4,
+                         cudaStream_t s);
+// qkv [n, 3H] fp32 (rows r0.. of the images' patches) + bias -> q, k, v [S, heads, Dp] bf16 rows
+// r0.., q and k rotated by the 2-D rotary (hd/4 frequencies of the patch's row, hd/4 of its column,
+// a dim d paired with d + hd/2), the padding dims zero.
+void vision_qkv_rope(const float* qkv, int64_t n, int64_t r0, const float* bias, const int32_t* row, const int32_t* col,
+                     const float* inv_freq, int64_t heads, int64_t hd, int64_t Dp, bf16* q, bf16* k, bf16* v, cudaStream_t s);
+// y = gelu(x + bias) as bf16, tanh-approximated (the blocks' MLP) or exact (the merger).
+void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, bool tanh_form, bf16* y, cudaStream_t s);
 
 // ---- joint head (kernels_head.cu) ----
 // y[m, n] (+)= x[m, k] w[n, k]^T (fp32, w rows k apart) for the head's question / option rows:

@@ -1,6 +1,8 @@
-// Gated full attention on the GPU (spec/model.md 1.2): q/k (1+w) RMSNorm + partial RoPE, then a
-// flash-style causal varlen kernel on bf16 tensor cores (mma.sync m16n8k16, fp32 accumulate,
-// online softmax in fp32) that never holds an L x L matrix, with the sigmoid output gate fused.
+// Gated full attention on the GPU (spec/model.md 1.2): q/k (1+w) RMSNorm + partial RoPE (mRoPE
+// rows for sequences with images), then a flash-style varlen kernel on bf16 tensor cores
+// (mma.sync m16n8k16, fp32 accumulate, online softmax in fp32) that never holds an L x L matrix:
+// causal with the sigmoid output gate fused (the backbone), or bidirectional without a gate (the
+// vision tower's frames, spec/model.md 2).
 #include <cmath>
 
 #include "cuda/ops/async_copy.cuh"
@@ -17,7 +19,8 @@ constexpr int kMaxD = 256;
 
 // One warp per (token, head); q heads first (rows of 2D in qkv: q then gate), then k heads.
 __global__ void attn_prep_k(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hkv, int D, int R, const float* inv_freq,
-                            const int32_t* seq_start, const float* q_norm, const float* k_norm, float eps, bf16* q, bf16* k) {
+                            const int32_t* seq_start, MropePositions mp, const float* q_norm, const float* k_norm, float eps, bf16* q,
+                            bf16* k) {
   __shared__ float buf[8][kMaxD];
   const int lane = threadIdx.x & 31, wl = threadIdx.x >> 5;
   const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
@@ -43,7 +46,13 @@ __global__ void attn_prep_k(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t H
     float v = x[i];
     if (i < R) {
       const int f = i < half ? i : i - half;
-      const float ang = inv_freq[f] * pos;
+      // mRoPE, interleaved as the CPU twin: frequency f reads row h when f % 3 == 1 and
+      // f < sec_h, row w when f % 3 == 2 and f < sec_w, else row t
+      const float p = !mp.pos ? pos
+                      : (f % 3 == 1 && f < mp.sec_h) ? float(mp.pos[L + t])
+                      : (f % 3 == 2 && f < mp.sec_w) ? float(mp.pos[2 * L + t])
+                                                      : float(mp.pos[t]);
+      const float ang = inv_freq[f] * p;
       const float cs = cosf(ang), sn = sinf(ang);
       v = i < half ? x[i] * cs - x[i + half] * sn : x[i] * cs + x[i - half] * sn;
     }
@@ -73,10 +82,13 @@ __device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* src, int6
 // copy is issued before S = Q K^T and the softmax, the next K's before O += P V, so the copies
 // run under the tensor-core work (cp.async); fragments come from shared memory by ldmatrix
 // (V through its transposing form, so V is stored as it arrives).
-template <int D>
+// Causal: keys up to the query's row (the backbone); else every key of [seq0, end) (the tower's
+// frames). gate null: no output gate. The output row is `ldo` apart, head h at h * dout, only
+// its first dout <= D dims written (D may be the head dim zero-padded to a multiple of 16).
+template <int D, bool Causal>
 __global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate,
                                                int64_t ldgate, int64_t gate_hs, int Hq, int Hkv, AttnTiles tiles, bf16* out,
-                                               float scale_log2) {
+                                               int64_t ldo, int dout, float scale_log2) {
   using S = FlashSmem<D>;
   constexpr int LD = S::LD;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -88,6 +100,7 @@ __global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, con
   const int64_t q0 = tiles.q0[tile], seq0 = tiles.seq0[tile], end = tiles.end[tile];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
   const int64_t q_last = (q0 + BQ < end ? q0 + BQ : end) - 1;
+  const int64_t k_last = Causal ? q_last : end - 1;
   const bf16* kbase = k + int64_t(kvh) * D;  // row t at kbase + t * Hkv * D
   const bf16* vbase = v + int64_t(kvh) * D;  // row t at vbase + t * ldv
 
@@ -104,7 +117,7 @@ __global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, con
   const int lr = (lane & 7) + ((lane >> 3) & 1) * 8, lc = (lane >> 4) * 8;  // A (Q) and V^T: rows +8 for odd matrices
   const int kr = (lane & 7) + (lane >> 4) * 8, kc = ((lane >> 3) & 1) * 8;  // K: matrices 2, 3 are the next 8 keys
 
-  for (int64_t kb = seq0; kb <= q_last; kb += BK) {
+  for (int64_t kb = seq0; kb <= k_last; kb += BK) {
     cp_async_wait<0>();
     __syncthreads();  // K (and Q) are in; every warp is done with the previous V
     load_rows_async<D>(Vs, vbase + kb * ldv, ldv, BK, end - kb);
@@ -127,7 +140,7 @@ __global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, con
     }
     // scale, causal + length mask, online softmax (rows qi0 and qi1 of this thread); blocks wholly
     // before this warp's first row and inside the sequence need no mask
-    const bool masked = kb + BK - 1 > q0 + warp * 16 || kb + BK > end;
+    const bool masked = (Causal && kb + BK - 1 > q0 + warp * 16) || kb + BK > end;
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < BK / 8; ++nt) {
@@ -135,7 +148,7 @@ __global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, con
       for (int e = 0; e < 4; ++e) {
         const int64_t kj = kb + nt * 8 + 2 * tq + (e & 1);
         const int64_t qi = e < 2 ? qi0 : qi1;
-        const bool ok = !masked || (kj <= qi && kj < end);
+        const bool ok = !masked || ((!Causal || kj <= qi) && kj < end);
         s[nt][e] = ok ? s[nt][e] * scale_log2 : -INFINITY;
       }
       mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
@@ -172,7 +185,7 @@ __global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, con
     }
     cp_async_wait<0>();
     __syncthreads();  // V is in; every warp is done with K
-    if (kb + BK <= q_last) {
+    if (kb + BK <= k_last) {
       load_rows_async<D>(Ks, kbase + (kb + BK) * Hkv * D, int64_t(Hkv) * D, BK, end - (kb + BK));
       cp_async_commit();
     }
@@ -200,44 +213,53 @@ __global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, con
 #pragma unroll
   for (int dn = 0; dn < D / 8; ++dn) {
     const int d = dn * 8 + 2 * tq;
+    if (d >= dout) continue;  // padding dims (dout is even: pairs stay whole)
     if (qi0 < end) {
-      const bf16* gr = gate + qi0 * ldgate + int64_t(h) * gate_hs + d;
-      const float y0 = o[dn][0] * inv0 * sigmoid_f(__bfloat162float(gr[0]));
-      const float y1 = o[dn][1] * inv0 * sigmoid_f(__bfloat162float(gr[1]));
-      *reinterpret_cast<__nv_bfloat162*>(out + (qi0 * Hq + h) * D + d) = __floats2bfloat162_rn(y0, y1);
+      float g0 = 1.0f, g1 = 1.0f;
+      if (gate) {
+        const bf16* gr = gate + qi0 * ldgate + int64_t(h) * gate_hs + d;
+        g0 = sigmoid_f(__bfloat162float(gr[0]));
+        g1 = sigmoid_f(__bfloat162float(gr[1]));
+      }
+      *reinterpret_cast<__nv_bfloat162*>(out + qi0 * ldo + int64_t(h) * dout + d) = __floats2bfloat162_rn(o[dn][0] * inv0 * g0, o[dn][1] * inv0 * g1);
     }
     if (qi1 < end) {
-      const bf16* gr = gate + qi1 * ldgate + int64_t(h) * gate_hs + d;
-      const float y0 = o[dn][2] * inv1 * sigmoid_f(__bfloat162float(gr[0]));
-      const float y1 = o[dn][3] * inv1 * sigmoid_f(__bfloat162float(gr[1]));
-      *reinterpret_cast<__nv_bfloat162*>(out + (qi1 * Hq + h) * D + d) = __floats2bfloat162_rn(y0, y1);
+      float g0 = 1.0f, g1 = 1.0f;
+      if (gate) {
+        const bf16* gr = gate + qi1 * ldgate + int64_t(h) * gate_hs + d;
+        g0 = sigmoid_f(__bfloat162float(gr[0]));
+        g1 = sigmoid_f(__bfloat162float(gr[1]));
+      }
+      *reinterpret_cast<__nv_bfloat162*>(out + qi1 * ldo + int64_t(h) * dout + d) = __floats2bfloat162_rn(o[dn][2] * inv1 * g0, o[dn][3] * inv1 * g1);
     }
   }
 }
 
-template <int D>
+template <int D, bool Causal>
 void launch_flash(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate, int64_t ldgate, int64_t gate_hs, int64_t Hq,
-                  int64_t Hkv, const AttnTiles& tiles, bf16* out, cudaStream_t s) {
+                  int64_t Hkv, const AttnTiles& tiles, bf16* out, int64_t ldo, int64_t dout, cudaStream_t s) {
   static bool attr = false;
   if (!attr) {
-    check(cudaFuncSetAttribute(flash_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(FlashSmem<D>::bytes)), "flash_attention smem");
+    check(cudaFuncSetAttribute(flash_k<D, Causal>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(FlashSmem<D>::bytes)),
+          "flash_attention smem");
     attr = true;
   }
-  const float scale_log2 = float(1.0 / std::sqrt(double(D)) * 1.4426950408889634);
-  flash_k<D><<<dim3(unsigned(tiles.n), unsigned(Hq)), 128, FlashSmem<D>::bytes, s>>>(q, k, v, ldv, gate, ldgate, gate_hs, int(Hq),
-                                                                                      int(Hkv), tiles, out, scale_log2);
-  check_launch("flash_attention");
+  const float scale_log2 = float(1.0 / std::sqrt(double(dout)) * 1.4426950408889634);
+  flash_k<D, Causal><<<dim3(unsigned(tiles.n), unsigned(Hq)), 128, FlashSmem<D>::bytes, s>>>(
+      q, k, v, ldv, gate, ldgate, gate_hs, int(Hq), int(Hkv), tiles, out, ldo, int(dout), scale_log2);
+  check_launch(Causal ? "flash_attention" : "flash_attention_full");
 }
 
 }  // namespace
 
 void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hkv, int64_t D, int64_t R, const float* inv_freq,
-               const int32_t* seq_start, const float* q_norm, const float* k_norm, float eps, bf16* q, bf16* k, cudaStream_t s) {
+               const int32_t* seq_start, const MropePositions& mrope, const float* q_norm, const float* k_norm, float eps, bf16* q, bf16* k,
+               cudaStream_t s) {
   if (L == 0) return;
   if (D > kMaxD) throw Error(Status::Internal, "unsupported", "attn_prep: head_dim " + std::to_string(D) + " > 256");
   const int64_t warps = L * (Hq + Hkv);
-  attn_prep_k<<<unsigned((warps + 7) / 8), 256, 0, s>>>(qkv, ldqkv, L, Hq, Hkv, int(D), int(R), inv_freq, seq_start, q_norm, k_norm,
-                                                        eps, q, k);
+  attn_prep_k<<<unsigned((warps + 7) / 8), 256, 0, s>>>(qkv, ldqkv, L, Hq, Hkv, int(D), int(R), inv_freq, seq_start, mrope, q_norm,
+                                                        k_norm, eps, q, k);
   check_launch("attn_prep");
 }
 
@@ -247,14 +269,32 @@ bool flash_attention_supports(int64_t D) { return D == 32 || D == 48 || D == 64 
 void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,
                      int64_t Hq, int64_t Hkv, int64_t D, const AttnTiles& tiles, bf16* out, cudaStream_t s) {
   if (tiles.n == 0) return;
+  const int64_t ldo = Hq * D;
   switch (D) {
-    case 32: return launch_flash<32>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
-    case 48: return launch_flash<48>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
-    case 96: return launch_flash<96>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
-    case 64: return launch_flash<64>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
-    case 128: return launch_flash<128>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
-    case 256: return launch_flash<256>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, s);
+#define CLEFRT_FLASH(d) \
+  case d: return launch_flash<d, true>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, ldo, D, s);
+    CLEFRT_FLASH(32) CLEFRT_FLASH(48) CLEFRT_FLASH(64) CLEFRT_FLASH(96) CLEFRT_FLASH(128) CLEFRT_FLASH(256)
+#undef CLEFRT_FLASH
     default: throw Error(Status::Internal, "unsupported", "flash_attention: head_dim " + std::to_string(D) + " (32, 48, 64, 96, 128, 256)");
+  }
+}
+
+int64_t flash_attention_full_padded(int64_t dout) {
+  for (int64_t d : {16, 32, 48, 64, 80, 96, 128})
+    if (dout <= d && dout % 2 == 0) return d;
+  return 0;
+}
+
+void flash_attention_full(const bf16* q, const bf16* k, const bf16* v, int64_t heads, int64_t dout, const AttnTiles& tiles, bf16* out,
+                          cudaStream_t s) {
+  if (tiles.n == 0) return;
+  const int64_t D = flash_attention_full_padded(dout), ld = heads * D, ldo = heads * dout;
+  switch (D) {
+#define CLEFRT_FLASH(d) \
+  case d: return launch_flash<d, false>(q, k, v, ld, nullptr, 0, 0, heads, heads, tiles, out, ldo, dout, s);
+    CLEFRT_FLASH(16) CLEFRT_FLASH(32) CLEFRT_FLASH(48) CLEFRT_FLASH(64) CLEFRT_FLASH(80) CLEFRT_FLASH(96) CLEFRT_FLASH(128)
+#undef CLEFRT_FLASH
+    default: throw Error(Status::Internal, "unsupported", "flash_attention_full: head_dim " + std::to_string(dout) + " (even, at most 128)");
   }
 }
 

@@ -1,0 +1,145 @@
+#include "cuda/model/vision_tower.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.h"
+#include "cuda/ops/kernels.h"
+#include "cuda/runtime/check.h"
+#include "io/safetensors_write.h"
+
+namespace clefrt::cuda {
+
+namespace {
+
+// Patches per GEMM block: the qkv / fc1 outputs are planned for a block, not for all patches
+// (a 16 MP image has 65,536). A multiple of the merge block and of the attention tile.
+constexpr int64_t kRowBlock = 4096;
+constexpr int64_t kTileRows = 64;  // kernels_attn.cu's query tile
+
+int64_t per_patch(const model::VisionConfig& c) { return c.in_channels * c.temporal_patch * c.patch * c.patch; }
+int64_t tiles_bound(const model::VisionConfig& c, int64_t S) {
+  const int64_t m2 = c.spatial_merge * c.spatial_merge;  // a frame holds at least one merge block
+  return S / kTileRows + S / std::max<int64_t>(m2, 1) + 1;
+}
+
+}  // namespace
+
+VisionScratch VisionScratch::carve(Arena& a, const model::VisionConfig& c, int64_t S) {
+  VisionScratch s;
+  s.S = S;
+  const int64_t H = c.hidden, hd = H / c.heads, Dp = flash_attention_full_padded(hd), B = std::min(S, kRowBlock);
+  const int64_t m2 = c.spatial_merge * c.spatial_merge;
+  s.meta = a.carve<int32_t>(S * 6 + 3 * tiles_bound(c, S), "vision index arrays");
+  s.wt = a.carve<float>(S * 4, "vision position weights");
+  s.pix = a.carve<bf16>(S * per_patch(c), "vision pixels");
+  s.x = a.carve<float>(S * H, "vision residual");
+  s.h = a.carve<bf16>(S * H, "vision normed");
+  s.q = a.carve<bf16>(S * c.heads * Dp, "vision q");
+  s.k = a.carve<bf16>(S * c.heads * Dp, "vision k");
+  s.v = a.carve<bf16>(S * c.heads * Dp, "vision v");
+  s.big = a.carve<float>(B * std::max({3 * H, c.ffn, m2 * H}), "vision block GEMM out");
+  s.mid = a.carve<bf16>(B * std::max(c.ffn, H), "vision block GELU out");
+  return s;
+}
+
+void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model::ImagePatches*>& images, const VisionScratch& s,
+                  float* out, cudaStream_t st, const std::function<void(const char*)>& mark) {
+  const model::VisionConfig& c = v.c;
+  const int64_t H = c.hidden, heads = c.heads, hd = H / heads, Dp = flash_attention_full_padded(hd), m = c.spatial_merge;
+  const int64_t m2 = m * m, P = per_patch(c), OH = c.out_hidden;
+  int64_t S = 0;
+  for (const model::ImagePatches* im : images) {
+    if (im->grid_h <= 0 || im->grid_w <= 0 || im->grid_t <= 0 || im->grid_h % m || im->grid_w % m ||
+        int64_t(im->pixels.size()) != im->grid_t * im->grid_h * im->grid_w * P)
+      throw Error(Status::Unprocessable, "invalid_image",
+                  "an image of " + std::to_string(im->grid_t) + " x " + std::to_string(im->grid_h) + " x " + std::to_string(im->grid_w) +
+                      " patches (" + std::to_string(im->pixels.size()) + " values) that the vision tower cannot take");
+    S += im->grid_t * im->grid_h * im->grid_w;
+  }
+  if (S == 0) return;
+  if (S > s.S)
+    throw Error(Status::Internal, "internal_error",
+                "the batch's images hold " + std::to_string(S) + " patches; the vision scratch is planned for " + std::to_string(s.S));
+
+  // ---- host index arrays: position taps, rows / columns, attention tiles (one set per frame) ----
+  std::vector<int32_t> meta(size_t(S * 6));
+  std::vector<float> wt(size_t(S * 4));
+  std::vector<int32_t> tq, ts, te;
+  std::vector<uint16_t> pix(size_t(S * P));
+  int64_t s0 = 0;
+  for (const model::ImagePatches* im : images) {
+    const auto taps = model::vision_position_taps(c, im->grid_h, im->grid_w);
+    const auto rc = model::vision_patch_rows_cols(c, im->grid_t, im->grid_h, im->grid_w);
+    for (size_t i = 0; i < rc.size(); ++i) {
+      const model::PositionTaps& t = taps[size_t(rc[i].first * im->grid_w + rc[i].second)];
+      const int64_t p = s0 + int64_t(i);
+      for (int k = 0; k < 4; ++k) {
+        meta[size_t(4 * p + k)] = int32_t(t.idx[k]);
+        wt[size_t(4 * p + k)] = t.wt[k];
+      }
+      meta[size_t(4 * S + p)] = int32_t(rc[i].first);
+      meta[size_t(5 * S + p)] = int32_t(rc[i].second);
+    }
+    const int64_t frame = im->grid_h * im->grid_w;
+    for (int64_t f0 = s0; f0 < s0 + int64_t(rc.size()); f0 += frame)
+      for (int64_t q0 = f0; q0 < f0 + frame; q0 += kTileRows) {
+        tq.push_back(int32_t(q0));
+        ts.push_back(int32_t(f0));
+        te.push_back(int32_t(f0 + frame));
+      }
+    // the reference runs patch_embed in the tower's dtype: pixels rounded to bf16
+    for (size_t i = 0; i < im->pixels.size(); ++i) pix[size_t(s0 * P) + i] = io::f32_to_bf16(im->pixels[i]);
+    s0 += int64_t(rc.size());
+  }
+  if (int64_t(tq.size()) > tiles_bound(c, S)) throw Error(Status::Internal, "internal_error", "vision attention tiles exceed their plan");
+  meta.insert(meta.end(), tq.begin(), tq.end());
+  meta.insert(meta.end(), ts.begin(), ts.end());
+  meta.insert(meta.end(), te.begin(), te.end());
+  const int64_t ntiles = int64_t(tq.size());
+  check(cudaMemcpyAsync(s.meta, meta.data(), meta.size() * 4, cudaMemcpyHostToDevice, st), "upload vision index arrays");
+  check(cudaMemcpyAsync(s.wt, wt.data(), wt.size() * 4, cudaMemcpyHostToDevice, st), "upload vision position weights");
+  check(cudaMemcpyAsync(s.pix, pix.data(), pix.size() * 2, cudaMemcpyHostToDevice, st), "upload image pixels");
+  const int32_t *row = s.meta + 4 * S, *col = s.meta + 5 * S;
+  const int32_t* tiles_at = s.meta + 6 * S;
+  const AttnTiles tiles{tiles_at, tiles_at + ntiles, tiles_at + 2 * ntiles, ntiles};
+
+  mark("vision patch_embed");
+  gemm.run(s.pix, S, P, P, v.patch, H, s.x, OutType::F32, H, false, "vision patch_embed");
+  vision_embed_finish(s.x, S, H, v.patch_b, v.pos_table, s.meta, s.wt, st);
+  for (const DevVisionBlock& b : v.blocks) {
+    mark("vision attention");
+    layer_norm(s.x, S, H, H, b.norm1.w, b.norm1.b, 1e-6f, s.h, nullptr, st);
+    for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
+      const int64_t n = std::min(kRowBlock, S - r0);
+      gemm.run(s.h + r0 * H, n, H, H, b.qkv, 3 * H, s.big, OutType::F32, 3 * H, false, "vision qkv");
+      vision_qkv_rope(s.big, n, r0, b.qkv_b, row, col, v.inv_freq, heads, hd, Dp, s.q, s.k, s.v, st);
+    }
+    flash_attention_full(s.q, s.k, s.v, heads, hd, tiles, s.h, st);
+    gemm.run(s.h, S, H, H, b.proj, H, s.x, OutType::F32, H, true, "vision proj");
+    bias_act(s.x, S, H, H, b.proj_b, false, st);
+    mark("vision mlp");
+    for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
+      const int64_t n = std::min(kRowBlock, S - r0);
+      layer_norm(s.x + r0 * H, n, H, H, b.norm2.w, b.norm2.b, 1e-6f, s.h + r0 * H, nullptr, st);
+      gemm.run(s.h + r0 * H, n, H, H, b.fc1, c.ffn, s.big, OutType::F32, c.ffn, false, "vision fc1");
+      bias_gelu_bf16(s.big, n, c.ffn, b.fc1_b, true, s.mid, st);
+      gemm.run(s.mid, n, c.ffn, c.ffn, b.fc2, H, s.x + r0 * H, OutType::F32, H, true, "vision fc2");
+      bias_act(s.x + r0 * H, n, H, H, b.fc2_b, false, st);
+    }
+  }
+  // merger: LayerNorm per patch, each merge block's m^2 rows side by side (consecutive in
+  // merge-block order), fc1, exact GELU, fc2
+  mark("vision merger");
+  layer_norm(s.x, S, H, H, v.merger_norm.w, v.merger_norm.b, 1e-6f, s.h, nullptr, st);
+  const int64_t T = S / m2, TB = kRowBlock / m2, W = m2 * H;
+  for (int64_t t0 = 0; t0 < T; t0 += TB) {
+    const int64_t n = std::min(TB, T - t0);
+    gemm.run(s.h + t0 * W, n, W, W, v.merger_fc1, W, s.big, OutType::F32, W, false, "vision merger fc1");
+    bias_gelu_bf16(s.big, n, W, v.merger_fc1_b, false, s.mid, st);
+    gemm.run(s.mid, n, W, W, v.merger_fc2, OH, out + t0 * OH, OutType::F32, OH, false, "vision merger fc2");
+    bias_act(out + t0 * OH, n, OH, OH, v.merger_fc2_b, false, st);
+  }
+}
+
+}  // namespace clefrt::cuda

@@ -1,0 +1,38 @@
+// The vision tower on the GPU (spec/model.md 2), the bf16 twin of model/vision.cpp: the images of
+// one packed batch go through it together (every GEMM over all their patches, in row blocks;
+// attention bidirectional within each image's frames), so a batch's images cost one pass. Each
+// patch's result does not depend on the other images of its batch: the GEMMs are
+// batch-invariant and attention never crosses a frame.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "cuda/model/device_model.h"
+#include "cuda/runtime/buffer.h"
+#include "cuda/runtime/gemm.h"
+#include "model/vision.h"
+
+namespace clefrt::cuda {
+
+// The tower's scratch for up to S patches, carved from the forward's arena (it is dead before the
+// backbone starts, so it shares the backbone's region).
+struct VisionScratch {
+  int64_t S = 0;
+  bf16* pix = nullptr;            // [S, C * T * P * P] the processor's pixels
+  float* x = nullptr;             // [S, hidden] the residual stream
+  bf16* h = nullptr;              // [S, hidden] LayerNorm out, then attention out
+  bf16 *q = nullptr, *k = nullptr, *v = nullptr;  // [S, heads, Dp] (head dims zero-padded)
+  float* big = nullptr;           // a row block's qkv / fc1 GEMM output (fp32)
+  bf16* mid = nullptr;            // a row block's GELU output
+  int32_t* meta = nullptr;        // per patch: 4 position taps, row, column; then attention tiles
+  float* wt = nullptr;            // per patch: the 4 taps' weights
+  static VisionScratch carve(Arena& a, const model::VisionConfig& c, int64_t S);
+};
+
+// Runs `images` (in order) through the tower and writes their merged rows one image after
+// another: [sum of tokens, out_hidden] fp32 at `out`. `mark` names the op that starts (profiling).
+void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model::ImagePatches*>& images, const VisionScratch& s,
+                  float* out, cudaStream_t st, const std::function<void(const char*)>& mark);
+
+}  // namespace clefrt::cuda

@@ -1,0 +1,265 @@
+// The GPU vision tower against the CPU oracle (model/vision.cpp): its bidirectional attention
+// kernel at several head dims and frame sizes, the whole tower on the tiny-v fixture and at the
+// 27B tower's shapes, packed images vs each alone, and images through the GPU engine against the
+// CPU engine in fp32 on a well-conditioned model (issue 19's 2e-3 bound) and against the
+// reference's fixture.
+#include <random>
+
+#include "cpu/ops.h"
+#include "cuda/model/vision_tower.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/synth.h"
+#include "model/vision.h"
+#include "model/weights.h"
+#include "test_cuda_util.h"
+
+namespace clefrt {
+namespace {
+
+using test::worst_diff;
+
+template <class T>
+cuda::DeviceBuffer up(const std::vector<T>& v) {
+  cuda::DeviceBuffer b(std::max<size_t>(v.size(), 1) * sizeof(T), "test upload");
+  cuda::check(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "test upload");
+  return b;
+}
+
+float bf_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+// flash_attention_full against cpu::attention_full per frame, on bf16-rounded inputs.
+TEST(CudaVision, FullAttentionAgainstCpu) {
+  NEED_GPU();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t hd : {16, 32, 72}) {
+    const int64_t heads = 3, H = heads * hd, Dp = cuda::flash_attention_full_padded(hd);
+    ASSERT_GT(Dp, 0);
+    const std::vector<int64_t> frames = {7, 64, 100, 300, 1};
+    int64_t L = 0;
+    for (int64_t f : frames) L += f;
+    std::vector<float> q(size_t(L * H)), k(q.size()), v(q.size());
+    for (auto* a : {&q, &k, &v})
+      for (auto& x : *a) x = bf_round(nd(rng) * 1.5f);
+    std::vector<cuda::bf16> qp(size_t(L * heads * Dp)), kp(qp.size()), vp(qp.size());
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t d = 0; d < Dp; ++d) {
+          const size_t o = size_t((t * heads + h) * Dp + d), i = size_t(t * H + h * hd + d);
+          qp[o] = __float2bfloat16(d < hd ? q[i] : 0.0f);
+          kp[o] = __float2bfloat16(d < hd ? k[i] : 0.0f);
+          vp[o] = __float2bfloat16(d < hd ? v[i] : 0.0f);
+        }
+    std::vector<int32_t> tq, ts, te;
+    std::vector<float> want(size_t(L * H));
+    int64_t f0 = 0;
+    for (int64_t f : frames) {
+      for (int64_t t = f0; t < f0 + f; t += 64) {
+        tq.push_back(int32_t(t));
+        ts.push_back(int32_t(f0));
+        te.push_back(int32_t(f0 + f));
+      }
+      cpu::attention_full(q.data() + f0 * H, f, k.data() + f0 * H, v.data() + f0 * H, f, H, heads, want.data() + f0 * H);
+      f0 += f;
+    }
+    std::vector<int32_t> tiles = tq;
+    tiles.insert(tiles.end(), ts.begin(), ts.end());
+    tiles.insert(tiles.end(), te.begin(), te.end());
+    auto dq = up(qp), dk = up(kp), dv = up(vp);
+    auto dt = up(tiles);
+    cuda::DeviceBuffer out(size_t(L * H) * 2, "out");
+    const int64_t n = int64_t(tq.size());
+    const cuda::AttnTiles at{dt.as<int32_t>(), dt.as<int32_t>() + n, dt.as<int32_t>() + 2 * n, n};
+    cuda::flash_attention_full(dq.as<cuda::bf16>(), dk.as<cuda::bf16>(), dv.as<cuda::bf16>(), heads, hd, at, out.as<cuda::bf16>(), nullptr);
+    const auto got = test::down_bf(out, size_t(L * H));
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+    std::cout << "[ cuda    ] full attention, head dim " << hd << " (padded " << Dp << "): worst |o_gpu - o_cpu| = " << worst << "\n";
+    EXPECT_LT(worst, 2e-2) << "head dim " << hd;  // bf16 P and output rounding on O(1) values
+  }
+}
+
+// A tower with random weights in memory (LoadMode::Full tensors), scaled as `clefrt synth` does.
+model::VisionWeights random_vision(const model::VisionConfig& c, uint64_t seed) {
+  model::VisionWeights w = model::shape_only_vision(c);
+  std::mt19937_64 rng(seed);
+  auto fill = [&](model::Tensor& t, float mean, float std) {
+    std::normal_distribution<float> nd(mean, std);
+    t.v.resize(size_t(t.numel()));
+    for (float& x : t.v) x = nd(rng);
+  };
+  auto lin = [&](model::Tensor& t) { fill(t, 0.0f, 1.0f / std::sqrt(float(t.numel() / t.shape.front()))); };
+  auto ln = [&](model::LayerNormW& n) {
+    fill(n.w, 1.0f, 0.1f);
+    fill(n.b, 0.0f, 0.1f);
+  };
+  lin(w.patch_w);
+  fill(w.patch_b, 0.0f, 0.1f);
+  fill(w.pos_embed, 0.0f, 0.5f);
+  for (auto& b : w.blocks) {
+    ln(b.norm1);
+    ln(b.norm2);
+    for (model::Tensor* t : {&b.qkv_w, &b.proj_w, &b.fc1_w, &b.fc2_w}) lin(*t);
+    for (model::Tensor* t : {&b.qkv_b, &b.proj_b, &b.fc1_b, &b.fc2_b}) fill(*t, 0.0f, 0.1f);
+  }
+  ln(w.merger_norm);
+  lin(w.merger_fc1_w);
+  lin(w.merger_fc2_w);
+  fill(w.merger_fc1_b, 0.0f, 0.1f);
+  fill(w.merger_fc2_b, 0.0f, 0.1f);
+  return w;
+}
+
+model::ImagePatches random_patches(const model::VisionConfig& c, int64_t gh, int64_t gw, uint64_t seed) {
+  model::ImagePatches p;
+  p.grid_h = gh;
+  p.grid_w = gw;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  p.pixels.resize(size_t(gh * gw * c.in_channels * c.temporal_patch * c.patch * c.patch));
+  for (float& x : p.pixels) x = u(rng);
+  return p;
+}
+
+// The tower on the GPU vs model::vision_forward (fp32) for images of several grids, and the
+// images packed into one call vs each alone (bit for bit).
+void check_tower(const model::VisionConfig& vc, const model::VisionWeights& vw, const std::vector<std::pair<int64_t, int64_t>>& grids,
+                 double bound, const std::string& name) {
+  // build_device_model uploads the tower beside a tiny random text model, which this test
+  // does not run
+  const model::ModelConfig tiny = model::synthetic_config("tiny");
+  cuda::DevModel dm = cuda::build_device_model(model::shape_only_text(tiny.text), model::shape_only_head(tiny.head), tiny.text, tiny.head,
+                                               {}, &vw, &vc);
+  ASSERT_TRUE(dm.has_vision);
+  std::vector<model::ImagePatches> ims;
+  int64_t S = 0, T = 0;
+  for (size_t i = 0; i < grids.size(); ++i) {
+    ims.push_back(random_patches(vc, grids[i].first, grids[i].second, 100 + i));
+    S += grids[i].first * grids[i].second;
+  }
+  T = S / 4;
+  cudaStream_t st;
+  cuda::check(cudaStreamCreate(&st), "stream");
+  {
+    cuda::Gemm gemm(st, true);
+    cuda::Arena plan = cuda::Arena::counter();
+    cuda::VisionScratch::carve(plan, vc, S);
+    cuda::Arena arena;
+    arena.reserve(plan.used() + (1 << 20));
+    const cuda::VisionScratch s = cuda::VisionScratch::carve(arena, vc, S);
+    cuda::DeviceBuffer out(size_t(T * vc.out_hidden) * 4, "tower out");
+    std::vector<const model::ImagePatches*> all;
+    for (const auto& p : ims) all.push_back(&p);
+    cuda::vision_tower(dm.vision, gemm, all, s, out.as<float>(), st, [](const char*) {});
+    const auto packed = test::down<float>(out, size_t(T * vc.out_hidden));
+    int64_t row = 0;
+    double worst_rel = 0;
+    for (size_t i = 0; i < ims.size(); ++i) {
+      const std::vector<float> want = model::vision_forward(vw, vc, ims[i]);
+      cuda::vision_tower(dm.vision, gemm, {&ims[i]}, s, out.as<float>(), st, [](const char*) {});
+      const auto alone = test::down<float>(out, want.size());
+      double scale = 0, diff = 0;
+      bool same = true;
+      for (size_t k = 0; k < want.size(); ++k) {
+        scale = std::max(scale, double(std::fabs(want[k])));
+        diff = std::max(diff, double(std::fabs(alone[k] - want[k])));
+        same &= alone[k] == packed[size_t(row * vc.out_hidden) + k];
+      }
+      EXPECT_TRUE(same) << name << " image " << i << ": packed with the others vs alone";
+      worst_rel = std::max(worst_rel, diff / scale);
+      row += int64_t(want.size()) / vc.out_hidden;
+    }
+    std::cout << "[ cuda    ] vision tower " << name << ", " << ims.size() << " images (" << S
+              << " patches): max |rows_gpu - rows_cpu32| / max |rows_cpu32| = " << worst_rel << "\n";
+    EXPECT_LT(worst_rel, bound) << name;
+  }
+  cudaStreamDestroy(st);
+}
+
+TEST(CudaVision, TowerOnTinyVAgainstCpuFp32) {
+  NEED_GPU();
+  const std::string dir = test::source_path("tests/fixtures/oracle/tiny-v");
+  const model::ModelConfig cfg = model::load_config(dir);
+  io::TensorStore store = io::TensorStore::open_folder(dir);
+  const model::VisionWeights vw = model::load_vision_weights(store, cfg.vision);
+  check_tower(cfg.vision, vw, {{4, 4}, {8, 6}, {2, 16}, {32, 24}}, 2e-2, "tiny-v");
+}
+
+// The 27B tower's widths (hidden 1152, 16 heads of 72, ffn 4304, out 5120), two blocks of random
+// weights; one 1024 x 768 image's grid (48 x 64 = 3,072 patches) among smaller ones.
+TEST(CudaVision, TowerAt27bShapesAgainstCpuFp32) {
+  NEED_GPU();
+  model::VisionConfig vc;
+  vc.present = true;
+  vc.depth = 2;
+  vc.hidden = 1152;
+  vc.heads = 16;
+  vc.ffn = 4304;
+  vc.out_hidden = 5120;
+  vc.num_position_embeddings = 2304;
+  const model::VisionWeights vw = random_vision(vc, 11);
+  check_tower(vc, vw, {{48, 64}, {6, 10}, {16, 16}}, 2e-2, "27B shapes (2 blocks)");
+}
+
+// Images through the GPU engine (prepare: decode + processor; the forward: the tower with the
+// batch's other images, then the backbone with mRoPE rows) vs the CPU engine in fp32, on the
+// `small` preset with Linear gain 0.5 (the well-conditioned model of
+// CudaEngine.WellConditionedAgainstCpuFp32), with the tiny-v fixture's 24 requests (21 with
+// 1-4 images); then a batch of all of them vs each alone.
+TEST(CudaVision, ImagesThroughTheEngineAgainstCpuFp32) {
+  NEED_GPU();
+  const std::string dir = test::synth_folder("calm-small-v", 5, "small", 0.5f);
+  EngineOptions co;
+  co.device = Device::Cpu;
+  EngineOptions go;
+  go.device = Device::Cuda;
+  auto cpu = Engine::load(dir, co);
+  auto gpu = Engine::load(dir, go);
+  std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/tiny-v.expected.jsonl")));
+  std::vector<Prepared> pc, pg;
+  size_t with_images = 0;
+  for (std::string line; std::getline(in, line);) {
+    const json::Value rec = json::parse(line);
+    const std::string req = json::write(*rec.find("request"));
+    pc.push_back(cpu->prepare(req));
+    pg.push_back(gpu->prepare(req));
+    with_images += req.find("\"images\"") != std::string::npos;
+  }
+  ASSERT_GE(with_images, 20u);
+  double worst = 0;
+  std::vector<const Prepared*> all;
+  std::vector<test::Probs> alone;
+  for (size_t k = 0; k < pc.size(); ++k) {
+    alone.push_back(gpu->probs({&pg[k]})[0]);
+    worst = std::max(worst, worst_diff(alone.back(), cpu->probs({&pc[k]})[0]));
+    all.push_back(&pg[k]);
+  }
+  std::cout << "[ cuda    ] images through the engine, small (gain 0.5): " << pc.size() << " requests (" << with_images
+            << " with images), GPU (bf16) vs CPU (fp32): worst |dp| = " << worst << "\n";
+  EXPECT_LT(worst, 2e-3);
+  const auto together = gpu->probs(all);
+  for (size_t k = 0; k < pg.size(); ++k) EXPECT_EQ(together[k], alone[k]) << "request " << k << " in a batch of " << pg.size() << " vs alone";
+}
+
+// The reference's fixture (tiny-v: random weights that amplify rounding, as the other oracle
+// folders do): the GPU's answers stay near the fp32 reference's, and it takes the images at all.
+TEST(CudaVision, TinyVThroughTheGpuEngineAgainstTheReference) {
+  NEED_GPU();
+  EngineOptions o;
+  o.device = Device::Cuda;
+  auto gpu = Engine::load(test::source_path("tests/fixtures/oracle/tiny-v"), o);
+  std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/tiny-v.expected.jsonl")));
+  double worst = 0;
+  size_t n = 0;
+  for (std::string line; std::getline(in, line); ++n) {
+    const json::Value rec = json::parse(line);
+    const Prepared p = gpu->prepare(json::write(*rec.find("request")));
+    worst = std::max(worst, worst_diff(gpu->probs({&p})[0], test::probs_of(*rec.find("probs"))));
+  }
+  std::cout << "[ cuda    ] tiny-v on the GPU: " << n << " requests, worst |p - p_ref32| = " << worst << "\n";
+  EXPECT_LT(worst, 0.5);  // the bound of CudaEngine.TinyAAgainstReference: these folders amplify bf16 rounding
+}
+
+}  // namespace
+}  // namespace clefrt
