@@ -7,8 +7,8 @@ namespace clefrt {
 
 std::string encode_png_rgb(const uint8_t* rgb, uint32_t width, uint32_t height);
 
-// A smooth width x height RGB image (gradients and rings: it compresses well, so a 16 MP one
-// stays within the protocol's 4 MiB per image), as PNG bytes.
+// A width x height RGB image of gradients and checks, as PNG bytes: it compresses well, so four
+// 16 MP ones stay within the protocol's 4 MiB per image and 8 MiB per request.
 std::string synthetic_png(uint32_t width, uint32_t height);
 
 }  // namespace clefrt

@@ -108,14 +108,16 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   gemm.run(s.pix, S, P, P, v.patch, H, s.x, OutType::F32, H, false, "vision patch_embed");
   vision_embed_finish(s.x, S, H, v.patch_b, v.pos_table, s.meta, s.wt, st);
   for (const DevVisionBlock& b : v.blocks) {
-    mark("vision attention");
+    mark("vision norm + qkv + rope");
     layer_norm(s.x, S, H, H, b.norm1.w, b.norm1.b, 1e-6f, s.h, nullptr, st);
     for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
       const int64_t n = std::min(kRowBlock, S - r0);
       gemm.run(s.h + r0 * H, n, H, H, b.qkv, 3 * H, s.big, OutType::F32, 3 * H, false, "vision qkv");
       vision_qkv_rope(s.big, n, r0, b.qkv_b, row, col, v.inv_freq, heads, hd, Dp, s.q, s.k, s.v, st);
     }
+    mark("vision flash attention");
     flash_attention_full(s.q, s.k, s.v, heads, hd, tiles, s.h, st);
+    mark("vision proj");
     gemm.run(s.h, S, H, H, b.proj, H, s.x, OutType::F32, H, true, "vision proj");
     bias_act(s.x, S, H, H, b.proj_b, false, st);
     mark("vision mlp");
