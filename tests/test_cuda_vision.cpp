@@ -55,7 +55,7 @@ TEST(CudaVision, FullAttentionAgainstCpu) {
     std::vector<float> want(size_t(L * H));
     int64_t f0 = 0;
     for (int64_t f : frames) {
-      for (int64_t t = f0; t < f0 + f; t += 64) {
+      for (int64_t t = f0; t < f0 + f; t += cuda::flash_attention_full_tile()) {
         tq.push_back(int32_t(t));
         ts.push_back(int32_t(f0));
         te.push_back(int32_t(f0 + f));

@@ -2,11 +2,12 @@
 // heads: the 27B tower), kernel variants side by side (issue 19's 8 ms tower, issue 20's
 // attention). Per shape (one 1024 x 768 image: 3,072 patches; one 2048 x 2048: 16,384; four
 // 512 x 512 packed: 4 x 1,024), CUDA events, median of 20 after 3 warm-ups:
-//   product            flash_attention_full, the engine's (64 queries x 64 keys per step, 4 warps)
+//   product            flash_attention_full, the engine's (128 queries x 64 keys per step, 8 warps:
+//                      the variant bq128 bk64 exp2f won at e6656ed, whose product was bq64 bk64)
 //   bq{64,128} bk{64,128} {exp2f, ex2.approx}
 //                      this file's copy of its loop with the query tile (4 or 8 warps of 16 rows),
-//                      the key step and the exponential as parameters; bq64 bk64 exp2f must equal
-//                      the product bit for bit (the harness check)
+//                      the key step and the exponential as parameters; the exp2f variants at
+//                      bk64 must equal the product bit for bit (the harness check)
 // Error is max |o - o_product| (the GPU tests hold the product to the CPU). Rates count the
 // useful FLOPs (4 x frame^2 x 72 x heads per frame), for scale against the measured bf16 GEMM
 // peak. Usage: clefrt_bench_vision_attn [--commit ID] [--json FILE]
@@ -264,7 +265,8 @@ int main(int argc, char** argv) {
     DeviceBuffer t64b, t128b;
     const AttnTiles t64 = tiles_for(64, t64b), t128 = tiles_for(128, t128b);
     std::vector<bf16> want(size_t(L * heads * hd)), got(want.size());
-    const double pms = bench::median_ms(st, [&] { flash_attention_full(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), heads, hd, t64, ref.as<bf16>(), st); });
+    const AttnTiles& tp = flash_attention_full_tile() == 128 ? t128 : t64;
+    const double pms = bench::median_ms(st, [&] { flash_attention_full(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), heads, hd, tp, ref.as<bf16>(), st); });
     check(cudaMemcpy(want.data(), ref.get(), want.size() * 2, cudaMemcpyDeviceToHost), "down");
     std::printf("%-22s %-24s %9.3f ms %7.1f TFLOP/s %5.1f%% of peak\n", sh.name, "product", pms, flops / (pms * 1e-3) / 1e12,
                 100.0 * flops / (pms * 1e-3) / 1e12 / hw.peak_bf16_tflops);

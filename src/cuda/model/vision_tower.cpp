@@ -13,14 +13,13 @@ namespace clefrt::cuda {
 namespace {
 
 // Patches per GEMM block: the qkv / fc1 outputs are planned for a block, not for all patches
-// (a 16 MP image has 65,536). A multiple of the merge block and of the attention tile.
+// (a 16 MP image has 65,536). A multiple of the merge block.
 constexpr int64_t kRowBlock = 4096;
-constexpr int64_t kTileRows = 64;  // kernels_attn.cu's query tile
 
 int64_t per_patch(const model::VisionConfig& c) { return c.in_channels * c.temporal_patch * c.patch * c.patch; }
 int64_t tiles_bound(const model::VisionConfig& c, int64_t S) {
   const int64_t m2 = c.spatial_merge * c.spatial_merge;  // a frame holds at least one merge block
-  return S / kTileRows + S / std::max<int64_t>(m2, 1) + 1;
+  return S / flash_attention_full_tile() + S / std::max<int64_t>(m2, 1) + 1;
 }
 
 }  // namespace
@@ -83,7 +82,7 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     }
     const int64_t frame = im->grid_h * im->grid_w;
     for (int64_t f0 = s0; f0 < s0 + int64_t(rc.size()); f0 += frame)
-      for (int64_t q0 = f0; q0 < f0 + frame; q0 += kTileRows) {
+      for (int64_t q0 = f0; q0 < f0 + frame; q0 += flash_attention_full_tile()) {
         tq.push_back(int32_t(q0));
         ts.push_back(int32_t(f0));
         te.push_back(int32_t(f0 + frame));

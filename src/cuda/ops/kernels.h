@@ -117,6 +117,8 @@ bool flash_attention_supports(int64_t D);
 void flash_attention_full(const bf16* q, const bf16* k, const bf16* v, int64_t heads, int64_t dout, const AttnTiles& tiles, bf16* out,
                           cudaStream_t s);
 int64_t flash_attention_full_padded(int64_t dout);
+// Its query tile: the tiles given to it cover at most this many queries each.
+int64_t flash_attention_full_tile();
 
 // ---- vision tower (kernels_vision.cu, spec/model.md 2) ----
 // x[s, :] += bias + sum_k table[idx[s][k], :] * wt[s][k] (k in order): the patch embedding's bias

@@ -60,9 +60,14 @@ __global__ void attn_prep_k(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t H
   }
 }
 
-constexpr int BQ = 64, BK = 64;
+// Keys per step; the query tile is 16 rows per warp: 4 warps (64 queries) for the causal
+// kernel, 8 (128) for the bidirectional one (clefrt_bench_vision_attn: the same bits, 7-10%
+// faster at the tower's shapes, bench/results).
+constexpr int BK = 64;
+constexpr int kCausalWarps = 4, kFullWarps = 8;
+constexpr int query_tile(bool causal) { return 16 * (causal ? kCausalWarps : kFullWarps); }
 
-template <int D>
+template <int D, int BQ>
 struct FlashSmem {
   // Q, K and V tiles row-major (bf16), rows padded by 8 elements: a row is an odd multiple of
   // 16 bytes, so the 8 row addresses of an ldmatrix hit distinct bank groups
@@ -75,7 +80,7 @@ struct FlashSmem {
 template <int D>
 __device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* src, int64_t lds, int rows, int64_t valid) {
   const int v = int(valid < 0 ? 0 : valid > rows ? rows : valid);
-  load_tile_async(dst, FlashSmem<D>::LD, src, lds, rows, D, v, D);
+  load_tile_async(dst, D + 8, src, lds, rows, D, v, D);
 }
 
 // grid (tiles, Hq), 128 threads; each warp owns 16 query rows of the tile. Per key block: V's
@@ -86,10 +91,11 @@ __device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* src, int6
 // frames). gate null: no output gate. The output row is `ldo` apart, head h at h * dout, only
 // its first dout <= D dims written (D may be the head dim zero-padded to a multiple of 16).
 template <int D, bool Causal>
-__global__ void __launch_bounds__(128) flash_k(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate,
+__global__ void __launch_bounds__(query_tile(Causal) * 2) flash_k(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate,
                                                int64_t ldgate, int64_t gate_hs, int Hq, int Hkv, AttnTiles tiles, bf16* out,
                                                int64_t ldo, int dout, float scale_log2) {
-  using S = FlashSmem<D>;
+  constexpr int BQ = query_tile(Causal);
+  using S = FlashSmem<D, BQ>;
   constexpr int LD = S::LD;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* Qs = reinterpret_cast<bf16*>(smem_raw);
@@ -240,12 +246,12 @@ void launch_flash(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, cons
                   int64_t Hkv, const AttnTiles& tiles, bf16* out, int64_t ldo, int64_t dout, cudaStream_t s) {
   static bool attr = false;
   if (!attr) {
-    check(cudaFuncSetAttribute(flash_k<D, Causal>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(FlashSmem<D>::bytes)),
+    check(cudaFuncSetAttribute(flash_k<D, Causal>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(FlashSmem<D, query_tile(Causal)>::bytes)),
           "flash_attention smem");
     attr = true;
   }
   const float scale_log2 = float(1.0 / std::sqrt(double(dout)) * 1.4426950408889634);
-  flash_k<D, Causal><<<dim3(unsigned(tiles.n), unsigned(Hq)), 128, FlashSmem<D>::bytes, s>>>(
+  flash_k<D, Causal><<<dim3(unsigned(tiles.n), unsigned(Hq)), query_tile(Causal) * 2, FlashSmem<D, query_tile(Causal)>::bytes, s>>>(
       q, k, v, ldv, gate, ldgate, gate_hs, int(Hq), int(Hkv), tiles, out, ldo, int(dout), scale_log2);
   check_launch(Causal ? "flash_attention" : "flash_attention_full");
 }
@@ -278,6 +284,8 @@ void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, c
     default: throw Error(Status::Internal, "unsupported", "flash_attention: head_dim " + std::to_string(D) + " (32, 48, 64, 96, 128, 256)");
   }
 }
+
+int64_t flash_attention_full_tile() { return query_tile(false); }
 
 int64_t flash_attention_full_padded(int64_t dout) {
   for (int64_t d : {16, 32, 48, 64, 80, 96, 128})
