@@ -12,6 +12,8 @@
 
 #include "common/json.h"
 #include "engine/prefix_cache.h"
+#include "image/png_write.h"
+#include "schema/images.h"
 #include "io/safetensors.h"
 #include "model/forward.h"
 #include "model/sequence_forward.h"
@@ -114,6 +116,38 @@ TEST(PrefixCache, WarmEqualsColdBitForBitAcrossPrefixLengths) {
   EXPECT_GT(st.hit_tokens, 9000u * 2);
   EXPECT_GT(st.bytes, 0u);
   EXPECT_FALSE(cold->prefix_cache().enabled);
+}
+
+// Images are in the key by their bytes: the same image and state under another question set
+// continue the cached prefix (warm == cold, bit for bit); another image of the same size (the
+// same token ids) never reads the state after the first one.
+TEST(PrefixCache, ImagesAreKeyedByTheirBytes) {
+  auto warm = open(1.0), cold = open(0);
+  const std::string s = state_text(400, 5);
+  std::vector<uint8_t> noise(256 * 256 * 3);
+  std::mt19937 rng(9);
+  for (auto& v : noise) v = uint8_t(rng());
+  const std::string x = synthetic_png(256, 256), y = encode_png_rgb(noise.data(), 256, 256);
+  auto with = [&](int qset, const std::string& png) {
+    json::Value b = json::parse(body(s, qset));
+    json::Value arr = json::Value::array();
+    arr.arr.push_back(json::Value::string("data:image/png;base64," + base64_encode(png)));
+    b.add("images", arr);
+    return json::write(b);
+  };
+  const Prepared probe = warm->prepare(with(0, x));
+  ASSERT_EQ(probe.encoded().images.size(), 1u);
+  const size_t image_at = size_t(probe.encoded().images[0].pad_span.begin);
+  ASSERT_LT(image_at, reusable(size_t(probe.encoded().state_span.end)));  // the reusable prefix holds the image
+  EXPECT_EQ(run(*warm, with(0, x)).cached, 0u);
+  const Answer b = run(*warm, with(1, x));
+  EXPECT_EQ(b.cached, reusable(b.state_end)) << "the same image and state: a hit";
+  EXPECT_EQ(b.probs, run(*cold, with(1, x)).probs);
+  const Answer c = run(*warm, with(1, y));
+  EXPECT_LE(c.cached, image_at) << "another image never reads the state after the first one";
+  const Answer c_cold = run(*cold, with(1, y));
+  EXPECT_EQ(c.probs, c_cold.probs);
+  EXPECT_NE(c.probs, b.probs) << "the image matters to the answer";
 }
 
 TEST(PrefixCache, BatchMixesGiveEachRequestItsColdAnswer) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "common/digest.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "common/progress.h"
@@ -514,6 +515,13 @@ std::shared_ptr<const ImageMedia> EngineCore::image_media(const Request& req, co
     spans.push_back({int64_t(ei.pad_span.begin), p.grid_h / merge, p.grid_w / merge, m->rows.back().data()});
   }
   m->media = model::mrope_positions(int64_t(e.input_ids.size()), spans);
+  m->media.key_ids = e.input_ids;
+  for (size_t i = 0; i < req.images.size(); ++i) {
+    const std::string hex = sha256_hex(req.images[i].bytes);
+    const Span pads = e.images[i].pad_span;
+    for (int64_t w = 0; w < 8 && pads.begin + w < pads.end; ++w)
+      m->media.key_ids[size_t(pads.begin + w)] = int32_t(0x80000000u | uint32_t(std::stoul(hex.substr(size_t(8 * w), 8), nullptr, 16)));
+  }
   return m;
 }
 
@@ -527,7 +535,7 @@ std::unique_ptr<StepRun> EngineCore::start(const model::Sequence& e, model::GdnF
   // the cache holds states of the chunked GDN form only (the recurrent one rounds differently)
   std::shared_ptr<const PrefixEntry> hit;
   if (cache_ && limit > 0 && form == model::GdnForm::Chunked) {
-    hit = cache_->find(e.ids, limit);
+    hit = cache_->find(e.cache_key(), limit);
     r->cached_tokens = hit ? hit->ids.size() : 0;
     r->snapshot_pending = limit > int64_t(r->cached_tokens);
   }
@@ -545,7 +553,7 @@ bool EngineCore::step(StepRun& r, int64_t tokens) const {
   if (r.snapshot_pending && run.prefix_limit() <= target) {
     run.advance(run.prefix_limit());
     r.snapshot_pending = false;
-    if (cache_->would_keep(r.seq.ids, run.prefix_limit(), run.state_bytes())) {
+    if (cache_->would_keep(r.seq.cache_key(), run.prefix_limit(), run.state_bytes())) {
       std::shared_ptr<CpuPrefixState> keep;
       try {
         keep = std::make_shared<CpuPrefixState>();
@@ -553,7 +561,7 @@ bool EngineCore::step(StepRun& r, int64_t tokens) const {
       } catch (const std::bad_alloc&) {
         keep.reset();  // caching is optional: the request goes on without it
       }
-      if (keep) cache_->insert(r.seq.ids, run.prefix_limit(), std::move(keep));
+      if (keep) cache_->insert(r.seq.cache_key(), run.prefix_limit(), std::move(keep));
     }
   }
   run.advance(target);

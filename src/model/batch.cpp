@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "model/forward.h"
 
 namespace clefrt::model {
 
@@ -19,7 +20,9 @@ Sequence sequence_of(const Encoded& e, const SequenceMedia* media) {
     limit = std::min<int64_t>(limit, q.question_span.begin);
     for (const Span& o : q.option_spans) limit = std::min<int64_t>(limit, o.begin);
   }
-  s.prefix_limit = s.media ? 0 : std::max<int64_t>(limit, 0);
+  const bool keyed = !s.media || s.media->key_ids.size() == size_t(s.length);
+  s.key = s.media && keyed ? s.media->key_ids.data() : s.ids;
+  s.prefix_limit = keyed ? std::max<int64_t>(limit, 0) : 0;
   s.questions.reserve(e.questions.size());
   for (const auto& q : e.questions) s.questions.push_back({q.type, q.question_span, q.option_spans});
   return s;

@@ -25,9 +25,12 @@ struct Sequence {
   // state (Encoded::state_span.end); the schema and every span come after them.
   int64_t prefix_limit = 0;
   std::vector<SeqQuestion> questions;
-  // Images: their positions and the vision tower's rows (not owned); null for text. The prefix
-  // cache does not key on images yet, so a sequence with media has prefix_limit 0.
+  // Images: their positions and the vision tower's rows (not owned); null for text.
   const SequenceMedia* media = nullptr;
+  // What the prefix cache matches, [length]: the ids, or the media's key_ids (images by their
+  // bytes). A sequence with media but no key_ids is never cached (prefix_limit 0).
+  const int32_t* key = nullptr;
+  const int32_t* cache_key() const { return key ? key : ids; }
 };
 
 using Batch = std::vector<Sequence>;

@@ -39,6 +39,10 @@ struct SequenceMedia {
     const ImagePatches* patches = nullptr;
   };
   std::vector<Image> images;
+  // The sequence's ids with each image's first pad tokens replaced by words of its bytes' sha256
+  // (negative: never a token id): what the prefix cache matches, so a cached state after an image
+  // serves only the same image. Empty: match the ids.
+  std::vector<int32_t> key_ids;
 };
 // The position rows of a sequence of `length` tokens whose images' pad tokens are given (each
 // with its merged grid, rows x cols = count): text tokens count on by one on all three rows; an
