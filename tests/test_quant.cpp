@@ -297,6 +297,31 @@ TEST(Quant, QuantizeCommandWritesLoadableFolders) {
       EXPECT_EQ(st.find(a + "q_proj.input_global_scale") != nullptr, scheme == "nvfp4");
       EXPECT_NE(st.find("model.language_model.layers.0.linear_attn.in_proj_a.weight"), nullptr);  // kept bf16
     }
+    // the vision tower is copied as it was, byte for byte (the recipe quantizes the backbone's
+    // Linears only, as the community NVFP4 build does)
+    {
+      const auto v0 = model::load_vision_weights(orig, cfg.vision, model::LoadMode::Lazy);
+      const auto v1 = model::load_vision_weights(st, cfg.vision, model::LoadMode::Lazy);
+      auto all = [](const model::VisionWeights& v) {
+        std::vector<const model::Tensor*> t = {&v.patch_w, &v.patch_b, &v.pos_embed, &v.merger_norm.w, &v.merger_norm.b,
+                                               &v.merger_fc1_w, &v.merger_fc1_b, &v.merger_fc2_w, &v.merger_fc2_b};
+        for (const auto& b : v.blocks)
+          for (const model::Tensor* x : {&b.norm1.w, &b.norm1.b, &b.norm2.w, &b.norm2.b, &b.qkv_w, &b.qkv_b, &b.proj_w, &b.proj_b,
+                                         &b.fc1_w, &b.fc1_b, &b.fc2_w, &b.fc2_b})
+            t.push_back(x);
+        return t;
+      };
+      const auto t0 = all(v0), t1 = all(v1);
+      ASSERT_EQ(t0.size(), t1.size());
+      ASSERT_GT(t0.size(), 9u);
+      for (size_t i = 0; i < t0.size(); ++i) {
+        ASSERT_TRUE(t0[i]->src && t1[i]->src) << t0[i]->name;
+        EXPECT_EQ(t1[i]->quant, model::Tensor::Quant::None) << scheme << " " << t1[i]->name;
+        EXPECT_EQ(t1[i]->src->dtype, t0[i]->src->dtype) << scheme << " " << t1[i]->name;
+        ASSERT_EQ(t1[i]->src->nbytes, t0[i]->src->nbytes) << t1[i]->name;
+        EXPECT_EQ(std::memcmp(t1[i]->src->data, t0[i]->src->data, t0[i]->src->nbytes), 0) << scheme << " " << t1[i]->name;
+      }
+    }
     // the weights come back close to the originals
     const auto tw = model::load_text_weights(st, cfg.text);
     const auto& a = tw0.layers[0].down_proj.v;

@@ -196,3 +196,20 @@ def test_the_prefix_cache_reports_cached_tokens_and_keeps_the_answer(tiny):
         assert stats["hits"] == 2 and stats["hit_tokens"] == 2 * b["usage"]["cached_tokens"] and stats["entries"] == 1
     with pytest.raises(ValueError, match="prefix_cache_gib"):
         Clef(tiny, prefix_cache_gib=-2)
+
+
+def test_an_image_reaches_the_answer_as_decide_gives_it(model, tiny):
+    """A request with an image (the corpus's 333 x 500 JPEG, as a data: URL) through the module:
+    the same bits as `clefrt decide --precise`, its image tokens counted, and another answer than
+    the same request without the image (the tower's rows reach the model, nothing is dropped)."""
+    import base64
+    with open(os.path.join(SOURCE, "tests", "fixtures", "images", "corpus", "jpeg-420-333x500.jpg"), "rb") as f:
+        url = "data:image/jpeg;base64," + base64.b64encode(f.read()).decode()
+    with_image = {**BLOG, "images": [url]}
+    got = model.decide(with_image, precise=True)
+    assert got == decide_precise(tiny, with_image)
+    without = model.decide(BLOG, precise=True)
+    assert got["usage"]["input_tokens"] > without["usage"]["input_tokens"] + 100  # 333 x 500 -> 160 image tokens
+    assert got["answers"] != without["answers"]
+    with pytest.raises(clefrt.RequestError, match=r"images\[0\]"):
+        model.decide({**BLOG, "images": ["data:image/jpeg;base64," + base64.b64encode(b"\xff\xd8\xff\xe0 not a jpeg").decode()]})
