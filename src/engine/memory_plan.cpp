@@ -88,13 +88,26 @@ CudaPlan cuda_plan(const model::ModelConfig& cfg, double head_params, QuantMode 
   const double head = head_f32 * 4 + (head_params - head_f32) * 2;
   const double per_weight = q == QuantMode::FP8 ? 1 : (q == QuantMode::NVFP4 || q == QuantMode::NVFP4_W4A16) ? 0.5625 : 2;
   const double per_row = q == QuantMode::FP8 || q == QuantMode::NVFP4 || q == QuantMode::NVFP4_W4A16 ? 4 : 0;
-  p.weights = lin * per_weight + lin_rows * per_row + other * 2 + head;
+  // the vision tower stays bf16 whatever q is (its position table fp32)
+  double vision = 0;
+  if (cfg.vision.present) {
+    const model::VisionWeights vs = model::shape_only_vision(cfg.vision);
+    vision = double(vs.patch_w.numel() + vs.patch_b.numel() + vs.merger_norm.w.numel() * 2 + vs.merger_fc1_w.numel() +
+                    vs.merger_fc1_b.numel() + vs.merger_fc2_w.numel() + vs.merger_fc2_b.numel()) * 2 + double(vs.pos_embed.numel()) * 4;
+    for (const auto& b : vs.blocks)
+      vision += double(b.qkv_w.numel() + b.qkv_b.numel() + b.proj_w.numel() + b.proj_b.numel() + b.fc1_w.numel() + b.fc1_b.numel() +
+                       b.fc2_w.numel() + b.fc2_b.numel() + 4 * b.norm1.w.numel()) * 2;
+  }
+  p.weights = lin * per_weight + lin_rows * per_row + other * 2 + head + vision;
   cuda::ForwardOptions fo;
   fo.max_tokens = max_tokens;
   fo.max_seqs = 64;
-  p.arena = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, fo, q));
+  const VisionGeometry g;  // the processor's default largest image (the engine plans the folder's)
+  fo.vision_patches = int64_t(g.max_pixels / (uint64_t(g.patch_size) * g.patch_size));
+  const model::VisionConfig* vc = cfg.vision.present ? &cfg.vision : nullptr;
+  p.arena = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, fo, q, vc));
   cuda::use_lean_memory_plan(fo);  // what --offload-embeddings plans
-  p.arena_lean = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, fo, q));
+  p.arena_lean = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, fo, q, vc));
   const bool nvfp4 = q == QuantMode::NVFP4 || q == QuantMode::NVFP4_W4A16;
   p.workspaces = double(cuda::Forward::gemm_workspace_bytes()) + (nvfp4 && !w4a16_fused ? 2.0 * double(cuda::LinearRunner::kStageBytes) : 0.0);
 #else

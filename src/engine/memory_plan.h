@@ -22,9 +22,10 @@ FolderSizes folder_sizes(const io::TensorStore& backbone, const io::TensorStore&
 QuantMode folder_quant(const model::ModelConfig& cfg);
 
 // The CUDA engine's plan in bytes: the backbone's Linears in format q (the recipe's keep-list in
-// bf16) + the joint head; embeddings in bf16 on the GPU (none with offload); the activation
-// arena for a batch of max_tokens tokens (64 requests), the lean one with offload; cuBLASLt's
-// workspace and NVFP4's staging slots (none with the fused W4A16 GEMM).
+// bf16) + the joint head + the vision tower (bf16, when the config has one); embeddings in bf16
+// on the GPU (none with offload); the activation arena for a batch of max_tokens tokens (64
+// requests; the tower's scratch shares it), the lean one with offload; cuBLASLt's workspace and
+// NVFP4's staging slots (none with the fused W4A16 GEMM).
 struct CudaPlan {
   double weights = 0, embeddings = 0, arena = 0, arena_lean = 0, workspaces = 0;
   double total(bool offload) const { return weights + workspaces + (offload ? arena_lean : arena + embeddings); }

@@ -236,10 +236,15 @@ size_t Forward::plan_bytes(const DevModel& m, const ForwardOptions& o) {
   return a.used() + (size_t(1) << 20);
 }
 
-size_t Forward::arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, const ForwardOptions& o, QuantMode q) {
+size_t Forward::arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, const ForwardOptions& o, QuantMode q,
+                            const model::VisionConfig* vc) {
   DevModel shapes;
   shapes.c = c;
   shapes.hc = hc;
+  if (vc && vc->present) {
+    shapes.has_vision = true;
+    shapes.vision.c = *vc;
+  }
   shapes.has_w4a4 = q == QuantMode::NVFP4;
   shapes.has_fp8 = q == QuantMode::FP8;
   shapes.max_k = std::max({c.hidden, c.ffn, c.v_heads * c.v_head_dim, c.q_heads * c.head_dim});

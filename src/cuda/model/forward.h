@@ -84,8 +84,9 @@ class Forward {
 
   // Bytes of the activation arena for a plan (weights not included); `q`: the scratch of the
   // quantized paths (NVFP4 W4A4 / FP8 activations) is planned as if every Linear ran so.
+  // `vc`: the vision tower's numbers when the model has one (its scratch shares the backbone's).
   static size_t arena_bytes(const model::TextConfig& c, const model::HeadConfig& hc, const ForwardOptions& o,
-                            QuantMode q = QuantMode::BF16);
+                            QuantMode q = QuantMode::BF16, const model::VisionConfig* vc = nullptr);
   size_t arena_bytes() const { return arena_.capacity(); }
   // GPU memory this engine holds besides the weights: arena, cuBLASLt workspace, NVFP4 staging.
   size_t working_bytes() const { return arena_.capacity() + gemm_workspace_bytes() + lin_->staging_bytes(); }

@@ -31,7 +31,7 @@ VisionScratch VisionScratch::carve(Arena& a, const model::VisionConfig& c, int64
   const int64_t m2 = c.spatial_merge * c.spatial_merge;
   s.meta = a.carve<int32_t>(S * 6 + 3 * tiles_bound(c, S), "vision index arrays");
   s.wt = a.carve<float>(S * 4, "vision position weights");
-  s.pix = a.carve<bf16>(S * per_patch(c), "vision pixels");
+  s.pix = a.carve<bf16>(B * per_patch(c), "vision pixels (a row block)");
   s.x = a.carve<float>(S * H, "vision residual");
   s.h = a.carve<bf16>(S * H, "vision normed");
   s.q = a.carve<bf16>(S * c.heads * Dp, "vision q");
@@ -98,13 +98,18 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   const int64_t ntiles = int64_t(tq.size());
   check(cudaMemcpyAsync(s.meta, meta.data(), meta.size() * 4, cudaMemcpyHostToDevice, st), "upload vision index arrays");
   check(cudaMemcpyAsync(s.wt, wt.data(), wt.size() * 4, cudaMemcpyHostToDevice, st), "upload vision position weights");
-  check(cudaMemcpyAsync(s.pix, pix.data(), pix.size() * 2, cudaMemcpyHostToDevice, st), "upload image pixels");
   const int32_t *row = s.meta + 4 * S, *col = s.meta + 5 * S;
   const int32_t* tiles_at = s.meta + 6 * S;
   const AttnTiles tiles{tiles_at, tiles_at + ntiles, tiles_at + 2 * ntiles, ntiles};
 
   mark("vision patch_embed");
-  gemm.run(s.pix, S, P, P, v.patch, H, s.x, OutType::F32, H, false, "vision patch_embed");
+  // a row block of pixels at a time: each upload is stream-ordered after the GEMM that read the
+  // previous block
+  for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
+    const int64_t n = std::min(kRowBlock, S - r0);
+    check(cudaMemcpyAsync(s.pix, pix.data() + r0 * P, size_t(n * P) * 2, cudaMemcpyHostToDevice, st), "upload image pixels");
+    gemm.run(s.pix, n, P, P, v.patch, H, s.x + r0 * H, OutType::F32, H, false, "vision patch_embed");
+  }
   vision_embed_finish(s.x, S, H, v.patch_b, v.pos_table, s.meta, s.wt, st);
   for (const DevVisionBlock& b : v.blocks) {
     mark("vision norm + qkv + rope");

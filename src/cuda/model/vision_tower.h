@@ -19,7 +19,7 @@ namespace clefrt::cuda {
 // backbone starts, so it shares the backbone's region).
 struct VisionScratch {
   int64_t S = 0;
-  bf16* pix = nullptr;            // [S, C * T * P * P] the processor's pixels
+  bf16* pix = nullptr;            // a row block of the processor's pixels [block, C * T * P * P]
   float* x = nullptr;             // [S, hidden] the residual stream
   bf16* h = nullptr;              // [S, hidden] LayerNorm out, then attention out
   bf16 *q = nullptr, *k = nullptr, *v = nullptr;  // [S, heads, Dp] (head dims zero-padded)
