@@ -7,7 +7,10 @@
 
 #include "cpu/ops.h"
 #include "cuda/model/vision_tower.h"
+#include "image/preprocess.h"
 #include "io/safetensors.h"
+#include "io/safetensors_write.h"
+#include "schema/images.h"
 #include "model/config.h"
 #include "model/synth.h"
 #include "model/vision.h"
@@ -77,6 +80,36 @@ TEST(CudaVision, FullAttentionAgainstCpu) {
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
     std::cout << "[ cuda    ] full attention, head dim " << hd << " (padded " << Dp << "): worst |o_gpu - o_cpu| = " << worst << "\n";
     EXPECT_LT(worst, 2e-2) << "head dim " << hd;  // bf16 P and output rounding on O(1) values
+  }
+}
+
+// The GPU's cut of a resized image into patch rows (vision_patchify) against the processor's
+// fp32 pixels rounded to bf16, bit for bit, on corpus images of several sizes and shapes.
+TEST(CudaVision, PatchifyEqualsTheProcessorsPixels) {
+  NEED_GPU();
+  const VisionGeometry g;
+  for (const char* name : {"rgb-333x500.png", "jpeg-420-640x480.jpg", "rgb-15x2000.png", "webp-lossy-320x240.webp"}) {
+    ImageInput in;
+    in.bytes = test::read_file(test::source_path(std::string("tests/fixtures/images/corpus/") + name));
+    in.format = *sniff_image(in.bytes);
+    const model::ImagePatches full = preprocess_image(in, g, g.max_pixels, "images[0]");
+    const model::ImagePatches rgb = preprocess_image(in, g, g.max_pixels, "images[0]", true);
+    ASSERT_EQ(rgb.grid_h, full.grid_h);
+    ASSERT_EQ(rgb.grid_w, full.grid_w);
+    ASSERT_TRUE(rgb.pixels.empty());
+    const int64_t rows = full.grid_h * full.grid_w, cols = int64_t(full.pixels.size()) / rows;
+    auto d_rgb = up(rgb.rgb);
+    cuda::DeviceBuffer out(full.pixels.size() * 2, "patches");
+    // in two slices, as the tower's row blocks cut it
+    const int64_t half = rows / 2;
+    cuda::vision_patchify(d_rgb.as<uint8_t>(), rgb.grid_w * g.patch_size, rgb.grid_w, g.merge_size, g.patch_size, g.temporal_patch_size, 0,
+                          half, out.as<cuda::bf16>(), nullptr);
+    cuda::vision_patchify(d_rgb.as<uint8_t>(), rgb.grid_w * g.patch_size, rgb.grid_w, g.merge_size, g.patch_size, g.temporal_patch_size,
+                          half, rows - half, out.as<cuda::bf16>() + half * cols, nullptr);
+    const auto got = test::down<cuda::bf16>(out, full.pixels.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) bad += __bfloat16_as_ushort(got[i]) != io::f32_to_bf16(full.pixels[i]);
+    EXPECT_EQ(bad, 0u) << name;
   }
 }
 

@@ -495,7 +495,8 @@ std::shared_ptr<const ImageMedia> EngineCore::image_media(const Request& req, co
   for (size_t i = 0; i < req.images.size(); ++i) {
     const std::string where = "images[" + std::to_string(i) + "]";
     // validation held each header to the protocol's pixel limit, which is under the processor's
-    const model::ImagePatches p = preprocess_image(req.images[i], g, g.max_pixels, where);
+    // the GPU normalises and cuts the resized image itself
+    model::ImagePatches p = preprocess_image(req.images[i], g, g.max_pixels, where, gpu_ != nullptr);
     const EncodedImage& ei = e.images[i];
     if (p.grid_h != ei.grid_h || p.grid_w != ei.grid_w)
       throw unprocessable(where, "the decoded image has a " + std::to_string(p.grid_w) + "x" + std::to_string(p.grid_h) +

@@ -153,12 +153,22 @@ model::ImagePatches image_patches(const RgbImage& img, const VisionGeometry& g) 
   return out;
 }
 
-model::ImagePatches preprocess_image(const ImageInput& image, const VisionGeometry& g, uint64_t max_pixels, const std::string& where) {
-  const RgbImage decoded = decode_image(image.format, image.bytes, max_pixels, where);
+model::ImagePatches preprocess_image(const ImageInput& image, const VisionGeometry& g, uint64_t max_pixels, const std::string& where,
+                                     bool rgb_only) {
+  RgbImage img = decode_image(image.format, image.bytes, max_pixels, where);
   uint32_t w = 0, h = 0;
-  g.resize(decoded.width, decoded.height, w, h);
-  if (w == decoded.width && h == decoded.height) return image_patches(decoded, g);
-  return image_patches(resize_bicubic_aa(decoded, w, h), g);
+  g.resize(img.width, img.height, w, h);
+  if (w != img.width || h != img.height) img = resize_bicubic_aa(img, w, h);
+  if (!rgb_only) return image_patches(img, g);
+  const uint32_t P = g.patch_size, M = g.merge_size;
+  if (img.width % (P * M) || img.height % (P * M))
+    throw unprocessable("images", "internal: image size " + std::to_string(img.width) + "x" + std::to_string(img.height) +
+                                      " is not a multiple of " + std::to_string(P * M));
+  model::ImagePatches out;
+  out.grid_h = img.height / P;
+  out.grid_w = img.width / P;
+  out.rgb = std::move(img.pixels);
+  return out;
 }
 
 }  // namespace clefrt

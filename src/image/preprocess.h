@@ -21,6 +21,9 @@ RgbImage resize_bicubic_aa(const RgbImage& in, uint32_t out_w, uint32_t out_h);
 model::ImagePatches image_patches(const RgbImage& resized, const VisionGeometry& g);
 
 // Decode + smart resize + resize + patches. `where` names the image in errors ("images[1]").
-model::ImagePatches preprocess_image(const ImageInput& image, const VisionGeometry& g, uint64_t max_pixels, const std::string& where);
+// rgb_only: the patches' grid and the resized image (ImagePatches::rgb, for the GPU tower), no
+// pixels.
+model::ImagePatches preprocess_image(const ImageInput& image, const VisionGeometry& g, uint64_t max_pixels, const std::string& where,
+                                     bool rgb_only = false);
 
 }  // namespace clefrt

@@ -16,6 +16,10 @@ namespace clefrt::model {
 struct ImagePatches {
   int64_t grid_t = 1, grid_h = 0, grid_w = 0;
   std::vector<float> pixels;  // [grid_t * grid_h * grid_w, C * T * P * P]
+  // Or, for the GPU tower (pixels empty): the resized image itself, (grid_h * P) x (grid_w * P)
+  // x 3 bytes row-major, which the GPU normalises and cuts into the same rows (a quarter of the
+  // bf16 pixels' bytes to upload, half of that again for the repeated frame).
+  std::vector<uint8_t> rgb;
 };
 
 // [grid_t * grid_h * grid_w / merge^2, out_hidden]. Throws a 422 for a grid the tower cannot take

@@ -32,6 +32,7 @@ VisionScratch VisionScratch::carve(Arena& a, const model::VisionConfig& c, int64
   s.meta = a.carve<int32_t>(S * 6 + 3 * tiles_bound(c, S), "vision index arrays");
   s.wt = a.carve<float>(S * 4, "vision position weights");
   s.pix = a.carve<bf16>(B * per_patch(c), "vision pixels (a row block)");
+  s.rgb = a.carve<uint8_t>(S * c.patch * c.patch * 3, "vision resized images");
   s.x = a.carve<float>(S * H, "vision residual");
   s.h = a.carve<bf16>(S * H, "vision normed");
   s.q = a.carve<bf16>(S * c.heads * Dp, "vision q");
@@ -49,8 +50,9 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   const int64_t m2 = m * m, P = per_patch(c), OH = c.out_hidden;
   int64_t S = 0;
   for (const model::ImagePatches* im : images) {
+    const bool rgb_ok = im->pixels.empty() && im->grid_t == 1 && int64_t(im->rgb.size()) == im->grid_h * im->grid_w * c.patch * c.patch * 3;
     if (im->grid_h <= 0 || im->grid_w <= 0 || im->grid_t <= 0 || im->grid_h % m || im->grid_w % m ||
-        int64_t(im->pixels.size()) != im->grid_t * im->grid_h * im->grid_w * P)
+        (!rgb_ok && int64_t(im->pixels.size()) != im->grid_t * im->grid_h * im->grid_w * P))
       throw Error(Status::Unprocessable, "invalid_image",
                   "an image of " + std::to_string(im->grid_t) + " x " + std::to_string(im->grid_h) + " x " + std::to_string(im->grid_w) +
                       " patches (" + std::to_string(im->pixels.size()) + " values) that the vision tower cannot take");
@@ -65,7 +67,16 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   std::vector<int32_t> meta(size_t(S * 6));
   std::vector<float> wt(size_t(S * 4));
   std::vector<int32_t> tq, ts, te;
-  std::vector<uint16_t> pix(size_t(S * P));
+  // pixels: a resized image (rgb) goes up as it is and is cut into rows on the GPU; given pixels
+  // (tests) are rounded to bf16 here, as the reference runs patch_embed in the tower's dtype
+  struct Source {
+    int64_t s0, rows;
+    const model::ImagePatches* im;
+    size_t rgb_at;  // byte offset in s.rgb
+  };
+  std::vector<Source> sources;
+  std::vector<uint16_t> pix;
+  size_t rgb_bytes = 0;
   int64_t s0 = 0;
   for (const model::ImagePatches* im : images) {
     const auto taps = model::vision_position_taps(c, im->grid_h, im->grid_w);
@@ -87,8 +98,14 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
         ts.push_back(int32_t(f0));
         te.push_back(int32_t(f0 + frame));
       }
-    // the reference runs patch_embed in the tower's dtype: pixels rounded to bf16
-    for (size_t i = 0; i < im->pixels.size(); ++i) pix[size_t(s0 * P) + i] = io::f32_to_bf16(im->pixels[i]);
+    sources.push_back({s0, int64_t(rc.size()), im, rgb_bytes});
+    if (im->pixels.empty()) {
+      check(cudaMemcpyAsync(s.rgb + rgb_bytes, im->rgb.data(), im->rgb.size(), cudaMemcpyHostToDevice, st), "upload image");
+      rgb_bytes += im->rgb.size();
+    } else {
+      if (pix.empty()) pix.resize(size_t(S * P));
+      for (size_t i = 0; i < im->pixels.size(); ++i) pix[size_t(s0 * P) + i] = io::f32_to_bf16(im->pixels[i]);
+    }
     s0 += int64_t(rc.size());
   }
   if (int64_t(tq.size()) > tiles_bound(c, S)) throw Error(Status::Internal, "internal_error", "vision attention tiles exceed their plan");
@@ -107,7 +124,16 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   // previous block
   for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
     const int64_t n = std::min(kRowBlock, S - r0);
-    check(cudaMemcpyAsync(s.pix, pix.data() + r0 * P, size_t(n * P) * 2, cudaMemcpyHostToDevice, st), "upload image pixels");
+    for (const Source& src : sources) {
+      const int64_t a = std::max(r0, src.s0), b = std::min(r0 + n, src.s0 + src.rows);
+      if (a >= b) continue;
+      if (src.im->pixels.empty())
+        vision_patchify(s.rgb + src.rgb_at, src.im->grid_w * c.patch, src.im->grid_w, m, c.patch, c.temporal_patch, a - src.s0, b - a,
+                        s.pix + (a - r0) * P, st);
+      else
+        check(cudaMemcpyAsync(s.pix + (a - r0) * P, pix.data() + a * P, size_t((b - a) * P) * 2, cudaMemcpyHostToDevice, st),
+              "upload image pixels");
+    }
     gemm.run(s.pix, n, P, P, v.patch, H, s.x + r0 * H, OutType::F32, H, false, "vision patch_embed");
   }
   vision_embed_finish(s.x, S, H, v.patch_b, v.pos_table, s.meta, s.wt, st);

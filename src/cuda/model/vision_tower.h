@@ -20,6 +20,7 @@ namespace clefrt::cuda {
 struct VisionScratch {
   int64_t S = 0;
   bf16* pix = nullptr;            // a row block of the processor's pixels [block, C * T * P * P]
+  uint8_t* rgb = nullptr;         // the resized images, one after another (ImagePatches::rgb)
   float* x = nullptr;             // [S, hidden] the residual stream
   bf16* h = nullptr;              // [S, hidden] LayerNorm out, then attention out
   bf16 *q = nullptr, *k = nullptr, *v = nullptr;  // [S, heads, Dp] (head dims zero-padded)

@@ -130,6 +130,11 @@ void vision_embed_finish(float* x, int64_t S, int64_t H, const float* bias, cons
 // a dim d paired with d + hd/2), the padding dims zero.
 void vision_qkv_rope(const float* qkv, int64_t n, int64_t r0, const float* bias, const int32_t* row, const int32_t* col,
                      const float* inv_freq, int64_t heads, int64_t hd, int64_t Dp, bf16* q, bf16* k, bf16* v, cudaStream_t s);
+// Rows [row0, row0 + n) (merge-block order, ImagePatches::pixels' layout) of one resized image
+// (rgb, width x (grid_h * P) x 3 bytes) as the processor makes them: (v - 127.5) / 127.5 in fp32
+// per channel, the frame repeated T times, rounded to bf16; out [n, 3 * T * P * P].
+void vision_patchify(const uint8_t* rgb, int64_t width, int64_t grid_w, int64_t merge, int64_t P, int64_t T, int64_t row0, int64_t n,
+                     bf16* out, cudaStream_t s);
 // y = gelu(x + bias) as bf16, tanh-approximated (the blocks' MLP) or exact (the merger).
 void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, bool tanh_form, bf16* y, cudaStream_t s);
 

@@ -50,6 +50,19 @@ __global__ void vision_qkv_rope_k(const float* qkv, int64_t n, int64_t r0, const
   }
 }
 
+__global__ void vision_patchify_k(const uint8_t* rgb, int64_t width, int64_t grid_w, int64_t M, int64_t P, int64_t T, int64_t row0,
+                                  int64_t n, bf16* out) {
+  const int64_t cols = 3 * T * P * P, total = n * cols, bw_n = grid_w / M;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = row0 + i / cols, e = i - (i / cols) * cols;
+    const int64_t mw = r % M, mh = (r / M) % M, blk = r / (M * M), bh = blk / bw_n, bwi = blk - bh * bw_n;
+    const int64_t ph = bh * M + mh, pw = bwi * M + mw;
+    const int64_t c = e / (T * P * P), y = (e / P) % P, x = e % P;
+    const float v = float(rgb[((ph * P + y) * width + pw * P + x) * 3 + c]);
+    out[i] = __float2bfloat16((v - 127.5f) / 127.5f);
+  }
+}
+
 __global__ void bias_gelu_bf16_k(const float* x, int64_t rows, int64_t n, const float* bias, bool tanh_form, bf16* y) {
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -79,6 +92,13 @@ void vision_qkv_rope(const float* qkv, int64_t n, int64_t r0, const float* bias,
   if (n == 0) return;
   vision_qkv_rope_k<<<grid_for(n * heads * Dp), 256, 0, s>>>(qkv, n, r0, bias, row, col, inv_freq, heads, hd, Dp, q, k, v);
   check_launch("vision_qkv_rope");
+}
+
+void vision_patchify(const uint8_t* rgb, int64_t width, int64_t grid_w, int64_t merge, int64_t P, int64_t T, int64_t row0, int64_t n,
+                     bf16* out, cudaStream_t s) {
+  if (n == 0) return;
+  vision_patchify_k<<<grid_for(n * 3 * T * P * P), 256, 0, s>>>(rgb, width, grid_w, merge, P, T, row0, n, out);
+  check_launch("vision_patchify");
 }
 
 void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, bool tanh_form, bf16* y, cudaStream_t s) {
