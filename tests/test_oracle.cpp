@@ -96,19 +96,35 @@ TEST(Oracle, TinyA_HvGreaterThanHk_TwoAttentionLayers) {
 }
 
 // Our chunked prefill against the recurrent definition, whole answers, every tiny-a request
-// (the GDN op itself is checked to 1e-5 in test_cpu_ops): measured worst 3.5e-5.
+// (the GDN op itself is checked to 1e-5 in test_cpu_ops). The two forms are two fp32 summation
+// orders of one forward on a model at the edge of what fp32 resolves, so like the folder tests
+// above the bound is how well fp32 resolves it, not one CPU's figure: measured worst 3.5e-5 /
+// 3.8e-5 with OpenBLAS' AVX-512 / AVX2 kernels, 9.4e-5 with the generic (Prescott) kernels it
+// falls back to on CPUs 0.3.21 does not know. No request apart by 2.5e-4, and the root mean
+// square of the differences within the fp32 reference's own distance from the fp64 value. A
+// wrong chunk boundary or decay moves answers by orders of magnitude more.
 TEST(Oracle, TinyA_ChunkedAgreesWithRecurrent) {
   auto engine = EngineCore::load(test::source_path("tests/fixtures/oracle/tiny-a"));
   std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/tiny-a.expected.jsonl")));
   std::string line;
-  double worst = 0;
+  double worst = 0, sq = 0, ref_sq = 0;
+  size_t n = 0;
   while (std::getline(in, line)) {
-    Encoded enc = engine->encoder().encode(parse_request(*json::parse(line).find("request")));
-    worst = std::max(worst, test::worst_diff(engine->probs({&enc}, model::GdnForm::Chunked)[0],
-                                             engine->probs({&enc}, model::GdnForm::Recurrent)[0]));
+    const json::Value rec = json::parse(line);
+    Encoded enc = engine->encoder().encode(parse_request(*rec.find("request")));
+    const double d = test::worst_diff(engine->probs({&enc}, model::GdnForm::Chunked)[0], engine->probs({&enc}, model::GdnForm::Recurrent)[0]);
+    const double r = test::worst_diff(test::probs_of(*rec.find("probs")), test::probs_of(*rec.find("probs_f64")));
+    worst = std::max(worst, d);
+    sq += d * d;
+    ref_sq += r * r;
+    ++n;
   }
-  std::cout << "[ oracle  ] tiny-a: chunked vs recurrent GDN, worst |dp| = " << worst << "\n";
-  EXPECT_LT(worst, 5e-5);
+  const double rms = std::sqrt(sq / double(n)), ref_rms = std::sqrt(ref_sq / double(n));
+  std::cout << "[ oracle  ] tiny-a: chunked vs recurrent GDN over " << n << " requests, worst |dp| = " << worst << ", rms " << rms
+            << " (the fp32 reference vs fp64: rms " << ref_rms << ")\n";
+  EXPECT_GE(n, 100u);
+  EXPECT_LT(worst, 2.5e-4);
+  EXPECT_LE(rms, ref_rms);
 }
 TEST(Oracle, TinyB_WiderHead_TwoRoutingAndDecoderLayers) {
   if (forced_kernels_unavailable()) GTEST_SKIP() << "OPENBLAS_CORETYPE=Haswell needs AVX2";

@@ -354,6 +354,26 @@ TEST(Server, NonFiniteWeightsAreRefusedAtLoadOrAnswered500) {
   EXPECT_EQ(r.client().Get("/health")->status, 200);  // and it is still up
 }
 
+// A tower weight that is NaN (unchecked at load): an image request is a 500 that says where,
+// the image rows being among the places, never an answer with NaN in it.
+TEST(Server, NonFiniteVisionWeightsAnswer500NamingTheImageRows) {
+  const std::string bad = poisoned_copy(tiny_dir(), "serve-nan-v", "visual.merger.linear_fc2.weight");
+  Running r{ServerOptions{}, [bad] { return load_tiny(bad, false); }};
+  json::Value body = json::parse(kBlog);
+  json::Value imgs = json::Value::array();
+  imgs.arr.push_back(json::Value::string(
+      "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="));
+  body.add("images", imgs);
+  auto res = r.client().Post("/v1/systemone", json::write(body), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 500) << res->body;
+  EXPECT_NE(res->body.find("non_finite"), std::string::npos) << res->body;
+  EXPECT_NE(res->body.find("the image rows"), std::string::npos) << res->body;
+  auto text = r.client().Post("/v1/systemone", kBlog, "application/json");  // text alone does not touch the tower
+  ASSERT_TRUE(text);
+  EXPECT_EQ(text->status, 200);
+}
+
 TEST(Server, UnknownFieldsAndImagePartsAreRefusedOnEveryShape) {
   Running r{ServerOptions{}};
   auto c = r.client();

@@ -433,9 +433,9 @@ void EngineCore::throw_non_finite(const model::Sequence& e, size_t question) con
 #endif
   if (!gpu_) {
     const std::vector<int64_t> offsets = {0, e.length};
-    layer = model::first_non_finite_layer(text_, cfg_.text, std::vector<int32_t>(e.ids, e.ids + e.length), offsets);
+    layer = model::first_non_finite_layer(text_, cfg_.text, std::vector<int32_t>(e.ids, e.ids + e.length), offsets, e.media);
   }
-  if (layer == -1) where = "in the token embeddings";
+  if (layer == -1) where = e.media ? "in the token embeddings or the image rows (the vision tower's output)" : "in the token embeddings";
   else if (layer >= 0 && layer < n)
     where = "after backbone layer " + std::to_string(layer) + " (" +
             (cfg_.text.layer_types[size_t(layer)] == model::LayerType::LinearAttention ? "linear_attention" : "full_attention") +

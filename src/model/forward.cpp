@@ -311,11 +311,19 @@ vector<float> backbone_forward_bf16_points(const TextWeights& w, const TextConfi
   }
 }
 
-int64_t first_non_finite_layer(const TextWeights& w, const TextConfig& c, const vector<int32_t>& ids, const vector<int64_t>& offsets) {
+int64_t first_non_finite_layer(const TextWeights& w, const TextConfig& c, const vector<int32_t>& ids, const vector<int64_t>& offsets,
+                               const SequenceMedia* media) {
+  if (media && offsets.size() != 2)
+    throw Error(Status::Internal, "internal_error", "first_non_finite_layer: media go with one sequence");
   t_check_finite = true;
   t_first_bad = int64_t(w.layers.size()) + 1;
   try {
-    backbone_forward(w, c, ids, offsets);
+    if (media) {
+      BackboneState st = BackboneState::start(c);
+      backbone_run(w, c, ids.data(), int64_t(ids.size()), st, GdnForm::Chunked, {}, media);
+    } else {
+      backbone_forward(w, c, ids, offsets);
+    }
   } catch (...) {
     t_check_finite = false;
     throw;

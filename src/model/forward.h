@@ -74,8 +74,9 @@ std::vector<float> backbone_forward(const TextWeights& w, const TextConfig& c, c
 // The same backbone with a finiteness check after every stage: -1 when the token embeddings hold
 // a non-finite value, i when the residual stream first does after layer i, the number of layers
 // when only the final norm does, -2 when everything stays finite. The engine's error path.
+// `media`: one sequence's images (their rows join the embeddings, as in the forward).
 int64_t first_non_finite_layer(const TextWeights& w, const TextConfig& c, const std::vector<int32_t>& ids,
-                               const std::vector<int64_t>& offsets);
+                               const std::vector<int64_t>& offsets, const SequenceMedia* media = nullptr);
 
 // Tests of the GPU engine: the same backbone, with values rounded to bf16 wherever the CUDA
 // forward stores them in bf16 (GEMM inputs, the attention q/k/v and the MLP activations), so a
