@@ -97,6 +97,9 @@ struct EngineOptions {
   bool native_fp4 = true;              // CUDA, W4A4 parts on Blackwell (compute capability >= 10): FP4 tensor
                                        // cores (UNTESTED: no such GPU here); false keeps the emulated path,
                                        // its oracle. Hopper and older always emulate
+  bool vision = true;                  // load the folder's vision tower (when it has one); false: text only, the
+                                       // tower's weights stay on disk (~0.9 GiB on the GPU for Clef's) and a
+                                       // request with images is a 422
   bool fit_memory = false;             // CUDA, quant Auto, no offload / fused kernel asked for: when the memory plan
                                        // does not fit the GPU, load the first format (converted at load), offload
                                        // and W4A16 kernel that does (logged with progress) instead of refusing;

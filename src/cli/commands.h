@@ -26,7 +26,7 @@ Runner add_eval(CLI::App& app);
 // --no-check-weights.
 struct EngineFlags {
   std::string device = "auto", quant = "auto";
-  bool offload = false, w4a16_fused = false, native_fp4 = true, portable_kernels = false, parse_special = false, require_instructions = false, check_weights = true;
+  bool vision = true, offload = false, w4a16_fused = false, native_fp4 = true, portable_kernels = false, parse_special = false, require_instructions = false, check_weights = true;
   int threads = 0;
   size_t max_length = 16384;
   double prefix_cache_gib = -1;  // -1: the engine's default

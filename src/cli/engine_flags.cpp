@@ -22,6 +22,9 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
   c.add_flag("!--no-native-fp4", f.native_fp4,
              "cuda, W4A4 folders on Blackwell: the emulated path (dequantized weights, fake-quantized activations: the oracle)\n"
              "instead of the FP4 tensor cores; without effect elsewhere");
+  c.add_flag("!--no-vision", f.vision,
+             "text only: leave the folder's vision tower on disk (~0.9 GiB of GPU memory for Clef's); requests with images\n"
+             "are then a 422");
   c.add_flag("--portable-kernels", f.portable_kernels,
              "cuda: only the kernels every supported GPU runs (mma.sync W4A16 GEMM instead of wgmma / TMA, W4A4 emulated):\n"
              "to compare them with the fast ones on a Hopper or Blackwell card");
@@ -82,6 +85,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.w4a16_fused = f.w4a16_fused;
   o.native_fp4 = f.native_fp4;
   o.portable_kernels = f.portable_kernels;
+  o.vision = f.vision;
   o.progress = true;  // the CLI's loads report their stages (decide, serve)
   // the format and offload left to the engine: it fits them to the GPU (and says which)
   o.fit_memory = f.quant == "auto" && !f.offload && !f.w4a16_fused;

@@ -87,6 +87,7 @@ CoreOptions core_options(const EngineOptions& o) {
   }
   c.quant = o.quant;
   c.offload_embeddings = o.offload_embeddings;
+  c.vision = o.vision;
   c.w4a16_fused = o.w4a16_fused;
   c.native_fp4 = o.native_fp4;
   c.portable_kernels = o.portable_kernels;

@@ -253,6 +253,7 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
   e->opts_ = opts;
   std::string why;
   e->cfg_ = model::load_config(dir);
+  if (!opts.vision) e->cfg_.vision.present = false;  // text only: nothing of the tower is planned or read
   model::QuantActivations qa;
   if (e->cfg_.quantization) {
     // compressed-tensors checkpoints (spec/quant.md): NVFP4 (W4A16 / W4A4 by input_global_scale)
@@ -340,7 +341,7 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
     Progress p(opts.progress, "weights to fp32", double(backbone.total_bytes() + head.total_bytes()), "GB");
     e->text_ = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Full, qa);
     e->head_ = model::load_head_weights(head, e->cfg_.head);
-    if (backbone.find("model.visual.patch_embed.proj.weight")) {
+    if (opts.vision && backbone.find("model.visual.patch_embed.proj.weight")) {
       e->vision_ = model::load_vision_weights(backbone, e->cfg_.vision);
       e->has_vision_ = true;
     }
@@ -368,7 +369,8 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
   const auto tw = model::load_text_weights(backbone, e->cfg_.text, model::LoadMode::Lazy, qa);
   const auto hw = model::load_head_weights(head, e->cfg_.head, model::LoadMode::Lazy);
   std::optional<model::VisionWeights> vw;
-  if (backbone.find("model.visual.patch_embed.proj.weight")) vw = model::load_vision_weights(backbone, e->cfg_.vision, model::LoadMode::Lazy);
+  if (opts.vision && backbone.find("model.visual.patch_embed.proj.weight"))
+    vw = model::load_vision_weights(backbone, e->cfg_.vision, model::LoadMode::Lazy);
   e->gpu_ = std::make_unique<GpuBackend>(tw, hw, vw ? &*vw : nullptr, e->cfg_, opts, opts.progress);
   e->has_vision_ = vw.has_value();
 #endif
@@ -392,6 +394,7 @@ std::unique_ptr<EngineCore> EngineCore::synthetic(const std::string& preset, con
   opts.device = Device::Cuda;
   e->opts_ = opts;
   e->cfg_ = model::synthetic_config(preset);
+  if (!opts.vision) e->cfg_.vision.present = false;
   check_gpu_runs(e->cfg_, opts);
   e->tok_ = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer));
   e->encoder_ = std::make_unique<Encoder>(*e->tok_, opts.encode);
@@ -483,6 +486,9 @@ LinearInputObserver EngineCore::observer() const {
 std::shared_ptr<const ImageMedia> EngineCore::image_media(const Request& req, const Encoded& e) const {
   if (req.images.empty()) return nullptr;
   if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
+  if (!opts_.vision)
+    throw Error(Status::Unprocessable, "unsupported",
+                "this engine was opened text only (--no-vision / vision=False): open it with its vision tower to send images", "images");
   if (!has_vision_) throw Error(Status::Unprocessable, "unsupported", "this model folder has no vision tower (model.visual.*)", "images");
   if (e.images.size() != req.images.size())
     throw Error(Status::Internal, "internal_error", "image_media: the encoding does not hold the request's images");

@@ -37,6 +37,9 @@ struct CoreOptions {
   QuantMode quant = QuantMode::Auto;
   // CUDA: embed_tokens / lm_head stay in pinned host memory; kernels read only the rows they need.
   bool offload_embeddings = false;
+  // Load the folder's vision tower (EngineOptions::vision); false: text only (the memory plan
+  // leaves it out, images are a 422).
+  bool vision = true;
   // CUDA, NVFP4 parts: the fused W4A16 GEMM instead of staging (cuda/qlinear.h; slower on the
   // H200 at Clef's shapes, no staging memory).
   bool w4a16_fused = false;

@@ -213,3 +213,14 @@ def test_an_image_reaches_the_answer_as_decide_gives_it(model, tiny):
     assert got["answers"] != without["answers"]
     with pytest.raises(clefrt.RequestError, match=r"images\[0\]"):
         model.decide({**BLOG, "images": ["data:image/jpeg;base64," + base64.b64encode(b"\xff\xd8\xff\xe0 not a jpeg").decode()]})
+
+
+def test_text_only_leaves_the_tower_out_and_refuses_images(model, tiny):
+    """vision=False: text answers as with the tower; an image is a 422 that says why."""
+    import base64
+    with open(os.path.join(SOURCE, "tests", "fixtures", "images", "corpus", "rgb-16x16.png"), "rb") as f:
+        url = "data:image/png;base64," + base64.b64encode(f.read()).decode()
+    with Clef(tiny, threads=2, vision=False) as text_only:
+        assert text_only.decide(BLOG, precise=True) == model.decide(BLOG, precise=True)
+        with pytest.raises(clefrt.RequestError, match="text only"):
+            text_only.decide({**BLOG, "images": [url]})
