@@ -302,16 +302,7 @@ TEST(Quant, QuantizeCommandWritesLoadableFolders) {
     {
       const auto v0 = model::load_vision_weights(orig, cfg.vision, model::LoadMode::Lazy);
       const auto v1 = model::load_vision_weights(st, cfg.vision, model::LoadMode::Lazy);
-      auto all = [](const model::VisionWeights& v) {
-        std::vector<const model::Tensor*> t = {&v.patch_w, &v.patch_b, &v.pos_embed, &v.merger_norm.w, &v.merger_norm.b,
-                                               &v.merger_fc1_w, &v.merger_fc1_b, &v.merger_fc2_w, &v.merger_fc2_b};
-        for (const auto& b : v.blocks)
-          for (const model::Tensor* x : {&b.norm1.w, &b.norm1.b, &b.norm2.w, &b.norm2.b, &b.qkv_w, &b.qkv_b, &b.proj_w, &b.proj_b,
-                                         &b.fc1_w, &b.fc1_b, &b.fc2_w, &b.fc2_b})
-            t.push_back(x);
-        return t;
-      };
-      const auto t0 = all(v0), t1 = all(v1);
+      const auto t0 = model::vision_tensors(v0), t1 = model::vision_tensors(v1);
       ASSERT_EQ(t0.size(), t1.size());
       ASSERT_GT(t0.size(), 9u);
       for (size_t i = 0; i < t0.size(); ++i) {

@@ -92,11 +92,7 @@ CudaPlan cuda_plan(const model::ModelConfig& cfg, double head_params, QuantMode 
   double vision = 0;
   if (cfg.vision.present) {
     const model::VisionWeights vs = model::shape_only_vision(cfg.vision);
-    vision = double(vs.patch_w.numel() + vs.patch_b.numel() + vs.merger_norm.w.numel() * 2 + vs.merger_fc1_w.numel() +
-                    vs.merger_fc1_b.numel() + vs.merger_fc2_w.numel() + vs.merger_fc2_b.numel()) * 2 + double(vs.pos_embed.numel()) * 4;
-    for (const auto& b : vs.blocks)
-      vision += double(b.qkv_w.numel() + b.qkv_b.numel() + b.proj_w.numel() + b.proj_b.numel() + b.fc1_w.numel() + b.fc1_b.numel() +
-                       b.fc2_w.numel() + b.fc2_b.numel() + 4 * b.norm1.w.numel()) * 2;
+    for (const model::Tensor* t : model::vision_tensors(vs)) vision += double(t->numel()) * (t == &vs.pos_embed ? 4 : 2);
   }
   p.weights = lin * per_weight + lin_rows * per_row + other * 2 + head + vision;
   cuda::ForwardOptions fo;

@@ -23,6 +23,9 @@ struct TextConfig {
   std::vector<LayerType> layer_types;
   bool tie_word_embeddings = false;
   int64_t rotary_dim() const { return int64_t(double(head_dim) * partial_rotary); }
+  // Interleaved mRoPE: frequencies below mrope_limit(1) with i % 3 == 1 read the h row, below
+  // mrope_limit(2) with i % 3 == 2 the w row (3 x mrope_section[row]; 0 without sections).
+  int64_t mrope_limit(int row) const { return mrope_section.size() == 3 ? 3 * mrope_section[size_t(row)] : 0; }
 };
 
 struct VisionConfig {

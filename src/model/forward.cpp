@@ -135,8 +135,7 @@ vector<float> attn_layer(const AttnWeights& w, const TextConfig& c, const vector
   // mRoPE, interleaved: frequency i takes its position from row h when i % 3 == 1 and
   // i < 3 * section[1], from row w when i % 3 == 2 and i < 3 * section[2], else from row t
   // (the same for text, whose three rows agree).
-  const int64_t sec_h = c.mrope_section.size() == 3 ? 3 * c.mrope_section[1] : 0;
-  const int64_t sec_w = c.mrope_section.size() == 3 ? 3 * c.mrope_section[2] : 0;
+  const int64_t sec_h = c.mrope_limit(1), sec_w = c.mrope_limit(2);
   auto rope = [&](float* x, int64_t tok) {
     const int64_t pt = media ? media->pos_t[size_t(tok)] : tok, ph = media ? media->pos_h[size_t(tok)] : tok,
                   pw = media ? media->pos_w[size_t(tok)] : tok;

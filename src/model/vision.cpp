@@ -56,6 +56,13 @@ vector<std::pair<int64_t, int64_t>> vision_patch_rows_cols(const VisionConfig& c
   return rc;
 }
 
+vector<float> vision_rotary_inv_freq(const VisionConfig& c) {
+  const int64_t hd = c.hidden / c.heads, nf = hd / 4, half = hd / 2;
+  vector<float> inv(static_cast<size_t>(nf));
+  for (int64_t j = 0; j < nf; ++j) inv[size_t(j)] = 1.0f / std::pow(10000.0f, float(2 * j) / float(half));
+  return inv;
+}
+
 vector<PositionTaps> vision_position_taps(const VisionConfig& c, int64_t gh, int64_t gw) {
   const int64_t side = int64_t(std::lround(std::sqrt(double(c.num_position_embeddings))));
   if (side * side != c.num_position_embeddings)
@@ -104,8 +111,7 @@ vector<float> vision_forward(const VisionWeights& w, const VisionConfig& c, cons
   for (size_t i = 0; i < x.size(); ++i) x[i] += pos[i];
   // 2-D rotary over all hd dims: hd/4 frequencies for the row, hd/4 for the column, emb = [f_h, f_w, f_h, f_w]
   const int64_t nf = hd / 4, half = hd / 2;
-  vector<float> inv(static_cast<size_t>(nf));
-  for (int64_t j = 0; j < nf; ++j) inv[size_t(j)] = 1.0f / std::pow(10000.0f, float(2 * j) / float(half));
+  const vector<float> inv = vision_rotary_inv_freq(c);
   const auto rc = vision_patch_rows_cols(c, im.grid_t, im.grid_h, im.grid_w);
   vector<float> cosv(size_t(S * half)), sinv(size_t(S * half));
   for (int64_t s = 0; s < S; ++s)

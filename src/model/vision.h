@@ -38,6 +38,8 @@ struct PositionTaps {
 std::vector<PositionTaps> vision_position_taps(const VisionConfig& c, int64_t grid_h, int64_t grid_w);
 std::vector<float> vision_position_embeddings(const VisionWeights& w, const VisionConfig& c, int64_t grid_t, int64_t grid_h, int64_t grid_w);
 std::vector<std::pair<int64_t, int64_t>> vision_patch_rows_cols(const VisionConfig& c, int64_t grid_t, int64_t grid_h, int64_t grid_w);
+// The 2-D rotary's hd / 4 inverse frequencies, 1 / 10000^(2j / (hd / 2)) in fp32 (CPU and GPU).
+std::vector<float> vision_rotary_inv_freq(const VisionConfig& c);
 // torch.linspace(start, end, steps) in fp32 (the first half counted from start, the rest from end).
 std::vector<float> torch_linspace(float start, float end, int64_t steps);
 

@@ -276,6 +276,17 @@ TextWeights shape_only_text(const TextConfig& cfg) {
   return load_text_weights(none, cfg, LoadMode::ShapeOnly);
 }
 
+std::vector<const Tensor*> vision_tensors(const VisionWeights& v) {
+  std::vector<const Tensor*> t = {&v.patch_w, &v.patch_b, &v.pos_embed};
+  for (const auto& b : v.blocks)
+    for (const Tensor* x : {&b.norm1.w, &b.norm1.b, &b.norm2.w, &b.norm2.b, &b.qkv_w, &b.qkv_b, &b.proj_w, &b.proj_b, &b.fc1_w, &b.fc1_b,
+                            &b.fc2_w, &b.fc2_b})
+      t.push_back(x);
+  for (const Tensor* x : {&v.merger_norm.w, &v.merger_norm.b, &v.merger_fc1_w, &v.merger_fc1_b, &v.merger_fc2_w, &v.merger_fc2_b})
+    t.push_back(x);
+  return t;
+}
+
 VisionWeights shape_only_vision(const VisionConfig& cfg) {
   static const io::TensorStore none;
   return load_vision_weights(none, cfg, LoadMode::ShapeOnly);

@@ -92,6 +92,9 @@ struct VisionWeights {
   Tensor merger_fc1_w, merger_fc1_b, merger_fc2_w, merger_fc2_b;
 };
 
+// Every tensor of the tower, in load order (memory plans, tests).
+std::vector<const Tensor*> vision_tensors(const VisionWeights& v);
+
 // Reads and checks every tensor (shape, dtype BF16/F16/F32). Throws load_error naming the file,
 // the tensor and the expected vs found shape.
 // Full: every tensor converted to fp32 (the CPU engine).

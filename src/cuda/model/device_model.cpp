@@ -11,6 +11,7 @@
 #include "cuda/runtime/check.h"
 #include "cuda/ops/kernels_quant.h"
 #include "io/safetensors_write.h"
+#include "model/vision.h"
 #include "quant/recipe.h"
 
 namespace clefrt::cuda {
@@ -442,9 +443,7 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
     v.patch = b.matrix_bf16(vw->patch_w);
     v.patch_b = b.vec(vw->patch_b, 0.0f, 0.02f);
     v.pos_table = b.vec(vw->pos_embed, 0.0f, 0.5f);
-    std::vector<float> inv(size_t(hd / 4));
-    for (int64_t j = 0; j < hd / 4; ++j) inv[size_t(j)] = 1.0f / std::pow(10000.0f, float(2 * j) / float(hd / 2));
-    v.inv_freq = b.host_vec(inv);
+    v.inv_freq = b.host_vec(model::vision_rotary_inv_freq(*vc));
     for (const model::VisionBlockWeights& bw : vw->blocks) {
       DevVisionBlock d;
       d.norm1 = ln(b, bw.norm1);

@@ -392,6 +392,7 @@ void Forward::prepare(Batch& b, const model::Batch& batch) {
   for (int64_t s = 0; s < b.nseq; ++s)
     for (int64_t t = offs[s]; t < offs[s + 1]; ++t) v.push_back(int32_t(offs[s]));
   // images: the patches go through the tower; every sequence's positions become mRoPE rows
+  const int64_t m2 = m_.vision.c.spatial_merge * m_.vision.c.spatial_merge, plan = vision_plan(m_, o_);
   for (int64_t s = 0; s < b.nseq; ++s) {
     const model::SequenceMedia* md = batch[size_t(s)].media;
     if (!md) continue;
@@ -400,18 +401,16 @@ void Forward::prepare(Batch& b, const model::Batch& batch) {
       if (!im.patches) throw Error(Status::Internal, "internal_error", "the GPU forward got an image without its patches");
       if (!m_.has_vision) throw Error(Status::Unprocessable, "unsupported", "this model has no vision tower (model.visual.*)", "images");
       const model::ImagePatches& p = *im.patches;
-      const int64_t m2 = m_.vision.c.spatial_merge * m_.vision.c.spatial_merge;
       if (p.grid_t * p.grid_h * p.grid_w != im.count * m2 || im.first < 0 || im.first + im.count > batch[size_t(s)].length)
         throw Error(Status::Internal, "internal_error", "an image's patches do not fill its pad tokens");
       b.images.push_back({offs[s] + im.first, im.count, im.patches});
       b.VS += im.count * m2;
-      if (im.count * m2 > vision_plan(m_, o_))
+      if (im.count * m2 > plan)
         throw Error(Status::Unprocessable, "invalid_image",
-                    "an image of " + std::to_string(im.count * m2) + " patches is over the GPU plan's " + std::to_string(vision_plan(m_, o_)),
-                    "images");
+                    "an image of " + std::to_string(im.count * m2) + " patches is over the GPU plan's " + std::to_string(plan), "images");
     }
   }
-  b.VS = std::min(b.VS, vision_plan(m_, o_));
+  b.VS = std::min(b.VS, plan);
   if (b.mrope) {
     mark(b.off_mrope);
     v.resize(v.size() + size_t(3 * b.L));
@@ -527,15 +526,15 @@ void Forward::backbone(Batch& b) {
   MropePositions mrope;
   if (b.mrope) {
     mrope.pos = b.d(b.off_mrope);
-    mrope.sec_h = c.mrope_section.size() == 3 ? int(3 * c.mrope_section[1]) : 0;
-    mrope.sec_w = c.mrope_section.size() == 3 ? int(3 * c.mrope_section[2]) : 0;
+    mrope.sec_h = int(c.mrope_limit(1));
+    mrope.sec_w = int(c.mrope_limit(2));
   }
 
   // the images through the tower in groups that fit its scratch, their rows into `hidden`
+  const int64_t m2 = m_.vision.c.spatial_merge * m_.vision.c.spatial_merge;
   for (size_t i = 0, rows = 0; i < b.images.size();) {
     std::vector<const model::ImagePatches*> group;
     int64_t patches = 0, tokens = 0;
-    const int64_t m2 = m_.vision.c.spatial_merge * m_.vision.c.spatial_merge;
     for (; i < b.images.size() && patches + b.images[i].count * m2 <= b.vs.S; ++i) {
       group.push_back(b.images[i].patches);
       patches += b.images[i].count * m2;
