@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
 
   int64_t cb, ce;
   if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
-  load_state(S, SWP, sc, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
+  load_state(S, SWP, sc, s, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
   for (int64_t c = cb; c < ce; ++c) {
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(256) gdn_scan_narrow_k(const float* mixed, int
 
   int64_t cb, ce;
   if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
-  load_state(S, SWPT, sc, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
+  load_state(S, SWPT, sc, s, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
   for (int64_t c = cb; c < ce; ++c) {
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_state_tc_k(const float* mixed, 
 
   int64_t cb, ce;
   if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
-  load_state(S, SWP, sc, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
+  load_state(S, SWP, sc, s, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
   auto load_wu = [&](int64_t c) {
     load_tile_async(Ws, ld, sc.w + ((c - sc.c0) * Hv + j) * C * Dk, Dk, C, int(Dk), C, int(Dk));
     load_tile_async(Us, SWP, sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col, Dv, C, SW, C, sw);

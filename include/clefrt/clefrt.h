@@ -117,9 +117,8 @@ struct EngineOptions {
                                        // updated in place (GB, GB/s), otherwise one JSON line as each ends
   double prefix_cache_gib = -1;        // the prefix cache's budget: a request whose ids start with a cached
                                        // system prompt + state computes only the rest, with the same bits.
-                                       // 0: off. -1: the backend's default (CPU: 4 GiB of host memory; CUDA:
-                                       // off, the GPU backend does not reuse prefixes yet, and asking for a
-                                       // budget there is refused)
+                                       // 0: off. -1: the default, 4 GiB (host memory on the CPU, GPU memory
+                                       // on the GPU), at most half of the memory the weights leave
 
   // --- requests
   size_t max_length = 16384;           // context length in tokens, at most kMaxContext: a state is cut to fit; a schema that

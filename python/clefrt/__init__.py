@@ -90,7 +90,8 @@ class Clef:
     prefix_cache_gib: the prefix cache's budget: a request whose ids start with a cached system
         prompt + state computes only the rest, with the same answer bit for bit (decide()'s
         usage.cached_tokens says how many tokens came from it). 0: off; -1: the default (4 GiB
-        on the CPU; the GPU backend does not reuse prefixes yet and refuses a budget).
+        of host memory on the CPU, of GPU memory on the GPU; at most half of what the weights
+        leave).
     vision: load the folder's vision tower; False: text only (its weights stay on disk, ~0.9 GiB
         of GPU memory for Clef's), and a request with images raises RequestError (422).
 

@@ -34,9 +34,10 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
                "(default 16384)")
       ->check(positive());
   c.add_option("--prefix-cache-gib", f.prefix_cache_gib,
-               "the prefix cache's budget: a request whose ids start with a cached system prompt + state (in multiples of 256\n"
-               "tokens on the CPU) computes only the rest, the same answer bit for bit; least recently used prefixes go first.\n"
-               "0 turns it off. Default: 4 on the CPU; the GPU backend does not reuse prefixes yet (a budget there is refused)")
+               "the prefix cache's budget in GiB (host memory on the CPU, GPU memory on the GPU): a request whose ids start with\n"
+               "a cached system prompt + state (in multiples of 256 tokens on the CPU, 64 on the GPU) computes only the rest, the\n"
+               "same answer bit for bit; least recently used prefixes go first. 0 turns it off. Default 4, or half of the memory\n"
+               "the weights leave if that is less")
       ->check(non_negative());
   c.add_flag("--parse-special", f.parse_special, "parse special-token text in user content, as the reference does");
   c.add_flag("--require-instructions", f.require_instructions, "refuse missing/empty instructions (422)");

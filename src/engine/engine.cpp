@@ -101,8 +101,9 @@ CoreOptions core_options(const EngineOptions& o) {
   // the GPU plans its activation memory for the largest forward the scheduler can pack
   c.max_batch_tokens = int64_t(std::max(o.max_batch_tokens, o.max_length));
   c.max_batch_requests = int64_t(o.max_batch_requests);
-  // the default budget where prefixes are reused (the CPU), none where they are not yet
-  const double gib = o.prefix_cache_gib >= 0 ? o.prefix_cache_gib : c.device == Device::Cpu ? 4.0 : 0.0;
+  // the default budget (host memory on the CPU, GPU memory on the GPU; shrunk at load to half
+  // of what the weights leave)
+  const double gib = o.prefix_cache_gib >= 0 ? o.prefix_cache_gib : 4.0;
   c.prefix_cache_bytes = size_t(gib * double(size_t(1) << 30));
   c.prefix_cache_default = o.prefix_cache_gib < 0;
   return c;

@@ -296,10 +296,6 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
   fs::path hp = fs::path(dir) / "joint_head.safetensors";
   if (!fs::exists(hp)) throw load_error(hp.string(), "missing: a Clef folder holds the joint head here");
   head.add_file(hp.string());
-  if (opts.device == Device::Cuda && opts.prefix_cache_bytes > 0)  // usage errors before any work
-    throw Error(Status::BadRequest, "usage",
-                "the prefix cache runs on the CPU engine only in this build: the GPU backend does not reuse prefixes yet "
-                "(leave the budget out or set it to 0)");
   if (opts.device == Device::Cpu) {
     if (opts.quant != QuantMode::Auto)
       throw Error(Status::BadRequest, "usage", std::string("--quant ") + quant_mode_name(opts.quant) +
@@ -346,22 +342,7 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
       e->has_vision_ = true;
     }
     p.add(double(backbone.total_bytes() + head.total_bytes()));
-    if (opts.prefix_cache_bytes > 0) {
-      size_t budget = opts.prefix_cache_bytes;
-      const double avail = host_memory_available();  // with the weights loaded
-      if (avail >= 0 && double(budget) > avail / 2) {
-        const std::string left = std::to_string(int64_t(avail / double(1 << 20))) + " MiB";
-        if (!opts.prefix_cache_default)
-          throw Error(Status::Unavailable, "insufficient_memory",
-                      "--prefix-cache-gib " + std::to_string(double(budget) / double(size_t(1) << 30)) +
-                          " is over half of the host memory left after the weights (" + left + "): ask for less, or 0 to turn the cache off");
-        budget = size_t(avail / 2);
-        if (opts.progress)
-          std::fprintf(stderr, "{\"event\":\"prefix_cache\",\"budget_bytes\":%zu,\"why\":\"the default 4 GiB is over half of the %s left after the weights\"}\n",
-                       budget, left.c_str());
-      }
-      if (budget > 0) e->cache_ = std::make_unique<PrefixCache>(budget, model::kChunkTokens);
-    }
+    e->make_prefix_cache(host_memory_available(), "host memory", model::kChunkTokens);
     return e;
   }
 #ifdef CLEFRT_HAVE_CUDA
@@ -373,8 +354,28 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
     vw = model::load_vision_weights(backbone, e->cfg_.vision, model::LoadMode::Lazy);
   e->gpu_ = std::make_unique<GpuBackend>(tw, hw, vw ? &*vw : nullptr, e->cfg_, opts, opts.progress);
   e->has_vision_ = vw.has_value();
+  e->make_prefix_cache(cuda::gpu_free_bytes(), "GPU memory", cuda::kPrefixGranularity);
 #endif
   return e;
+}
+
+// The budget asked for (or the default), held to half of the memory left after the weights:
+// over it the default shrinks (logged with progress), an explicit budget is refused.
+void EngineCore::make_prefix_cache(double avail, const char* where, int64_t granularity) {
+  size_t budget = opts_.prefix_cache_bytes;
+  if (budget == 0) return;
+  if (avail >= 0 && double(budget) > avail / 2) {
+    const std::string left = std::to_string(int64_t(avail / double(1 << 20))) + " MiB";
+    if (!opts_.prefix_cache_default)
+      throw Error(Status::Unavailable, "insufficient_memory",
+                  "--prefix-cache-gib " + std::to_string(double(budget) / double(size_t(1) << 30)) + " is over half of the " + where +
+                      " left after the weights (" + left + "): ask for less, or 0 to turn the cache off");
+    budget = size_t(avail / 2);
+    if (opts_.progress)
+      std::fprintf(stderr, "{\"event\":\"prefix_cache\",\"budget_bytes\":%zu,\"why\":\"the default 4 GiB is over half of the %s %s left after the weights\"}\n",
+                   budget, left.c_str(), where);
+  }
+  if (budget > 0) cache_ = std::make_unique<PrefixCache>(budget, granularity);
 }
 
 std::unique_ptr<EngineCore> EngineCore::tokenizer_only(const std::string& tokenizer, CoreOptions opts) {
@@ -404,6 +405,7 @@ std::unique_ptr<EngineCore> EngineCore::synthetic(const std::string& preset, con
   if (e->cfg_.vision.present) vw = model::shape_only_vision(e->cfg_.vision);
   e->gpu_ = std::make_unique<GpuBackend>(tw, hw, vw ? &*vw : nullptr, e->cfg_, opts, true);
   e->has_vision_ = vw.has_value();
+  e->make_prefix_cache(cuda::gpu_free_bytes(), "GPU memory", cuda::kPrefixGranularity);
   return e;
 #else
   (void)preset;
@@ -532,6 +534,70 @@ std::shared_ptr<const ImageMedia> EngineCore::image_media(const Request& req, co
   return m;
 }
 
+#ifdef CLEFRT_HAVE_CUDA
+namespace {
+struct GpuPrefixState : CachedState {
+  cuda::DevPrefixState s;
+  size_t bytes() const override { return s.buf.bytes(); }
+};
+
+// Where a request's cached prefix may end: its prefix limit, in whole chunks, short of its last
+// token, and never inside an image (the tower's rows of an image are all or nothing).
+int64_t prefix_boundary(const model::Sequence& e, int64_t granularity) {
+  int64_t limit = std::min(e.prefix_limit, e.length - 1) / granularity * granularity;
+  if (e.media)
+    for (const model::SequenceMedia::Image& im : e.media->images)
+      if (im.first < limit && limit < im.first + im.count) limit = im.first / granularity * granularity;
+  return limit;
+}
+}  // namespace
+
+// The GPU forward with the prefix cache: per request the longest cached prefix it starts with
+// (it computes only the rest) and, when its own prefix is longer and would be kept, a new state
+// the forward fills as it goes. Entries are GPU memory; a request that cannot get one runs
+// uncached.
+std::vector<std::vector<std::vector<double>>> EngineCore::gpu_forward(const model::Batch& batch, std::vector<size_t>* cached) const {
+  if (!cache_) return gpu_->forward->run(batch);
+  const int64_t G = cache_->granularity();
+  std::vector<cuda::SeqPrefix> pre(batch.size());
+  std::vector<std::shared_ptr<const PrefixEntry>> held(batch.size());  // not evicted while this runs
+  std::vector<std::shared_ptr<GpuPrefixState>> keep(batch.size());
+  std::vector<int64_t> at(batch.size(), 0);
+  for (size_t k = 0; k < batch.size(); ++k) {
+    const model::Sequence& e = batch[k];
+    if (e.media && !e.key) continue;  // media without their key: never cached
+    const int64_t limit = prefix_boundary(e, G);
+    if (limit <= 0) continue;
+    held[k] = cache_->find(e.cache_key(), limit);
+    const int64_t hit = held[k] ? int64_t(held[k]->ids.size()) : 0;
+    if (held[k]) pre[k].from = &static_cast<const GpuPrefixState&>(*held[k]->state).s;
+    if (cached) (*cached)[k] = size_t(hit);
+    if (limit <= hit) continue;
+    // one new state per prefix in a batch (requests sharing a new state all compute it this time)
+    bool dup = false;
+    for (size_t j = 0; j < k && !dup; ++j)
+      dup = keep[j] && at[j] == limit && std::equal(e.cache_key(), e.cache_key() + limit, batch[j].cache_key());
+    const size_t bytes = cuda::PrefixLayout::of(gpu_->model, limit).bytes;
+    if (dup || !cache_->would_keep(e.cache_key(), limit, bytes)) continue;
+    cache_->make_room(limit, bytes);
+    try {
+      auto st = std::make_shared<GpuPrefixState>();
+      st->s.length = limit;
+      st->s.buf = cuda::DeviceBuffer(bytes, "prefix cache entry");
+      keep[k] = std::move(st);
+      at[k] = limit;
+      pre[k].into = &keep[k]->s;
+    } catch (const Error&) {
+      cudaGetLastError();  // out of GPU memory: this request runs uncached
+    }
+  }
+  auto out = gpu_->forward->run(batch, pre);
+  for (size_t k = 0; k < batch.size(); ++k)
+    if (keep[k]) cache_->insert(batch[k].cache_key(), at[k], std::move(keep[k]));
+  return out;
+}
+#endif
+
 std::unique_ptr<StepRun> EngineCore::start(const model::Sequence& e, model::GdnForm form) const {
   if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
   if (gpu_) throw Error(Status::Internal, "internal_error", "the GPU engine runs a request in one forward, not in steps");
@@ -592,9 +658,7 @@ std::vector<std::vector<std::vector<double>>> EngineCore::forward(const model::B
                                                                   std::vector<size_t>* cached) const {
   if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
 #ifdef CLEFRT_HAVE_CUDA
-  if (gpu_) {
-    return gpu_->forward->run(batch);
-  }
+  if (gpu_) return gpu_forward(batch, cached);
 #endif
   // One request at a time, each cut into the backbone's chunks from its start (model/forward.h):
   // its bits do not depend on its batch nor on whether its prefix came from the cache.

@@ -59,7 +59,8 @@ struct CoreOptions {
   bool check_weights = true;
   // false: config, tokenizer and encoder only (`clefrt encode`, clefrt::EngineOptions::load_weights).
   bool load_weights = true;
-  // The prefix cache's budget in bytes (0: off; engine/prefix_cache.h). CPU only for now.
+  // The prefix cache's budget in bytes (0: off; engine/prefix_cache.h): host memory on the CPU,
+  // GPU memory on the GPU.
   size_t prefix_cache_bytes = 0;
   // The budget is the default (not asked for): at load it shrinks to half of the host memory left
   // after the weights when that is less (and says so); an asked-for budget over it is refused.
@@ -169,6 +170,10 @@ class EngineCore {
   bool has_vision_ = false;  // the folder has model.visual.* tensors (on the GPU: uploaded)
   std::unique_ptr<GpuBackend> gpu_;
   std::unique_ptr<PrefixCache> cache_;  // null: off
+  void make_prefix_cache(double avail_bytes, const char* where, int64_t granularity);
+#ifdef CLEFRT_HAVE_CUDA
+  std::vector<std::vector<std::vector<double>>> gpu_forward(const model::Batch& batch, std::vector<size_t>* cached) const;
+#endif
   mutable std::mutex observer_mu_;
   LinearInputObserver observer_;
 };

@@ -121,6 +121,11 @@ bool PrefixCache::would_keep(const int32_t* ids, int64_t n, size_t state_bytes) 
   return it == by_key_.end() || !std::equal((*it->second)->ids.begin(), (*it->second)->ids.end(), ids);
 }
 
+void PrefixCache::make_room(int64_t n, size_t state_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  evict_until_fits_locked(state_bytes + size_t(std::max<int64_t>(n, 0)) * sizeof(int32_t));
+}
+
 PrefixCacheStats PrefixCache::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -43,6 +43,10 @@ class PrefixCache {
   // Whether insert() could keep a state of `state_bytes` after ids[0, n): not cached yet and not
   // over the budget alone (asked before the state is copied out of a running request).
   bool would_keep(const int32_t* ids, int64_t n, size_t state_bytes) const;
+  // Evicts the least recently used entries no one holds until a state of `state_bytes` after n
+  // ids would fit the budget (asked before a backend allocates the state: the GPU's entries are
+  // device memory, freed here before the new one is taken).
+  void make_room(int64_t n, size_t state_bytes);
   PrefixCacheStats stats() const;
 
  private:

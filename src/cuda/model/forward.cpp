@@ -39,6 +39,24 @@ struct Forward::Batch {
     int64_t row = 0, count = 0;  // the pad tokens' rows in the batch
     const model::ImagePatches* patches = nullptr;
   };
+  // The prefix cache. pfx: some sequence continues a cached prefix, so keys / values and the
+  // head's memory rows live in rows of their own, Lm of them (each sequence's cached rows, then
+  // its rows of this batch); otherwise Lm = L and they share the tokens' rows. Per sequence:
+  struct Prefix {
+    int64_t from = 0;                     // cached tokens it continues after (0: none)
+    int64_t mrow = 0;                     // its first key / memory row
+    int64_t row = 0;                      // its first token row in this batch
+    const DevPrefixState* in = nullptr;   // what it continues
+    DevPrefixState* out = nullptr;        // where its state at out->length goes (null: nowhere)
+  };
+  std::vector<Prefix> pre;
+  bool pfx = false, snaps = false;
+  int64_t Lm = 0;
+  size_t off_kv_row = 0, off_seq_of = 0, off_snap_chunk = 0, off_tile_delta = 0;
+  // device pointers per sequence: GDN state in, conv history in, GDN state out
+  std::vector<const void*> ptrs;
+  const void** dptrs = nullptr;
+  bf16 *kk = nullptr, *vv = nullptr;  // pfx: the attention layer's keys / values in their rows
   std::vector<Image> images;
   VisionScratch vs{};
   bool mrope = false;
@@ -101,6 +119,7 @@ struct Forward::Batch {
     const int64_t Tb = std::min(L, kChunk * gdn_pass);  // a pass's tokens: chunks hold at most 64
     const int64_t d = hc.hidden, W = hc.width, sh = W * 4;  // scorer hidden <= 4W is checked at load
     dmeta = a.carve<int32_t>(meta_capacity(), "batch index arrays");
+    dptrs = a.carve<const void*>(size_t(3 * nseq), "prefix state pointers");
     hidden = a.carve<float>(L * H, "hidden");
     // The backbone's scratch and the head's share one region: the head reads only `hidden` (and
     // the index arrays), and the backbone is done with its scratch once the final norm has
@@ -136,6 +155,10 @@ struct Forward::Batch {
     abig = a.carve<bf16>(L * n_qkv, "attn qkv");
     q = a.carve<bf16>(L * attn_dim, "attn q");
     k = a.carve<bf16>(L * c.kv_heads * c.head_dim, "attn k");
+    if (pfx) {
+      kk = a.carve<bf16>(Lm * c.kv_heads * c.head_dim, "attn keys in their rows");
+      vv = a.carve<bf16>(Lm * c.kv_heads * c.head_dim, "attn values in their rows");
+    }
     aact = a.carve<bf16>(L * attn_dim, "attn out");
     qs_attn = carve_qs(a, m, L, std::max(H, attn_dim));
     phase_end = std::max(phase_end, a.used());
@@ -148,9 +171,9 @@ struct Forward::Batch {
     const size_t backbone_end = phase_end;
     a.rewind(shared_from);
     Hn = hidden;  // the head's layer norm runs in place (d == H: the head reads the backbone's width)
-    M = a.carve<float>(L * W, "head memory");
-    mem = a.carve<float>(L * W, "head memory norm");
-    KV = a.carve<float>(L * 2 * W, "head kv");
+    M = a.carve<float>(Lm * W, "head memory");
+    mem = a.carve<float>(Lm * W, "head memory norm");
+    KV = a.carve<float>(Lm * 2 * W, "head kv");
     qm = a.carve<float>(Q * d, "qm");
     lm = a.carve<float>(O * d, "lm");
     glast = a.carve<float>(nseq * d, "g");
@@ -186,7 +209,7 @@ struct Forward::Batch {
       a.rewind(std::max(a.used(), end));
     }
   }
-  size_t meta_capacity() const { return size_t(L * 5 + 3 * nchunks + nseq + 1 + 3 * ntiles + 10 * Q + 8 * O + nseq + 64); }
+  size_t meta_capacity() const { return size_t(L * 7 + 3 * nchunks + 2 * nseq + 1 + 4 * ntiles + 10 * Q + 8 * O + nseq + 64); }
 };
 
 Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
@@ -231,6 +254,8 @@ size_t Forward::plan_bytes(const DevModel& m, const ForwardOptions& o) {
   b.ntiles = o.max_tokens / kTile + o.max_seqs;
   // every image token is one merge block of patches, and image tokens are batch tokens
   b.VS = vision_plan(m, o);
+  b.Lm = b.L;
+  b.pfx = true;  // the keys' own rows are planned: any batch may continue cached prefixes
   Arena a = Arena::counter();
   b.carve(a, m, o);
   return a.used() + (size_t(1) << 20);
@@ -282,9 +307,31 @@ std::vector<std::vector<std::vector<double>>> Forward::head_only(const model::Ba
 
 std::vector<std::vector<std::vector<double>>> Forward::run(const model::Batch& batch) { return run_impl(batch, nullptr); }
 
-std::vector<std::vector<std::vector<double>>> Forward::run_impl(const model::Batch& batch, const std::vector<float>* hidden) {
+std::vector<std::vector<std::vector<double>>> Forward::run(const model::Batch& batch, const std::vector<SeqPrefix>& prefixes) {
+  return run_impl(batch, nullptr, prefixes.empty() ? nullptr : &prefixes);
+}
+
+PrefixLayout PrefixLayout::of(const DevModel& m, int64_t length) {
+  const auto& c = m.c;
+  int64_t n_attn = 0, n_gdn = 0;
+  for (const DevLayer& l : m.layers) (l.type == LayerType::LinearAttention ? n_gdn : n_attn) += 1;
+  auto align = [](size_t x) { return (x + 255) / 256 * 256; };
+  PrefixLayout p;
+  p.length = length;
+  p.kv_width = c.kv_heads * c.head_dim;
+  const int64_t conv_dim = 2 * c.k_heads * c.k_head_dim + c.v_heads * c.v_head_dim;
+  p.gdn_state_floats = size_t(c.v_heads * c.k_head_dim * c.v_head_dim);
+  p.gdn_block_floats = p.gdn_state_floats + size_t((c.conv_kernel - 1) * conv_dim);
+  p.gdn_at = align(p.k_at(n_attn));
+  p.memory_at = align(p.gdn_at + size_t(n_gdn) * p.gdn_block_floats * 4);
+  p.bytes = p.memory_at + size_t(length * m.hc.width) * 4;
+  return p;
+}
+
+std::vector<std::vector<std::vector<double>>> Forward::run_impl(const model::Batch& batch, const std::vector<float>* hidden,
+                                                                const std::vector<SeqPrefix>* prefixes) {
   Batch b;
-  prepare(b, batch);
+  prepare(b, batch, prefixes);
   if (b.L == 0) return {};
   if (hidden) {
     if (hidden->size() != size_t(b.L * m_.c.hidden)) throw Error(Status::Internal, "internal_error", "head_only: hidden has the wrong size");
@@ -356,17 +403,48 @@ int64_t Forward::first_non_finite_layer(const model::Batch& batch) {
   }
 }
 
-void Forward::prepare(Batch& b, const model::Batch& batch) {
+void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<SeqPrefix>* prefixes) {
   b.nseq = int64_t(batch.size());
+  if (prefixes && prefixes->size() != batch.size())
+    throw Error(Status::Internal, "internal_error", "Forward::run: one SeqPrefix per sequence");
+  // per sequence: the cached tokens it skips, and its rows (only the rest is computed)
+  b.pre.assign(batch.size(), {});
+  for (size_t i = 0; i < batch.size() && prefixes; ++i) {
+    const SeqPrefix& p = (*prefixes)[i];
+    const int64_t n = batch[i].length;
+    Batch::Prefix& q = b.pre[i];
+    if (p.from) {
+      q.from = p.from->length;
+      q.in = p.from;
+      if (q.from <= 0 || q.from % kChunk != 0 || q.from >= n || p.from->buf.bytes() < PrefixLayout::of(m_, q.from).bytes)
+        throw Error(Status::Internal, "internal_error", "Forward::run: a cached prefix of " + std::to_string(q.from) + " tokens for a sequence of " +
+                                                            std::to_string(n));
+      b.pfx = true;
+    }
+    if (p.into) {
+      const int64_t at = p.into->length;
+      if (at <= q.from || at % kChunk != 0 || at >= n || p.into->buf.bytes() < PrefixLayout::of(m_, at).bytes)
+        throw Error(Status::Internal, "internal_error", "Forward::run: a prefix state to leave at " + std::to_string(at) + " tokens of " +
+                                                            std::to_string(n));
+      q.out = p.into;
+      b.snaps = true;
+    }
+  }
   std::vector<int64_t> offs = {0};
-  for (const model::Sequence& e : batch) {
-    offs.push_back(offs.back() + e.length);
+  int64_t full = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const model::Sequence& e = batch[i];
+    offs.push_back(offs.back() + e.length - b.pre[i].from);
+    b.pre[i].mrow = b.pfx ? full : offs[i];
+    b.pre[i].row = offs[i];
+    full += e.length;
     b.Q += int64_t(e.questions.size());
     for (const auto& q : e.questions) b.O += int64_t(q.options.size());
   }
   b.L = offs.back();
-  if (b.L > o_.max_tokens)
-    throw context_exceeded("the batch holds " + std::to_string(b.L) + " tokens; the GPU memory plan allows at most " +
+  b.Lm = b.pfx ? full : b.L;
+  if (full > o_.max_tokens)
+    throw context_exceeded("the batch holds " + std::to_string(full) + " tokens; the GPU memory plan allows at most " +
                            std::to_string(o_.max_tokens) + " (this engine's maximum context length)");
   if (b.nseq > o_.max_seqs)
     throw Error(Status::Internal, "internal_error",
@@ -383,7 +461,7 @@ void Forward::prepare(Batch& b, const model::Batch& batch) {
   auto& v = b.meta;
   auto mark = [&](size_t& off) { off = v.size(); };
   mark(b.off_ids);
-  for (const model::Sequence& e : batch) v.insert(v.end(), e.ids, e.ids + e.length);
+  for (size_t i = 0; i < batch.size(); ++i) v.insert(v.end(), batch[i].ids + b.pre[i].from, batch[i].ids + batch[i].length);
   for (int32_t id : v)
     if (id < 0 || id >= m_.c.vocab)
       throw Error(Status::Internal, "internal_error", "token id " + std::to_string(id) + " is outside the vocabulary of " +
@@ -391,19 +469,31 @@ void Forward::prepare(Batch& b, const model::Batch& batch) {
   mark(b.off_seq_start);
   for (int64_t s = 0; s < b.nseq; ++s)
     for (int64_t t = offs[s]; t < offs[s + 1]; ++t) v.push_back(int32_t(offs[s]));
+  if (b.pfx) {  // each token's key / memory row and its sequence
+    mark(b.off_kv_row);
+    for (int64_t s = 0; s < b.nseq; ++s)
+      for (int64_t t = offs[s]; t < offs[s + 1]; ++t) v.push_back(int32_t(b.pre[size_t(s)].mrow + b.pre[size_t(s)].from + (t - offs[s])));
+    mark(b.off_seq_of);
+    for (int64_t s = 0; s < b.nseq; ++s)
+      for (int64_t t = offs[s]; t < offs[s + 1]; ++t) v.push_back(int32_t(s));
+  }
   // images: the patches go through the tower; every sequence's positions become mRoPE rows
+  // (those of an image inside a cached prefix are in its state: it does not run again)
   const int64_t m2 = m_.vision.c.spatial_merge * m_.vision.c.spatial_merge, plan = vision_plan(m_, o_);
   for (int64_t s = 0; s < b.nseq; ++s) {
     const model::SequenceMedia* md = batch[size_t(s)].media;
     if (!md) continue;
     b.mrope = true;
+    const int64_t from = b.pre[size_t(s)].from;
     for (const model::SequenceMedia::Image& im : md->images) {
       if (!im.patches) throw Error(Status::Internal, "internal_error", "the GPU forward got an image without its patches");
       if (!m_.has_vision) throw Error(Status::Unprocessable, "unsupported", "this model has no vision tower (model.visual.*)", "images");
       const model::ImagePatches& p = *im.patches;
       if (p.grid_t * p.grid_h * p.grid_w != im.count * m2 || im.first < 0 || im.first + im.count > batch[size_t(s)].length)
         throw Error(Status::Internal, "internal_error", "an image's patches do not fill its pad tokens");
-      b.images.push_back({offs[s] + im.first, im.count, im.patches});
+      if (im.first + im.count <= from) continue;
+      if (im.first < from) throw Error(Status::Internal, "internal_error", "a cached prefix ends inside an image");
+      b.images.push_back({offs[s] + im.first - from, im.count, im.patches});
       b.VS += im.count * m2;
       if (im.count * m2 > plan)
         throw Error(Status::Unprocessable, "invalid_image",
@@ -411,37 +501,44 @@ void Forward::prepare(Batch& b, const model::Batch& batch) {
     }
   }
   b.VS = std::min(b.VS, plan);
+  if (b.pfx) b.mrope = true;  // positions continue after the cached tokens
   if (b.mrope) {
     mark(b.off_mrope);
     v.resize(v.size() + size_t(3 * b.L));
     int32_t* pos = v.data() + b.off_mrope;
     for (int64_t s = 0; s < b.nseq; ++s) {
       const model::SequenceMedia* md = batch[size_t(s)].media;
+      const int64_t from = b.pre[size_t(s)].from;
       for (int64_t t = 0; t < offs[s + 1] - offs[s]; ++t) {
-        const int64_t r = offs[s] + t;
-        pos[r] = int32_t(md ? md->pos_t[size_t(t)] : t);
-        pos[b.L + r] = int32_t(md ? md->pos_h[size_t(t)] : t);
-        pos[2 * b.L + r] = int32_t(md ? md->pos_w[size_t(t)] : t);
+        const int64_t r = offs[s] + t, at = from + t;
+        pos[r] = int32_t(md ? md->pos_t[size_t(at)] : at);
+        pos[b.L + r] = int32_t(md ? md->pos_h[size_t(at)] : at);
+        pos[2 * b.L + r] = int32_t(md ? md->pos_w[size_t(at)] : at);
       }
     }
   }
-  std::vector<int32_t> cs, cl, sc = {0}, tq, ts, te;
+  std::vector<int32_t> cs, cl, sc = {0}, tq, ts, te, td, snap;
   for (int64_t s = 0; s < b.nseq; ++s) {
+    const Batch::Prefix& pr = b.pre[size_t(s)];
     for (int64_t t = offs[s]; t < offs[s + 1]; t += kChunk) {
       cs.push_back(int32_t(t));
       cl.push_back(int32_t(std::min(kChunk, offs[s + 1] - t)));
     }
+    snap.push_back(pr.out ? int32_t(sc.back() + (pr.out->length - pr.from) / kChunk) : -1);
     sc.push_back(int32_t(cs.size()));
+    // key rows: the sequence's own from mrow, its queries' at + delta
+    const int64_t delta = pr.mrow + pr.from - offs[s];
     for (int64_t t = offs[s]; t < offs[s + 1]; t += kTile) {
       tq.push_back(int32_t(t));
-      ts.push_back(int32_t(offs[s]));
-      te.push_back(int32_t(offs[s + 1]));
+      ts.push_back(int32_t(pr.mrow));
+      te.push_back(int32_t(offs[s + 1] + delta));
+      td.push_back(int32_t(delta));
     }
   }
   // longest causal rows first so the last wave is short
   std::vector<size_t> order(tq.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return tq[a] - ts[a] > tq[c] - ts[c]; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return tq[a] + td[a] - ts[a] > tq[c] + td[c] - ts[c]; });
   b.nchunks = int64_t(cs.size());
   b.ntiles = int64_t(tq.size());
   mark(b.off_chunk_start);
@@ -450,33 +547,44 @@ void Forward::prepare(Batch& b, const model::Batch& batch) {
   v.insert(v.end(), cl.begin(), cl.end());
   mark(b.off_seq_chunk);
   v.insert(v.end(), sc.begin(), sc.end());
+  mark(b.off_snap_chunk);
+  v.insert(v.end(), snap.begin(), snap.end());
   mark(b.off_tile_q0);
   for (size_t i : order) v.push_back(tq[i]);
   mark(b.off_tile_seq0);
   for (size_t i : order) v.push_back(ts[i]);
   mark(b.off_tile_end);
   for (size_t i : order) v.push_back(te[i]);
-  // head: spans as global token rows; options question by question, questions request by request
+  mark(b.off_tile_delta);
+  for (size_t i : order) v.push_back(td[i]);
+  // head: spans as global token rows (the memory's as key / memory rows); options question by
+  // question, questions request by request
   std::vector<int32_t> qb, qe, ob, oe, last, qof, oreq, optb = {0}, type, qreq, otb, ote, qtb, qte, qqb, qqe;
   int32_t qi = 0;
   for (int64_t s = 0; s < b.nseq; ++s) {
     const model::Sequence& e = batch[size_t(s)];
-    const int32_t base = int32_t(offs[s]), qfirst = qi;
+    const Batch::Prefix& pr = b.pre[size_t(s)];
+    const int32_t base = int32_t(offs[s] - pr.from), qfirst = qi;
+    const int32_t mb = int32_t(pr.mrow), me = int32_t(pr.mrow + e.length);
+    auto row = [&](int64_t at) {
+      if (at < pr.from) throw Error(Status::Internal, "internal_error", "a question or option span lies inside the cached prefix");
+      return base + int32_t(at);
+    };
     last.push_back(int32_t(offs[s + 1] - 1));
     for (const auto& q : e.questions) {
-      qb.push_back(base + q.question.begin);
+      qb.push_back(row(q.question.begin));
       qe.push_back(base + q.question.end);
       type.push_back(int32_t(q.type));
       qreq.push_back(int32_t(s));
-      qtb.push_back(base);
-      qte.push_back(int32_t(offs[s + 1]));
+      qtb.push_back(mb);
+      qte.push_back(me);
       for (const Span& o : q.options) {
-        ob.push_back(base + o.begin);
+        ob.push_back(row(o.begin));
         oe.push_back(base + o.end);
         qof.push_back(qi);
         oreq.push_back(int32_t(s));
-        otb.push_back(base);
-        ote.push_back(int32_t(offs[s + 1]));
+        otb.push_back(mb);
+        ote.push_back(me);
       }
       optb.push_back(int32_t(ob.size()));
       ++qi;
@@ -511,7 +619,21 @@ void Forward::prepare(Batch& b, const model::Batch& batch) {
   b.carve(arena_, m_, o_);
   if (v.size() > b.meta_capacity()) throw Error(Status::Internal, "internal_error", "batch index arrays exceed their plan");
   check(cudaMemcpyAsync(b.dmeta, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream_), "upload batch indices");
-
+  if (b.pfx || b.snaps) {  // the states' GDN blocks: state in, conv history in, state out
+    b.ptrs.assign(size_t(3 * b.nseq), nullptr);
+    for (int64_t s = 0; s < b.nseq; ++s) {
+      const Batch::Prefix& pr = b.pre[size_t(s)];
+      if (pr.in) {
+        const PrefixLayout lay = PrefixLayout::of(m_, pr.in->length);
+        const float* g = reinterpret_cast<const float*>(pr.in->buf.as<const uint8_t>() + lay.gdn_at);
+        b.ptrs[size_t(s)] = g;
+        b.ptrs[size_t(b.nseq + s)] = g + lay.gdn_state_floats;
+      }
+      if (pr.out)
+        b.ptrs[size_t(2 * b.nseq + s)] = pr.out->buf.as<uint8_t>() + PrefixLayout::of(m_, pr.out->length).gdn_at;
+    }
+    check(cudaMemcpyAsync(b.dptrs, b.ptrs.data(), b.ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice, stream_), "upload prefix state pointers");
+  }
 }
 
 void Forward::backbone(Batch& b) {
@@ -522,7 +644,13 @@ void Forward::backbone(Batch& b) {
   const int64_t Hq = c.q_heads, Hkv = c.kv_heads, D = c.head_dim;
   cudaStream_t s = stream_;
   const GdnChunks ch{b.d(b.off_chunk_start), b.d(b.off_chunk_len), b.d(b.off_seq_chunk), b.nchunks, b.nseq};
-  const AttnTiles tiles{b.d(b.off_tile_q0), b.d(b.off_tile_seq0), b.d(b.off_tile_end), b.ntiles};
+  const AttnTiles tiles{b.d(b.off_tile_q0), b.d(b.off_tile_seq0), b.d(b.off_tile_end), b.ntiles, b.pfx ? b.d(b.off_tile_delta) : nullptr};
+  const int64_t kvw = Hkv * D;
+  // the prefix cache: what sequences continue (copied in per layer) and leave (copied out)
+  auto d2d = [&](void* to, const void* from, size_t bytes, const char* what) {
+    if (bytes) check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s), what);
+  };
+  int64_t attn_i = 0, gdn_i = 0;
   MropePositions mrope;
   if (b.mrope) {
     mrope.pos = b.d(b.off_mrope);
@@ -557,6 +685,8 @@ void Forward::backbone(Batch& b) {
   int64_t done = 0;
   for (const DevLayer& l : m_.layers) {
     if (o_.debug_layers >= 0 && done++ >= o_.debug_layers) break;
+    const int64_t ai = attn_i, gi = gdn_i;
+    (l.type == LayerType::LinearAttention ? gdn_i : attn_i) += 1;
     mark("rms_norm");
     rms_norm_1p(b.x, L, H, l.input_norm, eps, b.h, nullptr, s);
     if (l.type == LayerType::LinearAttention) {
@@ -576,7 +706,21 @@ void Forward::backbone(Batch& b) {
         mark("gemm gdn in_proj");
         lin.run(b.h + R0 * H, T1 - R0, H, l.gdn_in, b.gtmp, OutType::F32, n, false, "gdn in_proj");
         mark("gdn conv+prep");
-        conv_silu_rows(b.gtmp, n, R0, b.d(b.off_seq_start), T0, rows, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s);
+        const size_t block = PrefixLayout::of(m_, 0).gdn_block_floats, state_floats = PrefixLayout::of(m_, 0).gdn_state_floats;
+        ConvHistory hist;
+        if (b.pfx) hist = {b.d(b.off_seq_of), reinterpret_cast<const float* const*>(b.dptrs + b.nseq), int64_t(gi * block)};
+        conv_silu_rows(b.gtmp, n, R0, b.d(b.off_seq_start), T0, rows, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s, hist);
+        // a state left at out->length: the conv's K - 1 in_proj rows before it, when this pass has them
+        for (const Batch::Prefix& pr : b.pre) {
+          if (!pr.out) continue;
+          const int64_t rb = pr.row + (pr.out->length - pr.from);  // the boundary's token row
+          if (rb - 1 < T0 || rb - 1 >= T1) continue;
+          const PrefixLayout lay = PrefixLayout::of(m_, pr.out->length);
+          float* to = reinterpret_cast<float*>(pr.out->buf.as<uint8_t>() + lay.gdn_at) + gi * block + state_floats;
+          check(cudaMemcpy2DAsync(to, size_t(conv_dim) * 4, b.gtmp + (rb - hist - R0) * n, size_t(n) * 4, size_t(conv_dim) * 4, size_t(hist),
+                                  cudaMemcpyDeviceToDevice, s),
+                "prefix state: conv history out");
+        }
         const float* own = b.gtmp + (T0 - R0) * n;  // the pass's own rows of the in_proj output
         const float* bcol = own + conv_dim + value_dim;
         gdn_prep(b.mixed, conv_dim, rows, c.k_heads, c.k_head_dim, bcol, bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, b.g, b.beta, s);
@@ -585,6 +729,12 @@ void Forward::backbone(Batch& b) {
         gp.c1 = c1;
         gp.state_in = b.gdn_state[pass % 2];
         gp.state_out = b.gdn_state[(pass + 1) % 2];
+        if (b.pfx) gp.seq_state_in = reinterpret_cast<const float* const*>(b.dptrs);
+        if (b.snaps) {
+          gp.seq_state_out = reinterpret_cast<float* const*>(b.dptrs + 2 * b.nseq);
+          gp.snap_chunk = b.d(b.off_snap_chunk);
+        }
+        gp.layer_off = int64_t(gi * block);
         // the chunk kernels index tokens globally: the pass's buffers seen from token 0
         const float* mixed_t = rows_before(b.mixed, T0, conv_dim);
         const float* g_t = rows_before(b.g, T0, c.v_heads);
@@ -603,9 +753,29 @@ void Forward::backbone(Batch& b) {
       mark("gemm attn qkv");
       lin.run(b.h, L, H, l.qkv, b.abig, OutType::BF16, n, false, "attention qkv_proj");
       mark("attn prep");
-      attn_prep(b.abig, n, L, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), mrope, l.q_norm, l.k_norm, eps, b.q, b.k, s);
+      const size_t row_bytes = size_t(kvw) * 2;
+      if (b.pfx) {  // keys / values in their own rows: the cached ones, then this batch's after them
+        for (const Batch::Prefix& pr : b.pre) {
+          if (!pr.in) continue;
+          const PrefixLayout lay = PrefixLayout::of(m_, pr.from);
+          d2d(b.kk + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.k_at(ai), size_t(pr.from) * row_bytes, "prefix state: keys in");
+          d2d(b.vv + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.v_at(ai), size_t(pr.from) * row_bytes, "prefix state: values in");
+        }
+      }
+      attn_prep(b.abig, n, L, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), mrope, l.q_norm, l.k_norm, eps, b.q,
+                b.pfx ? b.kk : b.k, s, b.pfx ? b.d(b.off_kv_row) : nullptr, b.pfx ? b.vv : nullptr);
+      const bf16 *keys = b.pfx ? b.kk : b.k, *values = b.pfx ? b.vv : b.abig + Hq * 2 * D + Hkv * D;
+      const int64_t ldv = b.pfx ? kvw : n;
+      for (const Batch::Prefix& pr : b.pre) {  // states left: the keys / values of their first out->length tokens
+        if (!pr.out) continue;
+        const PrefixLayout lay = PrefixLayout::of(m_, pr.out->length);
+        d2d(pr.out->buf.as<uint8_t>() + lay.k_at(ai), keys + pr.mrow * kvw, size_t(pr.out->length) * row_bytes, "prefix state: keys out");
+        check(cudaMemcpy2DAsync(pr.out->buf.as<uint8_t>() + lay.v_at(ai), row_bytes, values + pr.mrow * ldv, size_t(ldv) * 2, row_bytes,
+                                size_t(pr.out->length), cudaMemcpyDeviceToDevice, s),
+              "prefix state: values out");
+      }
       mark("flash attention");
-      flash_attention(b.q, b.k, b.abig + Hq * 2 * D + Hkv * D, n, b.abig + D, n, 2 * D, Hq, Hkv, D, tiles, b.aact, s);
+      flash_attention(b.q, keys, values, ldv, b.abig + D, n, 2 * D, Hq, Hkv, D, tiles, b.aact, s);
       mark("gemm attn o_proj");
       lin.run(b.aact, L, Hq * D, l.o, b.x, OutType::F32, H, true, "attention o_proj");
     }
@@ -654,7 +824,23 @@ void Forward::head(Batch& b) {
   mark("head inputs");
   // in place: nothing reads the final hidden states after their layer norm
   layer_norm(b.hidden, L, d, d, h.hidden_norm.w, h.hidden_norm.b, eps, nullptr, b.Hn, s);
-  lin_tokens(b.Hn, L, h.memory_proj, b.M, false, "head memory_projection");
+  const int64_t Lm = b.Lm;  // the memory's rows
+  if (b.pfx) {  // this batch's memory rows after each sequence's cached ones
+    lin_tokens(b.Hn, L, h.memory_proj, b.mem, false, "head memory_projection");
+    scatter_rows(b.mem, W, b.d(b.off_kv_row), L, b.M, s);
+    for (const Batch::Prefix& pr : b.pre)
+      if (pr.in)
+        check(cudaMemcpyAsync(b.M + pr.mrow * W, pr.in->buf.as<uint8_t>() + PrefixLayout::of(m_, pr.from).memory_at,
+                              size_t(pr.from * W) * 4, cudaMemcpyDeviceToDevice, s),
+              "prefix state: memory rows in");
+  } else {
+    lin_tokens(b.Hn, L, h.memory_proj, b.M, false, "head memory_projection");
+  }
+  for (const Batch::Prefix& pr : b.pre)
+    if (pr.out)
+      check(cudaMemcpyAsync(pr.out->buf.as<uint8_t>() + PrefixLayout::of(m_, pr.out->length).memory_at, b.M + pr.mrow * W,
+                            size_t(pr.out->length * W) * 4, cudaMemcpyDeviceToDevice, s),
+            "prefix state: memory rows out");
   span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_qbeg), b.d(b.off_qend), Q, d, b.qm, nullptr, s);
   span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_obeg), b.d(b.off_oend), O, d, b.cm, nullptr, s);
   span_mean(nullptr, 0, m_.lm_head, b.d(b.off_ids), b.d(b.off_obeg), b.d(b.off_oend), O, d, b.lm, nullptr, s);
@@ -679,8 +865,8 @@ void Forward::head(Batch& b) {
     bias_act(y, nq, W, W, m.out_b, false, s);
   };
   auto memory_kv = [&](const DevMha& m, const float* mem) {
-    lin_tokens(mem, L, kv_part(m), b.KV, false, "head mha kv");
-    bias_act(b.KV, L, 2 * W, 2 * W, m.in_b + W, false, s);
+    lin_tokens(mem, Lm, kv_part(m), b.KV, false, "head mha kv");
+    bias_act(b.KV, Lm, 2 * W, 2 * W, m.in_b + W, false, s);
   };
   auto ffn = [&](const DevLinear32& w1, const float* b1, const DevLinear32& w2, const float* b2, const float* x, int64_t rows, float* y) {
     lin(x, rows, w1, b.ff, false, "head feedforward 1");
@@ -691,7 +877,7 @@ void Forward::head(Batch& b) {
 
   mark("head evidence layers");
   for (const auto& ev : h.evidence) {
-    layer_norm(b.M, L, W, W, ev.memory_norm.w, ev.memory_norm.b, eps, nullptr, b.mem, s);
+    layer_norm(b.M, Lm, W, W, ev.memory_norm.w, ev.memory_norm.b, eps, nullptr, b.mem, s);
     memory_kv(ev.attn, b.mem);
     layer_norm(b.R, O, W, W, ev.query_norm.w, ev.query_norm.b, eps, nullptr, b.nrm, s);
     cross(ev.attn, b.nrm, O, b.d(b.off_otok_b), b.d(b.off_otok_e), b.R);

@@ -53,6 +53,35 @@ inline void use_lean_memory_plan(ForwardOptions& o) {
   o.gdn_pass_chunks = 16;
 }
 
+// What a sequence continues from, or leaves for the prefix cache (engine/prefix_cache.h; the
+// CPU's twin is model::PrefixState): the state after its first `length` tokens (a multiple of
+// 64, the GDN chunk), in one device buffer laid out by PrefixLayout. A batch continuing it gives
+// the same bits as one computing the whole sequence (positions, chunks and key blocks keep their
+// places relative to the sequence's start).
+constexpr int64_t kPrefixGranularity = 64;  // cached prefixes end at multiples of the GDN chunk
+struct DevPrefixState {
+  int64_t length = 0;
+  DeviceBuffer buf;
+};
+// Byte offsets in a DevPrefixState of `length` tokens: per full-attention layer (i-th of them) K
+// then V [length, kv_heads * head_dim] bf16 (after k_norm + RoPE); per GDN layer (i-th) a block
+// of the state [v_heads, k_head_dim, v_head_dim] fp32 and the conv's last K - 1 in_proj rows
+// [K - 1, conv_dim] fp32; the joint head's memory rows [length, width] fp32.
+struct PrefixLayout {
+  int64_t length = 0, kv_width = 0;
+  size_t gdn_at = 0, gdn_block_floats = 0, gdn_state_floats = 0, memory_at = 0, bytes = 0;
+  static PrefixLayout of(const DevModel& m, int64_t length);
+  size_t k_at(int64_t attn_layer) const { return size_t(2 * attn_layer) * size_t(length * kv_width) * 2; }
+  size_t v_at(int64_t attn_layer) const { return k_at(attn_layer) + size_t(length * kv_width) * 2; }
+};
+// Per sequence of a batch (Forward::run): continue after `from` (null: from the start), and
+// leave the state after into->length tokens in `into` (null: nothing; its buffer holds
+// PrefixLayout::of(m, into->length).bytes).
+struct SeqPrefix {
+  const DevPrefixState* from = nullptr;
+  DevPrefixState* into = nullptr;
+};
+
 class Forward {
  public:
   Forward(const DevModel& m, ForwardOptions o);
@@ -61,6 +90,9 @@ class Forward {
   // Per request, per question, option probabilities (encoded option order). Throws a 413
   // context_length_exceeded Error when the batch exceeds the plan (max_tokens / max_seqs).
   std::vector<std::vector<std::vector<double>>> run(const model::Batch& batch);
+  // The same with the prefix cache's states: prefixes[i] for batch[i] (empty: none). A state
+  // given to `into` is complete when this returns.
+  std::vector<std::vector<std::vector<double>>> run(const model::Batch& batch, const std::vector<SeqPrefix>& prefixes);
   std::vector<std::vector<std::vector<double>>> run(const std::vector<const Encoded*>& batch) { return run(model::batch_of(batch)); }
   // The backbone alone: final-norm hidden states [tokens, hidden] (tests compare them with the
   // CPU engine's).
@@ -99,8 +131,9 @@ class Forward {
   // The arena a model needs for batches of up to max_tokens tokens / max_seqs requests.
   static size_t plan_bytes(const DevModel& m, const ForwardOptions& o);
   static int64_t vision_plan(const DevModel& m, const ForwardOptions& o);  // the tower's scratch in patches
-  void prepare(Batch& b, const model::Batch& batch);
-  std::vector<std::vector<std::vector<double>>> run_impl(const model::Batch& batch, const std::vector<float>* hidden);
+  void prepare(Batch& b, const model::Batch& batch, const std::vector<SeqPrefix>* prefixes = nullptr);
+  std::vector<std::vector<std::vector<double>>> run_impl(const model::Batch& batch, const std::vector<float>* hidden,
+                                                         const std::vector<SeqPrefix>* prefixes = nullptr);
   void backbone(Batch& b);
   void head(Batch& b);
   void mark(const char* op);   // profiling: the op that starts here

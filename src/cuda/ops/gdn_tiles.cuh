@@ -124,12 +124,24 @@ __device__ __forceinline__ bool scan_pass_chunks(const GdnChunks& ch, const GdnS
   return cb < ce;
 }
 // This CTA's state columns [c0_col, c0_col + sw) of value head j: from the previous pass when
-// the sequence began before it, else zero (columns >= sw, padding, stay zero).
-__device__ __forceinline__ void load_state(float* S, int lds, const GdnScratch& sc, bool carried, int64_t j, int64_t Dk, int64_t Dv,
+// the sequence began before it, else from its cached prefix (seq_state_in) or zero (columns
+// >= sw, padding, stay zero).
+__device__ __forceinline__ void load_state(float* S, int lds, const GdnScratch& sc, int64_t s, bool carried, int64_t j, int64_t Dk, int64_t Dv,
                                            int64_t c0_col, int sw, int tid, int nt) {
+  const float* from = carried ? sc.state_in : sc.seq_state_in && sc.seq_state_in[s] ? sc.seq_state_in[s] + sc.layer_off : nullptr;
   for (int64_t e = tid; e < Dk * lds; e += nt) {
     const int64_t y = e / lds, x = e - y * lds;
-    S[e] = carried && x < sw ? sc.state_in[(j * Dk + y) * Dv + c0_col + x] : 0.0f;
+    S[e] = from && x < sw ? from[(j * Dk + y) * Dv + c0_col + x] : 0.0f;
+  }
+}
+// The state as sequence s reaches chunk snap_chunk[s] (before it), for the prefix cache.
+__device__ __forceinline__ void snap_state(const float* S, int lds, const GdnScratch& sc, int64_t s, int64_t j, int64_t Dk, int64_t Dv,
+                                           int64_t c0_col, int sw, int tid, int nt) {
+  __syncthreads();  // the previous chunk's S updates are done
+  float* to = sc.seq_state_out[s] + sc.layer_off;
+  for (int64_t e = tid; e < Dk * sw; e += nt) {
+    const int64_t y = e / sw, x = e - y * sw;
+    to[(j * Dk + y) * Dv + c0_col + x] = S[y * lds + x];
   }
 }
 // After the pass's last chunk, for a sequence that continues in the next pass.

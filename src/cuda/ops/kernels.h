@@ -43,8 +43,15 @@ void conv_silu(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L,
                cudaStream_t s);
 // The same for tokens [t0, t0 + L) only (y row 0 = token t0), x's row 0 being token x_row0 <= t0
 // (x holds the K - 1 rows before the block that the conv reads, where they are in the sequence).
+// hist (the prefix cache): per token its sequence (seq_of), per sequence the K - 1 conv rows
+// [K - 1, C] before its first token (rows[s] + layer_off; null: zeros, a sequence's start).
+struct ConvHistory {
+  const int32_t* seq_of = nullptr;
+  const float* const* rows = nullptr;
+  int64_t layer_off = 0;
+};
 void conv_silu_rows(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, int64_t C, const float* w,
-                    int64_t K, float* y, cudaStream_t s);
+                    int64_t K, float* y, cudaStream_t s, const ConvHistory& hist = {});
 // In place on mixed [L, 2*Hk*Dk + Hv*Dv]: q and k heads L2-normalised (q also * 1/sqrt(Dk)).
 // beta = sigmoid(b), g = negA * softplus(a + dt_bias) from the b and a columns of `ba`.
 void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv,
@@ -70,6 +77,13 @@ struct GdnScratch {
   int64_t c0 = 0, c1 = -1;
   const float* state_in = nullptr;
   float* state_out = nullptr;
+  // The prefix cache (forward.h DevPrefixState), per sequence s, each at + layer_off floats: the
+  // state its first chunk starts from (seq_state_in null or its entry null: zero), and where it
+  // leaves its state as it reaches chunk snap_chunk[s] (a global chunk index; -1: nowhere).
+  const float* const* seq_state_in = nullptr;
+  float* const* seq_state_out = nullptr;
+  const int32_t* snap_chunk = nullptr;
+  int64_t layer_off = 0;
 };
 // Which kernels: Auto = tensor cores (mma.sync TF32, 3xTF32 split: fp32-level accuracy) when
 // Dk % 16 == 0 and Dv % 8 == 0, else the fp32 CUDA-core kernels. The
@@ -96,15 +110,20 @@ struct MropePositions {
   const int32_t* pos = nullptr;  // null: pos = t - seq_start[t]; else rows t, h, w: [3, L]
   int sec_h = 0, sec_w = 0;      // 3 x mrope_section[1], 3 x mrope_section[2] (spec/model.md 1.2)
 };
+// kv_row (a batch continuing cached prefixes): token t's k row goes to row kv_row[t] of k, and
+// its v heads (copied from qkv) to row kv_row[t] of v_out [.., Hkv, D]; null: k row t, v stays.
 void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hkv, int64_t D, int64_t R, const float* inv_freq,
                const int32_t* seq_start, const MropePositions& mrope, const float* q_norm, const float* k_norm, float eps, bf16* q, bf16* k,
-               cudaStream_t s);
+               cudaStream_t s, const int32_t* kv_row = nullptr, bf16* v_out = nullptr);
 // Causal varlen flash attention (tensor cores, online softmax), GQA, then * sigmoid(gate).
 // Tiles of 64 queries: tile i covers queries [tile_q0[i], min(tile_q0[i] + 64, tile_end[i])) of
 // the sequence starting at tile_seq0[i] and ending at tile_end[i].
+// With delta (sequences continuing cached prefixes), keys and values live in their own rows:
+// query row r is key row r + delta[i], and seq0 / end are key rows (end - delta: the queries' end).
 struct AttnTiles {
   const int32_t *q0, *seq0, *end;
   int64_t n;
+  const int32_t* delta = nullptr;
 };
 // gate: head h's gate row is gate[t * ldgate + h * gate_head_stride + 0..D).
 void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate, int64_t ldgate,
@@ -155,6 +174,8 @@ void span_mean(const float* x, int64_t ldx, const bf16* table, const int32_t* id
 void gather_rows(const float* src, int64_t d, const int32_t* idx, int64_t n, float* out32, bf16* out16, cudaStream_t s);
 // out[i, :] += src[idx[i], :] (fp32, rows d wide)
 void gather_rows_add(const float* src, int64_t d, const int32_t* idx, int64_t n, float* out, cudaStream_t s);
+// out[idx[i], :] = src[i, :] (fp32, rows d wide; the head's memory rows of sequences continuing a cached prefix)
+void scatter_rows(const float* src, int64_t d, const int32_t* idx, int64_t n, float* out, cudaStream_t s);
 // Unmasked attention per query row r and head: keys [kbeg[r], kend[r]) of k/v (row strides).
 // q, k, v and out are fp32; head_dim = width / heads <= 128.
 void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t ldk, const float* v, int64_t ldv,

@@ -20,7 +20,7 @@ constexpr int kMaxD = 256;
 // One warp per (token, head); q heads first (rows of 2D in qkv: q then gate), then k heads.
 __global__ void attn_prep_k(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hkv, int D, int R, const float* inv_freq,
                             const int32_t* seq_start, MropePositions mp, const float* q_norm, const float* k_norm, float eps, bf16* q,
-                            bf16* k) {
+                            bf16* k, const int32_t* kv_row, bf16* v_out) {
   __shared__ float buf[8][kMaxD];
   const int lane = threadIdx.x & 31, wl = threadIdx.x >> 5;
   const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
@@ -29,7 +29,13 @@ __global__ void attn_prep_k(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t H
   const bool is_q = hh < Hq;
   const bf16* src = qkv + t * ldqkv + (is_q ? hh * 2 * D : Hq * 2 * D + (hh - Hq) * D);
   const float* w = is_q ? q_norm : k_norm;
-  bf16* dst = is_q ? q + (t * Hq + hh) * D : k + (t * Hkv + (hh - Hq)) * D;
+  const int64_t kr = kv_row ? kv_row[t] : t;
+  bf16* dst = is_q ? q + (t * Hq + hh) * D : k + (kr * Hkv + (hh - Hq)) * D;
+  if (!is_q && v_out) {  // the value head into the key rows' layout
+    const bf16* vs = qkv + t * ldqkv + Hq * 2 * D + Hkv * D + (hh - Hq) * D;
+    bf16* vd = v_out + (kr * Hkv + (hh - Hq)) * D;
+    for (int i = lane; i < D; i += 32) vd[i] = vs[i];
+  }
   float* x = buf[wl];
   float ss = 0;
   for (int i = lane; i < D; i += 32) {
@@ -103,14 +109,16 @@ __global__ void __launch_bounds__(query_tile(Causal) * 2) flash_k(const bf16* q,
   bf16* Vs = Ks + BK * LD;
 
   const int tile = blockIdx.x, h = blockIdx.y, kvh = h / (Hq / Hkv);
-  const int64_t q0 = tiles.q0[tile], seq0 = tiles.seq0[tile], end = tiles.end[tile];
+  // key rows: seq0, end and the queries' rows + dl (dl = 0 unless keys live in their own rows)
+  const int64_t q0 = tiles.q0[tile], seq0 = tiles.seq0[tile], end = tiles.end[tile], dl = tiles.delta ? tiles.delta[tile] : 0;
+  const int64_t qend = end - dl;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
-  const int64_t q_last = (q0 + BQ < end ? q0 + BQ : end) - 1;
-  const int64_t k_last = Causal ? q_last : end - 1;
+  const int64_t q_last = (q0 + BQ < qend ? q0 + BQ : qend) - 1;
+  const int64_t k_last = Causal ? q_last + dl : end - 1;
   const bf16* kbase = k + int64_t(kvh) * D;  // row t at kbase + t * Hkv * D
   const bf16* vbase = v + int64_t(kvh) * D;  // row t at vbase + t * ldv
 
-  load_rows_async<D>(Qs, q + (q0 * Hq + h) * D, int64_t(Hq) * D, BQ, end - q0);
+  load_rows_async<D>(Qs, q + (q0 * Hq + h) * D, int64_t(Hq) * D, BQ, qend - q0);
   load_rows_async<D>(Ks, kbase + seq0 * Hkv * D, int64_t(Hkv) * D, BK, end - seq0);
   cp_async_commit();
 
@@ -146,7 +154,7 @@ __global__ void __launch_bounds__(query_tile(Causal) * 2) flash_k(const bf16* q,
     }
     // scale, causal + length mask, online softmax (rows qi0 and qi1 of this thread); blocks wholly
     // before this warp's first row and inside the sequence need no mask
-    const bool masked = (Causal && kb + BK - 1 > q0 + warp * 16) || kb + BK > end;
+    const bool masked = (Causal && kb + BK - 1 > q0 + dl + warp * 16) || kb + BK > end;
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < BK / 8; ++nt) {
@@ -154,7 +162,7 @@ __global__ void __launch_bounds__(query_tile(Causal) * 2) flash_k(const bf16* q,
       for (int e = 0; e < 4; ++e) {
         const int64_t kj = kb + nt * 8 + 2 * tq + (e & 1);
         const int64_t qi = e < 2 ? qi0 : qi1;
-        const bool ok = !masked || ((!Causal || kj <= qi) && kj < end);
+        const bool ok = !masked || ((!Causal || kj <= qi + dl) && kj < end);
         s[nt][e] = ok ? s[nt][e] * scale_log2 : -INFINITY;
       }
       mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
@@ -220,7 +228,7 @@ __global__ void __launch_bounds__(query_tile(Causal) * 2) flash_k(const bf16* q,
   for (int dn = 0; dn < D / 8; ++dn) {
     const int d = dn * 8 + 2 * tq;
     if (d >= dout) continue;  // padding dims (dout is even: pairs stay whole)
-    if (qi0 < end) {
+    if (qi0 < qend) {
       float g0 = 1.0f, g1 = 1.0f;
       if (gate) {
         const bf16* gr = gate + qi0 * ldgate + int64_t(h) * gate_hs + d;
@@ -229,7 +237,7 @@ __global__ void __launch_bounds__(query_tile(Causal) * 2) flash_k(const bf16* q,
       }
       *reinterpret_cast<__nv_bfloat162*>(out + qi0 * ldo + int64_t(h) * dout + d) = __floats2bfloat162_rn(o[dn][0] * inv0 * g0, o[dn][1] * inv0 * g1);
     }
-    if (qi1 < end) {
+    if (qi1 < qend) {
       float g0 = 1.0f, g1 = 1.0f;
       if (gate) {
         const bf16* gr = gate + qi1 * ldgate + int64_t(h) * gate_hs + d;
@@ -260,12 +268,13 @@ void launch_flash(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, cons
 
 void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hkv, int64_t D, int64_t R, const float* inv_freq,
                const int32_t* seq_start, const MropePositions& mrope, const float* q_norm, const float* k_norm, float eps, bf16* q, bf16* k,
-               cudaStream_t s) {
+               cudaStream_t s, const int32_t* kv_row, bf16* v_out) {
+  if (v_out && !kv_row) throw Error(Status::Internal, "internal_error", "attn_prep: v_out without kv_row");
   if (L == 0) return;
   if (D > kMaxD) throw Error(Status::Internal, "unsupported", "attn_prep: head_dim " + std::to_string(D) + " > 256");
   const int64_t warps = L * (Hq + Hkv);
   attn_prep_k<<<unsigned((warps + 7) / 8), 256, 0, s>>>(qkv, ldqkv, L, Hq, Hkv, int(D), int(R), inv_freq, seq_start, mrope, q_norm,
-                                                        k_norm, eps, q, k);
+                                                        k_norm, eps, q, k, kv_row, v_out);
   check_launch("attn_prep");
 }
 

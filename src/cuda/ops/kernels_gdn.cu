@@ -35,8 +35,13 @@ using namespace gdn;
 // both forms.
 // Token t0 + r of the output goes to y row r; x's row 0 is token x_row0 (a block's in_proj rows
 // start up to K - 1 tokens before the block, the conv's history).
+// The K - 1 rows before a sequence's first token: its cached history (ConvHistory), or none.
+__device__ __forceinline__ const float* history_of(const ConvHistory& h, int64_t t) {
+  return h.rows ? h.rows[h.seq_of[t]] : nullptr;
+}
+
 __global__ void conv_silu4_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t n, uint32_t c4n,
-                             const float* w, float* y) {
+                             const float* w, float* y, ConvHistory hist) {
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const uint32_t r = i / c4n, c0 = (i - r * c4n) * 4;
     const int64_t t = t0 + r, s0 = seq_start[t];
@@ -48,8 +53,15 @@ __global__ void conv_silu4_k(const float* x, int64_t ldx, int64_t x_row0, const 
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t src = t - 3 + j;
-      if (src < s0) continue;
-      const float4 v = *reinterpret_cast<const float4*>(x + (src - x_row0) * ldx + c0);
+      const float* row;
+      if (src >= s0) {
+        row = x + (src - x_row0) * ldx;
+      } else {
+        const float* h = history_of(hist, t);
+        if (!h) continue;
+        row = h + hist.layer_off + (3 + (src - s0)) * (4 * int64_t(c4n));
+      }
+      const float4 v = *reinterpret_cast<const float4*>(row + c0);
       a0 += k0[j] * v.x;
       a1 += k1[j] * v.y;
       a2 += k2[j] * v.z;
@@ -60,7 +72,7 @@ __global__ void conv_silu4_k(const float* x, int64_t ldx, int64_t x_row0, const 
 }
 
 __global__ void conv_silu_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, int64_t Cn,
-                            const float* w, int K, float* y) {
+                            const float* w, int K, float* y, ConvHistory hist) {
   const int64_t n = L * Cn;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / Cn, c = i - r * Cn, t = t0 + r;
@@ -68,7 +80,11 @@ __global__ void conv_silu_k(const float* x, int64_t ldx, int64_t x_row0, const i
     float acc = 0;
     for (int j = 0; j < K; ++j) {
       const int64_t src = t - K + 1 + j;
-      if (src >= s0) acc += w[c * K + j] * x[(src - x_row0) * ldx + c];
+      if (src >= s0) {
+        acc += w[c * K + j] * x[(src - x_row0) * ldx + c];
+      } else if (const float* h = history_of(hist, t)) {
+        acc += w[c * K + j] * h[hist.layer_off + ((K - 1) + (src - s0)) * Cn + c];
+      }
     }
     y[i] = silu_f(acc);
   }
@@ -378,8 +394,9 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
 
   int64_t cb, ce;
   if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
-  load_state(S, SW, sc, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
+  load_state(S, SW, sc, s, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
   for (int64_t c = cb; c < ce; ++c) {
+    if (sc.snap_chunk && sc.snap_chunk[s] == c) snap_state(S, SW, sc, s, j, Dk, Dv, c0_col, sw, tid, nt);
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
     const float* w = sc.w + ((c - sc.c0) * Hv + j) * C * Dk;
@@ -525,8 +542,9 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
 
   int64_t cb, ce;
   if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
-  load_state(S, SWP, sc, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
+  load_state(S, SWP, sc, s, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
   for (int64_t c = cb; c < ce; ++c) {
+    if (sc.snap_chunk && sc.snap_chunk[s] == c) snap_state(S, SWP, sc, s, j, Dk, Dv, c0_col, sw, tid, nt);
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
     const float* w = sc.w + ((c - sc.c0) * Hv + j) * C * Dk;
@@ -652,14 +670,15 @@ void conv_silu(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L,
 }
 
 void conv_silu_rows(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, int64_t Cn, const float* w,
-                    int64_t K, float* y, cudaStream_t s) {
+                    int64_t K, float* y, cudaStream_t s, const ConvHistory& hist) {
   if (L == 0) return;
+  if (hist.rows && !hist.seq_of) throw Error(Status::Internal, "internal_error", "gdn conv_silu: history rows without seq_of");
   if (x_row0 > t0) throw Error(Status::Internal, "internal_error", "gdn conv_silu: x starts after the block");
   if (K == 4 && Cn % 4 == 0 && ldx % 4 == 0 && L * Cn / 4 < (int64_t(1) << 32)) {
     const int64_t n = L * Cn / 4;
-    conv_silu4_k<<<grid_for(n), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(n), uint32_t(Cn / 4), w, y);
+    conv_silu4_k<<<grid_for(n), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(n), uint32_t(Cn / 4), w, y, hist);
   } else {
-    conv_silu_k<<<grid_for(L * Cn), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, L, Cn, w, int(K), y);
+    conv_silu_k<<<grid_for(L * Cn), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, L, Cn, w, int(K), y, hist);
   }
   check_launch("gdn conv_silu");
 }

@@ -40,6 +40,12 @@ __global__ void gather_rows_add_k(const float* src, int64_t d, const int32_t* id
   out[i * d + col] += src[int64_t(idx[i]) * d + col];
 }
 
+__global__ void scatter_rows_k(const float* src, int64_t d, const int32_t* idx, float* out) {
+  const int64_t i = blockIdx.y, col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (col >= d) return;
+  out[int64_t(idx[i]) * d + col] = src[i * d + col];
+}
+
 // One CTA of 128 threads per (query row, head): pass 1 max/sum of exp over the keys (each
 // thread a strided subset), pass 2 the weighted sum of values, reduced through shared memory.
 constexpr int kMhaThreads = 128;
@@ -292,6 +298,12 @@ void gather_rows_add(const float* src, int64_t d, const int32_t* idx, int64_t n,
   if (n == 0) return;
   gather_rows_add_k<<<dim3(unsigned((d + 255) / 256), unsigned(n)), 256, 0, s>>>(src, d, idx, out);
   check_launch("head gather_rows_add");
+}
+
+void scatter_rows(const float* src, int64_t d, const int32_t* idx, int64_t n, float* out, cudaStream_t s) {
+  if (n == 0) return;
+  scatter_rows_k<<<dim3(unsigned((d + 255) / 256), unsigned(n)), 256, 0, s>>>(src, d, idx, out);
+  check_launch("head scatter_rows");
 }
 
 void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t ldk, const float* v, int64_t ldv, const int32_t* kbeg,
