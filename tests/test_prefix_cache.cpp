@@ -19,10 +19,17 @@
 #include "model/sequence_forward.h"
 #include "model/synth.h"
 #include "model/weights.h"
+#include "prefix_util.h"
 #include "test_util.h"
 
 namespace clefrt {
 namespace {
+
+using test::Answer;
+using test::body;
+using test::run;
+using test::run_batch;
+using test::state_text;
 
 const std::string& tiny_dir() {
   static const std::string d = test::synth_folder("prefix", 11);
@@ -37,59 +44,6 @@ std::unique_ptr<Engine> open(double cache_gib) {
   o.max_length = 16384;
   return Engine::load(tiny_dir(), o);
 }
-
-// About `words` words of seeded text (tokens ~ 1.3 x words).
-std::string state_text(size_t words, uint32_t seed) {
-  static const char* vocab[] = {"billing", "outage", "the", "customer", "reports", "that", "invoice", "was", "charged", "twice",
-                                "server", "error", "page", "since", "Monday", "refund", "please", "urgent", "login", "fails",
-                                "on", "mobile", "and", "desktop", "42", "2026-12-01", "EU-west", "latency", "spikes", "again"};
-  std::mt19937 rng(seed);
-  std::string s;
-  for (size_t i = 0; i < words; ++i) {
-    if (i) s += (rng() % 17 == 0) ? ".\n" : " ";
-    s += vocab[rng() % (sizeof vocab / sizeof *vocab)];
-  }
-  return s;
-}
-
-std::string body(const std::string& state, int question_set) {
-  json::Value b = json::Value::object();
-  b.add("state", json::Value::string(state));
-  const char* qs[] = {
-      R"({"outage":{"type":"noul","instructions":"Is a service down?"},"team":{"type":"choice","criteria":{"billing":"payments","tech":"outages","sales":null}}})",
-      R"({"severity":{"type":"score","criteria":["No impact","Minor","Major","Critical"]}})",
-      R"({"refund":{"type":"noul","instructions":"Does the customer ask for a refund?"},"lang":{"type":"choice","criteria":{"en":null,"de":null}},"tone":{"type":"score","criteria":["calm","upset","furious"]}})"};
-  b.add("questions", json::parse(qs[question_set % 3]));
-  return json::write(b);
-}
-
-struct Answer {
-  Probs probs;
-  size_t cached = 0;
-  size_t state_end = 0;
-};
-
-// Submitted together while the engine thread is held, so they run as one batch.
-std::vector<Answer> run_batch(Engine& e, const std::vector<std::string>& bodies) {
-  std::vector<std::promise<Outcome>> promises(bodies.size());
-  std::vector<Answer> out(bodies.size());
-  e.pause(true);
-  for (size_t i = 0; i < bodies.size(); ++i) {
-    Prepared p = e.prepare(bodies[i]);
-    out[i].state_end = size_t(p.encoded().state_span.end);
-    e.submit(p, std::chrono::steady_clock::time_point::max(), [pr = &promises[i]](const Prepared&, Outcome o) { pr->set_value(std::move(o)); });
-  }
-  e.pause(false);
-  for (size_t i = 0; i < bodies.size(); ++i) {
-    Outcome o = promises[i].get_future().get();
-    if (o.kind == Outcome::Kind::Failed) std::rethrow_exception(o.error);
-    EXPECT_EQ(o.kind, Outcome::Kind::Answered);
-    out[i].probs = o.probs;
-    out[i].cached = o.cached_tokens;
-  }
-  return out;
-}
-Answer run(Engine& e, const std::string& b) { return run_batch(e, {b})[0]; }
 
 size_t reusable(size_t state_end) { return state_end / 256 * 256; }  // the CPU's chunk
 
@@ -316,17 +270,45 @@ TEST(PrefixCache, ARefusedInsertEvictsNothing) {
   EXPECT_TRUE(c.find(d, 1));
 }
 
-TEST(PrefixCache, CudaRefusesABudgetItCannotUse) {
+// make_room (the GPU frees entries before it allocates a new one) follows insert's rule: it
+// evicts only when that makes room, and says whether it did.
+TEST(PrefixCache, MakeRoomEvictsOnlyWhenThatMakesRoom) {
+  PrefixCache c(1000, 1);
+  const int32_t a[1] = {1}, b[1] = {2};
+  c.insert(a, 1, std::make_shared<FakeState>(596));  // 600 bytes with its id
+  c.insert(b, 1, std::make_shared<FakeState>(196));  // 200
+  auto held = c.find(a, 1);
+  EXPECT_FALSE(c.make_room(1, 496));  // 500 fits only without the held entry
+  EXPECT_EQ(c.stats().evictions, 0u);
+  EXPECT_EQ(c.stats().too_large, 1u);
+  EXPECT_TRUE(c.make_room(1, 296));  // 300: b goes
+  EXPECT_EQ(c.stats().evictions, 1u);
+  EXPECT_EQ(c.stats().entries, 1u);
+  EXPECT_TRUE(c.make_room(1, 196));  // fits already: nothing goes
+  EXPECT_EQ(c.stats().evictions, 1u);
+  EXPECT_FALSE(c.make_room(1, 5000));  // over the budget alone
+}
+
+// The GPU takes a budget too (tests/test_cuda_prefix.cpp); without a GPU the device is the
+// complaint, never the cache.
+TEST(PrefixCache, CudaTakesABudgetOrNamesTheMissingGpu) {
   EngineOptions o;
   o.device = Device::Cuda;
-  o.prefix_cache_gib = 2;
+  o.prefix_cache_gib = 0.5;
+  std::string why;
+  if (cuda_available(&why)) {
+    auto e = Engine::load(tiny_dir(), o);
+    EXPECT_TRUE(e->prefix_cache().enabled);
+    EXPECT_EQ(e->prefix_cache().granularity, 64);
+    return;
+  }
   try {
     Engine::load(tiny_dir(), o);
-    FAIL() << "loaded";
+    FAIL() << "loaded without a GPU";
   } catch (const Error& e) {
-    // without a GPU the device is the first complaint; with one, the cache
     const std::string m = e.what();
-    EXPECT_TRUE(m.find("prefix cache") != std::string::npos || e.http_status() == 503) << m;
+    EXPECT_EQ(e.http_status(), 503) << m;
+    EXPECT_EQ(m.find("prefix cache"), std::string::npos) << m;
   }
 }
 

@@ -23,10 +23,9 @@ namespace {
 
 using json::Value;
 
-// The blog request with `n - len` random tokens in front (spans shifted), for the long
-// latency points and the 512-token throughput requests.
-Encoded padded(const Encoded& e, int64_t n, uint64_t seed) {
-  const int64_t extra = n - int64_t(e.input_ids.size());
+// The request with `extra` random tokens in front (spans shifted): seeded, so two requests with
+// the same seed and extra share their first extra + (system prompt and state) tokens.
+Encoded prefixed(const Encoded& e, int64_t extra, uint64_t seed) {
   if (extra <= 0) return e;
   Encoded p = e;
   std::mt19937_64 r(seed);
@@ -45,6 +44,9 @@ Encoded padded(const Encoded& e, int64_t n, uint64_t seed) {
   }
   return p;
 }
+
+// The blog request padded to n tokens (the long latency points and the 512-token throughput requests).
+Encoded padded(const Encoded& e, int64_t n, uint64_t seed) { return prefixed(e, n - int64_t(e.input_ids.size()), seed); }
 
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -70,6 +72,54 @@ void emit_json(const Value& out, const std::string& path) {
   std::printf("%s\n", text.c_str());
 }
 
+// The reuse point (issue 18): per size, states of `tokens` tokens (random tokens in front of the
+// blog's system prompt and state), each new one asked the blog's questions first (cold: a cache
+// miss that leaves its state at the last 64-token boundary before the schema) and then another
+// question set (warm: continues the cached state; only the schema and questions are computed).
+Value reuse_points(Engine& engine, const Encoded& blog, const Encoded& other, int64_t max_tokens, int reps) {
+  Value out = Value::object();
+  std::printf("%-10s %8s %8s %12s %12s %8s %14s\n", "reuse", "tokens", "cached", "cold p50 ms", "warm p50 ms", "ratio", "new tokens");
+  std::vector<int64_t> sizes = {1024, 8000};
+  if (max_tokens >= 32768) sizes.push_back(32768);
+  for (const int64_t n : sizes) {
+    const int64_t extra = n - int64_t(blog.input_ids.size());
+    std::vector<double> cold, warm;
+    size_t cached = 0, warm_tokens = 0;
+    const int r_n = n >= 32768 ? std::max(2, reps / 4) : reps;
+    for (int r = -1; r < r_n; ++r) {  // r = -1: a warm-up pair, not timed
+      const uint64_t seed = 9000 + uint64_t(n) * 100 + uint64_t(r + 1);
+      const Prepared a = engine.prepare_encoded(prefixed(blog, extra, seed)), b = engine.prepare_encoded(prefixed(other, extra, seed));
+      std::vector<size_t> ca, cb;
+      auto t0 = std::chrono::steady_clock::now();
+      engine.probs({&a}, &ca);
+      const double ms_a = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      t0 = std::chrono::steady_clock::now();
+      engine.probs({&b}, &cb);
+      const double ms_b = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (ca[0] != 0) throw Error(Status::Internal, "internal_error", "bench reuse: a new state was found in the cache");
+      if (cb[0] == 0) throw Error(Status::Internal, "internal_error", "bench reuse: the second question set missed the cache");
+      if (r < 0) continue;
+      cold.push_back(ms_a);
+      warm.push_back(ms_b);
+      cached = cb[0];
+      warm_tokens = b.input_tokens();
+    }
+    const double c50 = percentile(cold, 0.5), w50 = percentile(warm, 0.5);
+    std::printf("%-10s %8zu %8zu %12.2f %12.2f %7.1f%% %14zu\n", ("reuse_" + std::to_string(n)).c_str(), warm_tokens, cached, c50, w50,
+                100.0 * w50 / c50, warm_tokens - cached);
+    Value v = Value::object();
+    v.add("tokens", Value::integer(int64_t(warm_tokens)));
+    v.add("cached_tokens", Value::integer(int64_t(cached)));
+    v.add("new_tokens", Value::integer(int64_t(warm_tokens - cached)));
+    v.add("reps", Value::integer(r_n));
+    v.add("cold_p50", Value::number(c50));
+    v.add("warm_p50", Value::number(w50));
+    v.add("warm_over_cold", Value::number(w50 / c50));
+    out.add("reuse_" + std::to_string(n), v);
+  }
+  return out;
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
@@ -78,7 +128,8 @@ Runner add_bench(CLI::App& app) {
     std::string commit = "unknown", baseline, command;
     int reps = 20;
     int64_t max_tokens = 32768;
-    bool batch_invariant = true, profile = false, offload = false, memory_only = false, w4a16_fused = false;
+    bool batch_invariant = true, profile = false, offload = false, memory_only = false, w4a16_fused = false, reuse = false;
+    double reuse_gib = 16;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("bench",
@@ -97,6 +148,11 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--max-tokens", o->max_tokens, "tokens the activation memory is planned for (default 32768; at 65536 the 64k latency point runs too)");
   c->add_flag("--memory-only", o->memory_only,
               "only measure GPU memory: plan --max-tokens for one request, run one request of that length, report");
+  c->add_flag("--reuse", o->reuse,
+              "only the prefix cache's reuse points: per size (1,024, 8,000 and, with --max-tokens >= 32768, 32,768\n"
+              "tokens) new states asked the blog's questions (cold: a miss that caches the state) then another\n"
+              "question set (warm: a hit); p50 of each and warm / cold. The other points run without a cache");
+  c->add_option("--reuse-cache-gib", o->reuse_gib, "--reuse: the prefix cache's budget in GPU memory (default 16)");
   c->add_option("--json", o->json_out, "write the results as JSON here");
   c->add_option("--tokenizer", o->tokenizer, "tokenizer.json for the example request (default: the pinned Qwen3 one)");
   c->add_option("--request", o->request, "the latency request (default examples/blog.json)");
@@ -128,6 +184,8 @@ Runner add_bench(CLI::App& app) {
     eo.max_length = size_t(o->max_tokens);  // the activation plan: one forward of --max-tokens
     eo.max_batch_tokens = size_t(o->max_tokens);
     eo.max_batch_requests = o->memory_only ? 1 : 64;
+    // the latency points repeat one request: a cache would answer them from its state
+    eo.prefix_cache_gib = o->reuse ? o->reuse_gib : 0;
     auto engine = Engine::synthetic(o->synthetic, o->tokenizer, eo);
     const Encoded blog = engine->prepare(read_file(o->request)).encoded();
     const double gib = double(1ull << 30);
@@ -172,6 +230,33 @@ Runner add_bench(CLI::App& app) {
       out.add("weights_reserved_gib", Value::number(double(m.weights_reserved) / gib));
       out.add("host_weights_gib", Value::number(double(m.weights_host) / gib));
       out.add("working_gib", Value::number(double(m.working) / gib));
+      emit_json(out, o->json_out);
+      return 0;
+    }
+    if (o->reuse) {
+      const Value blog_json = json::parse(read_file(o->request));
+      Value other_json = Value::object();  // the blog's members, another question set
+      for (const json::Member& m : blog_json.obj)
+        if (m.first != "questions") other_json.add(m.first, m.second);
+      other_json.add("questions", json::parse(
+          R"({"refund":{"type":"noul","instructions":"Does the customer ask for a refund?"},)"
+          R"("lang":{"type":"choice","instructions":"Which language is it in?","criteria":{"en":null,"de":null,"fr":null}},)"
+          R"("tone":{"type":"score","instructions":"How upset is the customer?","criteria":["calm","upset","furious"]}})"));
+      const Encoded other = engine->prepare(json::write(other_json)).encoded();
+      Value out = Value::object();
+      out.add("date", Value::string(utc_now()));
+      out.add("gpu", Value::string(hw.gpu));
+      out.add("commit", Value::string(o->commit));
+      out.add("command", Value::string(o->command));
+      out.add("model", Value::string(o->synthetic));
+      out.add("quant", Value::string(o->quant));
+      out.add("offload_embeddings", Value::boolean(o->offload));
+      out.add("reuse", reuse_points(*engine, blog, other, o->max_tokens, o->reps));
+      const PrefixCacheStats st = engine->prefix_cache();
+      out.add("prefix_cache_bytes", Value::integer(int64_t(st.bytes)));
+      out.add("prefix_cache_entries", Value::integer(int64_t(st.entries)));
+      out.add("prefix_cache_evictions", Value::integer(int64_t(st.evictions)));
+      out.add("gpu_mem_gib", Value::number(gpu_memory_in_use_gib()));
       emit_json(out, o->json_out);
       return 0;
     }

@@ -578,8 +578,7 @@ std::vector<std::vector<std::vector<double>>> EngineCore::gpu_forward(const mode
     for (size_t j = 0; j < k && !dup; ++j)
       dup = keep[j] && at[j] == limit && std::equal(e.cache_key(), e.cache_key() + limit, batch[j].cache_key());
     const size_t bytes = cuda::PrefixLayout::of(gpu_->model, limit).bytes;
-    if (dup || !cache_->would_keep(e.cache_key(), limit, bytes)) continue;
-    cache_->make_room(limit, bytes);
+    if (dup || !cache_->would_keep(e.cache_key(), limit, bytes) || !cache_->make_room(limit, bytes)) continue;
     try {
       auto st = std::make_shared<GpuPrefixState>();
       st->s.length = limit;

@@ -121,9 +121,18 @@ bool PrefixCache::would_keep(const int32_t* ids, int64_t n, size_t state_bytes) 
   return it == by_key_.end() || !std::equal((*it->second)->ids.begin(), (*it->second)->ids.end(), ids);
 }
 
-void PrefixCache::make_room(int64_t n, size_t state_bytes) {
+bool PrefixCache::make_room(int64_t n, size_t state_bytes) {
+  const size_t bytes = state_bytes + size_t(std::max<int64_t>(n, 0)) * sizeof(int32_t);
   std::lock_guard<std::mutex> lock(mu_);
-  evict_until_fits_locked(state_bytes + size_t(std::max<int64_t>(n, 0)) * sizeof(int32_t));
+  size_t evictable = 0;  // as insert(): evict only when that makes room
+  for (const auto& x : lru_)
+    if (x.use_count() == 1) evictable += x->bytes;
+  if (bytes > budget_ || stats_.bytes - evictable + bytes > budget_) {
+    ++stats_.too_large;
+    return false;
+  }
+  evict_until_fits_locked(bytes);
+  return true;
 }
 
 PrefixCacheStats PrefixCache::stats() const {

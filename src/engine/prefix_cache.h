@@ -43,10 +43,11 @@ class PrefixCache {
   // Whether insert() could keep a state of `state_bytes` after ids[0, n): not cached yet and not
   // over the budget alone (asked before the state is copied out of a running request).
   bool would_keep(const int32_t* ids, int64_t n, size_t state_bytes) const;
-  // Evicts the least recently used entries no one holds until a state of `state_bytes` after n
-  // ids would fit the budget (asked before a backend allocates the state: the GPU's entries are
-  // device memory, freed here before the new one is taken).
-  void make_room(int64_t n, size_t state_bytes);
+  // Before a backend allocates a state of `state_bytes` after n ids (the GPU's entries are
+  // device memory: freed here before the new one is taken): evicts the least recently used
+  // entries no one holds until it would fit the budget, and says true; when even evicting all
+  // of those would not make room, evicts nothing, counts it too_large and says false.
+  bool make_room(int64_t n, size_t state_bytes);
   PrefixCacheStats stats() const;
 
  private:

@@ -707,9 +707,9 @@ void Forward::backbone(Batch& b) {
         lin.run(b.h + R0 * H, T1 - R0, H, l.gdn_in, b.gtmp, OutType::F32, n, false, "gdn in_proj");
         mark("gdn conv+prep");
         const size_t block = PrefixLayout::of(m_, 0).gdn_block_floats, state_floats = PrefixLayout::of(m_, 0).gdn_state_floats;
-        ConvHistory hist;
-        if (b.pfx) hist = {b.d(b.off_seq_of), reinterpret_cast<const float* const*>(b.dptrs + b.nseq), int64_t(gi * block)};
-        conv_silu_rows(b.gtmp, n, R0, b.d(b.off_seq_start), T0, rows, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s, hist);
+        ConvHistory from;
+        if (b.pfx) from = {b.d(b.off_seq_of), reinterpret_cast<const float* const*>(b.dptrs + b.nseq), int64_t(gi * block)};
+        conv_silu_rows(b.gtmp, n, R0, b.d(b.off_seq_start), T0, rows, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s, from);
         // a state left at out->length: the conv's K - 1 in_proj rows before it, when this pass has them
         for (const Batch::Prefix& pr : b.pre) {
           if (!pr.out) continue;
@@ -731,7 +731,7 @@ void Forward::backbone(Batch& b) {
         gp.state_out = b.gdn_state[(pass + 1) % 2];
         if (b.pfx) gp.seq_state_in = reinterpret_cast<const float* const*>(b.dptrs);
         if (b.snaps) {
-          gp.seq_state_out = reinterpret_cast<float* const*>(b.dptrs + 2 * b.nseq);
+          gp.seq_state_out = reinterpret_cast<float* const*>(const_cast<void**>(b.dptrs + 2 * b.nseq));
           gp.snap_chunk = b.d(b.off_snap_chunk);
         }
         gp.layer_off = int64_t(gi * block);

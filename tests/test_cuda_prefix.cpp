@@ -1,0 +1,221 @@
+// The prefix cache on the GPU (engine_core.cpp gpu_forward; cuda/model/forward.h SeqPrefix): a
+// request that continues a cached state answers what it answers without the cache, bit for
+// bit, across state lengths, question sets, batch mixes, images, GDN passes and evictions. The
+// Forward seam is checked directly too, at boundaries on and off a GDN pass's edge, and a state
+// from another text changes the answer (the comparisons can fail).
+#include <gtest/gtest.h>
+
+#include <clefrt/clefrt.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "cuda/model/device_model.h"
+#include "cuda/model/forward.h"
+#include "image/png_write.h"
+#include "io/safetensors.h"
+#include "model/batch.h"
+#include "model/weights.h"
+#include "prefix_util.h"
+#include "schema/images.h"
+#include "test_cuda_util.h"
+
+namespace clefrt {
+namespace {
+
+using test::Answer;
+using test::body;
+using test::run;
+using test::run_batch;
+using test::state_text;
+
+// The well-conditioned small model of CudaEngine.WellConditionedAgainstCpuFp32 (it has a
+// vision tower: CudaVision uses it for images).
+const std::string& small_dir() {
+  static const std::string d = test::synth_folder("calm-small", 5, "small", 0.5f);
+  return d;
+}
+
+std::unique_ptr<Engine> open_gpu(double cache_gib, bool lean = false) {
+  EngineOptions o;
+  o.device = Device::Cuda;
+  o.prefix_cache_gib = cache_gib;
+  o.max_length = 16384;
+  o.offload_embeddings = lean;  // the lean plan: GDN layers in passes of 16 chunks
+  return Engine::load(small_dir(), o);
+}
+
+size_t reusable(size_t state_end) { return state_end / 64 * 64; }  // the GPU's granularity
+
+TEST(CudaPrefix, WarmEqualsColdBitForBitAcrossStateLengths) {
+  NEED_GPU();
+  auto cold = open_gpu(0), warm = open_gpu(1);
+  size_t hits = 0;
+  // states from a few tokens (no boundary) to ~10,000, ending anywhere in a chunk
+  for (size_t words : {2, 40, 150, 420, 1000, 2300, 7600}) {
+    const std::string s = state_text(words, uint32_t(words));
+    for (int qset = 0; qset < 3; ++qset) {
+      const Answer c = run(*cold, body(s, qset)), w = run(*warm, body(s, qset));
+      EXPECT_EQ(c.cached, 0u);
+      EXPECT_EQ(w.probs, c.probs) << words << " words, question set " << qset << ", " << w.cached << " tokens from the cache";
+      EXPECT_EQ(w.cached, qset == 0 ? 0 : reusable(w.state_end)) << words << " words";
+      if (w.cached) ++hits;
+    }
+  }
+  const PrefixCacheStats st = warm->prefix_cache();
+  EXPECT_TRUE(st.enabled);
+  EXPECT_EQ(st.granularity, 64);
+  EXPECT_EQ(st.hits, hits);
+  EXPECT_GE(hits, 12u);
+  EXPECT_GT(st.hit_tokens, 9000u * 2);
+  EXPECT_FALSE(cold->prefix_cache().enabled);
+  std::cout << "[ cuda    ] prefix cache: " << st.entries << " entries, " << (st.bytes >> 20) << " MiB, " << st.hits << " hits, "
+            << st.hit_tokens << " tokens read\n";
+}
+
+TEST(CudaPrefix, BatchMixesGiveEachRequestItsColdAnswer) {
+  NEED_GPU();
+  auto cold = open_gpu(0), warm = open_gpu(1);
+  const std::string a = state_text(600, 1), b = state_text(900, 2), c = state_text(30, 3), d = state_text(1300, 4);
+  // one forward: a twice (new to the cache: both compute it, one state is kept), b, a short one,
+  // a state extending a's text (a prefix of its own), b again
+  const std::vector<std::string> bodies = {body(a, 0), body(b, 1), body(a, 2), body(c, 0), body(a + " and more words after it", 1), body(b, 2)};
+  const auto w = run_batch(*warm, bodies);
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    EXPECT_EQ(w[i].probs, run(*cold, bodies[i]).probs) << "request " << i;
+    EXPECT_EQ(w[i].cached, 0u) << "request " << i << ": nothing was cached before this batch";
+  }
+  // hits and a new state in one forward
+  const std::vector<std::string> mixed = {body(a, 1), body(d, 0), body(a + " and more words after it", 2), body(d, 1)};
+  const auto m = run_batch(*warm, mixed);
+  for (size_t i = 0; i < mixed.size(); ++i) EXPECT_EQ(m[i].probs, run(*cold, mixed[i]).probs) << "mixed request " << i;
+  EXPECT_EQ(m[0].cached, reusable(m[0].state_end));
+  EXPECT_EQ(m[1].cached, 0u);
+  EXPECT_EQ(m[2].cached, reusable(m[2].state_end));
+  // and again, all from the cache now
+  const auto again = run_batch(*warm, bodies);
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    EXPECT_EQ(again[i].probs, w[i].probs) << "request " << i;
+    EXPECT_EQ(again[i].cached, reusable(again[i].state_end)) << "request " << i;
+  }
+  EXPECT_EQ(run(*warm, body(d, 2)).cached, reusable(m[1].state_end));
+}
+
+// Images are in the key by their bytes: the same image and state under another question set
+// continue the cached prefix past the image (its tower does not run again); another image of the
+// same size (the same token ids) never reads the state after the first one.
+TEST(CudaPrefix, ImagesAreKeyedByTheirBytes) {
+  NEED_GPU();
+  auto warm = open_gpu(1), cold = open_gpu(0);
+  const std::string s = state_text(400, 5);
+  std::vector<uint8_t> noise(256 * 256 * 3);
+  std::mt19937 rng(9);
+  for (auto& v : noise) v = uint8_t(rng());
+  const std::string x = synthetic_png(256, 256), y = encode_png_rgb(noise.data(), 256, 256);
+  auto with = [&](int qset, const std::string& png) {
+    json::Value b = json::parse(body(s, qset));
+    json::Value arr = json::Value::array();
+    arr.arr.push_back(json::Value::string("data:image/png;base64," + base64_encode(png)));
+    b.add("images", arr);
+    return json::write(b);
+  };
+  const Prepared probe = warm->prepare(with(0, x));
+  ASSERT_EQ(probe.encoded().images.size(), 1u);
+  const size_t image_end = size_t(probe.encoded().images[0].pad_span.end);
+  ASSERT_LT(image_end, reusable(size_t(probe.encoded().state_span.end)));  // the reusable prefix holds the image
+  const Answer a = run(*warm, with(0, x));
+  EXPECT_EQ(a.cached, 0u);
+  EXPECT_EQ(a.probs, run(*cold, with(0, x)).probs);
+  const Answer b = run(*warm, with(1, x));
+  EXPECT_EQ(b.cached, reusable(b.state_end)) << "the same image and state: a hit";
+  EXPECT_EQ(b.probs, run(*cold, with(1, x)).probs);
+  const Answer c = run(*warm, with(1, y));
+  EXPECT_LE(c.cached, size_t(probe.encoded().images[0].pad_span.begin)) << "another image never reads the state after the first one";
+  EXPECT_EQ(c.probs, run(*cold, with(1, y)).probs);
+  EXPECT_NE(c.probs, b.probs) << "the image matters to the answer";
+}
+
+// The lean plan (GDN layers in passes of 16 chunks: boundaries land on a pass's edge and inside
+// passes) under a budget of one entry: every answer is the plain plan's without a cache.
+TEST(CudaPrefix, LeanPlanAndEvictionKeepAnswersExact) {
+  NEED_GPU();
+  const std::string a = state_text(1500, 4), b = state_text(1500, 5);
+  size_t one = 0;
+  {
+    auto probe = open_gpu(1);
+    run(*probe, body(a, 0));
+    one = probe->prefix_cache().bytes;
+  }
+  ASSERT_GT(one, 0u);
+  auto cold = open_gpu(0);
+  auto warm = open_gpu(double(one) * 1.5 / double(size_t(1) << 30), true);  // room for one of a, b
+  const std::vector<std::pair<const std::string*, size_t>> order = {{&a, 0}, {&b, 0}, {&a, 0}, {&a, 1}, {&b, 0}, {&b, 1}};
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int qset = int(i % 3);
+    const Answer w = run(*warm, body(*order[i].first, qset));
+    EXPECT_EQ(w.probs, run(*cold, body(*order[i].first, qset)).probs) << "step " << i;
+    EXPECT_EQ(w.cached > 0, order[i].second == 1) << "step " << i;
+  }
+  const PrefixCacheStats st = warm->prefix_cache();
+  EXPECT_EQ(st.entries, 1u);
+  EXPECT_LE(st.bytes, st.budget_bytes);
+  EXPECT_EQ(st.evictions, 3u);  // a by b, b by a, a by b
+  EXPECT_EQ(st.hits, 2u);
+}
+
+// The seam itself: one request's state left at several boundaries (a pass's first chunk, inside
+// a pass, the first chunk) does not change its answer, and continuing each gives the same bits
+// as the whole, alone or in a batch with others that leave or continue states; a state from
+// another text, continued as if it were this one's, does change it.
+TEST(CudaPrefix, ForwardContinuesAndLeavesStatesExactly) {
+  NEED_GPU();
+  const std::string dir = small_dir();
+  auto core = EngineCore::load(dir, CoreOptions{});
+  const Encoded e = core->encoder().encode(parse_request(body(state_text(1800, 21), 0)));
+  const Encoded f = core->encoder().encode(parse_request(body(state_text(1800, 22), 1)));
+  ASSERT_GT(e.state_span.end, 2200);
+  ASSERT_GT(f.state_span.end, 2200);
+  const auto cfg = model::load_config(dir);
+  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
+  hs.add_file(dir + "/joint_head.safetensors");
+  const auto tw = model::load_text_weights(st, cfg.text);
+  const auto hw = model::load_head_weights(hs, cfg.head);
+  const cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head);
+  auto state = [&](int64_t n) {
+    cuda::DevPrefixState s;
+    s.length = n;
+    s.buf = cuda::DeviceBuffer(cuda::PrefixLayout::of(dm, n).bytes, "test prefix state");
+    return s;
+  };
+  for (const int64_t pass : {int64_t(16), int64_t(0)}) {
+    cuda::ForwardOptions fo;
+    fo.gdn_pass_chunks = pass;
+    cuda::Forward fwd(dm, fo);
+    const model::Batch be = model::batch_of({&e}), bf = model::batch_of({&f}), both = model::batch_of({&e, &f});
+    const auto cold_e = fwd.run(be), cold_f = fwd.run(bf);
+    const std::string what = pass ? "passes of 16 chunks" : "one pass";
+    std::vector<cuda::DevPrefixState> se, sf;
+    for (int64_t n : {64, 1024, 1088, 2048}) {
+      se.push_back(state(n));
+      sf.push_back(state(n));
+      EXPECT_EQ(fwd.run(be, {{nullptr, &se.back()}}), cold_e) << what << ": leaving a state at " << n;
+      EXPECT_EQ(fwd.run(both, {{nullptr, nullptr}, {nullptr, &sf.back()}}), fwd.run(both)) << what << ": f leaves a state at " << n;
+    }
+    for (size_t i = 0; i < se.size(); ++i) {
+      const int64_t n = se[i].length;
+      EXPECT_EQ(fwd.run(be, {{&se[i], nullptr}}), cold_e) << what << ": continuing after " << n;
+      // with f continuing its own state and leaving a longer one
+      cuda::DevPrefixState longer = state(2176);
+      const auto two = fwd.run(both, {{&se[i], nullptr}, {&sf[i], &longer}});
+      EXPECT_EQ(two[0], cold_e[0]) << what << ": e after " << n << " in a batch";
+      EXPECT_EQ(two[1], cold_f[0]) << what << ": f after " << n << " in a batch, leaving 2176";
+      EXPECT_EQ(fwd.run(bf, {{&longer, nullptr}}), cold_f) << what << ": f after the 2176 state left by a continuing batch";
+    }
+    EXPECT_NE(fwd.run(be, {{&sf[2], nullptr}}), cold_e) << what << ": f's state under e's suffix";
+  }
+}
+
+}  // namespace
+}  // namespace clefrt
