@@ -104,6 +104,18 @@ Value reuse_points(Engine& engine, const Encoded& blog, const Encoded& other, in
       cached = cb[0];
       warm_tokens = b.input_tokens();
     }
+    // where a warm request's time goes: one more pair, the warm one profiled per op
+    Value ops = Value::object();
+    {
+      const uint64_t seed = 9000 + uint64_t(n) * 100 + 99;
+      const Prepared a = engine.prepare_encoded(prefixed(blog, extra, seed)), b = engine.prepare_encoded(prefixed(other, extra, seed));
+      engine.probs({&a});
+      engine.set_profile(true);
+      engine.clear_profile();
+      engine.probs({&b});
+      for (auto& [op, ms] : engine.profile()) ops.add(op, Value::number(ms));
+      engine.set_profile(false);
+    }
     const double c50 = percentile(cold, 0.5), w50 = percentile(warm, 0.5);
     std::printf("%-10s %8zu %8zu %12.2f %12.2f %7.1f%% %14zu\n", ("reuse_" + std::to_string(n)).c_str(), warm_tokens, cached, c50, w50,
                 100.0 * w50 / c50, warm_tokens - cached);
@@ -115,6 +127,7 @@ Value reuse_points(Engine& engine, const Encoded& blog, const Encoded& other, in
     v.add("cold_p50", Value::number(c50));
     v.add("warm_p50", Value::number(w50));
     v.add("warm_over_cold", Value::number(w50 / c50));
+    v.add("warm_profile_ms", ops);
     out.add("reuse_" + std::to_string(n), v);
   }
   return out;

@@ -752,9 +752,9 @@ void Forward::backbone(Batch& b) {
       lin.use_scratch(b.qs_attn);
       mark("gemm attn qkv");
       lin.run(b.h, L, H, l.qkv, b.abig, OutType::BF16, n, false, "attention qkv_proj");
-      mark("attn prep");
       const size_t row_bytes = size_t(kvw) * 2;
       if (b.pfx) {  // keys / values in their own rows: the cached ones, then this batch's after them
+        mark("prefix state in");
         for (const Batch::Prefix& pr : b.pre) {
           if (!pr.in) continue;
           const PrefixLayout lay = PrefixLayout::of(m_, pr.from);
@@ -762,10 +762,12 @@ void Forward::backbone(Batch& b) {
           d2d(b.vv + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.v_at(ai), size_t(pr.from) * row_bytes, "prefix state: values in");
         }
       }
+      mark("attn prep");
       attn_prep(b.abig, n, L, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), mrope, l.q_norm, l.k_norm, eps, b.q,
                 b.pfx ? b.kk : b.k, s, b.pfx ? b.d(b.off_kv_row) : nullptr, b.pfx ? b.vv : nullptr);
       const bf16 *keys = b.pfx ? b.kk : b.k, *values = b.pfx ? b.vv : b.abig + Hq * 2 * D + Hkv * D;
       const int64_t ldv = b.pfx ? kvw : n;
+      if (b.snaps) mark("prefix state out");
       for (const Batch::Prefix& pr : b.pre) {  // states left: the keys / values of their first out->length tokens
         if (!pr.out) continue;
         const PrefixLayout lay = PrefixLayout::of(m_, pr.out->length);
