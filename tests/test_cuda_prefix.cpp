@@ -7,6 +7,8 @@
 
 #include <clefrt/clefrt.h>
 
+#include <chrono>
+#include <future>
 #include <random>
 #include <string>
 #include <vector>
@@ -135,6 +137,18 @@ TEST(CudaPrefix, ImagesAreKeyedByTheirBytes) {
   EXPECT_LE(c.cached, size_t(probe.encoded().images[0].pad_span.begin)) << "another image never reads the state after the first one";
   EXPECT_EQ(c.probs, run(*cold, with(1, y)).probs);
   EXPECT_NE(c.probs, b.probs) << "the image matters to the answer";
+  // two images with states of a few words: the boundary lands before, between or inside them
+  for (size_t words : {1, 4, 12, 30, 60}) {
+    const std::string t = state_text(words, uint32_t(70 + words));
+    auto two = [&](int qset) {
+      json::Value r = json::parse(body(t, qset));
+      json::Value arr = json::Value::array();
+      for (const std::string* png : {&x, &y}) arr.arr.push_back(json::Value::string("data:image/png;base64," + base64_encode(*png)));
+      r.add("images", arr);
+      return json::write(r);
+    };
+    for (int qset = 0; qset < 2; ++qset) EXPECT_EQ(run(*warm, two(qset)).probs, run(*cold, two(qset)).probs) << words << " words, two images";
+  }
 }
 
 // The lean plan (GDN layers in passes of 16 chunks: boundaries land on a pass's edge and inside
@@ -185,7 +199,7 @@ TEST(CudaPrefix, ForwardContinuesAndLeavesStatesExactly) {
   const cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head);
   auto state = [&](int64_t n) {
     cuda::DevPrefixState s;
-    s.length = n;
+    s.capacity = n;
     s.buf = cuda::DeviceBuffer(cuda::PrefixLayout::of(dm, n).bytes, "test prefix state");
     return s;
   };
@@ -200,21 +214,100 @@ TEST(CudaPrefix, ForwardContinuesAndLeavesStatesExactly) {
     for (int64_t n : {64, 1024, 1088, 2048}) {
       se.push_back(state(n));
       sf.push_back(state(n));
-      EXPECT_EQ(fwd.run(be, {{nullptr, &se.back()}}), cold_e) << what << ": leaving a state at " << n;
-      EXPECT_EQ(fwd.run(both, {{nullptr, nullptr}, {nullptr, &sf.back()}}), fwd.run(both)) << what << ": f leaves a state at " << n;
+      EXPECT_EQ(fwd.run(be, {{nullptr, &se.back(), n}}), cold_e) << what << ": leaving a state at " << n;
+      EXPECT_EQ(se.back().length, n);
+      EXPECT_EQ(fwd.run(both, {{nullptr, nullptr, 0}, {nullptr, &sf.back(), n}}), fwd.run(both)) << what << ": f leaves a state at " << n;
     }
     for (size_t i = 0; i < se.size(); ++i) {
       const int64_t n = se[i].length;
-      EXPECT_EQ(fwd.run(be, {{&se[i], nullptr}}), cold_e) << what << ": continuing after " << n;
+      EXPECT_EQ(fwd.run(be, {{&se[i], nullptr, 0}}), cold_e) << what << ": continuing after " << n;
       // with f continuing its own state and leaving a longer one
       cuda::DevPrefixState longer = state(2176);
-      const auto two = fwd.run(both, {{&se[i], nullptr}, {&sf[i], &longer}});
+      const auto two = fwd.run(both, {{&se[i], nullptr, 0}, {&sf[i], &longer, 2176}});
       EXPECT_EQ(two[0], cold_e[0]) << what << ": e after " << n << " in a batch";
       EXPECT_EQ(two[1], cold_f[0]) << what << ": f after " << n << " in a batch, leaving 2176";
-      EXPECT_EQ(fwd.run(bf, {{&longer, nullptr}}), cold_f) << what << ": f after the 2176 state left by a continuing batch";
+      EXPECT_EQ(fwd.run(bf, {{&longer, nullptr, 0}}), cold_f) << what << ": f after the 2176 state left by a continuing batch";
     }
-    EXPECT_NE(fwd.run(be, {{&sf[2], nullptr}}), cold_e) << what << ": f's state under e's suffix";
+    EXPECT_NE(fwd.run(be, {{&sf[2], nullptr, 0}}), cold_e) << what << ": f's state under e's suffix";
+    // a long request's steps: one state grown in place (the first part of e, no questions, then
+    // more), its last step ending at a part's end; then the rest with the head
+    cuda::DevPrefixState grown = state(2048);
+    int64_t done = 0;
+    for (int64_t upto : {64, 1088, 1152, 2048}) {
+      model::Batch part = be;
+      part[0].length = upto;
+      part[0].questions.clear();
+      EXPECT_TRUE(fwd.run(part, {{done ? &grown : nullptr, &grown, upto}})[0].empty());
+      EXPECT_EQ(grown.length, upto);
+      done = upto;
+    }
+    EXPECT_EQ(fwd.run(be, {{&grown, nullptr, 0}}), cold_e) << what << ": after steps grown in place to 2048";
   }
+}
+
+// A long request in steps on the GPU (EngineCore::start / step / finish, what the scheduler runs)
+// gives the bits of one forward, for step sizes from one chunk up, with and without the cache;
+// with the cache its state goes there at the boundary and the next question set continues it.
+TEST(CudaPrefix, StepsGiveTheBitsOfOneForward) {
+  NEED_GPU();
+  CoreOptions plain;
+  plain.device = Device::Cuda;
+  CoreOptions cached = plain;
+  cached.prefix_cache_bytes = size_t(1) << 30;
+  auto one = EngineCore::load(small_dir(), plain), warm = EngineCore::load(small_dir(), cached);
+  const std::string s = state_text(3000, 31);
+  for (int qset = 0; qset < 2; ++qset) {
+    const Encoded e = one->encoder().encode(parse_request(body(s, qset)));
+    const model::Sequence seq = model::sequence_of(e);
+    const auto whole = one->probs(model::Batch{seq})[0];
+    for (int64_t step : {64, 1000, 2048, 100000}) {
+      for (EngineCore* core : {one.get(), warm.get()}) {
+        auto r = core->start(seq);
+        int64_t steps = 0;
+        while (!core->step(*r, step)) ++steps;
+        size_t from_cache = 0;
+        EXPECT_EQ(core->finish(*r, &from_cache), whole) << "steps of " << step << (core == one.get() ? "" : ", with the cache") << ", question set " << qset;
+        if (core == one.get()) {
+          EXPECT_EQ(from_cache, 0u);
+          if (step == 64) EXPECT_GT(steps, 30);
+        }
+      }
+    }
+    // the first run left its state at the boundary: every later one continues it (3 + 4)
+    if (qset == 1) EXPECT_EQ(warm->prefix_cache_stats().hits, 7u);
+  }
+}
+
+// Through the scheduler: a long request submitted first, short ones behind it; the short ones end
+// before it (they run between its steps), and its answer is one forward's.
+TEST(CudaPrefix, ALongRequestDoesNotStallShortOnes) {
+  NEED_GPU();
+  EngineOptions o;
+  o.device = Device::Cuda;
+  o.max_length = 16384;
+  o.step_tokens = 256;
+  auto e = Engine::load(small_dir(), o);
+  using C = std::chrono::steady_clock;
+  const Prepared big = e->prepare(body(state_text(9000, 41), 0));
+  ASSERT_GT(big.input_tokens(), 8000u);
+  std::promise<std::pair<Outcome, C::time_point>> big_done;
+  std::vector<std::promise<C::time_point>> short_done(4);
+  e->pause(true);
+  e->submit(big, C::time_point::max(), [&](const Prepared&, Outcome out) { big_done.set_value({std::move(out), C::now()}); });
+  for (int i = 0; i < 4; ++i)
+    e->submit(e->prepare(body(state_text(20, uint32_t(50 + i)), i)), C::time_point::max(),
+              [&, i](const Prepared&, Outcome out) {
+                EXPECT_EQ(out.kind, Outcome::Kind::Answered);
+                short_done[size_t(i)].set_value(C::now());
+              });
+  e->pause(false);
+  auto [out, big_end] = big_done.get_future().get();
+  ASSERT_EQ(out.kind, Outcome::Kind::Answered);
+  for (auto& d : short_done) EXPECT_LT(d.get_future().get(), big_end) << "a short request ended after the long one";
+  CoreOptions plain;
+  plain.device = Device::Cuda;
+  auto core = EngineCore::load(small_dir(), plain);
+  EXPECT_EQ(core->probs(model::Batch{model::sequence_of(big.encoded())})[0], out.probs);
 }
 
 }  // namespace

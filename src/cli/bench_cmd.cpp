@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <functional>
+#include <future>
+#include <atomic>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -133,6 +136,60 @@ Value reuse_points(Engine& engine, const Encoded& blog, const Encoded& other, in
   return out;
 }
 
+// The interleave point (issue 18): a long request (--max-tokens less 100) submitted while blog
+// requests run one after another: their latency while it runs against idle, and its own time,
+// per step size (EngineOptions::step_tokens; a fresh engine each).
+Value interleave_points(const std::function<std::unique_ptr<Engine>(size_t)>& open, const std::string& request, int64_t max_tokens, int reps) {
+  Value out = Value::object();
+  using C = std::chrono::steady_clock;
+  auto ms_since = [](C::time_point t0) { return std::chrono::duration<double, std::milli>(C::now() - t0).count(); };
+  std::printf("%-12s %8s %10s %12s %12s %8s %10s %12s\n", "interleave", "long", "idle p50", "during p50", "during p95", "ratio", "requests",
+              "long ms");
+  for (const size_t step : {size_t(512), size_t(1024), size_t(2048), size_t(1) << 30}) {
+    std::unique_ptr<Engine> engine = open(step);
+    const Prepared blog = engine->prepare(read_file(request));
+    const Encoded long_enc = padded(blog.encoded(), max_tokens - 100, 77);
+    const Prepared big = engine->prepare_encoded(long_enc);
+    std::vector<double> idle, during;
+    for (int w = 0; w < 2; ++w) engine->probs({&blog});
+    for (int r = 0; r < reps; ++r) {
+      const auto t0 = C::now();
+      engine->probs({&blog});
+      idle.push_back(ms_since(t0));
+    }
+    engine->probs({&big});  // warm-up of the long shapes
+    std::promise<double> done;
+    std::atomic<bool> finished{false};
+    const auto t_long = C::now();
+    engine->submit(big, C::time_point::max(), [&](const Prepared&, Outcome o) {
+      finished = true;
+      done.set_value(o.kind == Outcome::Kind::Answered ? ms_since(t_long) : -1.0);
+    });
+    while (!finished) {
+      const auto t0 = C::now();
+      engine->probs({&blog});
+      if (!finished) during.push_back(ms_since(t0));
+    }
+    const double long_ms = done.get_future().get();
+    if (long_ms < 0) throw Error(Status::Internal, "internal_error", "bench interleave: the long request failed");
+    const double i50 = percentile(idle, 0.5), d50 = during.empty() ? 0 : percentile(during, 0.5), d95 = during.empty() ? 0 : percentile(during, 0.95);
+    const std::string name = step >= (size_t(1) << 30) ? "one_step" : "step_" + std::to_string(step);
+    std::printf("%-12s %8zu %10.2f %12.2f %12.2f %7.2fx %10zu %12.1f\n", name.c_str(), big.input_tokens(), i50, d50, d95, d50 / i50,
+                during.size(), long_ms);
+    Value v = Value::object();
+    v.add("step_tokens", Value::integer(int64_t(std::min(step, size_t(1) << 30))));
+    v.add("long_tokens", Value::integer(int64_t(big.input_tokens())));
+    v.add("idle_p50", Value::number(i50));
+    v.add("during_p50", Value::number(d50));
+    v.add("during_p95", Value::number(d95));
+    v.add("during_over_idle", Value::number(d50 / i50));
+    v.add("requests_during", Value::integer(int64_t(during.size())));
+    v.add("long_ms", Value::number(long_ms));
+    out.add(name, v);
+  }
+  return out;
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
@@ -141,7 +198,7 @@ Runner add_bench(CLI::App& app) {
     std::string commit = "unknown", baseline, command;
     int reps = 20;
     int64_t max_tokens = 32768;
-    bool batch_invariant = true, profile = false, offload = false, memory_only = false, w4a16_fused = false, reuse = false;
+    bool batch_invariant = true, profile = false, offload = false, memory_only = false, w4a16_fused = false, reuse = false, interleave = false;
     double reuse_gib = 16;
   };
   auto o = std::make_shared<Opts>();
@@ -165,6 +222,10 @@ Runner add_bench(CLI::App& app) {
               "only the prefix cache's reuse points: per size (1,024, 8,000 and, with --max-tokens >= 32768, 32,768\n"
               "tokens) new states asked the blog's questions (cold: a miss that caches the state) then another\n"
               "question set (warm: a hit); p50 of each and warm / cold. The other points run without a cache");
+  c->add_flag("--interleave", o->interleave,
+              "only the scheduling points: a long request (--max-tokens less 100) submitted while blog requests\n"
+              "run one after another: their p50 while it runs against idle, and its time, per step size\n"
+              "(512, 1,024, 2,048 tokens and one step)");
   c->add_option("--reuse-cache-gib", o->reuse_gib, "--reuse: the prefix cache's budget in GPU memory (default 16)");
   c->add_option("--json", o->json_out, "write the results as JSON here");
   c->add_option("--tokenizer", o->tokenizer, "tokenizer.json for the example request (default: the pinned Qwen3 one)");
@@ -186,6 +247,30 @@ Runner add_bench(CLI::App& app) {
     const Hardware hw = measure_hardware();
     log(hw.gpu + ": " + std::to_string(hw.peak_bf16_tflops) + " TFLOP/s bf16, " + std::to_string(hw.copy_gbps) + " GB/s copy");
 
+    if (o->interleave) {
+      auto open = [&](size_t step) {
+        EngineOptions eo;
+        eo.device = Device::Cuda;
+        eo.quant = qm;
+        eo.offload_embeddings = o->offload;
+        eo.w4a16_fused = o->w4a16_fused;
+        eo.max_length = size_t(o->max_tokens);
+        eo.max_batch_tokens = size_t(o->max_tokens);
+        eo.prefix_cache_gib = 0;
+        eo.step_tokens = step;
+        return Engine::synthetic(o->synthetic, o->tokenizer, eo);
+      };
+      Value out = Value::object();
+      out.add("date", Value::string(utc_now()));
+      out.add("gpu", Value::string(hw.gpu));
+      out.add("commit", Value::string(o->commit));
+      out.add("command", Value::string(o->command));
+      out.add("model", Value::string(o->synthetic));
+      out.add("quant", Value::string(o->quant));
+      out.add("interleave", interleave_points(open, o->request, o->max_tokens, o->reps));
+      emit_json(out, o->json_out);
+      return 0;
+    }
     const double mem_before = gpu_memory_in_use_gib();  // the CUDA context and the measurement's leftovers
     log("creating " + o->synthetic + " weights in GPU memory (" + o->quant + (o->offload ? ", embeddings offloaded" : "") + ")");
     EngineOptions eo;

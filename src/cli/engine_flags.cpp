@@ -39,6 +39,11 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
                "same answer bit for bit; least recently used prefixes go first. 0 turns it off. Default 4, or half of the memory\n"
                "the weights leave if that is less")
       ->check(non_negative());
+  c.add_option("--step-tokens", f.step_tokens,
+               "a longer request runs in steps of about this many tokens, one at a time, with the requests that arrive\n"
+               "meanwhile answered between its steps (they wait one step at most); the same answers. Default 1024 on the\n"
+               "CPU, 2048 on the GPU")
+      ->check(positive());
   c.add_flag("--parse-special", f.parse_special, "parse special-token text in user content, as the reference does");
   c.add_flag("--require-instructions", f.require_instructions, "refuse missing/empty instructions (422)");
   c.add_flag("!--no-check-weights", f.check_weights,
@@ -93,6 +98,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.threads = f.threads;
   o.max_length = f.max_length;
   o.prefix_cache_gib = f.prefix_cache_gib;
+  o.step_tokens = f.step_tokens;
   o.parse_special = f.parse_special;
   o.require_instructions = f.require_instructions;
   o.check_weights = f.check_weights;

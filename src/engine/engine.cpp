@@ -114,6 +114,7 @@ SchedulerOptions scheduler_options(const EngineOptions& o) {
   s.max_batch_tokens = o.max_batch_tokens;
   s.max_batch_requests = o.max_batch_requests;
   s.max_queue = o.max_queue;
+  s.step_tokens = o.step_tokens;  // 0: the engine's default (Scheduler)
   return s;
 }
 

@@ -541,14 +541,31 @@ struct GpuPrefixState : CachedState {
   size_t bytes() const override { return s.buf.bytes(); }
 };
 
-// Where a request's cached prefix may end: its prefix limit, in whole chunks, short of its last
-// token, and never inside an image (the tower's rows of an image are all or nothing).
-int64_t prefix_boundary(const model::Sequence& e, int64_t granularity) {
-  int64_t limit = std::min(e.prefix_limit, e.length - 1) / granularity * granularity;
-  if (e.media)
+// The last whole-chunk boundary at or before `limit` that is not inside an image (the tower's
+// rows of an image are all or nothing).
+int64_t chunk_boundary(const model::Sequence& e, int64_t limit, int64_t granularity) {
+  limit = limit / granularity * granularity;
+  for (bool moved = e.media != nullptr; moved;) {  // moving before one image may land inside an earlier one
+    moved = false;
     for (const model::SequenceMedia::Image& im : e.media->images)
-      if (im.first < limit && limit < im.first + im.count) limit = im.first / granularity * granularity;
+      if (im.first < limit && limit < im.first + im.count) {
+        limit = im.first / granularity * granularity;
+        moved = true;
+      }
+  }
   return limit;
+}
+// Where a request's cached prefix may end: its prefix limit, short of its last token.
+int64_t prefix_boundary(const model::Sequence& e, int64_t granularity) {
+  return chunk_boundary(e, std::min(e.prefix_limit, e.length - 1), granularity);
+}
+const int64_t kG = cuda::kPrefixGranularity;
+
+cuda::DevPrefixState new_state(const cuda::DevModel& m, int64_t capacity, const char* what) {
+  cuda::DevPrefixState st;
+  st.capacity = capacity;
+  st.buf = cuda::DeviceBuffer(cuda::PrefixLayout::of(m, capacity).bytes, what);
+  return st;
 }
 }  // namespace
 
@@ -581,11 +598,11 @@ std::vector<std::vector<std::vector<double>>> EngineCore::gpu_forward(const mode
     if (dup || !cache_->would_keep(e.cache_key(), limit, bytes) || !cache_->make_room(limit, bytes)) continue;
     try {
       auto st = std::make_shared<GpuPrefixState>();
-      st->s.length = limit;
-      st->s.buf = cuda::DeviceBuffer(bytes, "prefix cache entry");
+      st->s = new_state(gpu_->model, limit, "prefix cache entry");
       keep[k] = std::move(st);
       at[k] = limit;
       pre[k].into = &keep[k]->s;
+      pre[k].at = limit;
     } catch (const Error&) {
       cudaGetLastError();  // out of GPU memory: this request runs uncached
     }
@@ -595,11 +612,83 @@ std::vector<std::vector<std::vector<double>>> EngineCore::gpu_forward(const mode
     if (keep[k]) cache_->insert(batch[k].cache_key(), at[k], std::move(keep[k]));
   return out;
 }
+
+// A long request in steps on the GPU: each step a forward of its next tokens (no head) that
+// continues its state and leaves it, grown in place, at the step's end; the steps stop at the
+// prefix cache's boundary (their state then goes to the cache) or at the last chunk before its
+// end; finish() runs the rest with the head.
+struct GpuSteps {
+  std::shared_ptr<const PrefixEntry> hit;  // the cached prefix it starts from, held until the first step copies it
+  std::shared_ptr<GpuPrefixState> own;     // null: no steps (finish runs it whole)
+  int64_t pos = 0, stop = 0;
+  bool to_cache = false;                   // own goes to the cache at stop
+  const cuda::DevPrefixState* from() const { return own && own->s.length > 0 ? &own->s : hit ? &static_cast<const GpuPrefixState&>(*hit->state).s : nullptr; }
+};
+
+std::unique_ptr<StepRun> EngineCore::gpu_start(const model::Sequence& e) const {
+  auto r = std::make_unique<StepRun>();
+  r->seq = e;
+  auto g = std::make_shared<GpuSteps>();
+  r->gpu = g;
+  const int64_t boundary = cache_ && !(e.media && !e.key) ? prefix_boundary(e, kG) : 0;
+  if (boundary > 0) {
+    g->hit = cache_->find(e.cache_key(), boundary);
+    g->pos = g->hit ? int64_t(g->hit->ids.size()) : 0;
+    r->cached_tokens = size_t(g->pos);
+  }
+  g->stop = boundary > 0 ? boundary : chunk_boundary(e, e.length - 1, kG);
+  if (g->stop <= g->pos) return r;
+  try {
+    g->own = std::make_shared<GpuPrefixState>();
+    g->own->s = new_state(gpu_->model, g->stop, "a long request's state between steps");
+  } catch (const Error&) {
+    cudaGetLastError();  // no room for it: finish() runs the request in one forward, as the plan holds
+    g->own.reset();
+    return r;
+  }
+  g->to_cache = boundary > 0 && g->stop == boundary &&
+                cache_->would_keep(e.cache_key(), boundary, cuda::PrefixLayout::of(gpu_->model, boundary).bytes);
+  return r;
+}
+
+bool EngineCore::gpu_step(StepRun& r, int64_t tokens) const {
+  GpuSteps& g = *r.gpu;
+  if (!g.own || g.pos >= g.stop) return true;
+  const model::Sequence& e = r.seq;
+  int64_t target = chunk_boundary(e, std::min(g.stop, g.pos + std::max(kG, tokens / kG * kG)), kG);
+  if (target <= g.pos && e.media)  // an image longer than the step: the step takes it whole
+    for (const model::SequenceMedia::Image& im : e.media->images)
+      if (im.first < g.pos + kG && g.pos < im.first + im.count) target = std::min(g.stop, (im.first + im.count + kG - 1) / kG * kG);
+  if (target <= g.pos) target = g.stop;
+  model::Sequence part = e;  // its first `target` tokens, no questions: the backbone and the memory rows
+  part.length = target;
+  part.questions.clear();
+  gpu_->forward->run({part}, {cuda::SeqPrefix{g.from(), &g.own->s, target}});
+  g.pos = target;
+  g.hit.reset();
+  if (g.pos == g.stop && g.to_cache && cache_->make_room(g.stop, g.own->bytes())) cache_->insert(e.cache_key(), g.stop, g.own);
+  return g.pos >= g.stop;
+}
+
+std::vector<std::vector<double>> EngineCore::gpu_finish(StepRun& r, size_t* cached_tokens) const {
+  GpuSteps& g = *r.gpu;
+  const cuda::DevPrefixState* from = g.from();
+  auto p = gpu_->forward->run({r.seq}, {cuda::SeqPrefix{from, nullptr, 0}})[0];
+  g.own.reset();
+  g.hit.reset();
+  for (size_t q = 0; q < p.size(); ++q)
+    for (double x : p[q])
+      if (!std::isfinite(x)) throw_non_finite(r.seq, q);
+  if (cached_tokens) *cached_tokens = r.cached_tokens;
+  return p;
+}
 #endif
 
 std::unique_ptr<StepRun> EngineCore::start(const model::Sequence& e, model::GdnForm form) const {
   if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
-  if (gpu_) throw Error(Status::Internal, "internal_error", "the GPU engine runs a request in one forward, not in steps");
+#ifdef CLEFRT_HAVE_CUDA
+  if (gpu_) return gpu_start(e);
+#endif
   auto r = std::make_unique<StepRun>();
   r->seq = e;
   r->form = form;
@@ -618,6 +707,9 @@ std::unique_ptr<StepRun> EngineCore::start(const model::Sequence& e, model::GdnF
 }
 
 bool EngineCore::step(StepRun& r, int64_t tokens) const {
+#ifdef CLEFRT_HAVE_CUDA
+  if (r.gpu) return gpu_step(r, tokens);
+#endif
   CpuThreadScope scope(opts_.threads, observer());
   model::SequenceRunner& run = *r.runner;
   const int64_t chunks = std::max<int64_t>(1, tokens / model::kChunkTokens);
@@ -641,6 +733,9 @@ bool EngineCore::step(StepRun& r, int64_t tokens) const {
 }
 
 std::vector<std::vector<double>> EngineCore::finish(StepRun& r, size_t* cached_tokens) const {
+#ifdef CLEFRT_HAVE_CUDA
+  if (r.gpu) return gpu_finish(r, cached_tokens);
+#endif
   std::vector<std::vector<double>> p;
   {
     CpuThreadScope scope(opts_.threads, observer());

@@ -79,14 +79,17 @@ struct ImageMedia {
   model::SequenceMedia media;
 };
 
-// One CPU request in steps: how much came from the cache, the runner, and whether its own
-// prefix state goes to the cache at the limit.
+struct GpuSteps;  // engine_core.cpp (CUDA builds)
+
+// One request in steps: how much came from the cache and, on the CPU, the runner and whether
+// its own prefix state goes to the cache at the limit; on the GPU its state between steps.
 struct StepRun {
   model::Sequence seq;
   model::GdnForm form = model::GdnForm::Chunked;
   size_t cached_tokens = 0;  // the prefix read from the cache (its entry is let go once copied in)
   std::unique_ptr<model::SequenceRunner> runner;
   bool snapshot_pending = false;
+  std::shared_ptr<GpuSteps> gpu;
 };
 
 
@@ -112,12 +115,15 @@ class EngineCore {
   std::shared_ptr<const ImageMedia> image_media(const Request& req, const Encoded& e) const;
   const Tokenizer& tokenizer() const { return *tok_; }
 
-  // One request in steps (the CPU engine only: runs_in_steps()), so the scheduler can interleave
-  // a long request with short ones: start() looks up the prefix cache; step() runs about
-  // `tokens` more (whole chunks; the prefix state goes to the cache on the way) and says whether
-  // the request is through; finish() gives the probabilities (a 500 for non-finite ones, as
-  // probs()). The same bits as probs().
-  bool runs_in_steps() const { return !gpu_ && opts_.load_weights; }
+  // One request in steps, so the scheduler can interleave a long request with short ones:
+  // start() looks up the prefix cache; step() runs about `tokens` more (whole chunks; the prefix
+  // state goes to the cache on the way) and says whether the steps are through; finish() runs
+  // the rest (on the GPU: the tokens after the last step, with the head) and gives the
+  // probabilities (a 500 for non-finite ones, as probs()). The same bits as probs(). On the GPU
+  // the request's state between steps is device memory of its own (~68 KiB a token at Clef
+  // 27B's shapes); when that cannot be had, the steps are skipped and finish() runs it whole.
+  bool runs_in_steps() const { return opts_.load_weights; }
+  int64_t default_step_tokens() const { return gpu_ ? 2048 : 1024; }
   std::unique_ptr<StepRun> start(const model::Sequence& e, model::GdnForm form = model::GdnForm::Chunked) const;
   bool step(StepRun& r, int64_t tokens) const;
   std::vector<std::vector<double>> finish(StepRun& r, size_t* cached_tokens = nullptr) const;
@@ -173,6 +179,9 @@ class EngineCore {
   void make_prefix_cache(double avail_bytes, const char* where, int64_t granularity);
 #ifdef CLEFRT_HAVE_CUDA
   std::vector<std::vector<std::vector<double>>> gpu_forward(const model::Batch& batch, std::vector<size_t>* cached) const;
+  std::unique_ptr<StepRun> gpu_start(const model::Sequence& e) const;
+  bool gpu_step(StepRun& r, int64_t tokens) const;
+  std::vector<std::vector<double>> gpu_finish(StepRun& r, size_t* cached_tokens) const;
 #endif
   mutable std::mutex observer_mu_;
   LinearInputObserver observer_;

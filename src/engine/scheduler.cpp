@@ -29,6 +29,7 @@ void Job::cancel() {
 }
 
 Scheduler::Scheduler(const EngineCore& core, SchedulerOptions o) : core_(core), o_(o) {
+  if (o_.step_tokens == 0) o_.step_tokens = size_t(core_.default_step_tokens());
   thread_ = std::thread([this] { loop(); });
   deadline_thread_ = std::thread([this] { watch_deadlines(); });
 }

@@ -29,11 +29,12 @@ struct SchedulerOptions {
   size_t max_batch_tokens = 16384;
   size_t max_batch_requests = 64;
   size_t max_queue = 256;
-  // On an engine that runs requests in steps (EngineCore::runs_in_steps: the CPU), a request of
-  // more tokens runs in steps of this many, one long request at a time, with the batches of
-  // shorter requests that arrive meanwhile between its steps: a long request does not stall
-  // short ones (they wait one step at most). The answer is the same bits either way.
-  size_t step_tokens = 1024;
+  // On an engine that runs requests in steps (EngineCore::runs_in_steps), a request of more
+  // tokens runs in steps of this many, one long request at a time, with the batches of shorter
+  // requests that arrive meanwhile between its steps: a long request does not stall short ones
+  // (they wait one step at most). The answer is the same bits either way. 0: the engine's
+  // default (EngineCore::default_step_tokens).
+  size_t step_tokens = 0;
 };
 
 class Job : public Ticket {

@@ -47,7 +47,9 @@ struct Forward::Batch {
     int64_t mrow = 0;                     // its first key / memory row
     int64_t row = 0;                      // its first token row in this batch
     const DevPrefixState* in = nullptr;   // what it continues
-    DevPrefixState* out = nullptr;        // where its state at out->length goes (null: nowhere)
+    DevPrefixState* out = nullptr;        // where its state after `at` tokens goes (null: nowhere)
+    int64_t at = 0;
+    int64_t out_from = 0;                 // the rows out holds already (out == in: a step)
   };
   std::vector<Prefix> pre;
   bool pfx = false, snaps = false;
@@ -311,7 +313,8 @@ std::vector<std::vector<std::vector<double>>> Forward::run(const model::Batch& b
   return run_impl(batch, nullptr, prefixes.empty() ? nullptr : &prefixes);
 }
 
-PrefixLayout PrefixLayout::of(const DevModel& m, int64_t length) {
+PrefixLayout PrefixLayout::of(const DevModel& m, int64_t capacity) {
+  const int64_t length = capacity;
   const auto& c = m.c;
   int64_t n_attn = 0, n_gdn = 0;
   for (const DevLayer& l : m.layers) (l.type == LayerType::LinearAttention ? n_gdn : n_attn) += 1;
@@ -342,8 +345,10 @@ std::vector<std::vector<std::vector<double>>> Forward::run_impl(const model::Bat
   head(b);
   mark("end");
   std::vector<float> probs(size_t(b.O));
-  check(cudaMemcpyAsync(probs.data(), b.logits, probs.size() * 4, cudaMemcpyDeviceToHost, stream_), "download probabilities");
+  if (b.O) check(cudaMemcpyAsync(probs.data(), b.logits, probs.size() * 4, cudaMemcpyDeviceToHost, stream_), "download probabilities");
   check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
+  for (const Batch::Prefix& pr : b.pre)
+    if (pr.out) pr.out->length = pr.at;
   collect_profile();
   std::vector<std::vector<std::vector<double>>> out;
   size_t j = 0;
@@ -413,20 +418,24 @@ void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<Seq
     const SeqPrefix& p = (*prefixes)[i];
     const int64_t n = batch[i].length;
     Batch::Prefix& q = b.pre[i];
+    auto fits = [&](const DevPrefixState& st) {
+      return st.length <= st.capacity && st.buf.bytes() >= PrefixLayout::of(m_, st.capacity).bytes;
+    };
     if (p.from) {
       q.from = p.from->length;
       q.in = p.from;
-      if (q.from <= 0 || q.from % kChunk != 0 || q.from >= n || p.from->buf.bytes() < PrefixLayout::of(m_, q.from).bytes)
+      if (q.from <= 0 || q.from % kChunk != 0 || q.from >= n || !fits(*p.from))
         throw Error(Status::Internal, "internal_error", "Forward::run: a cached prefix of " + std::to_string(q.from) + " tokens for a sequence of " +
                                                             std::to_string(n));
       b.pfx = true;
     }
     if (p.into) {
-      const int64_t at = p.into->length;
-      if (at <= q.from || at % kChunk != 0 || at >= n || p.into->buf.bytes() < PrefixLayout::of(m_, at).bytes)
-        throw Error(Status::Internal, "internal_error", "Forward::run: a prefix state to leave at " + std::to_string(at) + " tokens of " +
+      q.at = p.at;
+      if (q.at <= q.from || q.at % kChunk != 0 || q.at > n || q.at > p.into->capacity || !fits(*p.into))
+        throw Error(Status::Internal, "internal_error", "Forward::run: a prefix state to leave at " + std::to_string(q.at) + " tokens of " +
                                                             std::to_string(n));
       q.out = p.into;
+      q.out_from = p.into == p.from ? q.from : 0;
       b.snaps = true;
     }
   }
@@ -489,10 +498,12 @@ void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<Seq
       if (!im.patches) throw Error(Status::Internal, "internal_error", "the GPU forward got an image without its patches");
       if (!m_.has_vision) throw Error(Status::Unprocessable, "unsupported", "this model has no vision tower (model.visual.*)", "images");
       const model::ImagePatches& p = *im.patches;
-      if (p.grid_t * p.grid_h * p.grid_w != im.count * m2 || im.first < 0 || im.first + im.count > batch[size_t(s)].length)
+      if (p.grid_t * p.grid_h * p.grid_w != im.count * m2 || im.first < 0)
         throw Error(Status::Internal, "internal_error", "an image's patches do not fill its pad tokens");
-      if (im.first + im.count <= from) continue;
-      if (im.first < from) throw Error(Status::Internal, "internal_error", "a cached prefix ends inside an image");
+      // a step's forward holds the images before its end; a cached prefix those before its start
+      if (im.first >= batch[size_t(s)].length || im.first + im.count <= from) continue;
+      if (im.first < from || im.first + im.count > batch[size_t(s)].length)
+        throw Error(Status::Internal, "internal_error", "a cached prefix or a step ends inside an image");
       b.images.push_back({offs[s] + im.first - from, im.count, im.patches});
       b.VS += im.count * m2;
       if (im.count * m2 > plan)
@@ -524,7 +535,7 @@ void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<Seq
       cs.push_back(int32_t(t));
       cl.push_back(int32_t(std::min(kChunk, offs[s + 1] - t)));
     }
-    snap.push_back(pr.out ? int32_t(sc.back() + (pr.out->length - pr.from) / kChunk) : -1);
+    snap.push_back(pr.out ? int32_t(sc.back() + (pr.at - pr.from) / kChunk) : -1);  // == the next sequence's first: after the last
     sc.push_back(int32_t(cs.size()));
     // key rows: the sequence's own from mrow, its queries' at + delta
     const int64_t delta = pr.mrow + pr.from - offs[s];
@@ -624,13 +635,13 @@ void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<Seq
     for (int64_t s = 0; s < b.nseq; ++s) {
       const Batch::Prefix& pr = b.pre[size_t(s)];
       if (pr.in) {
-        const PrefixLayout lay = PrefixLayout::of(m_, pr.in->length);
+        const PrefixLayout lay = PrefixLayout::of(m_, pr.in->capacity);
         const float* g = reinterpret_cast<const float*>(pr.in->buf.as<const uint8_t>() + lay.gdn_at);
         b.ptrs[size_t(s)] = g;
         b.ptrs[size_t(b.nseq + s)] = g + lay.gdn_state_floats;
       }
       if (pr.out)
-        b.ptrs[size_t(2 * b.nseq + s)] = pr.out->buf.as<uint8_t>() + PrefixLayout::of(m_, pr.out->length).gdn_at;
+        b.ptrs[size_t(2 * b.nseq + s)] = pr.out->buf.as<uint8_t>() + PrefixLayout::of(m_, pr.out->capacity).gdn_at;
     }
     check(cudaMemcpyAsync(b.dptrs, b.ptrs.data(), b.ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice, stream_), "upload prefix state pointers");
   }
@@ -710,12 +721,13 @@ void Forward::backbone(Batch& b) {
         ConvHistory from;
         if (b.pfx) from = {b.d(b.off_seq_of), reinterpret_cast<const float* const*>(b.dptrs + b.nseq), int64_t(gi * block)};
         conv_silu_rows(b.gtmp, n, R0, b.d(b.off_seq_start), T0, rows, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s, from);
-        // a state left at out->length: the conv's K - 1 in_proj rows before it, when this pass has them
+        // a state left at `at`: the conv's K - 1 in_proj rows before it, when this pass has them
+        // (after the conv read the history: out may be the state it continues)
         for (const Batch::Prefix& pr : b.pre) {
           if (!pr.out) continue;
-          const int64_t rb = pr.row + (pr.out->length - pr.from);  // the boundary's token row
+          const int64_t rb = pr.row + (pr.at - pr.from);  // the boundary's token row
           if (rb - 1 < T0 || rb - 1 >= T1) continue;
-          const PrefixLayout lay = PrefixLayout::of(m_, pr.out->length);
+          const PrefixLayout lay = PrefixLayout::of(m_, pr.out->capacity);
           float* to = reinterpret_cast<float*>(pr.out->buf.as<uint8_t>() + lay.gdn_at) + gi * block + state_floats;
           check(cudaMemcpy2DAsync(to, size_t(conv_dim) * 4, b.gtmp + (rb - hist - R0) * n, size_t(n) * 4, size_t(conv_dim) * 4, size_t(hist),
                                   cudaMemcpyDeviceToDevice, s),
@@ -757,7 +769,7 @@ void Forward::backbone(Batch& b) {
         mark("prefix state in");
         for (const Batch::Prefix& pr : b.pre) {
           if (!pr.in) continue;
-          const PrefixLayout lay = PrefixLayout::of(m_, pr.from);
+          const PrefixLayout lay = PrefixLayout::of(m_, pr.in->capacity);
           d2d(b.kk + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.k_at(ai), size_t(pr.from) * row_bytes, "prefix state: keys in");
           d2d(b.vv + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.v_at(ai), size_t(pr.from) * row_bytes, "prefix state: values in");
         }
@@ -768,12 +780,14 @@ void Forward::backbone(Batch& b) {
       const bf16 *keys = b.pfx ? b.kk : b.k, *values = b.pfx ? b.vv : b.abig + Hq * 2 * D + Hkv * D;
       const int64_t ldv = b.pfx ? kvw : n;
       if (b.snaps) mark("prefix state out");
-      for (const Batch::Prefix& pr : b.pre) {  // states left: the keys / values of their first out->length tokens
+      for (const Batch::Prefix& pr : b.pre) {  // states left: the keys / values of their tokens [out_from, at)
         if (!pr.out) continue;
-        const PrefixLayout lay = PrefixLayout::of(m_, pr.out->length);
-        d2d(pr.out->buf.as<uint8_t>() + lay.k_at(ai), keys + pr.mrow * kvw, size_t(pr.out->length) * row_bytes, "prefix state: keys out");
-        check(cudaMemcpy2DAsync(pr.out->buf.as<uint8_t>() + lay.v_at(ai), row_bytes, values + pr.mrow * ldv, size_t(ldv) * 2, row_bytes,
-                                size_t(pr.out->length), cudaMemcpyDeviceToDevice, s),
+        const PrefixLayout lay = PrefixLayout::of(m_, pr.out->capacity);
+        const int64_t r0 = pr.out_from, nr = pr.at - pr.out_from;
+        d2d(pr.out->buf.as<uint8_t>() + lay.k_at(ai) + size_t(r0) * row_bytes, keys + (pr.mrow + r0) * kvw, size_t(nr) * row_bytes,
+            "prefix state: keys out");
+        check(cudaMemcpy2DAsync(pr.out->buf.as<uint8_t>() + lay.v_at(ai) + size_t(r0) * row_bytes, row_bytes, values + (pr.mrow + r0) * ldv,
+                                size_t(ldv) * 2, row_bytes, size_t(nr), cudaMemcpyDeviceToDevice, s),
               "prefix state: values out");
       }
       mark("flash attention");
@@ -832,7 +846,7 @@ void Forward::head(Batch& b) {
     scatter_rows(b.mem, W, b.d(b.off_kv_row), L, b.M, s);
     for (const Batch::Prefix& pr : b.pre)
       if (pr.in)
-        check(cudaMemcpyAsync(b.M + pr.mrow * W, pr.in->buf.as<uint8_t>() + PrefixLayout::of(m_, pr.from).memory_at,
+        check(cudaMemcpyAsync(b.M + pr.mrow * W, pr.in->buf.as<uint8_t>() + PrefixLayout::of(m_, pr.in->capacity).memory_at,
                               size_t(pr.from * W) * 4, cudaMemcpyDeviceToDevice, s),
               "prefix state: memory rows in");
   } else {
@@ -840,9 +854,10 @@ void Forward::head(Batch& b) {
   }
   for (const Batch::Prefix& pr : b.pre)
     if (pr.out)
-      check(cudaMemcpyAsync(pr.out->buf.as<uint8_t>() + PrefixLayout::of(m_, pr.out->length).memory_at, b.M + pr.mrow * W,
-                            size_t(pr.out->length * W) * 4, cudaMemcpyDeviceToDevice, s),
+      check(cudaMemcpyAsync(pr.out->buf.as<uint8_t>() + PrefixLayout::of(m_, pr.out->capacity).memory_at + size_t(pr.out_from * W) * 4,
+                            b.M + (pr.mrow + pr.out_from) * W, size_t((pr.at - pr.out_from) * W) * 4, cudaMemcpyDeviceToDevice, s),
             "prefix state: memory rows out");
+  if (b.Q == 0) return;  // a step: the memory rows were all it had to leave
   span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_qbeg), b.d(b.off_qend), Q, d, b.qm, nullptr, s);
   span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_obeg), b.d(b.off_oend), O, d, b.cm, nullptr, s);
   span_mean(nullptr, 0, m_.lm_head, b.d(b.off_ids), b.d(b.off_obeg), b.d(b.off_oend), O, d, b.lm, nullptr, s);

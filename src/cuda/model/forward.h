@@ -54,32 +54,36 @@ inline void use_lean_memory_plan(ForwardOptions& o) {
 }
 
 // What a sequence continues from, or leaves for the prefix cache (engine/prefix_cache.h; the
-// CPU's twin is model::PrefixState): the state after its first `length` tokens (a multiple of
-// 64, the GDN chunk), in one device buffer laid out by PrefixLayout. A batch continuing it gives
-// the same bits as one computing the whole sequence (positions, chunks and key blocks keep their
-// places relative to the sequence's start).
+// CPU's twin is model::PrefixState) or for its own next step (a long request in steps): the
+// state after its first `length` tokens (a multiple of 64, the GDN chunk), in one device buffer
+// laid out by PrefixLayout::of(m, capacity). A batch continuing it gives the same bits as one
+// computing the whole sequence (positions, chunks and key blocks keep their places relative to
+// the sequence's start).
 constexpr int64_t kPrefixGranularity = 64;  // cached prefixes end at multiples of the GDN chunk
 struct DevPrefixState {
-  int64_t length = 0;
+  int64_t length = 0;    // tokens it holds the state after
+  int64_t capacity = 0;  // rows its buffer is laid out for (>= length)
   DeviceBuffer buf;
 };
-// Byte offsets in a DevPrefixState of `length` tokens: per full-attention layer (i-th of them) K
-// then V [length, kv_heads * head_dim] bf16 (after k_norm + RoPE); per GDN layer (i-th) a block
-// of the state [v_heads, k_head_dim, v_head_dim] fp32 and the conv's last K - 1 in_proj rows
-// [K - 1, conv_dim] fp32; the joint head's memory rows [length, width] fp32.
+// Byte offsets in a DevPrefixState of `capacity` rows: per full-attention layer (i-th of them) K
+// then V [capacity, kv_heads * head_dim] bf16 (after k_norm + RoPE); per GDN layer (i-th) a
+// block of the state [v_heads, k_head_dim, v_head_dim] fp32 and the conv's last K - 1 in_proj
+// rows [K - 1, conv_dim] fp32; the joint head's memory rows [capacity, width] fp32.
 struct PrefixLayout {
-  int64_t length = 0, kv_width = 0;
+  int64_t length = 0, kv_width = 0;  // length: the capacity in rows
   size_t gdn_at = 0, gdn_block_floats = 0, gdn_state_floats = 0, memory_at = 0, bytes = 0;
-  static PrefixLayout of(const DevModel& m, int64_t length);
+  static PrefixLayout of(const DevModel& m, int64_t capacity);
   size_t k_at(int64_t attn_layer) const { return size_t(2 * attn_layer) * size_t(length * kv_width) * 2; }
   size_t v_at(int64_t attn_layer) const { return k_at(attn_layer) + size_t(length * kv_width) * 2; }
 };
 // Per sequence of a batch (Forward::run): continue after `from` (null: from the start), and
-// leave the state after into->length tokens in `into` (null: nothing; its buffer holds
-// PrefixLayout::of(m, into->length).bytes).
+// leave the state after `at` tokens in `into` (null: nothing; at <= into->capacity, at <= the
+// sequence's length); into->length is `at` once run() returns. into may be from itself (a
+// long request's steps): then only the rows after from->length are written.
 struct SeqPrefix {
   const DevPrefixState* from = nullptr;
   DevPrefixState* into = nullptr;
+  int64_t at = 0;
 };
 
 class Forward {
@@ -91,7 +95,8 @@ class Forward {
   // context_length_exceeded Error when the batch exceeds the plan (max_tokens / max_seqs).
   std::vector<std::vector<std::vector<double>>> run(const model::Batch& batch);
   // The same with the prefix cache's states: prefixes[i] for batch[i] (empty: none). A state
-  // given to `into` is complete when this returns.
+  // given to `into` is complete when this returns. A batch without questions (a long
+  // request's step) runs the backbone and the head's memory rows only and answers nothing.
   std::vector<std::vector<std::vector<double>>> run(const model::Batch& batch, const std::vector<SeqPrefix>& prefixes);
   std::vector<std::vector<std::vector<double>>> run(const std::vector<const Encoded*>& batch) { return run(model::batch_of(batch)); }
   // The backbone alone: final-norm hidden states [tokens, hidden] (tests compare them with the

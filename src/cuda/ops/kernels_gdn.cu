@@ -499,6 +499,8 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
     }
   }
   if (ch.seq_chunk[s + 1] > ce) store_state(S, SW, sc, j, Dk, Dv, c0_col, sw, tid, nt);
+  // a state left after the sequence's last chunk (a long request's step)
+  else if (sc.snap_chunk && sc.snap_chunk[s] == ce) snap_state(S, SW, sc, s, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
 
@@ -636,6 +638,8 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
     }
   }
   if (ch.seq_chunk[s + 1] > ce) store_state(S, SWP, sc, j, Dk, Dv, c0_col, sw, tid, nt);
+  // a state left after the sequence's last chunk (a long request's step)
+  else if (sc.snap_chunk && sc.snap_chunk[s] == ce) snap_state(S, SWP, sc, s, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
 // GdnPath::Auto -> tensor cores or not (see kernels.h)
