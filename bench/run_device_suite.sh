@@ -2,8 +2,9 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests] [bench MODES...] [reuse] [memory] [nan] [serve MODES...] [lab] [anchors]
+#   bench/run_device_suite.sh COMMIT [tests] [bench MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [lab] [anchors]
 # reuse: the prefix cache's cold / warm points (27B bf16, 1,024 / 8,000 / 32,768-token states).
+# interleave: blog latency while a 65,436-token request runs, per step size (27B bf16).
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn; the GEMM ones with lab-gemm).
@@ -25,7 +26,7 @@ while [ $# -gt 0 ]; do
       .carry/clefrt_gpu_tests 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
     bench)
       shift
-      while [ $# -gt 0 ] && [ "$1" != memory ] && [ "$1" != reuse ] && [ "$1" != tests ] && [ "$1" != lab ] && [ "$1" != anchors ] && [ "$1" != nan ]; do
+      while [ $# -gt 0 ] && [ "$1" != memory ] && [ "$1" != reuse ] && [ "$1" != interleave ] && [ "$1" != tests ] && [ "$1" != lab ] && [ "$1" != anchors ] && [ "$1" != nan ]; do
         m=$1
         .carry/clefrt bench --synthetic clef-27b --quant "$m" --tokenizer $tok --reps 5 --profile --commit "$commit" \
           --command "clefrt bench --synthetic clef-27b --quant $m --reps 5 --profile" --json "$OUT/bench-$m.json" \
@@ -39,6 +40,11 @@ while [ $# -gt 0 ]; do
         --command "clefrt bench --synthetic clef-27b --quant bf16 --reuse --reps 5" --json "$OUT/reuse-bf16.json" \
         > "$OUT/reuse-bf16.txt" 2> "$OUT/reuse-bf16.err"
       echo "== reuse bf16 rc=$?"; grep -v "^{" "$OUT/reuse-bf16.txt"; tail -3 "$OUT/reuse-bf16.err" ;;
+    interleave)
+      .carry/clefrt bench --synthetic clef-27b --quant bf16 --interleave --max-tokens 65536 --tokenizer $tok --reps 10 --commit "$commit" \
+        --command "clefrt bench --synthetic clef-27b --quant bf16 --interleave --max-tokens 65536 --reps 10" --json "$OUT/interleave-bf16.json" \
+        > "$OUT/interleave-bf16.txt" 2> "$OUT/interleave-bf16.err"
+      echo "== interleave bf16 rc=$?"; grep -v "^{" "$OUT/interleave-bf16.txt"; tail -3 "$OUT/interleave-bf16.err" ;;
     long)
       # issue 18's memory points: 27B NVFP4 + offloaded embeddings at 32k / 64k tokens (staged and
       # fused W4A16), then bf16 with the 32k / 64k latency points
