@@ -614,9 +614,9 @@ std::vector<std::vector<std::vector<double>>> EngineCore::gpu_forward(const mode
 }
 
 // A long request in steps on the GPU: each step a forward of its next tokens (no head) that
-// continues its state and leaves it, grown in place, at the step's end; the steps stop at the
-// prefix cache's boundary (their state then goes to the cache) or at the last chunk before its
-// end; finish() runs the rest with the head.
+// continues its state and leaves it, grown in place, at the step's end; the steps stop at its
+// prefix boundary (the last chunk of its system prompt + media + state; with a cache their
+// state then goes there); finish() runs the rest (the schema and questions) with the head.
 struct GpuSteps {
   std::shared_ptr<const PrefixEntry> hit;  // the cached prefix it starts from, held until the first step copies it
   std::shared_ptr<GpuPrefixState> own;     // null: no steps (finish runs it whole)
@@ -630,13 +630,14 @@ std::unique_ptr<StepRun> EngineCore::gpu_start(const model::Sequence& e) const {
   r->seq = e;
   auto g = std::make_shared<GpuSteps>();
   r->gpu = g;
-  const int64_t boundary = cache_ && !(e.media && !e.key) ? prefix_boundary(e, kG) : 0;
+  // the steps cover the prefix (system prompt, media, state): every span the head reads is after it
+  g->stop = prefix_boundary(e, kG);
+  const int64_t boundary = cache_ && !(e.media && !e.key) ? g->stop : 0;
   if (boundary > 0) {
     g->hit = cache_->find(e.cache_key(), boundary);
     g->pos = g->hit ? int64_t(g->hit->ids.size()) : 0;
     r->cached_tokens = size_t(g->pos);
   }
-  g->stop = boundary > 0 ? boundary : chunk_boundary(e, e.length - 1, kG);
   if (g->stop <= g->pos) return r;
   try {
     g->own = std::make_shared<GpuPrefixState>();
@@ -646,8 +647,7 @@ std::unique_ptr<StepRun> EngineCore::gpu_start(const model::Sequence& e) const {
     g->own.reset();
     return r;
   }
-  g->to_cache = boundary > 0 && g->stop == boundary &&
-                cache_->would_keep(e.cache_key(), boundary, cuda::PrefixLayout::of(gpu_->model, boundary).bytes);
+  g->to_cache = boundary > 0 && cache_->would_keep(e.cache_key(), boundary, cuda::PrefixLayout::of(gpu_->model, boundary).bytes);
   return r;
 }
 
