@@ -156,12 +156,14 @@ struct Forward::Batch {
     a.rewind(phase_from);
     abig = a.carve<bf16>(L * n_qkv, "attn qkv");
     q = a.carve<bf16>(L * attn_dim, "attn q");
-    k = a.carve<bf16>(L * c.kv_heads * c.head_dim, "attn k");
-    if (pfx) {
-      kk = a.carve<bf16>(Lm * c.kv_heads * c.head_dim, "attn keys in their rows");
+    if (pfx) {  // a batch continuing cached prefixes keeps keys / values in rows of their own (k is unused)
+      kk = k = a.carve<bf16>(Lm * c.kv_heads * c.head_dim, "attn keys in their rows");
       vv = a.carve<bf16>(Lm * c.kv_heads * c.head_dim, "attn values in their rows");
+    } else {
+      k = a.carve<bf16>(L * c.kv_heads * c.head_dim, "attn k");
     }
-    aact = a.carve<bf16>(L * attn_dim, "attn out");
+    // flash attention writes each (query tile, head)'s output over the queries it loaded first
+    aact = q;
     qs_attn = carve_qs(a, m, L, std::max(H, attn_dim));
     phase_end = std::max(phase_end, a.used());
     // MLP block
