@@ -132,10 +132,10 @@ struct EngineOptions {
   size_t max_batch_tokens = 16384;     // tokens packed into one forward (a longer request runs alone)
   size_t max_batch_requests = 64;      // requests packed into one forward
   size_t max_queue = 256;              // requests waiting for the engine before submit() refuses (429)
-  size_t step_tokens = 0;              // a longer request runs in steps of about this many tokens, one long
-                                       // request at a time, with the requests that arrive meanwhile answered
-                                       // between its steps (they wait one step at most); the same answers.
-                                       // 0: the device's default (CPU 1,024, GPU 2,048)
+  size_t step_tokens = 0;              // a longer request (on the GPU: over 4x as long) runs in steps of about
+                                       // this many tokens, one long request at a time, with the requests that
+                                       // arrive meanwhile answered between its steps (they wait one step at
+                                       // most); the same answers. 0: the device's default (CPU 1,024, GPU 2,048)
 };
 
 // Clef's context window: the largest max_length.

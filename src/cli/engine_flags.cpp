@@ -40,9 +40,9 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
                "the weights leave if that is less")
       ->check(non_negative());
   c.add_option("--step-tokens", f.step_tokens,
-               "a longer request runs in steps of about this many tokens, one at a time, with the requests that arrive\n"
-               "meanwhile answered between its steps (they wait one step at most); the same answers. Default 1024 on the\n"
-               "CPU, 2048 on the GPU")
+               "a longer request (on the GPU: over 4x as long) runs in steps of about this many tokens, one at a time, with\n"
+               "the requests that arrive meanwhile answered between its steps (they wait one step at most); the same answers.\n"
+               "Default 1024 on the CPU, 2048 on the GPU (there a step costs some speed: smaller steps answer others sooner)")
       ->check(positive());
   c.add_flag("--parse-special", f.parse_special, "parse special-token text in user content, as the reference does");
   c.add_flag("--require-instructions", f.require_instructions, "refuse missing/empty instructions (422)");

@@ -124,6 +124,10 @@ class EngineCore {
   // 27B's shapes); when that cannot be had, the steps are skipped and finish() runs it whole.
   bool runs_in_steps() const { return opts_.load_weights; }
   int64_t default_step_tokens() const { return gpu_ ? 2048 : 1024; }
+  // Which requests run in steps of `step` tokens: on the CPU any longer one (it runs one request
+  // at a time anyway); on the GPU those over 4 steps (a step there costs a forward's fixed part
+  // again: bench/results/2026-12-03-h200-prefix-reuse.md).
+  int64_t steps_above(int64_t step) const { return gpu_ ? 4 * step : step; }
   std::unique_ptr<StepRun> start(const model::Sequence& e, model::GdnForm form = model::GdnForm::Chunked) const;
   bool step(StepRun& r, int64_t tokens) const;
   std::vector<std::vector<double>> finish(StepRun& r, size_t* cached_tokens = nullptr) const;

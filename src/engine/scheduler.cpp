@@ -30,6 +30,7 @@ void Job::cancel() {
 
 Scheduler::Scheduler(const EngineCore& core, SchedulerOptions o) : core_(core), o_(o) {
   if (o_.step_tokens == 0) o_.step_tokens = size_t(core_.default_step_tokens());
+  steps_above_ = size_t(core_.steps_above(int64_t(o_.step_tokens)));
   thread_ = std::thread([this] { loop(); });
   deadline_thread_ = std::thread([this] { watch_deadlines(); });
 }
@@ -184,7 +185,7 @@ void Scheduler::loop() {
           continue;
         }
         const size_t n = j->prepared.encoded().input_ids.size();
-        if (stepping && n > o_.step_tokens) {  // a long request runs in steps, one at a time
+        if (stepping && n > steps_above_) {  // a long request runs in steps, one at a time
           if (!long_job_ && !new_long) {
             new_long = j;
             it = q_.erase(it);

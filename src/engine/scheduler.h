@@ -30,7 +30,8 @@ struct SchedulerOptions {
   size_t max_batch_requests = 64;
   size_t max_queue = 256;
   // On an engine that runs requests in steps (EngineCore::runs_in_steps), a request of more
-  // tokens runs in steps of this many, one long request at a time, with the batches of shorter
+  // tokens (on the GPU: of more than 4x as many, EngineCore::steps_above) runs in steps of this
+  // many, one long request at a time, with the batches of shorter
   // requests that arrive meanwhile between its steps: a long request does not stall short ones
   // (they wait one step at most). The answer is the same bits either way. 0: the engine's
   // default (EngineCore::default_step_tokens).
@@ -90,6 +91,7 @@ class Scheduler {
   void report_depth_locked();
   const EngineCore& core_;
   SchedulerOptions o_;
+  size_t steps_above_ = 0;  // requests of more tokens run in steps (EngineCore::steps_above)
   SchedulerObserver observer_;
   mutable std::mutex mu_;
   std::mutex join_mu_;
