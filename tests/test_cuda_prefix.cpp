@@ -278,6 +278,35 @@ TEST(CudaPrefix, StepsGiveTheBitsOfOneForward) {
   }
 }
 
+// Steps around images (each taken whole by the step it starts in, also at one chunk a step):
+// the bits of one forward.
+TEST(CudaPrefix, StepsAroundImagesGiveTheBitsOfOneForward) {
+  NEED_GPU();
+  CoreOptions o;
+  o.device = Device::Cuda;
+  auto core = EngineCore::load(small_dir(), o);
+  std::vector<uint8_t> noise(256 * 256 * 3);
+  std::mt19937 rng(3);
+  for (auto& v : noise) v = uint8_t(rng());
+  json::Value b = json::parse(body(state_text(900, 61), 2));
+  json::Value arr = json::Value::array();
+  for (const std::string& png : {synthetic_png(256, 256), encode_png_rgb(noise.data(), 256, 256), synthetic_png(320, 192)})
+    arr.arr.push_back(json::Value::string("data:image/png;base64," + base64_encode(png)));
+  b.add("images", arr);
+  const Request req = parse_request(json::write(b));
+  const Encoded e = core->encoder().encode(req);
+  const auto media = core->image_media(req, e);
+  ASSERT_TRUE(media);
+  const model::Sequence seq = model::sequence_of(e, &media->media);
+  const auto whole = core->probs(model::Batch{seq})[0];
+  for (int64_t step : {64, 128, 1000}) {
+    auto r = core->start(seq);
+    while (!core->step(*r, step)) {
+    }
+    EXPECT_EQ(core->finish(*r), whole) << "steps of " << step << " around 3 images";
+  }
+}
+
 // Through the scheduler: a long request submitted first, short ones behind it; the short ones end
 // before it (they run between its steps), and its answer is one forward's.
 TEST(CudaPrefix, ALongRequestDoesNotStallShortOnes) {

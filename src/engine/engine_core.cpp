@@ -655,11 +655,19 @@ bool EngineCore::gpu_step(StepRun& r, int64_t tokens) const {
   GpuSteps& g = *r.gpu;
   if (!g.own || g.pos >= g.stop) return true;
   const model::Sequence& e = r.seq;
-  int64_t target = chunk_boundary(e, std::min(g.stop, g.pos + std::max(kG, tokens / kG * kG)), kG);
-  if (target <= g.pos && e.media)  // an image longer than the step: the step takes it whole
-    for (const model::SequenceMedia::Image& im : e.media->images)
-      if (im.first < g.pos + kG && g.pos < im.first + im.count) target = std::min(g.stop, (im.first + im.count + kG - 1) / kG * kG);
-  if (target <= g.pos) target = g.stop;
+  const int64_t want = std::min(g.stop, g.pos + std::max(kG, tokens / kG * kG));
+  int64_t target = chunk_boundary(e, want, kG);
+  if (target <= g.pos) {  // an image across the step's end that starts in it: the step takes it whole
+    target = want;
+    for (bool moved = e.media != nullptr; moved && target < g.stop;) {  // (and any image that runs into)
+      moved = false;
+      for (const model::SequenceMedia::Image& im : e.media->images)
+        if (im.first < target && target < im.first + im.count) {
+          target = std::min(g.stop, (im.first + im.count + kG - 1) / kG * kG);
+          moved = true;
+        }
+    }
+  }
   model::Sequence part = e;  // its first `target` tokens, no questions: the backbone and the memory rows
   part.length = target;
   part.questions.clear();
