@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", clefrt::version());
   app.footer(
       "Run `clefrt COMMAND --help` for a command's options.\n"
-      "Not built yet (see README): chunked prefill on the GPU (a long request is one forward there).\n"
+      "Missed targets are in the README; a long request's GPU step does not yield to others inside it.\n"
       "Untested: the native Blackwell FP4 path.");
   std::vector<std::pair<std::string, clefrt::cli::Runner>> runners = {
       {"encode", clefrt::cli::add_encode(app)},
