@@ -9,6 +9,10 @@
 #include "model/synth.h"
 #include "test_util.h"
 
+#ifdef CLEFRT_HAVE_CUDA
+#include "cuda/model/forward.h"
+#endif
+
 namespace clefrt {
 namespace {
 
@@ -92,6 +96,29 @@ TEST(MemoryPlan, FitMemoryChoosesWhatFitsAtTheSameContext) {
   EXPECT_THROW(check_memory_fits(f.cfg, f.sizes, r, free_bytes, false), Error);  // not allowed to adjust: refused
   EXPECT_THROW(check_memory_fits(f.cfg, f.sizes, r, 1024, true), Error);         // nothing fits: refused
 }
+
+#ifdef CLEFRT_HAVE_CUDA
+// The GPU plan's option rows: one request's worth (64 questions x 255 options) however long the
+// context, not one per token; the arena is counted without a GPU. At 32k tokens on the 27B shapes
+// (lean plan) that is most of a GiB, and the plan still grows with the tokens.
+TEST(MemoryPlan, GpuOptionRowsAreOneRequestsWorth) {
+  const model::ModelConfig c = model::synthetic_config("clef-27b");
+  cuda::ForwardOptions o;
+  o.max_tokens = 32768;
+  cuda::use_lean_memory_plan(o);
+  EXPECT_GE(o.max_options, 64 * 255);
+  const double gib = double(size_t(1) << 30);
+  const double capped = double(cuda::Forward::arena_bytes(c.text, c.head, o, QuantMode::NVFP4_W4A16, nullptr)) / gib;
+  cuda::ForwardOptions per_token = o;
+  per_token.max_options = o.max_tokens;
+  const double uncapped = double(cuda::Forward::arena_bytes(c.text, c.head, per_token, QuantMode::NVFP4_W4A16, nullptr)) / gib;
+  std::cout << "[ plan    ] 27B lean arena at 32,768 tokens: " << capped << " GiB (one option row per token: " << uncapped << ")\n";
+  EXPECT_LT(capped, uncapped - 0.5);
+  cuda::ForwardOptions half = o;
+  half.max_tokens = 16384;
+  EXPECT_LT(cuda::Forward::arena_bytes(c.text, c.head, half, QuantMode::NVFP4_W4A16, nullptr), capped * gib);
+}
+#endif
 
 }  // namespace
 }  // namespace clefrt

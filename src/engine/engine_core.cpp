@@ -692,6 +692,13 @@ std::vector<std::vector<double>> EngineCore::gpu_finish(StepRun& r, size_t* cach
 }
 #endif
 
+int64_t EngineCore::max_batch_options() const {
+#ifdef CLEFRT_HAVE_CUDA
+  if (gpu_) return gpu_->forward->options().max_options;
+#endif
+  return std::numeric_limits<int64_t>::max() / 2;
+}
+
 std::unique_ptr<StepRun> EngineCore::start(const model::Sequence& e, model::GdnForm form) const {
   if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
 #ifdef CLEFRT_HAVE_CUDA

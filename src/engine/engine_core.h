@@ -128,6 +128,9 @@ class EngineCore {
   // at a time anyway); on the GPU those over 4 steps (a step there costs a forward's fixed part
   // again: bench/results/2026-12-03-h200-prefix-reuse.md).
   int64_t steps_above(int64_t step) const { return gpu_ ? 4 * step : step; }
+  // Option spans one forward may hold: the GPU's plan (cuda::ForwardOptions::max_options, at
+  // least one request's worth); the CPU has no such bound.
+  int64_t max_batch_options() const;
   std::unique_ptr<StepRun> start(const model::Sequence& e, model::GdnForm form = model::GdnForm::Chunked) const;
   bool step(StepRun& r, int64_t tokens) const;
   std::vector<std::vector<double>> finish(StepRun& r, size_t* cached_tokens = nullptr) const;

@@ -31,6 +31,7 @@ void Job::cancel() {
 Scheduler::Scheduler(const EngineCore& core, SchedulerOptions o) : core_(core), o_(o) {
   if (o_.step_tokens == 0) o_.step_tokens = size_t(core_.default_step_tokens());
   steps_above_ = size_t(core_.steps_above(int64_t(o_.step_tokens)));
+  max_options_ = size_t(core_.max_batch_options());
   thread_ = std::thread([this] { loop(); });
   deadline_thread_ = std::thread([this] { watch_deadlines(); });
 }
@@ -177,7 +178,7 @@ void Scheduler::loop() {
         deadline_cv_.notify_all();
         return;
       }
-      size_t tokens = 0;
+      size_t tokens = 0, options = 0;
       for (auto it = q_.begin(); it != q_.end() && batch.size() < o_.max_batch_requests;) {
         const std::shared_ptr<Job>& j = *it;
         if (j->ended()) {
@@ -194,8 +195,11 @@ void Scheduler::loop() {
           }
           continue;
         }
-        if (!batch.empty() && tokens + n > o_.max_batch_tokens) break;
+        size_t opts = 0;
+        for (const auto& q : j->prepared.encoded().questions) opts += q.option_spans.size();
+        if (!batch.empty() && (tokens + n > o_.max_batch_tokens || options + opts > max_options_)) break;
         tokens += n;
+        options += opts;
         batch.push_back(j);
         it = q_.erase(it);
       }

@@ -92,6 +92,7 @@ class Scheduler {
   const EngineCore& core_;
   SchedulerOptions o_;
   size_t steps_above_ = 0;  // requests of more tokens run in steps (EngineCore::steps_above)
+  size_t max_options_ = 0;  // option spans one forward holds (EngineCore::max_batch_options)
   SchedulerObserver observer_;
   mutable std::mutex mu_;
   std::mutex join_mu_;

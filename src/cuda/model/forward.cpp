@@ -252,7 +252,7 @@ size_t Forward::plan_bytes(const DevModel& m, const ForwardOptions& o) {
   Batch b;
   b.L = o.max_tokens;
   b.nseq = o.max_seqs;
-  b.O = o.max_tokens;  // every option span covers at least one token
+  b.O = std::min(o.max_tokens, o.max_options);  // every option span covers at least one token
   b.Q = std::min(o.max_tokens, o.max_seqs * o.max_questions);
   b.nchunks = o.max_tokens / kChunk + o.max_seqs;
   b.ntiles = o.max_tokens / kTile + o.max_seqs;
@@ -460,6 +460,9 @@ void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<Seq
   if (b.nseq > o_.max_seqs)
     throw Error(Status::Internal, "internal_error",
                 "batch of " + std::to_string(b.nseq) + " requests exceeds the plan's " + std::to_string(o_.max_seqs));
+  if (b.O > o_.max_options)  // the scheduler packs at most that many (a request has at most 64 x 255)
+    throw Error(Status::Internal, "internal_error",
+                "batch of " + std::to_string(b.O) + " options exceeds the plan's " + std::to_string(o_.max_options));
   for (const model::Sequence& e : batch)
     if (int64_t(e.questions.size()) > o_.max_questions)
       throw Error(Status::Unprocessable, "invalid_request",

@@ -22,6 +22,10 @@ struct ForwardOptions {
   int64_t max_tokens = 16384;  // the activation arena holds a batch of this many tokens
   int64_t max_seqs = 256;      // requests per batch
   int64_t max_questions = 64;  // per request: the protocol's limit (schema::Limits), which plans the head's question rows
+  // Option spans per batch, which plan the head's option rows (else one per token: at 32k tokens
+  // on the 27B shapes ~0.85 GiB more). At least one request's worth: the protocol allows 64
+  // questions of at most 255 options (schema/request.h RequestLimits); the scheduler packs no more.
+  int64_t max_options = 16384;
   bool batch_invariant = true; // GEMM algorithms fixed per shape class (see gemm.h)
   bool w4a16_fused = false;    // NVFP4 parts on the fused W4A16 GEMM (qlinear.h)
   bool portable_kernels = false;  // the W4A16 GEMM on mma.sync even where its wgmma kernel runs
