@@ -247,40 +247,48 @@ Runner add_bench(CLI::App& app) {
     const Hardware hw = measure_hardware();
     log(hw.gpu + ": " + std::to_string(hw.peak_bf16_tflops) + " TFLOP/s bf16, " + std::to_string(hw.copy_gbps) + " GB/s copy");
 
-    if (o->interleave) {
-      auto open = [&](size_t step) {
-        EngineOptions eo;
-        eo.device = Device::Cuda;
-        eo.quant = qm;
-        eo.offload_embeddings = o->offload;
-        eo.w4a16_fused = o->w4a16_fused;
-        eo.max_length = size_t(o->max_tokens);
-        eo.max_batch_tokens = size_t(o->max_tokens);
-        eo.prefix_cache_gib = 0;
-        eo.step_tokens = step;
-        return Engine::synthetic(o->synthetic, o->tokenizer, eo);
-      };
+    // What every JSON record starts with: when, where, what ran, and the card's measured limits.
+    auto record = [&] {
       Value out = Value::object();
       out.add("date", Value::string(utc_now()));
       out.add("gpu", Value::string(hw.gpu));
       out.add("commit", Value::string(o->commit));
-      out.add("command", Value::string(o->command));
+      out.add("command", Value::string(o->command.empty() ? "clefrt bench --synthetic " + o->synthetic + " --quant " + o->quant : o->command));
       out.add("model", Value::string(o->synthetic));
       out.add("quant", Value::string(o->quant));
+      out.add("offload_embeddings", Value::boolean(o->offload));
+      out.add("batch_invariant", Value::boolean(o->batch_invariant));
+      out.add("peak_bf16_tflops", Value::number(hw.peak_bf16_tflops));
+      out.add("copy_gbps", Value::number(hw.copy_gbps));
+      return out;
+    };
+    // The engine the flags ask for, its activations planned for one forward of --max-tokens.
+    auto engine_options = [&] {
+      EngineOptions eo;
+      eo.device = Device::Cuda;
+      eo.quant = qm;
+      eo.offload_embeddings = o->offload;
+      eo.w4a16_fused = o->w4a16_fused;
+      eo.batch_invariant = o->batch_invariant;
+      eo.max_length = size_t(o->max_tokens);
+      eo.max_batch_tokens = size_t(o->max_tokens);
+      return eo;
+    };
+    if (o->interleave) {
+      auto open = [&](size_t step) {
+        EngineOptions eo = engine_options();
+        eo.prefix_cache_gib = 0;
+        eo.step_tokens = step;
+        return Engine::synthetic(o->synthetic, o->tokenizer, eo);
+      };
+      Value out = record();
       out.add("interleave", interleave_points(open, o->request, o->max_tokens, o->reps));
       emit_json(out, o->json_out);
       return 0;
     }
     const double mem_before = gpu_memory_in_use_gib();  // the CUDA context and the measurement's leftovers
     log("creating " + o->synthetic + " weights in GPU memory (" + o->quant + (o->offload ? ", embeddings offloaded" : "") + ")");
-    EngineOptions eo;
-    eo.device = Device::Cuda;
-    eo.quant = qm;
-    eo.offload_embeddings = o->offload;
-    eo.w4a16_fused = o->w4a16_fused;
-    eo.batch_invariant = o->batch_invariant;
-    eo.max_length = size_t(o->max_tokens);  // the activation plan: one forward of --max-tokens
-    eo.max_batch_tokens = size_t(o->max_tokens);
+    EngineOptions eo = engine_options();
     eo.max_batch_requests = o->memory_only ? 1 : 64;
     // the latency points repeat one request: a cache would answer them from its state
     eo.prefix_cache_gib = o->reuse ? o->reuse_gib : 0;
@@ -313,13 +321,7 @@ Runner add_bench(CLI::App& app) {
       log("ran one " + std::to_string(e.input_ids.size()) + "-token request (" + std::to_string(ms) + " ms, first run)");
       log(mem_line());
       const MemoryUse m = engine->memory();
-      Value out = Value::object();
-      out.add("date", Value::string(utc_now()));
-      out.add("gpu", Value::string(hw.gpu));
-      out.add("commit", Value::string(o->commit));
-      out.add("model", Value::string(o->synthetic));
-      out.add("quant", Value::string(o->quant));
-      out.add("offload_embeddings", Value::boolean(o->offload));
+      Value out = record();
       out.add("max_tokens", Value::integer(o->max_tokens));
       out.add("gpu_mem_gib", Value::number(used));
       out.add("gpu_mem_before_load_gib", Value::number(mem_before));
@@ -341,14 +343,7 @@ Runner add_bench(CLI::App& app) {
           R"("lang":{"type":"choice","instructions":"Which language is it in?","criteria":{"en":null,"de":null,"fr":null}},)"
           R"("tone":{"type":"score","instructions":"How upset is the customer?","criteria":["calm","upset","furious"]}})"));
       const Encoded other = engine->prepare(json::write(other_json)).encoded();
-      Value out = Value::object();
-      out.add("date", Value::string(utc_now()));
-      out.add("gpu", Value::string(hw.gpu));
-      out.add("commit", Value::string(o->commit));
-      out.add("command", Value::string(o->command));
-      out.add("model", Value::string(o->synthetic));
-      out.add("quant", Value::string(o->quant));
-      out.add("offload_embeddings", Value::boolean(o->offload));
+      Value out = record();
       out.add("reuse", reuse_points(*engine, blog, other, o->max_tokens, o->reps));
       const PrefixCacheStats st = engine->prefix_cache();
       out.add("prefix_cache_bytes", Value::integer(int64_t(st.bytes)));
@@ -544,12 +539,7 @@ Runner add_bench(CLI::App& app) {
       }
       engine->set_profile(false);
     }
-    Value out = Value::object();
-    out.add("date", Value::string(utc_now()));
-    out.add("gpu", Value::string(hw.gpu));
-    out.add("commit", Value::string(o->commit));
-    out.add("command", Value::string(o->command.empty() ? "clefrt bench --synthetic " + o->synthetic + " --quant " + o->quant : o->command));
-    out.add("offload_embeddings", Value::boolean(o->offload));
+    Value out = record();
     const MemoryUse mu = engine->memory();
     out.add("linear_gib_by_format", [&] {
       Value v = Value::object();
@@ -558,12 +548,7 @@ Runner add_bench(CLI::App& app) {
       v.add("fp8", Value::number(double(mu.linear_fp8) / gib));
       return v;
     }());
-    out.add("model", Value::string(o->synthetic));
-    out.add("quant", Value::string(o->quant));
-    out.add("batch_invariant", Value::boolean(o->batch_invariant));
     out.add("invariance", inv);
-    out.add("peak_bf16_tflops", Value::number(hw.peak_bf16_tflops));
-    out.add("copy_gbps", Value::number(hw.copy_gbps));
     out.add("gpu_mem_gib", Value::number(mem));
     out.add("weights_gib", Value::number(double(mu.weights) / gib));
     out.add("flops_per_token_gflop", Value::number(engine->forward_flops({1}) / 1e9));
