@@ -49,23 +49,13 @@ std::unique_ptr<Engine> open_gpu(double cache_gib, bool lean = false) {
   return Engine::load(small_dir(), o);
 }
 
-size_t reusable(size_t state_end) { return state_end / 64 * 64; }  // the GPU's granularity
+size_t reusable(size_t state_end) { return test::reusable(state_end, 64); }  // the GPU's granularity
 
 TEST(CudaPrefix, WarmEqualsColdBitForBitAcrossStateLengths) {
   NEED_GPU();
   auto cold = open_gpu(0), warm = open_gpu(1);
-  size_t hits = 0;
   // states from a few tokens (no boundary) to ~10,000, ending anywhere in a chunk
-  for (size_t words : {2, 40, 150, 420, 1000, 2300, 7600}) {
-    const std::string s = state_text(words, uint32_t(words));
-    for (int qset = 0; qset < 3; ++qset) {
-      const Answer c = run(*cold, body(s, qset)), w = run(*warm, body(s, qset));
-      EXPECT_EQ(c.cached, 0u);
-      EXPECT_EQ(w.probs, c.probs) << words << " words, question set " << qset << ", " << w.cached << " tokens from the cache";
-      EXPECT_EQ(w.cached, qset == 0 ? 0 : reusable(w.state_end)) << words << " words";
-      if (w.cached) ++hits;
-    }
-  }
+  const size_t hits = test::check_warm_equals_cold(*cold, *warm, {2, 40, 150, 420, 1000, 2300, 7600}, 64);
   const PrefixCacheStats st = warm->prefix_cache();
   EXPECT_TRUE(st.enabled);
   EXPECT_EQ(st.granularity, 64);
@@ -105,49 +95,22 @@ TEST(CudaPrefix, BatchMixesGiveEachRequestItsColdAnswer) {
   EXPECT_EQ(run(*warm, body(d, 2)).cached, reusable(m[1].state_end));
 }
 
-// Images are in the key by their bytes: the same image and state under another question set
-// continue the cached prefix past the image (its tower does not run again); another image of the
-// same size (the same token ids) never reads the state after the first one.
+// Images are in the key by their bytes (test::check_images_keyed_by_bytes; on the GPU a hit also
+// skips the tower for the images inside the cached prefix); and with two images and states of a
+// few words the boundary lands before, between or inside them.
 TEST(CudaPrefix, ImagesAreKeyedByTheirBytes) {
   NEED_GPU();
   auto warm = open_gpu(1), cold = open_gpu(0);
-  const std::string s = state_text(400, 5);
+  test::check_images_keyed_by_bytes(*warm, *cold, 64);
   std::vector<uint8_t> noise(256 * 256 * 3);
   std::mt19937 rng(9);
   for (auto& v : noise) v = uint8_t(rng());
   const std::string x = synthetic_png(256, 256), y = encode_png_rgb(noise.data(), 256, 256);
-  auto with = [&](int qset, const std::string& png) {
-    json::Value b = json::parse(body(s, qset));
-    json::Value arr = json::Value::array();
-    arr.arr.push_back(json::Value::string("data:image/png;base64," + base64_encode(png)));
-    b.add("images", arr);
-    return json::write(b);
-  };
-  const Prepared probe = warm->prepare(with(0, x));
-  ASSERT_EQ(probe.encoded().images.size(), 1u);
-  const size_t image_end = size_t(probe.encoded().images[0].pad_span.end);
-  ASSERT_LT(image_end, reusable(size_t(probe.encoded().state_span.end)));  // the reusable prefix holds the image
-  const Answer a = run(*warm, with(0, x));
-  EXPECT_EQ(a.cached, 0u);
-  EXPECT_EQ(a.probs, run(*cold, with(0, x)).probs);
-  const Answer b = run(*warm, with(1, x));
-  EXPECT_EQ(b.cached, reusable(b.state_end)) << "the same image and state: a hit";
-  EXPECT_EQ(b.probs, run(*cold, with(1, x)).probs);
-  const Answer c = run(*warm, with(1, y));
-  EXPECT_LE(c.cached, size_t(probe.encoded().images[0].pad_span.begin)) << "another image never reads the state after the first one";
-  EXPECT_EQ(c.probs, run(*cold, with(1, y)).probs);
-  EXPECT_NE(c.probs, b.probs) << "the image matters to the answer";
-  // two images with states of a few words: the boundary lands before, between or inside them
   for (size_t words : {1, 4, 12, 30, 60}) {
     const std::string t = state_text(words, uint32_t(70 + words));
-    auto two = [&](int qset) {
-      json::Value r = json::parse(body(t, qset));
-      json::Value arr = json::Value::array();
-      for (const std::string* png : {&x, &y}) arr.arr.push_back(json::Value::string("data:image/png;base64," + base64_encode(*png)));
-      r.add("images", arr);
-      return json::write(r);
-    };
-    for (int qset = 0; qset < 2; ++qset) EXPECT_EQ(run(*warm, two(qset)).probs, run(*cold, two(qset)).probs) << words << " words, two images";
+    for (int qset = 0; qset < 2; ++qset)
+      EXPECT_EQ(run(*warm, test::with_images(t, qset, {&x, &y})).probs, run(*cold, test::with_images(t, qset, {&x, &y})).probs)
+          << words << " words, two images";
   }
 }
 
@@ -156,27 +119,11 @@ TEST(CudaPrefix, ImagesAreKeyedByTheirBytes) {
 TEST(CudaPrefix, LeanPlanAndEvictionKeepAnswersExact) {
   NEED_GPU();
   const std::string a = state_text(1500, 4), b = state_text(1500, 5);
-  size_t one = 0;
-  {
-    auto probe = open_gpu(1);
-    run(*probe, body(a, 0));
-    one = probe->prefix_cache().bytes;
-  }
+  const size_t one = test::one_entry_bytes([](double gib) { return open_gpu(gib); }, a);
   ASSERT_GT(one, 0u);
   auto cold = open_gpu(0);
   auto warm = open_gpu(double(one) * 1.5 / double(size_t(1) << 30), true);  // room for one of a, b
-  const std::vector<std::pair<const std::string*, size_t>> order = {{&a, 0}, {&b, 0}, {&a, 0}, {&a, 1}, {&b, 0}, {&b, 1}};
-  for (size_t i = 0; i < order.size(); ++i) {
-    const int qset = int(i % 3);
-    const Answer w = run(*warm, body(*order[i].first, qset));
-    EXPECT_EQ(w.probs, run(*cold, body(*order[i].first, qset)).probs) << "step " << i;
-    EXPECT_EQ(w.cached > 0, order[i].second == 1) << "step " << i;
-  }
-  const PrefixCacheStats st = warm->prefix_cache();
-  EXPECT_EQ(st.entries, 1u);
-  EXPECT_LE(st.bytes, st.budget_bytes);
-  EXPECT_EQ(st.evictions, 3u);  // a by b, b by a, a by b
-  EXPECT_EQ(st.hits, 2u);
+  test::check_eviction_keeps_answers(*cold, *warm, a, b);
 }
 
 // The seam itself: one request's state left at several boundaries (a pass's first chunk, inside

@@ -45,23 +45,12 @@ std::unique_ptr<Engine> open(double cache_gib) {
   return Engine::load(tiny_dir(), o);
 }
 
-size_t reusable(size_t state_end) { return state_end / 256 * 256; }  // the CPU's chunk
+size_t reusable(size_t state_end) { return test::reusable(state_end, 256); }  // the CPU's chunk
 
 TEST(PrefixCache, WarmEqualsColdBitForBitAcrossPrefixLengths) {
   auto cold = open(0), warm = open(1);
-  size_t hits = 0;
   // states from a few tokens to ~10,000 (one crosses no chunk boundary, the others land anywhere in a chunk)
-  for (size_t words : {2, 150, 200, 420, 1000, 2300, 7600}) {
-    const std::string s = state_text(words, uint32_t(words));
-    for (int qset = 0; qset < 3; ++qset) {
-      const Answer c = run(*cold, body(s, qset)), w = run(*warm, body(s, qset));
-      EXPECT_EQ(c.cached, 0u);
-      EXPECT_EQ(w.probs, c.probs) << words << " words, question set " << qset << ", " << w.cached << " tokens from the cache";
-      // the first question set computes the prefix; the others continue it
-      EXPECT_EQ(w.cached, qset == 0 ? 0 : reusable(w.state_end)) << words << " words";
-      if (w.cached) ++hits;
-    }
-  }
+  const size_t hits = test::check_warm_equals_cold(*cold, *warm, {2, 150, 200, 420, 1000, 2300, 7600}, 256);
   const PrefixCacheStats st = warm->prefix_cache();
   EXPECT_TRUE(st.enabled);
   EXPECT_EQ(st.granularity, 256);
@@ -72,36 +61,10 @@ TEST(PrefixCache, WarmEqualsColdBitForBitAcrossPrefixLengths) {
   EXPECT_FALSE(cold->prefix_cache().enabled);
 }
 
-// Images are in the key by their bytes: the same image and state under another question set
-// continue the cached prefix (warm == cold, bit for bit); another image of the same size (the
-// same token ids) never reads the state after the first one.
+// Images are in the key by their bytes (test::check_images_keyed_by_bytes).
 TEST(PrefixCache, ImagesAreKeyedByTheirBytes) {
   auto warm = open(1.0), cold = open(0);
-  const std::string s = state_text(400, 5);
-  std::vector<uint8_t> noise(256 * 256 * 3);
-  std::mt19937 rng(9);
-  for (auto& v : noise) v = uint8_t(rng());
-  const std::string x = synthetic_png(256, 256), y = encode_png_rgb(noise.data(), 256, 256);
-  auto with = [&](int qset, const std::string& png) {
-    json::Value b = json::parse(body(s, qset));
-    json::Value arr = json::Value::array();
-    arr.arr.push_back(json::Value::string("data:image/png;base64," + base64_encode(png)));
-    b.add("images", arr);
-    return json::write(b);
-  };
-  const Prepared probe = warm->prepare(with(0, x));
-  ASSERT_EQ(probe.encoded().images.size(), 1u);
-  const size_t image_at = size_t(probe.encoded().images[0].pad_span.begin);
-  ASSERT_LT(image_at, reusable(size_t(probe.encoded().state_span.end)));  // the reusable prefix holds the image
-  EXPECT_EQ(run(*warm, with(0, x)).cached, 0u);
-  const Answer b = run(*warm, with(1, x));
-  EXPECT_EQ(b.cached, reusable(b.state_end)) << "the same image and state: a hit";
-  EXPECT_EQ(b.probs, run(*cold, with(1, x)).probs);
-  const Answer c = run(*warm, with(1, y));
-  EXPECT_LE(c.cached, image_at) << "another image never reads the state after the first one";
-  const Answer c_cold = run(*cold, with(1, y));
-  EXPECT_EQ(c.probs, c_cold.probs);
-  EXPECT_NE(c.probs, b.probs) << "the image matters to the answer";
+  test::check_images_keyed_by_bytes(*warm, *cold, 256);
 }
 
 TEST(PrefixCache, BatchMixesGiveEachRequestItsColdAnswer) {
@@ -128,27 +91,11 @@ TEST(PrefixCache, BatchMixesGiveEachRequestItsColdAnswer) {
 
 TEST(PrefixCache, EvictionUnderATinyBudgetKeepsAnswersExact) {
   const std::string a = state_text(700, 4), b = state_text(700, 5);
-  size_t one = 0;
-  {
-    auto probe = open(1);
-    run(*probe, body(a, 0));
-    one = probe->prefix_cache().bytes;
-  }
+  const size_t one = test::one_entry_bytes([](double gib) { return open(gib); }, a);
   ASSERT_GT(one, 0u);
   auto cold = open(0);
   auto warm = open(double(one) * 1.5 / double(size_t(1) << 30));  // room for one of a, b
-  const std::vector<std::pair<const std::string*, size_t>> order = {{&a, 0}, {&b, 0}, {&a, 0}, {&a, 1}, {&b, 0}, {&b, 1}};
-  for (size_t i = 0; i < order.size(); ++i) {
-    const int qset = int(i % 3);
-    const Answer w = run(*warm, body(*order[i].first, qset));
-    EXPECT_EQ(w.probs, run(*cold, body(*order[i].first, qset)).probs) << "step " << i;
-    EXPECT_EQ(w.cached > 0, order[i].second == 1) << "step " << i;
-  }
-  const PrefixCacheStats st = warm->prefix_cache();
-  EXPECT_EQ(st.entries, 1u);
-  EXPECT_LE(st.bytes, st.budget_bytes);
-  EXPECT_EQ(st.evictions, 3u);  // a by b, b by a, a by b
-  EXPECT_EQ(st.hits, 2u);
+  test::check_eviction_keeps_answers(*cold, *warm, a, b);
 }
 
 TEST(PrefixCache, OffMeansNoLookupsAndZeroCachedTokens) {
