@@ -541,15 +541,16 @@ struct GpuPrefixState : CachedState {
   size_t bytes() const override { return s.buf.bytes(); }
 };
 
-// The last whole-chunk boundary at or before `limit` that is not inside an image (the tower's
-// rows of an image are all or nothing).
-int64_t chunk_boundary(const model::Sequence& e, int64_t limit, int64_t granularity) {
-  limit = limit / granularity * granularity;
-  for (bool moved = e.media != nullptr; moved;) {  // moving before one image may land inside an earlier one
+// A whole-chunk boundary that is not inside an image (the tower's rows of an image are all or
+// nothing): `limit` rounded down, moved before every image it would cut, or (later) after them,
+// no further than `cap`.
+int64_t chunk_boundary(const model::Sequence& e, int64_t limit, int64_t granularity, bool later = false, int64_t cap = 0) {
+  if (!later) limit = limit / granularity * granularity;
+  for (bool moved = e.media != nullptr; moved && !(later && limit >= cap);) {  // one move may land inside another image
     moved = false;
     for (const model::SequenceMedia::Image& im : e.media->images)
       if (im.first < limit && limit < im.first + im.count) {
-        limit = im.first / granularity * granularity;
+        limit = later ? std::min(cap, (im.first + im.count + granularity - 1) / granularity * granularity) : im.first / granularity * granularity;
         moved = true;
       }
   }
@@ -582,7 +583,6 @@ std::vector<std::vector<std::vector<double>>> EngineCore::gpu_forward(const mode
   std::vector<int64_t> at(batch.size(), 0);
   for (size_t k = 0; k < batch.size(); ++k) {
     const model::Sequence& e = batch[k];
-    if (e.media && !e.key) continue;  // media without their key: never cached
     const int64_t limit = prefix_boundary(e, G);
     if (limit <= 0) continue;
     held[k] = cache_->find(e.cache_key(), limit);
@@ -632,7 +632,7 @@ std::unique_ptr<StepRun> EngineCore::gpu_start(const model::Sequence& e) const {
   r->gpu = g;
   // the steps cover the prefix (system prompt, media, state): every span the head reads is after it
   g->stop = prefix_boundary(e, kG);
-  const int64_t boundary = cache_ && !(e.media && !e.key) ? g->stop : 0;
+  const int64_t boundary = cache_ ? g->stop : 0;  // (media without their key have no prefix: model/batch.h)
   if (boundary > 0) {
     g->hit = cache_->find(e.cache_key(), boundary);
     g->pos = g->hit ? int64_t(g->hit->ids.size()) : 0;
@@ -657,17 +657,8 @@ bool EngineCore::gpu_step(StepRun& r, int64_t tokens) const {
   const model::Sequence& e = r.seq;
   const int64_t want = std::min(g.stop, g.pos + std::max(kG, tokens / kG * kG));
   int64_t target = chunk_boundary(e, want, kG);
-  if (target <= g.pos) {  // an image across the step's end that starts in it: the step takes it whole
-    target = want;
-    for (bool moved = e.media != nullptr; moved && target < g.stop;) {  // (and any image that runs into)
-      moved = false;
-      for (const model::SequenceMedia::Image& im : e.media->images)
-        if (im.first < target && target < im.first + im.count) {
-          target = std::min(g.stop, (im.first + im.count + kG - 1) / kG * kG);
-          moved = true;
-        }
-    }
-  }
+  // an image across the step's end that starts in it: the step takes it whole (and any it runs into)
+  if (target <= g.pos) target = chunk_boundary(e, want, kG, true, g.stop);
   model::Sequence part = e;  // its first `target` tokens, no questions: the backbone and the memory rows
   part.length = target;
   part.questions.clear();
@@ -678,16 +669,11 @@ bool EngineCore::gpu_step(StepRun& r, int64_t tokens) const {
   return g.pos >= g.stop;
 }
 
-std::vector<std::vector<double>> EngineCore::gpu_finish(StepRun& r, size_t* cached_tokens) const {
+std::vector<std::vector<double>> EngineCore::gpu_finish(StepRun& r) const {
   GpuSteps& g = *r.gpu;
-  const cuda::DevPrefixState* from = g.from();
-  auto p = gpu_->forward->run({r.seq}, {cuda::SeqPrefix{from, nullptr, 0}})[0];
+  auto p = gpu_->forward->run({r.seq}, {cuda::SeqPrefix{g.from(), nullptr, 0}})[0];
   g.own.reset();
   g.hit.reset();
-  for (size_t q = 0; q < p.size(); ++q)
-    for (double x : p[q])
-      if (!std::isfinite(x)) throw_non_finite(r.seq, q);
-  if (cached_tokens) *cached_tokens = r.cached_tokens;
   return p;
 }
 #endif
@@ -748,11 +734,11 @@ bool EngineCore::step(StepRun& r, int64_t tokens) const {
 }
 
 std::vector<std::vector<double>> EngineCore::finish(StepRun& r, size_t* cached_tokens) const {
-#ifdef CLEFRT_HAVE_CUDA
-  if (r.gpu) return gpu_finish(r, cached_tokens);
-#endif
   std::vector<std::vector<double>> p;
-  {
+#ifdef CLEFRT_HAVE_CUDA
+  if (r.gpu) p = gpu_finish(r);
+#endif
+  if (!r.gpu) {
     CpuThreadScope scope(opts_.threads, observer());
     p = r.runner->finish();
   }

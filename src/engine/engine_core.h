@@ -188,7 +188,7 @@ class EngineCore {
   std::vector<std::vector<std::vector<double>>> gpu_forward(const model::Batch& batch, std::vector<size_t>* cached) const;
   std::unique_ptr<StepRun> gpu_start(const model::Sequence& e) const;
   bool gpu_step(StepRun& r, int64_t tokens) const;
-  std::vector<std::vector<double>> gpu_finish(StepRun& r, size_t* cached_tokens) const;
+  std::vector<std::vector<double>> gpu_finish(StepRun& r) const;
 #endif
   mutable std::mutex observer_mu_;
   LinearInputObserver observer_;
