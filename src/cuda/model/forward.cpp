@@ -50,6 +50,7 @@ struct Forward::Batch {
     DevPrefixState* out = nullptr;        // where its state after `at` tokens goes (null: nowhere)
     int64_t at = 0;
     int64_t out_from = 0;                 // the rows out holds already (out == in: a step)
+    PrefixLayout lin, lout;               // in's and out's layouts (of their capacities)
   };
   std::vector<Prefix> pre;
   bool pfx = false, snaps = false;
@@ -420,20 +421,21 @@ void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<Seq
     const SeqPrefix& p = (*prefixes)[i];
     const int64_t n = batch[i].length;
     Batch::Prefix& q = b.pre[i];
-    auto fits = [&](const DevPrefixState& st) {
-      return st.length <= st.capacity && st.buf.bytes() >= PrefixLayout::of(m_, st.capacity).bytes;
+    auto fits = [&](const DevPrefixState& st, PrefixLayout& lay) {
+      lay = PrefixLayout::of(m_, st.capacity);
+      return st.length <= st.capacity && st.buf.bytes() >= lay.bytes;
     };
     if (p.from) {
       q.from = p.from->length;
       q.in = p.from;
-      if (q.from <= 0 || q.from % kChunk != 0 || q.from >= n || !fits(*p.from))
+      if (q.from <= 0 || q.from % kChunk != 0 || q.from >= n || !fits(*p.from, q.lin))
         throw Error(Status::Internal, "internal_error", "Forward::run: a cached prefix of " + std::to_string(q.from) + " tokens for a sequence of " +
                                                             std::to_string(n));
       b.pfx = true;
     }
     if (p.into) {
       q.at = p.at;
-      if (q.at <= q.from || q.at % kChunk != 0 || q.at > n || q.at > p.into->capacity || !fits(*p.into))
+      if (q.at <= q.from || q.at % kChunk != 0 || q.at > n || q.at > p.into->capacity || !fits(*p.into, q.lout))
         throw Error(Status::Internal, "internal_error", "Forward::run: a prefix state to leave at " + std::to_string(q.at) + " tokens of " +
                                                             std::to_string(n));
       q.out = p.into;
@@ -640,13 +642,12 @@ void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<Seq
     for (int64_t s = 0; s < b.nseq; ++s) {
       const Batch::Prefix& pr = b.pre[size_t(s)];
       if (pr.in) {
-        const PrefixLayout lay = PrefixLayout::of(m_, pr.in->capacity);
-        const float* g = reinterpret_cast<const float*>(pr.in->buf.as<const uint8_t>() + lay.gdn_at);
+        const float* g = reinterpret_cast<const float*>(pr.in->buf.as<const uint8_t>() + pr.lin.gdn_at);
         b.ptrs[size_t(s)] = g;
-        b.ptrs[size_t(b.nseq + s)] = g + lay.gdn_state_floats;
+        b.ptrs[size_t(b.nseq + s)] = g + pr.lin.gdn_state_floats;
       }
       if (pr.out)
-        b.ptrs[size_t(2 * b.nseq + s)] = pr.out->buf.as<uint8_t>() + PrefixLayout::of(m_, pr.out->capacity).gdn_at;
+        b.ptrs[size_t(2 * b.nseq + s)] = pr.out->buf.as<uint8_t>() + pr.lout.gdn_at;
     }
     check(cudaMemcpyAsync(b.dptrs, b.ptrs.data(), b.ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice, stream_), "upload prefix state pointers");
   }
@@ -667,6 +668,8 @@ void Forward::backbone(Batch& b) {
     if (bytes) check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s), what);
   };
   int64_t attn_i = 0, gdn_i = 0;
+  const PrefixLayout gdn = PrefixLayout::of(m_, 0);  // a GDN layer's block in a prefix state (any capacity)
+  const size_t block = gdn.gdn_block_floats;
   MropePositions mrope;
   if (b.mrope) {
     mrope.pos = b.d(b.off_mrope);
@@ -722,7 +725,6 @@ void Forward::backbone(Batch& b) {
         mark("gemm gdn in_proj");
         lin.run(b.h + R0 * H, T1 - R0, H, l.gdn_in, b.gtmp, OutType::F32, n, false, "gdn in_proj");
         mark("gdn conv+prep");
-        const size_t block = PrefixLayout::of(m_, 0).gdn_block_floats, state_floats = PrefixLayout::of(m_, 0).gdn_state_floats;
         ConvHistory from;
         if (b.pfx) from = {b.d(b.off_seq_of), reinterpret_cast<const float* const*>(b.dptrs + b.nseq), int64_t(gi * block)};
         conv_silu_rows(b.gtmp, n, R0, b.d(b.off_seq_start), T0, rows, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s, from);
@@ -732,8 +734,7 @@ void Forward::backbone(Batch& b) {
           if (!pr.out) continue;
           const int64_t rb = pr.row + (pr.at - pr.from);  // the boundary's token row
           if (rb - 1 < T0 || rb - 1 >= T1) continue;
-          const PrefixLayout lay = PrefixLayout::of(m_, pr.out->capacity);
-          float* to = reinterpret_cast<float*>(pr.out->buf.as<uint8_t>() + lay.gdn_at) + gi * block + state_floats;
+          float* to = reinterpret_cast<float*>(pr.out->buf.as<uint8_t>() + pr.lout.gdn_at) + gi * block + gdn.gdn_state_floats;
           check(cudaMemcpy2DAsync(to, size_t(conv_dim) * 4, b.gtmp + (rb - hist - R0) * n, size_t(n) * 4, size_t(conv_dim) * 4, size_t(hist),
                                   cudaMemcpyDeviceToDevice, s),
                 "prefix state: conv history out");
@@ -774,7 +775,7 @@ void Forward::backbone(Batch& b) {
         mark("prefix state in");
         for (const Batch::Prefix& pr : b.pre) {
           if (!pr.in) continue;
-          const PrefixLayout lay = PrefixLayout::of(m_, pr.in->capacity);
+          const PrefixLayout& lay = pr.lin;
           d2d(b.kk + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.k_at(ai), size_t(pr.from) * row_bytes, "prefix state: keys in");
           d2d(b.vv + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.v_at(ai), size_t(pr.from) * row_bytes, "prefix state: values in");
         }
@@ -787,7 +788,7 @@ void Forward::backbone(Batch& b) {
       if (b.snaps) mark("prefix state out");
       for (const Batch::Prefix& pr : b.pre) {  // states left: the keys / values of their tokens [out_from, at)
         if (!pr.out) continue;
-        const PrefixLayout lay = PrefixLayout::of(m_, pr.out->capacity);
+        const PrefixLayout& lay = pr.lout;
         const int64_t r0 = pr.out_from, nr = pr.at - pr.out_from;
         d2d(pr.out->buf.as<uint8_t>() + lay.k_at(ai) + size_t(r0) * row_bytes, keys + (pr.mrow + r0) * kvw, size_t(nr) * row_bytes,
             "prefix state: keys out");
@@ -851,7 +852,7 @@ void Forward::head(Batch& b) {
     scatter_rows(b.mem, W, b.d(b.off_kv_row), L, b.M, s);
     for (const Batch::Prefix& pr : b.pre)
       if (pr.in)
-        check(cudaMemcpyAsync(b.M + pr.mrow * W, pr.in->buf.as<uint8_t>() + PrefixLayout::of(m_, pr.in->capacity).memory_at,
+        check(cudaMemcpyAsync(b.M + pr.mrow * W, pr.in->buf.as<uint8_t>() + pr.lin.memory_at,
                               size_t(pr.from * W) * 4, cudaMemcpyDeviceToDevice, s),
               "prefix state: memory rows in");
   } else {
@@ -859,7 +860,7 @@ void Forward::head(Batch& b) {
   }
   for (const Batch::Prefix& pr : b.pre)
     if (pr.out)
-      check(cudaMemcpyAsync(pr.out->buf.as<uint8_t>() + PrefixLayout::of(m_, pr.out->capacity).memory_at + size_t(pr.out_from * W) * 4,
+      check(cudaMemcpyAsync(pr.out->buf.as<uint8_t>() + pr.lout.memory_at + size_t(pr.out_from * W) * 4,
                             b.M + (pr.mrow + pr.out_from) * W, size_t((pr.at - pr.out_from) * W) * 4, cudaMemcpyDeviceToDevice, s),
             "prefix state: memory rows out");
   if (b.Q == 0) return;  // a step: the memory rows were all it had to leave

@@ -134,24 +134,32 @@ __device__ __forceinline__ void load_state(float* S, int lds, const GdnScratch& 
     S[e] = from && x < sw ? from[(j * Dk + y) * Dv + c0_col + x] : 0.0f;
   }
 }
-// The state as sequence s reaches chunk snap_chunk[s] (before it), for the prefix cache.
-__device__ __forceinline__ void snap_state(const float* S, int lds, const GdnScratch& sc, int64_t s, int64_t j, int64_t Dk, int64_t Dv,
-                                           int64_t c0_col, int sw, int tid, int nt) {
-  __syncthreads();  // the previous chunk's S updates are done
-  float* to = sc.seq_state_out[s] + sc.layer_off;
+// This CTA's state columns into `to` (laid out as state_in), once the S updates before are done.
+__device__ __forceinline__ void save_state(const float* S, int lds, float* to, int64_t j, int64_t Dk, int64_t Dv, int64_t c0_col, int sw,
+                                           int tid, int nt) {
+  __syncthreads();
   for (int64_t e = tid; e < Dk * sw; e += nt) {
     const int64_t y = e / sw, x = e - y * sw;
     to[(j * Dk + y) * Dv + c0_col + x] = S[y * lds + x];
   }
 }
+// The state as sequence s reaches chunk c (before it) goes to its prefix state when c is its
+// snap_chunk (the prefix cache, a long request's steps).
+__device__ __forceinline__ void snap_state(const float* S, int lds, const GdnScratch& sc, int64_t s, int64_t c, int64_t j, int64_t Dk,
+                                           int64_t Dv, int64_t c0_col, int sw, int tid, int nt) {
+  if (sc.snap_chunk && sc.snap_chunk[s] == c) save_state(S, lds, sc.seq_state_out[s] + sc.layer_off, j, Dk, Dv, c0_col, sw, tid, nt);
+}
 // After the pass's last chunk, for a sequence that continues in the next pass.
 __device__ __forceinline__ void store_state(const float* S, int lds, const GdnScratch& sc, int64_t j, int64_t Dk, int64_t Dv,
                                             int64_t c0_col, int sw, int tid, int nt) {
-  __syncthreads();  // the last chunk's S updates are done
-  for (int64_t e = tid; e < Dk * sw; e += nt) {
-    const int64_t y = e / sw, x = e - y * sw;
-    sc.state_out[(j * Dk + y) * Dv + c0_col + x] = S[y * lds + x];
-  }
+  save_state(S, lds, sc.state_out, j, Dk, Dv, c0_col, sw, tid, nt);
+}
+// After the pass's chunks [.., ce) of sequence s: to the next pass when the sequence goes on,
+// else to its prefix state when it leaves one after its last chunk.
+__device__ __forceinline__ void end_pass(const float* S, int lds, const GdnScratch& sc, const GdnChunks& ch, int64_t s, int64_t ce, int64_t j,
+                                         int64_t Dk, int64_t Dv, int64_t c0_col, int sw, int tid, int nt) {
+  if (ch.seq_chunk[s + 1] > ce) store_state(S, lds, sc, j, Dk, Dv, c0_col, sw, tid, nt);
+  else snap_state(S, lds, sc, s, ce, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
 }  // namespace clefrt::cuda::gdn

@@ -396,7 +396,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
   if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
   load_state(S, SW, sc, s, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
   for (int64_t c = cb; c < ce; ++c) {
-    if (sc.snap_chunk && sc.snap_chunk[s] == c) snap_state(S, SW, sc, s, j, Dk, Dv, c0_col, sw, tid, nt);
+    snap_state(S, SW, sc, s, c, j, Dk, Dv, c0_col, sw, tid, nt);
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
     const float* w = sc.w + ((c - sc.c0) * Hv + j) * C * Dk;
@@ -498,9 +498,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
       if (two) S[y2 * SW + lane] = S[y2 * SW + lane] * eC + (b0 + b1);
     }
   }
-  if (ch.seq_chunk[s + 1] > ce) store_state(S, SW, sc, j, Dk, Dv, c0_col, sw, tid, nt);
-  // a state left after the sequence's last chunk (a long request's step)
-  else if (sc.snap_chunk && sc.snap_chunk[s] == ce) snap_state(S, SW, sc, s, j, Dk, Dv, c0_col, sw, tid, nt);
+  end_pass(S, SW, sc, ch, s, ce, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
 
@@ -546,7 +544,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
   if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
   load_state(S, SWP, sc, s, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
   for (int64_t c = cb; c < ce; ++c) {
-    if (sc.snap_chunk && sc.snap_chunk[s] == c) snap_state(S, SWP, sc, s, j, Dk, Dv, c0_col, sw, tid, nt);
+    snap_state(S, SWP, sc, s, c, j, Dk, Dv, c0_col, sw, tid, nt);
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
     const float* w = sc.w + ((c - sc.c0) * Hv + j) * C * Dk;
@@ -637,9 +635,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
       }
     }
   }
-  if (ch.seq_chunk[s + 1] > ce) store_state(S, SWP, sc, j, Dk, Dv, c0_col, sw, tid, nt);
-  // a state left after the sequence's last chunk (a long request's step)
-  else if (sc.snap_chunk && sc.snap_chunk[s] == ce) snap_state(S, SWP, sc, s, j, Dk, Dv, c0_col, sw, tid, nt);
+  end_pass(S, SWP, sc, ch, s, ce, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
 // GdnPath::Auto -> tensor cores or not (see kernels.h)
