@@ -58,6 +58,11 @@ double percentile(std::vector<double> v, double q) {
   return i + 1 < v.size() ? v[i] + (pos - double(i)) * (v[i + 1] - v[i]) : v.back();
 }
 
+// Milliseconds since t0 on the steady clock.
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -95,10 +100,10 @@ Value reuse_points(Engine& engine, const Encoded& blog, const Encoded& other, in
       std::vector<size_t> ca, cb;
       auto t0 = std::chrono::steady_clock::now();
       engine.probs({&a}, &ca);
-      const double ms_a = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms_a = ms_since(t0);
       t0 = std::chrono::steady_clock::now();
       engine.probs({&b}, &cb);
-      const double ms_b = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms_b = ms_since(t0);
       if (ca[0] != 0) throw Error(Status::Internal, "internal_error", "bench reuse: a new state was found in the cache");
       if (cb[0] == 0) throw Error(Status::Internal, "internal_error", "bench reuse: the second question set missed the cache");
       if (r < 0) continue;
@@ -142,7 +147,6 @@ Value reuse_points(Engine& engine, const Encoded& blog, const Encoded& other, in
 Value interleave_points(const std::function<std::unique_ptr<Engine>(size_t)>& open, const std::string& request, int64_t max_tokens, int reps) {
   Value out = Value::object();
   using C = std::chrono::steady_clock;
-  auto ms_since = [](C::time_point t0) { return std::chrono::duration<double, std::milli>(C::now() - t0).count(); };
   std::printf("%-12s %8s %10s %12s %12s %8s %10s %12s\n", "interleave", "long", "idle p50", "during p50", "during p95", "ratio", "requests",
               "long ms");
   for (const size_t step : {size_t(512), size_t(1024), size_t(2048), size_t(1) << 30}) {
@@ -316,7 +320,7 @@ Runner add_bench(CLI::App& app) {
       const Encoded e = padded(blog, o->max_tokens, 7);
       auto t0 = std::chrono::steady_clock::now();
       run({&e});
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms = ms_since(t0);
       const double used = gpu_memory_in_use_gib();
       log("ran one " + std::to_string(e.input_ids.size()) + "-token request (" + std::to_string(ms) + " ms, first run)");
       log(mem_line());
@@ -358,7 +362,7 @@ Runner add_bench(CLI::App& app) {
     auto time_ms = [&](const std::vector<const Encoded*>& b) {
       auto t0 = std::chrono::steady_clock::now();
       run(b);
-      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      return ms_since(t0);
     };
     Value lat = Value::object();
     std::printf("%-12s %8s %10s %10s %10s\n", "latency", "tokens", "p50 ms", "p95 ms", "TFLOP/s");
@@ -402,9 +406,6 @@ Runner add_bench(CLI::App& app) {
         for (int i = 0; i < n; ++i) arr.arr.push_back(Value::string(url));
         r.add("images", arr);
         return json::write(r);
-      };
-      auto ms_since = [](std::chrono::steady_clock::time_point t0) {
-        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       };
       struct ImagePoint {
         const char* name;
