@@ -59,7 +59,7 @@ struct Forward::Batch {
   // device pointers per sequence: GDN state in, conv history in, GDN state out
   std::vector<const void*> ptrs;
   const void** dptrs = nullptr;
-  bf16 *kk = nullptr, *vv = nullptr;  // pfx: the attention layer's keys / values in their rows
+  bf16* vv = nullptr;  // pfx: the attention layer's values in the keys' rows (k has Lm rows then)
   std::vector<Image> images;
   VisionScratch vs{};
   bool mrope = false;
@@ -157,12 +157,9 @@ struct Forward::Batch {
     a.rewind(phase_from);
     abig = a.carve<bf16>(L * n_qkv, "attn qkv");
     q = a.carve<bf16>(L * attn_dim, "attn q");
-    if (pfx) {  // a batch continuing cached prefixes keeps keys / values in rows of their own (k is unused)
-      kk = k = a.carve<bf16>(Lm * c.kv_heads * c.head_dim, "attn keys in their rows");
-      vv = a.carve<bf16>(Lm * c.kv_heads * c.head_dim, "attn values in their rows");
-    } else {
-      k = a.carve<bf16>(L * c.kv_heads * c.head_dim, "attn k");
-    }
+    // a batch continuing cached prefixes keeps keys and values in rows of their own, Lm of them
+    k = a.carve<bf16>((pfx ? Lm : L) * c.kv_heads * c.head_dim, "attn k");
+    if (pfx) vv = a.carve<bf16>(Lm * c.kv_heads * c.head_dim, "attn values in the keys' rows");
     // flash attention writes each (query tile, head)'s output over the queries it loaded first
     aact = q;
     qs_attn = carve_qs(a, m, L, std::max(H, attn_dim));
@@ -776,14 +773,14 @@ void Forward::backbone(Batch& b) {
         for (const Batch::Prefix& pr : b.pre) {
           if (!pr.in) continue;
           const PrefixLayout& lay = pr.lin;
-          d2d(b.kk + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.k_at(ai), size_t(pr.from) * row_bytes, "prefix state: keys in");
+          d2d(b.k + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.k_at(ai), size_t(pr.from) * row_bytes, "prefix state: keys in");
           d2d(b.vv + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.v_at(ai), size_t(pr.from) * row_bytes, "prefix state: values in");
         }
       }
       mark("attn prep");
       attn_prep(b.abig, n, L, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), mrope, l.q_norm, l.k_norm, eps, b.q,
-                b.pfx ? b.kk : b.k, s, b.pfx ? b.d(b.off_kv_row) : nullptr, b.pfx ? b.vv : nullptr);
-      const bf16 *keys = b.pfx ? b.kk : b.k, *values = b.pfx ? b.vv : b.abig + Hq * 2 * D + Hkv * D;
+                b.k, s, b.pfx ? b.d(b.off_kv_row) : nullptr, b.pfx ? b.vv : nullptr);
+      const bf16 *keys = b.k, *values = b.pfx ? b.vv : b.abig + Hq * 2 * D + Hkv * D;
       const int64_t ldv = b.pfx ? kvw : n;
       if (b.snaps) mark("prefix state out");
       for (const Batch::Prefix& pr : b.pre) {  // states left: the keys / values of their tokens [out_from, at)
