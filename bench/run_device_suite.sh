@@ -26,7 +26,8 @@ while [ $# -gt 0 ]; do
       .carry/clefrt_gpu_tests 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
     bench)
       shift
-      while [ $# -gt 0 ] && [ "$1" != memory ] && [ "$1" != reuse ] && [ "$1" != interleave ] && [ "$1" != tests ] && [ "$1" != lab ] && [ "$1" != anchors ] && [ "$1" != nan ]; do
+      # the quant modes up to the next verb (auto, bf16, fp8, nvfp4, nvfp4-w4a16)
+      while [ $# -gt 0 ] && [[ $1 =~ ^(auto|bf16|fp8|nvfp4|nvfp4-w4a16)$ ]]; do
         m=$1
         .carry/clefrt bench --synthetic clef-27b --quant "$m" --tokenizer $tok --reps 5 --profile --commit "$commit" \
           --command "clefrt bench --synthetic clef-27b --quant $m --reps 5 --profile" --json "$OUT/bench-$m.json" \
@@ -47,13 +48,19 @@ while [ $# -gt 0 ]; do
       echo "== interleave bf16 rc=$?"; grep -v "^{" "$OUT/interleave-bf16.txt"; tail -3 "$OUT/interleave-bf16.err" ;;
     long)
       # issue 18's memory points: 27B NVFP4 + offloaded embeddings at 32k / 64k tokens (staged and
-      # fused W4A16), then bf16 with the 32k / 64k latency points
-      for n in 32768 65536; do
+      # fused W4A16) on the card sizes of the targets (--gpu-limit-gib: 16 GiB at 32k, 24 at 64k),
+      # then 32k on the whole H200 (where a long request's state between steps fits)
+      for run in "32768 16" "65536 24" "32768 0"; do
+        n=${run% *} lim=${run#* }
         for f in "" --w4a16-fused; do
+          [ "$lim" = 0 ] && [ -z "$f" ] && continue
+          name=memory-nvfp4-offload$f-$n-limit$lim
           .carry/clefrt bench --synthetic clef-27b --quant nvfp4-w4a16 --offload-embeddings $f --memory-only --max-tokens $n \
-            --tokenizer $tok --commit "$commit" --json "$OUT/memory-nvfp4-offload$f-$n.json" > /dev/null 2> "$OUT/memory-nvfp4-offload$f-$n.err"
-          echo "== memory nvfp4-w4a16 offload $f $n rc=$? $(grep -o '"gpu_mem_gib":[0-9.]*' "$OUT/memory-nvfp4-offload$f-$n.json")"
-          tail -2 "$OUT/memory-nvfp4-offload$f-$n.err"
+            --gpu-limit-gib $lim --tokenizer $tok --commit "$commit" \
+            --command "clefrt bench --synthetic clef-27b --quant nvfp4-w4a16 --offload-embeddings $f --memory-only --max-tokens $n --gpu-limit-gib $lim" \
+            --json "$OUT/$name.json" > /dev/null 2> "$OUT/$name.err"
+          echo "== memory nvfp4-w4a16 offload $f $n limit $lim GiB rc=$? $(grep -o '"gpu_mem_gib":[0-9.]*' "$OUT/$name.json")"
+          tail -3 "$OUT/$name.err"
         done
       done ;;
     long-bf16)
@@ -82,7 +89,7 @@ b, n = attack.nan_folder(types.SimpleNamespace(model='$d')); shutil.rmtree('$d-n
       echo "== clean folder rc=$? $(head -c 200 "$OUT/nan-clean.txt")" ;;
     serve)
       shift
-      while [ $# -gt 0 ] && [ "$1" != anchors ] && [ "$1" != tests ] && [ "$1" != nan ]; do
+      while [ $# -gt 0 ] && [[ $1 =~ ^(auto|bf16|fp8|nvfp4|nvfp4-w4a16)$ ]]; do
         m=$1 port=18$((RANDOM % 900 + 100))
         .carry/clefrt serve --synthetic clef-27b --quant "$m" --tokenizer $tok --port $port --quiet > "$OUT/serve-$m.log" 2>&1 &
         pid=$!

@@ -54,6 +54,7 @@ clefrt::EngineOptions options_from(const py::dict& d) {
     else if (k == "max_queue") o.max_queue = v.cast<size_t>();
     else if (k == "prefix_cache_gib") o.prefix_cache_gib = v.cast<double>();
     else if (k == "step_tokens") o.step_tokens = v.cast<size_t>();
+    else if (k == "step_layers") o.step_layers = v.cast<size_t>();
     else throw clefrt::Error(clefrt::Status::BadRequest, "usage", "unknown engine option '" + k + "'");
   }
   return o;

@@ -335,10 +335,27 @@ TEST(CudaOps, AttnPrepNormAndRope) {
   }
   DeviceBuffer d = upload(to_bf(qkv), "qkv"), dqn = upload(qn, "qn"), dkn = upload(kn, "kn"), dss = upload(ss, "ss"), dinv = upload(inv, "inv"),
                oq(wq.size() * 2), ok(wk.size() * 2);
-  attn_prep(d.as<bf16>(), ld, L, Hq, Hkv, D, R, dinv.as<float>(), dss.as<int32_t>(), {}, dqn.as<float>(), dkn.as<float>(), 1e-6f, oq.as<bf16>(),
-            ok.as<bf16>(), nullptr);
+  attn_prep(d.as<bf16>(), ld, L, 0, L, Hq, Hkv, D, R, dinv.as<float>(), dss.as<int32_t>(), {}, dqn.as<float>(), dkn.as<float>(), 1e-6f,
+            oq.as<bf16>(), ok.as<bf16>(), nullptr);
   expect_close(down_bf(oq, wq.size()), wq, 1e-3, 8e-3, "attn_prep q");
   expect_close(down_bf(ok, wk.size()), wk, 1e-3, 8e-3, "attn_prep k");
+  // in two blocks of tokens (the lean plan's), gates and values copied out: the same bits
+  const std::vector<uint16_t> q_all = down<uint16_t>(oq, wq.size()), k_all = down<uint16_t>(ok, wk.size());
+  DeviceBuffer bq(wq.size() * 2), bk(wk.size() * 2), bv(size_t(L * Hkv * D) * 2), bg(size_t(L * Hq * D) * 2);
+  for (auto [t0, rows] : {std::pair<int64_t, int64_t>{0, 37}, {37, L - 37}})
+    attn_prep(d.as<bf16>(), ld, L, t0, rows, Hq, Hkv, D, R, dinv.as<float>(), dss.as<int32_t>(), {}, dqn.as<float>(), dkn.as<float>(), 1e-6f,
+              bq.as<bf16>(), bk.as<bf16>(), nullptr, nullptr, bv.as<bf16>(), bg.as<bf16>());
+  EXPECT_EQ(down<uint16_t>(bq, wq.size()), q_all);
+  EXPECT_EQ(down<uint16_t>(bk, wk.size()), k_all);
+  const std::vector<uint16_t> qkv_bits = down<uint16_t>(d, qkv.size()), v_bits = down<uint16_t>(bv, size_t(L * Hkv * D)),
+                              g_bits = down<uint16_t>(bg, size_t(L * Hq * D));
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < D; ++i) ASSERT_EQ(g_bits[size_t((t * Hq + h) * D + i)], qkv_bits[size_t(t * ld + h * 2 * D + D + i)]) << "gate " << t;
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int64_t i = 0; i < D; ++i)
+        ASSERT_EQ(v_bits[size_t((t * Hkv + h) * D + i)], qkv_bits[size_t(t * ld + Hq * 2 * D + Hkv * D + h * D + i)]) << "value " << t;
+  }
 }
 
 TEST(CudaOps, HeadMhaMatchesCpu) {

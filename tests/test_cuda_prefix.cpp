@@ -225,6 +225,42 @@ TEST(CudaPrefix, StepsGiveTheBitsOfOneForward) {
   }
 }
 
+// Steps a group of layers a call (the residual stream held between groups; the NVFP4 staging
+// schedule started at a group's first layer): the bits of one forward, in bf16 and in staged
+// NVFP4 with the lean plan, with and without the cache.
+TEST(CudaPrefix, StepsInLayerGroupsGiveTheBitsOfOneForward) {
+  NEED_GPU();
+  const std::string s = state_text(3000, 37);
+  for (const bool nvfp4 : {false, true}) {
+    CoreOptions plain;
+    plain.device = Device::Cuda;
+    if (nvfp4) {
+      plain.quant = QuantMode::NVFP4_W4A16;
+      plain.offload_embeddings = true;  // the lean plan, NVFP4 staged (LinearRunner's schedule)
+    }
+    CoreOptions cached = plain;
+    cached.prefix_cache_bytes = size_t(1) << 30;
+    auto one = EngineCore::load(small_dir(), plain), warm = EngineCore::load(small_dir(), cached);
+    const Encoded e = one->encoder().encode(parse_request(body(s, 1)));
+    const model::Sequence seq = model::sequence_of(e);
+    const auto whole = one->probs(model::Batch{seq})[0];
+    for (int64_t step : {64, 1000})
+      for (int64_t layers : {1, 3})
+        for (EngineCore* core : {one.get(), warm.get()}) {
+          auto r = core->start(seq);
+          int64_t calls = 0;
+          while (!core->step(*r, step, layers)) ++calls;
+          const int64_t groups = (8 + layers - 1) / layers;  // the small model's 8 layers
+          if (core == one.get()) {  // whole steps, each `groups` calls
+            EXPECT_EQ((calls + 1) % groups, 0) << "steps of " << step << ", " << layers << " layers a call";
+            EXPECT_GE(calls + 1, 2 * groups) << "steps of " << step << ", " << layers << " layers a call";
+          }
+          EXPECT_EQ(core->finish(*r), whole) << (nvfp4 ? "nvfp4 staged, " : "bf16, ") << "steps of " << step << ", " << layers
+                                             << " layers a call" << (core == one.get() ? "" : ", with the cache");
+        }
+  }
+}
+
 // Steps around images (each taken whole by the step it starts in, also at one chunk a step):
 // the bits of one forward.
 TEST(CudaPrefix, StepsAroundImagesGiveTheBitsOfOneForward) {

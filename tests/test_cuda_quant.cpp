@@ -737,6 +737,8 @@ TEST(CudaQuant, LeanPlanGivesTheSameBits) {
     plain.mlp_block_tokens = 0;
     cuda::ForwardOptions lean = plain;
     lean.mlp_block_tokens = 40;
+    lean.attn_block_tokens = 72;   // blocks across sequences' ends and chunk edges
+    lean.head_option_block = 3;    // a question's options across blocks
     lean.gdn_pass_chunks = 1;
     cuda::Forward a(dm, plain), b(dm, lean);
     EXPECT_LE(b.arena_bytes(), a.arena_bytes()) << what;  // the head's rows may bound a tiny model's arena either way

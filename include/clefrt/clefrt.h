@@ -136,6 +136,10 @@ struct EngineOptions {
                                        // this many tokens, one long request at a time, with the requests that
                                        // arrive meanwhile answered between its steps (they wait one step at
                                        // most); the same answers. 0: the device's default (CPU 1,024, GPU 2,048)
+  size_t step_layers = 0;              // GPU: a step runs this many backbone layers at a time, with the requests
+                                       // that arrive meanwhile answered between them (they wait a few layers of
+                                       // a step, not a whole one); the same answers. 0: the default (4); the
+                                       // CPU runs a step's layers together
 };
 
 // Clef's context window: the largest max_length.
@@ -288,6 +292,12 @@ struct GpuInfo {
 GpuInfo gpu_info();
 // GPU memory in use on the device (total - free), CUDA context included; 0 without CUDA.
 double gpu_memory_in_use_gib();
+// Makes device 0 look like a card of `card_gib` GiB: allocates everything free beyond that (what
+// is in use now counts) and holds it until the returned holder is released; *held_gib gets its
+// size. What runs meanwhile (loading, the prefix cache's default budget, a long request's state)
+// meets the smaller card's limits. Throws a 503 without CUDA, a 400 when less than that is in use
+// plus free. `clefrt bench --gpu-limit-gib`.
+std::shared_ptr<void> hold_gpu_memory_beyond(double card_gib, double* held_gib);
 
 // A backbone Linear's input as the CPU forward meets it: the weight's tensor name
 // ("model.language_model.layers.3.mlp.down_proj.weight") and the activations [rows, cols], fp32.

@@ -59,7 +59,7 @@ class Clef:
          confidence="reference", parse_special=False, require_instructions=False, threads=0,
          check_weights=True, batch_invariant=True, max_batch_tokens=16384,
          max_batch_requests=64, w4a16_fused=False, native_fp4=True, portable_kernels=False, progress=False,
-         prefix_cache_gib=-1, step_tokens=0, vision=True)
+         prefix_cache_gib=-1, step_tokens=0, step_layers=0, vision=True)
 
     path: a Clef / Clef-flash release folder (config.json, tokenizer.json, sharded safetensors in
         bf16 / f16 / f32, NVFP4 or FP8 compressed-tensors, joint_head.*).
@@ -95,6 +95,9 @@ class Clef:
     step_tokens: a longer request (on the GPU: over 4x as long) runs in steps of about this many
         tokens, with the requests of other calls or threads answered between them; the same
         answers. 0: the default (1,024 on the CPU, 2,048 on the GPU).
+    step_layers: CUDA: a step runs this many backbone layers at a time, other requests answered
+        between them (they wait a few layers, not a whole step); the same answers. 0: the
+        default (4).
     vision: load the folder's vision tower; False: text only (its weights stay on disk, ~0.9 GiB
         of GPU memory for Clef's), and a request with images raises RequestError (422).
 
@@ -104,7 +107,7 @@ class Clef:
     def __init__(self, path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False, confidence="reference",
                  parse_special=False, require_instructions=False, threads=0, check_weights=True, batch_invariant=True,
                  max_batch_tokens=16384, max_batch_requests=64, w4a16_fused=False, native_fp4=True,
-                 portable_kernels=False, progress=False, prefix_cache_gib=-1, step_tokens=0, vision=True):
+                 portable_kernels=False, progress=False, prefix_cache_gib=-1, step_tokens=0, step_layers=0, vision=True):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
         if confidence not in ("reference", "purity", "jev"):
@@ -116,7 +119,8 @@ class Clef:
             "check_weights": bool(check_weights), "batch_invariant": bool(batch_invariant),
             "max_batch_tokens": int(max_batch_tokens), "max_batch_requests": int(max_batch_requests), "w4a16_fused": bool(w4a16_fused),
             "native_fp4": bool(native_fp4), "portable_kernels": bool(portable_kernels), "progress": bool(progress),
-            "prefix_cache_gib": float(prefix_cache_gib), "step_tokens": int(step_tokens), "vision": bool(vision),
+            "prefix_cache_gib": float(prefix_cache_gib), "step_tokens": int(step_tokens), "step_layers": int(step_layers),
+            "vision": bool(vision),
         })
 
     def encode(self, record):

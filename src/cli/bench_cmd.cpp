@@ -142,15 +142,18 @@ Value reuse_points(Engine& engine, const Encoded& blog, const Encoded& other, in
 }
 
 // The interleave point (issue 18): a long request (--max-tokens less 100) submitted while blog
-// requests run one after another: their latency while it runs against idle, and its own time,
-// per step size (EngineOptions::step_tokens; a fresh engine each).
-Value interleave_points(const std::function<std::unique_ptr<Engine>(size_t)>& open, const std::string& request, int64_t max_tokens, int reps) {
+// requests run one after another (a closed loop: each arrives as the last is answered): their
+// latency while it runs against idle, and its own time, per step size and layers a call
+// (EngineOptions::step_tokens / step_layers; a fresh engine each).
+Value interleave_points(const std::function<std::unique_ptr<Engine>(size_t, size_t)>& open, const std::string& request, int64_t max_tokens,
+                        int reps) {
   Value out = Value::object();
   using C = std::chrono::steady_clock;
-  std::printf("%-12s %8s %10s %12s %12s %8s %10s %12s\n", "interleave", "long", "idle p50", "during p50", "during p95", "ratio", "requests",
+  std::printf("%-16s %8s %10s %12s %12s %8s %10s %12s\n", "interleave", "long", "idle p50", "during p50", "during p95", "ratio", "requests",
               "long ms");
-  for (const size_t step : {size_t(512), size_t(1024), size_t(2048), size_t(1) << 30}) {
-    std::unique_ptr<Engine> engine = open(step);
+  const size_t one = size_t(1) << 30;
+  for (const auto [step, layers] : std::vector<std::pair<size_t, size_t>>{{2048, 4}, {2048, 8}, {2048, one}, {512, one}, {one, one}}) {
+    std::unique_ptr<Engine> engine = open(step, layers);
     const Prepared blog = engine->prepare(read_file(request));
     const Encoded long_enc = padded(blog.encoded(), max_tokens - 100, 77);
     const Prepared big = engine->prepare_encoded(long_enc);
@@ -177,11 +180,12 @@ Value interleave_points(const std::function<std::unique_ptr<Engine>(size_t)>& op
     const double long_ms = done.get_future().get();
     if (long_ms < 0) throw Error(Status::Internal, "internal_error", "bench interleave: the long request failed");
     const double i50 = percentile(idle, 0.5), d50 = during.empty() ? 0 : percentile(during, 0.5), d95 = during.empty() ? 0 : percentile(during, 0.95);
-    const std::string name = step >= (size_t(1) << 30) ? "one_step" : "step_" + std::to_string(step);
-    std::printf("%-12s %8zu %10.2f %12.2f %12.2f %7.2fx %10zu %12.1f\n", name.c_str(), big.input_tokens(), i50, d50, d95, d50 / i50,
+    const std::string name = step >= one ? "one_step" : "step_" + std::to_string(step) + (layers < one ? "_layers_" + std::to_string(layers) : "");
+    std::printf("%-16s %8zu %10.2f %12.2f %12.2f %7.2fx %10zu %12.1f\n", name.c_str(), big.input_tokens(), i50, d50, d95, d50 / i50,
                 during.size(), long_ms);
     Value v = Value::object();
-    v.add("step_tokens", Value::integer(int64_t(std::min(step, size_t(1) << 30))));
+    v.add("step_tokens", Value::integer(int64_t(step)));
+    v.add("step_layers", Value::integer(int64_t(layers)));
     v.add("long_tokens", Value::integer(int64_t(big.input_tokens())));
     v.add("idle_p50", Value::number(i50));
     v.add("during_p50", Value::number(d50));
@@ -203,7 +207,7 @@ Runner add_bench(CLI::App& app) {
     int reps = 20;
     int64_t max_tokens = 32768;
     bool batch_invariant = true, profile = false, offload = false, memory_only = false, w4a16_fused = false, reuse = false, interleave = false;
-    double reuse_gib = 16;
+    double reuse_gib = 16, gpu_limit_gib = 0;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("bench",
@@ -228,8 +232,11 @@ Runner add_bench(CLI::App& app) {
               "question set (warm: a hit); p50 of each and warm / cold. The other points run without a cache");
   c->add_flag("--interleave", o->interleave,
               "only the scheduling points: a long request (--max-tokens less 100) submitted while blog requests\n"
-              "run one after another: their p50 while it runs against idle, and its time, per step size\n"
-              "(512, 1,024, 2,048 tokens and one step)");
+              "run one after another: their p50 while it runs against idle, and its time, per step size and\n"
+              "layers a call (2,048 tokens 4 / 8 / all layers at a time, 512 tokens all, one step)");
+  c->add_option("--gpu-limit-gib", o->gpu_limit_gib,
+                "run as on a card of this many GiB: the memory beyond it is allocated first and held (the figures\n"
+                "reported leave it out); with --memory-only, whether the request fits a 16 GiB card (--gpu-limit-gib 16)");
   c->add_option("--reuse-cache-gib", o->reuse_gib, "--reuse: the prefix cache's budget in GPU memory (default 16)");
   c->add_option("--json", o->json_out, "write the results as JSON here");
   c->add_option("--tokenizer", o->tokenizer, "tokenizer.json for the example request (default: the pinned Qwen3 one)");
@@ -279,10 +286,11 @@ Runner add_bench(CLI::App& app) {
       return eo;
     };
     if (o->interleave) {
-      auto open = [&](size_t step) {
+      auto open = [&](size_t step, size_t layers) {
         EngineOptions eo = engine_options();
         eo.prefix_cache_gib = 0;
         eo.step_tokens = step;
+        eo.step_layers = layers;
         return Engine::synthetic(o->synthetic, o->tokenizer, eo);
       };
       Value out = record();
@@ -290,6 +298,13 @@ Runner add_bench(CLI::App& app) {
       emit_json(out, o->json_out);
       return 0;
     }
+    double held = 0;  // --gpu-limit-gib: what is held beyond the card's size (left out of every figure)
+    std::shared_ptr<void> ballast;
+    if (o->gpu_limit_gib > 0) {
+      ballast = hold_gpu_memory_beyond(o->gpu_limit_gib, &held);
+      log("holding " + std::to_string(held) + " GiB: the GPU now has " + std::to_string(o->gpu_limit_gib) + " GiB");
+    }
+    auto gpu_memory_in_use_gib = [&] { return clefrt::gpu_memory_in_use_gib() - held; };
     const double mem_before = gpu_memory_in_use_gib();  // the CUDA context and the measurement's leftovers
     log("creating " + o->synthetic + " weights in GPU memory (" + o->quant + (o->offload ? ", embeddings offloaded" : "") + ")");
     EngineOptions eo = engine_options();
@@ -327,6 +342,7 @@ Runner add_bench(CLI::App& app) {
       const MemoryUse m = engine->memory();
       Value out = record();
       out.add("max_tokens", Value::integer(o->max_tokens));
+      if (o->gpu_limit_gib > 0) out.add("gpu_limit_gib", Value::number(o->gpu_limit_gib));
       out.add("gpu_mem_gib", Value::number(used));
       out.add("gpu_mem_before_load_gib", Value::number(mem_before));
       out.add("gpu_mem_engine_gib", Value::number(double(m.weights_reserved + m.working) / gib));

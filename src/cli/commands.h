@@ -31,6 +31,7 @@ struct EngineFlags {
   size_t max_length = 16384;
   double prefix_cache_gib = -1;  // -1: the engine's default
   size_t step_tokens = 0;        // 0: the engine's default
+  size_t step_layers = 0;        // 0: the engine's default
 };
 void add_engine_flags(CLI::App& c, EngineFlags& f);
 // Number checks with readable refusals ("--max-queue: must be at least 1, not 0"; CLI11's own

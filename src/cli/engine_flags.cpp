@@ -44,6 +44,10 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
                "the requests that arrive meanwhile answered between its steps (they wait one step at most); the same answers.\n"
                "Default 1024 on the CPU, 2048 on the GPU (there a step costs some speed: smaller steps answer others sooner)")
       ->check(positive());
+  c.add_option("--step-layers", f.step_layers,
+               "GPU: a step runs this many backbone layers at a time, with the requests that arrived meanwhile answered between\n"
+               "them, so they wait a few layers of a step rather than a whole one; the same answers. Default 4")
+      ->check(positive());
   c.add_flag("--parse-special", f.parse_special, "parse special-token text in user content, as the reference does");
   c.add_flag("--require-instructions", f.require_instructions, "refuse missing/empty instructions (422)");
   c.add_flag("!--no-check-weights", f.check_weights,
@@ -99,6 +103,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.max_length = f.max_length;
   o.prefix_cache_gib = f.prefix_cache_gib;
   o.step_tokens = f.step_tokens;
+  o.step_layers = f.step_layers;
   o.parse_special = f.parse_special;
   o.require_instructions = f.require_instructions;
   o.check_weights = f.check_weights;

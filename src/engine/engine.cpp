@@ -115,6 +115,7 @@ SchedulerOptions scheduler_options(const EngineOptions& o) {
   s.max_batch_requests = o.max_batch_requests;
   s.max_queue = o.max_queue;
   s.step_tokens = o.step_tokens;  // 0: the engine's default (Scheduler)
+  s.step_layers = o.step_layers;
   return s;
 }
 

@@ -128,6 +128,27 @@ Hardware measure_hardware() {
 #endif
 }
 
+std::shared_ptr<void> hold_gpu_memory_beyond(double card_gib, double* held_gib) {
+#ifdef CLEFRT_HAVE_CUDA
+  if (!cuda_available()) throw Error(Status::Unavailable, "device_unavailable", "no CUDA device to limit");
+  cuda::trim_stack_reservation();
+  const double gib = double(1ull << 30), used = cuda::gpu_used_gib() * gib, free_b = cuda::gpu_free_bytes();
+  const double extra = used + free_b - card_gib * gib;
+  if (extra < 0)
+    throw Error(Status::BadRequest, "usage", "this GPU has " + std::to_string((used + free_b) / gib) + " GiB, less than the " +
+                                                 std::to_string(card_gib) + " GiB asked for");
+  void* p = nullptr;
+  const size_t bytes = size_t(extra) / (2u << 20) * (2u << 20);
+  if (bytes) cuda::check(cudaMalloc(&p, bytes), "holding GPU memory beyond the card limit");
+  if (held_gib) *held_gib = double(bytes) / gib;
+  return std::shared_ptr<void>(p, [](void* q) { if (q) cudaFree(q); });
+#else
+  (void)card_gib;
+  (void)held_gib;
+  throw Error(Status::Unavailable, "device_unavailable", "this build has no CUDA");
+#endif
+}
+
 double gpu_memory_in_use_gib() {
 #ifdef CLEFRT_HAVE_CUDA
   if (!cuda_available()) return 0;
@@ -622,6 +643,9 @@ struct GpuSteps {
   std::shared_ptr<GpuPrefixState> own;     // null: no steps (finish runs it whole)
   int64_t pos = 0, stop = 0;
   bool to_cache = false;                   // own goes to the cache at stop
+  // the step under way, a group of layers a call: its end, the next layer, its residual stream
+  int64_t target = 0, layer = 0;
+  cuda::DeviceBuffer residual;
   const cuda::DevPrefixState* from() const { return own && own->s.length > 0 ? &own->s : hit ? &static_cast<const GpuPrefixState&>(*hit->state).s : nullptr; }
 };
 
@@ -651,19 +675,39 @@ std::unique_ptr<StepRun> EngineCore::gpu_start(const model::Sequence& e) const {
   return r;
 }
 
-bool EngineCore::gpu_step(StepRun& r, int64_t tokens) const {
+bool EngineCore::gpu_step(StepRun& r, int64_t tokens, int64_t layers) const {
   GpuSteps& g = *r.gpu;
   if (!g.own || g.pos >= g.stop) return true;
   const model::Sequence& e = r.seq;
-  const int64_t want = std::min(g.stop, g.pos + std::max(kG, tokens / kG * kG));
-  int64_t target = chunk_boundary(e, want, kG);
-  // an image across the step's end that starts in it: the step takes it whole (and any it runs into)
-  if (target <= g.pos) target = chunk_boundary(e, want, kG, true, g.stop);
+  cuda::Forward& fw = *gpu_->forward;
+  if (g.layer == 0) {  // a new step
+    const int64_t want = std::min(g.stop, g.pos + std::max(kG, tokens / kG * kG));
+    g.target = chunk_boundary(e, want, kG);
+    // an image across the step's end that starts in it: the step takes it whole (and any it runs into)
+    if (g.target <= g.pos) g.target = chunk_boundary(e, want, kG, true, g.stop);
+  }
   model::Sequence part = e;  // its first `target` tokens, no questions: the backbone and the memory rows
-  part.length = target;
+  part.length = g.target;
   part.questions.clear();
-  gpu_->forward->run({part}, {cuda::SeqPrefix{g.from(), &g.own->s, target}});
-  g.pos = target;
+  int64_t end = layers > 0 ? std::min(fw.layers(), g.layer + layers) : fw.layers();
+  const size_t residual_bytes = size_t(g.target - g.pos) * size_t(gpu_->model.c.hidden) * 4;
+  if (end < fw.layers() && g.residual.bytes() < residual_bytes) {
+    try {
+      g.residual = cuda::DeviceBuffer(residual_bytes, "a long request's residual stream between layer groups");
+    } catch (const Error&) {
+      cudaGetLastError();  // no room for it: this step runs its layers at once
+      if (g.layer == 0) end = fw.layers();
+    }
+  }
+  if (g.residual.bytes() < residual_bytes && g.layer > 0)
+    throw Error(Status::Internal, "internal_error", "a step's residual stream went missing between its layer groups");
+  fw.run({part}, {cuda::SeqPrefix{g.from(), &g.own->s, g.target}}, cuda::LayerGroup{g.layer, end, g.residual.as<float>()});
+  if (end < fw.layers()) {
+    g.layer = end;
+    return false;
+  }
+  g.layer = 0;
+  g.pos = g.target;
   g.hit.reset();
   if (g.pos == g.stop && g.to_cache && cache_->make_room(g.stop, g.own->bytes())) cache_->insert(e.cache_key(), g.stop, g.own);
   return g.pos >= g.stop;
@@ -707,10 +751,11 @@ std::unique_ptr<StepRun> EngineCore::start(const model::Sequence& e, model::GdnF
   return r;
 }
 
-bool EngineCore::step(StepRun& r, int64_t tokens) const {
+bool EngineCore::step(StepRun& r, int64_t tokens, int64_t layers) const {
 #ifdef CLEFRT_HAVE_CUDA
-  if (r.gpu) return gpu_step(r, tokens);
+  if (r.gpu) return gpu_step(r, tokens, layers);
 #endif
+  (void)layers;  // the CPU runs a step's layers together
   CpuThreadScope scope(opts_.threads, observer());
   model::SequenceRunner& run = *r.runner;
   const int64_t chunks = std::max<int64_t>(1, tokens / model::kChunkTokens);

@@ -117,13 +117,18 @@ class EngineCore {
 
   // One request in steps, so the scheduler can interleave a long request with short ones:
   // start() looks up the prefix cache; step() runs about `tokens` more (whole chunks; the prefix
-  // state goes to the cache on the way) and says whether the steps are through; finish() runs
+  // state goes to the cache on the way) and says whether the steps are through (on the GPU a
+  // call runs `layers` backbone layers of a step, 0: all; the step's tokens go on through the
+  // next layers at the next call, their residual stream held between); finish() runs
   // the rest (on the GPU: the tokens after the last step, with the head) and gives the
   // probabilities (a 500 for non-finite ones, as probs()). The same bits as probs(). On the GPU
   // the request's state between steps is device memory of its own (~68 KiB a token at Clef
   // 27B's shapes); when that cannot be had, the steps are skipped and finish() runs it whole.
   bool runs_in_steps() const { return opts_.load_weights; }
   int64_t default_step_tokens() const { return gpu_ ? 2048 : 1024; }
+  // Layers a GPU step's call runs: 4 (at 2,048 tokens of a 64k request ~20 ms on an H200:
+  // bench/results/2026-12-03-h200-long-and-interleave.md).
+  int64_t default_step_layers() const { return 4; }
   // Which requests run in steps of `step` tokens: on the CPU any longer one (it runs one request
   // at a time anyway); on the GPU those over 4 steps (a step there costs a forward's fixed part
   // again: bench/results/2026-12-03-h200-prefix-reuse.md).
@@ -132,7 +137,7 @@ class EngineCore {
   // least one request's worth); the CPU has no such bound.
   int64_t max_batch_options() const;
   std::unique_ptr<StepRun> start(const model::Sequence& e, model::GdnForm form = model::GdnForm::Chunked) const;
-  bool step(StepRun& r, int64_t tokens) const;
+  bool step(StepRun& r, int64_t tokens, int64_t layers = 0) const;
   std::vector<std::vector<double>> finish(StepRun& r, size_t* cached_tokens = nullptr) const;
 
   // Per-question probabilities (encoded option order) for several encoded requests, run as one
@@ -187,7 +192,7 @@ class EngineCore {
 #ifdef CLEFRT_HAVE_CUDA
   std::vector<std::vector<std::vector<double>>> gpu_forward(const model::Batch& batch, std::vector<size_t>* cached) const;
   std::unique_ptr<StepRun> gpu_start(const model::Sequence& e) const;
-  bool gpu_step(StepRun& r, int64_t tokens) const;
+  bool gpu_step(StepRun& r, int64_t tokens, int64_t layers) const;
   std::vector<std::vector<double>> gpu_finish(StepRun& r) const;
 #endif
   mutable std::mutex observer_mu_;

@@ -31,6 +31,7 @@ void Job::cancel() {
 Scheduler::Scheduler(const EngineCore& core, SchedulerOptions o) : core_(core), o_(o) {
   if (o_.step_tokens == 0) o_.step_tokens = size_t(core_.default_step_tokens());
   steps_above_ = size_t(core_.steps_above(int64_t(o_.step_tokens)));
+  if (o_.step_layers == 0) o_.step_layers = size_t(core_.default_step_layers());
   max_options_ = size_t(core_.max_batch_options());
   thread_ = std::thread([this] { loop(); });
   deadline_thread_ = std::thread([this] { watch_deadlines(); });
@@ -233,7 +234,7 @@ void Scheduler::step_long() {
   if (j.ended()) return drop();
   try {
     if (!long_run_) long_run_ = core_.start(sequence_of(j.prepared));
-    if (core_.step(*long_run_, int64_t(o_.step_tokens))) {
+    if (core_.step(*long_run_, int64_t(o_.step_tokens), int64_t(o_.step_layers))) {
       size_t cached = 0;
       auto p = core_.finish(*long_run_, &cached);
       end_answered(j, long_start_, std::move(p), cached);

@@ -36,6 +36,9 @@ struct SchedulerOptions {
   // (they wait one step at most). The answer is the same bits either way. 0: the engine's
   // default (EngineCore::default_step_tokens).
   size_t step_tokens = 0;
+  // GPU: a step runs this many layers at a time, the batches of shorter requests between them
+  // (EngineCore::step); 0: the engine's default (EngineCore::default_step_layers).
+  size_t step_layers = 0;
 };
 
 class Job : public Ticket {

@@ -59,9 +59,10 @@ struct Forward::Batch {
   // device pointers per sequence: GDN state in, conv history in, GDN state out
   std::vector<const void*> ptrs;
   const void** dptrs = nullptr;
-  bf16* vv = nullptr;  // pfx: the attention layer's values in the keys' rows (k has Lm rows then)
+  bf16* vv = nullptr;  // pfx or blocked: the attention layer's values in the keys' rows (k has Lm rows then)
   std::vector<Image> images;
   VisionScratch vs{};
+  float* vout = nullptr;  // a group of images' rows out of the tower, before they go into x
   bool mrope = false;
   size_t off_mrope = 0;
   // host index arrays, uploaded in one copy
@@ -72,9 +73,11 @@ struct Forward::Batch {
   int32_t* dmeta = nullptr;
   const int32_t* d(size_t off) const { return dmeta + off; }
 
-  // backbone
+  // backbone: the residual stream, which the final norm turns into the hidden states in place
   float *x, *hidden;
-  bf16* h;
+  // each phase's input norm of the rows it runs at a time (a GDN pass and the K - 1 before it,
+  // an attention block, an MLP block)
+  bf16 *h_gdn, *h_attn, *h_mlp;
   // GDN layer, per pass of gdn_pass chunks (64 tokens at most each): the in_proj output of the pass's
   // tokens and the K - 1 before them (fp32: its conv output is L2-normalised per head, which turns
   // small absolute rounding errors into large ones), conv output, gates, chunk scratch, output
@@ -83,11 +86,15 @@ struct Forward::Batch {
   GdnScratch gs{};
   int64_t gdn_pass = 0;
   float* gdn_state[2] = {nullptr, nullptr};  // a sequence's state between passes [Hv, Dk, Dv]
-  // attention block: qkv output, normed q / k, attention output
-  bf16 *abig, *q, *k, *aact;
+  // attention layer, per block of at most AB tokens: qkv output; for all tokens: normed q, k
+  // (gates and values of their own when blocked: `gate` null then reads them from abig),
+  // attention output
+  bf16 *abig, *q, *k, *aact, *gate = nullptr;
+  int64_t AB = 0;
   // MLP, per block of at most MB tokens: gate|up output, SwiGLU output
   bf16 *mbig, *mact;
   int64_t MB = 0;
+  int64_t OB = 0;  // the head's option rows at a time (its per-option scratch holds a block of them)
   // each phase's quantized Linear inputs (W4A4 / FP8 / native FP4)
   QuantScratch qs_gdn{}, qs_attn{}, qs_mlp{};
   // head
@@ -118,18 +125,18 @@ struct Forward::Batch {
     const int64_t n_gdn = conv_dim + value_dim + 2 * c.v_heads;
     const int64_t n_qkv = c.q_heads * 2 * c.head_dim + 2 * c.kv_heads * c.head_dim, attn_dim = c.q_heads * c.head_dim;
     MB = o.mlp_block_tokens > 0 ? std::min(L, o.mlp_block_tokens) : L;
+    AB = o.attn_block_tokens > 0 ? std::min(L, o.attn_block_tokens) : L;
     gdn_pass = o.gdn_pass_chunks > 0 ? std::min(nchunks, o.gdn_pass_chunks) : nchunks;
     const int64_t Tb = std::min(L, kChunk * gdn_pass);  // a pass's tokens: chunks hold at most 64
     const int64_t d = hc.hidden, W = hc.width, sh = W * 4;  // scorer hidden <= 4W is checked at load
+    OB = o.head_option_block > 0 ? std::min(O, o.head_option_block) : O;
     dmeta = a.carve<int32_t>(meta_capacity(), "batch index arrays");
     dptrs = a.carve<const void*>(size_t(3 * nseq), "prefix state pointers");
-    hidden = a.carve<float>(L * H, "hidden");
+    x = hidden = a.carve<float>(L * H, "residual, then hidden");
     // The backbone's scratch and the head's share one region: the head reads only `hidden` (and
     // the index arrays), and the backbone is done with its scratch once the final norm has
     // written `hidden`. (About a third of the arena at 4,096 tokens on the 27B shapes.)
     const size_t shared_from = a.used();
-    x = a.carve<float>(L * H, "residual");
-    h = a.carve<bf16>(L * H, "normed");
     // GDN layers, attention blocks and MLP blocks run one after another and share one region;
     // within each, buffers live at the same time are carved apart. (Planned for 4,096 tokens on
     // the 27B shapes this was 1.27 GiB with every buffer separate and full length.)
@@ -139,6 +146,7 @@ struct Forward::Batch {
     // dead at both of those GEMMs
     if (gdn_pass < nchunks)
       for (float*& st : gdn_state) st = a.carve<float>(c.v_heads * c.k_head_dim * c.v_head_dim, "gdn state between passes");
+    h_gdn = a.carve<bf16>((Tb + hist) * H, "gdn normed");
     gtmp = a.carve<float>((Tb + hist) * n_gdn, "gdn in_proj out");
     gdn_o = a.carve<float>(Tb * value_dim, "gdn out");
     gact = a.carve<bf16>(Tb * value_dim, "gdn gated norm out");
@@ -155,17 +163,21 @@ struct Forward::Batch {
     phase_end = std::max(phase_end, a.used());
     // attention block
     a.rewind(phase_from);
-    abig = a.carve<bf16>(L * n_qkv, "attn qkv");
+    h_attn = a.carve<bf16>(AB * H, "attn normed");
+    abig = a.carve<bf16>(AB * n_qkv, "attn qkv");
     q = a.carve<bf16>(L * attn_dim, "attn q");
+    if (AB < L) gate = a.carve<bf16>(L * attn_dim, "attn gates");
     // a batch continuing cached prefixes keeps keys and values in rows of their own, Lm of them
+    // (values also when the qkv output is blocked)
     k = a.carve<bf16>((pfx ? Lm : L) * c.kv_heads * c.head_dim, "attn k");
-    if (pfx) vv = a.carve<bf16>(Lm * c.kv_heads * c.head_dim, "attn values in the keys' rows");
+    if (pfx || AB < L) vv = a.carve<bf16>((pfx ? Lm : L) * c.kv_heads * c.head_dim, "attn values in the keys' rows");
     // flash attention writes each (query tile, head)'s output over the queries it loaded first
     aact = q;
     qs_attn = carve_qs(a, m, L, std::max(H, attn_dim));
     phase_end = std::max(phase_end, a.used());
     // MLP block
     a.rewind(phase_from);
+    h_mlp = a.carve<bf16>(MB * H, "mlp normed");
     mbig = a.carve<bf16>(MB * 2 * c.ffn, "mlp gate|up");
     mact = a.carve<bf16>(MB * c.ffn, "mlp act");
     qs_mlp = carve_qs(a, m, MB, std::max(H, c.ffn));
@@ -177,10 +189,10 @@ struct Forward::Batch {
     mem = a.carve<float>(Lm * W, "head memory norm");
     KV = a.carve<float>(Lm * 2 * W, "head kv");
     qm = a.carve<float>(Q * d, "qm");
-    lm = a.carve<float>(O * d, "lm");
+    lm = a.carve<float>(OB * d, "lm");
     glast = a.carve<float>(nseq * d, "g");
     qp = a.carve<float>(Q * W, "option_question_projection of the question rows");
-    const int64_t rows = std::max(O, Q);
+    const int64_t rows = std::max(OB, Q);
     R = a.carve<float>(O * W, "R");
     B = a.carve<float>(Q * W, "B");
     summary = a.carve<float>(Q * W, "summary");
@@ -196,18 +208,21 @@ struct Forward::Batch {
     att = a.carve<float>(rows * W, "head att");
     nrm = a.carve<float>(rows * W, "head norm");
     ff = a.carve<float>(rows * std::max(hc.ffn, sh), "head ff");
-    feat = a.carve<float>(O * 4 * W, "scorer features");
+    feat = a.carve<float>(OB * 4 * W, "scorer features");
     const size_t late_end = a.used();
     a.rewind(late_from);
-    cm = a.carve<float>(O * d, "cm");
+    cm = a.carve<float>(OB * d, "cm");
     a.rewind(std::max(a.used(), late_end));
     a.rewind(std::max(a.used(), backbone_end));
-    // the tower runs before the embeddings: its scratch shares the backbone's region, and its
-    // output rows wait in `hidden` (out_hidden == hidden, checked at load)
+    // the tower runs after the embeddings, before the first layer: its scratch shares the
+    // backbone's region, and a group's rows go from vout into x (out_hidden == hidden, checked
+    // at load)
     if (VS > 0) {
       const size_t end = a.used();
       a.rewind(shared_from);
       vs = VisionScratch::carve(a, m.vision.c, VS);
+      const int64_t m2 = m.vision.c.spatial_merge * m.vision.c.spatial_merge;
+      vout = a.carve<float>((VS + m2 - 1) / m2 * H, "vision rows out");
       a.rewind(std::max(a.used(), end));
     }
   }
@@ -313,6 +328,14 @@ std::vector<std::vector<std::vector<double>>> Forward::run(const model::Batch& b
   return run_impl(batch, nullptr, prefixes.empty() ? nullptr : &prefixes);
 }
 
+std::vector<std::vector<std::vector<double>>> Forward::run(const model::Batch& batch, const std::vector<SeqPrefix>& prefixes,
+                                                           const LayerGroup& group) {
+  if (group.first < 0 || group.first >= group.end || group.end > layers() || (group.end < layers() && !group.residual) ||
+      (group.first > 0 && !group.residual))
+    throw Error(Status::Internal, "internal_error", "Forward::run: a layer group outside the backbone, or without its residual");
+  return run_impl(batch, nullptr, prefixes.empty() ? nullptr : &prefixes, &group);
+}
+
 PrefixLayout PrefixLayout::of(const DevModel& m, int64_t capacity) {
   const int64_t length = capacity;
   const auto& c = m.c;
@@ -332,7 +355,7 @@ PrefixLayout PrefixLayout::of(const DevModel& m, int64_t capacity) {
 }
 
 std::vector<std::vector<std::vector<double>>> Forward::run_impl(const model::Batch& batch, const std::vector<float>* hidden,
-                                                                const std::vector<SeqPrefix>* prefixes) {
+                                                                const std::vector<SeqPrefix>* prefixes, const LayerGroup* group) {
   Batch b;
   prepare(b, batch, prefixes);
   if (b.L == 0) return {};
@@ -340,7 +363,13 @@ std::vector<std::vector<std::vector<double>>> Forward::run_impl(const model::Bat
     if (hidden->size() != size_t(b.L * m_.c.hidden)) throw Error(Status::Internal, "internal_error", "head_only: hidden has the wrong size");
     check(cudaMemcpyAsync(b.hidden, hidden->data(), hidden->size() * 4, cudaMemcpyHostToDevice, stream_), "upload hidden");
   } else {
-    backbone(b);
+    backbone(b, group);
+  }
+  if (group && group->end < layers()) {  // the step goes on with the next group: nothing is whole yet
+    mark("end");
+    check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
+    collect_profile();
+    return std::vector<std::vector<std::vector<double>>>(batch.size());
   }
   head(b);
   mark("end");
@@ -650,7 +679,7 @@ void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<Seq
   }
 }
 
-void Forward::backbone(Batch& b) {
+void Forward::backbone(Batch& b, const LayerGroup* group) {
   const auto& c = m_.c;
   const int64_t L = b.L, H = c.hidden;
   const float eps = float(c.rms_eps);
@@ -674,37 +703,32 @@ void Forward::backbone(Batch& b) {
     mrope.sec_w = int(c.mrope_limit(2));
   }
 
-  // the images through the tower in groups that fit its scratch, their rows into `hidden`
+  const int64_t first = group ? group->first : 0, end = group ? group->end : layers();
+  if (first > 0) d2d(b.x, group->residual, size_t(L * H) * 4, "a step's residual stream in");
+  else mark("embed");
+  if (first == 0) embed_gather(b.d(b.off_ids), L, m_.embed, H, b.x, s);
+  // the images through the tower in groups that fit its scratch, their rows in place of the
+  // image pad embeddings
   const int64_t m2 = m_.vision.c.spatial_merge * m_.vision.c.spatial_merge;
-  for (size_t i = 0, rows = 0; i < b.images.size();) {
+  for (size_t i = 0; first == 0 && i < b.images.size();) {
     std::vector<const model::ImagePatches*> group;
-    int64_t patches = 0, tokens = 0;
-    for (; i < b.images.size() && patches + b.images[i].count * m2 <= b.vs.S; ++i) {
+    const size_t first = i;
+    for (int64_t patches = 0; i < b.images.size() && patches + b.images[i].count * m2 <= b.vs.S; ++i) {
       group.push_back(b.images[i].patches);
       patches += b.images[i].count * m2;
-      tokens += b.images[i].count;
     }
-    vision_tower(m_.vision, *gemm_, group, b.vs, b.hidden + rows * H, s, [this](const char* op) { mark(op); });
-    rows += size_t(tokens);
+    vision_tower(m_.vision, *gemm_, group, b.vs, b.vout, s, [this](const char* op) { mark(op); });
+    for (size_t j = first, rows = 0; j < i; rows += size_t(b.images[j++].count))
+      d2d(b.x + b.images[j].row * H, b.vout + rows * H, size_t(b.images[j].count * H) * 4, "image rows into the embeddings");
   }
-  mark("embed");
-  embed_gather(b.d(b.off_ids), L, m_.embed, H, b.x, s);
-  // the tower's rows in place of the image pad embeddings
-  int64_t done_rows = 0;
-  for (const Batch::Image& im : b.images) {
-    check(cudaMemcpyAsync(b.x + im.row * H, b.hidden + done_rows * H, size_t(im.count * H) * 4, cudaMemcpyDeviceToDevice, s),
-          "image rows into the embeddings");
-    done_rows += im.count;
-  }
-  lin_->begin(b.qs_gdn);
+  lin_->begin(b.qs_gdn, size_t(first));
   LinearRunner& lin = *lin_;
-  int64_t done = 0;
-  for (const DevLayer& l : m_.layers) {
-    if (o_.debug_layers >= 0 && done++ >= o_.debug_layers) break;
+  for (int64_t li = 0; li < end; ++li) {
+    const DevLayer& l = m_.layers[size_t(li)];
+    if (o_.debug_layers >= 0 && li >= o_.debug_layers) break;
     const int64_t ai = attn_i, gi = gdn_i;
     (l.type == LayerType::LinearAttention ? gdn_i : attn_i) += 1;
-    mark("rms_norm");
-    rms_norm_1p(b.x, L, H, l.input_norm, eps, b.h, nullptr, s);
+    if (li < first) continue;
     if (l.type == LayerType::LinearAttention) {
       // The whole GDN layer runs per pass of chunks, tokens [T0, T1): in_proj over those rows
       // and the conv's K - 1 rows of history before them (recomputed: a GEMM row does not depend
@@ -719,8 +743,10 @@ void Forward::backbone(Batch& b) {
         const int64_t T0 = starts[c0], T1 = c1 < b.nchunks ? starts[c1] : L, rows = T1 - T0;
         const int64_t R0 = std::max<int64_t>(0, T0 - hist);
         lin.replay_from(gdn_weights);
+        mark("rms_norm");
+        rms_norm_1p(b.x + R0 * H, T1 - R0, H, l.input_norm, eps, b.h_gdn, nullptr, s);
         mark("gemm gdn in_proj");
-        lin.run(b.h + R0 * H, T1 - R0, H, l.gdn_in, b.gtmp, OutType::F32, n, false, "gdn in_proj");
+        lin.run(b.h_gdn, T1 - R0, H, l.gdn_in, b.gtmp, OutType::F32, n, false, "gdn in_proj");
         mark("gdn conv+prep");
         ConvHistory from;
         if (b.pfx) from = {b.d(b.off_seq_of), reinterpret_cast<const float* const*>(b.dptrs + b.nseq), int64_t(gi * block)};
@@ -765,8 +791,6 @@ void Forward::backbone(Batch& b) {
     } else {
       const int64_t n = l.qkv.n;
       lin.use_scratch(b.qs_attn);
-      mark("gemm attn qkv");
-      lin.run(b.h, L, H, l.qkv, b.abig, OutType::BF16, n, false, "attention qkv_proj");
       const size_t row_bytes = size_t(kvw) * 2;
       if (b.pfx) {  // keys / values in their own rows: the cached ones, then this batch's after them
         mark("prefix state in");
@@ -777,11 +801,22 @@ void Forward::backbone(Batch& b) {
           d2d(b.vv + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.v_at(ai), size_t(pr.from) * row_bytes, "prefix state: values in");
         }
       }
-      mark("attn prep");
-      attn_prep(b.abig, n, L, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), mrope, l.q_norm, l.k_norm, eps, b.q,
-                b.k, s, b.pfx ? b.d(b.off_kv_row) : nullptr, b.pfx ? b.vv : nullptr);
-      const bf16 *keys = b.k, *values = b.pfx ? b.vv : b.abig + Hq * 2 * D + Hkv * D;
-      const int64_t ldv = b.pfx ? kvw : n;
+      // per block: the input norm, qkv, then q / k normed and rotated into their rows for all
+      // tokens (gates and values too when blocked)
+      const size_t qkv_weights = lin.position();
+      for (int64_t t0 = 0; t0 < L; t0 += b.AB) {
+        const int64_t rows = std::min(b.AB, L - t0);
+        lin.replay_from(qkv_weights);
+        mark("rms_norm");
+        rms_norm_1p(b.x + t0 * H, rows, H, l.input_norm, eps, b.h_attn, nullptr, s);
+        mark("gemm attn qkv");
+        lin.run(b.h_attn, rows, H, l.qkv, b.abig, OutType::BF16, n, false, "attention qkv_proj");
+        mark("attn prep");
+        attn_prep(rows_before<const bf16>(b.abig, t0, n), n, L, t0, rows, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), mrope,
+                  l.q_norm, l.k_norm, eps, b.q, b.k, s, b.pfx ? b.d(b.off_kv_row) : nullptr, b.vv, b.gate);
+      }
+      const bf16 *keys = b.k, *values = b.vv ? b.vv : b.abig + Hq * 2 * D + Hkv * D;
+      const int64_t ldv = b.vv ? kvw : n;
       if (b.snaps) mark("prefix state out");
       for (const Batch::Prefix& pr : b.pre) {  // states left: the keys / values of their tokens [out_from, at)
         if (!pr.out) continue;
@@ -794,22 +829,23 @@ void Forward::backbone(Batch& b) {
               "prefix state: values out");
       }
       mark("flash attention");
-      flash_attention(b.q, keys, values, ldv, b.abig + D, n, 2 * D, Hq, Hkv, D, tiles, b.aact, s);
+      if (b.gate) flash_attention(b.q, keys, values, ldv, b.gate, Hq * D, D, Hq, Hkv, D, tiles, b.aact, s);
+      else flash_attention(b.q, keys, values, ldv, b.abig + D, n, 2 * D, Hq, Hkv, D, tiles, b.aact, s);
       mark("gemm attn o_proj");
       lin.run(b.aact, L, Hq * D, l.o, b.x, OutType::F32, H, true, "attention o_proj");
     }
-    mark("rms_norm");
-    rms_norm_1p(b.x, L, H, l.post_norm, eps, b.h, nullptr, s);
     lin.use_scratch(b.qs_mlp);
     const size_t mlp_weights = lin.position();
     for (int64_t t0 = 0; t0 < L; t0 += b.MB) {
       const int64_t rows = std::min(b.MB, L - t0);
       lin.replay_from(mlp_weights);
+      mark("rms_norm");
+      rms_norm_1p(b.x + t0 * H, rows, H, l.post_norm, eps, b.h_mlp, nullptr, s);
       mark("gemm mlp gate_up");
       // FP8: the GEMMs' scales are applied by the SwiGLU as it reads gate|up (same bits, one pass less)
       LinearRunner::Fp8Scales gsc;
-      const bool fp8_fused = lin.run_fp8_unscaled(b.h + t0 * H, rows, H, l.gate_up, b.mbig, 2 * c.ffn, "mlp gate_up_proj", gsc);
-      if (!fp8_fused) lin.run(b.h + t0 * H, rows, H, l.gate_up, b.mbig, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
+      const bool fp8_fused = lin.run_fp8_unscaled(b.h_mlp, rows, H, l.gate_up, b.mbig, 2 * c.ffn, "mlp gate_up_proj", gsc);
+      if (!fp8_fused) lin.run(b.h_mlp, rows, H, l.gate_up, b.mbig, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
       mark("swiglu");
       if (fp8_fused) swiglu_fp8_scaled(b.mbig, rows, c.ffn, gsc.rs, gsc.cs_lo, gsc.cs_hi, gsc.split, b.mact, s);
       else swiglu(b.mbig, rows, c.ffn, b.mact, s);
@@ -817,8 +853,12 @@ void Forward::backbone(Batch& b) {
       lin.run(b.mact, rows, c.ffn, l.down, b.x + t0 * H, OutType::F32, H, true, "mlp down_proj");
     }
   }
+  if (end < layers()) {  // the next group goes on from here
+    d2d(group->residual, b.x, size_t(L * H) * 4, "a step's residual stream out");
+    return;
+  }
   mark("rms_norm");
-  rms_norm_1p(b.x, L, H, m_.final_norm, eps, nullptr, b.hidden, s);
+  rms_norm_1p(b.x, L, H, m_.final_norm, eps, nullptr, b.hidden, s);  // in place (hidden == x)
 }
 
 void Forward::head(Batch& b) {
@@ -862,16 +902,25 @@ void Forward::head(Batch& b) {
             "prefix state: memory rows out");
   if (b.Q == 0) return;  // a step: the memory rows were all it had to leave
   span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_qbeg), b.d(b.off_qend), Q, d, b.qm, nullptr, s);
-  span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_obeg), b.d(b.off_oend), O, d, b.cm, nullptr, s);
-  span_mean(nullptr, 0, m_.lm_head, b.d(b.off_ids), b.d(b.off_obeg), b.d(b.off_oend), O, d, b.lm, nullptr, s);
   gather_rows(b.Hn, d, b.d(b.off_last), N, b.glast, nullptr, s);
-  lin(b.cm, O, h.option_context_proj, b.R, false, "head option_context_projection");
-  lin(b.lm, O, h.option_lexical_proj, b.R, true, "head option_lexical_projection");
   // option_question_projection of each option's question mean: projected once per question, then
   // added per option (a head_gemm row does not depend on the other rows: the same bits as
   // projecting every option's copy of the row, with Q rows instead of O)
   lin(b.qm, Q, h.option_question_proj, b.qp, false, "head option_question_projection");
-  gather_rows_add(b.qp, W, b.d(b.off_qof), O, b.R, s);
+  // The option rows' per-row work runs over blocks of OB options (their scratch holds one block;
+  // every op is per row, so the bits do not depend on the block): the lexical span means into lm
+  auto lexical = [&](int64_t o0, int64_t nb) {
+    span_mean(nullptr, 0, m_.lm_head, b.d(b.off_ids), b.d(b.off_obeg) + o0, b.d(b.off_oend) + o0, nb, d, b.lm, nullptr, s);
+  };
+  for (int64_t o0 = 0; o0 < O; o0 += b.OB) {
+    const int64_t nb = std::min(b.OB, O - o0);
+    float* R = b.R + o0 * W;
+    span_mean(b.Hn, d, nullptr, nullptr, b.d(b.off_obeg) + o0, b.d(b.off_oend) + o0, nb, d, b.cm, nullptr, s);
+    lexical(o0, nb);
+    lin(b.cm, nb, h.option_context_proj, R, false, "head option_context_projection");
+    lin(b.lm, nb, h.option_lexical_proj, R, true, "head option_lexical_projection");
+    gather_rows_add(b.qp, W, b.d(b.off_qof) + o0, nb, R, s);
+  }
 
   // q rows of an MHA's packed in_proj: [W, W] at row 0; k|v rows: [2W, W] at row W
   auto q_part = [&](const DevMha& m) { return DevLinear32{m.in.w, nullptr, W, W}; };
@@ -899,10 +948,14 @@ void Forward::head(Batch& b) {
   for (const auto& ev : h.evidence) {
     layer_norm(b.M, Lm, W, W, ev.memory_norm.w, ev.memory_norm.b, eps, nullptr, b.mem, s);
     memory_kv(ev.attn, b.mem);
-    layer_norm(b.R, O, W, W, ev.query_norm.w, ev.query_norm.b, eps, nullptr, b.nrm, s);
-    cross(ev.attn, b.nrm, O, b.d(b.off_otok_b), b.d(b.off_otok_e), b.R);
-    layer_norm(b.R, O, W, W, ev.ff_norm.w, ev.ff_norm.b, eps, nullptr, b.nrm, s);
-    ffn(ev.ff0, ev.ff0_b, ev.ff3, ev.ff3_b, b.nrm, O, b.R);
+    for (int64_t o0 = 0; o0 < O; o0 += b.OB) {
+      const int64_t nb = std::min(b.OB, O - o0);
+      float* R = b.R + o0 * W;
+      layer_norm(R, nb, W, W, ev.query_norm.w, ev.query_norm.b, eps, nullptr, b.nrm, s);
+      cross(ev.attn, b.nrm, nb, b.d(b.off_otok_b) + o0, b.d(b.off_otok_e) + o0, R);
+      layer_norm(R, nb, W, W, ev.ff_norm.w, ev.ff_norm.b, eps, nullptr, b.nrm, s);
+      ffn(ev.ff0, ev.ff0_b, ev.ff3, ev.ff3_b, b.nrm, nb, R);
+    }
   }
   mark("head fields + decoder");
   lin(b.qm, Q, h.question_proj, b.B, false, "head question_projection");
@@ -929,11 +982,17 @@ void Forward::head(Batch& b) {
   mark("head scorer");
   layer_norm(b.F, Q, W, W, h.field_norm.w, h.field_norm.b, eps, nullptr, b.Fn, s);
   layer_norm(b.R, O, W, W, h.option_norm.w, h.option_norm.b, eps, nullptr, b.On, s);
-  scorer_features(b.Fn, b.On, b.d(b.off_qof), O, W, b.feat, s);
   const int64_t sh = h.scorer0.n;
-  lin(b.feat, O, h.scorer0, b.ff, false, "head residual_scorer.0");
-  bias_act(b.ff, O, sh, sh, h.scorer0_b, true, s);
-  head_logits(b.lm, b.qm, b.glast, b.d(b.off_qof), b.d(b.off_oreq), O, d, b.Fn, b.On, W, b.ff, h.scorer3_w, sh, h.scalars, b.logits, s);
+  for (int64_t o0 = 0; o0 < O; o0 += b.OB) {
+    const int64_t nb = std::min(b.OB, O - o0);
+    const int32_t* qof = b.d(b.off_qof) + o0;
+    scorer_features(b.Fn, b.On + o0 * W, qof, nb, W, b.feat, s);
+    lin(b.feat, nb, h.scorer0, b.ff, false, "head residual_scorer.0");
+    bias_act(b.ff, nb, sh, sh, h.scorer0_b, true, s);
+    if (b.OB < O) lexical(o0, nb);  // one block: lm still holds it
+    head_logits(b.lm, b.qm, b.glast, qof, b.d(b.off_oreq) + o0, nb, d, b.Fn, b.On + o0 * W, W, b.ff, h.scorer3_w, sh, h.scalars,
+                b.logits + o0, s);
+  }
   question_softmax(b.logits, b.d(b.off_optbeg), Q, s);
 }
 

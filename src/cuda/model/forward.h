@@ -42,6 +42,16 @@ struct ForwardOptions {
   // are batch-invariant, so a row's bits do not depend on its block. Staged NVFP4 dequantizes
   // the MLP weights once per block: a memory-for-time trade (--offload-embeddings turns it on).
   int64_t mlp_block_tokens = 0;
+  // An attention layer's input norm, qkv GEMM and q / k norms + RoPE run over blocks of at most
+  // this many tokens (0: all at once); queries, gates, keys and values then wait in buffers of
+  // their own for every token (28 KiB a token on the 27B shapes instead of the qkv output's 44).
+  // Row-invariant GEMMs and per-token kernels: the same bits.
+  int64_t attn_block_tokens = 0;
+  // The joint head's per-option work (span means, evidence layers, scorer) runs over blocks of at
+  // most this many options (0: all at once), so its option scratch (~90 KiB an option on the 27B
+  // shapes: the 5,120-wide span means, the attention and feed-forward rows) is planned for a
+  // block. Per-row ops throughout: the same bits.
+  int64_t head_option_block = 0;
   // The vision tower's scratch holds this many patches (0: merge^2 x max_tokens, every image
   // token's). The processor's largest image (max_pixels / patch^2) is enough: a batch's images
   // run through the tower in groups that fit, with the same bits as all at once.
@@ -49,11 +59,15 @@ struct ForwardOptions {
   int64_t debug_layers = -1;   // tests: run only the first N backbone layers (-1: all)
 };
 
-// The lean-memory plan that goes with --offload-embeddings: the MLP over 1,024-token blocks and
-// the GDN layers in passes of 16 chunks (the same answers bit for bit; a little slower on long
-// inputs, more so for staged NVFP4, which dequantizes those weights once per block / pass).
+// The lean-memory plan that goes with --offload-embeddings: the MLP and the attention layers'
+// projections over 1,024-token blocks, the GDN layers in passes of 16 chunks, the head's options
+// in blocks of 1,024 (the same
+// answers bit for bit; a little slower on long inputs, more so for staged NVFP4, which
+// dequantizes those weights once per block / pass).
 inline void use_lean_memory_plan(ForwardOptions& o) {
   o.mlp_block_tokens = 1024;
+  o.attn_block_tokens = 1024;
+  o.head_option_block = 1024;
   o.gdn_pass_chunks = 16;
 }
 
@@ -90,6 +104,17 @@ struct SeqPrefix {
   int64_t at = 0;
 };
 
+// A long request's step a group of layers at a time (EngineCore's GPU steps: other requests run
+// between the groups): layers [first, end) of the backbone over the batch's tokens, the residual
+// stream carried from one group to the next in `residual` ([tokens, hidden] fp32, the caller's).
+// The first group embeds; the last (end == the model's layers) ends as run() does (final norm,
+// head, the states' lengths); the others leave the states' lengths as they were (a state is
+// whole only after the last group). The same bits as all layers in one run.
+struct LayerGroup {
+  int64_t first = 0, end = 0;
+  float* residual = nullptr;
+};
+
 class Forward {
  public:
   Forward(const DevModel& m, ForwardOptions o);
@@ -102,6 +127,10 @@ class Forward {
   // given to `into` is complete when this returns. A batch without questions (a long
   // request's step) runs the backbone and the head's memory rows only and answers nothing.
   std::vector<std::vector<std::vector<double>>> run(const model::Batch& batch, const std::vector<SeqPrefix>& prefixes);
+  // The same over a group of layers (LayerGroup); a group before the last answers nothing.
+  std::vector<std::vector<std::vector<double>>> run(const model::Batch& batch, const std::vector<SeqPrefix>& prefixes,
+                                                    const LayerGroup& group);
+  int64_t layers() const { return int64_t(m_.layers.size()); }
   std::vector<std::vector<std::vector<double>>> run(const std::vector<const Encoded*>& batch) { return run(model::batch_of(batch)); }
   // The backbone alone: final-norm hidden states [tokens, hidden] (tests compare them with the
   // CPU engine's).
@@ -142,8 +171,8 @@ class Forward {
   static int64_t vision_plan(const DevModel& m, const ForwardOptions& o);  // the tower's scratch in patches
   void prepare(Batch& b, const model::Batch& batch, const std::vector<SeqPrefix>* prefixes = nullptr);
   std::vector<std::vector<std::vector<double>>> run_impl(const model::Batch& batch, const std::vector<float>* hidden,
-                                                         const std::vector<SeqPrefix>* prefixes = nullptr);
-  void backbone(Batch& b);
+                                                         const std::vector<SeqPrefix>* prefixes = nullptr, const LayerGroup* group = nullptr);
+  void backbone(Batch& b, const LayerGroup* group = nullptr);
   void head(Batch& b);
   void mark(const char* op);   // profiling: the op that starts here
   void collect_profile();      // after a sync: events -> totals

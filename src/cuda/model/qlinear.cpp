@@ -49,10 +49,13 @@ int64_t LinearRunner::fp8_scratch_cols(const DevModel& m) {
 LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t stage_bytes, W4A16Kernel w4a16,
                            W4A16Gemm w4a16_gemm)
     : m_(m), gemm_(gemm), s_(s), w4a16_(w4a16), w4a16_gemm_(w4a16_gemm), fp8_cols_(fp8_scratch_cols(m)) {
+  layer_chunk_.assign(m.layers.size() + 1, 0);
   if (!m.has_nvfp4) return;
   size_t slot = 0;
-  for (const DevLinear* l : schedule_order(m))
-    for (const DevLinearPart& p : l->parts) {
+  const std::vector<const DevLinear*> order = schedule_order(m);
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i % kLinearsPerLayer == 0) layer_chunk_[i / kLinearsPerLayer] = chunks_.size();
+    for (const DevLinearPart& p : order[i]->parts) {
       // native FP4 parts and fused W4A16 ones need no staging
       if (p.fmt != WFormat::NVFP4 || p.scales_swizzled || fused_nvfp4(p)) continue;
       const int64_t rows_per_chunk = std::max<int64_t>(16, int64_t(stage_bytes / size_t(p.k * 2)));
@@ -63,6 +66,8 @@ LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t
         slot = std::max(slot, size_t(std::min(rows, p.n - r0) * p.k) * 2);
       }
     }
+  }
+  layer_chunk_.back() = chunks_.size();
   if (chunks_.empty()) return;  // every NVFP4 part runs natively (Blackwell): no staging
   slots_[0] = DeviceBuffer(slot, "NVFP4 staging");
   slots_[1] = DeviceBuffer(slot, "NVFP4 staging");
@@ -82,13 +87,14 @@ LinearRunner::~LinearRunner() {
   if (side_) cudaStreamDestroy(side_);
 }
 
-void LinearRunner::begin(const QuantScratch& sc) {
+void LinearRunner::begin(const QuantScratch& sc, size_t layer) {
+  if (layer >= layer_chunk_.size()) throw Error(Status::Internal, "internal_error", "NVFP4 staging: begin past the last layer");
   sc_ = sc;
-  cursor_ = 0;
-  if (chunks_.empty()) return;
+  cursor_ = layer_chunk_[layer];
+  if (cursor_ >= chunks_.size()) return;
   // Both slots are free once what the main stream has queued so far is done.
   for (int i = 0; i < 2; ++i) check(cudaEventRecord(free_[i], s_), "NVFP4 staging");
-  issue(0);
+  issue(cursor_);
 }
 
 void LinearRunner::replay_from(size_t pos) {

@@ -52,8 +52,9 @@ class LinearRunner {
   LinearRunner(const LinearRunner&) = delete;
   LinearRunner& operator=(const LinearRunner&) = delete;
 
-  // Call at the start of each backbone pass: restarts the NVFP4 schedule and stages chunk 0.
-  void begin(const QuantScratch& sc);
+  // Call at the start of each backbone pass: restarts the NVFP4 schedule at layer `layer`'s
+  // first Linear (a pass over a group of layers starts there) and stages its first chunk.
+  void begin(const QuantScratch& sc, size_t layer = 0);
   // The quantization scratch from here on (each backbone phase plans its own).
   void use_scratch(const QuantScratch& sc) { sc_ = sc; }
   // Running the same Linears again (the MLP over its next token block): position() before
@@ -84,7 +85,8 @@ class LinearRunner {
   // 16-byte aligned (small test models).
   static int64_t fp8_scratch_cols(const DevModel& m);
 
-  // The backbone's Linears in the order Forward::backbone runs them.
+  // The backbone's Linears in the order Forward::backbone runs them, kLinearsPerLayer a layer.
+  static constexpr size_t kLinearsPerLayer = 4;
   static std::vector<const DevLinear*> schedule_order(const DevModel& m);
   // Whether part p runs the fused W4A16 GEMM (else staging or another format).
   bool fused_nvfp4(const DevLinearPart& p) const;
@@ -108,6 +110,7 @@ class LinearRunner {
   cudaEvent_t ready_[2] = {nullptr, nullptr}, free_[2] = {nullptr, nullptr};
   DeviceBuffer slots_[2];
   std::vector<Chunk> chunks_;
+  std::vector<size_t> layer_chunk_;  // per layer (and one past the last): its first chunk
   size_t cursor_ = 0;
   QuantScratch sc_{};
 };

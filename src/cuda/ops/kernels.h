@@ -102,19 +102,20 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
                 cudaStream_t s);
 
 // ---- gated attention (kernels_attn.cu) ----
-// From the fused q|gate, k, v GEMM output qkv [L, ldqkv]: q heads (rows of 2D: q then gate)
-// and k heads get the (1+w) RMSNorm and partial RoPE (rotary dim R, angle inv_freq[i] * pos in
-// fp32, pos = t - seq_start[t], or the mRoPE rows when mrope.pos is set). Writes q [L, Hq, D]
-// and k [L, Hkv, D] bf16.
+// From the fused q|gate, k, v GEMM output qkv (row t at qkv + t * ldqkv) of tokens [t0, t0 +
+// rows) of a batch of L: q heads (rows of 2D: q then gate) and k heads get the (1+w) RMSNorm and
+// partial RoPE (rotary dim R, angle inv_freq[i] * pos in fp32, pos = t - seq_start[t], or the
+// mRoPE rows when mrope.pos is set). Writes their rows of q [L, Hq, D] and k [L, Hkv, D] bf16.
 struct MropePositions {
   const int32_t* pos = nullptr;  // null: pos = t - seq_start[t]; else rows t, h, w: [3, L]
   int sec_h = 0, sec_w = 0;      // 3 x mrope_section[1], 3 x mrope_section[2] (spec/model.md 1.2)
 };
-// kv_row (a batch continuing cached prefixes): token t's k row goes to row kv_row[t] of k, and
-// its v heads (copied from qkv) to row kv_row[t] of v_out [.., Hkv, D]; null: k row t, v stays.
-void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hkv, int64_t D, int64_t R, const float* inv_freq,
-               const int32_t* seq_start, const MropePositions& mrope, const float* q_norm, const float* k_norm, float eps, bf16* q, bf16* k,
-               cudaStream_t s, const int32_t* kv_row = nullptr, bf16* v_out = nullptr);
+// kv_row (a batch continuing cached prefixes): token t's k row goes to row kv_row[t] of k (null:
+// row t). v_out: its v heads (copied from qkv) go to that row of v_out [.., Hkv, D] too; gate_out:
+// its gate heads to row t of gate_out [L, Hq, D] (null: they stay in qkv).
+void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t t0, int64_t rows, int64_t Hq, int64_t Hkv, int64_t D, int64_t R,
+               const float* inv_freq, const int32_t* seq_start, const MropePositions& mrope, const float* q_norm, const float* k_norm, float eps,
+               bf16* q, bf16* k, cudaStream_t s, const int32_t* kv_row = nullptr, bf16* v_out = nullptr, bf16* gate_out = nullptr);
 // Causal varlen flash attention (tensor cores, online softmax), GQA, then * sigmoid(gate).
 // Tiles of 64 queries: tile i covers queries [tile_q0[i], min(tile_q0[i] + 64, tile_end[i])) of
 // the sequence starting at tile_seq0[i] and ending at tile_end[i].

@@ -17,17 +17,22 @@ namespace {
 
 constexpr int kMaxD = 256;
 
-// One warp per (token, head); q heads first (rows of 2D in qkv: q then gate), then k heads.
-__global__ void attn_prep_k(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hkv, int D, int R, const float* inv_freq,
-                            const int32_t* seq_start, MropePositions mp, const float* q_norm, const float* k_norm, float eps, bf16* q,
-                            bf16* k, const int32_t* kv_row, bf16* v_out) {
+// One warp per (token, head) of tokens [t0, t0 + rows); q heads first (rows of 2D in qkv: q then
+// gate), then k heads.
+__global__ void attn_prep_k(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t t0, int64_t rows, int64_t Hq, int64_t Hkv, int D, int R,
+                            const float* inv_freq, const int32_t* seq_start, MropePositions mp, const float* q_norm, const float* k_norm,
+                            float eps, bf16* q, bf16* k, const int32_t* kv_row, bf16* v_out, bf16* gate_out) {
   __shared__ float buf[8][kMaxD];
   const int lane = threadIdx.x & 31, wl = threadIdx.x >> 5;
   const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
-  if (wid >= L * (Hq + Hkv)) return;
-  const int64_t t = wid / (Hq + Hkv), hh = wid - t * (Hq + Hkv);
+  if (wid >= rows * (Hq + Hkv)) return;
+  const int64_t t = t0 + wid / (Hq + Hkv), hh = wid % (Hq + Hkv);
   const bool is_q = hh < Hq;
   const bf16* src = qkv + t * ldqkv + (is_q ? hh * 2 * D : Hq * 2 * D + (hh - Hq) * D);
+  if (is_q && gate_out) {  // the gate head into [L, Hq, D]
+    bf16* gd = gate_out + (t * Hq + hh) * D;
+    for (int i = lane; i < D; i += 32) gd[i] = src[D + i];
+  }
   const float* w = is_q ? q_norm : k_norm;
   const int64_t kr = kv_row ? kv_row[t] : t;
   bf16* dst = is_q ? q + (t * Hq + hh) * D : k + (kr * Hkv + (hh - Hq)) * D;
@@ -266,15 +271,15 @@ void launch_flash(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, cons
 
 }  // namespace
 
-void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t Hq, int64_t Hkv, int64_t D, int64_t R, const float* inv_freq,
-               const int32_t* seq_start, const MropePositions& mrope, const float* q_norm, const float* k_norm, float eps, bf16* q, bf16* k,
-               cudaStream_t s, const int32_t* kv_row, bf16* v_out) {
-  if (v_out && !kv_row) throw Error(Status::Internal, "internal_error", "attn_prep: v_out without kv_row");
-  if (L == 0) return;
+void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t t0, int64_t rows, int64_t Hq, int64_t Hkv, int64_t D, int64_t R,
+               const float* inv_freq, const int32_t* seq_start, const MropePositions& mrope, const float* q_norm, const float* k_norm, float eps,
+               bf16* q, bf16* k, cudaStream_t s, const int32_t* kv_row, bf16* v_out, bf16* gate_out) {
+  if (t0 < 0 || rows < 0 || t0 + rows > L) throw Error(Status::Internal, "internal_error", "attn_prep: rows outside [0, L)");
+  if (rows == 0) return;
   if (D > kMaxD) throw Error(Status::Internal, "unsupported", "attn_prep: head_dim " + std::to_string(D) + " > 256");
-  const int64_t warps = L * (Hq + Hkv);
-  attn_prep_k<<<unsigned((warps + 7) / 8), 256, 0, s>>>(qkv, ldqkv, L, Hq, Hkv, int(D), int(R), inv_freq, seq_start, mrope, q_norm,
-                                                        k_norm, eps, q, k, kv_row, v_out);
+  const int64_t warps = rows * (Hq + Hkv);
+  attn_prep_k<<<unsigned((warps + 7) / 8), 256, 0, s>>>(qkv, ldqkv, L, t0, rows, Hq, Hkv, int(D), int(R), inv_freq, seq_start, mrope, q_norm,
+                                                        k_norm, eps, q, k, kv_row, v_out, gate_out);
   check_launch("attn_prep");
 }
 
