@@ -49,18 +49,17 @@ while [ $# -gt 0 ]; do
     long)
       # issue 18's memory points: 27B NVFP4 + offloaded embeddings at 32k / 64k tokens (staged and
       # fused W4A16) on the card sizes of the targets (--gpu-limit-gib: 16 GiB at 32k, 24 at 64k),
-      # then 32k on the whole H200 (where a long request's state between steps fits)
-      for run in "32768 16" "65536 24" "32768 0"; do
-        n=${run% *} lim=${run#* }
+      # with the vision tower and (32k) text only
+      for run in "32768 16 " "65536 24 " "32768 16 --no-vision"; do
+        read -r n lim nv <<< "$run"
         for f in "" --w4a16-fused; do
-          [ "$lim" = 0 ] && [ -z "$f" ] && continue
-          name=memory-nvfp4-offload$f-$n-limit$lim
-          .carry/clefrt bench --synthetic clef-27b --quant nvfp4-w4a16 --offload-embeddings $f --memory-only --max-tokens $n \
+          name=memory-nvfp4-offload$f$nv-$n-limit$lim
+          .carry/clefrt bench --synthetic clef-27b --quant nvfp4-w4a16 --offload-embeddings $f $nv --memory-only --max-tokens $n \
             --gpu-limit-gib $lim --tokenizer $tok --commit "$commit" \
-            --command "clefrt bench --synthetic clef-27b --quant nvfp4-w4a16 --offload-embeddings $f --memory-only --max-tokens $n --gpu-limit-gib $lim" \
+            --command "clefrt bench --synthetic clef-27b --quant nvfp4-w4a16 --offload-embeddings $f $nv --memory-only --max-tokens $n --gpu-limit-gib $lim" \
             --json "$OUT/$name.json" > /dev/null 2> "$OUT/$name.err"
-          echo "== memory nvfp4-w4a16 offload $f $n limit $lim GiB rc=$? $(grep -o '"gpu_mem_gib":[0-9.]*' "$OUT/$name.json")"
-          tail -3 "$OUT/$name.err"
+          echo "== memory nvfp4-w4a16 offload $f $nv $n limit $lim GiB rc=$? $(grep -o '"gpu_mem_gib":[0-9.]*' "$OUT/$name.json")"
+          grep -v '^{' "$OUT/$name.err" | tail -3
         done
       done ;;
     long-bf16)

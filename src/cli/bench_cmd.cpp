@@ -208,6 +208,7 @@ Runner add_bench(CLI::App& app) {
     int64_t max_tokens = 32768;
     bool batch_invariant = true, profile = false, offload = false, memory_only = false, w4a16_fused = false, reuse = false, interleave = false;
     double reuse_gib = 16, gpu_limit_gib = 0;
+    bool vision = true;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("bench",
@@ -234,6 +235,7 @@ Runner add_bench(CLI::App& app) {
               "only the scheduling points: a long request (--max-tokens less 100) submitted while blog requests\n"
               "run one after another: their p50 while it runs against idle, and its time, per step size and\n"
               "layers a call (2,048 tokens 4 / 8 / all layers at a time, 512 tokens all, one step)");
+  c->add_flag("!--no-vision", o->vision, "a text-only engine: no vision tower in GPU memory nor in the plan (the image points are skipped)");
   c->add_option("--gpu-limit-gib", o->gpu_limit_gib,
                 "run as on a card of this many GiB: the memory beyond it is allocated first and held (the figures\n"
                 "reported leave it out); with --memory-only, whether the request fits a 16 GiB card (--gpu-limit-gib 16)");
@@ -283,6 +285,7 @@ Runner add_bench(CLI::App& app) {
       eo.batch_invariant = o->batch_invariant;
       eo.max_length = size_t(o->max_tokens);
       eo.max_batch_tokens = size_t(o->max_tokens);
+      eo.vision = o->vision;
       return eo;
     };
     if (o->interleave) {
@@ -413,7 +416,7 @@ Runner add_bench(CLI::App& app) {
     // patches) and four (more tokens than any plan holds: refused before decoding, never out of
     // memory).
     Value images = Value::object();
-    {
+    if (o->vision) {
       const Value blog_json = json::parse(read_file(o->request));
       auto with_images = [&](int n, uint32_t w, uint32_t h) {
         Value r = blog_json;

@@ -78,6 +78,9 @@ struct Forward::Batch {
   // each phase's input norm of the rows it runs at a time (a GDN pass and the K - 1 before it,
   // an attention block, an MLP block)
   bf16 *h_gdn, *h_attn, *h_mlp;
+  // GDN passes: the conv's K - 1 history rows of the next pass, normed before this pass's
+  // out_proj changed them in x
+  bf16* h_hist = nullptr;
   // GDN layer, per pass of gdn_pass chunks (64 tokens at most each): the in_proj output of the pass's
   // tokens and the K - 1 before them (fp32: its conv output is L2-normalised per head, which turns
   // small absolute rounding errors into large ones), conv output, gates, chunk scratch, output
@@ -144,8 +147,10 @@ struct Forward::Batch {
     // GDN: the state between passes first (it outlives each pass); the quantized in_proj /
     // out_proj inputs share the space of the conv output, gates and chunk scratch, which are
     // dead at both of those GEMMs
-    if (gdn_pass < nchunks)
+    if (gdn_pass < nchunks) {
       for (float*& st : gdn_state) st = a.carve<float>(c.v_heads * c.k_head_dim * c.v_head_dim, "gdn state between passes");
+      h_hist = a.carve<bf16>(std::max<int64_t>(hist, 1) * H, "gdn normed history rows between passes");
+    }
     h_gdn = a.carve<bf16>((Tb + hist) * H, "gdn normed");
     gtmp = a.carve<float>((Tb + hist) * n_gdn, "gdn in_proj out");
     gdn_o = a.carve<float>(Tb * value_dim, "gdn out");
@@ -215,14 +220,14 @@ struct Forward::Batch {
     a.rewind(std::max(a.used(), late_end));
     a.rewind(std::max(a.used(), backbone_end));
     // the tower runs after the embeddings, before the first layer: its scratch shares the
-    // backbone's region, and a group's rows go from vout into x (out_hidden == hidden, checked
-    // at load)
+    // backbone's region, and a group's rows go from vout into x, or an image's straight into x
+    // (out_hidden == hidden, checked at load)
     if (VS > 0) {
       const size_t end = a.used();
       a.rewind(shared_from);
       vs = VisionScratch::carve(a, m.vision.c, VS);
       const int64_t m2 = m.vision.c.spatial_merge * m.vision.c.spatial_merge;
-      vout = a.carve<float>((VS + m2 - 1) / m2 * H, "vision rows out");
+      if (o.vision_groups) vout = a.carve<float>((VS + m2 - 1) / m2 * H, "vision rows out");
       a.rewind(std::max(a.used(), end));
     }
   }
@@ -713,9 +718,13 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
   for (size_t i = 0; first == 0 && i < b.images.size();) {
     std::vector<const model::ImagePatches*> group;
     const size_t first = i;
-    for (int64_t patches = 0; i < b.images.size() && patches + b.images[i].count * m2 <= b.vs.S; ++i) {
+    for (int64_t patches = 0; i < b.images.size() && patches + b.images[i].count * m2 <= b.vs.S && (b.vout || group.empty()); ++i) {
       group.push_back(b.images[i].patches);
       patches += b.images[i].count * m2;
+    }
+    if (!b.vout) {  // one image, straight into its rows
+      vision_tower(m_.vision, *gemm_, group, b.vs, b.x + b.images[first].row * H, s, [this](const char* op) { mark(op); });
+      continue;
     }
     vision_tower(m_.vision, *gemm_, group, b.vs, b.vout, s, [this](const char* op) { mark(op); });
     for (size_t j = first, rows = 0; j < i; rows += size_t(b.images[j++].count))
@@ -743,8 +752,16 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         const int64_t T0 = starts[c0], T1 = c1 < b.nchunks ? starts[c1] : L, rows = T1 - T0;
         const int64_t R0 = std::max<int64_t>(0, T0 - hist);
         lin.replay_from(gdn_weights);
+        // the rows before the pass were normed by the pass before, from x as the layer began
+        // (its out_proj has changed them since); the pass's own rows from x now
+        const int64_t before = T0 - R0;
+        if (before > 0) d2d(b.h_gdn, b.h_hist, size_t(before * H) * 2, "gdn normed history rows in");
         mark("rms_norm");
-        rms_norm_1p(b.x + R0 * H, T1 - R0, H, l.input_norm, eps, b.h_gdn, nullptr, s);
+        rms_norm_1p(b.x + T0 * H, rows, H, l.input_norm, eps, b.h_gdn + before * H, nullptr, s);
+        if (c1 < b.nchunks) {  // the next pass's history rows, before out_proj writes x
+          const int64_t h0 = std::max<int64_t>(0, T1 - hist);
+          d2d(b.h_hist, b.h_gdn + (h0 - R0) * H, size_t((T1 - h0) * H) * 2, "gdn normed history rows out");
+        }
         mark("gemm gdn in_proj");
         lin.run(b.h_gdn, T1 - R0, H, l.gdn_in, b.gtmp, OutType::F32, n, false, "gdn in_proj");
         mark("gdn conv+prep");

@@ -56,18 +56,23 @@ struct ForwardOptions {
   // token's). The processor's largest image (max_pixels / patch^2) is enough: a batch's images
   // run through the tower in groups that fit, with the same bits as all at once.
   int64_t vision_patches = 0;
+  // A batch's images go through the tower in groups that fit its scratch, their rows staged in a
+  // buffer as large (up to 0.3 GiB for the processor's largest image on the 27B shapes); false:
+  // one image at a time, its rows straight into the residual stream (the lean plan).
+  bool vision_groups = true;
   int64_t debug_layers = -1;   // tests: run only the first N backbone layers (-1: all)
 };
 
 // The lean-memory plan that goes with --offload-embeddings: the MLP and the attention layers'
 // projections over 1,024-token blocks, the GDN layers in passes of 16 chunks, the head's options
-// in blocks of 1,024 (the same
+// in blocks of 1,024, images through the tower one at a time (the same
 // answers bit for bit; a little slower on long inputs, more so for staged NVFP4, which
 // dequantizes those weights once per block / pass).
 inline void use_lean_memory_plan(ForwardOptions& o) {
   o.mlp_block_tokens = 1024;
   o.attn_block_tokens = 1024;
   o.head_option_block = 1024;
+  o.vision_groups = false;
   o.gdn_pass_chunks = 16;
 }
 
