@@ -693,6 +693,7 @@ bool EngineCore::gpu_step(StepRun& r, int64_t tokens, int64_t layers) const {
   const size_t residual_bytes = size_t(g.target - g.pos) * size_t(gpu_->model.c.hidden) * 4;
   if (end < fw.layers() && g.residual.bytes() < residual_bytes) {
     try {
+      g.residual = {};  // the smaller one first: both at once may not fit where this one would
       g.residual = cuda::DeviceBuffer(residual_bytes, "a long request's residual stream between layer groups");
     } catch (const Error&) {
       cudaGetLastError();  // no room for it: this step runs its layers at once
@@ -709,6 +710,7 @@ bool EngineCore::gpu_step(StepRun& r, int64_t tokens, int64_t layers) const {
   g.layer = 0;
   g.pos = g.target;
   g.hit.reset();
+  if (g.pos >= g.stop) g.residual = {};  // the steps are through: finish() runs without it
   if (g.pos == g.stop && g.to_cache && cache_->make_room(g.stop, g.own->bytes())) cache_->insert(e.cache_key(), g.stop, g.own);
   return g.pos >= g.stop;
 }

@@ -716,18 +716,18 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
   // image pad embeddings
   const int64_t m2 = m_.vision.c.spatial_merge * m_.vision.c.spatial_merge;
   for (size_t i = 0; first == 0 && i < b.images.size();) {
-    std::vector<const model::ImagePatches*> group;
-    const size_t first = i;
-    for (int64_t patches = 0; i < b.images.size() && patches + b.images[i].count * m2 <= b.vs.S && (b.vout || group.empty()); ++i) {
-      group.push_back(b.images[i].patches);
+    std::vector<const model::ImagePatches*> imgs;
+    const size_t img0 = i;
+    for (int64_t patches = 0; i < b.images.size() && patches + b.images[i].count * m2 <= b.vs.S && (b.vout || imgs.empty()); ++i) {
+      imgs.push_back(b.images[i].patches);
       patches += b.images[i].count * m2;
     }
     if (!b.vout) {  // one image, straight into its rows
-      vision_tower(m_.vision, *gemm_, group, b.vs, b.x + b.images[first].row * H, s, [this](const char* op) { mark(op); });
+      vision_tower(m_.vision, *gemm_, imgs, b.vs, b.x + b.images[img0].row * H, s, [this](const char* op) { mark(op); });
       continue;
     }
-    vision_tower(m_.vision, *gemm_, group, b.vs, b.vout, s, [this](const char* op) { mark(op); });
-    for (size_t j = first, rows = 0; j < i; rows += size_t(b.images[j++].count))
+    vision_tower(m_.vision, *gemm_, imgs, b.vs, b.vout, s, [this](const char* op) { mark(op); });
+    for (size_t j = img0, rows = 0; j < i; rows += size_t(b.images[j++].count))
       d2d(b.x + b.images[j].row * H, b.vout + rows * H, size_t(b.images[j].count * H) * 4, "image rows into the embeddings");
   }
   lin_->begin(b.qs_gdn, size_t(first));

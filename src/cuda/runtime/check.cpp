@@ -14,15 +14,16 @@ void throw_cuda(cudaError_t e, const char* op) {
 void throw_cublas(cublasStatus_t s, const char* op) {
   // cuBLASLt names few causes; a launch that fails for want of memory (its kernels are loaded on
   // first use) says only "execution failed": the free memory tells which
+  const cudaError_t last = cudaGetLastError();  // reported, not lost
   size_t free_b = 0, total = 0;
   cudaMemGetInfo(&free_b, &total);
-  cudaGetLastError();
   const char* what = s == CUBLAS_STATUS_EXECUTION_FAILED ? " (execution failed)"
                      : s == CUBLAS_STATUS_ALLOC_FAILED   ? " (allocation failed)"
                      : s == CUBLAS_STATUS_NOT_SUPPORTED  ? " (not supported)"
                                                          : "";
   throw Error(Status::Internal, "device_error", std::string(op) + ": cuBLASLt status " + std::to_string(int(s)) + what + "; " +
-                                                    std::to_string(free_b >> 20) + " MiB of GPU memory free of " + std::to_string(total >> 20));
+                                                    std::to_string(free_b >> 20) + " MiB of GPU memory free of " + std::to_string(total >> 20) +
+                                                    (last != cudaSuccess ? std::string("; last CUDA error ") + cudaGetErrorName(last) : std::string()));
 }
 
 bool sync_each_launch() {
