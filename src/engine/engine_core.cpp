@@ -132,10 +132,11 @@ std::shared_ptr<void> hold_gpu_memory_beyond(double card_gib, double* held_gib) 
 #ifdef CLEFRT_HAVE_CUDA
   if (!cuda_available()) throw Error(Status::Unavailable, "device_unavailable", "no CUDA device to limit");
   cuda::trim_stack_reservation();
-  const double gib = double(1ull << 30), used = cuda::gpu_used_gib() * gib, free_b = cuda::gpu_free_bytes();
-  const double extra = used + free_b - card_gib * gib;
+  size_t free_b = 0, total = 0;  // what is in use now counts against the card: hold total - card
+  cuda::check(cudaMemGetInfo(&free_b, &total), "cudaMemGetInfo");
+  const double gib = double(1ull << 30), extra = double(total) - card_gib * gib;
   if (extra < 0)
-    throw Error(Status::BadRequest, "usage", "this GPU has " + std::to_string((used + free_b) / gib) + " GiB, less than the " +
+    throw Error(Status::BadRequest, "usage", "this GPU has " + std::to_string(double(total) / gib) + " GiB, less than the " +
                                                  std::to_string(card_gib) + " GiB asked for");
   void* p = nullptr;
   const size_t bytes = size_t(extra) / (2u << 20) * (2u << 20);

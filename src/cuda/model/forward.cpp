@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 #include "common/error.h"
 #include "cuda/runtime/check.h"
@@ -732,6 +733,18 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
   }
   lin_->begin(b.qs_gdn, size_t(first));
   LinearRunner& lin = *lin_;
+  // The same Linears over the tokens in blocks of `block` (attention projections, MLP): each block
+  // replays the NVFP4 staging from its first Linear and norms its rows of x into `hn` first.
+  auto in_blocks = [&](int64_t block, const float* norm_w, bf16* hn, const std::function<void(int64_t, int64_t)>& body) {
+    const size_t weights = lin.position();
+    for (int64_t t0 = 0; t0 < L; t0 += block) {
+      const int64_t rows = std::min(block, L - t0);
+      lin.replay_from(weights);
+      mark("rms_norm");
+      rms_norm_1p(b.x + t0 * H, rows, H, norm_w, eps, hn, nullptr, s);
+      body(t0, rows);
+    }
+  };
   for (int64_t li = 0; li < end; ++li) {
     const DevLayer& l = m_.layers[size_t(li)];
     if (o_.debug_layers >= 0 && li >= o_.debug_layers) break;
@@ -820,18 +833,13 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       }
       // per block: the input norm, qkv, then q / k normed and rotated into their rows for all
       // tokens (gates and values too when blocked)
-      const size_t qkv_weights = lin.position();
-      for (int64_t t0 = 0; t0 < L; t0 += b.AB) {
-        const int64_t rows = std::min(b.AB, L - t0);
-        lin.replay_from(qkv_weights);
-        mark("rms_norm");
-        rms_norm_1p(b.x + t0 * H, rows, H, l.input_norm, eps, b.h_attn, nullptr, s);
+      in_blocks(b.AB, l.input_norm, b.h_attn, [&](int64_t t0, int64_t rows) {
         mark("gemm attn qkv");
         lin.run(b.h_attn, rows, H, l.qkv, b.abig, OutType::BF16, n, false, "attention qkv_proj");
         mark("attn prep");
         attn_prep(rows_before<const bf16>(b.abig, t0, n), n, L, t0, rows, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), mrope,
                   l.q_norm, l.k_norm, eps, b.q, b.k, s, b.pfx ? b.d(b.off_kv_row) : nullptr, b.vv, b.gate);
-      }
+      });
       const bf16 *keys = b.k, *values = b.vv ? b.vv : b.abig + Hq * 2 * D + Hkv * D;
       const int64_t ldv = b.vv ? kvw : n;
       if (b.snaps) mark("prefix state out");
@@ -852,12 +860,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       lin.run(b.aact, L, Hq * D, l.o, b.x, OutType::F32, H, true, "attention o_proj");
     }
     lin.use_scratch(b.qs_mlp);
-    const size_t mlp_weights = lin.position();
-    for (int64_t t0 = 0; t0 < L; t0 += b.MB) {
-      const int64_t rows = std::min(b.MB, L - t0);
-      lin.replay_from(mlp_weights);
-      mark("rms_norm");
-      rms_norm_1p(b.x + t0 * H, rows, H, l.post_norm, eps, b.h_mlp, nullptr, s);
+    in_blocks(b.MB, l.post_norm, b.h_mlp, [&](int64_t t0, int64_t rows) {
       mark("gemm mlp gate_up");
       // FP8: the GEMMs' scales are applied by the SwiGLU as it reads gate|up (same bits, one pass less)
       LinearRunner::Fp8Scales gsc;
@@ -868,7 +871,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       else swiglu(b.mbig, rows, c.ffn, b.mact, s);
       mark("gemm mlp down");
       lin.run(b.mact, rows, c.ffn, l.down, b.x + t0 * H, OutType::F32, H, true, "mlp down_proj");
-    }
+    });
   }
   if (end < layers()) {  // the next group goes on from here
     d2d(group->residual, b.x, size_t(L * H) * 4, "a step's residual stream out");
