@@ -80,6 +80,21 @@ TEST(CudaVision, FullAttentionAgainstCpu) {
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
     std::cout << "[ cuda    ] full attention, head dim " << hd << " (padded " << Dp << "): worst |o_gpu - o_cpu| = " << worst << "\n";
     EXPECT_LT(worst, 2e-2) << "head dim " << hd;  // bf16 P and output rounding on O(1) values
+    // over its own queries (the tower's form): each query's padded row holds the same bits
+    cuda::flash_attention_full(dq.as<cuda::bf16>(), dk.as<cuda::bf16>(), dv.as<cuda::bf16>(), heads, hd, at, dq.as<cuda::bf16>(), nullptr);
+    std::vector<cuda::bf16> over(qp.size());
+    cuda::check(cudaMemcpy(over.data(), dq.get(), over.size() * 2, cudaMemcpyDeviceToHost), "download");
+    std::vector<cuda::bf16> packed(size_t(L * H));
+    cuda::check(cudaMemcpy(packed.data(), out.get(), packed.size() * 2, cudaMemcpyDeviceToHost), "download");
+    size_t differ = 0;
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t d = 0; d < Dp; ++d) {
+          const uint16_t a = reinterpret_cast<const uint16_t&>(over[size_t((t * heads + h) * Dp + d)]);
+          const uint16_t b = d < hd ? reinterpret_cast<const uint16_t&>(packed[size_t(t * H + h * hd + d)]) : 0;
+          differ += a != b;  // the padding dims stay zero
+        }
+    EXPECT_EQ(differ, 0u) << "head dim " << hd << ": output over the queries differs from the packed output";
   }
 }
 

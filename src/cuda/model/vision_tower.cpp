@@ -31,15 +31,17 @@ VisionScratch VisionScratch::carve(Arena& a, const model::VisionConfig& c, int64
   const int64_t m2 = c.spatial_merge * c.spatial_merge;
   s.meta = a.carve<int32_t>(S * 6 + 3 * tiles_bound(c, S), "vision index arrays");
   s.wt = a.carve<float>(S * 4, "vision position weights");
-  s.pix = a.carve<bf16>(B * per_patch(c), "vision pixels (a row block)");
-  s.rgb = a.carve<uint8_t>(S * c.patch * c.patch * 3, "vision resized images");
   s.x = a.carve<float>(S * H, "vision residual");
-  s.h = a.carve<bf16>(S * H, "vision normed");
-  s.q = a.carve<bf16>(S * c.heads * Dp, "vision q");
+  // the resized images and the pixel blocks live only through patch_embed, before the first
+  // block writes q or a GEMM output: they share q's and big's space
+  const int64_t rgb_bytes = S * c.patch * c.patch * 3, pix = B * per_patch(c);
+  s.q = a.carve<bf16>(std::max(S * c.heads * Dp, (rgb_bytes + 1) / 2), "vision q (first the resized images)");
+  s.rgb = reinterpret_cast<uint8_t*>(s.q);
   s.k = a.carve<bf16>(S * c.heads * Dp, "vision k");
   s.v = a.carve<bf16>(S * c.heads * Dp, "vision v");
-  s.big = a.carve<float>(B * std::max({3 * H, c.ffn, m2 * H}), "vision block GEMM out");
-  s.mid = a.carve<bf16>(B * std::max(c.ffn, H), "vision block GELU out");
+  s.big = a.carve<float>(std::max(B * std::max({3 * H, c.ffn, m2 * H}), (pix + 1) / 2), "vision block GEMM out (first the pixels)");
+  s.pix = reinterpret_cast<bf16*>(s.big);
+  s.mid = a.carve<bf16>(B * std::max(c.ffn, H), "vision block LayerNorm / GELU out");
   return s;
 }
 
@@ -139,22 +141,26 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   vision_embed_finish(s.x, S, H, v.patch_b, v.pos_table, s.meta, s.wt, st);
   for (const DevVisionBlock& b : v.blocks) {
     mark("vision norm + qkv + rope");
-    layer_norm(s.x, S, H, H, b.norm1.w, b.norm1.b, 1e-6f, s.h, nullptr, st);
     for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
       const int64_t n = std::min(kRowBlock, S - r0);
-      gemm.run(s.h + r0 * H, n, H, H, b.qkv, 3 * H, s.big, OutType::F32, 3 * H, false, "vision qkv");
+      layer_norm(s.x + r0 * H, n, H, H, b.norm1.w, b.norm1.b, 1e-6f, s.mid, nullptr, st);
+      gemm.run(s.mid, n, H, H, b.qkv, 3 * H, s.big, OutType::F32, 3 * H, false, "vision qkv");
       vision_qkv_rope(s.big, n, r0, b.qkv_b, row, col, v.inv_freq, heads, hd, Dp, s.q, s.k, s.v, st);
     }
     mark("vision flash attention");
-    flash_attention_full(s.q, s.k, s.v, heads, hd, tiles, s.h, st);
+    flash_attention_full(s.q, s.k, s.v, heads, hd, tiles, s.q, st);
     mark("vision proj");
-    gemm.run(s.h, S, H, H, b.proj, H, s.x, OutType::F32, H, true, "vision proj");
+    // the heads' first hd dims side by side: proj reads [S, hidden]
+    check(cudaMemcpy2DAsync(s.k, size_t(hd) * 2, s.q, size_t(Dp) * 2, size_t(hd) * 2, size_t(S * heads), cudaMemcpyDeviceToDevice, st),
+          "pack vision attention");
+    gemm.run(s.k, S, H, H, b.proj, H, s.x, OutType::F32, H, true, "vision proj");
     bias_act(s.x, S, H, H, b.proj_b, false, st);
     mark("vision mlp");
     for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
       const int64_t n = std::min(kRowBlock, S - r0);
-      layer_norm(s.x + r0 * H, n, H, H, b.norm2.w, b.norm2.b, 1e-6f, s.h + r0 * H, nullptr, st);
-      gemm.run(s.h + r0 * H, n, H, H, b.fc1, c.ffn, s.big, OutType::F32, c.ffn, false, "vision fc1");
+      // mid: the LayerNorm out, dead once fc1 has read it, then fc1's GELU out
+      layer_norm(s.x + r0 * H, n, H, H, b.norm2.w, b.norm2.b, 1e-6f, s.mid, nullptr, st);
+      gemm.run(s.mid, n, H, H, b.fc1, c.ffn, s.big, OutType::F32, c.ffn, false, "vision fc1");
       bias_gelu_bf16(s.big, n, c.ffn, b.fc1_b, true, s.mid, st);
       gemm.run(s.mid, n, c.ffn, c.ffn, b.fc2, H, s.x + r0 * H, OutType::F32, H, true, "vision fc2");
       bias_act(s.x + r0 * H, n, H, H, b.fc2_b, false, st);
@@ -163,11 +169,11 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   // merger: LayerNorm per patch, each merge block's m^2 rows side by side (consecutive in
   // merge-block order), fc1, exact GELU, fc2
   mark("vision merger");
-  layer_norm(s.x, S, H, H, v.merger_norm.w, v.merger_norm.b, 1e-6f, s.h, nullptr, st);
+  layer_norm(s.x, S, H, H, v.merger_norm.w, v.merger_norm.b, 1e-6f, s.q, nullptr, st);
   const int64_t T = S / m2, TB = kRowBlock / m2, W = m2 * H;
   for (int64_t t0 = 0; t0 < T; t0 += TB) {
     const int64_t n = std::min(TB, T - t0);
-    gemm.run(s.h + t0 * W, n, W, W, v.merger_fc1, W, s.big, OutType::F32, W, false, "vision merger fc1");
+    gemm.run(s.q + t0 * W, n, W, W, v.merger_fc1, W, s.big, OutType::F32, W, false, "vision merger fc1");
     bias_gelu_bf16(s.big, n, W, v.merger_fc1_b, false, s.mid, st);
     gemm.run(s.mid, n, W, W, v.merger_fc2, OH, out + t0 * OH, OutType::F32, OH, false, "vision merger fc2");
     bias_act(out + t0 * OH, n, OH, OH, v.merger_fc2_b, false, st);

@@ -19,13 +19,14 @@ namespace clefrt::cuda {
 // backbone starts, so it shares the backbone's region).
 struct VisionScratch {
   int64_t S = 0;
-  bf16* pix = nullptr;            // a row block of the processor's pixels [block, C * T * P * P]
-  uint8_t* rgb = nullptr;         // the resized images, one after another (ImagePatches::rgb)
+  bf16* pix = nullptr;            // a row block of the processor's pixels [block, C * T * P * P] (in big)
+  uint8_t* rgb = nullptr;         // the resized images, one after another (ImagePatches::rgb; in q)
   float* x = nullptr;             // [S, hidden] the residual stream
-  bf16* h = nullptr;              // [S, hidden] LayerNorm out, then attention out
-  bf16 *q = nullptr, *k = nullptr, *v = nullptr;  // [S, heads, Dp] (head dims zero-padded)
+  // [S, heads, Dp] (head dims zero-padded); attention writes over q, k then holds its packed
+  // [S, hidden] copy for proj, q the merger's LayerNorm out: no hidden-wide buffer of its own
+  bf16 *q = nullptr, *k = nullptr, *v = nullptr;
   float* big = nullptr;           // a row block's qkv / fc1 GEMM output (fp32)
-  bf16* mid = nullptr;            // a row block's GELU output
+  bf16* mid = nullptr;            // a row block's LayerNorm out, then its GELU output
   int32_t* meta = nullptr;        // per patch: 4 position taps, row, column; then attention tiles
   float* wt = nullptr;            // per patch: the 4 taps' weights
   static VisionScratch carve(Arena& a, const model::VisionConfig& c, int64_t S);

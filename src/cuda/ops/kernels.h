@@ -133,7 +133,8 @@ void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, c
 bool flash_attention_supports(int64_t D);
 // Bidirectional attention within each tile's sequence [seq0, end) (the vision tower's frames), no
 // gate, scale 1 / sqrt(dout): q, k, v [L, heads, Dp] bf16 with the head dims zero-padded to
-// Dp = flash_attention_full_padded(dout) (0: unsupported); out [L, heads, dout] bf16.
+// Dp = flash_attention_full_padded(dout) (0: unsupported); out [L, heads, dout] bf16, or out == q:
+// each query's result over its own padded row (the first dout dims of each head).
 void flash_attention_full(const bf16* q, const bf16* k, const bf16* v, int64_t heads, int64_t dout, const AttnTiles& tiles, bf16* out,
                           cudaStream_t s);
 int64_t flash_attention_full_padded(int64_t dout);

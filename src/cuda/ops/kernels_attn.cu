@@ -99,12 +99,14 @@ __device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* src, int6
 // run under the tensor-core work (cp.async); fragments come from shared memory by ldmatrix
 // (V through its transposing form, so V is stored as it arrives).
 // Causal: keys up to the query's row (the backbone); else every key of [seq0, end) (the tower's
-// frames). gate null: no output gate. The output row is `ldo` apart, head h at h * dout, only
-// its first dout <= D dims written (D may be the head dim zero-padded to a multiple of 16).
+// frames). gate null: no output gate. The output row is `ldo` apart, head h at h * out_hs, only
+// its first dout <= D dims written (D may be the head dim zero-padded to a multiple of 16). out
+// may be q itself: a tile's queries are read into shared memory before any of its rows is
+// written, and no other block reads them.
 template <int D, bool Causal>
 __global__ void __launch_bounds__(query_tile(Causal) * 2) flash_k(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate,
                                                int64_t ldgate, int64_t gate_hs, int Hq, int Hkv, AttnTiles tiles, bf16* out,
-                                               int64_t ldo, int dout, float scale_log2) {
+                                               int64_t ldo, int64_t out_hs, int dout, float scale_log2) {
   constexpr int BQ = query_tile(Causal);
   using S = FlashSmem<D, BQ>;
   constexpr int LD = S::LD;
@@ -240,7 +242,7 @@ __global__ void __launch_bounds__(query_tile(Causal) * 2) flash_k(const bf16* q,
         g0 = sigmoid_f(__bfloat162float(gr[0]));
         g1 = sigmoid_f(__bfloat162float(gr[1]));
       }
-      *reinterpret_cast<__nv_bfloat162*>(out + qi0 * ldo + int64_t(h) * dout + d) = __floats2bfloat162_rn(o[dn][0] * inv0 * g0, o[dn][1] * inv0 * g1);
+      *reinterpret_cast<__nv_bfloat162*>(out + qi0 * ldo + int64_t(h) * out_hs + d) = __floats2bfloat162_rn(o[dn][0] * inv0 * g0, o[dn][1] * inv0 * g1);
     }
     if (qi1 < qend) {
       float g0 = 1.0f, g1 = 1.0f;
@@ -249,14 +251,14 @@ __global__ void __launch_bounds__(query_tile(Causal) * 2) flash_k(const bf16* q,
         g0 = sigmoid_f(__bfloat162float(gr[0]));
         g1 = sigmoid_f(__bfloat162float(gr[1]));
       }
-      *reinterpret_cast<__nv_bfloat162*>(out + qi1 * ldo + int64_t(h) * dout + d) = __floats2bfloat162_rn(o[dn][2] * inv1 * g0, o[dn][3] * inv1 * g1);
+      *reinterpret_cast<__nv_bfloat162*>(out + qi1 * ldo + int64_t(h) * out_hs + d) = __floats2bfloat162_rn(o[dn][2] * inv1 * g0, o[dn][3] * inv1 * g1);
     }
   }
 }
 
 template <int D, bool Causal>
 void launch_flash(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate, int64_t ldgate, int64_t gate_hs, int64_t Hq,
-                  int64_t Hkv, const AttnTiles& tiles, bf16* out, int64_t ldo, int64_t dout, cudaStream_t s) {
+                  int64_t Hkv, const AttnTiles& tiles, bf16* out, int64_t ldo, int64_t out_hs, int64_t dout, cudaStream_t s) {
   static bool attr = false;
   if (!attr) {
     check(cudaFuncSetAttribute(flash_k<D, Causal>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(FlashSmem<D, query_tile(Causal)>::bytes)),
@@ -265,7 +267,7 @@ void launch_flash(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, cons
   }
   const float scale_log2 = float(1.0 / std::sqrt(double(dout)) * 1.4426950408889634);
   flash_k<D, Causal><<<dim3(unsigned(tiles.n), unsigned(Hq)), query_tile(Causal) * 2, FlashSmem<D, query_tile(Causal)>::bytes, s>>>(
-      q, k, v, ldv, gate, ldgate, gate_hs, int(Hq), int(Hkv), tiles, out, ldo, int(dout), scale_log2);
+      q, k, v, ldv, gate, ldgate, gate_hs, int(Hq), int(Hkv), tiles, out, ldo, out_hs, int(dout), scale_log2);
   check_launch(Causal ? "flash_attention" : "flash_attention_full");
 }
 
@@ -292,7 +294,7 @@ void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, c
   const int64_t ldo = Hq * D;
   switch (D) {
 #define CLEFRT_FLASH(d) \
-  case d: return launch_flash<d, true>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, ldo, D, s);
+  case d: return launch_flash<d, true>(q, k, v, ldv, gate, ldgate, gate_head_stride, Hq, Hkv, tiles, out, ldo, D, D, s);
     CLEFRT_FLASH(32) CLEFRT_FLASH(48) CLEFRT_FLASH(64) CLEFRT_FLASH(96) CLEFRT_FLASH(128) CLEFRT_FLASH(256)
 #undef CLEFRT_FLASH
     default: throw Error(Status::Internal, "unsupported", "flash_attention: head_dim " + std::to_string(D) + " (32, 48, 64, 96, 128, 256)");
@@ -310,10 +312,12 @@ int64_t flash_attention_full_padded(int64_t dout) {
 void flash_attention_full(const bf16* q, const bf16* k, const bf16* v, int64_t heads, int64_t dout, const AttnTiles& tiles, bf16* out,
                           cudaStream_t s) {
   if (tiles.n == 0) return;
-  const int64_t D = flash_attention_full_padded(dout), ld = heads * D, ldo = heads * dout;
+  const int64_t D = flash_attention_full_padded(dout), ld = heads * D;
+  // over the queries: their padded layout; elsewhere packed [L, heads, dout]
+  const int64_t ldo = out == q ? ld : heads * dout, out_hs = out == q ? D : dout;
   switch (D) {
 #define CLEFRT_FLASH(d) \
-  case d: return launch_flash<d, false>(q, k, v, ld, nullptr, 0, 0, heads, heads, tiles, out, ldo, dout, s);
+  case d: return launch_flash<d, false>(q, k, v, ld, nullptr, 0, 0, heads, heads, tiles, out, ldo, out_hs, dout, s);
     CLEFRT_FLASH(16) CLEFRT_FLASH(32) CLEFRT_FLASH(48) CLEFRT_FLASH(64) CLEFRT_FLASH(80) CLEFRT_FLASH(96) CLEFRT_FLASH(128)
 #undef CLEFRT_FLASH
     default: throw Error(Status::Internal, "unsupported", "flash_attention_full: head_dim " + std::to_string(dout) + " (even, at most 128)");
