@@ -8,7 +8,7 @@
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn; the GEMM ones with lab-gemm; bf16 candidates and
-# fixed row blocks with lab-bf16).
+# fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn).
 # ops: --version, the architectures in the binary (cuobjdump), the ready line and /health of a
 # served synthetic model, with the fast and the portable kernels.
 # nan: a tiny folder with NaN weights through the CUDA engine (refused at load; with
@@ -131,6 +131,12 @@ for i in range(240):
       # the bf16 GEMMs' invariant algorithm against cuBLASLt's candidates and fixed row blocks
       .carry/clefrt_bench_bf16 --commit "$commit" --json "$OUT/lab-bf16.json" > "$OUT/lab-bf16.txt" 2>&1; echo "== lab bf16 rc=$?"
       grep -E "^[a-z]|engine inv|blocks of" "$OUT/lab-bf16.txt" | head -150 ;;
+    lab-cudnn)
+      # cuDNN's fused attention at the tower's shapes beside ours: the GPU machine's cuDNN is
+      # PyTorch's (nvidia-cudnn-cu13)
+      cudnn_lib=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0] + '/lib')" 2>/dev/null)
+      LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$cudnn_lib .carry/clefrt_bench_cudnn_attn --commit "$commit" --json "$OUT/lab-cudnn-attn.json" 2>&1 \
+        | tee "$OUT/lab-cudnn-attn.txt"; echo "== lab cudnn rc=$? (cuDNN from ${cudnn_lib:-nowhere})" ;;
     lab-gemm)
       .carry/clefrt_bench_w4a16 --commit "$commit" --json "$OUT/lab-w4a16.json" > "$OUT/lab-w4a16.txt" 2>&1; echo "== lab w4a16 rc=$?"
       .carry/clefrt_bench_fp8 --commit "$commit" --json "$OUT/lab-fp8.json" > "$OUT/lab-fp8.txt" 2>&1; echo "== lab fp8 rc=$?" ;;

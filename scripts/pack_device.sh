@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .carry && mkdir -p .carry/lib
-for b in clefrt clefrt_gpu_tests clefrt_load clefrt_bench_w4a16 clefrt_bench_fp8 clefrt_bench_bf16 clefrt_bench_gdn; do strip -o ".carry/$b" "build/$b"; done
+for b in clefrt clefrt_gpu_tests clefrt_load clefrt_bench_w4a16 clefrt_bench_fp8 clefrt_bench_bf16 clefrt_bench_cudnn_attn clefrt_bench_gdn; do strip -o ".carry/$b" "build/$b"; done
 for l in libsimdjson.so.14 libutf8proc.so.2 libwebp.so.7 libpng16.so.16 libjpeg.so.62 libpcre2-8.so.0 libcpp-httplib.so.0.11 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
   cp -L "/lib/x86_64-linux-gnu/$l" .carry/lib/
 done

@@ -3,6 +3,7 @@
 // 27B tower's shapes, packed images vs each alone, and images through the GPU engine against the
 // CPU engine in fp32 on a well-conditioned model (issue 19's 2e-3 bound) and against the
 // reference's fixture.
+#include <cstring>
 #include <random>
 
 #include "cpu/ops.h"
@@ -95,6 +96,12 @@ TEST(CudaVision, FullAttentionAgainstCpu) {
           differ += a != b;  // the padding dims stay zero
         }
     EXPECT_EQ(differ, 0u) << "head dim " << hd << ": output over the queries differs from the packed output";
+    // and packed back as proj reads it: the packed output's bits
+    cuda::DeviceBuffer repacked(size_t(L * H) * 2, "repacked");
+    cuda::vision_pack_heads(dq.as<cuda::bf16>(), L * heads, hd, Dp, repacked.as<cuda::bf16>(), nullptr);
+    std::vector<cuda::bf16> rp(size_t(L * H));
+    cuda::check(cudaMemcpy(rp.data(), repacked.get(), rp.size() * 2, cudaMemcpyDeviceToHost), "download");
+    EXPECT_EQ(std::memcmp(rp.data(), packed.data(), rp.size() * 2), 0) << "head dim " << hd << ": vision_pack_heads";
   }
 }
 

@@ -151,8 +151,7 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     flash_attention_full(s.q, s.k, s.v, heads, hd, tiles, s.q, st);
     mark("vision proj");
     // the heads' first hd dims side by side: proj reads [S, hidden]
-    check(cudaMemcpy2DAsync(s.k, size_t(hd) * 2, s.q, size_t(Dp) * 2, size_t(hd) * 2, size_t(S * heads), cudaMemcpyDeviceToDevice, st),
-          "pack vision attention");
+    vision_pack_heads(s.q, S * heads, hd, Dp, s.k, st);
     gemm.run(s.k, S, H, H, b.proj, H, s.x, OutType::F32, H, true, "vision proj");
     bias_act(s.x, S, H, H, b.proj_b, false, st);
     mark("vision mlp");

@@ -133,8 +133,9 @@ void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, c
 bool flash_attention_supports(int64_t D);
 // Bidirectional attention within each tile's sequence [seq0, end) (the vision tower's frames), no
 // gate, scale 1 / sqrt(dout): q, k, v [L, heads, Dp] bf16 with the head dims zero-padded to
-// Dp = flash_attention_full_padded(dout) (0: unsupported); out [L, heads, dout] bf16, or out == q:
-// each query's result over its own padded row (the first dout dims of each head).
+// Dp = flash_attention_full_padded(dout) (0: unsupported); out [L, heads, dout] bf16 disjoint
+// from q, k and v, or out == q exactly: each query's result over its own padded row (the first
+// dout dims of each head; the padding dims are left as they are).
 void flash_attention_full(const bf16* q, const bf16* k, const bf16* v, int64_t heads, int64_t dout, const AttnTiles& tiles, bf16* out,
                           cudaStream_t s);
 int64_t flash_attention_full_padded(int64_t dout);
@@ -151,6 +152,9 @@ void vision_embed_finish(float* x, int64_t S, int64_t H, const float* bias, cons
 // a dim d paired with d + hd/2), the padding dims zero.
 void vision_qkv_rope(const float* qkv, int64_t n, int64_t r0, const float* bias, const int32_t* row, const int32_t* col,
                      const float* inv_freq, int64_t heads, int64_t hd, int64_t Dp, bf16* q, bf16* k, bf16* v, cudaStream_t s);
+// The first hd dims of each row of src [rows, Dp] into dst [rows, hd] (the attention output over
+// its padded queries -> [patches, heads * hd] for proj); src and dst do not overlap.
+void vision_pack_heads(const bf16* src, int64_t rows, int64_t hd, int64_t Dp, bf16* dst, cudaStream_t s);
 // Rows [row0, row0 + n) (merge-block order, ImagePatches::pixels' layout) of one resized image
 // (rgb, width x (grid_h * P) x 3 bytes) as the processor makes them: (v - 127.5) / 127.5 in fp32
 // per channel, the frame repeated T times, rounded to bf16; out [n, 3 * T * P * P].

@@ -94,15 +94,15 @@ __device__ __forceinline__ void load_rows_async(bf16* dst, const bf16* src, int6
   load_tile_async(dst, D + 8, src, lds, rows, D, v, D);
 }
 
-// grid (tiles, Hq), 128 threads; each warp owns 16 query rows of the tile. Per key block: V's
+// grid (tiles, Hq), query_tile(Causal) * 2 threads; each warp owns 16 query rows of the tile. Per key block: V's
 // copy is issued before S = Q K^T and the softmax, the next K's before O += P V, so the copies
 // run under the tensor-core work (cp.async); fragments come from shared memory by ldmatrix
 // (V through its transposing form, so V is stored as it arrives).
 // Causal: keys up to the query's row (the backbone); else every key of [seq0, end) (the tower's
 // frames). gate null: no output gate. The output row is `ldo` apart, head h at h * out_hs, only
 // its first dout <= D dims written (D may be the head dim zero-padded to a multiple of 16). out
-// may be q itself: a tile's queries are read into shared memory before any of its rows is
-// written, and no other block reads them.
+// may be q itself (exactly, not overlapping k or v): a tile's queries are in shared memory
+// before any of its rows is written, and no other block reads them.
 template <int D, bool Causal>
 __global__ void __launch_bounds__(query_tile(Causal) * 2) flash_k(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate,
                                                int64_t ldgate, int64_t gate_hs, int Hq, int Hkv, AttnTiles tiles, bf16* out,

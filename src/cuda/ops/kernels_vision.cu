@@ -50,6 +50,15 @@ __global__ void vision_qkv_rope_k(const float* qkv, int64_t n, int64_t r0, const
   }
 }
 
+// One thread per pair of dims (hd is even): rows of Dp apart in, hd apart out.
+__global__ void vision_pack_heads_k(const __nv_bfloat162* src, int64_t rows, int64_t half, int64_t half_p, __nv_bfloat162* dst) {
+  const int64_t total = rows * half;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / half, c = i - r * half;
+    dst[i] = src[r * half_p + c];
+  }
+}
+
 __global__ void vision_patchify_k(const uint8_t* rgb, int64_t width, int64_t grid_w, int64_t M, int64_t P, int64_t T, int64_t row0,
                                   int64_t n, bf16* out) {
   const int64_t cols = 3 * T * P * P, total = n * cols, bw_n = grid_w / M;
@@ -92,6 +101,14 @@ void vision_qkv_rope(const float* qkv, int64_t n, int64_t r0, const float* bias,
   if (n == 0) return;
   vision_qkv_rope_k<<<grid_for(n * heads * Dp), 256, 0, s>>>(qkv, n, r0, bias, row, col, inv_freq, heads, hd, Dp, q, k, v);
   check_launch("vision_qkv_rope");
+}
+
+void vision_pack_heads(const bf16* src, int64_t rows, int64_t hd, int64_t Dp, bf16* dst, cudaStream_t s) {
+  if (rows == 0) return;
+  if (hd % 2 || Dp % 2 || hd > Dp) throw Error(Status::Internal, "internal_error", "vision_pack_heads: head dims must be even, hd <= Dp");
+  vision_pack_heads_k<<<grid_for(rows * hd / 2), 256, 0, s>>>(reinterpret_cast<const __nv_bfloat162*>(src), rows, hd / 2, Dp / 2,
+                                                              reinterpret_cast<__nv_bfloat162*>(dst));
+  check_launch("vision_pack_heads");
 }
 
 void vision_patchify(const uint8_t* rgb, int64_t width, int64_t grid_w, int64_t merge, int64_t P, int64_t T, int64_t row0, int64_t n,
