@@ -1,17 +1,20 @@
-// cuDNN's fused attention for the vision tower's shapes, through cuDNN's backend (graph) API,
-// beside the product's kernel (flash_attention_full): issue 19's tower needs attention at
-// cuDNN's level (PyTorch's cuDNN SDPA ran 0.145 ms a block at 3,072 patches against our
-// 0.234, bench/results/2026-12-02-h200-vision-attention-e6656ed.md). This program is the first
-// step of using it ourselves: it builds the graph cuDNN's flash engine matches (Q K^T, a scale,
-// softmax as max / subtract / exp / sum / divide, P V; bidirectional, no mask), reading the
-// product's padded layout [frames x patches, heads, Dp] directly, and prints per shape:
-//   plan       the time to build the graph, query the heuristic and finalize the plan (paid per
-//              new frame size unless the plan is cached)
-//   ours       flash_attention_full (the product), ms and TF/s
-//   cudnn      the plan's execution, ms, TF/s, and the largest |difference| from ours (both
-//              bf16 outputs; ours is within 2e-2 of the CPU's fp32 in CudaVision tests)
-//   invariant  the first frame computed alone (batch 1) against the same frame inside the
-//              batch: differing outputs (0: a frame's answer does not depend on its batch)
+// cuDNN's fused attention at the vision tower's and the backbone's shapes, through cuDNN's backend
+// (graph) API, beside the product's kernels (flash_attention_full, flash_attention): issue 19's
+// tower and issue 20's 8,192-token point need attention at cuDNN's level (PyTorch's cuDNN SDPA:
+// 0.145 ms a tower block at 3,072 patches against our 0.234; 1.35 ms a backbone layer at 8,192
+// tokens against our ~5.7; bench/results). This program is the first step of using it
+// ourselves: it builds the graph cuDNN's flash engine matches (Q K^T, a scale, for the backbone
+// a causal mask, softmax as max / subtract / exp / sum / divide, P V), reading the product's
+// layouts directly (the tower's q / k / v [patches, heads, Dp] with the head dims padded, the
+// backbone's q [tokens, 24, 256] and k / v [tokens, 4, 256]: GQA), and prints per shape:
+//   ours       the product's kernel (no output gate), ms and TF/s
+//   cudnn      the plan's execution, ms, TF/s, the largest |difference| from ours (both bf16;
+//              ours is within the GPU tests' bounds of the CPU's fp32), the engine
+//              configuration taken (the heuristic's first that finalizes) and the time to build
+//              the plan (paid per new shape unless plans are cached)
+//   invariant  with several sequences: the first one alone (batch 1) against the same sequence
+//              inside the batch, outputs differing in any bit (0: its answer does not depend on
+//              its batch, which the product needs)
 // Usage: clefrt_bench_cudnn_attn [--commit ID] [--json FILE]
 // Run with cuDNN 9's libraries on LD_LIBRARY_PATH (the GPU machine: PyTorch's nvidia-cudnn-cu13).
 #include <cuda_runtime.h>
@@ -21,6 +24,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -101,18 +105,24 @@ Desc tensor(int64_t uid, cudnnDataType_t dt, const Dims& g, bool is_virtual, boo
   return std::move(t.finalize());
 }
 
-// The attention of `b` frames of `s` patches each, `h` heads of `d` dims, q / k / v in the
-// product's layout [b * s, h, dp] (bf16), o packed [b * s, h, d] (bf16).
-class FullAttention {
+// The attention of `b` sequences of `s` tokens each: q [b * s, hq, dq], k / v [b * s, hkv, dq]
+// (bf16; head h's first d of its dq dims), o packed [b * s, hq, d] (bf16); causal or not.
+struct Shape {
+  int64_t b, s, hq, hkv, d, dq;
+  bool causal;
+};
+
+class Attention {
  public:
-  FullAttention(cudnnHandle_t handle, int64_t b, int64_t s, int64_t h, int64_t d, int64_t dp) : handle_(handle) {
-    enum : int64_t { Q = 1, K, V, O, SCALE, S1 = 100, S2, MX, SUB, EX, SUM, P };
-    const Dims q{{b, h, s, d}, {s * h * dp, dp, h * dp, 1}};
-    const Dims kt{{b, h, d, s}, {s * h * dp, dp, 1, h * dp}};  // K^T: the last two dims' strides swapped
-    const Dims v = q;
-    const Dims o{{b, h, s, d}, {s * h * d, d, h * d, 1}};
-    const Dims scores{{b, h, s, s}, {h * s * s, s * s, s, 1}};
-    const Dims rows{{b, h, s, 1}, {h * s, s, 1, 1}};
+  Attention(cudnnHandle_t handle, const Shape& g) : handle_(handle) {
+    enum : int64_t { Q = 1, K, V, O, SCALE, NEG, S1 = 100, S2, RI, CI, MASK, S3, MX, SUB, EX, SUM, P };
+    const int64_t b = g.b, s = g.s, hq = g.hq, hkv = g.hkv, d = g.d, dq = g.dq;
+    const Dims q{{b, hq, s, d}, {s * hq * dq, dq, hq * dq, 1}};
+    const Dims kt{{b, hkv, d, s}, {s * hkv * dq, dq, 1, hkv * dq}};  // K^T: the last two dims' strides swapped
+    const Dims v{{b, hkv, s, d}, {s * hkv * dq, dq, hkv * dq, 1}};
+    const Dims o{{b, hq, s, d}, {s * hq * d, d, hq * d, 1}};
+    const Dims scores{{b, hq, s, s}, {hq * s * s, s * s, s, 1}};
+    const Dims rows{{b, hq, s, 1}, {hq * s, s, 1, 1}};
     const Dims scalar{{1, 1, 1, 1}, {1, 1, 1, 1}};
     const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
     keep(Q, tensor(Q, CUDNN_DATA_BFLOAT16, q, false));
@@ -127,14 +137,25 @@ class FullAttention {
     mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32).finalize();
     ops_.push_back(matmul(Q, K, S1, mm));
     ops_.push_back(pointwise(CUDNN_POINTWISE_MUL, S1, SCALE, S2));
-    ops_.push_back(reduction(CUDNN_REDUCE_TENSOR_MAX, S2, MX));
-    ops_.push_back(pointwise(CUDNN_POINTWISE_SUB, S2, MX, SUB));
+    int64_t scores_in = S2;
+    if (g.causal) {  // keep key col <= query row: row index >= col index, else the lowest float
+      keep(NEG, tensor(NEG, f32, scalar, false, true));
+      for (int64_t uid : {int64_t(RI), int64_t(CI), int64_t(S3)}) keep(uid, tensor(uid, f32, scores, true));
+      keep(MASK, tensor(MASK, CUDNN_DATA_BOOLEAN, scores, true));
+      ops_.push_back(pointwise(CUDNN_POINTWISE_GEN_INDEX, S2, -1, RI, -1, f32, 2));
+      ops_.push_back(pointwise(CUDNN_POINTWISE_GEN_INDEX, S2, -1, CI, -1, f32, 3));
+      ops_.push_back(pointwise(CUDNN_POINTWISE_CMP_GE, RI, CI, MASK, -1, CUDNN_DATA_BOOLEAN));
+      ops_.push_back(pointwise(CUDNN_POINTWISE_BINARY_SELECT, S2, NEG, S3, MASK));
+      scores_in = S3;
+    }
+    ops_.push_back(reduction(CUDNN_REDUCE_TENSOR_MAX, scores_in, MX));
+    ops_.push_back(pointwise(CUDNN_POINTWISE_SUB, scores_in, MX, SUB));
     ops_.push_back(pointwise(CUDNN_POINTWISE_EXP, SUB, -1, EX));
     ops_.push_back(reduction(CUDNN_REDUCE_TENSOR_ADD, EX, SUM));
     ops_.push_back(pointwise(CUDNN_POINTWISE_DIV, EX, SUM, P));
     ops_.push_back(matmul(P, V, O, mm));
     descs_.push_back(std::move(mm));
-
+    causal_ = g.causal;
     const auto t0 = std::chrono::steady_clock::now();
     Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     std::vector<cudnnBackendDescriptor_t> raw;
@@ -173,18 +194,19 @@ class FullAttention {
     descs_.push_back(std::move(graph));
     descs_.push_back(std::move(heur));
     for (Desc& c : cfgs) descs_.push_back(std::move(c));
-    scale_ = float(1.0 / std::sqrt(double(d)));
+    scale_ = float(1.0 / std::sqrt(double(g.d)));
     if (workspace_bytes_ > 0) workspace_ = DeviceBuffer(size_t(workspace_bytes_), "cuDNN workspace");
   }
 
   void run(const bf16* q, const bf16* k, const bf16* v, bf16* o, cudaStream_t st) {
     CK(cudnnSetStream(handle_, st));
-    int64_t uids[] = {1, 2, 3, 4, 5};
-    void* ptrs[] = {const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v), o, &scale_};
+    int64_t uids[] = {1, 2, 3, 4, 5, 6};
+    void* ptrs[] = {const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v), o, &scale_, &neg_};
+    const int64_t n = causal_ ? 6 : 5;
     void* ws = workspace_.get();
     Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 5, uids)
-        .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 5, ptrs)
+    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids)
+        .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs)
         .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws)
         .finalize();
     CK(cudnnBackendExecute(handle_, plan_->get(), pack.get()));
@@ -210,14 +232,18 @@ class FullAttention {
         .finalize();
     return op;
   }
-  Desc pointwise(cudnnPointwiseMode_t mode, int64_t x, int64_t b, int64_t y) {
+  // y = mode(x[, b[, tsel]]): tsel is BINARY_SELECT's condition; axis for GEN_INDEX
+  Desc pointwise(cudnnPointwiseMode_t mode, int64_t x, int64_t b, int64_t y, int64_t tsel = -1, cudnnDataType_t prec = CUDNN_DATA_FLOAT,
+                 int64_t axis = -1) {
     Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
-    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode).set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f32).finalize();
+    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode).set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+    if (axis >= 0) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    pw.finalize();
     Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
     const float one = 1.0f;
     op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw).set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, t(x));
     if (b >= 0) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, t(b));
+    if (tsel >= 0) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t(tsel));
     op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, t(y))
         .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one)
         .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one)
@@ -243,7 +269,8 @@ class FullAttention {
   int64_t workspace_bytes_ = 0;
   DeviceBuffer workspace_;
   double build_ms_ = 0;
-  float scale_ = 1;
+  bool causal_ = false;
+  float scale_ = 1, neg_ = std::numeric_limits<float>::lowest();  // by value: read at each execution
 };
 
 std::vector<uint16_t> down_bf16(const bf16* p, size_t n) {
@@ -270,30 +297,44 @@ int main(int argc, char** argv) {
     check(cudaStreamCreate(&st), "stream");
     cudnnHandle_t handle;
     CK(cudnnCreate(&handle));
-    // the 27B tower: 16 heads of 72 (padded to 80 in the product's layout); frames of one
-    // 1024x768 image, one 2048x2048 image, four 512x512 images
-    const int64_t heads = 16, hd = 72, dp = flash_attention_full_padded(hd);
-    struct Shape {
+    // the 27B tower: 16 heads of 72 (padded to 80 in the product's layout), frames of one
+    // 1024x768 image, one 2048x2048, four 512x512; the 27B backbone: 24 query heads, 4 key /
+    // value heads of 256, causal, the blog request, 8,192 tokens, 8 x 1,024
+    const int64_t dp = flash_attention_full_padded(72);
+    struct Point {
       const char* name;
-      int64_t frames, patches;
+      Shape g;
+    };
+    const std::vector<Point> points = {
+        {"tower 1 x 3,072 (1024x768)", {1, 3072, 16, 16, 72, dp, false}},
+        {"tower 1 x 16,384 (2048x2048)", {1, 16384, 16, 16, 72, dp, false}},
+        {"tower 4 x 1,024 (512x512)", {4, 1024, 16, 16, 72, dp, false}},
+        {"backbone 1 x 318 (blog)", {1, 318, 24, 4, 256, 256, true}},
+        {"backbone 1 x 8,192", {1, 8192, 24, 4, 256, 256, true}},
+        {"backbone 8 x 1,024", {8, 1024, 24, 4, 256, 256, true}},
     };
     json::Value records = json::Value::array();
-    for (Shape sh : {Shape{"1 x 3,072 (1024x768)", 1, 3072}, Shape{"1 x 16,384 (2048x2048)", 1, 16384}, Shape{"4 x 1,024 (512x512)", 4, 1024}}) {
-      const int64_t L = sh.frames * sh.patches, n = L * heads * dp;
-      DeviceBuffer q(size_t(n) * 2, "q"), k(size_t(n) * 2, "k"), v(size_t(n) * 2, "v"), ours(size_t(L * heads * hd) * 2, "ours"),
-          theirs(size_t(L * heads * hd) * 2, "cudnn"), alone(size_t(sh.patches * heads * hd) * 2, "alone");
+    for (const Point& pt : points) {
+      const Shape& g = pt.g;
+      const int64_t L = g.b * g.s, nq = L * g.hq * g.dq, nkv = L * g.hkv * g.dq, no = L * g.hq * g.d, first = g.s * g.hq * g.d;
+      DeviceBuffer q(size_t(nq) * 2, "q"), k(size_t(nkv) * 2, "k"), v(size_t(nkv) * 2, "v"), ours(size_t(no) * 2, "ours"),
+          theirs(size_t(no) * 2, "cudnn"), alone(size_t(first) * 2, "alone");
       // random O(1) values, the padding dims zero as the product's rotary kernel writes them
-      fill_normal_bf16(q.as<bf16>(), n, 21, 0.0f, 1.0f, st);
-      fill_normal_bf16(k.as<bf16>(), n, 22, 0.0f, 1.0f, st);
-      fill_normal_bf16(v.as<bf16>(), n, 23, 0.0f, 1.0f, st);
-      for (DeviceBuffer* b : {&q, &k, &v})
-        check(cudaMemset2DAsync(b->as<bf16>() + hd, size_t(dp) * 2, 0, size_t(dp - hd) * 2, size_t(L * heads), st), "zero padding");
+      fill_normal_bf16(q.as<bf16>(), nq, 21, 0.0f, 1.0f, st);
+      fill_normal_bf16(k.as<bf16>(), nkv, 22, 0.0f, 1.0f, st);
+      fill_normal_bf16(v.as<bf16>(), nkv, 23, 0.0f, 1.0f, st);
+      if (g.dq > g.d) {
+        check(cudaMemset2DAsync(q.as<bf16>() + g.d, size_t(g.dq) * 2, 0, size_t(g.dq - g.d) * 2, size_t(L * g.hq), st), "zero padding");
+        for (DeviceBuffer* b : {&k, &v})
+          check(cudaMemset2DAsync(b->as<bf16>() + g.d, size_t(g.dq) * 2, 0, size_t(g.dq - g.d) * 2, size_t(L * g.hkv), st), "zero padding");
+      }
+      const int64_t tile = g.causal ? 64 : flash_attention_full_tile();
       std::vector<int32_t> tq, ts, te;
-      for (int64_t f = 0; f < sh.frames; ++f)
-        for (int64_t t = 0; t < sh.patches; t += flash_attention_full_tile()) {
-          tq.push_back(int32_t(f * sh.patches + t));
-          ts.push_back(int32_t(f * sh.patches));
-          te.push_back(int32_t((f + 1) * sh.patches));
+      for (int64_t f = 0; f < g.b; ++f)
+        for (int64_t t = 0; t < g.s; t += tile) {
+          tq.push_back(int32_t(f * g.s + t));
+          ts.push_back(int32_t(f * g.s));
+          te.push_back(int32_t((f + 1) * g.s));
         }
       std::vector<int32_t> tiles = tq;
       tiles.insert(tiles.end(), ts.begin(), ts.end());
@@ -302,37 +343,49 @@ int main(int argc, char** argv) {
       check(cudaMemcpy(dt.get(), tiles.data(), tiles.size() * 4, cudaMemcpyHostToDevice), "tiles");
       const int64_t nt = int64_t(tq.size());
       const AttnTiles at{dt.as<int32_t>(), dt.as<int32_t>() + nt, dt.as<int32_t>() + 2 * nt, nt};
-      const double flop = 4.0 * double(sh.frames) * double(sh.patches) * double(sh.patches) * double(hd) * double(heads);
+      const double flop = 4.0 * double(g.b) * double(g.s) * double(g.s) * double(g.d) * double(g.hq) * (g.causal ? 0.5 : 1.0);
       auto tf = [&](double ms) { return flop / (ms * 1e-3) / 1e12; };
-      const double t_ours = bench::median_ms(st, [&] { flash_attention_full(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), heads, hd, at, ours.as<bf16>(), st); });
-      std::printf("\n%s: ours %.3f ms %.0f TF/s\n", sh.name, t_ours, tf(t_ours));
+      auto run_ours = [&] {
+        if (g.causal)
+          flash_attention(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), g.hkv * g.dq, nullptr, 0, 0, g.hq, g.hkv, g.d, at, ours.as<bf16>(), st);
+        else
+          flash_attention_full(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), g.hq, g.d, at, ours.as<bf16>(), st);
+      };
+      const double t_ours = bench::median_ms(st, run_ours);
+      std::printf("\n%s: ours %.3f ms %.0f TF/s\n", pt.name, t_ours, tf(t_ours));
       json::Value r = json::Value::object();
-      r.add("shape", json::Value::string(sh.name));
+      r.add("shape", json::Value::string(pt.name));
+      r.add("useful_tflop", json::Value::number(flop / 1e12));
       r.add("ours_ms", json::Value::number(t_ours));
       try {
-        FullAttention fa(handle, sh.frames, sh.patches, heads, hd, dp);
+        Attention fa(handle, g);
         const double t_cudnn = bench::median_ms(st, [&] { fa.run(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), theirs.as<bf16>(), st); });
+        run_ours();
         check(cudaStreamSynchronize(st), "sync");
-        const auto a = down_bf16(ours.as<bf16>(), size_t(L * heads * hd)), b = down_bf16(theirs.as<bf16>(), a.size());
+        const auto a = down_bf16(ours.as<bf16>(), size_t(no)), b = down_bf16(theirs.as<bf16>(), size_t(no));
         double worst = 0;
         for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::fabs(bf(a[i]) - bf(b[i]))));
-        size_t differ = 0;
-        if (sh.frames > 1) {  // the first frame alone against the same frame in the batch
-          FullAttention one(handle, 1, sh.patches, heads, hd, dp);
+        std::string inv;
+        if (g.b > 1) {  // the first sequence alone against the same sequence in the batch
+          Shape one_g = g;
+          one_g.b = 1;
+          Attention one(handle, one_g);
           one.run(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), alone.as<bf16>(), st);
           check(cudaStreamSynchronize(st), "sync");
-          const auto c = down_bf16(alone.as<bf16>(), size_t(sh.patches * heads * hd));
+          const auto c = down_bf16(alone.as<bf16>(), size_t(first));
+          size_t differ = 0;
           for (size_t i = 0; i < c.size(); ++i) differ += c[i] != b[i];
+          inv = ", first sequence alone vs in the batch: " + std::to_string(differ) + " of " + std::to_string(c.size()) + " outputs differ";
+          r.add("alone_vs_batch_differing", json::Value::integer(int64_t(differ)));
         }
-        std::printf("  cudnn %.3f ms %.0f TF/s (%.2fx ours; %.0f%% of the bf16 GEMM peak), engine config %d of the heuristic's, "
+        std::printf("  cudnn %.3f ms %.0f TF/s (%.2fx ours; %.0f%% of the measured bf16 GEMM peak), engine config %d of the heuristic's, "
                     "workspace %lld B, plan built in %.1f ms; max |cudnn - ours| %.3g%s\n",
                     t_cudnn, tf(t_cudnn), t_ours / t_cudnn, 100.0 * tf(t_cudnn) / hw.peak_bf16_tflops, fa.config(),
-                    (long long)fa.workspace_bytes(), fa.build_ms(), worst,
-                    sh.frames > 1 ? (", first frame alone vs in the batch: " + std::to_string(differ) + " outputs differ").c_str() : "");
+                    (long long)fa.workspace_bytes(), fa.build_ms(), worst, inv.c_str());
         r.add("cudnn_ms", json::Value::number(t_cudnn));
         r.add("cudnn_plan_build_ms", json::Value::number(fa.build_ms()));
+        r.add("cudnn_engine_config", json::Value::integer(fa.config()));
         r.add("max_abs_diff_vs_ours", json::Value::number(worst));
-        if (sh.frames > 1) r.add("frame_alone_vs_batch_differing", json::Value::integer(int64_t(differ)));
       } catch (const std::exception& e) {
         std::printf("  cudnn: %s\n", e.what());
         r.add("cudnn_error", json::Value::string(e.what()));
