@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
     Gemm inv(s, true), any(s, false);
-    const std::vector<int64_t> blocks = {256, 512, 1024, 2048};
+    const std::vector<int64_t> blocks = {128, 256, 512, 1024, 2048};
     json::Value records = json::Value::array();
     for (const Shape& sh : shapes_27b()) {
       std::vector<int64_t> ms = {318, 1024, 8192};
