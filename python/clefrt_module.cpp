@@ -53,6 +53,7 @@ clefrt::EngineOptions options_from(const py::dict& d) {
     else if (k == "max_batch_requests") o.max_batch_requests = v.cast<size_t>();
     else if (k == "max_queue") o.max_queue = v.cast<size_t>();
     else if (k == "prefix_cache_gib") o.prefix_cache_gib = v.cast<double>();
+    else if (k == "prefix_cache_host_gib") o.prefix_cache_host_gib = v.cast<double>();
     else if (k == "step_tokens") o.step_tokens = v.cast<size_t>();
     else if (k == "step_layers") o.step_layers = v.cast<size_t>();
     else throw clefrt::Error(clefrt::Status::BadRequest, "usage", "unknown engine option '" + k + "'");
@@ -174,6 +175,13 @@ PYBIND11_MODULE(_clefrt, m) {
                                d["inserted"] = s.inserted;
                                d["evictions"] = s.evictions;
                                d["too_large"] = s.too_large;
+                               d["host_budget_bytes"] = s.host_budget_bytes;
+                               d["host_bytes"] = s.host_bytes;
+                               d["host_entries"] = s.host_entries;
+                               d["host_hits"] = s.host_hits;
+                               d["host_hit_tokens"] = s.host_hit_tokens;
+                               d["to_host"] = s.to_host;
+                               d["host_evictions"] = s.host_evictions;
                                return d;
                              })
       .def("decide",

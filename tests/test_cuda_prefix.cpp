@@ -126,6 +126,37 @@ TEST(CudaPrefix, LeanPlanAndEvictionKeepAnswersExact) {
   test::check_eviction_keeps_answers(*cold, *warm, a, b);
 }
 
+// The host tier (--prefix-cache-host-gib) under a GPU budget of one entry: what the budget
+// evicts waits in pinned host memory and comes back by a copy on its next hit; every answer is
+// the cold engine's, the hits after an eviction are host hits.
+TEST(CudaPrefix, HostTierBringsEvictedPrefixesBackExactly) {
+  NEED_GPU();
+  const std::string a = state_text(1500, 6), b = state_text(1500, 7);
+  const size_t one = test::one_entry_bytes([](double gib) { return open_gpu(gib); }, a);
+  ASSERT_GT(one, 0u);
+  auto cold = open_gpu(0);
+  EngineOptions o;
+  o.device = Device::Cuda;
+  o.prefix_cache_gib = double(one) * 1.5 / double(size_t(1) << 30);  // room for one of a, b
+  o.prefix_cache_host_gib = double(one) * 4 / double(size_t(1) << 30);
+  o.max_length = 16384;
+  auto warm = Engine::load(small_dir(), o);
+  // a, b (a to the host tier), a again (back from it; b to it), b again (back from it)
+  const std::vector<std::pair<const std::string*, bool>> order = {{&a, false}, {&b, false}, {&a, true}, {&b, true}};
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Answer w = run(*warm, body(*order[i].first, int(i % 3)));
+    EXPECT_EQ(w.probs, run(*cold, body(*order[i].first, int(i % 3))).probs) << "step " << i;
+    EXPECT_EQ(w.cached > 0, order[i].second) << "step " << i;
+  }
+  const PrefixCacheStats st = warm->prefix_cache();
+  EXPECT_EQ(st.host_hits, 2u);
+  EXPECT_GE(st.to_host, 2u);
+  EXPECT_EQ(st.entries, 1u);
+  EXPECT_LE(st.host_bytes, st.host_budget_bytes);
+  std::cout << "[ cuda    ] host tier: " << st.host_hits << " hits copied back, " << st.to_host << " entries copied out, "
+            << st.host_bytes << " bytes held\n";
+}
+
 // The seam itself: one request's state left at several boundaries (a pass's first chunk, inside
 // a pass, the first chunk) does not change its answer, and continuing each gives the same bits
 // as the whole, alone or in a batch with others that leave or continue states; a state from

@@ -236,6 +236,112 @@ TEST(PrefixCache, MakeRoomEvictsOnlyWhenThatMakesRoom) {
   EXPECT_FALSE(c.make_room(1, 5000));  // over the budget alone
 }
 
+// The host tier (the GPU's prefixes in pinned host memory; here a fake copy): what the budget
+// evicts is copied there rather than dropped, a hit there says so (host) and counts, its own
+// budget evicts its least recently used entries, a copy that fails drops the entry, a prefix
+// already there is not copied again, and a copy back that fails counts as a miss.
+struct FakeHostCopy : CachedState {
+  size_t n;
+  explicit FakeHostCopy(size_t b) : n(b) {}
+  size_t bytes() const override { return n; }
+};
+
+TEST(PrefixCache, HostTierKeepsWhatTheBudgetEvicts) {
+  int copies = 0;
+  bool fail = false;
+  HostTier host;
+  host.budget_bytes = 1300;
+  host.copy_out = [&](const CachedState& st) -> std::shared_ptr<const CachedState> {
+    ++copies;
+    if (fail) return nullptr;
+    EXPECT_TRUE(dynamic_cast<const FakeState*>(&st)) << "the host tier copies the backend's states only";
+    return std::make_shared<FakeHostCopy>(st.bytes());
+  };
+  PrefixCache c(1000, 1, host);
+  EXPECT_EQ(c.stats().host_budget_bytes, 1300u);
+  const int32_t a[1] = {1}, b[1] = {2}, d[1] = {3}, e[1] = {4};
+  c.insert(a, 1, std::make_shared<FakeState>(596));  // 600 bytes with its id
+  c.insert(b, 1, std::make_shared<FakeState>(596));  // a goes to the host tier
+  PrefixCacheStats st = c.stats();
+  EXPECT_EQ(st.evictions, 1u);
+  EXPECT_EQ(st.to_host, 1u);
+  EXPECT_EQ(st.host_entries, 1u);
+  EXPECT_EQ(st.host_bytes, 600u);
+  EXPECT_EQ(st.entries, 1u);
+  auto hit = c.find(a, 1);
+  ASSERT_TRUE(hit);
+  EXPECT_TRUE(hit->host);
+  EXPECT_TRUE(dynamic_cast<const FakeHostCopy*>(hit->state.get()));
+  EXPECT_FALSE(c.find(b, 1)->host);
+  st = c.stats();
+  EXPECT_EQ(st.hits, 2u);
+  EXPECT_EQ(st.host_hits, 1u);
+  EXPECT_EQ(st.host_hit_tokens, 1u);
+  // the backend could not copy it back: a miss after all
+  c.copy_back_failed(*hit);
+  st = c.stats();
+  EXPECT_EQ(st.hits, 1u);
+  EXPECT_EQ(st.host_hits, 0u);
+  EXPECT_EQ(st.host_hit_tokens, 0u);
+  EXPECT_EQ(st.misses, 1u);
+  // copied back (insert), then evicted again: already in the host tier, not copied twice
+  c.insert(a, 1, std::make_shared<FakeState>(596));  // b to the host tier
+  EXPECT_EQ(copies, 2);
+  c.insert(d, 1, std::make_shared<FakeState>(596));  // a again: its host copy moves to the front
+  EXPECT_EQ(copies, 2);
+  st = c.stats();
+  EXPECT_EQ(st.host_entries, 2u);
+  EXPECT_EQ(st.to_host, 2u);
+  // the host budget (1,300) holds two: a third evicts the least recently used one not held (b)
+  hit.reset();
+  c.insert(e, 1, std::make_shared<FakeState>(596));  // d to the host tier, b out of it
+  st = c.stats();
+  EXPECT_EQ(st.host_entries, 2u);
+  EXPECT_EQ(st.host_evictions, 1u);
+  EXPECT_LE(st.host_bytes, 1300u);
+  EXPECT_FALSE(c.find(b, 1));
+  EXPECT_TRUE(c.find(a, 1)->host);
+  EXPECT_TRUE(c.find(d, 1)->host);
+  // a copy that fails: the entry goes
+  fail = true;
+  const int32_t f[1] = {5};
+  c.insert(f, 1, std::make_shared<FakeState>(596));  // e would go to the host tier
+  EXPECT_EQ(copies, 4);
+  EXPECT_EQ(c.stats().to_host, 3u);  // a, b and d: not the copy that failed
+  EXPECT_FALSE(c.find(e, 1));
+  // over the host budget alone: not copied
+  fail = false;
+  PrefixCache small(1000, 1, HostTier{100, host.copy_out});
+  small.insert(a, 1, std::make_shared<FakeState>(596));
+  small.insert(b, 1, std::make_shared<FakeState>(596));
+  EXPECT_EQ(small.stats().host_entries, 0u);
+  EXPECT_FALSE(small.find(a, 1));
+}
+
+// The host tier is a GPU engine's: the CPU engine refuses it (its cache is in host memory
+// already), and without a cache there is nothing to tier.
+TEST(PrefixCache, HostTierIsAGpuOption) {
+  EngineOptions o;
+  o.device = Device::Cpu;
+  o.prefix_cache_gib = 0.5;
+  o.prefix_cache_host_gib = 1;
+  try {
+    Engine::load(tiny_dir(), o);
+    FAIL() << "a CPU engine took a host tier";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.http_status(), 400) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--prefix-cache-host-gib"), std::string::npos) << e.what();
+  }
+  o.prefix_cache_gib = 0;
+  try {
+    Engine::load(tiny_dir(), o);
+    FAIL() << "a host tier without a cache";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.http_status(), 400) << e.what();
+    EXPECT_NE(std::string(e.what()).find("prefix_cache_gib 0"), std::string::npos) << e.what();
+  }
+}
+
 // The GPU takes a budget too (tests/test_cuda_prefix.cpp); without a GPU the device is the
 // complaint, never the cache.
 TEST(PrefixCache, CudaTakesABudgetOrNamesTheMissingGpu) {

@@ -119,6 +119,9 @@ struct EngineOptions {
                                        // system prompt + state computes only the rest, with the same bits.
                                        // 0: off. -1: the default, 4 GiB (host memory on the CPU, GPU memory
                                        // on the GPU), at most half of the memory the weights leave
+  double prefix_cache_host_gib = 0;    // GPU engines: a second tier of this many GiB of pinned host memory:
+                                       // prefixes the GPU budget evicts wait there and come back by a copy
+                                       // on their next hit (the same bits). 0: off (evicted prefixes go)
 
   // --- requests
   size_t max_length = 16384;           // context length in tokens, at most kMaxContext: a state is cut to fit; a schema that
@@ -201,6 +204,14 @@ struct PrefixCacheStats {
   uint64_t inserted = 0;
   uint64_t evictions = 0;
   uint64_t too_large = 0;   // states not kept: over the budget alone, or the rest held by running batches
+  // the host tier (GPU engines, EngineOptions::prefix_cache_host_gib; all 0 without it)
+  size_t host_budget_bytes = 0;
+  size_t host_bytes = 0;          // held now in pinned host memory
+  size_t host_entries = 0;
+  uint64_t host_hits = 0;         // hits (counted in hits too) copied back from the host tier
+  uint64_t host_hit_tokens = 0;
+  uint64_t to_host = 0;           // entries the GPU budget evicted that were copied to the host tier
+  uint64_t host_evictions = 0;    // dropped from the host tier for room
 };
 
 // The bodies a request may come in. SystemOne: the System One request. Decisions: what clients

@@ -59,7 +59,7 @@ class Clef:
          confidence="reference", parse_special=False, require_instructions=False, threads=0,
          check_weights=True, batch_invariant=True, max_batch_tokens=16384,
          max_batch_requests=64, w4a16_fused=False, native_fp4=True, portable_kernels=False, progress=False,
-         prefix_cache_gib=-1, step_tokens=0, step_layers=0, vision=True)
+         prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True)
 
     path: a Clef / Clef-flash release folder (config.json, tokenizer.json, sharded safetensors in
         bf16 / f16 / f32, NVFP4 or FP8 compressed-tensors, joint_head.*).
@@ -92,6 +92,9 @@ class Clef:
         usage.cached_tokens says how many tokens came from it). 0: off; -1: the default (4 GiB
         of host memory on the CPU, of GPU memory on the GPU; at most half of what the weights
         leave).
+    prefix_cache_host_gib: CUDA: a second tier of the prefix cache in this many GiB of pinned
+        host memory: prefixes the GPU budget evicts wait there and come back by a copy on their
+        next hit (the same answers). 0 (the default): off.
     step_tokens: a longer request (on the GPU: over 4x as long) runs in steps of about this many
         tokens, with the requests of other calls or threads answered between them; the same
         answers. 0: the default (1,024 on the CPU, 2,048 on the GPU).
@@ -107,7 +110,7 @@ class Clef:
     def __init__(self, path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False, confidence="reference",
                  parse_special=False, require_instructions=False, threads=0, check_weights=True, batch_invariant=True,
                  max_batch_tokens=16384, max_batch_requests=64, w4a16_fused=False, native_fp4=True,
-                 portable_kernels=False, progress=False, prefix_cache_gib=-1, step_tokens=0, step_layers=0, vision=True):
+                 portable_kernels=False, progress=False, prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
         if confidence not in ("reference", "purity", "jev"):
@@ -119,7 +122,8 @@ class Clef:
             "check_weights": bool(check_weights), "batch_invariant": bool(batch_invariant),
             "max_batch_tokens": int(max_batch_tokens), "max_batch_requests": int(max_batch_requests), "w4a16_fused": bool(w4a16_fused),
             "native_fp4": bool(native_fp4), "portable_kernels": bool(portable_kernels), "progress": bool(progress),
-            "prefix_cache_gib": float(prefix_cache_gib), "step_tokens": int(step_tokens), "step_layers": int(step_layers),
+            "prefix_cache_gib": float(prefix_cache_gib), "prefix_cache_host_gib": float(prefix_cache_host_gib),
+            "step_tokens": int(step_tokens), "step_layers": int(step_layers),
             "vision": bool(vision),
         })
 
@@ -166,7 +170,8 @@ class Clef:
     @property
     def prefix_cache(self):
         """The prefix cache's counters: enabled, budget_bytes, granularity (tokens), bytes, entries,
-        hits, misses, hit_tokens, inserted, evictions, too_large."""
+        hits, misses, hit_tokens, inserted, evictions, too_large; the host tier's host_budget_bytes,
+        host_bytes, host_entries, host_hits, host_hit_tokens, to_host, host_evictions."""
         return self._engine.prefix_cache
 
     @property

@@ -30,6 +30,7 @@ struct EngineFlags {
   int threads = 0;
   size_t max_length = 16384;
   double prefix_cache_gib = -1;  // -1: the engine's default
+  double prefix_cache_host_gib = 0;
   size_t step_tokens = 0;        // 0: the engine's default
   size_t step_layers = 0;        // 0: the engine's default
 };

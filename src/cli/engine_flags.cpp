@@ -39,6 +39,11 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
                "same answer bit for bit; least recently used prefixes go first. 0 turns it off. Default 4, or half of the memory\n"
                "the weights leave if that is less")
       ->check(non_negative());
+  c.add_option("--prefix-cache-host-gib", f.prefix_cache_host_gib,
+               "GPU: a second tier of the prefix cache in this many GiB of pinned host memory: prefixes the GPU budget evicts\n"
+               "wait there and come back by a copy on their next hit (the same answers; a copy of an 8,000-token 27B state is\n"
+               "~0.5 GB over PCIe instead of its prefill). Default 0 (off: evicted prefixes go)")
+      ->check(non_negative());
   c.add_option("--step-tokens", f.step_tokens,
                "a longer request (on the GPU: over 4x as long) runs in steps of about this many tokens, one at a time, with\n"
                "the requests that arrive meanwhile answered between its steps (they wait one step at most); the same answers.\n"
@@ -102,6 +107,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.threads = f.threads;
   o.max_length = f.max_length;
   o.prefix_cache_gib = f.prefix_cache_gib;
+  o.prefix_cache_host_gib = f.prefix_cache_host_gib;
   o.step_tokens = f.step_tokens;
   o.step_layers = f.step_layers;
   o.parse_special = f.parse_special;

@@ -397,7 +397,25 @@ void EngineCore::make_prefix_cache(double avail, const char* where, int64_t gran
       std::fprintf(stderr, "{\"event\":\"prefix_cache\",\"budget_bytes\":%zu,\"why\":\"the default 4 GiB is over half of the %s %s left after the weights\"}\n",
                    budget, left.c_str(), where);
   }
-  if (budget > 0) cache_ = std::make_unique<PrefixCache>(budget, granularity);
+  if (budget == 0) return;
+  HostTier host;
+  if (opts_.prefix_cache_host_bytes > 0) {
+    if (!gpu_)
+      throw Error(Status::BadRequest, "usage",
+                  "--prefix-cache-host-gib is a GPU engine's second tier; the CPU engine's prefix cache is in host memory already "
+                  "(--prefix-cache-gib)");
+    const double host_avail = host_memory_available();
+    if (host_avail >= 0 && double(opts_.prefix_cache_host_bytes) > host_avail / 2)
+      throw Error(Status::Unavailable, "insufficient_memory",
+                  "--prefix-cache-host-gib " + std::to_string(double(opts_.prefix_cache_host_bytes) / double(size_t(1) << 30)) +
+                      " is over half of the host memory available (" + std::to_string(int64_t(host_avail / double(1 << 20))) +
+                      " MiB): ask for less");
+    host.budget_bytes = opts_.prefix_cache_host_bytes;
+#ifdef CLEFRT_HAVE_CUDA
+    host.copy_out = host_copy_out();
+#endif
+  }
+  cache_ = std::make_unique<PrefixCache>(budget, granularity, std::move(host));
 }
 
 std::unique_ptr<EngineCore> EngineCore::tokenizer_only(const std::string& tokenizer, CoreOptions opts) {
@@ -563,6 +581,14 @@ struct GpuPrefixState : CachedState {
   size_t bytes() const override { return s.buf.bytes(); }
 };
 
+// A GPU prefix state copied to the host tier (EngineOptions::prefix_cache_host_gib): its bytes
+// in pinned host memory, its length and layout as they were.
+struct HostPrefixState : CachedState {
+  int64_t length = 0, capacity = 0;
+  cuda::HostBuffer buf;
+  size_t bytes() const override { return buf.bytes(); }
+};
+
 // A whole-chunk boundary that is not inside an image (the tower's rows of an image are all or
 // nothing): `limit` rounded down, moved before every image it would cut, or (later) after them,
 // no further than `cap`.
@@ -592,6 +618,49 @@ cuda::DevPrefixState new_state(const cuda::DevModel& m, int64_t capacity, const 
 }
 }  // namespace
 
+// A prefix the cache's GPU budget evicts, copied into pinned host memory (null without room
+// there: it goes). The state is complete: a forward that wrote it has returned.
+std::function<std::shared_ptr<const CachedState>(const CachedState&)> EngineCore::host_copy_out() {
+  return [](const CachedState& c) -> std::shared_ptr<const CachedState> {
+    const auto& g = static_cast<const GpuPrefixState&>(c);
+    try {
+      auto h = std::make_shared<HostPrefixState>();
+      h->length = g.s.length;
+      h->capacity = g.s.capacity;
+      h->buf = cuda::HostBuffer(g.s.buf.bytes(), "prefix cache host tier");
+      cuda::check(cudaMemcpy(h->buf.host(), g.s.buf.get(), g.s.buf.bytes(), cudaMemcpyDeviceToHost), "prefix cache entry to host memory");
+      return h;
+    } catch (const Error&) {
+      cudaGetLastError();
+      return nullptr;
+    }
+  };
+}
+
+// The longest cached prefix in either tier (PrefixCache::find); a host-tier one is copied back
+// into GPU memory as an entry of its own (the same bytes) or, without room there, is a miss.
+std::shared_ptr<const PrefixEntry> EngineCore::gpu_find(const int32_t* ids, int64_t limit) const {
+  std::shared_ptr<const PrefixEntry> e = cache_->find(ids, limit);
+  if (!e || !e->host) return e;
+  const auto& h = static_cast<const HostPrefixState&>(*e->state);
+  const int64_t n = int64_t(e->ids.size());
+  std::shared_ptr<const PrefixEntry> back;
+  if (cache_->make_room(n, h.buf.bytes())) {
+    try {
+      auto st = std::make_shared<GpuPrefixState>();
+      st->s.length = h.length;
+      st->s.capacity = h.capacity;
+      st->s.buf = cuda::DeviceBuffer(h.buf.bytes(), "prefix cache entry back from host memory");
+      cuda::check(cudaMemcpy(st->s.buf.get(), h.buf.host(), h.buf.bytes(), cudaMemcpyHostToDevice), "prefix cache entry back from host memory");
+      back = cache_->insert(ids, n, std::move(st));
+    } catch (const Error&) {
+      cudaGetLastError();  // out of GPU memory: computed instead
+    }
+  }
+  if (!back) cache_->copy_back_failed(*e);
+  return back;
+}
+
 // The GPU forward with the prefix cache: per request the longest cached prefix it starts with
 // (it computes only the rest) and, when its own prefix is longer and would be kept, a new state
 // the forward fills as it goes. Entries are GPU memory; a request that cannot get one runs
@@ -607,7 +676,7 @@ std::vector<std::vector<std::vector<double>>> EngineCore::gpu_forward(const mode
     const model::Sequence& e = batch[k];
     const int64_t limit = prefix_boundary(e, G);
     if (limit <= 0) continue;
-    held[k] = cache_->find(e.cache_key(), limit);
+    held[k] = gpu_find(e.cache_key(), limit);
     const int64_t hit = held[k] ? int64_t(held[k]->ids.size()) : 0;
     if (held[k]) pre[k].from = &static_cast<const GpuPrefixState&>(*held[k]->state).s;
     if (cached) (*cached)[k] = size_t(hit);
@@ -659,7 +728,7 @@ std::unique_ptr<StepRun> EngineCore::gpu_start(const model::Sequence& e) const {
   g->stop = prefix_boundary(e, kG);
   const int64_t boundary = cache_ ? g->stop : 0;  // (media without their key have no prefix: model/batch.h)
   if (boundary > 0) {
-    g->hit = cache_->find(e.cache_key(), boundary);
+    g->hit = gpu_find(e.cache_key(), boundary);
     g->pos = g->hit ? int64_t(g->hit->ids.size()) : 0;
     r->cached_tokens = size_t(g->pos);
   }

@@ -65,6 +65,8 @@ struct CoreOptions {
   // The budget is the default (not asked for): at load it shrinks to half of the host memory left
   // after the weights when that is less (and says so); an asked-for budget over it is refused.
   bool prefix_cache_default = false;
+  // GPU engines: the host tier's budget in bytes (0: off; EngineOptions::prefix_cache_host_gib).
+  size_t prefix_cache_host_bytes = 0;
 };
 
 struct GpuBackend;
@@ -192,6 +194,8 @@ class EngineCore {
 #ifdef CLEFRT_HAVE_CUDA
   std::vector<std::vector<std::vector<double>>> gpu_forward(const model::Batch& batch, std::vector<size_t>* cached) const;
   std::unique_ptr<StepRun> gpu_start(const model::Sequence& e) const;
+  std::shared_ptr<const PrefixEntry> gpu_find(const int32_t* ids, int64_t limit) const;
+  static std::function<std::shared_ptr<const CachedState>(const CachedState&)> host_copy_out();
   bool gpu_step(StepRun& r, int64_t tokens, int64_t layers) const;
   std::vector<std::vector<double>> gpu_finish(StepRun& r) const;
 #endif

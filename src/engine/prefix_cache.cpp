@@ -25,10 +25,12 @@ uint64_t key_of(const int32_t* ids, int64_t n) {
 
 }  // namespace
 
-PrefixCache::PrefixCache(size_t budget_bytes, int64_t granularity) : budget_(budget_bytes), granularity_(granularity) {
+PrefixCache::PrefixCache(size_t budget_bytes, int64_t granularity, HostTier host)
+    : budget_(budget_bytes), granularity_(granularity), host_(std::move(host)) {
   stats_.enabled = true;
   stats_.budget_bytes = budget_bytes;
   stats_.granularity = granularity;
+  stats_.host_budget_bytes = host_.copy_out ? host_.budget_bytes : 0;
 }
 
 std::shared_ptr<const PrefixEntry> PrefixCache::find(const int32_t* ids, int64_t limit) {
@@ -45,22 +47,40 @@ std::shared_ptr<const PrefixEntry> PrefixCache::find(const int32_t* ids, int64_t
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = keys.size(); i-- > 0;) {
-    auto it = by_key_.find(keys[i]);
-    if (it == by_key_.end()) continue;
-    const auto& e = *it->second;
     const int64_t n = int64_t(i + 1) * granularity_;
-    if (int64_t(e->ids.size()) != n || !std::equal(e->ids.begin(), e->ids.end(), ids)) continue;  // a hash collision
-    lru_.splice(lru_.begin(), lru_, it->second);
-    ++stats_.hits;
-    stats_.hit_tokens += uint64_t(n);
-    return e;
+    for (bool host : {false, true}) {  // the backend's own memory first
+      auto& map = host ? host_by_key_ : by_key_;
+      Lru& lru = host ? host_lru_ : lru_;
+      auto it = map.find(keys[i]);
+      if (it == map.end()) continue;
+      const auto& e = *it->second;
+      if (int64_t(e->ids.size()) != n || !std::equal(e->ids.begin(), e->ids.end(), ids)) continue;  // a hash collision
+      lru.splice(lru.begin(), lru, it->second);
+      ++stats_.hits;
+      stats_.hit_tokens += uint64_t(n);
+      if (host) {
+        ++stats_.host_hits;
+        stats_.host_hit_tokens += uint64_t(n);
+      }
+      return e;
+    }
   }
   ++stats_.misses;
   return nullptr;
 }
 
-void PrefixCache::insert(const int32_t* ids, int64_t n, std::shared_ptr<const CachedState> state) {
-  if (n <= 0 || n % granularity_ != 0 || !state) return;
+void PrefixCache::copy_back_failed(const PrefixEntry& e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t n = e.ids.size();
+  --stats_.hits;
+  stats_.hit_tokens -= n;
+  --stats_.host_hits;
+  stats_.host_hit_tokens -= n;
+  ++stats_.misses;
+}
+
+std::shared_ptr<const PrefixEntry> PrefixCache::insert(const int32_t* ids, int64_t n, std::shared_ptr<const CachedState> state) {
+  if (n <= 0 || n % granularity_ != 0 || !state) return nullptr;
   auto e = std::make_shared<PrefixEntry>();
   e->ids.assign(ids, ids + n);
   e->bytes = state->bytes() + size_t(n) * sizeof(int32_t);
@@ -69,13 +89,13 @@ void PrefixCache::insert(const int32_t* ids, int64_t n, std::shared_ptr<const Ca
   std::lock_guard<std::mutex> lock(mu_);
   if (e->bytes > budget_) {
     ++stats_.too_large;
-    return;
+    return nullptr;
   }
   auto it = by_key_.find(key);
   if (it != by_key_.end()) {
     if ((*it->second)->ids == e->ids) {
       lru_.splice(lru_.begin(), lru_, it->second);
-      return;
+      return *it->second;
     }
     stats_.bytes -= (*it->second)->bytes;  // a colliding prefix: the newer one takes the key
     lru_.erase(it->second);
@@ -88,7 +108,7 @@ void PrefixCache::insert(const int32_t* ids, int64_t n, std::shared_ptr<const Ca
     if (x.use_count() == 1) evictable += x->bytes;
   if (stats_.bytes - evictable + e->bytes > budget_) {
     ++stats_.too_large;
-    return;
+    return nullptr;
   }
   evict_until_fits_locked(e->bytes);
   lru_.push_front(e);
@@ -96,6 +116,7 @@ void PrefixCache::insert(const int32_t* ids, int64_t n, std::shared_ptr<const Ca
   stats_.bytes += e->bytes;
   ++stats_.entries;
   ++stats_.inserted;
+  return e;
 }
 
 void PrefixCache::evict_until_fits_locked(size_t incoming) {
@@ -103,12 +124,54 @@ void PrefixCache::evict_until_fits_locked(size_t incoming) {
     --it;
     if (it->use_count() > 1) continue;  // a running batch holds it
     const auto& e = *it;
+    if (host_.copy_out) to_host_locked(*e);
     by_key_.erase(e->key);
     stats_.bytes -= e->bytes;
     --stats_.entries;
     ++stats_.evictions;
     it = lru_.erase(it);
   }
+}
+
+// An entry the backend's budget evicts, into the host tier: already there (a prefix copied back
+// earlier) it only moves to the front; otherwise the host tier's least recently used entries no
+// one holds go until it fits, and the backend copies the state out.
+void PrefixCache::to_host_locked(const PrefixEntry& e) {
+  auto it = host_by_key_.find(e.key);
+  if (it != host_by_key_.end()) {
+    if ((*it->second)->ids == e.ids) {
+      host_lru_.splice(host_lru_.begin(), host_lru_, it->second);
+      return;
+    }
+    stats_.host_bytes -= (*it->second)->bytes;  // a colliding prefix: the newer one takes the key
+    host_lru_.erase(it->second);
+    host_by_key_.erase(it);
+    --stats_.host_entries;
+  }
+  if (e.bytes > host_.budget_bytes) return;
+  for (auto h = host_lru_.end(); h != host_lru_.begin() && stats_.host_bytes + e.bytes > host_.budget_bytes;) {
+    --h;
+    if (h->use_count() > 1) continue;  // a running batch is copying it back
+    host_by_key_.erase((*h)->key);
+    stats_.host_bytes -= (*h)->bytes;
+    --stats_.host_entries;
+    ++stats_.host_evictions;
+    h = host_lru_.erase(h);
+  }
+  if (stats_.host_bytes + e.bytes > host_.budget_bytes) return;
+  std::shared_ptr<const CachedState> copy = host_.copy_out(*e.state);
+  if (!copy) return;
+  auto c = std::make_shared<PrefixEntry>();
+  c->ids = e.ids;
+  c->bytes = copy->bytes() + e.ids.size() * sizeof(int32_t);
+  c->state = std::move(copy);
+  c->key = e.key;
+  c->host = true;
+  host_lru_.push_front(c);
+  host_by_key_[c->key] = host_lru_.begin();
+  stats_.host_bytes += c->bytes;
+  ++stats_.host_entries;
+  ++stats_.to_host;
 }
 
 bool PrefixCache::would_keep(const int32_t* ids, int64_t n, size_t state_bytes) const {

@@ -97,6 +97,14 @@ std::string Metrics::render(size_t open_connections, const PrefixCacheStats& cac
   metric("clefrt_prefix_cache_bytes", "gauge", "Memory held by cached prefixes (0 with the cache off).", cache.bytes);
   metric("clefrt_prefix_cache_entries", "gauge", "Cached prefixes.", cache.entries);
   metric("clefrt_prefix_cache_budget_bytes", "gauge", "The prefix cache's byte budget (0: off).", cache.budget_bytes);
+  metric("clefrt_prefix_cache_host_bytes", "gauge", "Pinned host memory held by the prefix cache's host tier (GPU engines; 0 without it).",
+         cache.host_bytes);
+  metric("clefrt_prefix_cache_host_entries", "gauge", "Prefixes in the host tier.", cache.host_entries);
+  metric("clefrt_prefix_cache_host_budget_bytes", "gauge", "The host tier's byte budget (0: off).", cache.host_budget_bytes);
+  metric("clefrt_prefix_cache_host_hits_total", "counter", "Hits copied back from the host tier (counted in the hits too).", cache.host_hits);
+  metric("clefrt_prefix_cache_host_hit_tokens_total", "counter", "Prompt tokens of those hits.", cache.host_hit_tokens);
+  metric("clefrt_prefix_cache_to_host_total", "counter", "Prefixes the GPU budget evicted that went to the host tier.", cache.to_host);
+  metric("clefrt_prefix_cache_host_evictions_total", "counter", "Prefixes dropped from the host tier for its budget.", cache.host_evictions);
   return out;
 }
 

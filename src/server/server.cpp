@@ -247,6 +247,11 @@ HttpServer::Reply HttpServer::health() const {
     c.add("budget_bytes", Value::integer(int64_t(pc.budget_bytes)));
     c.add("bytes", Value::integer(int64_t(pc.bytes)));
     c.add("entries", Value::integer(int64_t(pc.entries)));
+    if (pc.host_budget_bytes > 0) {
+      c.add("host_budget_bytes", Value::integer(int64_t(pc.host_budget_bytes)));
+      c.add("host_bytes", Value::integer(int64_t(pc.host_bytes)));
+      c.add("host_entries", Value::integer(int64_t(pc.host_entries)));
+    }
     h.add("prefix_cache", c);
   }
   h.add("queue_depth", Value::integer(int64_t(engine_->queued())));
