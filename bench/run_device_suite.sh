@@ -3,7 +3,8 @@
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
 #   bench/run_device_suite.sh COMMIT [tests] [bench MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [lab] [anchors]
-# reuse: the prefix cache's cold / warm points (27B bf16, 1,024 / 8,000 / 32,768-token states).
+# reuse: the prefix cache's cold / warm points (27B bf16, 1,024 / 8,000 / 32,768-token states);
+# reuse-host: the same with a one-state GPU budget and a host tier, and the host tier's point.
 # interleave: blog latency while a 65,436-token request runs, per step size (27B bf16).
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
@@ -42,6 +43,13 @@ while [ $# -gt 0 ]; do
         --command "clefrt bench --synthetic clef-27b --quant bf16 --reuse --reps 5" --json "$OUT/reuse-bf16.json" \
         > "$OUT/reuse-bf16.txt" 2> "$OUT/reuse-bf16.err"
       echo "== reuse bf16 rc=$?"; grep -v "^{" "$OUT/reuse-bf16.txt"; tail -3 "$OUT/reuse-bf16.err" ;;
+    reuse-host)
+      # the host tier: a GPU budget for one 8,000-token state (~0.53 GiB at 27B), 16 GiB of host tier
+      .carry/clefrt bench --synthetic clef-27b --quant bf16 --reuse --reuse-cache-gib 0.75 --reuse-host-gib 16 --max-tokens 16384 \
+        --tokenizer $tok --reps 5 --commit "$commit" \
+        --command "clefrt bench --synthetic clef-27b --quant bf16 --reuse --reuse-cache-gib 0.75 --reuse-host-gib 16 --max-tokens 16384 --reps 5" \
+        --json "$OUT/reuse-host-bf16.json" > "$OUT/reuse-host-bf16.txt" 2> "$OUT/reuse-host-bf16.err"
+      echo "== reuse host tier bf16 rc=$?"; grep -v "^{" "$OUT/reuse-host-bf16.txt"; tail -3 "$OUT/reuse-host-bf16.err" ;;
     interleave)
       .carry/clefrt bench --synthetic clef-27b --quant bf16 --interleave --max-tokens 65536 --tokenizer $tok --reps 10 --commit "$commit" \
         --command "clefrt bench --synthetic clef-27b --quant bf16 --interleave --max-tokens 65536 --reps 10" --json "$OUT/interleave-bf16.json" \

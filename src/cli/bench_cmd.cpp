@@ -141,6 +141,48 @@ Value reuse_points(Engine& engine, const Encoded& blog, const Encoded& other, in
   return out;
 }
 
+// The host tier's point (--reuse-host-gib with a GPU budget for one state, --reuse-cache-gib):
+// per repetition a new 8,000-token state asked the blog's questions (cold), another new state
+// (which evicts the first to the host tier), then the first state with another question set:
+// its prefix comes back from pinned host memory by a copy. p50 of that against cold.
+Value host_tier_point(Engine& engine, const Encoded& blog, const Encoded& other, int reps) {
+  const int64_t n = 8000, extra = n - int64_t(blog.input_ids.size());
+  std::vector<double> cold, back;
+  size_t cached = 0;
+  for (int r = -1; r < reps; ++r) {  // r = -1: a warm-up round, not timed
+    const uint64_t seed = 7000 + uint64_t(r + 1) * 2;
+    const Prepared a = engine.prepare_encoded(prefixed(blog, extra, seed)), b = engine.prepare_encoded(prefixed(blog, extra, seed + 1)),
+                   a2 = engine.prepare_encoded(prefixed(other, extra, seed));
+    auto t0 = std::chrono::steady_clock::now();
+    engine.probs({&a});
+    const double ms_a = ms_since(t0);
+    engine.probs({&b});
+    const uint64_t before = engine.prefix_cache().host_hits;
+    std::vector<size_t> c2;
+    t0 = std::chrono::steady_clock::now();
+    engine.probs({&a2}, &c2);
+    const double ms_back = ms_since(t0);
+    if (engine.prefix_cache().host_hits != before + 1 || c2[0] == 0)
+      throw Error(Status::Internal, "internal_error",
+                  "bench host tier: the first state did not come back from the host tier (give --reuse-cache-gib room for one "
+                  "8,000-token state only, so that the second evicts it)");
+    if (r < 0) continue;
+    cold.push_back(ms_a);
+    back.push_back(ms_back);
+    cached = c2[0];
+  }
+  const double c50 = percentile(cold, 0.5), b50 = percentile(back, 0.5);
+  std::printf("%-10s %8lld %8zu %12.2f %12.2f %7.1f%%   (warm from the host tier)\n", "host_8000", (long long)n, cached, c50, b50,
+              100.0 * b50 / c50);
+  Value v = Value::object();
+  v.add("cached_tokens", Value::integer(int64_t(cached)));
+  v.add("reps", Value::integer(reps));
+  v.add("cold_p50", Value::number(c50));
+  v.add("host_warm_p50", Value::number(b50));
+  v.add("host_warm_over_cold", Value::number(b50 / c50));
+  return v;
+}
+
 // The interleave point (issue 18): a long request (--max-tokens less 100) submitted while blog
 // requests run one after another (a closed loop: each arrives as the last is answered): their
 // latency while it runs against idle, and its own time, per step size and layers a call
@@ -207,7 +249,7 @@ Runner add_bench(CLI::App& app) {
     int reps = 20;
     int64_t max_tokens = 32768;
     bool batch_invariant = true, profile = false, offload = false, memory_only = false, w4a16_fused = false, reuse = false, interleave = false;
-    double reuse_gib = 16, gpu_limit_gib = 0;
+    double reuse_gib = 16, reuse_host_gib = 0, gpu_limit_gib = 0;
     bool vision = true;
   };
   auto o = std::make_shared<Opts>();
@@ -240,6 +282,10 @@ Runner add_bench(CLI::App& app) {
                 "run as on a card of this many GiB: the memory beyond it is allocated first and held (the figures\n"
                 "reported leave it out); with --memory-only, whether the request fits a 16 GiB card (--gpu-limit-gib 16)");
   c->add_option("--reuse-cache-gib", o->reuse_gib, "--reuse: the prefix cache's budget in GPU memory (default 16)");
+  c->add_option("--reuse-host-gib", o->reuse_host_gib,
+                "--reuse: a host tier of this many GiB too, and its point (an 8,000-token state evicted to it by another,\n"
+                "then asked again: it comes back by a copy); give --reuse-cache-gib room for one such state (~0.6 GiB at 27B\n"
+                "shapes) and --max-tokens 16384 (the 32k reuse point needs a larger budget)");
   c->add_option("--json", o->json_out, "write the results as JSON here");
   c->add_option("--tokenizer", o->tokenizer, "tokenizer.json for the example request (default: the pinned Qwen3 one)");
   c->add_option("--request", o->request, "the latency request (default examples/blog.json)");
@@ -314,6 +360,7 @@ Runner add_bench(CLI::App& app) {
     eo.max_batch_requests = o->memory_only ? 1 : 64;
     // the latency points repeat one request: a cache would answer them from its state
     eo.prefix_cache_gib = o->reuse ? o->reuse_gib : 0;
+    eo.prefix_cache_host_gib = o->reuse ? o->reuse_host_gib : 0;
     auto engine = Engine::synthetic(o->synthetic, o->tokenizer, eo);
     const Encoded blog = engine->prepare(read_file(o->request)).encoded();
     const double gib = double(1ull << 30);
@@ -368,6 +415,7 @@ Runner add_bench(CLI::App& app) {
       const Encoded other = engine->prepare(json::write(other_json)).encoded();
       Value out = record();
       out.add("reuse", reuse_points(*engine, blog, other, o->max_tokens, o->reps));
+      if (o->reuse_host_gib > 0) out.add("host_tier", host_tier_point(*engine, blog, other, o->reps));
       const PrefixCacheStats st = engine->prefix_cache();
       out.add("prefix_cache_bytes", Value::integer(int64_t(st.bytes)));
       out.add("prefix_cache_entries", Value::integer(int64_t(st.entries)));
