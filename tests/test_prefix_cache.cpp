@@ -302,13 +302,27 @@ TEST(PrefixCache, HostTierKeepsWhatTheBudgetEvicts) {
   EXPECT_FALSE(c.find(b, 1));
   EXPECT_TRUE(c.find(a, 1)->host);
   EXPECT_TRUE(c.find(d, 1)->host);
-  // a copy that fails: the entry goes
+  // a copy that fails: the entry goes, and nothing made room for it
   fail = true;
-  const int32_t f[1] = {5};
+  const int32_t f[1] = {5}, g[1] = {6};
   c.insert(f, 1, std::make_shared<FakeState>(596));  // e would go to the host tier
   EXPECT_EQ(copies, 4);
-  EXPECT_EQ(c.stats().to_host, 3u);  // a, b and d: not the copy that failed
+  st = c.stats();
+  EXPECT_EQ(st.to_host, 3u);  // a, b and d: not the copy that failed
+  EXPECT_EQ(st.host_entries, 2u);
+  EXPECT_EQ(st.host_evictions, 1u);
   EXPECT_FALSE(c.find(e, 1));
+  // a host entry a running batch holds (d, the least recently used) stays; a goes instead
+  fail = false;
+  auto held = c.find(d, 1);
+  EXPECT_TRUE(c.find(a, 1));
+  c.insert(g, 1, std::make_shared<FakeState>(596));  // f to the host tier
+  st = c.stats();
+  EXPECT_EQ(st.host_evictions, 2u);
+  EXPECT_TRUE(c.find(d, 1));
+  EXPECT_FALSE(c.find(a, 1));
+  EXPECT_TRUE(c.find(f, 1)->host);
+  held.reset();
   // over the host budget alone: not copied
   fail = false;
   PrefixCache small(1000, 1, HostTier{100, host.copy_out});

@@ -4,6 +4,7 @@
 #include <clefrt/clefrt.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <future>
 #include <mutex>
@@ -126,7 +127,7 @@ void check_options(const EngineOptions& o) {
   if (o.max_length > kMaxContext)
     bad("max_length is at most " + std::to_string(kMaxContext) + " tokens (Clef's context window), not " + std::to_string(o.max_length));
   if (!(o.prefix_cache_gib >= 0 || o.prefix_cache_gib == -1)) bad("prefix_cache_gib must be 0 (off), a budget in GiB, or -1 (the default)");
-  if (!(o.prefix_cache_host_gib >= 0)) bad("prefix_cache_host_gib must be 0 (off) or a budget in GiB");
+  if (!(o.prefix_cache_host_gib >= 0 && std::isfinite(o.prefix_cache_host_gib))) bad("prefix_cache_host_gib must be 0 (off) or a budget in GiB");
   if (o.prefix_cache_host_gib > 0 && o.prefix_cache_gib == 0) bad("prefix_cache_host_gib is a second tier of the prefix cache, which prefix_cache_gib 0 turns off");
   if (o.max_batch_tokens == 0) bad("max_batch_tokens must be at least 1");
   if (o.max_batch_requests == 0) bad("max_batch_requests must be at least 1");

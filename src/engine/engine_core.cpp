@@ -268,6 +268,21 @@ std::string EngineCore::gpu_summary() const {
   return "";
 }
 
+namespace {
+std::string host_tier_on_cpu() {
+  return "--prefix-cache-host-gib is a GPU engine's second tier; the CPU engine's prefix cache is in host memory already "
+         "(--prefix-cache-gib)";
+}
+// The host tier's budget against the host memory available: at most half of it.
+void check_host_tier_budget(size_t bytes) {
+  const double avail = host_memory_available();
+  if (bytes == 0 || avail < 0 || double(bytes) <= avail / 2) return;
+  throw Error(Status::Unavailable, "insufficient_memory",
+              "--prefix-cache-host-gib " + std::to_string(double(bytes) / double(size_t(1) << 30)) +
+                  " is over half of the host memory available (" + std::to_string(int64_t(avail / double(1 << 20))) + " MiB): ask for less");
+}
+}  // namespace
+
 std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions opts) {
   if (opts.threads > 0) omp_set_num_threads(opts.threads);
   if (opts.device != Device::Cuda) cpu::keep_freed_memory();
@@ -323,7 +338,9 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
       throw Error(Status::BadRequest, "usage", std::string("--quant ") + quant_mode_name(opts.quant) +
                                                    " is a CUDA option; the CPU engine runs what the folder holds (leave --quant out)");
     if (opts.offload_embeddings) throw Error(Status::BadRequest, "usage", "--offload-embeddings is a CUDA option");
+    if (opts.prefix_cache_host_bytes > 0) throw Error(Status::BadRequest, "usage", host_tier_on_cpu());
   }
+  check_host_tier_budget(opts.prefix_cache_host_bytes);  // before the weights go anywhere
   {  // does the plan fit? (headers only; refused now rather than by an allocation minutes later)
     PlanRequest pr;
     pr.cuda = opts.device == Device::Cuda;
@@ -400,16 +417,8 @@ void EngineCore::make_prefix_cache(double avail, const char* where, int64_t gran
   if (budget == 0) return;
   HostTier host;
   if (opts_.prefix_cache_host_bytes > 0) {
-    if (!gpu_)
-      throw Error(Status::BadRequest, "usage",
-                  "--prefix-cache-host-gib is a GPU engine's second tier; the CPU engine's prefix cache is in host memory already "
-                  "(--prefix-cache-gib)");
-    const double host_avail = host_memory_available();
-    if (host_avail >= 0 && double(opts_.prefix_cache_host_bytes) > host_avail / 2)
-      throw Error(Status::Unavailable, "insufficient_memory",
-                  "--prefix-cache-host-gib " + std::to_string(double(opts_.prefix_cache_host_bytes) / double(size_t(1) << 30)) +
-                      " is over half of the host memory available (" + std::to_string(int64_t(host_avail / double(1 << 20))) +
-                      " MiB): ask for less");
+    if (!gpu_) throw Error(Status::BadRequest, "usage", host_tier_on_cpu());
+    check_host_tier_budget(opts_.prefix_cache_host_bytes);
     host.budget_bytes = opts_.prefix_cache_host_bytes;
 #ifdef CLEFRT_HAVE_CUDA
     host.copy_out = host_copy_out();
@@ -630,7 +639,7 @@ std::function<std::shared_ptr<const CachedState>(const CachedState&)> EngineCore
       h->buf = cuda::HostBuffer(g.s.buf.bytes(), "prefix cache host tier");
       cuda::check(cudaMemcpy(h->buf.host(), g.s.buf.get(), g.s.buf.bytes(), cudaMemcpyDeviceToHost), "prefix cache entry to host memory");
       return h;
-    } catch (const Error&) {
+    } catch (const std::exception&) {  // no pinned memory for it (Error) or no host memory at all
       cudaGetLastError();
       return nullptr;
     }
@@ -640,25 +649,29 @@ std::function<std::shared_ptr<const CachedState>(const CachedState&)> EngineCore
 // The longest cached prefix in either tier (PrefixCache::find); a host-tier one is copied back
 // into GPU memory as an entry of its own (the same bytes) or, without room there, is a miss.
 std::shared_ptr<const PrefixEntry> EngineCore::gpu_find(const int32_t* ids, int64_t limit) const {
-  std::shared_ptr<const PrefixEntry> e = cache_->find(ids, limit);
-  if (!e || !e->host) return e;
-  const auto& h = static_cast<const HostPrefixState&>(*e->state);
-  const int64_t n = int64_t(e->ids.size());
-  std::shared_ptr<const PrefixEntry> back;
-  if (cache_->make_room(n, h.buf.bytes())) {
-    try {
-      auto st = std::make_shared<GpuPrefixState>();
-      st->s.length = h.length;
-      st->s.capacity = h.capacity;
-      st->s.buf = cuda::DeviceBuffer(h.buf.bytes(), "prefix cache entry back from host memory");
-      cuda::check(cudaMemcpy(st->s.buf.get(), h.buf.host(), h.buf.bytes(), cudaMemcpyHostToDevice), "prefix cache entry back from host memory");
-      back = cache_->insert(ids, n, std::move(st));
-    } catch (const Error&) {
-      cudaGetLastError();  // out of GPU memory: computed instead
+  for (;;) {
+    std::shared_ptr<const PrefixEntry> e = cache_->find(ids, limit);
+    if (!e || !e->host) return e;
+    const auto& h = static_cast<const HostPrefixState&>(*e->state);
+    const int64_t n = int64_t(e->ids.size());
+    std::shared_ptr<const PrefixEntry> back;
+    if (cache_->make_room(n, h.buf.bytes())) {
+      try {
+        auto st = std::make_shared<GpuPrefixState>();
+        st->s.length = h.length;
+        st->s.capacity = h.capacity;
+        st->s.buf = cuda::DeviceBuffer(h.buf.bytes(), "prefix cache entry back from host memory");
+        cuda::check(cudaMemcpy(st->s.buf.get(), h.buf.host(), h.buf.bytes(), cudaMemcpyHostToDevice),
+                    "prefix cache entry back from host memory");
+        back = cache_->insert(ids, n, std::move(st));
+      } catch (const Error&) {
+        cudaGetLastError();  // out of GPU memory: computed instead
+      }
     }
+    if (back) return back;
+    cache_->copy_back_failed(*e);
+    limit = n - cache_->granularity();  // a shorter prefix may still be in GPU memory
   }
-  if (!back) cache_->copy_back_failed(*e);
-  return back;
 }
 
 // The GPU forward with the prefix cache: per request the longest cached prefix it starts with

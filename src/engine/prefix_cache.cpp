@@ -86,45 +86,49 @@ std::shared_ptr<const PrefixEntry> PrefixCache::insert(const int32_t* ids, int64
   e->bytes = state->bytes() + size_t(n) * sizeof(int32_t);
   e->state = std::move(state);
   const uint64_t key = e->key = key_of(ids, n);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (e->bytes > budget_) {
-    ++stats_.too_large;
-    return nullptr;
-  }
-  auto it = by_key_.find(key);
-  if (it != by_key_.end()) {
-    if ((*it->second)->ids == e->ids) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      return *it->second;
+  Victims evicted;  // copied to the host tier once the lock is released
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (e->bytes > budget_) {
+      ++stats_.too_large;
+      return nullptr;
     }
-    stats_.bytes -= (*it->second)->bytes;  // a colliding prefix: the newer one takes the key
-    lru_.erase(it->second);
-    by_key_.erase(it);
-    --stats_.entries;
+    auto it = by_key_.find(key);
+    if (it != by_key_.end()) {
+      if ((*it->second)->ids == e->ids) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        return *it->second;
+      }
+      stats_.bytes -= (*it->second)->bytes;  // a colliding prefix: the newer one takes the key
+      lru_.erase(it->second);
+      by_key_.erase(it);
+      --stats_.entries;
+    }
+    // evict only when that makes room: entries running batches hold stay, and so then does the rest
+    size_t evictable = 0;
+    for (const auto& x : lru_)
+      if (x.use_count() == 1) evictable += x->bytes;
+    if (stats_.bytes - evictable + e->bytes > budget_) {
+      ++stats_.too_large;
+      return nullptr;
+    }
+    evict_until_fits_locked(e->bytes, evicted);
+    lru_.push_front(e);
+    by_key_[key] = lru_.begin();
+    stats_.bytes += e->bytes;
+    ++stats_.entries;
+    ++stats_.inserted;
   }
-  // evict only when that makes room: entries running batches hold stay, and so then does the rest
-  size_t evictable = 0;
-  for (const auto& x : lru_)
-    if (x.use_count() == 1) evictable += x->bytes;
-  if (stats_.bytes - evictable + e->bytes > budget_) {
-    ++stats_.too_large;
-    return nullptr;
-  }
-  evict_until_fits_locked(e->bytes);
-  lru_.push_front(e);
-  by_key_[key] = lru_.begin();
-  stats_.bytes += e->bytes;
-  ++stats_.entries;
-  ++stats_.inserted;
+  to_host(evicted);
   return e;
 }
 
-void PrefixCache::evict_until_fits_locked(size_t incoming) {
+void PrefixCache::evict_until_fits_locked(size_t incoming, Victims& evicted) {
   for (auto it = lru_.end(); it != lru_.begin() && stats_.bytes + incoming > budget_;) {
     --it;
     if (it->use_count() > 1) continue;  // a running batch holds it
     const auto& e = *it;
-    if (host_.copy_out) to_host_locked(*e);
+    if (host_.copy_out) evicted.push_back(e);
     by_key_.erase(e->key);
     stats_.bytes -= e->bytes;
     --stats_.entries;
@@ -133,45 +137,54 @@ void PrefixCache::evict_until_fits_locked(size_t incoming) {
   }
 }
 
-// An entry the backend's budget evicts, into the host tier: already there (a prefix copied back
-// earlier) it only moves to the front; otherwise the host tier's least recently used entries no
-// one holds go until it fits, and the backend copies the state out.
-void PrefixCache::to_host_locked(const PrefixEntry& e) {
-  auto it = host_by_key_.find(e.key);
-  if (it != host_by_key_.end()) {
-    if ((*it->second)->ids == e.ids) {
-      host_lru_.splice(host_lru_.begin(), host_lru_, it->second);
-      return;
+// Entries the backend's budget evicted, into the host tier (without the cache's lock: the
+// copies take a while): one already there (a prefix copied back earlier) only moves to the
+// front; otherwise the backend copies the state out, then the host tier's least recently used
+// entries no one holds go until the copy fits (or, when they cannot, the copy goes). The
+// evicted states' own memory is freed when the caller's list of them goes.
+void PrefixCache::to_host(const Victims& evicted) {
+  for (const auto& e : evicted) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (e->bytes > host_.budget_bytes) continue;
+      auto it = host_by_key_.find(e->key);
+      if (it != host_by_key_.end() && (*it->second)->ids == e->ids) {
+        host_lru_.splice(host_lru_.begin(), host_lru_, it->second);
+        continue;
+      }
     }
-    stats_.host_bytes -= (*it->second)->bytes;  // a colliding prefix: the newer one takes the key
-    host_lru_.erase(it->second);
-    host_by_key_.erase(it);
-    --stats_.host_entries;
+    std::shared_ptr<const CachedState> copy = host_.copy_out(*e->state);
+    if (!copy) continue;
+    auto c = std::make_shared<PrefixEntry>();
+    c->ids = e->ids;
+    c->bytes = copy->bytes() + e->ids.size() * sizeof(int32_t);
+    c->state = std::move(copy);
+    c->key = e->key;
+    c->host = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = host_by_key_.find(c->key);
+    if (it != host_by_key_.end()) {  // a colliding prefix: the newer one takes the key
+      stats_.host_bytes -= (*it->second)->bytes;
+      host_lru_.erase(it->second);
+      host_by_key_.erase(it);
+      --stats_.host_entries;
+    }
+    for (auto h = host_lru_.end(); h != host_lru_.begin() && stats_.host_bytes + c->bytes > host_.budget_bytes;) {
+      --h;
+      if (h->use_count() > 1) continue;  // a running batch is copying it back
+      host_by_key_.erase((*h)->key);
+      stats_.host_bytes -= (*h)->bytes;
+      --stats_.host_entries;
+      ++stats_.host_evictions;
+      h = host_lru_.erase(h);
+    }
+    if (stats_.host_bytes + c->bytes > host_.budget_bytes) continue;  // the rest is held: the copy goes
+    host_lru_.push_front(c);
+    host_by_key_[c->key] = host_lru_.begin();
+    stats_.host_bytes += c->bytes;
+    ++stats_.host_entries;
+    ++stats_.to_host;
   }
-  if (e.bytes > host_.budget_bytes) return;
-  for (auto h = host_lru_.end(); h != host_lru_.begin() && stats_.host_bytes + e.bytes > host_.budget_bytes;) {
-    --h;
-    if (h->use_count() > 1) continue;  // a running batch is copying it back
-    host_by_key_.erase((*h)->key);
-    stats_.host_bytes -= (*h)->bytes;
-    --stats_.host_entries;
-    ++stats_.host_evictions;
-    h = host_lru_.erase(h);
-  }
-  if (stats_.host_bytes + e.bytes > host_.budget_bytes) return;
-  std::shared_ptr<const CachedState> copy = host_.copy_out(*e.state);
-  if (!copy) return;
-  auto c = std::make_shared<PrefixEntry>();
-  c->ids = e.ids;
-  c->bytes = copy->bytes() + e.ids.size() * sizeof(int32_t);
-  c->state = std::move(copy);
-  c->key = e.key;
-  c->host = true;
-  host_lru_.push_front(c);
-  host_by_key_[c->key] = host_lru_.begin();
-  stats_.host_bytes += c->bytes;
-  ++stats_.host_entries;
-  ++stats_.to_host;
 }
 
 bool PrefixCache::would_keep(const int32_t* ids, int64_t n, size_t state_bytes) const {
@@ -186,15 +199,19 @@ bool PrefixCache::would_keep(const int32_t* ids, int64_t n, size_t state_bytes) 
 
 bool PrefixCache::make_room(int64_t n, size_t state_bytes) {
   const size_t bytes = state_bytes + size_t(std::max<int64_t>(n, 0)) * sizeof(int32_t);
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t evictable = 0;  // as insert(): evict only when that makes room
-  for (const auto& x : lru_)
-    if (x.use_count() == 1) evictable += x->bytes;
-  if (bytes > budget_ || stats_.bytes - evictable + bytes > budget_) {
-    ++stats_.too_large;
-    return false;
+  Victims evicted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t evictable = 0;  // as insert(): evict only when that makes room
+    for (const auto& x : lru_)
+      if (x.use_count() == 1) evictable += x->bytes;
+    if (bytes > budget_ || stats_.bytes - evictable + bytes > budget_) {
+      ++stats_.too_large;
+      return false;
+    }
+    evict_until_fits_locked(bytes, evicted);
   }
-  evict_until_fits_locked(bytes);
+  to_host(evicted);
   return true;
 }
 

@@ -33,7 +33,8 @@ struct PrefixEntry {
 };
 
 // The host tier: its budget and how an evicted state is copied into it (null: it could not be,
-// and the entry goes). Called with the cache's lock held, on the thread that evicts.
+// and the entry goes). Called on the thread that evicts (insert, make_room), without the
+// cache's lock.
 struct HostTier {
   size_t budget_bytes = 0;
   std::function<std::shared_ptr<const CachedState>(const CachedState&)> copy_out;
@@ -68,8 +69,9 @@ class PrefixCache {
 
  private:
   using Lru = std::list<std::shared_ptr<const PrefixEntry>>;  // front: most recently used
-  void evict_until_fits_locked(size_t incoming);
-  void to_host_locked(const PrefixEntry& e);
+  using Victims = std::vector<std::shared_ptr<const PrefixEntry>>;
+  void evict_until_fits_locked(size_t incoming, Victims& evicted);
+  void to_host(const Victims& evicted);
 
   const size_t budget_;
   const int64_t granularity_;
