@@ -72,10 +72,11 @@ Gemm::Gemm(cudaStream_t stream, bool batch_invariant, size_t workspace_bytes, Ge
 }
 
 Gemm::~Gemm() {
-  for (auto& [key, p] : plans_) {
-    Layouts l{p.desc, p.a, p.b, p.c};
-    destroy(l);
-  }
+  for (auto* plans : {&plans_, &candidate_layouts_})
+    for (auto& [key, p] : *plans) {
+      Layouts l{p.desc, p.a, p.b, p.c};
+      destroy(l);
+    }
   if (lt_) cublasLtDestroy(lt_);
 }
 
@@ -298,17 +299,24 @@ std::vector<Gemm::Candidate> Gemm::candidates(bool fp8, int64_t m, int64_t n, in
   return out;
 }
 
+// The layouts are kept per shape (as plan() keeps the engine's), so that timing a candidate
+// over many calls times the GEMMs, not their descriptors.
 void Gemm::run_candidate(const Candidate& c, bool fp8, const void* x, int64_t m, int64_t k, const void* w, int64_t n, void* y, OutType yt,
                          const char* op) {
-  Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), lab_.fp8_fast_accum, op);
-  Plan p{l.desc, l.a, l.b, l.c, c.algo};
-  try {
-    launch(p, x, w, y, false, op);
-  } catch (...) {
-    destroy(l);
-    throw;
+  Key key{m, n, k, k, n, int(yt), false, int(fp8 ? In::FP8 : In::BF16)};
+  auto it = candidate_layouts_.find(key);
+  if (it == candidate_layouts_.end()) {
+    Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), lab_.fp8_fast_accum, op);
+    Plan p;
+    p.desc = l.desc;
+    p.a = l.a;
+    p.b = l.b;
+    p.c = l.c;
+    it = candidate_layouts_.emplace(key, p).first;
   }
-  destroy(l);
+  Plan p = it->second;
+  p.algo = c.algo;
+  launch(p, x, w, y, false, op);
 }
 
 void Gemm::launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op, float alpha) {

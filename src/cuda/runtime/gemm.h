@@ -107,6 +107,7 @@ class Gemm {
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer workspace_;
   std::map<Key, Plan> plans_;
+  std::map<Key, Plan> candidate_layouts_;  // run_candidate's (the algorithm set per call)
   int fp8_adopted_ = 0, fp8_refused_ = 0;
   // (n, k, ldx, ldy, yt, acc, input type) -> algorithm
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int>, cublasLtMatmulAlgo_t> invariant_algos_;
