@@ -128,7 +128,8 @@ std::string inspect(const std::string& dir_path, const EngineOptions& opts) {
     // GDN in_proj_a/b, conv, norms -- in bf16), embeddings in bf16 (or pinned host memory with
     // --offload-embeddings, which also plans the lean arena), the joint head (bf16 matrices,
     // fp32 token-row ones), the activation arena for a batch of --max-length tokens (64
-    // requests), cuBLASLt's workspace, and NVFP4's two staging slots.
+    // requests), cuBLASLt's workspace, NVFP4's two staging slots and the first forward's
+    // reserve (kFirstForwardReserveBytes).
     {
       struct Mode {
         const char* name;
@@ -142,7 +143,8 @@ std::string inspect(const std::string& dir_path, const EngineOptions& opts) {
                     m.name, gib(p.weights).c_str(), gib(p.embeddings).c_str(), (long long)*max_tokens, gib(p.arena).c_str(),
                     gib(p.workspaces).c_str(), gib(p.total(false)).c_str(), gib(p.total(true)).c_str());
       }
-      out << "  (plus the CUDA context: ~0.26 GiB on an H200)\n";
+      out << "  (workspaces: cuBLASLt's, NVFP4 staging, 128 MiB kept free for the first forward; plus the CUDA context: ~0.26 GiB\n"
+             "  on an H200)\n";
     }
 #else
     out << "  cuda: this build has no CUDA backend\n";

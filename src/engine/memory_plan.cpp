@@ -105,7 +105,12 @@ CudaPlan cuda_plan(const model::ModelConfig& cfg, double head_params, QuantMode 
   cuda::use_lean_memory_plan(fo);  // what --offload-embeddings plans
   p.arena_lean = double(cuda::Forward::arena_bytes(cfg.text, cfg.head, fo, q, vc));
   const bool nvfp4 = q == QuantMode::NVFP4 || q == QuantMode::NVFP4_W4A16;
-  p.workspaces = double(cuda::Forward::gemm_workspace_bytes()) + (nvfp4 && !w4a16_fused ? 2.0 * double(cuda::LinearRunner::kStageBytes) : 0.0);
+  // cuBLASLt's workspace, NVFP4's staging slots, and a reserve for what the first forward takes
+  // beyond the plan (the CUDA runtime loads kernels when they first run, cuBLASLt its state): a
+  // 27B engine loaded with ~20 MiB free failed in its first forward (bench/results/
+  // 2026-12-03-h200-long-and-interleave.md); refused at load instead, with what would fit
+  p.workspaces = double(cuda::Forward::gemm_workspace_bytes()) + (nvfp4 && !w4a16_fused ? 2.0 * double(cuda::LinearRunner::kStageBytes) : 0.0) +
+                 kFirstForwardReserveBytes;
 #else
   (void)cfg;
   (void)head_params;

@@ -26,6 +26,9 @@ QuantMode folder_quant(const model::ModelConfig& cfg);
 // on the GPU (none with offload); the activation arena for a batch of max_tokens tokens (64
 // requests; the tower's scratch shares it), the lean one with offload; cuBLASLt's workspace and
 // NVFP4's staging slots (none with the fused W4A16 GEMM).
+// GPU memory the plan keeps free for what a first forward takes beyond it (kernels loaded on
+// first use, cuBLASLt's state). Not measured yet: a bound above the ~20 MiB that was too little.
+constexpr double kFirstForwardReserveBytes = double(size_t(128) << 20);
 struct CudaPlan {
   double weights = 0, embeddings = 0, arena = 0, arena_lean = 0, workspaces = 0;
   double total(bool offload) const { return weights + workspaces + (offload ? arena_lean : arena + embeddings); }
