@@ -415,15 +415,13 @@ void EngineCore::make_prefix_cache(double avail, const char* where, int64_t gran
                    budget, left.c_str(), where);
   }
   if (budget == 0) return;
-  HostTier host;
-  if (opts_.prefix_cache_host_bytes > 0) {
-    if (!gpu_) throw Error(Status::BadRequest, "usage", host_tier_on_cpu());
-    check_host_tier_budget(opts_.prefix_cache_host_bytes);
-    host.budget_bytes = opts_.prefix_cache_host_bytes;
+  HostTier host;  // asked for on a GPU engine only (load() and synthetic() checked it)
 #ifdef CLEFRT_HAVE_CUDA
+  if (opts_.prefix_cache_host_bytes > 0 && gpu_) {
+    host.budget_bytes = opts_.prefix_cache_host_bytes;
     host.copy_out = host_copy_out();
-#endif
   }
+#endif
   cache_ = std::make_unique<PrefixCache>(budget, granularity, std::move(host));
 }
 
@@ -440,6 +438,7 @@ std::unique_ptr<EngineCore> EngineCore::synthetic(const std::string& preset, con
 #ifdef CLEFRT_HAVE_CUDA
   std::string why;
   if (!cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "--synthetic needs a GPU: " + why);
+  check_host_tier_budget(opts.prefix_cache_host_bytes);
   auto e = std::unique_ptr<EngineCore>(new EngineCore());
   opts.device = Device::Cuda;
   e->opts_ = opts;
