@@ -114,25 +114,7 @@ int main(int argc, char** argv) {
         const std::vector<uint8_t> ref = down(y, size_t(m * n * es), 0, s);
         std::printf("m %6lld  engine inv %8.3f ms %6.0f TF/s (%.0f%% of the measured peak)\n", (long long)m, t_inv, tf(t_inv),
                     100.0 * tf(t_inv) / hw.peak_bf16_tflops);
-        json::Value cands = json::Value::array();
-        for (const Gemm::Candidate& c : any.candidates(false, m, n, k, sh.yt, "bench")) {
-          double t = -1;
-          try {
-            t = median_ms(s, [&] { any.run_candidate(c, false, x.get(), m, k, w.get(), n, y.get(), sh.yt, "bench"); });
-          } catch (const std::exception& e) {
-            std::printf("    %-70s failed: %s\n", c.config.c_str(), e.what());
-            continue;
-          }
-          const size_t differ = differing(down(y, ref.size(), 0, s), ref, size_t(es));
-          std::printf("    %-70s %3s %8.3f ms %6.0f TF/s  %zu of %lld outputs differ from the engine's\n", c.config.c_str(),
-                      c.invariant ? "inv" : "", t, tf(t), differ, (long long)(m * n));
-          json::Value cv = json::Value::object();
-          cv.add("config", json::Value::string(c.config));
-          cv.add("invariant", json::Value::boolean(c.invariant));
-          cv.add("ms", json::Value::number(t));
-          cv.add("outputs_differing_from_engine", json::Value::integer(int64_t(differ)));
-          cands.arr.push_back(std::move(cv));
-        }
+        json::Value cands = bench::time_candidates(any, false, x.get(), m, k, w.get(), n, y.get(), sh.yt, ref, s);
         json::Value blk = json::Value::array();
         for (int64_t B : blocks) {
           const std::vector<Gemm::Candidate> at_b = any.candidates(false, B, n, k, sh.yt, "bench");

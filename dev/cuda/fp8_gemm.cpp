@@ -72,31 +72,10 @@ int main(int argc, char** argv) {
                     (long long)m, t_bf, tf(t_bf), t_f8, tf(t_f8), t_bf / t_f8, t_fa, t_f8 / t_fa, t_q, t_sc);
         // the engine's output (bf16) for these m rows, to compare each candidate's bits with
         inv.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::BF16, n, "bench");
-        std::vector<uint16_t> ref(size_t(m * n)), got(size_t(m * n));
-        check(cudaMemcpyAsync(ref.data(), y.get(), ref.size() * 2, cudaMemcpyDeviceToHost, s), "bench");
+        std::vector<uint8_t> ref(size_t(m * n) * 2);
+        check(cudaMemcpyAsync(ref.data(), y.get(), ref.size(), cudaMemcpyDeviceToHost, s), "bench");
         check(cudaStreamSynchronize(s), "bench");
-        json::Value cands = json::Value::array();
-        for (const Gemm::Candidate& c : any.candidates(true, m, n, k, OutType::BF16, "bench")) {
-          double t = -1;
-          try {
-            t = median_ms(s, [&] { any.run_candidate(c, true, x8.get(), m, k, w8.get(), n, y.get(), OutType::BF16, "bench"); });
-          } catch (const std::exception& e) {
-            std::printf("    %-70s failed: %s\n", c.config.c_str(), e.what());
-            continue;
-          }
-          check(cudaMemcpyAsync(got.data(), y.get(), got.size() * 2, cudaMemcpyDeviceToHost, s), "bench");
-          check(cudaStreamSynchronize(s), "bench");
-          size_t differ = 0;
-          for (size_t i = 0; i < got.size(); ++i) differ += got[i] != ref[i];
-          std::printf("    %-70s %3s %8.3f ms %6.0f TF/s  %zu of %zu outputs differ from the engine's\n", c.config.c_str(),
-                      c.invariant ? "inv" : "", t, tf(t), differ, got.size());
-          json::Value cv = json::Value::object();
-          cv.add("config", json::Value::string(c.config));
-          cv.add("invariant", json::Value::boolean(c.invariant));
-          cv.add("ms", json::Value::number(t));
-          cv.add("outputs_differing_from_engine", json::Value::integer(int64_t(differ)));
-          cands.arr.push_back(std::move(cv));
-        }
+        json::Value cands = bench::time_candidates(any, true, x8.get(), m, k, w8.get(), n, y.get(), OutType::BF16, ref, s);
         json::Value r = json::Value::object();
         r.add("m", json::Value::integer(m));
         r.add("bf16_invariant_ms", json::Value::number(t_bf));

@@ -1,5 +1,5 @@
-// Shared by the GPU GEMM benchmark programs (clefrt_bench_w4a16, clefrt_bench_fp8): their
-// command line, CUDA-event timing and the JSON record they write.
+// Shared by the GPU benchmark programs of dev/cuda: their command line, CUDA-event timing, the
+// JSON record they write, and the GEMM labs' candidate timing.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -15,6 +15,7 @@
 
 #include "common/json.h"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/gemm.h"
 #include "cuda/runtime/hardware.h"
 
 namespace clefrt::bench {
@@ -68,6 +69,40 @@ double median_ms(cudaStream_t s, F f) {
   cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// Every algorithm cuBLASLt's heuristic offers for y = x w^T at this m (FP8 or bf16 operands),
+// each timed and its output (es bytes an element) compared bit for bit with `ref`, the engine's
+// output of the same call; printed a line each and returned as records (config, invariant, ms,
+// outputs_differing_from_engine). y is overwritten.
+inline json::Value time_candidates(cuda::Gemm& g, bool fp8, const void* x, int64_t m, int64_t k, const void* w, int64_t n, void* y,
+                                   cuda::OutType yt, const std::vector<uint8_t>& ref, cudaStream_t s) {
+  const double flop = 2.0 * double(m) * double(n) * double(k);
+  const size_t es = yt == cuda::OutType::F32 ? 4 : 2;
+  json::Value out = json::Value::array();
+  std::vector<uint8_t> got(ref.size());
+  for (const cuda::Gemm::Candidate& c : g.candidates(fp8, m, n, k, yt, "bench")) {
+    double t = -1;
+    try {
+      t = median_ms(s, [&] { g.run_candidate(c, fp8, x, m, k, w, n, y, yt, "bench"); });
+    } catch (const std::exception& e) {
+      std::printf("    %-70s failed: %s\n", c.config.c_str(), e.what());
+      continue;
+    }
+    cuda::check(cudaMemcpyAsync(got.data(), y, got.size(), cudaMemcpyDeviceToHost, s), "bench");
+    cuda::check(cudaStreamSynchronize(s), "bench");
+    size_t differ = 0;
+    for (size_t i = 0; i + es <= got.size(); i += es) differ += std::memcmp(&got[i], &ref[i], es) != 0;
+    std::printf("    %-70s %3s %8.3f ms %6.0f TF/s  %zu of %zu outputs differ from the engine's\n", c.config.c_str(), c.invariant ? "inv" : "", t,
+                flop / (t * 1e-3) / 1e12, differ, got.size() / es);
+    json::Value cv = json::Value::object();
+    cv.add("config", json::Value::string(c.config));
+    cv.add("invariant", json::Value::boolean(c.invariant));
+    cv.add("ms", json::Value::number(t));
+    cv.add("outputs_differing_from_engine", json::Value::integer(int64_t(differ)));
+    out.arr.push_back(std::move(cv));
+  }
+  return out;
 }
 
 // One weight shape's record: its name, n, k and the per-m points.
