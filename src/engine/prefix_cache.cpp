@@ -25,12 +25,46 @@ uint64_t key_of(const int32_t* ids, int64_t n) {
 
 }  // namespace
 
-PrefixCache::PrefixCache(size_t budget_bytes, int64_t granularity, HostTier host)
-    : budget_(budget_bytes), granularity_(granularity), host_(std::move(host)) {
+PrefixCache::PrefixCache(size_t budget_bytes, int64_t granularity, HostTier host) : granularity_(granularity), host_(std::move(host)) {
   stats_.enabled = true;
   stats_.budget_bytes = budget_bytes;
   stats_.granularity = granularity;
-  stats_.host_budget_bytes = host_.copy_out ? host_.budget_bytes : 0;
+  own_.budget = budget_bytes;
+  host_tier_.budget = host_.copy_out ? host_.budget_bytes : 0;
+}
+
+size_t PrefixCache::Tier::evictable() const {
+  size_t b = 0;
+  for (const auto& x : lru)
+    if (x.use_count() == 1) b += x->bytes;
+  return b;
+}
+
+void PrefixCache::Tier::push(std::shared_ptr<const PrefixEntry> e) {
+  bytes += e->bytes;
+  ++entries;
+  const uint64_t key = e->key;
+  lru.push_front(std::move(e));
+  by_key[key] = lru.begin();
+}
+
+void PrefixCache::Tier::erase(Lru::iterator it) {
+  by_key.erase((*it)->key);
+  bytes -= (*it)->bytes;
+  --entries;
+  lru.erase(it);
+}
+
+void PrefixCache::Tier::evict_until_fits(size_t incoming, Victims* evicted) {
+  for (auto it = lru.end(); it != lru.begin() && bytes + incoming > budget;) {
+    --it;
+    if (it->use_count() > 1) continue;  // a running batch holds it
+    if (evicted) evicted->push_back(*it);
+    ++evictions;
+    const auto next = std::next(it);
+    erase(it);
+    it = next;
+  }
 }
 
 std::shared_ptr<const PrefixEntry> PrefixCache::find(const int32_t* ids, int64_t limit) {
@@ -48,17 +82,15 @@ std::shared_ptr<const PrefixEntry> PrefixCache::find(const int32_t* ids, int64_t
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = keys.size(); i-- > 0;) {
     const int64_t n = int64_t(i + 1) * granularity_;
-    for (bool host : {false, true}) {  // the backend's own memory first
-      auto& map = host ? host_by_key_ : by_key_;
-      Lru& lru = host ? host_lru_ : lru_;
-      auto it = map.find(keys[i]);
-      if (it == map.end()) continue;
+    for (Tier* t : {&own_, &host_tier_}) {  // the backend's own memory first
+      auto it = t->by_key.find(keys[i]);
+      if (it == t->by_key.end()) continue;
       const auto& e = *it->second;
       if (int64_t(e->ids.size()) != n || !std::equal(e->ids.begin(), e->ids.end(), ids)) continue;  // a hash collision
-      lru.splice(lru.begin(), lru, it->second);
+      t->lru.splice(t->lru.begin(), t->lru, it->second);
       ++stats_.hits;
       stats_.hit_tokens += uint64_t(n);
-      if (host) {
+      if (t == &host_tier_) {
         ++stats_.host_hits;
         stats_.host_hit_tokens += uint64_t(n);
       }
@@ -85,56 +117,33 @@ std::shared_ptr<const PrefixEntry> PrefixCache::insert(const int32_t* ids, int64
   e->ids.assign(ids, ids + n);
   e->bytes = state->bytes() + size_t(n) * sizeof(int32_t);
   e->state = std::move(state);
-  const uint64_t key = e->key = key_of(ids, n);
+  e->key = key_of(ids, n);
   Victims evicted;  // copied to the host tier once the lock is released
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (e->bytes > budget_) {
+    if (e->bytes > own_.budget) {
       ++stats_.too_large;
       return nullptr;
     }
-    auto it = by_key_.find(key);
-    if (it != by_key_.end()) {
+    auto it = own_.by_key.find(e->key);
+    if (it != own_.by_key.end()) {
       if ((*it->second)->ids == e->ids) {
-        lru_.splice(lru_.begin(), lru_, it->second);
+        own_.lru.splice(own_.lru.begin(), own_.lru, it->second);
         return *it->second;
       }
-      stats_.bytes -= (*it->second)->bytes;  // a colliding prefix: the newer one takes the key
-      lru_.erase(it->second);
-      by_key_.erase(it);
-      --stats_.entries;
+      own_.erase(it->second);  // a colliding prefix: the newer one takes the key
     }
     // evict only when that makes room: entries running batches hold stay, and so then does the rest
-    size_t evictable = 0;
-    for (const auto& x : lru_)
-      if (x.use_count() == 1) evictable += x->bytes;
-    if (stats_.bytes - evictable + e->bytes > budget_) {
+    if (own_.bytes - own_.evictable() + e->bytes > own_.budget) {
       ++stats_.too_large;
       return nullptr;
     }
-    evict_until_fits_locked(e->bytes, evicted);
-    lru_.push_front(e);
-    by_key_[key] = lru_.begin();
-    stats_.bytes += e->bytes;
-    ++stats_.entries;
+    own_.evict_until_fits(e->bytes, host_.copy_out ? &evicted : nullptr);
+    own_.push(e);
     ++stats_.inserted;
   }
   to_host(evicted);
   return e;
-}
-
-void PrefixCache::evict_until_fits_locked(size_t incoming, Victims& evicted) {
-  for (auto it = lru_.end(); it != lru_.begin() && stats_.bytes + incoming > budget_;) {
-    --it;
-    if (it->use_count() > 1) continue;  // a running batch holds it
-    const auto& e = *it;
-    if (host_.copy_out) evicted.push_back(e);
-    by_key_.erase(e->key);
-    stats_.bytes -= e->bytes;
-    --stats_.entries;
-    ++stats_.evictions;
-    it = lru_.erase(it);
-  }
 }
 
 // Entries the backend's budget evicted, into the host tier (without the cache's lock: the
@@ -146,10 +155,10 @@ void PrefixCache::to_host(const Victims& evicted) {
   for (const auto& e : evicted) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (e->bytes > host_.budget_bytes) continue;
-      auto it = host_by_key_.find(e->key);
-      if (it != host_by_key_.end() && (*it->second)->ids == e->ids) {
-        host_lru_.splice(host_lru_.begin(), host_lru_, it->second);
+      if (e->bytes > host_tier_.budget) continue;
+      auto it = host_tier_.by_key.find(e->key);
+      if (it != host_tier_.by_key.end() && (*it->second)->ids == e->ids) {
+        host_tier_.lru.splice(host_tier_.lru.begin(), host_tier_.lru, it->second);
         continue;
       }
     }
@@ -162,27 +171,11 @@ void PrefixCache::to_host(const Victims& evicted) {
     c->key = e->key;
     c->host = true;
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = host_by_key_.find(c->key);
-    if (it != host_by_key_.end()) {  // a colliding prefix: the newer one takes the key
-      stats_.host_bytes -= (*it->second)->bytes;
-      host_lru_.erase(it->second);
-      host_by_key_.erase(it);
-      --stats_.host_entries;
-    }
-    for (auto h = host_lru_.end(); h != host_lru_.begin() && stats_.host_bytes + c->bytes > host_.budget_bytes;) {
-      --h;
-      if (h->use_count() > 1) continue;  // a running batch is copying it back
-      host_by_key_.erase((*h)->key);
-      stats_.host_bytes -= (*h)->bytes;
-      --stats_.host_entries;
-      ++stats_.host_evictions;
-      h = host_lru_.erase(h);
-    }
-    if (stats_.host_bytes + c->bytes > host_.budget_bytes) continue;  // the rest is held: the copy goes
-    host_lru_.push_front(c);
-    host_by_key_[c->key] = host_lru_.begin();
-    stats_.host_bytes += c->bytes;
-    ++stats_.host_entries;
+    auto it = host_tier_.by_key.find(c->key);
+    if (it != host_tier_.by_key.end()) host_tier_.erase(it->second);  // a colliding prefix: the newer one takes the key
+    host_tier_.evict_until_fits(c->bytes, nullptr);
+    if (host_tier_.bytes + c->bytes > host_tier_.budget) continue;  // the rest is held: the copy goes
+    host_tier_.push(std::move(c));
     ++stats_.to_host;
   }
 }
@@ -192,9 +185,9 @@ bool PrefixCache::would_keep(const int32_t* ids, int64_t n, size_t state_bytes) 
   const size_t bytes = state_bytes + size_t(n) * sizeof(int32_t);
   const uint64_t key = key_of(ids, n);
   std::lock_guard<std::mutex> lock(mu_);
-  if (bytes > budget_) return false;
-  auto it = by_key_.find(key);
-  return it == by_key_.end() || !std::equal((*it->second)->ids.begin(), (*it->second)->ids.end(), ids);
+  if (bytes > own_.budget) return false;
+  auto it = own_.by_key.find(key);
+  return it == own_.by_key.end() || !std::equal((*it->second)->ids.begin(), (*it->second)->ids.end(), ids);
 }
 
 bool PrefixCache::make_room(int64_t n, size_t state_bytes) {
@@ -202,14 +195,12 @@ bool PrefixCache::make_room(int64_t n, size_t state_bytes) {
   Victims evicted;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    size_t evictable = 0;  // as insert(): evict only when that makes room
-    for (const auto& x : lru_)
-      if (x.use_count() == 1) evictable += x->bytes;
-    if (bytes > budget_ || stats_.bytes - evictable + bytes > budget_) {
+    // as insert(): evict only when that makes room
+    if (bytes > own_.budget || own_.bytes - own_.evictable() + bytes > own_.budget) {
       ++stats_.too_large;
       return false;
     }
-    evict_until_fits_locked(bytes, evicted);
+    own_.evict_until_fits(bytes, host_.copy_out ? &evicted : nullptr);
   }
   to_host(evicted);
   return true;
@@ -217,7 +208,15 @@ bool PrefixCache::make_room(int64_t n, size_t state_bytes) {
 
 PrefixCacheStats PrefixCache::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  PrefixCacheStats s = stats_;
+  s.bytes = own_.bytes;
+  s.entries = own_.entries;
+  s.evictions = own_.evictions;
+  s.host_budget_bytes = host_tier_.budget;
+  s.host_bytes = host_tier_.bytes;
+  s.host_entries = host_tier_.entries;
+  s.host_evictions = host_tier_.evictions;
+  return s;
 }
 
 }  // namespace clefrt

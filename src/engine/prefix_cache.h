@@ -70,16 +70,27 @@ class PrefixCache {
  private:
   using Lru = std::list<std::shared_ptr<const PrefixEntry>>;  // front: most recently used
   using Victims = std::vector<std::shared_ptr<const PrefixEntry>>;
-  void evict_until_fits_locked(size_t incoming, Victims& evicted);
+  // One tier's entries and counters: the backend's own memory (own_) or the host tier (host_tier_).
+  struct Tier {
+    size_t budget = 0;
+    Lru lru;
+    std::unordered_map<uint64_t, Lru::iterator> by_key;
+    size_t bytes = 0, entries = 0;
+    uint64_t evictions = 0;
+    size_t evictable() const;  // the bytes of entries no one holds
+    void push(std::shared_ptr<const PrefixEntry> e);
+    void erase(Lru::iterator it);
+    // Evicts the least recently used entries no one holds until `incoming` more bytes fit (or
+    // none is left to go), each into `evicted` when given.
+    void evict_until_fits(size_t incoming, Victims* evicted);
+  };
   void to_host(const Victims& evicted);
 
-  const size_t budget_;
   const int64_t granularity_;
   const HostTier host_;
   mutable std::mutex mu_;
-  Lru lru_, host_lru_;  // the backend's own memory, and the host tier
-  std::unordered_map<uint64_t, Lru::iterator> by_key_, host_by_key_;
-  PrefixCacheStats stats_;
+  Tier own_, host_tier_;
+  PrefixCacheStats stats_;  // the lookup counters (the tiers hold their own)
 };
 
 }  // namespace clefrt
