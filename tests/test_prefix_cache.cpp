@@ -339,21 +339,18 @@ TEST(PrefixCache, HostTierIsAGpuOption) {
   o.device = Device::Cpu;
   o.prefix_cache_gib = 0.5;
   o.prefix_cache_host_gib = 1;
-  try {
-    Engine::load(tiny_dir(), o);
-    FAIL() << "a CPU engine took a host tier";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.http_status(), 400) << e.what();
-    EXPECT_NE(std::string(e.what()).find("--prefix-cache-host-gib"), std::string::npos) << e.what();
-  }
+  auto refused = [&](const char* what, const std::string& says) {
+    try {
+      Engine::load(tiny_dir(), o);
+      ADD_FAILURE() << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.http_status(), 400) << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused("a CPU engine took a host tier", "--prefix-cache-host-gib");
   o.prefix_cache_gib = 0;
-  try {
-    Engine::load(tiny_dir(), o);
-    FAIL() << "a host tier without a cache";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.http_status(), 400) << e.what();
-    EXPECT_NE(std::string(e.what()).find("prefix_cache_gib 0"), std::string::npos) << e.what();
-  }
+  refused("a host tier without a cache", "prefix_cache_gib 0");
 }
 
 // The GPU takes a budget too (tests/test_cuda_prefix.cpp); without a GPU the device is the
