@@ -19,6 +19,10 @@
 set -uo pipefail
 commit=$1; shift
 export LD_LIBRARY_PATH=$PWD/.carry/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib CLEFRT_SOURCE_DIR=$PWD
+# cuDNN 9 (the backbone's attention with --attention auto / cudnn, and lab-cudnn): the GPU
+# machine's is PyTorch's nvidia-cudnn-cu13
+cudnn_lib=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0] + '/lib')" 2>/dev/null)
+[ -n "$cudnn_lib" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$cudnn_lib
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 tok=.deps/qwen3/tokenizer.json
@@ -142,8 +146,7 @@ for i in range(240):
     lab-cudnn)
       # cuDNN's fused attention at the tower's shapes beside ours: the GPU machine's cuDNN is
       # PyTorch's (nvidia-cudnn-cu13)
-      cudnn_lib=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0] + '/lib')" 2>/dev/null)
-      LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$cudnn_lib .carry/clefrt_bench_cudnn_attn --commit "$commit" --json "$OUT/lab-cudnn-attn.json" 2>&1 \
+      .carry/clefrt_bench_cudnn_attn --commit "$commit" --json "$OUT/lab-cudnn-attn.json" 2>&1 \
         | tee "$OUT/lab-cudnn-attn.txt"; echo "== lab cudnn rc=$? (cuDNN from ${cudnn_lib:-nowhere})" ;;
     lab-gemm)
       .carry/clefrt_bench_w4a16 --commit "$commit" --json "$OUT/lab-w4a16.json" > "$OUT/lab-w4a16.txt" 2>&1; echo "== lab w4a16 rc=$?"

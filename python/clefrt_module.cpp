@@ -40,6 +40,7 @@ clefrt::EngineOptions options_from(const py::dict& d) {
     else if (k == "w4a16_fused") o.w4a16_fused = v.cast<bool>();
     else if (k == "native_fp4") o.native_fp4 = v.cast<bool>();
     else if (k == "portable_kernels") o.portable_kernels = v.cast<bool>();
+    else if (k == "attention") o.attention = clefrt::parse_attention_kernel(py::str(v));
     else if (k == "vision") o.vision = v.cast<bool>();
     else if (k == "progress") o.progress = v.cast<bool>();
     else if (k == "threads") o.threads = v.cast<int>();

@@ -9,6 +9,7 @@
 
 #include "cpu/ops.h"
 #include "cuda/runtime/buffer.h"
+#include "cuda/runtime/cudnn_attention.h"
 #include "cuda/runtime/gemm.h"
 #include "cuda/ops/kernels.h"
 #include "engine/engine_core.h"
@@ -304,6 +305,74 @@ TEST(CudaOps, FlashAttentionMatchesCpu) {
                     AttnTiles{dtq.as<int32_t>(), dts.as<int32_t>(), dte.as<int32_t>(), int64_t(tq.size())}, dout.as<bf16>(), nullptr);
     // P is rounded to bf16 before P V (as in every flash kernel) and the output is bf16
     expect_close(down_bf(dout, want.size()), want, 2e-2, 2e-2, "flash_attention D=" + std::to_string(D));
+  }
+}
+
+// cuDNN's fused attention on the product's ragged path (cudnn_attention.h), then the output gate:
+// against the CPU as clefrt's kernel above, and its bits: a sequence alone = in the batch, a
+// continuation's queries (keys cached before them) = the same queries of the whole sequence
+TEST(CudaOps, CudnnAttentionMatchesCpuAndKeepsItsBits) {
+  NEED_GPU();
+  std::string why;
+  if (!cudnn_available(&why)) GTEST_SKIP() << "cuDNN: " << why;
+  for (auto [Hq, Hkv, D] : {std::tuple{4, 2, 32}, {2, 1, 48}, {6, 1, 64}, {4, 4, 128}, {6, 2, 256}}) {
+    const std::vector<int64_t> lens = {1, 17, 64, 130, 300};
+    int64_t L = 0;
+    for (auto l : lens) L += l;
+    const int64_t ld = Hq * 2 * D + 2 * Hkv * D;
+    auto qkv = rounded(randn(size_t(L * ld), 11, 1.5f));
+    auto q = rounded(randn(size_t(L * Hq * D), 12, 1.5f)), k = rounded(randn(size_t(L * Hkv * D), 13, 1.5f));
+    std::vector<float> want(static_cast<size_t>(L * Hq * D)), vv(size_t(L * Hkv * D));
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t i = 0; i < Hkv * D; ++i) vv[size_t(t * Hkv * D + i)] = qkv[size_t(t * ld + Hq * 2 * D + Hkv * D + i)];
+    std::vector<RaggedSeq> seqs;
+    int64_t t0 = 0, max_kv = 0;
+    for (auto len : lens) {
+      cpu::attention_causal(q.data() + t0 * Hq * D, k.data() + t0 * Hkv * D, vv.data() + t0 * Hkv * D, len, Hq, Hkv, D, Hq * D, Hkv * D,
+                            want.data() + t0 * Hq * D);
+      seqs.push_back({t0, len, t0, len});
+      max_kv = std::max(max_kv, len);
+      t0 += len;
+    }
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t h = 0; h < Hq; ++h)
+        for (int64_t i = 0; i < D; ++i) want[size_t((t * Hq + h) * D + i)] *= cpu::sigmoid(qkv[size_t(t * ld + h * 2 * D + D + i)]);
+    DeviceBuffer dqkv = upload(to_bf(qkv), "qkv"), dq = upload(to_bf(q), "q"), dk = upload(to_bf(k), "k"), dout(want.size() * 2),
+                 dpart(want.size() * 2);
+    const bf16* base = dqkv.as<bf16>();
+    CudnnAttention att(Hq, Hkv, D);
+    // the ragged arrays of `ss` (b: its plan's bound) through the attention, then the gate
+    auto run = [&](const std::vector<RaggedSeq>& ss, int64_t kv, DeviceBuffer& out) {
+      std::vector<int32_t> h;
+      const int64_t b = cudnn_bound(int64_t(ss.size()), 1);
+      append_ragged(h, ss, b, Hq * D, Hkv * D, ld, Hq * D);
+      DeviceBuffer dr = upload(h, "ragged");
+      check(cudaMemset(out.get(), 0xff, out.bytes()), "poison out");
+      att.run(dq.as<bf16>(), dk.as<bf16>(), base + Hq * 2 * D + Hkv * D, ld, out.as<bf16>(), ragged_at(dr.as<int32_t>(), b), int64_t(ss.size()),
+              kv, nullptr);
+      int64_t rows = 0;
+      for (const RaggedSeq& r : ss) rows = std::max(rows, r.qrow + r.qlen);
+      attention_output_gate(out.as<bf16>(), rows, Hq, D, base + D, ld, 2 * D, nullptr);
+      check(cudaDeviceSynchronize(), "cudnn attention");
+    };
+    run(seqs, max_kv, dout);
+    const std::string name = "cuDNN attention D=" + std::to_string(D);
+    expect_close(down_bf(dout, want.size()), want, 2e-2, 2e-2, name);
+    const std::vector<uint16_t> all = down<uint16_t>(dout, want.size());
+    auto rows_differ = [&](const DeviceBuffer& x, int64_t r0, int64_t n) {
+      const std::vector<uint16_t> got = down<uint16_t>(x, want.size());
+      size_t d = 0;
+      for (size_t i = size_t(r0 * Hq * D); i < size_t((r0 + n) * Hq * D); ++i) d += got[i] != all[i];
+      return d;
+    };
+    // the 130-token sequence alone; the 300-token one as 237 cached + 63 new, and as 299 + 1
+    run({seqs[3]}, 130, dpart);
+    EXPECT_EQ(rows_differ(dpart, seqs[3].qrow, 130), 0u) << name << ": a sequence alone vs in the batch";
+    for (int64_t cached : {237, 299}) {
+      const RaggedSeq& w = seqs[4];
+      run({{w.qrow + cached, w.qlen - cached, w.krow, w.kvlen}}, w.kvlen, dpart);
+      EXPECT_EQ(rows_differ(dpart, w.qrow + cached, w.qlen - cached), 0u) << name << ": " << cached << " keys cached vs the whole sequence";
+    }
   }
 }
 

@@ -1,25 +1,20 @@
-// cuDNN's fused attention at the vision tower's and the backbone's shapes, through cuDNN's backend
-// (graph) API, beside the product's kernels (flash_attention_full, flash_attention): issue 19's
-// tower and issue 20's 8,192-token point need attention at cuDNN's level (PyTorch's cuDNN SDPA:
-// 0.145 ms a tower block at 3,072 patches against our 0.234; 1.35 ms a backbone layer at 8,192
-// tokens against our ~5.7; bench/results). This program is the first step of using it
-// ourselves: it builds the graph cuDNN's flash engine matches (Q K^T, a scale, for the backbone
-// a causal mask, softmax as max / subtract / exp / sum / divide, P V), reading the product's
-// layouts directly (the tower's q / k / v [patches, heads, Dp] with the head dims padded, the
-// backbone's q [tokens, 24, 256] and k / v [tokens, 4, 256]: GQA), and prints per shape:
-//   ours       the product's kernel (no output gate), ms and TF/s
+// cuDNN's fused attention (the product's graphs: src/cuda/runtime/cudnn_attention.h) at the
+// vision tower's and the backbone's shapes beside clefrt's kernels (flash_attention_full,
+// flash_attention). Dense points (one layout per sequence, the tower's padded heads), then the
+// product's ragged path (packed sequences of any lengths, per-sequence lengths as a padding mask,
+// bottom-right causal for continuations), printing per point:
+//   ours       clefrt's kernel (no output gate), ms and TF/s
 //   cudnn      the plan's execution, ms, TF/s, the largest |difference| from ours (both bf16;
-//              ours is within the GPU tests' bounds of the CPU's fp32) and any output that is not
-//              finite or not written (the buffer starts as NaN), the engine
-//              configuration taken (the heuristic's first that finalizes) and the time to build
-//              the plan (paid per new shape unless plans are cached)
-//   invariant  with several sequences: the first one alone (batch 1) against the same sequence
-//              inside the batch, outputs differing in any bit (0: its answer does not depend on
-//              its batch, which the product needs)
+//              ours is within the GPU tests' bounds of the CPU's fp32), outputs not finite or not
+//              written (the buffer starts as NaN), the engine configuration taken and the time to
+//              build the plan (paid once per bound: the product keeps its plans)
+//   bits       outputs differing in any bit between: a sequence alone and in a batch, plans of
+//              different bounds, a batch with empty sequences after it, a continuation's queries
+//              and the same queries of the whole sequence (0: the product's batch invariance,
+//              prefix cache and steps keep their bits on this path)
 // Usage: clefrt_bench_cudnn_attn [--commit ID] [--json FILE]
 // Run with cuDNN 9's libraries on LD_LIBRARY_PATH (the GPU machine: PyTorch's nvidia-cudnn-cu13).
 #include <cuda_runtime.h>
-#include <cudnn.h>
 
 #include <chrono>
 #include <cmath>
@@ -36,6 +31,7 @@
 #include "cuda/ops/kernels.h"
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/cudnn_attention.h"
 #include "cuda/runtime/hardware.h"
 #include "gpu_bench.h"
 
@@ -44,248 +40,12 @@ using namespace clefrt::cuda;
 
 namespace {
 
-void ck(cudnnStatus_t s, const char* what, int line) {
-  if (s == CUDNN_STATUS_SUCCESS) return;
-  char msg[4096] = {0};
-  cudnnGetLastErrorString(msg, sizeof msg);
-  throw std::runtime_error(std::string(what) + " (cudnn_attention.cpp:" + std::to_string(line) + "): " + cudnnGetErrorString(s) +
-                           (msg[0] ? std::string("; ") + msg : std::string()));
+using Attention = CudnnGraph;
+using Shape = CudnnShape;
+// the product's dense layouts: q [rows, hq, dq], k / v [rows, hkv, dq], o [rows, hq, d]
+Shape dense(int64_t b, int64_t s, int64_t hq, int64_t hkv, int64_t d, int64_t dq, bool causal) {
+  return {b, s, s, hq, hkv, d, hq * dq, dq, hkv * dq, dq, hkv * dq, dq, hq * d, causal};
 }
-#define CK(x) ck((x), #x, __LINE__)
-
-// One backend descriptor, destroyed with its owner.
-class Desc {
- public:
-  explicit Desc(cudnnBackendDescriptorType_t t) { CK(cudnnBackendCreateDescriptor(t, &d_)); }
-  ~Desc() {
-    if (d_) cudnnBackendDestroyDescriptor(d_);
-  }
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-  Desc(Desc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
-  cudnnBackendDescriptor_t get() const { return d_; }
-  Desc& set(cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, int64_t n, const void* v) {
-    CK(cudnnBackendSetAttribute(d_, a, t, n, v));
-    return *this;
-  }
-  Desc& set_desc(cudnnBackendAttributeName_t a, const Desc& d) {
-    cudnnBackendDescriptor_t p = d.get();
-    return set(a, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p);
-  }
-  Desc& finalize() {
-    CK(cudnnBackendFinalize(d_));
-    return *this;
-  }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-
-// Deprecated in cuDNN 9 but still read by the graph and plan descriptors of the versions here.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-constexpr cudnnBackendAttributeName_t kGraphHandle = CUDNN_ATTR_OPERATIONGRAPH_HANDLE;
-constexpr cudnnBackendAttributeName_t kPlanHandle = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
-#pragma GCC diagnostic pop
-
-struct Dims {
-  int64_t d[4];
-  int64_t s[4];
-};
-
-Desc tensor(int64_t uid, cudnnDataType_t dt, const Dims& g, bool is_virtual, bool by_value = false) {
-  Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  const int64_t align = 16;
-  t.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt)
-      .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, g.d)
-      .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, g.s)
-      .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
-      .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align)
-      .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
-  if (by_value) t.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
-  return std::move(t.finalize());
-}
-
-// The attention of `b` sequences of `s` tokens each: q [b * s, hq, dq], k / v [b * s, hkv, dq]
-// (bf16; head h's first d of its dq dims), o packed [b * s, hq, d] (bf16); causal or not.
-struct Shape {
-  int64_t b, s, hq, hkv, d, dq;
-  bool causal;
-};
-
-class Attention {
- public:
-  Attention(cudnnHandle_t handle, const Shape& g) : handle_(handle) {
-    enum : int64_t { Q = 1, K, V, O, SCALE, NEG, S1 = 100, S2, RI, CI, MASK, S3, MX, SUB, EX, SUM, P, LG, STATS };
-    const int64_t b = g.b, s = g.s, hq = g.hq, hkv = g.hkv, d = g.d, dq = g.dq;
-    const Dims q{{b, hq, s, d}, {s * hq * dq, dq, hq * dq, 1}};
-    const Dims kt{{b, hkv, d, s}, {s * hkv * dq, dq, 1, hkv * dq}};  // K^T: the last two dims' strides swapped
-    const Dims v{{b, hkv, s, d}, {s * hkv * dq, dq, hkv * dq, 1}};
-    const Dims o{{b, hq, s, d}, {s * hq * d, d, hq * d, 1}};
-    const Dims scores{{b, hq, s, s}, {hq * s * s, s * s, s, 1}};
-    const Dims rows{{b, hq, s, 1}, {hq * s, s, 1, 1}};
-    const Dims scalar{{1, 1, 1, 1}, {1, 1, 1, 1}};
-    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
-    keep(Q, tensor(Q, CUDNN_DATA_BFLOAT16, q, false));
-    keep(K, tensor(K, CUDNN_DATA_BFLOAT16, kt, false));
-    keep(V, tensor(V, CUDNN_DATA_BFLOAT16, v, false));
-    keep(O, tensor(O, CUDNN_DATA_BFLOAT16, o, false));
-    keep(SCALE, tensor(SCALE, f32, scalar, false, true));
-    for (int64_t uid : {int64_t(S1), int64_t(S2), int64_t(SUB), int64_t(EX)}) keep(uid, tensor(uid, f32, scores, true));
-    // the probabilities in the inputs' type: the backend takes bmm2's A in the i/o type (as
-    // cudnn-frontend sets it)
-    keep(P, tensor(P, CUDNN_DATA_BFLOAT16, scores, true));
-    for (int64_t uid : {int64_t(MX), int64_t(SUM), int64_t(LG), int64_t(STATS)}) keep(uid, tensor(uid, f32, rows, true));
-
-    Desc mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-    mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32).finalize();
-    ops_.push_back(matmul(Q, K, S1, mm));
-    ops_.push_back(pointwise(CUDNN_POINTWISE_MUL, S1, SCALE, S2));
-    int64_t scores_in = S2;
-    if (g.causal) {  // keep key col <= query row: row index >= col index, else the lowest float
-      keep(NEG, tensor(NEG, f32, scalar, false, true));
-      for (int64_t uid : {int64_t(RI), int64_t(CI), int64_t(S3)}) keep(uid, tensor(uid, f32, scores, true));
-      keep(MASK, tensor(MASK, CUDNN_DATA_BOOLEAN, scores, true));
-      ops_.push_back(pointwise(CUDNN_POINTWISE_GEN_INDEX, S2, -1, RI, -1, f32, 2));
-      ops_.push_back(pointwise(CUDNN_POINTWISE_GEN_INDEX, S2, -1, CI, -1, f32, 3));
-      ops_.push_back(pointwise(CUDNN_POINTWISE_CMP_GE, RI, CI, MASK, -1, CUDNN_DATA_BOOLEAN));
-      ops_.push_back(pointwise(CUDNN_POINTWISE_BINARY_SELECT, S2, NEG, S3, MASK));
-      scores_in = S3;
-    }
-    ops_.push_back(reduction(CUDNN_REDUCE_TENSOR_MAX, scores_in, MX));
-    ops_.push_back(pointwise(CUDNN_POINTWISE_SUB, scores_in, MX, SUB));
-    ops_.push_back(pointwise(CUDNN_POINTWISE_EXP, SUB, -1, EX));
-    ops_.push_back(reduction(CUDNN_REDUCE_TENSOR_ADD, EX, SUM));
-    // the softmax statistics (max + log sum), virtual: cudnn-frontend builds them even for
-    // inference, and the flash engine's pattern has them
-    ops_.push_back(pointwise(CUDNN_POINTWISE_LOG, SUM, -1, LG));
-    ops_.push_back(pointwise(CUDNN_POINTWISE_ADD, MX, LG, STATS));
-    ops_.push_back(pointwise(CUDNN_POINTWISE_DIV, EX, SUM, P));
-    ops_.push_back(matmul(P, V, O, mm));
-    descs_.push_back(std::move(mm));
-    causal_ = g.causal;
-    const auto t0 = std::chrono::steady_clock::now();
-    Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (const Desc& op : ops_) raw.push_back(op.get());
-    graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(raw.size()), raw.data())
-        .set(kGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle_)
-        .finalize();
-    Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph).set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode).finalize();
-    int64_t count = 0;
-    CK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
-    if (count == 0) throw std::runtime_error("cuDNN's heuristic offers no engine for this attention graph");
-    std::vector<Desc> cfgs;
-    std::vector<cudnnBackendDescriptor_t> cfg_raw;
-    for (int64_t i = 0; i < count; ++i) {
-      cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-      cfg_raw.push_back(cfgs.back().get());
-    }
-    int64_t got = 0;
-    CK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg_raw.data()));
-    std::string errors;
-    for (int64_t i = 0; i < got && !plan_; ++i) {  // the first configuration that finalizes
-      try {
-        auto plan = std::make_unique<Desc>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        plan->set(kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle_).set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfgs[size_t(i)]).finalize();
-        plan_ = std::move(plan);
-        config_ = int(i);
-      } catch (const std::exception& e) {
-        errors += std::string(errors.empty() ? "" : " | ") + e.what();
-      }
-    }
-    if (!plan_) throw std::runtime_error("no engine configuration of " + std::to_string(got) + " finalizes: " + errors);
-    CK(cudnnBackendGetAttribute(plan_->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, &workspace_bytes_));
-    build_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    descs_.push_back(std::move(graph));
-    descs_.push_back(std::move(heur));
-    for (Desc& c : cfgs) descs_.push_back(std::move(c));
-    scale_ = float(1.0 / std::sqrt(double(g.d)));
-    if (workspace_bytes_ > 0) workspace_ = DeviceBuffer(size_t(workspace_bytes_), "cuDNN workspace");
-  }
-
-  // The variant pack is built once per set of buffers (its host work stays out of the timing).
-  void run(const bf16* q, const bf16* k, const bf16* v, bf16* o, cudaStream_t st) {
-    CK(cudnnSetStream(handle_, st));
-    const std::vector<const void*> bufs = {q, k, v, o};
-    if (!pack_ || bufs != pack_bufs_) {
-      int64_t uids[] = {1, 2, 3, 4, 5, 6};
-      void* ptrs[] = {const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v), o, &scale_, &neg_};
-      const int64_t n = causal_ ? 6 : 5;
-      void* ws = workspace_.get();
-      pack_ = std::make_unique<Desc>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-      pack_->set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids)
-          .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs)
-          .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws)
-          .finalize();
-      pack_bufs_ = bufs;
-    }
-    CK(cudnnBackendExecute(handle_, plan_->get(), pack_->get()));
-  }
-
-  double build_ms() const { return build_ms_; }
-  int config() const { return config_; }
-  int64_t workspace_bytes() const { return workspace_bytes_; }
-
- private:
-  void keep(int64_t uid, Desc&& t) { tensors_.emplace(uid, std::move(t)); }
-  const Desc& t(int64_t uid) const {
-    auto it = tensors_.find(uid);
-    if (it == tensors_.end()) throw std::runtime_error("no tensor " + std::to_string(uid));
-    return it->second;
-  }
-  Desc matmul(int64_t a, int64_t b, int64_t c, const Desc& mm) {
-    Desc op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_ADESC, t(a))
-        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, t(b))
-        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, t(c))
-        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm)
-        .finalize();
-    return op;
-  }
-  // y = mode(x[, b[, tsel]]): tsel is BINARY_SELECT's condition; axis for GEN_INDEX
-  Desc pointwise(cudnnPointwiseMode_t mode, int64_t x, int64_t b, int64_t y, int64_t tsel = -1, cudnnDataType_t prec = CUDNN_DATA_FLOAT,
-                 int64_t axis = -1) {
-    Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode).set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
-    if (axis >= 0) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-    pw.finalize();
-    Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    const float one = 1.0f;
-    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw).set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, t(x));
-    if (b >= 0) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, t(b));
-    if (tsel >= 0) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t(tsel));
-    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, t(y))
-        .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one)
-        .set(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one)
-        .finalize();
-    descs_.push_back(std::move(pw));
-    return op;
-  }
-  Desc reduction(cudnnReduceTensorOp_t r, int64_t x, int64_t y) {
-    Desc rd(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-    const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
-    rd.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &r).set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32).finalize();
-    Desc op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, t(x)).set_desc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, t(y)).set_desc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd).finalize();
-    descs_.push_back(std::move(rd));
-    return op;
-  }
-
-  cudnnHandle_t handle_;
-  std::map<int64_t, Desc> tensors_;
-  std::vector<Desc> ops_, descs_;
-  std::unique_ptr<Desc> plan_, pack_;
-  std::vector<const void*> pack_bufs_;
-  int config_ = -1;
-  int64_t workspace_bytes_ = 0;
-  DeviceBuffer workspace_;
-  double build_ms_ = 0;
-  bool causal_ = false;
-  float scale_ = 1, neg_ = std::numeric_limits<float>::lowest();  // by value: read at each execution
-};
 
 std::vector<uint16_t> down_bf16(const bf16* p, size_t n) {
   std::vector<uint16_t> h(n);
@@ -299,6 +59,203 @@ float bf(uint16_t u) {
   return f;
 }
 
+
+// ---- the product's packed batches: ragged offsets, per-sequence lengths, bottom-right causal ----
+int64_t bucket(int64_t n) { return cudnn_bound(n); }
+
+struct Packed {  // sequences packed one after another (rows), keys / values in the same rows
+  std::vector<int32_t> len;   // queries of each sequence
+  std::vector<int32_t> kv;    // keys of each (>= len: a continuation sees kv - len cached rows first)
+  std::vector<int32_t> qrow;  // its first query row
+  std::vector<int32_t> krow;  // its first key row
+};
+
+// The offsets / lengths for b (>= the sequences: the rest empty) on the GPU, the layout's strides
+// applied; and our kernel's tiles for the same batch.
+struct RaggedArgs {
+  DeviceBuffer buf;
+  CudnnRagged r{};
+  DeviceBuffer tiles;
+  AttnTiles at{};
+};
+RaggedArgs ragged_args(const Packed& p, int64_t b, const Shape& g) {
+  const size_t n = p.len.size();
+  std::vector<RaggedSeq> seqs;
+  for (size_t i = 0; i < n; ++i) seqs.push_back({p.qrow[i], p.len[i], p.krow[i], p.kv[i]});
+  std::vector<int32_t> h;
+  append_ragged(h, seqs, b, g.ldq, g.ldk, g.ldv, g.ldo);
+  RaggedArgs a;
+  a.buf = DeviceBuffer(h.size() * 4, "ragged offsets");
+  check(cudaMemcpy(a.buf.get(), h.data(), h.size() * 4, cudaMemcpyHostToDevice), "ragged offsets");
+  a.r = ragged_at(a.buf.as<int32_t>(), b);
+  // our kernel's tiles: 64 queries each; query row r is key row r + delta
+  std::vector<int32_t> tq, ts, te, td;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t delta = p.krow[i] + (p.kv[i] - p.len[i]) - p.qrow[i];
+    for (int32_t t = 0; t < p.len[i]; t += 64) {
+      tq.push_back(p.qrow[i] + t);
+      ts.push_back(p.krow[i]);
+      te.push_back(p.krow[i] + p.kv[i]);
+      td.push_back(delta);
+    }
+  }
+  std::vector<int32_t> all = tq;
+  for (auto* v : {&ts, &te, &td}) all.insert(all.end(), v->begin(), v->end());
+  a.tiles = DeviceBuffer(all.size() * 4, "tiles");
+  check(cudaMemcpy(a.tiles.get(), all.data(), all.size() * 4, cudaMemcpyHostToDevice), "tiles");
+  const int64_t nt = int64_t(tq.size());
+  const int32_t* t = a.tiles.as<int32_t>();
+  a.at = {t, t + nt, t + 2 * nt, nt, t + 3 * nt};
+  return a;
+}
+
+void ragged_points(void* handle, const HardwareLimits& hw, cudaStream_t st, json::Value& records) {
+  // the 27B backbone: q [rows, 24, 256], k [rows, 4, 256]; v in the qkv GEMM's rows (ldv 14,336:
+  // a batch without cached prefixes) or in its own rows (1,024: with them)
+  const int64_t hq = 24, hkv = 4, d = 256, ld_fused = hq * 2 * d + 2 * hkv * d, rows = 32768 + 64;
+  auto shape = [&](int64_t b, int64_t sq, int64_t skv, int64_t ldv) {
+    Shape g{b, sq, skv, hq, hkv, d, hq * d, d, hkv * d, d, ldv, d, hq * d, true, true};
+    return g;
+  };
+  DeviceBuffer q(size_t(rows * hq * d) * 2, "q"), k(size_t(rows * hkv * d) * 2, "k"), v(size_t(rows * ld_fused) * 2, "v"),
+      ours(size_t(rows * hq * d) * 2, "ours"), a(size_t(rows * hq * d) * 2, "a"), bb(size_t(rows * hq * d) * 2, "b"),
+      ref(size_t(rows * hq * d) * 2, "the static plan's mixed batch");
+  fill_normal_bf16(q.as<bf16>(), rows * hq * d, 31, 0.0f, 1.0f, st);
+  fill_normal_bf16(k.as<bf16>(), rows * hkv * d, 32, 0.0f, 1.0f, st);
+  fill_normal_bf16(v.as<bf16>(), rows * ld_fused, 33, 0.0f, 1.0f, st);
+  auto nan_fill = [&](DeviceBuffer& x) { check(cudaMemsetAsync(x.get(), 0xFF, x.bytes(), st), "NaN fill"); };
+  auto rows_of = [&](const DeviceBuffer& x, int64_t r0, int64_t n) {
+    std::vector<uint16_t> h(size_t(n * hq * d));
+    check(cudaStreamSynchronize(st), "sync");
+    check(cudaMemcpy(h.data(), x.as<bf16>() + r0 * hq * d, h.size() * 2, cudaMemcpyDeviceToHost), "download");
+    return h;
+  };
+  auto differ = [](const std::vector<uint16_t>& x, const std::vector<uint16_t>& y) {
+    size_t n = 0;
+    for (size_t i = 0; i < x.size(); ++i) n += x[i] != y[i];
+    return n;
+  };
+  auto worst = [](const std::vector<uint16_t>& x, const std::vector<uint16_t>& y, size_t* bad) {
+    double w = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double t = double(bf(y[i]));
+      if (!std::isfinite(t)) ++*bad;
+      else w = std::max(w, std::fabs(double(bf(x[i])) - t));
+    }
+    return w;
+  };
+  auto packed = [](const std::vector<int32_t>& lens) {
+    Packed p;
+    int32_t r = 0;
+    for (int32_t n : lens) {
+      p.len.push_back(n);
+      p.kv.push_back(n);
+      p.qrow.push_back(r);
+      p.krow.push_back(r);
+      r += n;
+    }
+    return p;
+  };
+  auto flop_of = [&](const Packed& p) {
+    double f = 0;
+    for (size_t i = 0; i < p.len.size(); ++i)  // causal: each query sees its own prefix
+      f += 4.0 * d * hq * double(p.len[i]) * (double(p.kv[i]) - double(p.len[i]) / 2.0);
+    return f;
+  };
+  auto say = [&](json::Value& r, const char* key, double x) { r.add(key, json::Value::number(x)); };
+  // one packed batch through both kernels: time, difference, the outputs kept in `out`
+  auto point = [&](const char* name, const Packed& p, const Shape& g, DeviceBuffer& out, bool time_it) {
+    json::Value r = json::Value::object();
+    r.add("shape", json::Value::string(name));
+    std::printf("\n%s (plan bounds b %lld, s_q %lld, s_kv %lld, ldv %lld%s)\n", name, (long long)g.b, (long long)g.sq, (long long)g.skv,
+                (long long)g.ldv, "");
+    try {
+      RaggedArgs args = ragged_args(p, g.b, g);
+      Attention fa(handle, g);
+      int64_t nq = 0;
+      for (int32_t n : p.len) nq += n;
+      const int64_t r0 = p.qrow[0];
+      auto run_ours = [&] {
+        flash_attention(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), g.ldv, nullptr, 0, 0, hq, hkv, d, args.at, ours.as<bf16>(), st);
+      };
+      nan_fill(out);
+      fa.run(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out.as<bf16>(), st, &args.r);
+      run_ours();
+      size_t bad = 0;
+      const double w = worst(rows_of(ours, r0, nq), rows_of(out, r0, nq), &bad);
+      std::printf("  plan built in %.1f ms (engine config %d), max |cudnn - ours| %.3g, %zu outputs not finite or not written\n", fa.build_ms(),
+                  fa.config(), w, bad);
+      say(r, "plan_build_ms", fa.build_ms());
+      say(r, "max_abs_diff_vs_ours", w);
+      r.add("cudnn_non_finite_outputs", json::Value::integer(int64_t(bad)));
+      if (time_it) {
+        const double t_ours = bench::median_ms(st, run_ours);
+        const double t_cudnn = bench::median_ms(st, [&] { fa.run(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out.as<bf16>(), st, &args.r); });
+        const double f = flop_of(p);
+        std::printf("  ours %.3f ms %.0f TF/s; cudnn %.3f ms %.0f TF/s (%.2fx ours, %.0f%% of the measured bf16 GEMM peak)\n", t_ours,
+                    f / t_ours / 1e9, t_cudnn, f / t_cudnn / 1e9, t_ours / t_cudnn, 100.0 * f / t_cudnn / 1e9 / hw.peak_bf16_tflops);
+        say(r, "ours_ms", t_ours);
+        say(r, "cudnn_ms", t_cudnn);
+        say(r, "useful_tflop", f / 1e12);
+      }
+    } catch (const std::exception& e) {
+      std::printf("  cudnn: %s\n", e.what());
+      r.add("cudnn_error", json::Value::string(e.what()));
+    }
+    records.arr.push_back(std::move(r));
+  };
+  auto compare = [&](const char* what, const DeviceBuffer& x, int64_t xr, const DeviceBuffer& y, int64_t yr, int64_t n) {
+    const size_t c = differ(rows_of(x, xr, n), rows_of(y, yr, n));
+    std::printf("  %s: %zu of %lld outputs differ\n", what, c, (long long)(n * hq * d));
+    json::Value r = json::Value::object();
+    r.add("bits", json::Value::string(what));
+    r.add("differing", json::Value::integer(int64_t(c)));
+    records.arr.push_back(std::move(r));
+  };
+
+  // 1. one 8,192-token sequence, v in the qkv rows
+  point("ragged 1 x 8,192", packed({8192}), shape(1, 8192, 8192, ld_fused), a, true);
+  // 2. a mixed batch of 8 (8,192 tokens) in the 4,096 bound; each sequence alone in its own bound
+  // and in a larger one; the batch with 8 empty sequences after it
+  const std::vector<int32_t> mix = {3000, 318, 1500, 64, 2200, 1000, 77, 33};
+  const Packed pm = packed(mix);
+  point("ragged 8 mixed (3,000 .. 33)", pm, shape(8, 4096, 4096, ld_fused), a, true);
+  check(cudaMemcpyAsync(ref.get(), a.get(), a.bytes(), cudaMemcpyDeviceToDevice, st), "keep the mixed batch");
+  for (size_t i : {size_t(0), size_t(1), size_t(7)}) {
+    Packed one;
+    one.len = {mix[i]};
+    one.kv = {mix[i]};
+    one.qrow = {pm.qrow[i]};
+    one.krow = {pm.krow[i]};
+    const int64_t bd = bucket(mix[i]);
+    point("  the sequence alone, its own bound", one, shape(1, bd, bd, ld_fused), bb, false);
+    compare("alone vs in the batch", bb, pm.qrow[i], a, pm.qrow[i], mix[i]);
+    point("  the sequence alone, bound 8,192", one, shape(1, 8192, 8192, ld_fused), bb, false);
+    compare("bound 8,192 vs in the batch", bb, pm.qrow[i], a, pm.qrow[i], mix[i]);
+  }
+  point("  the batch with 8 empty sequences after it", pm, shape(16, 4096, 4096, ld_fused), bb, false);
+  compare("b 16 vs b 8", bb, 0, a, 0, 8192);
+  // 3. continuations: the 3,000-token sequence's last queries over its keys (cached rows first),
+  // against the same queries in the whole sequence (v in its own rows: the product's layout with
+  // cached prefixes)
+  const Packed whole = packed({3000});
+  point("ragged 1 x 3,000, v in its own rows", whole, shape(1, 4096, 4096, hkv * d), a, false);
+  for (int32_t cached : {2000, 1937, 2999}) {
+    Packed c;
+    c.len = {3000 - cached};
+    c.kv = {3000};
+    c.qrow = {cached};
+    c.krow = {0};
+    point("  continuation", c, shape(1, bucket(3000 - cached), 4096, hkv * d), bb, false);
+    compare(cached == 2000 ? "2,000 cached: the last 1,000 queries vs the whole sequence's"
+                           : cached == 1937 ? "1,937 cached: the last 1,063 vs the whole's" : "2,999 cached: the last query vs the whole's",
+            bb, cached, a, cached, 3000 - cached);
+  }
+  // 4. 64 x 512 and 8 x 1,024 packed
+  point("ragged 64 x 512", packed(std::vector<int32_t>(64, 512)), shape(64, 512, 512, ld_fused), a, true);
+  point("ragged 8 x 1,024", packed(std::vector<int32_t>(8, 1024)), shape(8, 1024, 1024, ld_fused), a, true);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -306,11 +263,13 @@ int main(int argc, char** argv) {
   if (!bench::parse_options(argc, argv, false, opt)) return 2;
   try {
     const HardwareLimits hw = bench::measure_and_print_hardware();
-    std::printf("cuDNN %zu (built against %d.%d.%d)\n", cudnnGetVersion(), CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+    std::string why;
+    if (!cudnn_available(&why)) throw std::runtime_error(why);
+    std::printf("cuDNN %zu\n", cudnn_loaded_version());
     cudaStream_t st;
     check(cudaStreamCreate(&st), "stream");
-    cudnnHandle_t handle;
-    CK(cudnnCreate(&handle));
+    CudnnHandle cudnn;
+    void* handle = cudnn.get();
     // the 27B tower: 16 heads of 72 (padded to 80 in the product's layout), frames of one
     // 1024x768 image, one 2048x2048, four 512x512; the 27B backbone: 24 query heads, 4 key /
     // value heads of 256, causal, the blog request, 8,192 tokens, 8 x 1,024
@@ -320,35 +279,36 @@ int main(int argc, char** argv) {
       Shape g;
     };
     const std::vector<Point> points = {
-        {"tower 1 x 3,072 (1024x768)", {1, 3072, 16, 16, 72, dp, false}},
-        {"tower 1 x 16,384 (2048x2048)", {1, 16384, 16, 16, 72, dp, false}},
-        {"tower 4 x 1,024 (512x512)", {4, 1024, 16, 16, 72, dp, false}},
-        {"backbone 1 x 318 (blog)", {1, 318, 24, 4, 256, 256, true}},
-        {"backbone 1 x 8,192", {1, 8192, 24, 4, 256, 256, true}},
-        {"backbone 8 x 1,024", {8, 1024, 24, 4, 256, 256, true}},
+        {"tower 1 x 3,072 (1024x768)", dense(1, 3072, 16, 16, 72, dp, false)},
+        {"tower 1 x 16,384 (2048x2048)", dense(1, 16384, 16, 16, 72, dp, false)},
+        {"tower 4 x 1,024 (512x512)", dense(4, 1024, 16, 16, 72, dp, false)},
+        {"backbone 1 x 318 (blog)", dense(1, 318, 24, 4, 256, 256, true)},
+        {"backbone 1 x 8,192", dense(1, 8192, 24, 4, 256, 256, true)},
+        {"backbone 8 x 1,024", dense(8, 1024, 24, 4, 256, 256, true)},
     };
     json::Value records = json::Value::array();
     for (const Point& pt : points) {
       const Shape& g = pt.g;
-      const int64_t L = g.b * g.s, nq = L * g.hq * g.dq, nkv = L * g.hkv * g.dq, no = L * g.hq * g.d, first = g.s * g.hq * g.d;
+      const int64_t dq = g.hsq;
+      const int64_t L = g.b * g.sq, nq = L * g.hq * dq, nkv = L * g.hkv * dq, no = L * g.hq * g.d, first = g.sq * g.hq * g.d;
       DeviceBuffer q(size_t(nq) * 2, "q"), k(size_t(nkv) * 2, "k"), v(size_t(nkv) * 2, "v"), ours(size_t(no) * 2, "ours"),
           theirs(size_t(no) * 2, "cudnn"), alone(size_t(first) * 2, "alone");
       // random O(1) values, the padding dims zero as the product's rotary kernel writes them
       fill_normal_bf16(q.as<bf16>(), nq, 21, 0.0f, 1.0f, st);
       fill_normal_bf16(k.as<bf16>(), nkv, 22, 0.0f, 1.0f, st);
       fill_normal_bf16(v.as<bf16>(), nkv, 23, 0.0f, 1.0f, st);
-      if (g.dq > g.d) {
-        check(cudaMemset2DAsync(q.as<bf16>() + g.d, size_t(g.dq) * 2, 0, size_t(g.dq - g.d) * 2, size_t(L * g.hq), st), "zero padding");
+      if (dq > g.d) {
+        check(cudaMemset2DAsync(q.as<bf16>() + g.d, size_t(dq) * 2, 0, size_t(dq - g.d) * 2, size_t(L * g.hq), st), "zero padding");
         for (DeviceBuffer* b : {&k, &v})
-          check(cudaMemset2DAsync(b->as<bf16>() + g.d, size_t(g.dq) * 2, 0, size_t(g.dq - g.d) * 2, size_t(L * g.hkv), st), "zero padding");
+          check(cudaMemset2DAsync(b->as<bf16>() + g.d, size_t(dq) * 2, 0, size_t(dq - g.d) * 2, size_t(L * g.hkv), st), "zero padding");
       }
       const int64_t tile = g.causal ? 64 : flash_attention_full_tile();
       std::vector<int32_t> tq, ts, te;
       for (int64_t f = 0; f < g.b; ++f)
-        for (int64_t t = 0; t < g.s; t += tile) {
-          tq.push_back(int32_t(f * g.s + t));
-          ts.push_back(int32_t(f * g.s));
-          te.push_back(int32_t((f + 1) * g.s));
+        for (int64_t t = 0; t < g.sq; t += tile) {
+          tq.push_back(int32_t(f * g.sq + t));
+          ts.push_back(int32_t(f * g.sq));
+          te.push_back(int32_t((f + 1) * g.sq));
         }
       std::vector<int32_t> tiles = tq;
       tiles.insert(tiles.end(), ts.begin(), ts.end());
@@ -357,11 +317,11 @@ int main(int argc, char** argv) {
       check(cudaMemcpy(dt.get(), tiles.data(), tiles.size() * 4, cudaMemcpyHostToDevice), "tiles");
       const int64_t nt = int64_t(tq.size());
       const AttnTiles at{dt.as<int32_t>(), dt.as<int32_t>() + nt, dt.as<int32_t>() + 2 * nt, nt};
-      const double flop = 4.0 * double(g.b) * double(g.s) * double(g.s) * double(g.d) * double(g.hq) * (g.causal ? 0.5 : 1.0);
+      const double flop = 4.0 * double(g.b) * double(g.sq) * double(g.sq) * double(g.d) * double(g.hq) * (g.causal ? 0.5 : 1.0);
       auto tf = [&](double ms) { return flop / (ms * 1e-3) / 1e12; };
       auto run_ours = [&] {
         if (g.causal)
-          flash_attention(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), g.hkv * g.dq, nullptr, 0, 0, g.hq, g.hkv, g.d, at, ours.as<bf16>(), st);
+          flash_attention(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), g.hkv * dq, nullptr, 0, 0, g.hq, g.hkv, g.d, at, ours.as<bf16>(), st);
         else
           flash_attention_full(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), g.hq, g.d, at, ours.as<bf16>(), st);
       };
@@ -417,8 +377,8 @@ int main(int argc, char** argv) {
       }
       records.arr.push_back(std::move(r));
     }
+    ragged_points(handle, hw, st, records);
     if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_cudnn_attn", std::move(records));
-    cudnnDestroy(handle);
     cudaStreamDestroy(st);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "clefrt_bench_cudnn_attn: %s\n", e.what());

@@ -66,6 +66,15 @@ class Error : public std::runtime_error {
 // Options
 
 enum class Device { Auto, Cpu, Cuda };
+
+// CUDA: the backbone's attention kernel. Auto: cuDNN's fused attention where libcudnn.so.9 (9.5 or
+// newer) loads, else clefrt's own (the load line says which, and why). Cudnn: refused at load when
+// it does not load. Clefrt: clefrt's own kernel (mma.sync flash attention with the gate fused).
+// Both are batch-invariant and give the prefix cache and steps their bits; they differ from each
+// other in the last bits (bf16 rounding points).
+enum class AttentionKernel { Auto, Cudnn, Clefrt };
+const char* attention_kernel_name(AttentionKernel a);        // "auto", "cudnn", "clefrt"
+AttentionKernel parse_attention_kernel(const std::string& name);  // throws otherwise
 const char* device_name(Device d);  // "auto", "cpu", "cuda"
 
 // What the GPU engine runs the backbone's Linears in. Auto: what the folder holds, tensor by
@@ -107,6 +116,7 @@ struct EngineOptions {
   bool portable_kernels = false;       // CUDA: only the kernels every supported GPU (compute capability >= 8.0)
                                        // runs: mma.sync for the W4A16 GEMM instead of wgmma / TMA, W4A4
                                        // emulated; to check them against the fast ones on Hopper / Blackwell
+  AttentionKernel attention = AttentionKernel::Auto;  // CUDA: the backbone's attention kernel (above)
   int threads = 0;                     // CPU engine threads (0: all cores)
   bool batch_invariant = true;         // a request's answer does not depend on its batch (CUDA: GEMM
                                        // algorithms fixed per shape class; CPU: one forward per request)

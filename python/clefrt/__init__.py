@@ -86,6 +86,9 @@ class Clef:
         emulated path (its oracle). Hopper and older always emulate.
     portable_kernels: CUDA: only the kernels every supported GPU runs (mma.sync W4A16 GEMM
         instead of wgmma / TMA), to compare them with the fast ones.
+    attention: CUDA: the backbone's attention kernel: "auto" (cuDNN's fused attention where
+        libcudnn.so.9, 9.5 or newer, loads, else clefrt's), "cudnn" (refused without it) or
+        "clefrt". Both keep answers batch-invariant and the prefix cache exact.
     progress: loading reports its stages on stderr (a line per stage).
     prefix_cache_gib: the prefix cache's budget: a request whose ids start with a cached system
         prompt + state computes only the rest, with the same answer bit for bit (decide()'s
@@ -110,7 +113,8 @@ class Clef:
     def __init__(self, path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False, confidence="reference",
                  parse_special=False, require_instructions=False, threads=0, check_weights=True, batch_invariant=True,
                  max_batch_tokens=16384, max_batch_requests=64, w4a16_fused=False, native_fp4=True,
-                 portable_kernels=False, progress=False, prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True):
+                 portable_kernels=False, progress=False, prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True,
+                 attention="auto"):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
         if confidence not in ("reference", "purity", "jev"):
@@ -124,7 +128,7 @@ class Clef:
             "native_fp4": bool(native_fp4), "portable_kernels": bool(portable_kernels), "progress": bool(progress),
             "prefix_cache_gib": float(prefix_cache_gib), "prefix_cache_host_gib": float(prefix_cache_host_gib),
             "step_tokens": int(step_tokens), "step_layers": int(step_layers),
-            "vision": bool(vision),
+            "vision": bool(vision), "attention": str(attention),
         })
 
     def encode(self, record):

@@ -25,7 +25,7 @@ Runner add_eval(CLI::App& app);
 // --offload-embeddings, --w4a16-fused, --threads, --max-length, --parse-special, --require-instructions,
 // --no-check-weights.
 struct EngineFlags {
-  std::string device = "auto", quant = "auto";
+  std::string device = "auto", quant = "auto", attention = "auto";
   bool vision = true, offload = false, w4a16_fused = false, native_fp4 = true, portable_kernels = false, parse_special = false, require_instructions = false, check_weights = true;
   int threads = 0;
   size_t max_length = 16384;

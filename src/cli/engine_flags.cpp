@@ -28,6 +28,11 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
   c.add_flag("--portable-kernels", f.portable_kernels,
              "cuda: only the kernels every supported GPU runs (mma.sync W4A16 GEMM instead of wgmma / TMA, W4A4 emulated):\n"
              "to compare them with the fast ones on a Hopper or Blackwell card");
+  c.add_option("--attention", f.attention,
+               "cuda: the backbone's attention kernel: auto (cuDNN's fused attention where libcudnn.so.9, 9.5 or newer, loads;\n"
+               "else clefrt's, and the load line says why) | cudnn (refused at load without it) | clefrt (clefrt's own kernel).\n"
+               "Both keep answers batch-invariant and the prefix cache's bits; they differ from each other in the last bits")
+      ->check(CLI::IsMember({"auto", "cudnn", "clefrt"}));
   c.add_option("--threads", f.threads, "CPU engine threads (default: all cores)")->check(non_negative());
   c.add_option("--max-length", f.max_length,
                "context length in tokens, at most 65536 (Clef's window); longer states are cut, longer schemas refused with 413\n"
@@ -100,6 +105,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.w4a16_fused = f.w4a16_fused;
   o.native_fp4 = f.native_fp4;
   o.portable_kernels = f.portable_kernels;
+  o.attention = parse_attention_kernel(f.attention);
   o.vision = f.vision;
   o.progress = true;  // the CLI's loads report their stages (decide, serve)
   // the format and offload left to the engine: it fits them to the GPU (and says which)

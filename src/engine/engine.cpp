@@ -92,6 +92,7 @@ CoreOptions core_options(const EngineOptions& o) {
   c.w4a16_fused = o.w4a16_fused;
   c.native_fp4 = o.native_fp4;
   c.portable_kernels = o.portable_kernels;
+  c.attention = o.attention;
   c.progress = o.progress;
   c.fit_memory = o.fit_memory;
   c.batch_invariant = o.batch_invariant;

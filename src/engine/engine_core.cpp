@@ -24,6 +24,7 @@
 #include "cuda/model/device_model.h"
 #include "cuda/model/forward.h"
 #include "cuda/ops/kernels_quant.h"
+#include "cuda/runtime/cudnn_attention.h"
 #include "cuda/runtime/hardware.h"
 #endif
 
@@ -52,6 +53,7 @@ void check_gpu_runs(const model::ModelConfig& cfg, const CoreOptions& opts) {
 struct GpuBackend {
   cuda::DevModel model;
   std::unique_ptr<cuda::Forward> forward;
+  std::string attention_note;  // why the backbone's attention is clefrt's (empty: cuDNN's)
 
   // Weights in GPU memory as the options ask, and the forward planned for their batches.
   GpuBackend(const model::TextWeights& tw, const model::HeadWeights& hw, const model::VisionWeights* vw, const model::ModelConfig& cfg,
@@ -70,6 +72,12 @@ struct GpuBackend {
     fo.batch_invariant = opts.batch_invariant;
     fo.w4a16_fused = opts.w4a16_fused;
     fo.portable_kernels = opts.portable_kernels;
+    // the attention kernel: cuDNN's where asked or (auto) where it loads; refused when asked and
+    // absent (Forward names why); the choice and the reason are in describe()
+    std::string no_cudnn;
+    const bool has_cudnn = cuda::cudnn_available(&no_cudnn);
+    fo.cudnn_attention = opts.attention == AttentionKernel::Cudnn || (opts.attention == AttentionKernel::Auto && has_cudnn);
+    attention_note = fo.cudnn_attention ? "" : opts.attention == AttentionKernel::Clefrt ? " (--attention clefrt)" : " (cuDNN: " + no_cudnn + ")";
     const VisionGeometry& g = opts.encode.vision;
     fo.vision_patches = int64_t(g.max_pixels / (uint64_t(g.patch_size) * g.patch_size));
     if (opts.offload_embeddings) cuda::use_lean_memory_plan(fo);
@@ -84,6 +92,17 @@ EngineCore::EngineCore() = default;
 EngineCore::~EngineCore() = default;
 
 const char* device_name(Device d) { return d == Device::Cuda ? "cuda" : d == Device::Cpu ? "cpu" : "auto"; }
+
+const char* attention_kernel_name(AttentionKernel a) {
+  return a == AttentionKernel::Cudnn ? "cudnn" : a == AttentionKernel::Clefrt ? "clefrt" : "auto";
+}
+
+AttentionKernel parse_attention_kernel(const std::string& name) {
+  if (name == "auto") return AttentionKernel::Auto;
+  if (name == "cudnn") return AttentionKernel::Cudnn;
+  if (name == "clefrt") return AttentionKernel::Clefrt;
+  throw Error(Status::BadRequest, "invalid_request", "attention kernel \"" + name + "\": expected auto, cudnn or clefrt");
+}
 
 bool cuda_available(std::string* reason) {
 #ifdef CLEFRT_HAVE_CUDA
@@ -256,9 +275,9 @@ std::string EngineCore::gpu_summary() const {
     const cuda::DeviceInfo d = cuda::device_info();
     const bool wgmma = !opts_.portable_kernels && cuda::nvfp4_gemm_wgmma_available();
     char gpu[200];
-    std::snprintf(gpu, sizeof gpu, "GPU %s (compute capability %d.%d, %.1f GiB); kernels: W4A16 GEMM %s, W4A4 %s; ", d.name.c_str(), d.major,
-                  d.minor, d.mem_total_gib, wgmma ? "wgmma + TMA" : "mma.sync", m.has_native_fp4 ? "FP4 tensor cores" : "emulated");
-    std::string s = std::string(gpu) + "quant " + quant_mode_name(opts_.quant) + ": Linears bf16 " + gib(m.bytes_by_format[0]) + ", nvfp4 " +
+    std::snprintf(gpu, sizeof gpu, "GPU %s (compute capability %d.%d, %.1f GiB); kernels: W4A16 GEMM %s, W4A4 %s, attention ", d.name.c_str(),
+                  d.major, d.minor, d.mem_total_gib, wgmma ? "wgmma + TMA" : "mma.sync", m.has_native_fp4 ? "FP4 tensor cores" : "emulated");
+    std::string s = std::string(gpu) + gpu_->forward->attention_kernel() + gpu_->attention_note + "; quant " + quant_mode_name(opts_.quant) + ": Linears bf16 " + gib(m.bytes_by_format[0]) + ", nvfp4 " +
                     gib(m.bytes_by_format[1]) + (m.has_w4a4 ? " (W4A4)" : "") + ", fp8 " + gib(m.bytes_by_format[2]) + "; weights " +
                     gib(m.weight_bytes) + " on the GPU" + (m.host_weight_bytes ? ", " + gib(m.host_weight_bytes) + " in pinned host memory" : "") +
                     "; activations + workspaces " + gib(gpu_->forward->working_bytes());

@@ -48,6 +48,8 @@ struct CoreOptions {
   bool native_fp4 = true;
   // CUDA: the kernels every supported GPU runs (clefrt::EngineOptions::portable_kernels).
   bool portable_kernels = false;
+  // CUDA: the backbone's attention kernel (clefrt::EngineOptions::attention).
+  AttentionKernel attention = AttentionKernel::Auto;
   // Loading reports its stages on stderr (common/progress.h).
   bool progress = false;
   // CUDA, quant Auto and no offload / fused kernel asked for: a plan over the free memory loads

@@ -57,6 +57,10 @@ struct Forward::Batch {
   bool pfx = false, snaps = false;
   int64_t Lm = 0;
   size_t off_kv_row = 0, off_seq_of = 0, off_snap_chunk = 0, off_tile_delta = 0;
+  // cuDNN's attention: its ragged arrays (cudnn_attention.h) for ragged_b sequences (the plan's
+  // bound), the longest sequence's keys
+  size_t off_ragged = 0;
+  int64_t ragged_b = 0, max_kv = 0;
   // device pointers per sequence: GDN state in, conv history in, GDN state out
   std::vector<const void*> ptrs;
   const void** dptrs = nullptr;
@@ -232,7 +236,9 @@ struct Forward::Batch {
       a.rewind(std::max(a.used(), end));
     }
   }
-  size_t meta_capacity() const { return size_t(L * 7 + 3 * nchunks + 2 * nseq + 1 + 4 * ntiles + 10 * Q + 8 * O + nseq + 64); }
+  size_t meta_capacity() const {
+    return size_t(L * 7 + 3 * nchunks + 2 * nseq + 1 + 4 * ntiles + 10 * Q + 8 * O + nseq + 64) + ragged_ints(cudnn_bound(nseq, 1));
+  }
 };
 
 Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
@@ -252,8 +258,17 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
                                         o.w4a16_fused ? W4A16Kernel::Fused : W4A16Kernel::Staged,
                                         o.portable_kernels ? W4A16Gemm::MmaSync : W4A16Gemm::Auto);
   if (o.gdn_pass_chunks < 0) throw Error(Status::Internal, "internal_error", "gdn_pass_chunks < 0");
+  if (o.cudnn_attention) {
+    std::string why;
+    if (!cudnn_available(&why)) throw load_error("--attention cudnn", why);
+    cudnn_ = std::make_unique<CudnnAttention>(m.c.q_heads, m.c.kv_heads, m.c.head_dim);
+  }
   arena_.reserve(plan_bytes(m, o));
 }
+
+int64_t Forward::qkv_width() const { return 2 * m_.c.q_heads * m_.c.head_dim + 2 * m_.c.kv_heads * m_.c.head_dim; }
+
+std::string Forward::attention_kernel() const { return cudnn_ ? cudnn_->describe() : "clefrt flash (mma.sync, gate fused)"; }
 
 Forward::~Forward() {
   for (cudaEvent_t e : event_pool_) cudaEventDestroy(e);
@@ -667,6 +682,19 @@ void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<Seq
 
   arena_.reset();
   b.carve(arena_, m_, o_);
+  if (cudnn_) {  // after carve: the values' rows (ldv) depend on where they live
+    const int64_t Hq = m_.c.q_heads, Hkv = m_.c.kv_heads, D = m_.c.head_dim, kvw = Hkv * D;
+    std::vector<RaggedSeq> rs;
+    b.max_kv = 0;
+    for (int64_t s = 0; s < b.nseq; ++s) {
+      const Batch::Prefix& pr = b.pre[size_t(s)];
+      const int64_t qlen = offs[s + 1] - offs[s];
+      rs.push_back({offs[s], qlen, pr.mrow, pr.from + qlen});
+      b.max_kv = std::max(b.max_kv, pr.from + qlen);
+    }
+    b.ragged_b = cudnn_bound(b.nseq, 1);
+    b.off_ragged = append_ragged(v, rs, b.ragged_b, Hq * D, kvw, b.vv ? kvw : qkv_width(), Hq * D);
+  }
   if (v.size() > b.meta_capacity()) throw Error(Status::Internal, "internal_error", "batch index arrays exceed their plan");
   check(cudaMemcpyAsync(b.dmeta, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream_), "upload batch indices");
   if (b.pfx || b.snaps) {  // the states' GDN blocks: state in, conv history in, state out
@@ -854,8 +882,16 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
               "prefix state: values out");
       }
       mark("flash attention");
-      if (b.gate) flash_attention(b.q, keys, values, ldv, b.gate, Hq * D, D, Hq, Hkv, D, tiles, b.aact, s);
-      else flash_attention(b.q, keys, values, ldv, b.abig + D, n, 2 * D, Hq, Hkv, D, tiles, b.aact, s);
+      if (cudnn_) {  // cuDNN's attention, then the gate (q | gate rows: the gate after its head's q)
+        if (n != qkv_width()) throw Error(Status::Internal, "internal_error", "attention qkv_proj width differs from the ragged arrays' plan");
+        cudnn_->run(b.q, keys, values, ldv, b.aact, ragged_at(b.d(b.off_ragged), b.ragged_b), b.nseq, b.max_kv, s);
+        if (b.gate) attention_output_gate(b.aact, L, Hq, D, b.gate, Hq * D, D, s);
+        else attention_output_gate(b.aact, L, Hq, D, b.abig + D, n, 2 * D, s);
+      } else if (b.gate) {
+        flash_attention(b.q, keys, values, ldv, b.gate, Hq * D, D, Hq, Hkv, D, tiles, b.aact, s);
+      } else {
+        flash_attention(b.q, keys, values, ldv, b.abig + D, n, 2 * D, Hq, Hkv, D, tiles, b.aact, s);
+      }
       mark("gemm attn o_proj");
       lin.run(b.aact, L, Hq * D, l.o, b.x, OutType::F32, H, true, "attention o_proj");
     }

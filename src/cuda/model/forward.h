@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/runtime/buffer.h"
+#include "cuda/runtime/cudnn_attention.h"
 #include "cuda/model/device_model.h"
 #include "cuda/runtime/gemm.h"
 #include "cuda/model/qlinear.h"
@@ -29,6 +30,9 @@ struct ForwardOptions {
   bool batch_invariant = true; // GEMM algorithms fixed per shape class (see gemm.h)
   bool w4a16_fused = false;    // NVFP4 parts on the fused W4A16 GEMM (qlinear.h)
   bool portable_kernels = false;  // the W4A16 GEMM on mma.sync even where its wgmma kernel runs
+  // The backbone's attention: cuDNN's fused kernel (true: the Forward refuses to open without it)
+  // or clefrt's (false). EngineCore resolves AttentionKernel::Auto before.
+  bool cudnn_attention = false;
   // A GDN layer runs in passes of at most this many 64-token chunks (0: one pass), all
   // sequences and heads at once: in_proj over the pass's tokens (and the conv's history rows
   // before them), conv, gates, chunked scan with the state carried between passes, gated norm,
@@ -164,6 +168,7 @@ class Forward {
                             QuantMode q = QuantMode::BF16, const model::VisionConfig* vc = nullptr);
   size_t arena_bytes() const { return arena_.capacity(); }
   // GPU memory this engine holds besides the weights: arena, cuBLASLt workspace, NVFP4 staging.
+  std::string attention_kernel() const;  // the backbone's attention, in words
   size_t working_bytes() const { return arena_.capacity() + gemm_workspace_bytes() + lin_->staging_bytes(); }
   static size_t gemm_workspace_bytes() { return size_t(64) << 20; }
   const ForwardOptions& options() const { return o_; }
@@ -192,6 +197,8 @@ class Forward {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<LinearRunner> lin_;
+  std::unique_ptr<CudnnAttention> cudnn_;
+  int64_t qkv_width() const;  // the attention layers' q | gate, k, v GEMM output row  // the backbone's attention when ForwardOptions::cudnn_attention
   Arena arena_;
 };
 

@@ -131,6 +131,10 @@ void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, c
                      int64_t gate_head_stride, int64_t Hq,
                      int64_t Hkv, int64_t D, const AttnTiles& tiles, bf16* out, cudaStream_t s);
 bool flash_attention_supports(int64_t D);
+// out [L, Hq, D] *= sigmoid(gate) in place (gate rows as flash_attention's; D even): the output
+// gate after an attention that does not fuse it (cuDNN's)
+void attention_output_gate(bf16* out, int64_t L, int64_t Hq, int64_t D, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,
+                           cudaStream_t s);
 // Bidirectional attention within each tile's sequence [seq0, end) (the vision tower's frames), no
 // gate, scale 1 / sqrt(dout): q, k, v [L, heads, Dp] bf16 with the head dims zero-padded to
 // Dp = flash_attention_full_padded(dout) (0: unsupported); out [L, heads, dout] bf16 disjoint

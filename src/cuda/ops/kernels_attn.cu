@@ -288,6 +288,27 @@ void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t t0, int64_t ro
 // D % 16 == 0 (mma k-steps and ldmatrix pairs of 8-column tiles)
 bool flash_attention_supports(int64_t D) { return D == 32 || D == 48 || D == 64 || D == 96 || D == 128 || D == 256; }
 
+namespace {
+// Two dims a thread: the pairs of a (token, head) row stay together
+__global__ void output_gate_k(bf16* out, int64_t L, int Hq, int D, const bf16* gate, int64_t ldgate, int64_t gate_hs) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, per_row = int64_t(Hq) * D / 2;
+  if (i >= L * per_row) return;
+  const int64_t t = i / per_row, c = (i % per_row) * 2, h = c / D, d = c % D;
+  __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + t * Hq * D + c);
+  const bf16* gr = gate + t * ldgate + h * gate_hs + d;
+  const float2 x = __bfloat1622float2(*o);
+  *o = __floats2bfloat162_rn(x.x * sigmoid_f(__bfloat162float(gr[0])), x.y * sigmoid_f(__bfloat162float(gr[1])));
+}
+}  // namespace
+
+void attention_output_gate(bf16* out, int64_t L, int64_t Hq, int64_t D, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,
+                           cudaStream_t s) {
+  const int64_t n = L * Hq * D / 2;
+  if (n == 0) return;
+  output_gate_k<<<unsigned((n + 255) / 256), 256, 0, s>>>(out, L, int(Hq), int(D), gate, ldgate, gate_head_stride);
+  check_launch("attention_output_gate");
+}
+
 void flash_attention(const bf16* q, const bf16* k, const bf16* v, int64_t ldv, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,
                      int64_t Hq, int64_t Hkv, int64_t D, const AttnTiles& tiles, bf16* out, cudaStream_t s) {
   if (tiles.n == 0) return;
