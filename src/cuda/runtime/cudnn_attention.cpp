@@ -370,8 +370,12 @@ void CudnnGraph::run(const bf16* q, const bf16* k, const bf16* v, bf16* o, cudaS
     bufs.insert(bufs.end(), {r->q_off, r->k_off, r->v_off, r->o_off, r->seq_q, r->seq_kv});
   }
   if (!D.pack || bufs != D.pack_bufs) {  // the variant pack is rebuilt when the buffers move
-    std::vector<int64_t> uids = {Q, K, V, O, SCALE, NEG};
-    std::vector<void*> ptrs = {const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v), o, &scale_, &neg_};
+    std::vector<int64_t> uids = {Q, K, V, O, SCALE};
+    std::vector<void*> ptrs = {const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v), o, &scale_};
+    if (g_.causal || g_.ragged) {  // the masks' value: a pack may not name a tensor its graph lacks
+      uids.push_back(NEG);
+      ptrs.push_back(&neg_);
+    }
     if (g_.ragged) {
       uids.insert(uids.end(), {SQ, SKV, QOFF, KOFF, VOFF, OOFF});
       for (const int32_t* p : {r->seq_q, r->seq_kv, r->q_off, r->k_off, r->v_off, r->o_off}) ptrs.push_back(const_cast<int32_t*>(p));
