@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <random>
 #include <vector>
 
@@ -71,6 +72,38 @@ TEST(CudaOps, GemmMatchesSgemm) {
 // The head's fp32 GEMM: against a double-precision reference at several shapes (tile edges in m,
 // n and k), with and without accumulation, and each row alone equal to the row in the batch bit
 // for bit (batch invariance).
+// The batch-invariant bf16 GEMM with its m <= 512 bucket tuned (gemm.h): a row's bits do not
+// depend on m, written or accumulated (the tuning times an accumulating call into a scratch,
+// leaving y's sums alone), at a 27B shape (mlp down: n 5,120, k 17,408 / 4) and a small one
+static void bf16_rows_do_not_depend_on_m(int64_t n, int64_t k) {
+  const int64_t mmax = 5000;
+  DeviceBuffer x = upload(to_bf(randn(size_t(mmax * k), 21, 1.0f)), "x"), w = upload(to_bf(randn(size_t(n * k), 22, 0.05f)), "w"),
+               y(size_t(mmax * n) * 4), base = upload(randn(size_t(mmax * n), 23, 1.0f), "y0");
+  Gemm gemm(nullptr, true);
+  for (bool acc : {false, true})
+    for (OutType yt : {OutType::BF16, OutType::F32}) {
+      if (acc && yt != OutType::F32) continue;
+      const size_t es = yt == OutType::F32 ? 4 : 2;
+      std::vector<uint8_t> first;
+      for (int64_t m : {40, 300, 512, 1500, 5000}) {
+        check(cudaMemcpy(y.get(), base.get(), size_t(mmax * n) * 4, cudaMemcpyDeviceToDevice), "y0");
+        gemm.run(x.as<bf16>(), m, k, k, w.as<bf16>(), n, y.get(), yt, n, acc, "test bf16");
+        check(cudaDeviceSynchronize(), "gemm");
+        auto got = down<uint8_t>(y, size_t(40 * n) * es);
+        if (first.empty()) first = got;
+        else EXPECT_EQ(got, first) << "n " << n << " k " << k << " m " << m << (acc ? " accumulate" : "") << (yt == OutType::F32 ? " fp32" : " bf16");
+      }
+    }
+  std::cout << "bf16 n " << n << " k " << k << ": m buckets " << gemm.fp8_buckets_adopted() << " adopted another algorithm than the reference, "
+            << gemm.fp8_buckets_refused() << " candidates dropped for rounding differently\n";
+}
+
+TEST(CudaOps, Bf16GemmRowsDoNotDependOnM) {
+  NEED_GPU();
+  bf16_rows_do_not_depend_on_m(5120, 4352);
+  bf16_rows_do_not_depend_on_m(384, 512);
+}
+
 TEST(CudaOps, HeadGemmMatchesReferenceAndIsRowInvariant) {
   NEED_GPU();
   for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 64, 31}, {33, 100, 70}, {9, 37, 36}, {70, 1024, 1024}, {3, 96, 5120}}) {

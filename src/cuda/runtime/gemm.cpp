@@ -18,7 +18,7 @@ struct Layouts {
 };
 
 // m's FP8 bucket, named by its largest m (the last one: everything above 8,192). A bucket's
-// algorithm is timed at its first call (gemm.h, tune_fp8).
+// algorithm is timed at its first call (gemm.h, tune).
 int64_t fp8_bucket(int64_t m) { return m <= 512 ? 512 : m <= 2048 ? 2048 : m <= 8192 ? 8192 : 16384; }
 bool same_algo(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
@@ -130,11 +130,11 @@ Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy
     if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, in, op)).first;
     p.algo = a->second;
     const int64_t bucket = fp8_bucket(m);
-    if (in == In::FP8 && !acc && lab_.fp8_m_buckets) {
-      auto d = fp8_bucket_algos_.find(std::make_tuple(bucket, n, k, ldy, int(yt)));
-      if (d != fp8_bucket_algos_.end()) {
+    if ((in == In::FP8 && !acc && lab_.fp8_m_buckets) || (in == In::BF16 && bucket == 512 && lab_.bf16_m_buckets)) {
+      auto d = bucket_algos_.find(std::make_tuple(bucket, n, k, ldx, ldy, int(yt), acc, int(in)));
+      if (d != bucket_algos_.end()) {
         p.algo = d->second;
-      } else {  // decided by tune_fp8 at the first call, which has operands
+      } else {  // decided by tune at the first call, which has operands
         p.probe = true;
         p.reference = p.algo;
         p.bucket = bucket;
@@ -155,55 +155,60 @@ void Gemm::run(const __nv_bfloat16* x, int64_t m, int64_t k, int64_t ldx, const 
                int64_t ldy, bool accumulate, const char* op) {
   if (m == 0) return;
   if (accumulate && yt != OutType::F32) throw Error(Status::Internal, "internal_error", std::string(op) + ": accumulate needs an F32 output");
-  launch(plan(m, n, k, ldx, ldy, yt, accumulate, In::BF16, op), x, w, y, accumulate, op);
+  Plan& p = plan(m, n, k, ldx, ldy, yt, accumulate, In::BF16, op);
+  if (p.probe) tune(p, In::BF16, x, m, k, ldx, w, n, y, yt, ldy, accumulate, op);
+  launch(p, x, w, y, accumulate, op);
 }
 
 void Gemm::run_fp8(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, OutType yt, int64_t ldy, const char* op) {
   if (m == 0) return;
   Plan& p = plan(m, n, k, k, ldy, yt, false, In::FP8, op);
-  if (p.probe) tune_fp8(p, x, m, k, w, n, y, yt, ldy, op);
+  if (p.probe) tune(p, In::FP8, x, m, k, k, w, n, y, yt, ldy, false, op);
   launch(p, x, w, y, false, op);
 }
 
-// The first FP8 call of an m bucket and shape picks the bucket's algorithm: the reference and
-// the heuristic's batch-invariant candidates at this m (up to 8 more) each run the call's first
+// The first call of an m bucket and shape picks the bucket's algorithm: the reference and the
+// heuristic's batch-invariant candidates at this m (up to 8 more) each run the call's first
 // min(m, 64) rows into a scratch, and a candidate that differs from the reference in any output
 // bit is dropped; the rest are timed on the whole call, writing into y (which the real GEMM
-// overwrites next), and the fastest is kept for every m of the bucket and this shape.
-// Synchronizes the stream; once per (bucket, shape). Without room for the scratch: the reference.
-void Gemm::tune_fp8(Plan& p, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, OutType yt, int64_t ldy,
-                    const char* op) {
+// overwrites next) or, when the call accumulates into y, into a scratch as large, and the
+// fastest is kept for every m of the bucket and this shape. Synchronizes the stream; once per
+// (bucket, shape). Without room for the scratch: the reference.
+void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx, const void* w, int64_t n, void* y, OutType yt,
+                int64_t ldy, bool acc, const char* op) {
   const int64_t rows = m < 64 ? m : 64;
   const size_t es = yt == OutType::F32 ? 4 : 2, bytes = size_t(rows) * size_t(ldy) * es;
   auto decide = [&](const cublasLtMatmulAlgo_t& algo) {
     p.algo = algo;
     p.probe = false;
-    fp8_bucket_algos_.emplace(std::make_tuple(p.bucket, n, k, ldy, int(yt)), algo);
+    bucket_algos_.emplace(std::make_tuple(p.bucket, n, k, ldx, ldy, int(yt), acc, int(in)), algo);
     // other m of this bucket planned before the decision take it too
     for (auto& [key, q] : plans_)
-      if (q.probe && q.bucket == p.bucket && std::get<1>(key) == n && std::get<2>(key) == k && std::get<4>(key) == ldy &&
-          std::get<5>(key) == int(yt) && std::get<7>(key) == int(In::FP8)) {
+      if (q.probe && q.bucket == p.bucket && std::get<1>(key) == n && std::get<2>(key) == k && std::get<3>(key) == ldx &&
+          std::get<4>(key) == ldy && std::get<5>(key) == int(yt) && std::get<6>(key) == acc && std::get<7>(key) == int(in)) {
         q.algo = algo;
         q.probe = false;
       }
   };
   std::vector<cublasLtMatmulAlgo_t> algos = {p.reference};
-  for (const auto& r : heuristics(m, n, k, k, ldy, yt, In::FP8, op)) {
+  for (const auto& r : heuristics(m, n, k, ldx, ldy, yt, in, op)) {
     if (algos.size() >= 9) break;
     if (!invariant_algo(r.algo)) continue;
     bool seen = false;
     for (const auto& a : algos) seen |= same_algo(a, r.algo);
     if (!seen) algos.push_back(r.algo);
   }
-  DeviceBuffer ref, cand;
+  DeviceBuffer ref, cand, timed;
   try {
-    ref = DeviceBuffer(bytes, "FP8 algorithm probe");
-    cand = DeviceBuffer(bytes, "FP8 algorithm probe");
+    ref = DeviceBuffer(bytes, "GEMM algorithm probe");
+    cand = DeviceBuffer(bytes, "GEMM algorithm probe");
+    if (acc) timed = DeviceBuffer(size_t(m) * size_t(ldy) * es, "GEMM algorithm timing");
   } catch (const Error&) {  // no room for the probe (a card near full): the reference algorithm, untuned
     decide(p.reference);
     return;
   }
-  Layouts l = make_layouts(rows, n, k, k, ldy, yt, int(In::FP8), lab_.fp8_fast_accum, op);
+  void* into = acc ? timed.get() : y;
+  Layouts l = make_layouts(rows, n, k, ldx, ldy, yt, int(in), lab_.fp8_fast_accum, op);
   cudaEvent_t t0 = nullptr, t1 = nullptr;
   std::vector<char> want(bytes), got(bytes);
   auto rows_of = [&](const cublasLtMatmulAlgo_t& algo, DeviceBuffer& out, std::vector<char>& host) {
@@ -216,9 +221,9 @@ void Gemm::tune_fp8(Plan& p, const uint8_t* x, int64_t m, int64_t k, const uint8
   auto time_ms = [&](const cublasLtMatmulAlgo_t& algo) {
     Plan full = p;
     full.algo = algo;
-    launch(full, x, w, y, false, op);  // warm
+    launch(full, x, w, into, false, op);  // warm
     check(cudaEventRecord(t0, stream_), op);
-    for (int r = 0; r < 3; ++r) launch(full, x, w, y, false, op);
+    for (int r = 0; r < 3; ++r) launch(full, x, w, into, false, op);
     check(cudaEventRecord(t1, stream_), op);
     check(cudaEventSynchronize(t1), op);
     float ms = 0;
@@ -235,8 +240,8 @@ void Gemm::tune_fp8(Plan& p, const uint8_t* x, int64_t m, int64_t k, const uint8
       rows_of(algos[i], cand, got);
       if (got != want) {
         ++fp8_refused_;
-        std::fprintf(stderr, "gemm: %s: an FP8 candidate for m bucket %lld rounds differently from the reference one; not used\n", op,
-                     (long long)p.bucket);
+        std::fprintf(stderr, "gemm: %s: an %s candidate for m bucket %lld rounds differently from the reference one; not used\n", op,
+                     in == In::FP8 ? "FP8" : "bf16", (long long)p.bucket);
         continue;
       }
       const float ms = time_ms(algos[i]);

@@ -5,18 +5,17 @@
 // which changes a row's rounding with the batch it runs in. With batch_invariant the algorithm
 // is chosen per (n, k) at a fixed reference m, with split-K off and no reduction scheme, so every
 // output element is one CTA's sequential sum over k, whatever m is (checked bit for bit by the GPU
-// tests and by `clefrt bench`'s invariance point at the real shapes). Measured: choosing such
-// kernels per m bucket (256 / 1,024 / 4,096) gained nothing for short requests (blog 84.8 ms vs
-// 84.5); the heuristic's 57.5 ms there comes from split-K / stream-K kernels, excluded here.
+// tests and by `clefrt bench`'s invariance point at the real shapes).
 //
-// FP8 exception (measured: clefrt_bench_fp8, bench/results): every batch-invariant FP8 candidate
-// cuBLASLt offers on sm_90 rounds bit for bit like the others, while the best one is up to 1.6x
-// faster than the reference-m choice at some m (and the heuristic's first pick is not the
-// fastest). So per m bucket (<= 512, <= 2,048, <= 8,192, above) and shape, the first call times
-// the reference algorithm and the heuristic's invariant candidates at its m and keeps the
-// fastest, among those whose output on the call's first (up to) 64 rows equals the reference's
-// in every bit (tune_fp8). Answers
-// stay batch-invariant either way; which candidate wins may differ between processes.
+// m buckets (measured: clefrt_bench_fp8 and clefrt_bench_bf16, bench/results): cuBLASLt's
+// batch-invariant candidates round bit for bit like the reference-m algorithm at the 27B shapes
+// (FP8 at every m; bf16 at m = 318), while the fastest is up to 1.6x (FP8) and 1.6-2.4x (bf16 at
+// m = 318) faster, and the heuristic's first pick is not the fastest. So per m bucket (FP8: <= 512,
+// <= 2,048, <= 8,192, above; bf16: <= 512 only, where the reference-m algorithm is slow) and
+// shape, the first call times the reference algorithm and the heuristic's invariant candidates at
+// its m and keeps the fastest among those whose output on the call's first (up to) 64 rows equals
+// the reference's in every bit (tune). Answers stay batch-invariant either way; which candidate
+// wins may differ between processes.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -36,6 +35,7 @@ enum class OutType { BF16, F32 };
 // Switches only the dev/cuda lab's benches turn (the product runs the defaults).
 struct GemmLab {
   bool fp8_m_buckets = true;    // false: the reference-m FP8 algorithm at every m (no tuning)
+  bool bf16_m_buckets = true;   // false: the reference-m bf16 algorithm at every m (no tuning)
   bool fp8_fast_accum = false;  // true: no fp32 promotion of FP8 partial sums (faster, less exact over long k)
 };
 
@@ -65,8 +65,8 @@ class Gemm {
                float alpha, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
 
   bool batch_invariant() const { return batch_invariant_; }
-  // FP8 m buckets (see above): buckets that adopted another algorithm than the reference, and
-  // candidates dropped because some output bit differed from the reference
+  // m buckets (see above, FP8 and bf16): buckets that adopted another algorithm than the
+  // reference, and candidates dropped because some output bit differed from the reference
   int fp8_buckets_adopted() const { return fp8_adopted_; }
   int fp8_buckets_refused() const { return fp8_refused_; }
 
@@ -87,7 +87,7 @@ class Gemm {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
-    // FP8 m buckets: the reference algorithm, until tune_fp8 has decided the bucket's
+    // m buckets: the reference algorithm, until tune has decided the bucket's
     bool probe = false;
     cublasLtMatmulAlgo_t reference{};
     int64_t bucket = 0;
@@ -111,10 +111,10 @@ class Gemm {
   int fp8_adopted_ = 0, fp8_refused_ = 0;
   // (n, k, ldx, ldy, yt, acc, input type) -> algorithm
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int>, cublasLtMatmulAlgo_t> invariant_algos_;
-  // FP8: (bucket reference m, n, k, ldy, yt) -> the algorithm the probe settled on
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int>, cublasLtMatmulAlgo_t> fp8_bucket_algos_;
-  void tune_fp8(Plan& p, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, OutType yt, int64_t ldy,
-                const char* op);
+  // (bucket, n, k, ldx, ldy, yt, acc, input type) -> the algorithm the probe settled on
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int>, cublasLtMatmulAlgo_t> bucket_algos_;
+  void tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx, const void* w, int64_t n, void* y, OutType yt, int64_t ldy,
+            bool acc, const char* op);
 };
 
 }  // namespace clefrt::cuda
