@@ -7,7 +7,7 @@
 //
 // The bits of a query's output depend on its own keys only, not on its batch, its position in
 // the call, the plan's bounds or how many of its sequence's queries the call holds (measured:
-// bench/results/2026-12-04-h200-cudnn-ragged-attention.md; the GPU tests check it), so batch
+// bench/results/2026-12-04-h200-cudnn-attention-and-bf16-buckets.md; the GPU tests check it), so batch
 // invariance, the prefix cache's warm = cold and the steps' bits hold on this path as on ours.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
