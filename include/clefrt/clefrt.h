@@ -68,8 +68,7 @@ class Error : public std::runtime_error {
 enum class Device { Auto, Cpu, Cuda };
 
 // CUDA: the backbone's attention kernel. Auto: cuDNN's fused attention where libcudnn.so.9 (9.5 or
-// newer) loads, else clefrt's own (the load line says which, and why); with offload_embeddings
-// (the lean memory plan, whose GPU figures do not count cuDNN's own memory) clefrt's. Cudnn: refused at load when
+// newer) loads, else clefrt's own (the load line says which, and why). Cudnn: refused at load when
 // it does not load. Clefrt: clefrt's own kernel (mma.sync flash attention with the gate fused).
 // Both are batch-invariant and give the prefix cache and steps their bits; they differ from each
 // other in the last bits (bf16 rounding points).

@@ -87,8 +87,7 @@ class Clef:
     portable_kernels: CUDA: only the kernels every supported GPU runs (mma.sync W4A16 GEMM
         instead of wgmma / TMA), to compare them with the fast ones.
     attention: CUDA: the backbone's attention kernel: "auto" (cuDNN's fused attention where
-        libcudnn.so.9, 9.5 or newer, loads and offload_embeddings is off, else clefrt's),
-        "cudnn" (refused without it) or
+        libcudnn.so.9, 9.5 or newer, loads, else clefrt's), "cudnn" (refused without it) or
         "clefrt". Both keep answers batch-invariant and the prefix cache exact.
     progress: loading reports its stages on stderr (a line per stage).
     prefix_cache_gib: the prefix cache's budget: a request whose ids start with a cached system

@@ -72,18 +72,12 @@ struct GpuBackend {
     fo.batch_invariant = opts.batch_invariant;
     fo.w4a16_fused = opts.w4a16_fused;
     fo.portable_kernels = opts.portable_kernels;
-    // the attention kernel: cuDNN's where asked or (auto) where it loads, except in the lean
-    // memory plan, whose figures (a 16 GiB card) were measured with clefrt's and do not count
-    // what cuDNN takes on the GPU (its kernels, plans); refused when asked and absent (Forward
-    // names why); the choice and the reason are in describe()
+    // the attention kernel: cuDNN's where asked or (auto) where it loads; refused when asked and
+    // absent (Forward names why); the choice and the reason are in describe()
     std::string no_cudnn;
     const bool has_cudnn = cuda::cudnn_available(&no_cudnn);
-    fo.cudnn_attention =
-        opts.attention == AttentionKernel::Cudnn || (opts.attention == AttentionKernel::Auto && has_cudnn && !opts.offload_embeddings);
-    attention_note = fo.cudnn_attention                              ? ""
-                     : opts.attention == AttentionKernel::Clefrt    ? " (--attention clefrt)"
-                     : !has_cudnn                                   ? " (cuDNN: " + no_cudnn + ")"
-                                                                    : " (--offload-embeddings: the lean plan keeps clefrt's; --attention cudnn to change it)";
+    fo.cudnn_attention = opts.attention == AttentionKernel::Cudnn || (opts.attention == AttentionKernel::Auto && has_cudnn);
+    attention_note = fo.cudnn_attention ? "" : opts.attention == AttentionKernel::Clefrt ? " (--attention clefrt)" : " (cuDNN: " + no_cudnn + ")";
     const VisionGeometry& g = opts.encode.vision;
     fo.vision_patches = int64_t(g.max_pixels / (uint64_t(g.patch_size) * g.patch_size));
     if (opts.offload_embeddings) cuda::use_lean_memory_plan(fo);
