@@ -72,7 +72,7 @@ TEST(CudaOps, GemmMatchesSgemm) {
 // The head's fp32 GEMM: against a double-precision reference at several shapes (tile edges in m,
 // n and k), with and without accumulation, and each row alone equal to the row in the batch bit
 // for bit (batch invariance).
-// The batch-invariant bf16 GEMM with its m <= 512 bucket tuned (gemm.h): a row's bits do not
+// The batch-invariant bf16 GEMM with its m buckets tuned (gemm.h): a row's bits do not
 // depend on m, written or accumulated (the tuning times an accumulating call into a scratch,
 // leaving y's sums alone), at a 27B shape (mlp down: n 5,120, k 17,408 / 4) and a small one
 static void bf16_rows_do_not_depend_on_m(int64_t n, int64_t k) {

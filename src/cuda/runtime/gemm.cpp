@@ -130,7 +130,7 @@ Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy
     if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, in, op)).first;
     p.algo = a->second;
     const int64_t bucket = fp8_bucket(m);
-    if ((in == In::FP8 && !acc && lab_.fp8_m_buckets) || (in == In::BF16 && bucket == 512 && lab_.bf16_m_buckets)) {
+    if ((in == In::FP8 && !acc && lab_.fp8_m_buckets) || (in == In::BF16 && lab_.bf16_m_buckets)) {
       auto d = bucket_algos_.find(std::make_tuple(bucket, n, k, ldx, ldy, int(yt), acc, int(in)));
       if (d != bucket_algos_.end()) {
         p.algo = d->second;
@@ -173,11 +173,13 @@ void Gemm::run_fp8(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int
 // bit is dropped; the rest are timed on the whole call, writing into y (which the real GEMM
 // overwrites next) or, when the call accumulates into y, into a scratch as large, and the
 // fastest is kept for every m of the bucket and this shape. Synchronizes the stream; once per
-// (bucket, shape). Without room for the scratch: the reference.
+// (bucket, shape). Without room for the scratch, or when an accumulating call's would pass
+// kMaxTimingScratch: the reference.
 void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx, const void* w, int64_t n, void* y, OutType yt,
                 int64_t ldy, bool acc, const char* op) {
   const int64_t rows = m < 64 ? m : 64;
   const size_t es = yt == OutType::F32 ? 4 : 2, bytes = size_t(rows) * size_t(ldy) * es;
+  constexpr size_t kMaxTimingScratch = size_t(256) << 20;
   auto decide = [&](const cublasLtMatmulAlgo_t& algo) {
     p.algo = algo;
     p.probe = false;
@@ -199,6 +201,10 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
     if (!seen) algos.push_back(r.algo);
   }
   DeviceBuffer ref, cand, timed;
+  if (acc && size_t(m) * size_t(ldy) * es > kMaxTimingScratch) {
+    decide(p.reference);
+    return;
+  }
   try {
     ref = DeviceBuffer(bytes, "GEMM algorithm probe");
     cand = DeviceBuffer(bytes, "GEMM algorithm probe");

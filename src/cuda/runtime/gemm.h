@@ -9,9 +9,9 @@
 //
 // m buckets (measured: clefrt_bench_fp8 and clefrt_bench_bf16, bench/results): cuBLASLt's
 // batch-invariant candidates round bit for bit like the reference-m algorithm at the 27B shapes
-// (FP8 at every m; bf16 at m = 318), while the fastest is up to 1.6x (FP8) and 1.6-2.4x (bf16 at
-// m = 318) faster, and the heuristic's first pick is not the fastest. So per m bucket (FP8: <= 512,
-// <= 2,048, <= 8,192, above; bf16: <= 512 only, where the reference-m algorithm is slow) and
+// (FP8 and bf16 at m = 318, 1,024 and 8,192), while the fastest is up to 1.6x (FP8) and 1.6-2.4x
+// (bf16 at m = 318; 1.0-1.24x at 1,024, 1.0-1.10x at 8,192) faster, and the heuristic's first pick
+// is not the fastest. So per m bucket (<= 512, <= 2,048, <= 8,192, above) and
 // shape, the first call times the reference algorithm and the heuristic's invariant candidates at
 // its m and keeps the fastest among those whose output on the call's first (up to) 64 rows equals
 // the reference's in every bit (tune). Answers stay batch-invariant either way; which candidate
