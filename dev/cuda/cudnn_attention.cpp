@@ -256,6 +256,120 @@ void ragged_points(void* handle, const HardwareLimits& hw, cudaStream_t st, json
   point("ragged 8 x 1,024", packed(std::vector<int32_t>(8, 1024)), shape(8, 1024, 1024, ld_fused), a, true);
 }
 
+// The vision tower's frames through a ragged, non-causal graph (the padding mask only): q / k / v
+// [rows, 16, 80] (72 dims of each head used, the rest zero: the product's padded layout), images of
+// different patch counts packed; o packed [rows, 16, 72], or written over q's rows (head stride
+// 80), as the product's flash_attention_full does to save the tower's scratch
+void tower_points(void* handle, const HardwareLimits& hw, cudaStream_t st, json::Value& records) {
+  const int64_t heads = 16, d = 72, dp = flash_attention_full_padded(72), ld = heads * dp;
+  const std::vector<int32_t> lens = {3072, 1024, 768, 4096, 256};
+  int64_t rows = 0;
+  for (int32_t n : lens) rows += n;
+  DeviceBuffer q(size_t(rows * ld) * 2, "q"), k(size_t(rows * ld) * 2, "k"), v(size_t(rows * ld) * 2, "v"), ours(size_t(rows * heads * d) * 2, "ours"),
+      theirs(size_t(rows * heads * d) * 2, "cudnn"), alone(size_t(rows * heads * d) * 2, "alone"), inplace(size_t(rows * ld) * 2, "in place");
+  fill_normal_bf16(q.as<bf16>(), rows * ld, 41, 0.0f, 1.0f, st);
+  fill_normal_bf16(k.as<bf16>(), rows * ld, 42, 0.0f, 1.0f, st);
+  fill_normal_bf16(v.as<bf16>(), rows * ld, 43, 0.0f, 1.0f, st);
+  for (DeviceBuffer* b : {&q, &k, &v})
+    check(cudaMemset2DAsync(b->as<bf16>() + d, size_t(dp) * 2, 0, size_t(dp - d) * 2, size_t(rows * heads), st), "zero padding");
+  std::vector<RaggedSeq> seqs;
+  std::vector<int32_t> tq, ts, te;
+  int64_t r0 = 0, longest = 0;
+  for (int32_t n : lens) {
+    seqs.push_back({r0, n, r0, n});
+    for (int64_t t = 0; t < n; t += flash_attention_full_tile()) {
+      tq.push_back(int32_t(r0 + t));
+      ts.push_back(int32_t(r0));
+      te.push_back(int32_t(r0 + n));
+    }
+    r0 += n;
+    longest = std::max<int64_t>(longest, n);
+  }
+  std::vector<int32_t> tiles = tq;
+  tiles.insert(tiles.end(), ts.begin(), ts.end());
+  tiles.insert(tiles.end(), te.begin(), te.end());
+  DeviceBuffer dt = DeviceBuffer(tiles.size() * 4, "tiles");
+  check(cudaMemcpy(dt.get(), tiles.data(), tiles.size() * 4, cudaMemcpyHostToDevice), "tiles");
+  const int64_t nt = int64_t(tq.size());
+  const AttnTiles at{dt.as<int32_t>(), dt.as<int32_t>() + nt, dt.as<int32_t>() + 2 * nt, nt};
+  const int64_t b = cudnn_bound(int64_t(seqs.size()), 1), s = cudnn_bound(longest);
+  auto arrays = [&](const std::vector<RaggedSeq>& ss, int64_t bb, int64_t ldo) {
+    std::vector<int32_t> h;
+    append_ragged(h, ss, bb, ld, ld, ld, ldo);
+    DeviceBuffer buf(h.size() * 4, "ragged");
+    check(cudaMemcpy(buf.get(), h.data(), h.size() * 4, cudaMemcpyHostToDevice), "ragged");
+    return buf;
+  };
+  json::Value r = json::Value::object();
+  r.add("shape", json::Value::string("tower ragged 5 images (3,072 .. 256 patches)"));
+  std::printf("\ntower, ragged non-causal: 5 images (3,072, 1,024, 768, 4,096, 256 patches), bounds b %lld s %lld\n", (long long)b, (long long)s);
+  try {
+    Shape g{b, s, s, heads, heads, d, ld, dp, ld, dp, ld, dp, heads * d, false, true};
+    Attention fa(handle, g);
+    DeviceBuffer ra = arrays(seqs, b, heads * d);
+    const CudnnRagged rr = ragged_at(ra.as<int32_t>(), b);
+    auto run_ours = [&] { flash_attention_full(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), heads, d, at, ours.as<bf16>(), st); };
+    auto run_cudnn = [&] { fa.run(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), theirs.as<bf16>(), st, &rr); };
+    check(cudaMemsetAsync(theirs.get(), 0xFF, theirs.bytes(), st), "NaN fill");
+    run_cudnn();
+    run_ours();
+    const auto a = down_bf16(ours.as<bf16>(), size_t(rows * heads * d)), c = down_bf16(theirs.as<bf16>(), size_t(rows * heads * d));
+    double worst = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double t = double(bf(c[i]));
+      if (!std::isfinite(t)) ++bad;
+      else worst = std::max(worst, std::fabs(double(bf(a[i])) - t));
+    }
+    double flop = 0;
+    for (int32_t n : lens) flop += 4.0 * double(n) * double(n) * double(d) * double(heads);
+    const double t_ours = bench::median_ms(st, run_ours), t_cudnn = bench::median_ms(st, run_cudnn);
+    std::printf("  ours %.3f ms %.0f TF/s; cudnn %.3f ms %.0f TF/s (%.2fx ours, %.0f%% of the measured bf16 GEMM peak); plan %.1f ms; "
+                "max |cudnn - ours| %.3g, %zu not finite or not written\n",
+                t_ours, flop / t_ours / 1e9, t_cudnn, flop / t_cudnn / 1e9, t_ours / t_cudnn, 100.0 * flop / t_cudnn / 1e9 / hw.peak_bf16_tflops,
+                fa.build_ms(), worst, bad);
+    r.add("ours_ms", json::Value::number(t_ours));
+    r.add("cudnn_ms", json::Value::number(t_cudnn));
+    r.add("max_abs_diff_vs_ours", json::Value::number(worst));
+    r.add("cudnn_non_finite_outputs", json::Value::integer(int64_t(bad)));
+    // the 4,096-patch image alone (b 1)
+    {
+      const Shape g1{1, s, s, heads, heads, d, ld, dp, ld, dp, ld, dp, heads * d, false, true};
+      Attention one(handle, g1);
+      DeviceBuffer a1 = arrays({seqs[3]}, 1, heads * d);
+      const CudnnRagged r1 = ragged_at(a1.as<int32_t>(), 1);
+      one.run(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), alone.as<bf16>(), st, &r1);
+      const auto x = down_bf16(alone.as<bf16>(), size_t(rows * heads * d));
+      size_t differ = 0;
+      for (size_t i = size_t(seqs[3].qrow * heads * d); i < size_t((seqs[3].qrow + seqs[3].qlen) * heads * d); ++i) differ += x[i] != c[i];
+      std::printf("  the 4,096-patch image alone vs in the batch: %zu outputs differ\n", differ);
+      r.add("alone_vs_batch_differing", json::Value::integer(int64_t(differ)));
+    }
+    // over q's own rows (head stride 80): the same bits as out of place?
+    {
+      Shape gi = g;
+      gi.ldo = ld;
+      gi.hso = dp;
+      Attention ip(handle, gi);
+      check(cudaMemcpyAsync(inplace.get(), q.get(), q.bytes(), cudaMemcpyDeviceToDevice, st), "copy q");
+      DeviceBuffer ai = arrays(seqs, b, ld);
+      const CudnnRagged ri = ragged_at(ai.as<int32_t>(), b);
+      ip.run(inplace.as<bf16>(), k.as<bf16>(), v.as<bf16>(), inplace.as<bf16>(), st, &ri);
+      const auto x = down_bf16(inplace.as<bf16>(), size_t(rows * ld));
+      size_t differ = 0;
+      for (int64_t t = 0; t < rows; ++t)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t i = 0; i < d; ++i) differ += x[size_t(t * ld + h * dp + i)] != c[size_t((t * heads + h) * d + i)];
+      std::printf("  written over q's rows vs out of place: %zu outputs differ\n", differ);
+      r.add("in_place_vs_out_of_place_differing", json::Value::integer(int64_t(differ)));
+    }
+  } catch (const std::exception& e) {
+    std::printf("  cudnn: %s\n", e.what());
+    r.add("cudnn_error", json::Value::string(e.what()));
+  }
+  records.arr.push_back(std::move(r));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -378,6 +492,7 @@ int main(int argc, char** argv) {
       records.arr.push_back(std::move(r));
     }
     ragged_points(handle, hw, st, records);
+    tower_points(handle, hw, st, records);
     if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_cudnn_attn", std::move(records));
     cudaStreamDestroy(st);
   } catch (const std::exception& e) {

@@ -233,7 +233,7 @@ CudnnGraph::CudnnGraph(void* handle, const CudnnShape& g) : handle_(handle), g_(
   const Dims q{{b, hq, sq, d}, {sq * g.ldq, g.hsq, g.ldq, 1}};
   const Dims kt{{b, hkv, d, skv}, {skv * g.ldk, g.hsk, 1, g.ldk}};  // K^T: the last two dims' strides swapped
   const Dims v{{b, hkv, skv, d}, {skv * g.ldv, g.hsv, g.ldv, 1}};
-  const Dims o{{b, hq, sq, d}, {sq * g.ldo, d, g.ldo, 1}};
+  const Dims o{{b, hq, sq, d}, {sq * g.ldo, g.hso ? g.hso : d, g.ldo, 1}};
   const Dims scores{{b, hq, sq, skv}, {hq * sq * skv, sq * skv, skv, 1}};
   const Dims rows{{b, hq, sq, 1}, {hq * sq, sq, 1, 1}};
   const Dims scalar{{1, 1, 1, 1}, {1, 1, 1, 1}};

@@ -34,13 +34,15 @@ constexpr size_t kCudnnMinVersion = 90500;
 
 // One cuDNN graph and its plan: the attention of `b` sequences, bf16 in and out. q rows of `ldq`
 // elements (head h's d dims at h * hsq), k / v likewise (hkv heads), o rows of `ldo` (head h at
-// h * d). Dense: sequence i is rows [i * sq, (i + 1) * sq) of every tensor, sq = skv. Ragged:
+// h * d, or at h * hso when hso is set: o written over q's padded rows). Dense: sequence i is
+// rows [i * sq, (i + 1) * sq) of every tensor, sq = skv. Ragged:
 // sequence i's rows start at the element offsets of CudnnRagged, its lengths are seq_q[i] <= sq,
 // seq_kv[i] <= skv (sq / skv: the plan's bounds) and the causal mask is aligned bottom-right.
 struct CudnnShape {
   int64_t b, sq, skv, hq, hkv, d;
   int64_t ldq, hsq, ldk, hsk, ldv, hsv, ldo;
   bool causal, ragged = false;
+  int64_t hso = 0;  // o's head stride (0: d)
 };
 // Device arrays: element offsets [b + 1] of each sequence's first row, lengths [b] (int32).
 struct CudnnRagged {
