@@ -273,6 +273,7 @@ std::string Forward::attention_kernel() const { return cudnn_ ? cudnn_->describe
 Forward::~Forward() {
   for (cudaEvent_t e : event_pool_) cudaEventDestroy(e);
   gemm_.reset();
+  cudnn_.reset();  // its handle has stream_ set: destroyed before the stream
   if (stream_) cudaStreamDestroy(stream_);
 }
 
