@@ -206,28 +206,40 @@ void check_tower(const model::VisionConfig& vc, const model::VisionWeights& vw, 
     cuda::DeviceBuffer out(size_t(T * vc.out_hidden) * 4, "tower out");
     std::vector<const model::ImagePatches*> all;
     for (const auto& p : ims) all.push_back(&p);
-    cuda::vision_tower(dm.vision, gemm, all, s, out.as<float>(), st, [](const char*) {});
-    const auto packed = test::down<float>(out, size_t(T * vc.out_hidden));
-    int64_t row = 0;
-    double worst_rel = 0;
-    for (size_t i = 0; i < ims.size(); ++i) {
-      const std::vector<float> want = model::vision_forward(vw, vc, ims[i]);
-      cuda::vision_tower(dm.vision, gemm, {&ims[i]}, s, out.as<float>(), st, [](const char*) {});
-      const auto alone = test::down<float>(out, want.size());
-      double scale = 0, diff = 0;
-      bool same = true;
-      for (size_t k = 0; k < want.size(); ++k) {
-        scale = std::max(scale, double(std::fabs(want[k])));
-        diff = std::max(diff, double(std::fabs(alone[k] - want[k])));
-        same &= alone[k] == packed[size_t(row * vc.out_hidden) + k];
+    std::vector<std::vector<float>> want;
+    for (const auto& p : ims) want.push_back(model::vision_forward(vw, vc, p));
+    // clefrt's attention, then cuDNN's where it loads (what the engine runs under --attention auto)
+    std::string why;
+    std::unique_ptr<cuda::CudnnFrameAttention> cudnn;
+    const int64_t hd = vc.hidden / vc.heads;
+    if (cuda::cudnn_available(&why)) cudnn = std::make_unique<cuda::CudnnFrameAttention>(vc.heads, hd, cuda::flash_attention_full_padded(hd));
+    else std::cout << "[ cuda    ] vision tower " << name << ": cuDNN not available (" << why << "), clefrt's attention only\n";
+    std::vector<cuda::CudnnFrameAttention*> kernels = {nullptr};
+    if (cudnn) kernels.push_back(cudnn.get());
+    for (cuda::CudnnFrameAttention* att : kernels) {
+      const std::string kind = att ? "cuDNN attention" : "clefrt attention";
+      cuda::vision_tower(dm.vision, gemm, all, s, out.as<float>(), st, [](const char*) {}, att);
+      const auto packed = test::down<float>(out, size_t(T * vc.out_hidden));
+      int64_t row = 0;
+      double worst_rel = 0;
+      for (size_t i = 0; i < ims.size(); ++i) {
+        cuda::vision_tower(dm.vision, gemm, {&ims[i]}, s, out.as<float>(), st, [](const char*) {}, att);
+        const auto alone = test::down<float>(out, want[i].size());
+        double scale = 0, diff = 0;
+        bool same = true;
+        for (size_t k = 0; k < want[i].size(); ++k) {
+          scale = std::max(scale, double(std::fabs(want[i][k])));
+          diff = std::max(diff, double(std::fabs(alone[k] - want[i][k])));
+          same &= alone[k] == packed[size_t(row * vc.out_hidden) + k];
+        }
+        EXPECT_TRUE(same) << name << " (" << kind << ") image " << i << ": packed with the others vs alone";
+        worst_rel = std::max(worst_rel, diff / scale);
+        row += int64_t(want[i].size()) / vc.out_hidden;
       }
-      EXPECT_TRUE(same) << name << " image " << i << ": packed with the others vs alone";
-      worst_rel = std::max(worst_rel, diff / scale);
-      row += int64_t(want.size()) / vc.out_hidden;
+      std::cout << "[ cuda    ] vision tower " << name << " (" << kind << "), " << ims.size() << " images (" << S
+                << " patches): max |rows_gpu - rows_cpu32| / max |rows_cpu32| = " << worst_rel << "\n";
+      EXPECT_LT(worst_rel, bound) << name << " (" << kind << ")";
     }
-    std::cout << "[ cuda    ] vision tower " << name << ", " << ims.size() << " images (" << S
-              << " patches): max |rows_gpu - rows_cpu32| / max |rows_cpu32| = " << worst_rel << "\n";
-    EXPECT_LT(worst_rel, bound) << name;
   }
   cudaStreamDestroy(st);
 }

@@ -67,9 +67,10 @@ class Error : public std::runtime_error {
 
 enum class Device { Auto, Cpu, Cuda };
 
-// CUDA: the backbone's attention kernel. Auto: cuDNN's fused attention where libcudnn.so.9 (9.5 or
+// CUDA: the attention kernel of the backbone and of the vision tower. Auto: cuDNN's fused attention where libcudnn.so.9 (9.5 or
 // newer) loads, else clefrt's own (the load line says which, and why). Cudnn: refused at load when
-// it does not load. Clefrt: clefrt's own kernel (mma.sync flash attention with the gate fused).
+// it does not load. Clefrt: clefrt's own kernels (mma.sync flash attention, causal with the gate
+// fused for the backbone, bidirectional per frame for the tower).
 // Both are batch-invariant and give the prefix cache and steps their bits; they differ from each
 // other in the last bits (bf16 rounding points).
 enum class AttentionKernel { Auto, Cudnn, Clefrt };

@@ -86,7 +86,7 @@ class Clef:
         emulated path (its oracle). Hopper and older always emulate.
     portable_kernels: CUDA: only the kernels every supported GPU runs (mma.sync W4A16 GEMM
         instead of wgmma / TMA), to compare them with the fast ones.
-    attention: CUDA: the backbone's attention kernel: "auto" (cuDNN's fused attention where
+    attention: CUDA: the attention kernel (backbone and vision tower): "auto" (cuDNN's fused attention where
         libcudnn.so.9, 9.5 or newer, loads, else clefrt's), "cudnn" (refused without it) or
         "clefrt". Both keep answers batch-invariant and the prefix cache exact.
     progress: loading reports its stages on stderr (a line per stage).

@@ -29,7 +29,7 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
              "cuda: only the kernels every supported GPU runs (mma.sync W4A16 GEMM instead of wgmma / TMA, W4A4 emulated):\n"
              "to compare them with the fast ones on a Hopper or Blackwell card");
   c.add_option("--attention", f.attention,
-               "cuda: the backbone's attention kernel: auto (cuDNN's fused attention where libcudnn.so.9, 9.5 or newer, loads;\n"
+               "cuda: the attention kernel (backbone and vision tower): auto (cuDNN's fused attention where libcudnn.so.9, 9.5 or newer, loads;\n"
                "else clefrt's, and the load line says why) | cudnn (refused at load without it) | clefrt (clefrt's own kernel).\n"
                "Both keep answers batch-invariant and the prefix cache's bits; they differ from each other in the last bits")
       ->check(CLI::IsMember({"auto", "cudnn", "clefrt"}));

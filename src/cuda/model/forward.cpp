@@ -262,18 +262,29 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
     std::string why;
     if (!cudnn_available(&why)) throw load_error("--attention cudnn", why);
     cudnn_ = std::make_unique<CudnnAttention>(m.c.q_heads, m.c.kv_heads, m.c.head_dim);
+    if (m.has_vision) {  // the tower's frames too (its padded head layout: flash_attention_full_padded)
+      const int64_t hd = m.vision.c.hidden / m.vision.c.heads;
+      try {
+        cudnn_frames_ = std::make_unique<CudnnFrameAttention>(m.vision.c.heads, hd, flash_attention_full_padded(hd));
+      } catch (const Error& e) {  // a tower shape cuDNN does not run: clefrt's kernel, and the kernel line says why
+        tower_note_ = "; the vision tower on clefrt's (cuDNN: " + std::string(e.what()) + ")";
+      }
+    }
   }
   arena_.reserve(plan_bytes(m, o));
 }
 
 int64_t Forward::qkv_width() const { return 2 * m_.c.q_heads * m_.c.head_dim + 2 * m_.c.kv_heads * m_.c.head_dim; }
 
-std::string Forward::attention_kernel() const { return cudnn_ ? cudnn_->describe() : "clefrt flash (mma.sync, gate fused)"; }
+std::string Forward::attention_kernel() const {
+  return cudnn_ ? cudnn_->describe() + tower_note_ : "clefrt flash (mma.sync, gate fused)";
+}
 
 Forward::~Forward() {
   for (cudaEvent_t e : event_pool_) cudaEventDestroy(e);
   gemm_.reset();
-  cudnn_.reset();  // its handle has stream_ set: destroyed before the stream
+  cudnn_.reset();  // their handles have stream_ set: destroyed before the stream
+  cudnn_frames_.reset();
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -753,10 +764,11 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       patches += b.images[i].count * m2;
     }
     if (!b.vout) {  // one image, straight into its rows
-      vision_tower(m_.vision, *gemm_, imgs, b.vs, b.x + b.images[img0].row * H, s, [this](const char* op) { mark(op); });
+      vision_tower(m_.vision, *gemm_, imgs, b.vs, b.x + b.images[img0].row * H, s, [this](const char* op) { mark(op); },
+                   cudnn_frames_.get());
       continue;
     }
-    vision_tower(m_.vision, *gemm_, imgs, b.vs, b.vout, s, [this](const char* op) { mark(op); });
+    vision_tower(m_.vision, *gemm_, imgs, b.vs, b.vout, s, [this](const char* op) { mark(op); }, cudnn_frames_.get());
     for (size_t j = img0, rows = 0; j < i; rows += size_t(b.images[j++].count))
       d2d(b.x + b.images[j].row * H, b.vout + rows * H, size_t(b.images[j].count * H) * 4, "image rows into the embeddings");
   }

@@ -30,7 +30,8 @@ struct ForwardOptions {
   bool batch_invariant = true; // GEMM algorithms fixed per shape class (see gemm.h)
   bool w4a16_fused = false;    // NVFP4 parts on the fused W4A16 GEMM (qlinear.h)
   bool portable_kernels = false;  // the W4A16 GEMM on mma.sync even where its wgmma kernel runs
-  // The backbone's attention: cuDNN's fused kernel (true: the Forward refuses to open without it)
+  // The backbone's and the vision tower's attention: cuDNN's fused kernel (true: the Forward
+  // refuses to open without it)
   // or clefrt's (false). EngineCore resolves AttentionKernel::Auto before.
   bool cudnn_attention = false;
   // A GDN layer runs in passes of at most this many 64-token chunks (0: one pass), all
@@ -198,6 +199,8 @@ class Forward {
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<LinearRunner> lin_;
   std::unique_ptr<CudnnAttention> cudnn_;
+  std::unique_ptr<CudnnFrameAttention> cudnn_frames_;  // the vision tower's, beside cudnn_
+  std::string tower_note_;  // why the tower keeps clefrt's attention beside cudnn_ (empty: it does not)
   int64_t qkv_width() const;  // the attention layers' q | gate, k, v GEMM output row  // the backbone's attention when ForwardOptions::cudnn_attention
   Arena arena_;
 };

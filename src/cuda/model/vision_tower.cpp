@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "cuda/ops/kernels.h"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/cudnn_attention.h"
 #include "io/safetensors_write.h"
 
 namespace clefrt::cuda {
@@ -29,7 +30,9 @@ VisionScratch VisionScratch::carve(Arena& a, const model::VisionConfig& c, int64
   s.S = S;
   const int64_t H = c.hidden, hd = H / c.heads, Dp = flash_attention_full_padded(hd), B = std::min(S, kRowBlock);
   const int64_t m2 = c.spatial_merge * c.spatial_merge;
-  s.meta = a.carve<int32_t>(S * 6 + 3 * tiles_bound(c, S), "vision index arrays");
+  // + cuDNN's ragged arrays for up to one frame per merge block (cudnn_attention.h)
+  s.meta = a.carve<int32_t>(S * 6 + 3 * tiles_bound(c, S) + int64_t(ragged_ints(cudnn_bound(S / std::max<int64_t>(m2, 1) + 1, 1))) + 4,
+                            "vision index arrays");
   s.wt = a.carve<float>(S * 4, "vision position weights");
   s.x = a.carve<float>(S * H, "vision residual");
   // the resized images and the pixel blocks live only through patch_embed, before the first
@@ -46,7 +49,7 @@ VisionScratch VisionScratch::carve(Arena& a, const model::VisionConfig& c, int64
 }
 
 void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model::ImagePatches*>& images, const VisionScratch& s,
-                  float* out, cudaStream_t st, const std::function<void(const char*)>& mark) {
+                  float* out, cudaStream_t st, const std::function<void(const char*)>& mark, CudnnFrameAttention* frames_attn) {
   const model::VisionConfig& c = v.c;
   const int64_t H = c.hidden, heads = c.heads, hd = H / heads, Dp = flash_attention_full_padded(hd), m = c.spatial_merge;
   const int64_t m2 = m * m, P = per_patch(c), OH = c.out_hidden;
@@ -69,6 +72,8 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   std::vector<int32_t> meta(size_t(S * 6));
   std::vector<float> wt(size_t(S * 4));
   std::vector<int32_t> tq, ts, te;
+  std::vector<RaggedSeq> frames;  // cuDNN's sequences: one per frame
+  int64_t longest = 0;
   // pixels: a resized image (rgb) goes up as it is and is cut into rows on the GPU; given pixels
   // (tests) are rounded to bf16 here, as the reference runs patch_embed in the tower's dtype
   struct Source {
@@ -94,12 +99,15 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
       meta[size_t(5 * S + p)] = int32_t(rc[i].second);
     }
     const int64_t frame = im->grid_h * im->grid_w;
-    for (int64_t f0 = s0; f0 < s0 + int64_t(rc.size()); f0 += frame)
+    for (int64_t f0 = s0; f0 < s0 + int64_t(rc.size()); f0 += frame) {
+      frames.push_back({f0, frame, f0, frame});
+      longest = std::max(longest, frame);
       for (int64_t q0 = f0; q0 < f0 + frame; q0 += flash_attention_full_tile()) {
         tq.push_back(int32_t(q0));
         ts.push_back(int32_t(f0));
         te.push_back(int32_t(f0 + frame));
       }
+    }
     sources.push_back({s0, int64_t(rc.size()), im, rgb_bytes});
     if (im->pixels.empty()) {
       check(cudaMemcpyAsync(s.rgb + rgb_bytes, im->rgb.data(), im->rgb.size(), cudaMemcpyHostToDevice, st), "upload image");
@@ -115,6 +123,14 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   meta.insert(meta.end(), ts.begin(), ts.end());
   meta.insert(meta.end(), te.begin(), te.end());
   const int64_t ntiles = int64_t(tq.size());
+  const int64_t nframes = int64_t(frames.size()), fb = cudnn_bound(nframes, 1);
+  size_t ragged_at_int = 0;
+  if (frames_attn) {
+    if (fb > cudnn_bound(S / std::max<int64_t>(m2, 1) + 1, 1))
+      throw Error(Status::Internal, "internal_error", "vision attention: more frames than the scratch plans for");
+    const int64_t ld = heads * Dp;
+    ragged_at_int = append_ragged(meta, frames, fb, ld, ld, ld, ld);  // s.meta is 256-byte aligned: the arrays stay 16-byte aligned
+  }
   check(cudaMemcpyAsync(s.meta, meta.data(), meta.size() * 4, cudaMemcpyHostToDevice, st), "upload vision index arrays");
   check(cudaMemcpyAsync(s.wt, wt.data(), wt.size() * 4, cudaMemcpyHostToDevice, st), "upload vision position weights");
   const int32_t *row = s.meta + 4 * S, *col = s.meta + 5 * S;
@@ -139,36 +155,47 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     gemm.run(s.pix, n, P, P, v.patch, H, s.x + r0 * H, OutType::F32, H, false, "vision patch_embed");
   }
   vision_embed_finish(s.x, S, H, v.patch_b, v.pos_table, s.meta, s.wt, st);
+  // The biases of proj and fc2, whose GEMMs accumulate into x, are added to x by the LayerNorm
+  // that reads x next (layer_norm_add: the same sums as a separate pass, bit for bit)
+  const float* pending = nullptr;
   for (const DevVisionBlock& b : v.blocks) {
-    mark("vision norm + qkv + rope");
     for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
       const int64_t n = std::min(kRowBlock, S - r0);
-      layer_norm(s.x + r0 * H, n, H, H, b.norm1.w, b.norm1.b, 1e-6f, s.mid, nullptr, st);
+      mark("vision norm");
+      layer_norm_add(s.x + r0 * H, n, H, H, pending, b.norm1.w, b.norm1.b, 1e-6f, s.mid, nullptr, st);
+      mark("vision qkv");
       gemm.run(s.mid, n, H, H, b.qkv, 3 * H, s.big, OutType::F32, 3 * H, false, "vision qkv");
+      mark("vision bias + rope");
       vision_qkv_rope(s.big, n, r0, b.qkv_b, row, col, v.inv_freq, heads, hd, Dp, s.q, s.k, s.v, st);
     }
-    mark("vision flash attention");
-    flash_attention_full(s.q, s.k, s.v, heads, hd, tiles, s.q, st);
-    mark("vision proj");
+    mark("vision attention");
+    if (frames_attn)
+      frames_attn->run(s.q, s.k, s.v, ragged_at(s.meta + ragged_at_int, fb), nframes, longest, st);
+    else
+      flash_attention_full(s.q, s.k, s.v, heads, hd, tiles, s.q, st);
+    mark("vision pack heads");
     // the heads' first hd dims side by side: proj reads [S, hidden]
     vision_pack_heads(s.q, S * heads, hd, Dp, s.k, st);
+    mark("vision proj");
     gemm.run(s.k, S, H, H, b.proj, H, s.x, OutType::F32, H, true, "vision proj");
-    bias_act(s.x, S, H, H, b.proj_b, false, st);
-    mark("vision mlp");
     for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
       const int64_t n = std::min(kRowBlock, S - r0);
       // mid: the LayerNorm out, dead once fc1 has read it, then fc1's GELU out
-      layer_norm(s.x + r0 * H, n, H, H, b.norm2.w, b.norm2.b, 1e-6f, s.mid, nullptr, st);
+      mark("vision norm");
+      layer_norm_add(s.x + r0 * H, n, H, H, b.proj_b, b.norm2.w, b.norm2.b, 1e-6f, s.mid, nullptr, st);
+      mark("vision fc1");
       gemm.run(s.mid, n, H, H, b.fc1, c.ffn, s.big, OutType::F32, c.ffn, false, "vision fc1");
+      mark("vision bias + gelu");
       bias_gelu_bf16(s.big, n, c.ffn, b.fc1_b, true, s.mid, st);
+      mark("vision fc2");
       gemm.run(s.mid, n, c.ffn, c.ffn, b.fc2, H, s.x + r0 * H, OutType::F32, H, true, "vision fc2");
-      bias_act(s.x + r0 * H, n, H, H, b.fc2_b, false, st);
     }
+    pending = b.fc2_b;
   }
   // merger: LayerNorm per patch, each merge block's m^2 rows side by side (consecutive in
   // merge-block order), fc1, exact GELU, fc2
   mark("vision merger");
-  layer_norm(s.x, S, H, H, v.merger_norm.w, v.merger_norm.b, 1e-6f, s.q, nullptr, st);
+  layer_norm_add(s.x, S, H, H, pending, v.merger_norm.w, v.merger_norm.b, 1e-6f, s.q, nullptr, st);
   const int64_t T = S / m2, TB = kRowBlock / m2, W = m2 * H;
   for (int64_t t0 = 0; t0 < T; t0 += TB) {
     const int64_t n = std::min(TB, T - t0);

@@ -10,6 +10,7 @@
 
 #include "cuda/model/device_model.h"
 #include "cuda/runtime/buffer.h"
+#include "cuda/runtime/cudnn_attention.h"
 #include "cuda/runtime/gemm.h"
 #include "model/vision.h"
 
@@ -34,7 +35,8 @@ struct VisionScratch {
 
 // Runs `images` (in order) through the tower and writes their merged rows one image after
 // another: [sum of tokens, out_hidden] fp32 at `out`. `mark` names the op that starts (profiling).
+// The attention runs on cuDNN's fused kernel when `frames_attn` is given, else on clefrt's.
 void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model::ImagePatches*>& images, const VisionScratch& s,
-                  float* out, cudaStream_t st, const std::function<void(const char*)>& mark);
+                  float* out, cudaStream_t st, const std::function<void(const char*)>& mark, CudnnFrameAttention* frames_attn = nullptr);
 
 }  // namespace clefrt::cuda

@@ -20,6 +20,9 @@ void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float 
 // Affine LayerNorm per row; out bf16 and/or fp32. x rows are `ldx` apart.
 void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* w, const float* b, float eps, bf16* y16,
                 float* y32, cudaStream_t s);
+// The same after x[r, :] += add in place (a GEMM's bias folded into the next LayerNorm's pass).
+void layer_norm_add(float* x, int64_t rows, int64_t d, int64_t ldx, const float* add, const float* w, const float* b, float eps, bf16* y16,
+                    float* y32, cudaStream_t s);
 // act[t, j] = silu(gu[t, j]) * gu[t, ffn + j] (the fused gate|up GEMM output)
 void swiglu(const bf16* gu, int64_t L, int64_t ffn, bf16* act, cudaStream_t s);
 // The same from an FP8 gate|up GEMM output left unscaled (LinearRunner::run_fp8_unscaled): value

@@ -51,10 +51,15 @@ __global__ void rms_norm_1p_k(const float* x, int64_t d, const float* w, float e
   }
 }
 
-__global__ void layer_norm_k(const float* x, int64_t d, int64_t ldx, const float* w, const float* b, float eps, bf16* y16, float* y32) {
+// add (optional): a bias the previous GEMM's output still lacks, added to x in place first (the
+// same sum bias_act would make, one pass fewer)
+__global__ void layer_norm_k(float* x, int64_t d, int64_t ldx, const float* add, const float* w, const float* b, float eps, bf16* y16,
+                             float* y32) {
   __shared__ float sh[32];
-  const float* r = x + int64_t(blockIdx.x) * ldx;
+  float* r = x + int64_t(blockIdx.x) * ldx;
   float s = 0;
+  if (add)
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) r[i] += add[i];  // each thread rereads only its own i below
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) s += r[i];
   const float mean = block_sum(s, sh) / float(d);
   float v = 0;
@@ -163,8 +168,15 @@ void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float 
 void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* w, const float* b, float eps, bf16* y16, float* y32,
                 cudaStream_t s) {
   if (rows == 0) return;
-  layer_norm_k<<<unsigned(rows), d >= 1024 ? 512 : 128, 0, s>>>(x, d, ldx, w, b, eps, y16, y32);
+  layer_norm_k<<<unsigned(rows), d >= 1024 ? 512 : 128, 0, s>>>(const_cast<float*>(x), d, ldx, nullptr, w, b, eps, y16, y32);
   check_launch("layer_norm");
+}
+
+void layer_norm_add(float* x, int64_t rows, int64_t d, int64_t ldx, const float* add, const float* w, const float* b, float eps, bf16* y16,
+                    float* y32, cudaStream_t s) {
+  if (rows == 0) return;
+  layer_norm_k<<<unsigned(rows), d >= 1024 ? 512 : 128, 0, s>>>(x, d, ldx, add, w, b, eps, y16, y32);
+  check_launch("layer_norm_add");
 }
 
 namespace {

@@ -25,28 +25,44 @@ __global__ void vision_embed_finish_k(float* x, int64_t S, int64_t H, const floa
   }
 }
 
-// One thread per (patch, head, padded dim).
-__global__ void vision_qkv_rope_k(const float* qkv, int64_t n, int64_t r0, const float* bias, const int32_t* row, const int32_t* col,
-                                  const float* inv_freq, int64_t heads, int64_t hd, int64_t Dp, bf16* q, bf16* k, bf16* v) {
-  const int64_t H = heads * hd, half = hd / 2, nf = hd / 4, total = n * heads * Dp;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / (heads * Dp), rem = i - r * heads * Dp, h = rem / Dp, d = rem - h * Dp;
-    const int64_t out = (r0 + r) * heads * Dp + h * Dp + d;
-    if (d >= hd) {
-      q[out] = k[out] = v[out] = __float2bfloat16(0.0f);
-      continue;
+// One CTA per patch row. A thread takes a (head, rotary pair) (d, d + hd / 2): both rotate by the
+// same angle, so one sincosf serves the two dims of q and of k; then v and the padding. 32-bit
+// index arithmetic (the per-element 64-bit divisions of a flat index cost more than the data).
+__global__ void vision_qkv_rope_k(const float* qkv, int r0, const float* bias, const int32_t* row, const int32_t* col,
+                                  const float* inv_freq, int heads, int hd, int Dp, bf16* q, bf16* k, bf16* v) {
+  const int r = blockIdx.x, H = heads * hd, half = hd / 2, nf = hd / 4;
+  const float* src = qkv + int64_t(r) * 3 * H;
+  const int64_t base = int64_t(r0 + r) * heads * Dp;
+  const float prow = float(row[r0 + r]), pcol = float(col[r0 + r]);
+  for (int p = threadIdx.x; p < heads * half; p += blockDim.x) {
+    const int h = p / half, j = p - h * half;
+    const float ang = (j < nf ? prow : pcol) * inv_freq[j % nf];
+    float sn, cs;
+    sincosf(ang, &sn, &cs);
+    const int c = h * hd + j, c2 = c + half;  // dims j and j + half of head h
+    const float qa = src[c] + bias[c], qb = src[c2] + bias[c2];
+    const float ka = src[H + c] + bias[H + c], kb = src[H + c2] + bias[H + c2];
+    const int64_t o = base + h * Dp + j;
+    q[o] = __float2bfloat16(qa * cs - qb * sn);
+    q[o + half] = __float2bfloat16(qb * cs + qa * sn);
+    k[o] = __float2bfloat16(ka * cs - kb * sn);
+    k[o + half] = __float2bfloat16(kb * cs + ka * sn);
+  }
+  for (int p = threadIdx.x; p < heads * Dp; p += blockDim.x) {
+    const int h = p / Dp, d = p - h * Dp;
+    if (d < hd) {
+      v[base + p] = __float2bfloat16(src[2 * H + h * hd + d] + bias[2 * H + h * hd + d]);
+    } else {
+      q[base + p] = k[base + p] = v[base + p] = __float2bfloat16(0.0f);
     }
-    const float* src = qkv + r * 3 * H;
-    const int64_t c = h * hd + d, p = h * hd + (d < half ? d + half : d - half);
-    const int64_t j = d < half ? d : d - half;
-    const float pos = float(j < nf ? row[r0 + r] : col[r0 + r]);
-    const float ang = pos * inv_freq[j % nf];
-    const float cs = cosf(ang), sn = sinf(ang);
-    const float qa = src[c] + bias[c], qb = src[p] + bias[p];
-    const float ka = src[H + c] + bias[H + c], kb = src[H + p] + bias[H + p];
-    q[out] = __float2bfloat16(d < half ? qa * cs - qb * sn : qa * cs + qb * sn);
-    k[out] = __float2bfloat16(d < half ? ka * cs - kb * sn : ka * cs + kb * sn);
-    v[out] = __float2bfloat16(src[2 * H + c] + bias[2 * H + c]);
+  }
+}
+
+// Four dims (8 bytes) per thread: rows of Dp / 4 in, hd / 4 out.
+__global__ void vision_pack_heads4_k(const uint2* src, uint32_t total, uint32_t q4, uint32_t qp4, uint2* dst) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const uint32_t r = i / q4, c = i - r * q4;
+    dst[i] = src[size_t(r) * qp4 + c];
   }
 }
 
@@ -72,18 +88,27 @@ __global__ void vision_patchify_k(const uint8_t* rgb, int64_t width, int64_t gri
   }
 }
 
+__device__ __forceinline__ float gelu_f(float v, bool tanh_form) {
+  if (tanh_form) {  // PyTorch's gelu(approximate="tanh")
+    const float kBeta = 0.7978845608028654f, kKappa = 0.044715f;
+    return 0.5f * v * (1.0f + tanhf(kBeta * (v + kKappa * v * v * v)));
+  }
+  return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+}
+
 __global__ void bias_gelu_bf16_k(const float* x, int64_t rows, int64_t n, const float* bias, bool tanh_form, bf16* y) {
   const int64_t total = rows * n;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const float v = x[i] + bias[i % n];
-    float g;
-    if (tanh_form) {  // PyTorch's gelu(approximate="tanh")
-      const float kBeta = 0.7978845608028654f, kKappa = 0.044715f;
-      g = 0.5f * v * (1.0f + tanhf(kBeta * (v + kKappa * v * v * v)));
-    } else {
-      g = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-    }
-    y[i] = __float2bfloat16(g);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __float2bfloat16(gelu_f(x[i] + bias[i % n], tanh_form));
+}
+
+// n % 4 == 0 and rows * n / 4 < 2^32: four values per thread from 16-byte loads, 32-bit indices.
+__global__ void bias_gelu_bf16_4_k(const float4* x, uint32_t total, uint32_t n4, const float4* bias, bool tanh_form, uint2* y) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const float4 v = x[i], b = bias[i % n4];
+    __nv_bfloat162 lo = __floats2bfloat162_rn(gelu_f(v.x + b.x, tanh_form), gelu_f(v.y + b.y, tanh_form));
+    __nv_bfloat162 hi = __floats2bfloat162_rn(gelu_f(v.z + b.z, tanh_form), gelu_f(v.w + b.w, tanh_form));
+    y[i] = make_uint2(*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi));
   }
 }
 
@@ -99,15 +124,23 @@ void vision_embed_finish(float* x, int64_t S, int64_t H, const float* bias, cons
 void vision_qkv_rope(const float* qkv, int64_t n, int64_t r0, const float* bias, const int32_t* row, const int32_t* col,
                      const float* inv_freq, int64_t heads, int64_t hd, int64_t Dp, bf16* q, bf16* k, bf16* v, cudaStream_t s) {
   if (n == 0) return;
-  vision_qkv_rope_k<<<grid_for(n * heads * Dp), 256, 0, s>>>(qkv, n, r0, bias, row, col, inv_freq, heads, hd, Dp, q, k, v);
+  if (hd % 4 || hd > Dp || r0 + n > (int64_t(1) << 31) || heads * Dp > (int64_t(1) << 20))
+    throw Error(Status::Internal, "internal_error", "vision_qkv_rope: head dims must be a multiple of 4 within the padded dims");
+  vision_qkv_rope_k<<<unsigned(n), 256, 0, s>>>(qkv, int(r0), bias, row, col, inv_freq, int(heads), int(hd), int(Dp), q, k, v);
   check_launch("vision_qkv_rope");
 }
 
 void vision_pack_heads(const bf16* src, int64_t rows, int64_t hd, int64_t Dp, bf16* dst, cudaStream_t s) {
   if (rows == 0) return;
   if (hd % 2 || Dp % 2 || hd > Dp) throw Error(Status::Internal, "internal_error", "vision_pack_heads: head dims must be even, hd <= Dp");
-  vision_pack_heads_k<<<grid_for(rows * hd / 2), 256, 0, s>>>(reinterpret_cast<const __nv_bfloat162*>(src), rows, hd / 2, Dp / 2,
-                                                              reinterpret_cast<__nv_bfloat162*>(dst));
+  if (hd % 4 == 0 && Dp % 4 == 0 && rows * (hd / 4) < (int64_t(1) << 32)) {
+    const int64_t total = rows * (hd / 4);
+    vision_pack_heads4_k<<<grid_for(total), 256, 0, s>>>(reinterpret_cast<const uint2*>(src), uint32_t(total), uint32_t(hd / 4), uint32_t(Dp / 4),
+                                                         reinterpret_cast<uint2*>(dst));
+  } else {
+    vision_pack_heads_k<<<grid_for(rows * hd / 2), 256, 0, s>>>(reinterpret_cast<const __nv_bfloat162*>(src), rows, hd / 2, Dp / 2,
+                                                                reinterpret_cast<__nv_bfloat162*>(dst));
+  }
   check_launch("vision_pack_heads");
 }
 
@@ -120,7 +153,14 @@ void vision_patchify(const uint8_t* rgb, int64_t width, int64_t grid_w, int64_t 
 
 void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, bool tanh_form, bf16* y, cudaStream_t s) {
   if (rows * n == 0) return;
-  bias_gelu_bf16_k<<<grid_for(rows * n), 256, 0, s>>>(x, rows, n, bias, tanh_form, y);
+  const bool aligned = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(bias) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
+  if (n % 4 == 0 && aligned && rows * n / 4 < (int64_t(1) << 32)) {
+    const int64_t total = rows * n / 4;
+    bias_gelu_bf16_4_k<<<grid_for(total), 256, 0, s>>>(reinterpret_cast<const float4*>(x), uint32_t(total), uint32_t(n / 4),
+                                                       reinterpret_cast<const float4*>(bias), tanh_form, reinterpret_cast<uint2*>(y));
+  } else {
+    bias_gelu_bf16_k<<<grid_for(rows * n), 256, 0, s>>>(x, rows, n, bias, tanh_form, y);
+  }
   check_launch("bias_gelu_bf16");
 }
 

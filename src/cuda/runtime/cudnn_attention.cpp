@@ -473,6 +473,25 @@ void CudnnAttention::run(const bf16* q, const bf16* k, const bf16* v, int64_t ld
   g->run(q, k, v, o, s, &r);
 }
 
+CudnnFrameAttention::CudnnFrameAttention(int64_t heads, int64_t d, int64_t dp) : heads_(heads), d_(d), dp_(dp) {
+  if (d > dp) throw Error(Status::Internal, "internal_error", "cuDNN frame attention: head dims " + std::to_string(d) + " > padded " + std::to_string(dp));
+  plan(1, cudnn_bound(1));
+}
+
+CudnnGraph& CudnnFrameAttention::plan(int64_t nb, int64_t ns) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto& slot = plans_[{nb, ns}];
+  const int64_t ld = heads_ * dp_;
+  if (!slot)  // not causal; o over q: its rows of ld, head h at h * dp
+    slot = std::make_unique<CudnnGraph>(handle_.get(), CudnnShape{nb, ns, ns, heads_, heads_, d_, ld, dp_, ld, dp_, ld, dp_, ld, false, true, dp_});
+  return *slot;
+}
+
+void CudnnFrameAttention::run(bf16* q, const bf16* k, const bf16* v, const CudnnRagged& r, int64_t b, int64_t longest, cudaStream_t s) {
+  if (b == 0) return;
+  plan(cudnn_bound(b, 1), cudnn_bound(longest)).run(q, k, v, q, s, &r);
+}
+
 std::string CudnnAttention::describe() const {
   const size_t v = cudnn_loaded_version();
   return "cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100) + " fused attention";

@@ -115,4 +115,27 @@ class CudnnAttention {
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<CudnnGraph>> plans_;
 };
 
+// The vision tower's attention: bidirectional within each frame (an image's patches see every
+// patch of their own frame and nothing else), q / k / v [rows, heads, dp] with d <= dp dims of each
+// head used (the tower's zero-padded layout), the output written over q's rows (head stride dp).
+// A launch holds the batch's frames as ragged sequences; plans by (frames, longest frame) bounds.
+// A frame's outputs do not depend on the other frames of its batch (measured in the lab and
+// checked by the GPU tests: an image alone vs packed, bit for bit).
+class CudnnFrameAttention {
+ public:
+  // Builds the smallest plan (one frame of 64 patches) up front: throws Error with cuDNN's reason
+  // when it cannot run this shape, before any image needs it.
+  CudnnFrameAttention(int64_t heads, int64_t d, int64_t dp);
+  // `r`: ragged arrays for b frames (append_ragged with ld = heads * dp for q, k, v and o)
+  void run(bf16* q, const bf16* k, const bf16* v, const CudnnRagged& r, int64_t b, int64_t longest, cudaStream_t s);
+  int64_t ld() const { return heads_ * dp_; }
+
+ private:
+  int64_t heads_, d_, dp_;
+  CudnnHandle handle_;
+  std::mutex mu_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<CudnnGraph>> plans_;
+  CudnnGraph& plan(int64_t nb, int64_t ns);
+};
+
 }  // namespace clefrt::cuda
