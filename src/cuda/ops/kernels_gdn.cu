@@ -9,16 +9,14 @@
 // then, sequentially over the chunks of a sequence with the fp32 state S [Dk, Dv]:
 //   Vn = U - W S;  O = e^gamma Q S + A Vn;  S = e^gamma_C S + (K e^(gamma_C - gamma))^T Vn
 // gdn_chunk_prep does the first part for all chunks in parallel; gdn_chunk_scan walks the
-// chunks: the columns of S evolve independently, which is what makes a split over them exact.
-// Each has a tensor-core form (3xTF32 mma.sync, the default; the scan's is gdn_scan.cuh: one
-// warp per 16 state columns, the state in its registers) and a CUDA-core form (one CTA per
-// sequence, head and 32 state columns; GdnPath in kernels.h).
+// chunks, one CTA per (sequence, head, 32 state columns): the columns of S evolve independently,
+// which is what makes the split exact. Each has a tensor-core form (3xTF32 mma.sync,  the
+// default) and a CUDA-core form (GdnPath in kernels.h).
 #include <cmath>
 #include <cstdlib>
 #include <string>
 
 #include "cuda/ops/async_copy.cuh"
-#include "cuda/ops/gdn_scan.cuh"
 #include "cuda/ops/gdn_tiles.cuh"
 #include "cuda/runtime/check.h"
 #include "cuda/ops/kernels.h"
@@ -504,14 +502,140 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_k(const float* mixed, int6
 }
 
 
-// ---- the scan on tensor cores: gdn_scan.cuh (the state in registers) ----
-constexpr int kScanWarps = 2;  // warps (16 state rows each) per CTA: the same head's, sharing its tiles through L1
+// ---- the scan on tensor cores ----
+// The same three products per chunk as gdn_chunk_scan_k, with the 3xTF32 tiles of
+// gdn_tiles.cuh. Shared-memory strides are padded so the fragment loads do not conflict: rows of
+// Dk + 4 and of C + 4, state rows of SW + 8. (Split into a state kernel and a parallel output
+// kernel it was slower: the dev/cuda lab's gdn_scan.cu.)
+struct ScanTcSmem {
+  // W, then A, then K share one region (each is done before the next arrives): ~100 KiB at
+  // Dk = 128, two CTAs per SM
+  static size_t bytes(int64_t Dk) {
+    const int64_t ld = Dk + 4, region = C * (ld > C + 4 ? ld : C + 4);
+    return sizeof(double) * C + sizeof(float) * (Dk * SWP + region + C * ld + C * SWP + 2 * C);
+  }
+};
 
-template <int NT>
-void launch_scan_rs(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dv, const float* g, const GdnChunks& ch,
-                    const GdnScratch& sc, float* o, cudaStream_t s) {
-  const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + 16 * kScanWarps - 1) / (16 * kScanWarps)));
-  gdn_chunk_scan_rs_k<NT, kScanWarps, true><<<grid, 32 * kScanWarps, 0, s>>>(mixed, conv_dim, Hk, Hv, Dv, g, ch, sc, o);
+// One CTA (8 warps) per (sequence, value head, 32 state columns), as gdn_chunk_scan_k. Each warp
+// owns output tiles of 16 x 8: Vn and O 64 x 32 (2 tiles per warp), S 128 x 32 (Dk / 16 x 4 tiles).
+__global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                           int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* o) {
+  extern __shared__ double smem_d[];
+  const int ld = int(Dk) + 4, lda = C + 4;
+  double* gam = smem_d;
+  float* S = reinterpret_cast<float*>(gam + C);  // [Dk][SWP]
+  float* Ws = S + Dk * SWP;                      // [C][ld]: W, then A ([C][lda]), then K
+  float* qs = Ws + C * (ld > lda ? ld : lda);    // [C][ld]
+  float* ks = Ws;
+  float* As = Ws;
+  float* Vn = qs + C * ld;    // [C][SWP]
+  float* eg = Vn + C * SWP;   // e^gamma_i
+  float* ek = eg + C;         // e^(gamma_C - gamma_i)
+
+  const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SW;
+  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk, value_dim = Hv * Dv;
+  const int sw = int(Dv - c0_col < SW ? Dv - c0_col : SW);
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+  const int gq = lane >> 2, tq = lane & 3;
+  // this warp's 16 x 8 tiles of the 64 x 32 outputs: rows 16 * (warp % 4), columns 8 * ct
+  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 16;
+
+  int64_t cb, ce;
+  if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
+  load_state(S, SWP, sc, s, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
+  for (int64_t c = cb; c < ce; ++c) {
+    snap_state(S, SWP, sc, s, c, j, Dk, Dv, c0_col, sw, tid, nt);
+    const int64_t t0 = ch.chunk_start[c];
+    const int n = ch.chunk_len[c];
+    const float* w = sc.w + ((c - sc.c0) * Hv + j) * C * Dk;
+    const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv;
+    const float* aqk = sc.aqk + ((c - sc.c0) * Hv + j) * C * C;
+    const float* rows = mixed + t0 * conv_dim;
+    __syncthreads();  // the previous chunk's readers of q/k/Vn/S are done
+    load_tile_async(Ws, ld, w, Dk, C, int(Dk), C, int(Dk));
+    load_tile_async(qs, ld, rows + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+    load_tile_async(Vn, SWP, u + c0_col, Dv, C, SW, C, sw);
+    chunk_gamma(gam, g, t0, n, Hv, j);
+    cp_async_wait_all();
+    __syncthreads();
+    if (tid < C) {
+      eg[tid] = float(exp(gam[tid]));
+      ek[tid] = tid < n ? float(exp(gam[n - 1] - gam[tid])) : 0.0f;
+    }
+    // Vn = U - W S: this warp's two tiles share their W fragment
+    {
+      float d[2][4] = {};
+      mma_3xtf32_shared_a<2>(
+          d, 2, int(Dk), [&](int r, int k) { return Ws[(rt + r) * ld + k]; },
+          [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
+      for (int q = 0; q < 2; ++q) {
+        const int cc = ct0 + 8 * q;
+        Vn[(rt + gq) * SWP + cc + 2 * tq] -= d[q][0];
+        Vn[(rt + gq) * SWP + cc + 2 * tq + 1] -= d[q][1];
+        Vn[(rt + gq + 8) * SWP + cc + 2 * tq] -= d[q][2];
+        Vn[(rt + gq + 8) * SWP + cc + 2 * tq + 1] -= d[q][3];
+      }
+    }
+    __syncthreads();  // W is done: A into its space
+    load_tile_async(As, lda, aqk, C, C, C, C, C);
+    cp_async_wait_all();
+    __syncthreads();
+    // O = e^gamma Q S + A Vn (A is lower triangular: k stops at the tile's last row)
+    {
+      float d[2][4] = {};
+      mma_3xtf32_shared_a<2>(
+          d, 2, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; },
+          [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
+      const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
+      float a[2][4];
+      for (int q = 0; q < 2; ++q) {
+        a[q][0] = d[q][0] * e0;
+        a[q][1] = d[q][1] * e0;
+        a[q][2] = d[q][2] * e1;
+        a[q][3] = d[q][3] * e1;
+      }
+      mma_3xtf32_shared_a<2>(
+          a, 2, rt + 16, [&](int r, int k) { return As[(rt + r) * lda + k]; },
+          [&](int q, int k, int col) { return Vn[k * SWP + ct0 + 8 * q + col]; });
+      for (int q = 0; q < 2; ++q) {
+        const int r0 = rt + gq, r1 = rt + gq + 8, col = ct0 + 8 * q + 2 * tq;
+        float* out0 = o + (t0 + r0) * value_dim + j * Dv + c0_col + col;
+        float* out1 = o + (t0 + r1) * value_dim + j * Dv + c0_col + col;
+        if (r0 < n && col < sw) out0[0] = a[q][0];
+        if (r0 < n && col + 1 < sw) out0[1] = a[q][1];
+        if (r1 < n && col < sw) out1[0] = a[q][2];
+        if (r1 < n && col + 1 < sw) out1[1] = a[q][3];
+      }
+    }
+    __syncthreads();  // Q, A and Vn reads are done
+    load_tile_async(ks, ld, rows + key_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));  // K into W's (then A's) space
+    for (int e = tid; e < C * SW; e += nt) Vn[(e / SW) * SWP + e % SW] *= ek[e / SW];
+    cp_async_wait_all();
+    __syncthreads();
+    // S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn): (Dk / 16) x 4 tiles over the 8 warps; a
+    // warp's tiles (warp + 8 i) share their columns, so one Vn fragment serves them all
+    const float eC = float(exp(gam[n - 1]));
+    const int tiles = int(Dk / 16) * 4, na = warp < tiles ? (tiles - warp + 7) / 8 : 0;
+    const int cc = (warp & 3) * 8;
+    if (na > 0) {
+      float d[4][4] = {};
+      mma_3xtf32_shared_b<4>(
+          d, na, C, [&](int q, int r, int k) { return ks[k * ld + ((warp + 8 * q) >> 2) * 16 + r]; },
+          [&](int k, int col) { return Vn[k * SWP + cc + col]; });
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if (q >= na) break;
+        const int r0 = ((warp + 8 * q) >> 2) * 16;
+        float* s0 = S + (r0 + gq) * SWP + cc + 2 * tq;
+        float* s1 = S + (r0 + gq + 8) * SWP + cc + 2 * tq;
+        s0[0] = s0[0] * eC + d[q][0];
+        s0[1] = s0[1] * eC + d[q][1];
+        s1[0] = s1[0] * eC + d[q][2];
+        s1[1] = s1[1] * eC + d[q][3];
+      }
+    }
+  }
+  end_pass(S, SWP, sc, ch, s, ce, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
 // GdnPath::Auto -> tensor cores or not (see kernels.h)
@@ -576,6 +700,7 @@ void set_smem_limits() {
     check(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
+    check(cudaFuncSetAttribute(gdn_chunk_scan_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     attr = true;
   }
 }
@@ -613,22 +738,11 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
   set_smem_limits();
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
   check_pass(ch, sc, "gdn_chunk_scan");
-  if (use_tensor_cores(path, Dk, Dv)) {
-    switch (Dk / 8) {  // Dk % 16 == 0, <= 128 (the Forward refuses larger)
-      case 2: launch_scan_rs<2>(mixed, conv_dim, Hk, Hv, Dv, g, ch, sc, o, s); break;
-      case 4: launch_scan_rs<4>(mixed, conv_dim, Hk, Hv, Dv, g, ch, sc, o, s); break;
-      case 6: launch_scan_rs<6>(mixed, conv_dim, Hk, Hv, Dv, g, ch, sc, o, s); break;
-      case 8: launch_scan_rs<8>(mixed, conv_dim, Hk, Hv, Dv, g, ch, sc, o, s); break;
-      case 10: launch_scan_rs<10>(mixed, conv_dim, Hk, Hv, Dv, g, ch, sc, o, s); break;
-      case 12: launch_scan_rs<12>(mixed, conv_dim, Hk, Hv, Dv, g, ch, sc, o, s); break;
-      case 14: launch_scan_rs<14>(mixed, conv_dim, Hk, Hv, Dv, g, ch, sc, o, s); break;
-      case 16: launch_scan_rs<16>(mixed, conv_dim, Hk, Hv, Dv, g, ch, sc, o, s); break;
-      default: throw Error(Status::Internal, "internal_error", "gdn_chunk_scan: the tensor-core scan takes Dk <= 128 (got " + std::to_string(Dk) + ")");
-    }
-  } else {
-    const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW));
+  const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW));
+  if (use_tensor_cores(path, Dk, Dv))
+    gdn_chunk_scan_tc_k<<<grid, 256, ScanTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
+  else
     gdn_chunk_scan_k<<<grid, 256, ScanSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
-  }
   check_launch("gdn_chunk_scan");
 }
 
