@@ -170,7 +170,7 @@ TEST(CudaOps, HeadGemmMatchesReferenceAndIsRowInvariant) {
 
 TEST(CudaOps, NormsMatchCpu) {
   NEED_GPU();
-  for (int64_t d : {16, 64, 1000, 5120, 1001}) {  // 1001: the scalar (not float4) form
+  for (int64_t d : {16, 64, 1000, 1152, 5120, 1001}) {  // 1001: the scalar (not float4) form
     const int64_t rows = 37;
     auto x = randn(size_t(rows * d), 4, 3.0f), w = randn(size_t(d), 5, 0.1f), b = randn(size_t(d), 6, 0.1f);
     std::vector<float> want(x.size()), want_ln(x.size());
@@ -182,6 +182,17 @@ TEST(CudaOps, NormsMatchCpu) {
     expect_close(down_bf(y16, x.size()), want, 1e-5, 8e-3, "rms_norm_1p bf16");
     layer_norm(dx.as<float>(), rows, d, d, dw.as<float>(), db.as<float>(), 1e-5f, nullptr, y32.as<float>(), nullptr);
     expect_close(down<float>(y32, x.size()), want_ln, 1e-5, 1e-5, "layer_norm");
+    // layer_norm_add: x += add in place, then the LayerNorm (one warp a row for d <= 2,048, d % 4 == 0)
+    const auto add = randn(size_t(d), 7, 0.5f);
+    std::vector<float> xa(x.size()), want_la(x.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < d; ++i) xa[size_t(r * d + i)] = x[size_t(r * d + i)] + add[size_t(i)];
+    cpu::layer_norm(xa.data(), rows, d, w.data(), b.data(), 1e-6f, want_la.data());
+    DeviceBuffer da = upload(add, "add");
+    layer_norm_add(dx.as<float>(), rows, d, d, da.as<float>(), dw.as<float>(), db.as<float>(), 1e-6f, y16.as<bf16>(), y32.as<float>(), nullptr);
+    EXPECT_EQ(down<float>(dx, x.size()), xa) << "layer_norm_add: x + add in place, d " << d;
+    expect_close(down<float>(y32, x.size()), want_la, 1e-5, 1e-5, "layer_norm_add");
+    expect_close(down_bf(y16, x.size()), want_la, 1e-5, 8e-3, "layer_norm_add bf16");
   }
 }
 

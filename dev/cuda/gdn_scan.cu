@@ -2,11 +2,10 @@
 // GDN shapes (Hk 16, Hv 48, Dk = Dv = 128) on random inputs normalised as the engine's gdn_prep
 // leaves them. Per batch shape (1 x 8,192, 8 x 1,024, 64 x 512 tokens; one layer; CUDA events,
 // median of 20 after 3 warm-ups; each run from a fresh prep, whose time is subtracted):
-//   product       gdn_chunk_scan, the engine's (gdn_scan.cuh: the state in registers, one warp per
-//                 16 state columns, 2 warps a CTA, 3xTF32 products)
-//   regs nwN      the same kernel with N warps a CTA (1, 4); regs tf32: plain TF32 products
-//   fused 3xtf32  the shared-memory kernel the product had before (one CTA per 32 state columns,
-//                 the state in shared memory, each chunk's tiles loaded behind block barriers)
+//   product       gdn_chunk_scan, the engine's (one fused kernel, 3xTF32 products)
+//   fused 3xtf32  this file's copy of it (its bits must equal the product's: the harness check)
+//   regs nwN      gdn_scan_regs.cuh: the state in registers, one warp per 16 state columns, N
+//                 warps a CTA (1, 2, 4), 3xTF32; regs tf32: 2 warps, plain TF32 products
 //   fused tf32    the same kernel with plain TF32 products (one MMA instead of three)
 //   fused bf16    the same kernel with bf16 m16n8k16 products (fp32 accumulation; fla's choice)
 //   narrow sw16   the fused kernel over 16 state columns per CTA (twice the CTAs, three per SM),
@@ -28,7 +27,7 @@
 
 #include "common/json.h"
 #include "cuda/ops/async_copy.cuh"
-#include "cuda/ops/gdn_scan.cuh"
+#include "gdn_scan_regs.cuh"
 #include "cuda/ops/gdn_tiles.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/mma.cuh"
@@ -627,6 +626,10 @@ int main(int argc, char** argv) {
           {"product", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s); }},
           {"regs nw1", [&](float* out) {
              gdn_chunk_scan_rs_k<16, 1, true><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 16)), 32, 0, s>>>(mx, conv_dim, Hk, Hv, Dv,
+                                                                                                                  gg, ch, scr, out);
+           }},
+          {"regs nw2", [&](float* out) {
+             gdn_chunk_scan_rs_k<16, 2, true><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 32)), 64, 0, s>>>(mx, conv_dim, Hk, Hv, Dv,
                                                                                                                   gg, ch, scr, out);
            }},
           {"regs nw4", [&](float* out) {

@@ -1,5 +1,5 @@
-// The GDN chunk scan with the state in registers (kernels_gdn.cu runs it; the dev/cuda lab times
-// its warp counts against the shared-memory kernel it replaced).
+// A GDN chunk scan with the state in registers (a dev/cuda lab variant, gdn_scan.cu: slower than the
+// product's shared-memory kernel, see bench/results/2026-12-04-h200-session19-6c96faa.md).
 //
 // Per chunk (gdn_tiles.cuh's C = 64 tokens) and value head, with the fp32 state S [Dk, Dv]:
 //   Vn = U - W S;  O = e^gamma Q S + A Vn;  S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn)
@@ -12,12 +12,11 @@
 // where B's rows are contiguous). B operands (W, Q, A, K tiles) come straight from global memory
 // into fragments: no shared memory, no block barrier; the warps of a CTA (the same head's other
 // state rows) read the same tiles through L1, and the next chunk's tiles are prefetched into L2
-// while this one computes. Products in 3xTF32 (gdn_tiles.cuh: fp32-level) or, for the lab,
-// plain TF32.
-//
-// Columns of S evolve independently, so the split over warps is exact; each value is computed in
-// the same order whatever the batch, the pass or the prefix it continues from (batch-invariant,
-// warm = cold).
+// while this one computes. Products in 3xTF32 (gdn_tiles.cuh: fp32-level) or plain TF32.
+// Measured: 0.65x the product at 1 x 8,192 with the same outputs bit for bit across 1 / 2 / 4
+// warps a CTA, and plain TF32 no faster: each k-step waits on its global loads (latency-bound with
+// one warp per scheduler); a next version would stage the tiles through shared memory a chunk
+// ahead (cp.async / TMA) and read them with ldmatrix.
 #pragma once
 #include <cstdint>
 

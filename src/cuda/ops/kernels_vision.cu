@@ -25,20 +25,25 @@ __global__ void vision_embed_finish_k(float* x, int64_t S, int64_t H, const floa
   }
 }
 
-// One CTA per patch row. A thread takes a (head, rotary pair) (d, d + hd / 2): both rotate by the
-// same angle, so one sincosf serves the two dims of q and of k; then v and the padding. 32-bit
-// index arithmetic (the per-element 64-bit divisions of a flat index cost more than the data).
+// One CTA per patch row. The row's hd / 2 rotary angles (the same for every head) first, into
+// shared memory; then a thread takes a (head, rotary pair) (d, d + hd / 2), both rotated by the
+// same angle; then v and the padding. 32-bit index arithmetic (the per-element 64-bit divisions
+// of a flat index cost more than the data).
+constexpr int kRopeMaxHalf = 64;  // hd <= 128
 __global__ void vision_qkv_rope_k(const float* qkv, int r0, const float* bias, const int32_t* row, const int32_t* col,
                                   const float* inv_freq, int heads, int hd, int Dp, bf16* q, bf16* k, bf16* v) {
+  __shared__ float sin_s[kRopeMaxHalf], cos_s[kRopeMaxHalf];
   const int r = blockIdx.x, H = heads * hd, half = hd / 2, nf = hd / 4;
   const float* src = qkv + int64_t(r) * 3 * H;
   const int64_t base = int64_t(r0 + r) * heads * Dp;
-  const float prow = float(row[r0 + r]), pcol = float(col[r0 + r]);
+  if (int j = threadIdx.x; j < half) {
+    const float ang = float(j < nf ? row[r0 + r] : col[r0 + r]) * inv_freq[j % nf];
+    sincosf(ang, &sin_s[j], &cos_s[j]);
+  }
+  __syncthreads();
   for (int p = threadIdx.x; p < heads * half; p += blockDim.x) {
     const int h = p / half, j = p - h * half;
-    const float ang = (j < nf ? prow : pcol) * inv_freq[j % nf];
-    float sn, cs;
-    sincosf(ang, &sn, &cs);
+    const float sn = sin_s[j], cs = cos_s[j];
     const int c = h * hd + j, c2 = c + half;  // dims j and j + half of head h
     const float qa = src[c] + bias[c], qb = src[c2] + bias[c2];
     const float ka = src[H + c] + bias[H + c], kb = src[H + c2] + bias[H + c2];
@@ -124,8 +129,8 @@ void vision_embed_finish(float* x, int64_t S, int64_t H, const float* bias, cons
 void vision_qkv_rope(const float* qkv, int64_t n, int64_t r0, const float* bias, const int32_t* row, const int32_t* col,
                      const float* inv_freq, int64_t heads, int64_t hd, int64_t Dp, bf16* q, bf16* k, bf16* v, cudaStream_t s) {
   if (n == 0) return;
-  if (hd % 4 || hd > Dp || r0 + n > (int64_t(1) << 31) || heads * Dp > (int64_t(1) << 20))
-    throw Error(Status::Internal, "internal_error", "vision_qkv_rope: head dims must be a multiple of 4 within the padded dims");
+  if (hd % 4 || hd > Dp || hd > 2 * kRopeMaxHalf || r0 + n > (int64_t(1) << 31) || heads * Dp > (int64_t(1) << 20))
+    throw Error(Status::Internal, "internal_error", "vision_qkv_rope: head dims must be a multiple of 4, at most 128, within the padded dims");
   vision_qkv_rope_k<<<unsigned(n), 256, 0, s>>>(qkv, int(r0), bias, row, col, inv_freq, int(heads), int(hd), int(Dp), q, k, v);
   check_launch("vision_qkv_rope");
 }
