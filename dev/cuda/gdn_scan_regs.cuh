@@ -51,33 +51,42 @@ __device__ __forceinline__ void split_b(float x0, float x1, uint32_t (&h)[2], ui
   split_tf32(x1, h[1], l[1]);
 }
 
+// T^T's columns (tokens 8q + 2t, + 1 of tile q) times a per-token factor that lane l holds for its
+// tokens 2l (x0) and 2l + 1 (x1): lane 4q + t holds tile q's
+__device__ __forceinline__ void scale_token_columns(float (&T)[8][4], float x0, float x1) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    const float e0 = __shfl_sync(0xffffffffu, x0, 4 * q + t), e1 = __shfl_sync(0xffffffffu, x1, 4 * q + t);
+    T[q][0] *= e0;
+    T[q][1] *= e1;
+    T[q][2] *= e0;
+    T[q][3] *= e1;
+  }
+}
+
 // The state rows of this thread: S^T[dv][dk] for dk = 8 p + 2 t + (i & 1), dv = dv0 + g + 8 (i >> 1),
-// stored as state_in is laid out ([Hv, Dk, Dv]).
-template <int NT>
-__device__ __forceinline__ void rs_load(float (&S)[NT][4], const float* from, int64_t j, int64_t Dv, int64_t dv0, bool ok0, bool ok1) {
+// at their place in a state laid out as state_in ([Hv, Dk, Dv]): f(p, i, offset) for each one
+// inside Dv
+template <int NT, class F>
+__device__ __forceinline__ void rs_each(int64_t j, int64_t Dv, int64_t dv0, bool ok0, bool ok1, F f) {
   constexpr int Dk = 8 * NT;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int p = 0; p < NT; ++p)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const bool ok = (i >> 1) ? ok1 : ok0;
-      const int64_t dk = 8 * p + 2 * t + (i & 1), dv = dv0 + g + 8 * (i >> 1);
-      S[p][i] = from && ok ? from[(j * Dk + dk) * Dv + dv] : 0.0f;
-    }
+    for (int i = 0; i < 4; ++i)
+      if ((i >> 1) ? ok1 : ok0) f(p, i, (j * Dk + 8 * p + 2 * t + (i & 1)) * Dv + dv0 + g + 8 * (i >> 1));
+}
+template <int NT>
+__device__ __forceinline__ void rs_load(float (&S)[NT][4], const float* from, int64_t j, int64_t Dv, int64_t dv0, bool ok0, bool ok1) {
+  for (int p = 0; p < NT; ++p)
+    for (int i = 0; i < 4; ++i) S[p][i] = 0.0f;
+  if (from) rs_each<NT>(j, Dv, dv0, ok0, ok1, [&](int p, int i, int64_t at) { S[p][i] = from[at]; });
 }
 template <int NT>
 __device__ __forceinline__ void rs_save(const float (&S)[NT][4], float* to, int64_t j, int64_t Dv, int64_t dv0, bool ok0, bool ok1) {
-  constexpr int Dk = 8 * NT;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int p = 0; p < NT; ++p)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const bool ok = (i >> 1) ? ok1 : ok0;
-      const int64_t dk = 8 * p + 2 * t + (i & 1), dv = dv0 + g + 8 * (i >> 1);
-      if (ok) to[(j * Dk + dk) * Dv + dv] = S[p][i];
-    }
+  rs_each<NT>(j, Dv, dv0, ok0, ok1, [&](int p, int i, int64_t at) { to[at] = S[p][i]; });
 }
 
 // One warp per (sequence, value head, 16 value dims); NW warps a CTA (grid: sequences, Hv,
@@ -126,21 +135,10 @@ __global__ void __launch_bounds__(32 * NW) gdn_chunk_scan_rs_k(const float* mixe
       }
     }
     // the in-chunk cumulative log decay, in double (as chunk_gamma): lane l holds tokens 2l, 2l + 1
-    double gam0, gam1, gN;
-    {
-      const int i0 = 2 * lane;
-      const double a = i0 < n ? double(g[(t0 + i0) * Hv + j]) : 0.0;
-      const double b = i0 + 1 < n ? double(g[(t0 + i0 + 1) * Hv + j]) : 0.0;
-      double sum = a + b;
-      for (int d = 1; d < 32; d <<= 1) {
-        const double v = __shfl_up_sync(0xffffffffu, sum, d);
-        if (lane >= d) sum += v;
-      }
-      gam1 = sum;
-      gam0 = sum - b;
-      const double x0 = __shfl_sync(0xffffffffu, gam0, (n - 1) >> 1), x1 = __shfl_sync(0xffffffffu, gam1, (n - 1) >> 1);
-      gN = ((n - 1) & 1) ? x1 : x0;
-    }
+    double gam0, gam1;
+    chunk_gamma_pair(g, t0, n, Hv, j, lane, gam0, gam1);
+    const double x0 = __shfl_sync(0xffffffffu, gam0, (n - 1) >> 1), x1 = __shfl_sync(0xffffffffu, gam1, (n - 1) >> 1);
+    const double gN = ((n - 1) & 1) ? x1 : x0;
     const float eg0 = float(exp(gam0)), eg1 = float(exp(gam1));
     const float ek0 = 2 * lane < n ? float(exp(gN - gam0)) : 0.0f, ek1 = 2 * lane + 1 < n ? float(exp(gN - gam1)) : 0.0f;
     const float eC = float(exp(gN));
@@ -172,14 +170,7 @@ __global__ void __launch_bounds__(32 * NW) gdn_chunk_scan_rs_k(const float* mixe
         mma_x<X3>(O[q], ah, al, bh, bl);
       }
     }
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      const float e0 = __shfl_sync(0xffffffffu, eg0, 4 * q + tq), e1 = __shfl_sync(0xffffffffu, eg1, 4 * q + tq);
-      O[q][0] *= e0;
-      O[q][1] *= e1;
-      O[q][2] *= e0;
-      O[q][3] *= e1;
-    }
+    scale_token_columns(O, eg0, eg1);
     // 2. O^T += Vn^T A^T: k-steps over the tokens 8r.. of Vn; A is lower triangular: tiles q >= r
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
@@ -203,14 +194,7 @@ __global__ void __launch_bounds__(32 * NW) gdn_chunk_scan_rs_k(const float* mixe
       if (ok1 && r + 1 < n) out[value_dim + 8] = O[q][3];
     }
     // 3. S^T = e^gamma_C S^T + (Vn^T e^(gamma_C - gamma)) K: NT dk tiles, 8 k-steps over the tokens
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      const float e0 = __shfl_sync(0xffffffffu, ek0, 4 * q + tq), e1 = __shfl_sync(0xffffffffu, ek1, 4 * q + tq);
-      V[q][0] *= e0;
-      V[q][1] *= e1;
-      V[q][2] *= e0;
-      V[q][3] *= e1;
-    }
+    scale_token_columns(V, ek0, ek1);
 #pragma unroll
     for (int p = 0; p < NT; ++p)
 #pragma unroll

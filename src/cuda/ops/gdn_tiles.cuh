@@ -13,12 +13,10 @@ constexpr int SW = 32;  // state columns per scan CTA
 constexpr int SWP = SW + 8;  // state rows in shared memory, padded so fragment loads do not conflict
 
 
-// gamma_i = sum of g over the chunk's tokens 0..i (zeros past n), in double, by warp 0: each
-// lane adds a pair of tokens, then a shuffle scan over the 32 pairs (the chunk's first step, on
-// the scan's sequential path: a one-thread loop of 64 dependent loads was slower).
-__device__ __forceinline__ void chunk_gamma(double* gam, const float* g, int64_t t0, int n, int64_t Hv, int64_t j) {
-  const int lane = int(threadIdx.x);
-  if (lane >= 32) return;
+// The in-chunk cumulative log decay in double for lane l's tokens 2l and 2l + 1 (zeros past n):
+// each lane adds its pair, then a shuffle scan over the 32 pairs. Every lane of the warp calls it.
+__device__ __forceinline__ void chunk_gamma_pair(const float* g, int64_t t0, int n, int64_t Hv, int64_t j, int lane, double& gam0,
+                                                 double& gam1) {
   const int i0 = 2 * lane;
   const double a = i0 < n ? double(g[(t0 + i0) * Hv + j]) : 0.0;
   const double b = i0 + 1 < n ? double(g[(t0 + i0 + 1) * Hv + j]) : 0.0;
@@ -27,8 +25,17 @@ __device__ __forceinline__ void chunk_gamma(double* gam, const float* g, int64_t
     const double v = __shfl_up_sync(0xffffffffu, sum, o);
     if (lane >= o) sum += v;
   }
-  gam[i0 + 1] = sum;
-  gam[i0] = sum - b;
+  gam1 = sum;
+  gam0 = sum - b;
+}
+
+// gamma_i = sum of g over the chunk's tokens 0..i (zeros past n), in double, by warp 0 into
+// shared memory (the chunk's first step, on the scan's sequential path: a one-thread loop of 64
+// dependent loads was slower).
+__device__ __forceinline__ void chunk_gamma(double* gam, const float* g, int64_t t0, int n, int64_t Hv, int64_t j) {
+  const int lane = int(threadIdx.x);
+  if (lane >= 32) return;
+  chunk_gamma_pair(g, t0, n, Hv, j, lane, gam[2 * lane], gam[2 * lane + 1]);
 }
 
 // ---- tensor-core helpers ----
