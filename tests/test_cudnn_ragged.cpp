@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #ifdef CLEFRT_HAVE_CUDA
-#include <set>
 #include <vector>
 
 #include "clefrt/clefrt.h"
@@ -55,25 +54,6 @@ TEST(CudnnRagged, BoundsArePowersOfTwo) {
   EXPECT_EQ(cudnn_bound(1, 1), 1);
   EXPECT_EQ(cudnn_bound(3, 1), 4);
   EXPECT_EQ(cudnn_bound(33, 1), 64);
-}
-
-// The tower's frame bounds: at least the frame, in steps of 256 / 2,048 / 8,192 patches, few
-// distinct values (each is a plan)
-TEST(CudnnRagged, FrameBoundsFollowTheFrames) {
-  EXPECT_EQ(CudnnFrameAttention::frame_bound(1), 256);
-  EXPECT_EQ(CudnnFrameAttention::frame_bound(3072), 3072);
-  EXPECT_EQ(CudnnFrameAttention::frame_bound(3073), 3328);
-  EXPECT_EQ(CudnnFrameAttention::frame_bound(8192), 8192);
-  EXPECT_EQ(CudnnFrameAttention::frame_bound(8193), 10240);
-  EXPECT_EQ(CudnnFrameAttention::frame_bound(62500), 65536);
-  std::set<int64_t> distinct;
-  for (int64_t n = 1; n <= 262144; ++n) {
-    const int64_t b = CudnnFrameAttention::frame_bound(n);
-    ASSERT_GE(b, n);
-    ASSERT_GE(b, CudnnFrameAttention::frame_bound(n - 1 > 0 ? n - 1 : 1)) << n;
-    distinct.insert(b);
-  }
-  EXPECT_LE(distinct.size(), 80u);
 }
 
 }  // namespace

@@ -475,7 +475,7 @@ void CudnnAttention::run(const bf16* q, const bf16* k, const bf16* v, int64_t ld
 
 CudnnFrameAttention::CudnnFrameAttention(int64_t heads, int64_t d, int64_t dp) : heads_(heads), d_(d), dp_(dp) {
   if (d > dp) throw Error(Status::Internal, "internal_error", "cuDNN frame attention: head dims " + std::to_string(d) + " > padded " + std::to_string(dp));
-  plan(1, frame_bound(1));
+  plan(1, cudnn_bound(1));
 }
 
 CudnnGraph& CudnnFrameAttention::plan(int64_t nb, int64_t ns) {
@@ -487,18 +487,9 @@ CudnnGraph& CudnnFrameAttention::plan(int64_t nb, int64_t ns) {
   return *slot;
 }
 
-// The frames' length bound: the tower's attention under the backbone's power-of-two bounds ran
-// slower than the same image under a plan of its own length (bench/results/2026-12-04-h200-session19-0817012.md),
-// and a tower sees few distinct image sizes: steps of 256 patches up to 8,192, of 2,048 up to
-// 32,768, of 8,192 beyond (at most ~50 plans, each built once when first needed)
-int64_t CudnnFrameAttention::frame_bound(int64_t n) {
-  const int64_t step = n <= 8192 ? 256 : n <= 32768 ? 2048 : 8192;
-  return std::max<int64_t>(step, (n + step - 1) / step * step);
-}
-
 void CudnnFrameAttention::run(bf16* q, const bf16* k, const bf16* v, const CudnnRagged& r, int64_t b, int64_t longest, cudaStream_t s) {
   if (b == 0) return;
-  plan(cudnn_bound(b, 1), frame_bound(longest)).run(q, k, v, q, s, &r);
+  plan(cudnn_bound(b, 1), cudnn_bound(longest)).run(q, k, v, q, s, &r);
 }
 
 std::string CudnnAttention::describe() const {

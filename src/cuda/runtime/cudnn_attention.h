@@ -118,8 +118,7 @@ class CudnnAttention {
 // The vision tower's attention: bidirectional within each frame (an image's patches see every
 // patch of their own frame and nothing else), q / k / v [rows, heads, dp] with d <= dp dims of each
 // head used (the tower's zero-padded layout), the output written over q's rows (head stride dp).
-// A launch holds the batch's frames as ragged sequences; plans by (frames, longest frame) bounds
-// (frame_bound: finer than the backbone's powers of two).
+// A launch holds the batch's frames as ragged sequences; plans by (frames, longest frame) bounds.
 // A frame's outputs do not depend on the other frames of its batch (measured in the lab and
 // checked by the GPU tests: an image alone vs packed, bit for bit).
 class CudnnFrameAttention {
@@ -130,7 +129,6 @@ class CudnnFrameAttention {
   // `r`: ragged arrays for b frames (append_ragged with ld = heads * dp for q, k, v and o)
   void run(bf16* q, const bf16* k, const bf16* v, const CudnnRagged& r, int64_t b, int64_t longest, cudaStream_t s);
   int64_t ld() const { return heads_ * dp_; }
-  static int64_t frame_bound(int64_t n);  // the plans' frame length bound for frames of up to n patches
 
  private:
   int64_t heads_, d_, dp_;
