@@ -211,8 +211,7 @@ void check_tower(const model::VisionConfig& vc, const model::VisionWeights& vw, 
     // clefrt's attention, then cuDNN's where it loads (what the engine runs under --attention auto)
     std::string why;
     std::unique_ptr<cuda::CudnnFrameAttention> cudnn;
-    const int64_t hd = vc.hidden / vc.heads;
-    if (cuda::cudnn_available(&why)) cudnn = std::make_unique<cuda::CudnnFrameAttention>(vc.heads, hd, cuda::flash_attention_full_padded(hd));
+    if (cuda::cudnn_available(&why)) cudnn = cuda::tower_attention(vc);
     else std::cout << "[ cuda    ] vision tower " << name << ": cuDNN not available (" << why << "), clefrt's attention only\n";
     std::vector<cuda::CudnnFrameAttention*> kernels = {nullptr};
     if (cudnn) kernels.push_back(cudnn.get());

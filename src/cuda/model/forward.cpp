@@ -262,10 +262,9 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
     std::string why;
     if (!cudnn_available(&why)) throw load_error("--attention cudnn", why);
     cudnn_ = std::make_unique<CudnnAttention>(m.c.q_heads, m.c.kv_heads, m.c.head_dim);
-    if (m.has_vision) {  // the tower's frames too (its padded head layout: flash_attention_full_padded)
-      const int64_t hd = m.vision.c.hidden / m.vision.c.heads;
+    if (m.has_vision) {  // the tower's frames too
       try {
-        cudnn_frames_ = std::make_unique<CudnnFrameAttention>(m.vision.c.heads, hd, flash_attention_full_padded(hd));
+        cudnn_frames_ = tower_attention(m.vision.c);
       } catch (const Error& e) {  // a tower shape cuDNN does not run: clefrt's kernel, and the kernel line says why
         tower_note_ = "; the vision tower on clefrt's (cuDNN: " + std::string(e.what()) + ")";
       }

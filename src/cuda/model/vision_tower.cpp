@@ -22,6 +22,10 @@ int64_t tiles_bound(const model::VisionConfig& c, int64_t S) {
   const int64_t m2 = c.spatial_merge * c.spatial_merge;  // a frame holds at least one merge block
   return S / flash_attention_full_tile() + S / std::max<int64_t>(m2, 1) + 1;
 }
+// cuDNN's plan bound on the frames of S patches (at most one a merge block)
+int64_t frames_bound(const model::VisionConfig& c, int64_t S) {
+  return cudnn_bound(S / std::max<int64_t>(c.spatial_merge * c.spatial_merge, 1) + 1, 1);
+}
 
 }  // namespace
 
@@ -31,8 +35,7 @@ VisionScratch VisionScratch::carve(Arena& a, const model::VisionConfig& c, int64
   const int64_t H = c.hidden, hd = H / c.heads, Dp = flash_attention_full_padded(hd), B = std::min(S, kRowBlock);
   const int64_t m2 = c.spatial_merge * c.spatial_merge;
   // + cuDNN's ragged arrays for up to one frame per merge block (cudnn_attention.h)
-  s.meta = a.carve<int32_t>(S * 6 + 3 * tiles_bound(c, S) + int64_t(ragged_ints(cudnn_bound(S / std::max<int64_t>(m2, 1) + 1, 1))) + 4,
-                            "vision index arrays");
+  s.meta = a.carve<int32_t>(S * 6 + 3 * tiles_bound(c, S) + int64_t(ragged_ints(frames_bound(c, S))) + 4, "vision index arrays");
   s.wt = a.carve<float>(S * 4, "vision position weights");
   s.x = a.carve<float>(S * H, "vision residual");
   // the resized images and the pixel blocks live only through patch_embed, before the first
@@ -46,6 +49,11 @@ VisionScratch VisionScratch::carve(Arena& a, const model::VisionConfig& c, int64
   s.pix = reinterpret_cast<bf16*>(s.big);
   s.mid = a.carve<bf16>(B * std::max(c.ffn, H), "vision block LayerNorm / GELU out");
   return s;
+}
+
+std::unique_ptr<CudnnFrameAttention> tower_attention(const model::VisionConfig& c) {
+  const int64_t hd = c.hidden / c.heads;
+  return std::make_unique<CudnnFrameAttention>(c.heads, hd, flash_attention_full_padded(hd));
 }
 
 void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model::ImagePatches*>& images, const VisionScratch& s,
@@ -126,9 +134,8 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   const int64_t nframes = int64_t(frames.size()), fb = cudnn_bound(nframes, 1);
   size_t ragged_at_int = 0;
   if (frames_attn) {
-    if (fb > cudnn_bound(S / std::max<int64_t>(m2, 1) + 1, 1))
-      throw Error(Status::Internal, "internal_error", "vision attention: more frames than the scratch plans for");
-    const int64_t ld = heads * Dp;
+    if (fb > frames_bound(c, S)) throw Error(Status::Internal, "internal_error", "vision attention: more frames than the scratch plans for");
+    const int64_t ld = frames_attn->ld();
     ragged_at_int = append_ragged(meta, frames, fb, ld, ld, ld, ld);  // s.meta is 256-byte aligned: the arrays stay 16-byte aligned
   }
   check(cudaMemcpyAsync(s.meta, meta.data(), meta.size() * 4, cudaMemcpyHostToDevice, st), "upload vision index arrays");

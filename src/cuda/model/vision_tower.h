@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "cuda/model/device_model.h"
@@ -32,6 +33,10 @@ struct VisionScratch {
   float* wt = nullptr;            // per patch: the 4 taps' weights
   static VisionScratch carve(Arena& a, const model::VisionConfig& c, int64_t S);
 };
+
+// cuDNN's attention for this tower's frames, in the layout vision_tower hands it (heads of hidden /
+// heads dims padded to flash_attention_full_padded); throws as CudnnFrameAttention's constructor.
+std::unique_ptr<CudnnFrameAttention> tower_attention(const model::VisionConfig& c);
 
 // Runs `images` (in order) through the tower and writes their merged rows one image after
 // another: [sum of tokens, out_hidden] fp32 at `out`. `mark` names the op that starts (profiling).

@@ -116,7 +116,7 @@ __global__ void bias_act_k(float* y, int64_t rows, int64_t n, int64_t ldy, const
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / n, c = i - r * n;
     float v = y[r * ldy + c] + (bias ? bias[c] : 0.0f);
-    if (gelu) v = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    if (gelu) v = gelu_f(v);
     y[r * ldy + c] = v;
   }
 }

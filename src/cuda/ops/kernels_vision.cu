@@ -93,14 +93,6 @@ __global__ void vision_patchify_k(const uint8_t* rgb, int64_t width, int64_t gri
   }
 }
 
-__device__ __forceinline__ float gelu_f(float v, bool tanh_form) {
-  if (tanh_form) {  // PyTorch's gelu(approximate="tanh")
-    const float kBeta = 0.7978845608028654f, kKappa = 0.044715f;
-    return 0.5f * v * (1.0f + tanhf(kBeta * (v + kKappa * v * v * v)));
-  }
-  return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-}
-
 __global__ void bias_gelu_bf16_k(const float* x, int64_t rows, int64_t n, const float* bias, bool tanh_form, bf16* y) {
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
