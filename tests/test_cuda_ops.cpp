@@ -69,6 +69,44 @@ TEST(CudaOps, GemmMatchesSgemm) {
   }
 }
 
+// The bf16 GEMM with cuBLASLt's epilogues (the vision blocks' qkv + bias and fc1 + bias + GELU):
+// against the CPU's sums + bias (+ tanh-form GELU) within bf16 rounding, at small shapes and the
+// tower's, and each row's bits independent of m (40 .. 5,000 rows: the m buckets' tuning included).
+TEST(CudaOps, Bf16GemmEpiloguesMatchCpuAndKeepTheirBits) {
+  NEED_GPU();
+  auto gelu_tanh = [](double v) { return 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); };
+  Gemm gemm(nullptr, true);
+  for (auto [m, n, k] : {std::tuple{7, 40, 64}, {129, 264, 96}, {300, 3456, 1152}, {300, 4304, 1152}}) {
+    auto x = rounded(randn(size_t(m * k), 41)), w = rounded(randn(size_t(n * k), 42, 0.05f)), bias = rounded(randn(size_t(n), 43, 0.5f));
+    std::vector<float> sums(size_t(m * n));
+    cpu::linear(x.data(), m, k, w.data(), n, sums.data());
+    DeviceBuffer dx = upload(to_bf(x), "x"), dw = upload(to_bf(w), "w"), db = upload(to_bf(bias), "bias"), dy(size_t(m * n) * 2);
+    for (Epilogue ep : {Epilogue::Bias, Epilogue::BiasGelu}) {
+      std::vector<float> want(sums.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double v = double(sums[i]) + bias[i % size_t(n)];
+        want[i] = float(ep == Epilogue::BiasGelu ? gelu_tanh(v) : v);
+      }
+      gemm.run_epilogue(dx.as<bf16>(), m, k, k, dw.as<bf16>(), n, ep, db.as<bf16>(), dy.as<bf16>(), n, "test gemm epilogue");
+      expect_close(down_bf(dy, want.size()), want, 2e-3, 8e-3,
+                   std::string(ep == Epilogue::Bias ? "bias" : "bias + gelu") + " m " + std::to_string(m) + " n " + std::to_string(n));
+    }
+  }
+  const int64_t mmax = 5000, n = 4304, k = 1152;
+  DeviceBuffer x = upload(to_bf(randn(size_t(mmax * k), 44)), "x"), w = upload(to_bf(randn(size_t(n * k), 45, 0.05f)), "w"),
+               b = upload(to_bf(randn(size_t(n), 46, 0.5f)), "bias"), y(size_t(mmax * n) * 2);
+  for (Epilogue ep : {Epilogue::Bias, Epilogue::BiasGelu}) {
+    std::vector<uint8_t> first;
+    for (int64_t m : {40, 300, 512, 3072, 5000}) {
+      gemm.run_epilogue(x.as<bf16>(), m, k, k, w.as<bf16>(), n, ep, b.as<bf16>(), y.as<bf16>(), n, "test gemm epilogue rows");
+      check(cudaDeviceSynchronize(), "gemm");
+      auto got = down<uint8_t>(y, size_t(40 * n) * 2);
+      if (first.empty()) first = got;
+      else EXPECT_EQ(got, first) << "epilogue " << int(ep) << " m " << m;
+    }
+  }
+}
+
 // The head's fp32 GEMM: against a double-precision reference at several shapes (tile edges in m,
 // n and k), with and without accumulation, and each row alone equal to the row in the batch bit
 // for bit (batch invariance).

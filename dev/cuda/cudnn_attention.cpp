@@ -370,6 +370,85 @@ void tower_points(void* handle, const HardwareLimits& hw, cudaStream_t st, json:
   records.arr.push_back(std::move(r));
 }
 
+// One image's frame the ways the product could plan it, output over q's rows (head stride 80)
+// as the product writes it: the product's ragged graph (bound: the next power of two), a padded
+// graph (the lengths and the padding mask without ragged offsets) at the same bound, a dense
+// graph of the exact length (no mask; a plan per length), and the dense graph on packed heads
+// (72 dims apart, no padding). ms each, and whether the bits equal the ragged graph's.
+void tower_single_points(void* handle, const HardwareLimits& hw, cudaStream_t st, json::Value& records) {
+  const int64_t heads = 16, d = 72, dp = flash_attention_full_padded(72), ld = heads * dp, cap = 16384;
+  DeviceBuffer q(size_t(cap * ld) * 2, "q"), k(size_t(cap * ld) * 2, "k"), v(size_t(cap * ld) * 2, "v"), o(size_t(cap * ld) * 2, "o"),
+      qp(size_t(cap * heads * d) * 2, "packed q"), kp(size_t(cap * heads * d) * 2, "packed k"), vp(size_t(cap * heads * d) * 2, "packed v"),
+      op(size_t(cap * heads * d) * 2, "packed o");
+  fill_normal_bf16(q.as<bf16>(), cap * ld, 51, 0.0f, 1.0f, st);
+  fill_normal_bf16(k.as<bf16>(), cap * ld, 52, 0.0f, 1.0f, st);
+  fill_normal_bf16(v.as<bf16>(), cap * ld, 53, 0.0f, 1.0f, st);
+  for (DeviceBuffer* x : {&q, &k, &v})
+    check(cudaMemset2DAsync(x->as<bf16>() + d, size_t(dp) * 2, 0, size_t(dp - d) * 2, size_t(cap * heads), st), "zero padding");
+  for (auto [from, to] : {std::pair{&q, &qp}, {&k, &kp}, {&v, &vp}})  // the same values, heads 72 apart
+    check(cudaMemcpy2DAsync(to->get(), size_t(d) * 2, from->get(), size_t(dp) * 2, size_t(d) * 2, size_t(cap * heads), cudaMemcpyDeviceToDevice, st),
+          "pack");
+  for (int64_t S : {int64_t(3072), int64_t(16384)}) {
+    const int64_t bound = cudnn_bound(S);
+    std::vector<int32_t> h;
+    append_ragged(h, {{0, S, 0, S}}, 1, ld, ld, ld, ld);
+    DeviceBuffer arr(h.size() * 4, "ragged");
+    check(cudaMemcpy(arr.get(), h.data(), h.size() * 4, cudaMemcpyHostToDevice), "ragged");
+    const CudnnRagged r = ragged_at(arr.as<int32_t>(), 1);
+    const double flop = 4.0 * double(S) * double(S) * double(d) * double(heads);
+    json::Value rec = json::Value::object();
+    rec.add("shape", json::Value::string("tower one frame of " + std::to_string(S) + " patches, plan variants"));
+    std::printf("\ntower, one frame of %lld patches (bound %lld), output over q:\n", (long long)S, (long long)bound);
+    std::vector<uint16_t> want;
+    auto variant = [&](const char* name, Shape g, bool packed_heads) {
+      try {
+        Attention a(handle, g);
+        bf16* out = packed_heads ? op.as<bf16>() : o.as<bf16>();
+        auto run = [&] {
+          if (packed_heads) a.run(qp.as<bf16>(), kp.as<bf16>(), vp.as<bf16>(), out, st, &r);
+          else a.run(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out, st, &r);
+        };
+        check(cudaMemsetAsync(out, 0xFF, packed_heads ? op.bytes() : o.bytes(), st), "NaN fill");
+        run();
+        std::vector<uint16_t> got;
+        const auto all = down_bf16(out, size_t(S * (packed_heads ? heads * d : ld)));
+        for (int64_t t = 0; t < S; ++t)
+          for (int64_t hh = 0; hh < heads; ++hh)
+            for (int64_t i = 0; i < d; ++i) got.push_back(all[size_t(packed_heads ? (t * heads + hh) * d + i : t * ld + hh * dp + i)]);
+        size_t differ = 0, bad = 0;
+        if (want.empty()) want = got;
+        for (size_t i = 0; i < got.size(); ++i) {
+          differ += got[i] != want[i];
+          bad += !std::isfinite(bf(got[i]));
+        }
+        const double ms = bench::median_ms(st, run);
+        std::printf("  %-34s %.3f ms %.0f TF/s (%.0f%% of the bf16 GEMM peak), plan %.1f ms, %zu outputs differ from the product's, %zu not finite\n",
+                    name, ms, flop / ms / 1e9, 100.0 * flop / ms / 1e9 / hw.peak_bf16_tflops, a.build_ms(), differ, bad);
+        json::Value x = json::Value::object();
+        x.add("ms", json::Value::number(ms));
+        x.add("differ_from_product", json::Value::integer(int64_t(differ)));
+        x.add("not_finite", json::Value::integer(int64_t(bad)));
+        rec.add(name, std::move(x));
+      } catch (const std::exception& e) {
+        std::printf("  %-34s %s\n", name, e.what());
+        rec.add(name, json::Value::string(e.what()));
+      }
+    };
+    Shape ragged{1, bound, bound, heads, heads, d, ld, dp, ld, dp, ld, dp, ld, false, true, dp};
+    Shape padded = ragged;
+    padded.ragged = false;
+    padded.padded = true;
+    Shape exact{1, S, S, heads, heads, d, ld, dp, ld, dp, ld, dp, ld, false, false, dp};
+    const int64_t lp = heads * d;
+    Shape packed{1, S, S, heads, heads, d, lp, d, lp, d, lp, d, lp, false, false, 0};
+    variant("ragged, bound (the product)", ragged, false);
+    variant("padded, bound", padded, false);
+    variant("dense, exact length", exact, false);
+    variant("dense, exact length, packed heads", packed, true);
+    records.arr.push_back(std::move(rec));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -493,6 +572,7 @@ int main(int argc, char** argv) {
     }
     ragged_points(handle, hw, st, records);
     tower_points(handle, hw, st, records);
+    tower_single_points(handle, hw, st, records);
     if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_cudnn_attn", std::move(records));
     cudaStreamDestroy(st);
   } catch (const std::exception& e) {

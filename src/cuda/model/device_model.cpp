@@ -116,6 +116,11 @@ class Builder {
     }
     return p;
   }
+  const bf16* vec_bf16(const model::Tensor& t, float std) {
+    bf16* p = alloc<bf16>(size_t(t.numel()));
+    put_bf16(t, p, t.numel(), std, 0.0f);
+    return p;
+  }
   const float* host_vec(const std::vector<float>& v) {
     float* p = alloc<float>(std::max<size_t>(v.size(), 1));
     if (!v.empty()) check(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload weights");
@@ -452,9 +457,9 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
       d.proj = b.matrix_bf16(bw.proj_w);
       d.fc1 = b.matrix_bf16(bw.fc1_w);
       d.fc2 = b.matrix_bf16(bw.fc2_w);
-      d.qkv_b = b.vec(bw.qkv_b, 0.0f, 0.02f);
+      d.qkv_b = b.vec_bf16(bw.qkv_b, 0.02f);
       d.proj_b = b.vec(bw.proj_b, 0.0f, 0.02f);
-      d.fc1_b = b.vec(bw.fc1_b, 0.0f, 0.02f);
+      d.fc1_b = b.vec_bf16(bw.fc1_b, 0.02f);
       d.fc2_b = b.vec(bw.fc2_b, 0.0f, 0.02f);
       v.blocks.push_back(d);
     }

@@ -102,7 +102,10 @@ struct DevHead {
 struct DevVisionBlock {
   DevLN norm1, norm2;
   const bf16 *qkv = nullptr, *proj = nullptr, *fc1 = nullptr, *fc2 = nullptr;  // [out, in]
-  const float *qkv_b = nullptr, *proj_b = nullptr, *fc1_b = nullptr, *fc2_b = nullptr;
+  // qkv's and fc1's biases in bf16 (cuBLASLt's epilogue takes them in the output's type; a bf16
+  // release holds them so); proj's and fc2's in fp32 (layer_norm_add adds them to the residual)
+  const bf16 *qkv_b = nullptr, *fc1_b = nullptr;
+  const float *proj_b = nullptr, *fc2_b = nullptr;
 };
 struct DevVision {
   model::VisionConfig c;

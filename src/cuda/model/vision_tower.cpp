@@ -45,9 +45,9 @@ VisionScratch VisionScratch::carve(Arena& a, const model::VisionConfig& c, int64
   s.rgb = reinterpret_cast<uint8_t*>(s.q);
   s.k = a.carve<bf16>(S * c.heads * Dp, "vision k");
   s.v = a.carve<bf16>(S * c.heads * Dp, "vision v");
-  s.big = a.carve<float>(std::max(B * std::max({3 * H, c.ffn, m2 * H}), (pix + 1) / 2), "vision block GEMM out (first the pixels)");
+  s.big = a.carve<float>(std::max(B * std::max({3 * H, c.ffn, m2 * H}), (pix + 1) / 2), "vision GEMM out (first the pixels; bf16 qkv, bf16 GELU)");
   s.pix = reinterpret_cast<bf16*>(s.big);
-  s.mid = a.carve<bf16>(B * std::max(c.ffn, H), "vision block LayerNorm / GELU out");
+  s.mid = a.carve<bf16>(B * std::max(c.ffn, H), "vision LayerNorm out / merger GELU out");
   return s;
 }
 
@@ -170,10 +170,12 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
       const int64_t n = std::min(kRowBlock, S - r0);
       mark("vision norm");
       layer_norm_add(s.x + r0 * H, n, H, H, pending, b.norm1.w, b.norm1.b, 1e-6f, s.mid, nullptr, st);
+      // qkv + bias in bf16 (cuBLASLt's epilogue), as the reference's bf16 Linear rounds it
       mark("vision qkv");
-      gemm.run(s.mid, n, H, H, b.qkv, 3 * H, s.big, OutType::F32, 3 * H, false, "vision qkv");
-      mark("vision bias + rope");
-      vision_qkv_rope(s.big, n, r0, b.qkv_b, row, col, v.inv_freq, heads, hd, Dp, s.q, s.k, s.v, st);
+      bf16* qkv = reinterpret_cast<bf16*>(s.big);
+      gemm.run_epilogue(s.mid, n, H, H, b.qkv, 3 * H, Epilogue::Bias, b.qkv_b, qkv, 3 * H, "vision qkv");
+      mark("vision rope");
+      vision_qkv_rope(qkv, n, r0, row, col, v.inv_freq, heads, hd, Dp, s.q, s.k, s.v, st);
     }
     mark("vision attention");
     if (frames_attn)
@@ -187,15 +189,14 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     gemm.run(s.k, S, H, H, b.proj, H, s.x, OutType::F32, H, true, "vision proj");
     for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
       const int64_t n = std::min(kRowBlock, S - r0);
-      // mid: the LayerNorm out, dead once fc1 has read it, then fc1's GELU out
       mark("vision norm");
       layer_norm_add(s.x + r0 * H, n, H, H, b.proj_b, b.norm2.w, b.norm2.b, 1e-6f, s.mid, nullptr, st);
+      // fc1 + bias, then GELU (tanh form), in cuBLASLt's epilogue: one rounding to bf16
       mark("vision fc1");
-      gemm.run(s.mid, n, H, H, b.fc1, c.ffn, s.big, OutType::F32, c.ffn, false, "vision fc1");
-      mark("vision bias + gelu");
-      bias_gelu_bf16(s.big, n, c.ffn, b.fc1_b, true, s.mid, st);
+      bf16* act = reinterpret_cast<bf16*>(s.big);
+      gemm.run_epilogue(s.mid, n, H, H, b.fc1, c.ffn, Epilogue::BiasGelu, b.fc1_b, act, c.ffn, "vision fc1");
       mark("vision fc2");
-      gemm.run(s.mid, n, c.ffn, c.ffn, b.fc2, H, s.x + r0 * H, OutType::F32, H, true, "vision fc2");
+      gemm.run(act, n, c.ffn, c.ffn, b.fc2, H, s.x + r0 * H, OutType::F32, H, true, "vision fc2");
     }
     pending = b.fc2_b;
   }

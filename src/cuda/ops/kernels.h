@@ -154,11 +154,11 @@ int64_t flash_attention_full_tile();
 // and its interpolated position row (model::vision_position_taps per patch).
 void vision_embed_finish(float* x, int64_t S, int64_t H, const float* bias, const float* table, const int32_t* idx4, const float* wt4,
                          cudaStream_t s);
-// qkv [n, 3H] fp32 (rows r0.. of the images' patches) + bias -> q, k, v [S, heads, Dp] bf16 rows
-// r0.., q and k rotated by the 2-D rotary (hd/4 frequencies of the patch's row, hd/4 of its column,
-// a dim d paired with d + hd/2), the padding dims zero.
-void vision_qkv_rope(const float* qkv, int64_t n, int64_t r0, const float* bias, const int32_t* row, const int32_t* col,
-                     const float* inv_freq, int64_t heads, int64_t hd, int64_t Dp, bf16* q, bf16* k, bf16* v, cudaStream_t s);
+// qkv [n, 3H] bf16 (rows r0.. of the images' patches, the bias added by qkv's GEMM) -> q, k, v
+// [S, heads, Dp] bf16 rows r0.., q and k rotated in fp32 by the 2-D rotary (hd/4 frequencies of the
+// patch's row, hd/4 of its column, a dim d paired with d + hd/2), the padding dims zero.
+void vision_qkv_rope(const bf16* qkv, int64_t n, int64_t r0, const int32_t* row, const int32_t* col, const float* inv_freq,
+                     int64_t heads, int64_t hd, int64_t Dp, bf16* q, bf16* k, bf16* v, cudaStream_t s);
 // The first hd dims of each row of src [rows, Dp] into dst [rows, hd] (the attention output over
 // its padded queries -> [patches, heads * hd] for proj); src and dst do not overlap.
 void vision_pack_heads(const bf16* src, int64_t rows, int64_t hd, int64_t Dp, bf16* dst, cudaStream_t s);

@@ -30,35 +30,42 @@ __global__ void vision_embed_finish_k(float* x, int64_t S, int64_t H, const floa
 // same angle; then v and the padding. 32-bit index arithmetic (the per-element 64-bit divisions
 // of a flat index cost more than the data).
 constexpr int kRopeMaxHalf = 64;  // hd <= 128
-__global__ void vision_qkv_rope_k(const float* qkv, int r0, const float* bias, const int32_t* row, const int32_t* col,
-                                  const float* inv_freq, int heads, int hd, int Dp, bf16* q, bf16* k, bf16* v) {
+// Two neighbouring dims per thread (bf16x2; hd % 4 == 0 keeps every pair inside one half). x: a
+// pair of the first half, y: its partners in the second; the first half gets x cos - y sin, the
+// second y cos + x sin.
+__device__ __forceinline__ void rotate2(float2 x, float2 y, float cs0, float sn0, float cs1, float sn1, __nv_bfloat162& first,
+                                        __nv_bfloat162& second) {
+  first = __floats2bfloat162_rn(x.x * cs0 - y.x * sn0, x.y * cs1 - y.y * sn1);
+  second = __floats2bfloat162_rn(y.x * cs0 + x.x * sn0, y.y * cs1 + x.y * sn1);
+}
+__global__ void vision_qkv_rope_k(const __nv_bfloat162* qkv, int r0, const int32_t* row, const int32_t* col, const float* inv_freq,
+                                  int heads, int hd, int Dp, __nv_bfloat162* q, __nv_bfloat162* k, __nv_bfloat162* v) {
   __shared__ float sin_s[kRopeMaxHalf], cos_s[kRopeMaxHalf];
-  const int r = blockIdx.x, H = heads * hd, half = hd / 2, nf = hd / 4;
-  const float* src = qkv + int64_t(r) * 3 * H;
-  const int64_t base = int64_t(r0 + r) * heads * Dp;
+  const int r = blockIdx.x, H2 = heads * hd / 2, half = hd / 2, nf = hd / 4, hp = half / 2, hd2 = hd / 2, Dp2 = Dp / 2;
+  const __nv_bfloat162* src = qkv + int64_t(r) * 3 * H2;
+  const int64_t base = int64_t(r0 + r) * heads * Dp2;
   if (int j = threadIdx.x; j < half) {
     const float ang = float(j < nf ? row[r0 + r] : col[r0 + r]) * inv_freq[j % nf];
     sincosf(ang, &sin_s[j], &cos_s[j]);
   }
   __syncthreads();
-  for (int p = threadIdx.x; p < heads * half; p += blockDim.x) {
-    const int h = p / half, j = p - h * half;
-    const float sn = sin_s[j], cs = cos_s[j];
-    const int c = h * hd + j, c2 = c + half;  // dims j and j + half of head h
-    const float qa = src[c] + bias[c], qb = src[c2] + bias[c2];
-    const float ka = src[H + c] + bias[H + c], kb = src[H + c2] + bias[H + c2];
-    const int64_t o = base + h * Dp + j;
-    q[o] = __float2bfloat16(qa * cs - qb * sn);
-    q[o + half] = __float2bfloat16(qb * cs + qa * sn);
-    k[o] = __float2bfloat16(ka * cs - kb * sn);
-    k[o + half] = __float2bfloat16(kb * cs + ka * sn);
+  for (int p = threadIdx.x; p < heads * hp; p += blockDim.x) {
+    const int h = p / hp, j = 2 * (p - h * hp);  // dims j, j + 1 and j + half, j + half + 1 of head h
+    const float cs0 = cos_s[j], sn0 = sin_s[j], cs1 = cos_s[j + 1], sn1 = sin_s[j + 1];
+    const int c = h * hd2 + j / 2, c2 = c + half / 2;
+    const float2 qa = __bfloat1622float2(src[c]), qb = __bfloat1622float2(src[c2]);
+    const float2 ka = __bfloat1622float2(src[H2 + c]), kb = __bfloat1622float2(src[H2 + c2]);
+    const int64_t o = base + h * Dp2 + j / 2, o2 = o + half / 2;
+    rotate2(qa, qb, cs0, sn0, cs1, sn1, q[o], q[o2]);
+    rotate2(ka, kb, cs0, sn0, cs1, sn1, k[o], k[o2]);
   }
-  for (int p = threadIdx.x; p < heads * Dp; p += blockDim.x) {
-    const int h = p / Dp, d = p - h * Dp;
-    if (d < hd) {
-      v[base + p] = __float2bfloat16(src[2 * H + h * hd + d] + bias[2 * H + h * hd + d]);
+  const __nv_bfloat162 zero = __floats2bfloat162_rn(0.0f, 0.0f);
+  for (int p = threadIdx.x; p < heads * Dp2; p += blockDim.x) {
+    const int h = p / Dp2, d = p - h * Dp2;
+    if (d < hd2) {
+      v[base + p] = src[2 * H2 + h * hd2 + d];
     } else {
-      q[base + p] = k[base + p] = v[base + p] = __float2bfloat16(0.0f);
+      q[base + p] = k[base + p] = v[base + p] = zero;
     }
   }
 }
@@ -118,12 +125,15 @@ void vision_embed_finish(float* x, int64_t S, int64_t H, const float* bias, cons
   check_launch("vision_embed_finish");
 }
 
-void vision_qkv_rope(const float* qkv, int64_t n, int64_t r0, const float* bias, const int32_t* row, const int32_t* col,
-                     const float* inv_freq, int64_t heads, int64_t hd, int64_t Dp, bf16* q, bf16* k, bf16* v, cudaStream_t s) {
+void vision_qkv_rope(const bf16* qkv, int64_t n, int64_t r0, const int32_t* row, const int32_t* col, const float* inv_freq,
+                     int64_t heads, int64_t hd, int64_t Dp, bf16* q, bf16* k, bf16* v, cudaStream_t s) {
   if (n == 0) return;
-  if (hd % 4 || hd > Dp || hd > 2 * kRopeMaxHalf || r0 + n > (int64_t(1) << 31) || heads * Dp > (int64_t(1) << 20))
-    throw Error(Status::Internal, "internal_error", "vision_qkv_rope: head dims must be a multiple of 4, at most 128, within the padded dims");
-  vision_qkv_rope_k<<<unsigned(n), 256, 0, s>>>(qkv, int(r0), bias, row, col, inv_freq, int(heads), int(hd), int(Dp), q, k, v);
+  if (hd % 4 || Dp % 2 || hd > Dp || hd > 2 * kRopeMaxHalf || r0 + n > (int64_t(1) << 31) || heads * Dp > (int64_t(1) << 20))
+    throw Error(Status::Internal, "internal_error",
+                "vision_qkv_rope: head dims must be a multiple of 4, at most 128, within the (even) padded dims");
+  using b2 = __nv_bfloat162;
+  vision_qkv_rope_k<<<unsigned(n), 128, 0, s>>>(reinterpret_cast<const b2*>(qkv), int(r0), row, col, inv_freq, int(heads), int(hd), int(Dp),
+                                                reinterpret_cast<b2*>(q), reinterpret_cast<b2*>(k), reinterpret_cast<b2*>(v));
   check_launch("vision_qkv_rope");
 }
 

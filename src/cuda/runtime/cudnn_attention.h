@@ -43,6 +43,10 @@ struct CudnnShape {
   int64_t ldq, hsq, ldk, hsk, ldv, hsv, ldo;
   bool causal, ragged = false;
   int64_t hso = 0;  // o's head stride (0: d)
+  // Padded: the lengths (seq_q, seq_kv of CudnnRagged) and the padding mask without the ragged
+  // offsets: sequence i at rows [i * sq, ...) as in a dense graph, its rows past its lengths
+  // neither read into its outputs nor written
+  bool padded = false;
 };
 // Device arrays: element offsets [b + 1] of each sequence's first row, lengths [b] (int32).
 struct CudnnRagged {

@@ -35,7 +35,8 @@ bool invariant_algo(const cublasLtMatmulAlgo_t& a) {
 // Column-major view: D^T[n, m] = W[n, k] * X^T[k, m]; W row-major [n, k] is column-major
 // [k, n] (op T), X row-major [m, k] is column-major [k, m] (op N). FP8 needs this "TN" form
 // too: A (the weights) transposed, B not.
-Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, int in_kind, bool fast_accum, const char* op) {
+Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, int in_kind, bool fast_accum, const char* op,
+                     int ep = 0) {
   const cudaDataType in = in_kind == 1 ? CUDA_R_32F : in_kind == 2 ? CUDA_R_8F_E4M3 : in_kind == 3 ? CUDA_R_4F_E2M1 : CUDA_R_16BF;
   Layouts l;
   check(cublasLtMatmulDescCreate(&l.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), op);
@@ -46,6 +47,10 @@ Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, 
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
     check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode), op);
     check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode), op);
+  }
+  if (ep) {  // D^T's rows are y's columns: the bias vector runs along n
+    const cublasLtEpilogue_t e = Epilogue(ep) == Epilogue::BiasGelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), op);
   }
   if (in_kind == 2 && fast_accum) {
     const int8_t on = 1;
@@ -82,8 +87,8 @@ Gemm::~Gemm() {
 
 // Up to 16 of cuBLASLt's heuristic candidates for the shape, best first.
 std::vector<cublasLtMatmulHeuristicResult_t> Gemm::heuristics(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, In in,
-                                                              const char* op) {
-  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), lab_.fp8_fast_accum, op);
+                                                              const char* op, int ep) {
+  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), lab_.fp8_fast_accum, op, ep);
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), op);
   size_t ws = workspace_.bytes();
@@ -99,9 +104,9 @@ std::vector<cublasLtMatmulHeuristicResult_t> Gemm::heuristics(int64_t m, int64_t
 }
 
 cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in,
-                                  const char* op) {
+                                  const char* op, int ep) {
   (void)acc;
-  const std::vector<cublasLtMatmulHeuristicResult_t> res = heuristics(m, n, k, ldx, ldy, yt, in, op);
+  const std::vector<cublasLtMatmulHeuristicResult_t> res = heuristics(m, n, k, ldx, ldy, yt, in, op, ep);
   if (res.empty())
     throw Error(Status::Internal, "device_error",
                 std::string(op) + ": cuBLASLt has no algorithm for m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k));
@@ -118,20 +123,21 @@ cublasLtMatmulAlgo_t Gemm::choose(int64_t m, int64_t n, int64_t k, int64_t ldx, 
   return a;
 }
 
-Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op) {
-  Key key{m, n, k, ldx, ldy, int(yt), acc, int(in)};
+Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op, int ep) {
+  Key key{m, n, k, ldx, ldy, int(yt), acc, int(in), ep};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan p;
+  p.ep = ep;
   if (batch_invariant_) {
     // One algorithm per (n, k, ...) chosen at a reference m large enough for the biggest tiles.
-    auto ik = std::make_tuple(n, k, ldx, ldy, int(yt), acc, int(in));
+    auto ik = std::make_tuple(n, k, ldx, ldy, int(yt), acc, int(in), ep);
     auto a = invariant_algos_.find(ik);
-    if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, in, op)).first;
+    if (a == invariant_algos_.end()) a = invariant_algos_.emplace(ik, choose(4096, n, k, ldx, ldy, yt, acc, in, op, ep)).first;
     p.algo = a->second;
     const int64_t bucket = fp8_bucket(m);
     if ((in == In::FP8 && !acc && lab_.fp8_m_buckets) || (in == In::BF16 && lab_.bf16_m_buckets)) {
-      auto d = bucket_algos_.find(std::make_tuple(bucket, n, k, ldx, ldy, int(yt), acc, int(in)));
+      auto d = bucket_algos_.find(std::make_tuple(bucket, n, k, ldx, ldy, int(yt), acc, int(in), ep));
       if (d != bucket_algos_.end()) {
         p.algo = d->second;
       } else {  // decided by tune at the first call, which has operands
@@ -141,9 +147,9 @@ Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy
       }
     }
   } else {
-    p.algo = choose(m, n, k, ldx, ldy, yt, acc, in, op);
+    p.algo = choose(m, n, k, ldx, ldy, yt, acc, in, op, ep);
   }
-  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), lab_.fp8_fast_accum, op);
+  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), lab_.fp8_fast_accum, op, ep);
   p.desc = l.desc;
   p.a = l.a;
   p.b = l.b;
@@ -158,6 +164,16 @@ void Gemm::run(const __nv_bfloat16* x, int64_t m, int64_t k, int64_t ldx, const 
   Plan& p = plan(m, n, k, ldx, ldy, yt, accumulate, In::BF16, op);
   if (p.probe) tune(p, In::BF16, x, m, k, ldx, w, n, y, yt, ldy, accumulate, op);
   launch(p, x, w, y, accumulate, op);
+}
+
+void Gemm::run_epilogue(const __nv_bfloat16* x, int64_t m, int64_t k, int64_t ldx, const __nv_bfloat16* w, int64_t n, Epilogue ep,
+                        const __nv_bfloat16* bias, __nv_bfloat16* y, int64_t ldy, const char* op) {
+  if (m == 0) return;
+  if (ep != Epilogue::None && !bias) throw Error(Status::Internal, "internal_error", std::string(op) + ": a bias epilogue without its bias");
+  bias_ = bias;
+  Plan& p = plan(m, n, k, ldx, ldy, OutType::BF16, false, In::BF16, op, int(ep));
+  if (p.probe) tune(p, In::BF16, x, m, k, ldx, w, n, y, OutType::BF16, ldy, false, op);
+  launch(p, x, w, y, false, op);
 }
 
 void Gemm::run_fp8(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, OutType yt, int64_t ldy, const char* op) {
@@ -183,17 +199,18 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
   auto decide = [&](const cublasLtMatmulAlgo_t& algo) {
     p.algo = algo;
     p.probe = false;
-    bucket_algos_.emplace(std::make_tuple(p.bucket, n, k, ldx, ldy, int(yt), acc, int(in)), algo);
+    bucket_algos_.emplace(std::make_tuple(p.bucket, n, k, ldx, ldy, int(yt), acc, int(in), p.ep), algo);
     // other m of this bucket planned before the decision take it too
     for (auto& [key, q] : plans_)
       if (q.probe && q.bucket == p.bucket && std::get<1>(key) == n && std::get<2>(key) == k && std::get<3>(key) == ldx &&
-          std::get<4>(key) == ldy && std::get<5>(key) == int(yt) && std::get<6>(key) == acc && std::get<7>(key) == int(in)) {
+          std::get<4>(key) == ldy && std::get<5>(key) == int(yt) && std::get<6>(key) == acc && std::get<7>(key) == int(in) &&
+          std::get<8>(key) == p.ep) {
         q.algo = algo;
         q.probe = false;
       }
   };
   std::vector<cublasLtMatmulAlgo_t> algos = {p.reference};
-  for (const auto& r : heuristics(m, n, k, ldx, ldy, yt, in, op)) {
+  for (const auto& r : heuristics(m, n, k, ldx, ldy, yt, in, op, p.ep)) {
     if (algos.size() >= 9) break;
     if (!invariant_algo(r.algo)) continue;
     bool seen = false;
@@ -214,11 +231,12 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
     return;
   }
   void* into = acc ? timed.get() : y;
-  Layouts l = make_layouts(rows, n, k, ldx, ldy, yt, int(in), lab_.fp8_fast_accum, op);
+  Layouts l = make_layouts(rows, n, k, ldx, ldy, yt, int(in), lab_.fp8_fast_accum, op, p.ep);
   cudaEvent_t t0 = nullptr, t1 = nullptr;
   std::vector<char> want(bytes), got(bytes);
   auto rows_of = [&](const cublasLtMatmulAlgo_t& algo, DeviceBuffer& out, std::vector<char>& host) {
     Plan probe{l.desc, l.a, l.b, l.c, algo};
+    probe.ep = p.ep;
     check(cudaMemsetAsync(out.get(), 0, bytes, stream_), op);
     launch(probe, x, w, out.get(), false, op);
     check(cudaMemcpyAsync(host.data(), out.get(), bytes, cudaMemcpyDeviceToHost, stream_), op);
@@ -314,7 +332,7 @@ std::vector<Gemm::Candidate> Gemm::candidates(bool fp8, int64_t m, int64_t n, in
 // over many calls times the GEMMs, not their descriptors.
 void Gemm::run_candidate(const Candidate& c, bool fp8, const void* x, int64_t m, int64_t k, const void* w, int64_t n, void* y, OutType yt,
                          const char* op) {
-  Key key{m, n, k, k, n, int(yt), false, int(fp8 ? In::FP8 : In::BF16)};
+  Key key{m, n, k, k, n, int(yt), false, int(fp8 ? In::FP8 : In::BF16), 0};
   auto it = candidate_layouts_.find(key);
   if (it == candidate_layouts_.end()) {
     Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), lab_.fp8_fast_accum, op);
@@ -332,6 +350,7 @@ void Gemm::run_candidate(const Candidate& c, bool fp8, const void* x, int64_t m,
 
 void Gemm::launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op, float alpha) {
   const float beta = accumulate ? 1.0f : 0.0f;
+  if (p.ep) check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_, sizeof bias_), op);
   check(cublasLtMatmul(lt_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.get(), workspace_.bytes(),
                        stream_),
         op);

@@ -32,6 +32,11 @@ namespace clefrt::cuda {
 
 enum class OutType { BF16, F32 };
 
+// What cuBLASLt adds to a bf16-output GEMM before it rounds: + bias (bf16 [n]: cuBLASLt takes the
+// bias in the output's type), then GELU (cuBLASLt's, the tanh form). One rounding to bf16, as a
+// bf16 Linear with bias (and torch's fused addmm + gelu) rounds.
+enum class Epilogue { None, Bias, BiasGelu };
+
 // Switches only the dev/cuda lab's benches turn (the product runs the defaults).
 struct GemmLab {
   bool fp8_m_buckets = true;    // false: the reference-m FP8 algorithm at every m (no tuning)
@@ -49,6 +54,10 @@ class Gemm {
   // accumulate: y += x w^T (y must be F32 then: the residual stream).
   void run(const __nv_bfloat16* x, int64_t m, int64_t k, int64_t ldx, const __nv_bfloat16* w, int64_t n, void* y, OutType yt,
            int64_t ldy, bool accumulate, const char* op);
+  // y = epilogue(x w^T + bias) in bf16, rows of ldy. Batch-invariant like run(): the epilogue is
+  // per element.
+  void run_epilogue(const __nv_bfloat16* x, int64_t m, int64_t k, int64_t ldx, const __nv_bfloat16* w, int64_t n, Epilogue ep,
+                    const __nv_bfloat16* bias, __nv_bfloat16* y, int64_t ldy, const char* op);
   // All fp32 (CUBLAS_COMPUTE_32F, no TF32): the joint head, where exactness costs little.
   void run_f32(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                const char* op);
@@ -91,14 +100,16 @@ class Gemm {
     bool probe = false;
     cublasLtMatmulAlgo_t reference{};
     int64_t bucket = 0;
+    int ep = 0;  // Epilogue: the desc carries it; launch sets its bias pointer
   };
   enum class In { BF16, F32, FP8, FP4 };
-  // m, n, k, ldx, ldy, yt, acc, input type
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int>;
-  Plan& plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op);
-  cublasLtMatmulAlgo_t choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op);
+  // m, n, k, ldx, ldy, yt, acc, input type, epilogue
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int, int>;
+  Plan& plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op, int ep = 0);
+  cublasLtMatmulAlgo_t choose(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, bool acc, In in, const char* op,
+                              int ep);
   std::vector<cublasLtMatmulHeuristicResult_t> heuristics(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, In in,
-                                                          const char* op);
+                                                          const char* op, int ep = 0);
   void launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op, float alpha = 1.0f);
 
   cudaStream_t stream_;
@@ -109,10 +120,11 @@ class Gemm {
   std::map<Key, Plan> plans_;
   std::map<Key, Plan> candidate_layouts_;  // run_candidate's (the algorithm set per call)
   int fp8_adopted_ = 0, fp8_refused_ = 0;
-  // (n, k, ldx, ldy, yt, acc, input type) -> algorithm
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int>, cublasLtMatmulAlgo_t> invariant_algos_;
-  // (bucket, n, k, ldx, ldy, yt, acc, input type) -> the algorithm the probe settled on
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int>, cublasLtMatmulAlgo_t> bucket_algos_;
+  const void* bias_ = nullptr;  // the epilogue's bias for the launches of the current call
+  // (n, k, ldx, ldy, yt, acc, input type, epilogue) -> algorithm
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, bool, int, int>, cublasLtMatmulAlgo_t> invariant_algos_;
+  // (bucket, n, k, ldx, ldy, yt, acc, input type, epilogue) -> the algorithm the probe settled on
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int, int>, cublasLtMatmulAlgo_t> bucket_algos_;
   void tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx, const void* w, int64_t n, void* y, OutType yt, int64_t ldy,
             bool acc, const char* op);
 };
