@@ -2,12 +2,8 @@
 // GDN shapes (Hk 16, Hv 48, Dk = Dv = 128) on random inputs normalised as the engine's gdn_prep
 // leaves them. Per batch shape (1 x 8,192, 8 x 1,024, 64 x 512 tokens; one layer; CUDA events,
 // median of 20 after 3 warm-ups; each run from a fresh prep, whose time is subtracted):
-//   product       gdn_chunk_prep + gdn_chunk_scan as the engine runs them (GdnPath::Auto: TF32
-//                 products), the reference of the error columns
-//   product 3xtf32  the same kernels with 3xTF32 products, prep and scan (GdnPath::Tf32x3:
-//                 fp32-level; the product before TF32), timed beside its own prep
-//   fused 3xtf32  this file's copy of the scan kernel (from here on, the variants scan the
-//                 product's TF32 prep)
+//   product       gdn_chunk_scan, the engine's (one fused kernel, 3xTF32 products)
+//   fused 3xtf32  this file's copy of it (its bits must equal the product's: the harness check)
 //   regs nwN      gdn_scan_regs.cuh: the state in registers, one warp per 16 state columns, N
 //                 warps a CTA (1, 2, 4), 3xTF32; regs tf32: 2 warps, plain TF32 products
 //   fused tf32    the same kernel with plain TF32 products (one MMA instead of three)
@@ -17,8 +13,8 @@
 //   split 3xtf32  a state kernel (the recurrence alone, next chunk's loads under the update)
 //               + a parallel output kernel over saved chunk states: the same bits, and slower
 //   simt          the engine's CUDA-core scan
-// Error is against the product's output (TF32); "product 3xtf32"'s row is the TF32 path's error
-// against an fp32-level one (the GPU tests hold 3xTF32 to the CPU's fp32 within 2e-5 relative). Rates count each product once (useful FLOPs), for scale against the measured
+// Error is against the product's output, which the GPU tests hold to the CPU's fp32 within
+// 2e-5 relative. Rates count each product once (useful FLOPs), for scale against the measured
 // bf16 GEMM peak. Usage: clefrt_bench_gdn [--commit ID] [--json FILE]
 #include <cuda_runtime.h>
 
@@ -48,6 +44,12 @@ using namespace gdn;
 // fla does). Same accumulator layout in all three (rows g and g + 8, columns 2t and 2t + 1).
 enum class Mma { Tf32x3, Tf32, Bf16 };
 
+__device__ __forceinline__ uint32_t tf32_hi(float x) {
+  uint32_t h, l;
+  split_tf32(x, h, l);
+  return h;
+}
+
 template <Mma M, int NB, class FA, class FB>
 __device__ __forceinline__ void mma_shared_a(float (&d)[NB][4], int nb, int K, FA a_at, FB b_at) {
   if constexpr (M == Mma::Tf32x3) {
@@ -55,7 +57,17 @@ __device__ __forceinline__ void mma_shared_a(float (&d)[NB][4], int nb, int K, F
   } else {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if constexpr (M == Mma::Tf32) {
-      mma_tf32_shared_a<NB>(d, nb, K, a_at, b_at);
+#pragma unroll 2
+      for (int k0 = 0; k0 < K; k0 += 8) {
+        const uint32_t a[4] = {tf32_hi(a_at(g, k0 + t)), tf32_hi(a_at(g + 8, k0 + t)), tf32_hi(a_at(g, k0 + t + 4)),
+                               tf32_hi(a_at(g + 8, k0 + t + 4))};
+#pragma unroll
+        for (int q = 0; q < NB; ++q) {
+          if (q >= nb) break;
+          const uint32_t b[2] = {tf32_hi(b_at(q, k0 + t, g)), tf32_hi(b_at(q, k0 + t + 4, g))};
+          mma_tf32(d[q], a, b);
+        }
+      }
     } else {
 #pragma unroll 2
       for (int k0 = 0; k0 < K; k0 += 16) {
@@ -79,7 +91,17 @@ __device__ __forceinline__ void mma_shared_b(float (&d)[NA][4], int na, int K, F
   } else {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     if constexpr (M == Mma::Tf32) {
-      mma_tf32_shared_b<NA>(d, na, K, a_at, b_at);
+#pragma unroll 2
+      for (int k0 = 0; k0 < K; k0 += 8) {
+        const uint32_t b[2] = {tf32_hi(b_at(k0 + t, g)), tf32_hi(b_at(k0 + t + 4, g))};
+#pragma unroll
+        for (int q = 0; q < NA; ++q) {
+          if (q >= na) break;
+          const uint32_t a[4] = {tf32_hi(a_at(q, g, k0 + t)), tf32_hi(a_at(q, g + 8, k0 + t)), tf32_hi(a_at(q, g, k0 + t + 4)),
+                                 tf32_hi(a_at(q, g + 8, k0 + t + 4))};
+          mma_tf32(d[q], a, b);
+        }
+      }
     } else {
 #pragma unroll 2
       for (int k0 = 0; k0 < K; k0 += 16) {
@@ -595,16 +617,13 @@ int main(int argc, char** argv) {
       const float* mx = mixed.as<float>();
       const float* gg = g.as<float>();
       const dim3 sgrid(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / SW)), ogrid(unsigned(nc), unsigned(Hv), unsigned(Dv / SW));
-      GdnPath prep_path = GdnPath::Auto;
-      auto prep = [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, prep_path); };
+      auto prep = [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s); };
       struct Variant {
         const char* name;
         std::function<void(float*)> scan;
-        GdnPath prep = GdnPath::Auto;  // the prep that feeds it (the 3xTF32 product's: its own)
       };
       const std::vector<Variant> variants = {
           {"product", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s); }},
-          {"product 3xtf32", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Tf32x3); }, GdnPath::Tf32x3},
           {"regs nw1", [&](float* out) {
              gdn_chunk_scan_rs_k<16, 1, true><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 16)), 32, 0, s>>>(mx, conv_dim, Hk, Hv, Dv,
                                                                                                                   gg, ch, scr, out);
@@ -648,19 +667,14 @@ int main(int argc, char** argv) {
       std::vector<float> ref(N), got(N);
       // every variant from a fresh prep (the split one writes Vn over U); times are prep + scan - prep
       const double t_prep = median_ms(s, prep);
-      prep_path = GdnPath::Tf32x3;
-      const double t_prep3 = median_ms(s, prep);
-      prep_path = GdnPath::Auto;
       const double flop_prep = 2.0 * (2 * 64 * 64 * Dk + 64 * 64 * (Dk + Dv)) * double(nc * Hv);
       const double flop_scan = 2.0 * (64 * Dk * Dv * 3 + 64 * 64 * Dv) * double(nc * Hv);
-      std::printf("\n%s: %lld chunks; prep %.3f ms (%.1f TFLOP/s, %.3f of the bf16 peak; TF32 products), 3xTF32 prep %.3f ms\n", sh.name,
-                  (long long)nc, t_prep, flop_prep / (t_prep * 1e-3) / 1e12, flop_prep / (t_prep * 1e-3) / 1e12 / hw.peak_bf16_tflops, t_prep3);
+      std::printf("\n%s: %lld chunks; prep %.3f ms (%.1f TFLOP/s, %.3f of the bf16 peak)\n", sh.name, (long long)nc, t_prep,
+                  flop_prep / (t_prep * 1e-3) / 1e12, flop_prep / (t_prep * 1e-3) / 1e12 / hw.peak_bf16_tflops);
       json::Value pts = json::Value::array();
       double t_product = 0;
       for (const Variant& v : variants) {
         float* out = v.name == std::string("product") ? o_ref.as<float>() : o.as<float>();
-        prep_path = v.prep;
-        const double t_pre = v.prep == GdnPath::Tf32x3 ? t_prep3 : t_prep;
         prep();
         v.scan(out);
         check_launch(v.name);
@@ -680,18 +694,17 @@ int main(int argc, char** argv) {
         const double t = median_ms(s, [&] {
           prep();
           v.scan(out);
-        }) - t_pre;
-        prep_path = GdnPath::Auto;
+        }) - t_prep;
         if (out == o_ref.as<float>()) t_product = t;
         const double rel_max = max_ref > 0 ? max_err / max_ref : 0, rel_rms = sr > 0 ? std::sqrt(se / sr) : 0;
         std::printf("  %-13s scan %7.3f ms (%.2fx the product's) %6.1f TFLOP/s | prep + scan %7.3f ms | vs the product: %zu of %zu bits "
                     "differ, max |err| / max |o| %.2e, rms rel %.2e\n",
-                    v.name, t, t / t_product, flop_scan / (t * 1e-3) / 1e12, t_pre + t, differ, N, rel_max, rel_rms);
+                    v.name, t, t / t_product, flop_scan / (t * 1e-3) / 1e12, t_prep + t, differ, N, rel_max, rel_rms);
         json::Value r = json::Value::object();
         r.add("variant", json::Value::string(v.name));
         r.add("m", json::Value::integer(L));
         r.add("sequences", json::Value::integer(sh.seqs));
-        r.add("prep_ms", json::Value::number(t_pre));
+        r.add("prep_ms", json::Value::number(t_prep));
         r.add("scan_ms", json::Value::number(t));
         r.add("outputs_differing_from_product", json::Value::integer(int64_t(differ)));
         r.add("max_err_over_max_out", json::Value::number(rel_max));

@@ -123,54 +123,6 @@ __device__ __forceinline__ void mma_3xtf32_shared_b(float (&d)[NA][4], int na, i
     for (int i = 0; i < 4; ++i) d[q][i] += e[q][i];
 }
 
-// Plain TF32 (one MMA a k-step): operands rounded to TF32 (hi of split_tf32, 10-bit mantissas),
-// fp32 accumulation. The same tiles, fragments and order as the 3xTF32 forms above.
-__device__ __forceinline__ uint32_t tf32_round(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
-
-template <int NB, class FA, class FB>
-__device__ __forceinline__ void mma_tf32_shared_a(float (&d)[NB][4], int nb, int K, FA a_at, FB b_at) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll 2
-  for (int k0 = 0; k0 < K; k0 += 8) {
-    const uint32_t a[4] = {tf32_round(a_at(g, k0 + t)), tf32_round(a_at(g + 8, k0 + t)), tf32_round(a_at(g, k0 + t + 4)),
-                           tf32_round(a_at(g + 8, k0 + t + 4))};
-#pragma unroll
-    for (int q = 0; q < NB; ++q) {
-      if (q >= nb) break;
-      const uint32_t b[2] = {tf32_round(b_at(q, k0 + t, g)), tf32_round(b_at(q, k0 + t + 4, g))};
-      mma_tf32(d[q], a, b);
-    }
-  }
-}
-
-template <int NA, class FA, class FB>
-__device__ __forceinline__ void mma_tf32_shared_b(float (&d)[NA][4], int na, int K, FA a_at, FB b_at) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll 2
-  for (int k0 = 0; k0 < K; k0 += 8) {
-    const uint32_t b[2] = {tf32_round(b_at(k0 + t, g)), tf32_round(b_at(k0 + t + 4, g))};
-#pragma unroll
-    for (int q = 0; q < NA; ++q) {
-      if (q >= na) break;
-      const uint32_t a[4] = {tf32_round(a_at(q, g, k0 + t)), tf32_round(a_at(q, g + 8, k0 + t)), tf32_round(a_at(q, g, k0 + t + 4)),
-                             tf32_round(a_at(q, g + 8, k0 + t + 4))};
-      mma_tf32(d[q], a, b);
-    }
-  }
-}
-
-// The chunk kernels' products: 3xTF32 (Split) or plain TF32 (GdnPath in kernels.h).
-template <bool Split, int NB, class FA, class FB>
-__device__ __forceinline__ void mma_products_shared_a(float (&d)[NB][4], int nb, int K, FA a_at, FB b_at) {
-  if constexpr (Split) mma_3xtf32_shared_a<NB>(d, nb, K, a_at, b_at);
-  else mma_tf32_shared_a<NB>(d, nb, K, a_at, b_at);
-}
-template <bool Split, int NA, class FA, class FB>
-__device__ __forceinline__ void mma_products_shared_b(float (&d)[NA][4], int na, int K, FA a_at, FB b_at) {
-  if constexpr (Split) mma_3xtf32_shared_b<NA>(d, na, K, a_at, b_at);
-  else mma_tf32_shared_b<NA>(d, na, K, a_at, b_at);
-}
-
 // The chunks of sequence s in this pass, [cb, ce); false (the CTA has nothing to do) if none.
 __device__ __forceinline__ bool scan_pass_chunks(const GdnChunks& ch, const GdnScratch& sc, int64_t s, int64_t& cb, int64_t& ce) {
   const int64_t first = ch.seq_chunk[s], end = ch.seq_chunk[s + 1];

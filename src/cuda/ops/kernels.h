@@ -88,14 +88,10 @@ struct GdnScratch {
   const int32_t* snap_chunk = nullptr;
   int64_t layer_off = 0;
 };
-// Which kernels. Tensor cores (mma.sync, fp32 accumulation; Dk % 16 == 0 and Dv % 8 == 0):
-// Tf32 rounds the products' operands to TF32 (10-bit mantissas, relative 2^-11: finer than the
-// bf16 rounding of the GEMM inputs on either side of the GDN, and than fla's bf16 products),
-// Tf32x3 splits them (3xTF32: fp32-level, 3 MMAs and the split's instructions per product).
-// Simt: the fp32 CUDA-core kernels. Auto = Tf32 where the shapes fit, else Simt. The GPU tests
-// hold Tf32x3 and Simt to the CPU's fp32 tightly and Tf32 to its own bound; the engine's
-// accuracy tests run Auto.
-enum class GdnPath { Auto, Tf32, Tf32x3, Simt };
+// Which kernels: Auto = tensor cores (mma.sync TF32, 3xTF32 split: fp32-level accuracy) when
+// Dk % 16 == 0 and Dv % 8 == 0, else the fp32 CUDA-core kernels. The
+// tests run both explicitly.
+enum class GdnPath { Auto, TensorCores, Simt };
 // mixed: [L, conv_dim] (q | k | v heads, q/k normalised); g, beta: [L, Hv]; o: [L, Hv * Dv] fp32.
 void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
                  const GdnChunks& ch, GdnScratch sc, float* o, cudaStream_t s, GdnPath path = GdnPath::Auto);

@@ -10,8 +10,8 @@
 //   Vn = U - W S;  O = e^gamma Q S + A Vn;  S = e^gamma_C S + (K e^(gamma_C - gamma))^T Vn
 // gdn_chunk_prep does the first part for all chunks in parallel; gdn_chunk_scan walks the
 // chunks, one CTA per (sequence, head, 32 state columns): the columns of S evolve independently,
-// which is what makes the split exact. Each has a tensor-core form (mma.sync with TF32 products,
-// the default, or 3xTF32 ones) and a CUDA-core form (GdnPath in kernels.h).
+// which is what makes the split exact. Each has a tensor-core form (3xTF32 mma.sync,  the
+// default) and a CUDA-core form (GdnPath in kernels.h).
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -238,7 +238,6 @@ struct PrepTcSmem {
   size_t bytes() const { return sizeof(double) * C + sizeof(float) * floats(); }  // ~105 KiB at Dk = Dv = 128: two CTAs per SM
 };
 
-template <bool Split>
 __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
                                                            int64_t Dv, const float* g, const float* beta, GdnChunks ch, GdnScratch sc) {
   extern __shared__ double smem_d[];
@@ -282,7 +281,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
       *reinterpret_cast<float2*>(aqk + (16 * i + gq + 8) * C + jj) = make_float2(0.0f, 0.0f);
     }
     float d[8][4] = {};  // d[2 (i - i_min)]: K K^T, d[2 (i - i_min) + 1]: Q K^T
-    mma_products_shared_b<Split, 8>(
+    mma_3xtf32_shared_b<8>(
         d, 2 * (4 - i_min), int(Dk),
         [&](int q, int r, int k) { return ((q & 1) ? qs : ks)[(16 * (i_min + q / 2) + r) * ldk + k]; },
         [&](int k, int col) { return ks[(cc + col) * ldk + k]; });
@@ -349,7 +348,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
   for (int m0 = 0; m0 < count; m0 += 4) {
     const int nb = count - m0 < 4 ? count - m0 : 4;
     float d[4][4] = {};
-    mma_products_shared_a<Split, 4>(
+    mma_3xtf32_shared_a<4>(
         d, nb, rt + 16, [&](int r, int k) { return T[(rt + r) * ldl + k]; },
         [&](int q, int k, int col) {
           const int col0 = (warp / 4 + 2 * (m0 + q)) * 8;
@@ -519,7 +518,6 @@ struct ScanTcSmem {
 
 // One CTA (8 warps) per (sequence, value head, 32 state columns), as gdn_chunk_scan_k. Each warp
 // owns output tiles of 16 x 8: Vn and O 64 x 32 (2 tiles per warp), S 128 x 32 (Dk / 16 x 4 tiles).
-template <bool Split>
 __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
                                                            int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* o) {
   extern __shared__ double smem_d[];
@@ -567,7 +565,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
     // Vn = U - W S: this warp's two tiles share their W fragment
     {
       float d[2][4] = {};
-      mma_products_shared_a<Split, 2>(
+      mma_3xtf32_shared_a<2>(
           d, 2, int(Dk), [&](int r, int k) { return Ws[(rt + r) * ld + k]; },
           [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
       for (int q = 0; q < 2; ++q) {
@@ -585,7 +583,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
     // O = e^gamma Q S + A Vn (A is lower triangular: k stops at the tile's last row)
     {
       float d[2][4] = {};
-      mma_products_shared_a<Split, 2>(
+      mma_3xtf32_shared_a<2>(
           d, 2, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; },
           [&](int q, int k, int col) { return S[k * SWP + ct0 + 8 * q + col]; });
       const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
@@ -596,7 +594,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
         a[q][2] = d[q][2] * e1;
         a[q][3] = d[q][3] * e1;
       }
-      mma_products_shared_a<Split, 2>(
+      mma_3xtf32_shared_a<2>(
           a, 2, rt + 16, [&](int r, int k) { return As[(rt + r) * lda + k]; },
           [&](int q, int k, int col) { return Vn[k * SWP + ct0 + 8 * q + col]; });
       for (int q = 0; q < 2; ++q) {
@@ -621,7 +619,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
     const int cc = (warp & 3) * 8;
     if (na > 0) {
       float d[4][4] = {};
-      mma_products_shared_b<Split, 4>(
+      mma_3xtf32_shared_b<4>(
           d, na, C, [&](int q, int r, int k) { return ks[k * ld + ((warp + 8 * q) >> 2) * 16 + r]; },
           [&](int k, int col) { return Vn[k * SWP + cc + col]; });
 #pragma unroll
@@ -640,13 +638,12 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
   end_pass(S, SWP, sc, ch, s, ce, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
-// GdnPath::Auto -> TF32 tensor cores where the shapes fit, else SIMT (see kernels.h)
-GdnPath resolve(GdnPath path, int64_t Dk, int64_t Dv) {
+// GdnPath::Auto -> tensor cores or not (see kernels.h)
+bool use_tensor_cores(GdnPath path, int64_t Dk, int64_t Dv) {
   const bool fits = Dk % 16 == 0 && Dv % 8 == 0;
-  if ((path == GdnPath::Tf32 || path == GdnPath::Tf32x3) && !fits)
+  if (path == GdnPath::TensorCores && !fits)
     throw Error(Status::Internal, "internal_error", "gdn: the tensor-core kernels need Dk % 16 == 0 and Dv % 8 == 0");
-  if (path == GdnPath::Auto) return fits ? GdnPath::Tf32 : GdnPath::Simt;
-  return path;
+  return path == GdnPath::TensorCores || (path == GdnPath::Auto && fits);
 }
 
 __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz,
@@ -701,11 +698,9 @@ void set_smem_limits() {
   static bool attr = false;
   if (!attr) {
     check(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
-    check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
-    check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
+    check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
-    check(cudaFuncSetAttribute(gdn_chunk_scan_tc_k<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
-    check(cudaFuncSetAttribute(gdn_chunk_scan_tc_k<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
+    check(cudaFuncSetAttribute(gdn_chunk_scan_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     attr = true;
   }
 }
@@ -730,11 +725,8 @@ void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
   const dim3 grid(unsigned(c1 - sc.c0), unsigned(Hv));
-  const GdnPath p = resolve(path, Dk, Dv);
-  if (p == GdnPath::Tf32x3)
-    gdn_chunk_prep_tc_k<true><<<grid, 256, PrepTcSmem(Dk, Dv).bytes(), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
-  else if (p == GdnPath::Tf32)
-    gdn_chunk_prep_tc_k<false><<<grid, 256, PrepTcSmem(Dk, Dv).bytes(), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
+  if (use_tensor_cores(path, Dk, Dv))
+    gdn_chunk_prep_tc_k<<<grid, 256, PrepTcSmem(Dk, Dv).bytes(), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
   else
     gdn_chunk_prep_k<<<grid, 256, PrepSmem::bytes(Dk, Dv), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
   check_launch("gdn_chunk_prep");
@@ -747,11 +739,8 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
   check_pass(ch, sc, "gdn_chunk_scan");
   const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW));
-  const GdnPath p = resolve(path, Dk, Dv);
-  if (p == GdnPath::Tf32x3)
-    gdn_chunk_scan_tc_k<true><<<grid, 256, ScanTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
-  else if (p == GdnPath::Tf32)
-    gdn_chunk_scan_tc_k<false><<<grid, 256, ScanTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
+  if (use_tensor_cores(path, Dk, Dv))
+    gdn_chunk_scan_tc_k<<<grid, 256, ScanTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
   else
     gdn_chunk_scan_k<<<grid, 256, ScanSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);
   check_launch("gdn_chunk_scan");
