@@ -80,7 +80,8 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   std::vector<int32_t> meta(size_t(S * 6));
   std::vector<float> wt(size_t(S * 4));
   std::vector<int32_t> tq, ts, te;
-  std::vector<RaggedSeq> frames;  // cuDNN's sequences: one per frame
+  std::vector<RaggedSeq> frames;  // cuDNN's ragged sequences: one per frame under kDenseFrame patches
+  std::vector<std::pair<int64_t, int64_t>> dense;  // the larger frames (first row, patches): a launch each
   int64_t longest = 0;
   // pixels: a resized image (rgb) goes up as it is and is cut into rows on the GPU; given pixels
   // (tests) are rounded to bf16 here, as the reference runs patch_embed in the tower's dtype
@@ -108,8 +109,12 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     }
     const int64_t frame = im->grid_h * im->grid_w;
     for (int64_t f0 = s0; f0 < s0 + int64_t(rc.size()); f0 += frame) {
-      frames.push_back({f0, frame, f0, frame});
-      longest = std::max(longest, frame);
+      if (frame >= CudnnFrameAttention::kDenseFrame) {
+        dense.push_back({f0, frame});
+      } else {
+        frames.push_back({f0, frame, f0, frame});
+        longest = std::max(longest, frame);
+      }
       for (int64_t q0 = f0; q0 < f0 + frame; q0 += flash_attention_full_tile()) {
         tq.push_back(int32_t(q0));
         ts.push_back(int32_t(f0));
@@ -178,9 +183,11 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
       vision_qkv_rope(qkv, n, r0, row, col, v.inv_freq, heads, hd, Dp, s.q, s.k, s.v, st);
     }
     mark("vision attention");
-    if (frames_attn)
+    if (frames_attn) {
       frames_attn->run(s.q, s.k, s.v, ragged_at(s.meta + ragged_at_int, fb), nframes, longest, st);
-    else
+      const int64_t ld = frames_attn->ld();
+      for (const auto& [f0, n] : dense) frames_attn->run_dense(s.q + f0 * ld, s.k + f0 * ld, s.v + f0 * ld, n, st);
+    } else
       flash_attention_full(s.q, s.k, s.v, heads, hd, tiles, s.q, st);
     mark("vision pack heads");
     // the heads' first hd dims side by side: proj reads [S, hidden]

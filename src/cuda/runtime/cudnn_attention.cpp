@@ -241,11 +241,10 @@ CudnnGraph::CudnnGraph(void* handle, const CudnnShape& g) : handle_(handle), g_(
   const Dims offsets{{b + 1, 1, 1, 1}, {1, 1, 1, 1}};
   const cudnnDataType_t f32 = CUDNN_DATA_FLOAT, i32 = CUDNN_DATA_INT32, boolean = CUDNN_DATA_BOOLEAN;
   const auto t0 = std::chrono::steady_clock::now();
-  const bool lens = g.ragged || g.padded;  // per-sequence lengths and the padding mask
-  if (g.ragged)
+  if (g.ragged) {
     for (int64_t uid : {int64_t(QOFF), int64_t(KOFF), int64_t(VOFF), int64_t(OOFF)}) D.keep(uid, tensor(uid, i32, offsets, false));
-  if (lens)
     for (int64_t uid : {int64_t(SQ), int64_t(SKV)}) D.keep(uid, tensor(uid, i32, per_seq, false));
+  }
   auto io = [&](int64_t uid, const Dims& dims, int64_t off) {
     D.keep(uid, tensor(uid, CUDNN_DATA_BFLOAT16, dims, false, false, g.ragged ? &D.t(off) : nullptr));
   };
@@ -264,10 +263,10 @@ CudnnGraph::CudnnGraph(void* handle, const CudnnShape& g) : handle_(handle), g_(
   Desc mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
   mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f32).finalize("finalize the matmuls' descriptor");
   // ragged: Q K^T's M / N and P V's M / K are each sequence's own lengths
-  D.matmul(Q, K, S1, mm, lens ? int64_t(SQ) : -1, lens ? int64_t(SKV) : -1, -1);
+  D.matmul(Q, K, S1, mm, g.ragged ? int64_t(SQ) : -1, g.ragged ? int64_t(SKV) : -1, -1);
   D.pointwise(CUDNN_POINTWISE_MUL, S1, SCALE, S2);
   int64_t scores_in = S2;
-  if (lens) {  // the padding mask: row < seq_q and col < seq_kv, else -inf
+  if (g.ragged) {  // the padding mask: row < seq_q and col < seq_kv, else -inf
     for (int64_t uid : {int64_t(PRI), int64_t(PCI)}) D.keep(uid, tensor(uid, i32, scores, true));
     for (int64_t uid : {int64_t(PRM), int64_t(PCM), int64_t(PM)}) D.keep(uid, tensor(uid, boolean, scores, true));
     D.keep(S3, tensor(S3, f32, scores, true));
@@ -279,7 +278,7 @@ CudnnGraph::CudnnGraph(void* handle, const CudnnShape& g) : handle_(handle), g_(
     D.pointwise(CUDNN_POINTWISE_BINARY_SELECT, S2, NEG, S3, PM);
     scores_in = S3;
   }
-  if (g.causal && lens) {  // bottom-right: row + seq_kv - seq_q >= col (cudnn-frontend's composite band mask)
+  if (g.causal && g.ragged) {  // bottom-right: row + seq_kv - seq_q >= col (cudnn-frontend's composite band mask)
     for (int64_t uid : {int64_t(CRI), int64_t(CCI), int64_t(CRA), int64_t(CRB)}) D.keep(uid, tensor(uid, i32, scores, true));
     D.keep(MASK, tensor(MASK, boolean, scores, true));
     D.keep(S4, tensor(S4, f32, scores, true));
@@ -308,7 +307,7 @@ CudnnGraph::CudnnGraph(void* handle, const CudnnShape& g) : handle_(handle), g_(
   D.pointwise(CUDNN_POINTWISE_LOG, SUM, -1, LG);
   D.pointwise(CUDNN_POINTWISE_ADD, MX, LG, STATS);
   D.pointwise(CUDNN_POINTWISE_DIV, EX, SUM, P);
-  D.matmul(P, V, O, mm, lens ? int64_t(SQ) : -1, -1, lens ? int64_t(SKV) : -1);
+  D.matmul(P, V, O, mm, g.ragged ? int64_t(SQ) : -1, -1, g.ragged ? int64_t(SKV) : -1);
   D.other.push_back(std::move(mm));
 
   Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
@@ -355,7 +354,7 @@ CudnnGraph::CudnnGraph(void* handle, const CudnnShape& g) : handle_(handle), g_(
   scale_ = float(1.0 / std::sqrt(double(g.d)));
   // dense graphs mask with the lowest float, ragged ones with -inf (cudnn-frontend's choice from
   // cuDNN 9.10; a fully masked row cannot occur: every query sees at least its own key)
-  neg_ = lens ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::lowest();
+  neg_ = g.ragged ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::lowest();
   if (workspace_bytes_ > 0) workspace_ = DeviceBuffer(size_t(workspace_bytes_), "cuDNN attention workspace");
 }
 
@@ -366,26 +365,20 @@ void CudnnGraph::run(const bf16* q, const bf16* k, const bf16* v, bf16* o, cudaS
   cudnnHandle_t h = static_cast<cudnnHandle_t>(handle_);
   ck(api().SetStream(h, s), "set the stream");
   std::vector<const void*> bufs = {q, k, v, o};
-  const bool lens = g_.ragged || g_.padded;
-  if (lens) {
-    if (!r) throw Error(Status::Internal, "internal_error", "cuDNN attention: a ragged or padded graph without its lengths");
-    bufs.insert(bufs.end(), {r->seq_q, r->seq_kv});
+  if (g_.ragged) {
+    if (!r) throw Error(Status::Internal, "internal_error", "cuDNN attention: a ragged graph without its offsets and lengths");
+    bufs.insert(bufs.end(), {r->q_off, r->k_off, r->v_off, r->o_off, r->seq_q, r->seq_kv});
   }
-  if (g_.ragged) bufs.insert(bufs.end(), {r->q_off, r->k_off, r->v_off, r->o_off});
   if (!D.pack || bufs != D.pack_bufs) {  // the variant pack is rebuilt when the buffers move
     std::vector<int64_t> uids = {Q, K, V, O, SCALE};
     std::vector<void*> ptrs = {const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v), o, &scale_};
-    if (g_.causal || lens) {  // the masks' value: a pack may not name a tensor its graph lacks
+    if (g_.causal || g_.ragged) {  // the masks' value: a pack may not name a tensor its graph lacks
       uids.push_back(NEG);
       ptrs.push_back(&neg_);
     }
-    if (lens) {
-      uids.insert(uids.end(), {SQ, SKV});
-      for (const int32_t* p : {r->seq_q, r->seq_kv}) ptrs.push_back(const_cast<int32_t*>(p));
-    }
     if (g_.ragged) {
-      uids.insert(uids.end(), {QOFF, KOFF, VOFF, OOFF});
-      for (const int32_t* p : {r->q_off, r->k_off, r->v_off, r->o_off}) ptrs.push_back(const_cast<int32_t*>(p));
+      uids.insert(uids.end(), {SQ, SKV, QOFF, KOFF, VOFF, OOFF});
+      for (const int32_t* p : {r->seq_q, r->seq_kv, r->q_off, r->k_off, r->v_off, r->o_off}) ptrs.push_back(const_cast<int32_t*>(p));
     }
     void* ws = workspace_.get();
     auto pack = std::make_unique<Desc>(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
@@ -496,7 +489,35 @@ CudnnGraph& CudnnFrameAttention::plan(int64_t nb, int64_t ns) {
 
 void CudnnFrameAttention::run(bf16* q, const bf16* k, const bf16* v, const CudnnRagged& r, int64_t b, int64_t longest, cudaStream_t s) {
   if (b == 0) return;
+  if (longest >= kDenseFrame)
+    throw Error(Status::Internal, "internal_error", "cuDNN frame attention: a frame of " + std::to_string(longest) + " patches in a ragged launch");
   plan(cudnn_bound(b, 1), cudnn_bound(longest)).run(q, k, v, q, s, &r);
+}
+
+void CudnnFrameAttention::run_dense(bf16* q, const bf16* k, const bf16* v, int64_t n, cudaStream_t s) {
+  if (n < kDenseFrame)
+    throw Error(Status::Internal, "internal_error", "cuDNN frame attention: a frame of " + std::to_string(n) + " patches in a dense launch");
+  CudnnGraph* g = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = dense_.find(n);
+    if (it == dense_.end()) {
+      if (dense_.size() >= kDensePlans) {
+        auto old = dense_.begin();
+        for (auto i = dense_.begin(); i != dense_.end(); ++i)
+          if (i->second.second < old->second.second) old = i;
+        dense_.erase(old);
+      }
+      const int64_t ld = heads_ * dp_;  // not causal, no mask; o over q: its rows of ld, head h at h * dp
+      it = dense_.emplace(n, std::make_pair(std::make_unique<CudnnGraph>(handle_.get(), CudnnShape{1, n, n, heads_, heads_, d_, ld, dp_, ld, dp_,
+                                                                                                    ld, dp_, ld, false, false, dp_}),
+                                            uint64_t(0)))
+               .first;
+    }
+    it->second.second = ++uses_;
+    g = it->second.first.get();
+  }
+  g->run(q, k, v, q, s);
 }
 
 std::string CudnnAttention::describe() const {
