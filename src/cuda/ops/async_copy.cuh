@@ -53,18 +53,6 @@ __device__ __forceinline__ void load_tile_async(T* dst, int ldd, const T* src, i
   }
 }
 
-// Asks L2 for rows x bytes_per_row bytes of a tile (row stride lds elements of T) ahead of its
-// load, one 128-byte line per request; all threads of the block take part. A hint: it changes no
-// value, only where the tile's later load finds it.
-template <class T>
-__device__ __forceinline__ void prefetch_tile_l2(const T* src, int64_t lds, int rows, int row_bytes) {
-  const int lines = (row_bytes + 127) / 128;
-  for (int e = int(threadIdx.x); e < rows * lines; e += int(blockDim.x)) {
-    const int i = e / lines, x = (e - i * lines) * 128;
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(reinterpret_cast<const char*>(src + i * lds) + x));
-  }
-}
-
 // ldmatrix: four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8 and
 // receives in r[m] its fragment of matrix m (with .trans: of the transposed matrix).
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_addr) {

@@ -555,19 +555,6 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
     load_tile_async(Ws, ld, w, Dk, C, int(Dk), C, int(Dk));
     load_tile_async(qs, ld, rows + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
     load_tile_async(Vn, SWP, u + c0_col, Dv, C, SW, C, sw);
-    // the next chunk's tiles into L2 while this one computes: its loads then wait on L2, not on
-    // HBM (the chunk walk is sequential: each load's latency is on the critical path)
-    if (c + 1 < ce) {
-      const int64_t nx = ((c + 1 - sc.c0) * Hv + j);
-      const float* next_rows = mixed + ch.chunk_start[c + 1] * conv_dim;
-      const int nn = ch.chunk_len[c + 1];
-      prefetch_tile_l2(sc.w + nx * C * Dk, Dk, C, int(Dk) * 4);
-      prefetch_tile_l2(sc.aqk + nx * C * C, C, C, C * 4);
-      prefetch_tile_l2(sc.u + nx * C * Dv + c0_col, Dv, C, sw * 4);
-      prefetch_tile_l2(next_rows + kh * Dk, conv_dim, nn, int(Dk) * 4);
-      prefetch_tile_l2(next_rows + key_dim + kh * Dk, conv_dim, nn, int(Dk) * 4);
-      prefetch_tile_l2(g + ch.chunk_start[c + 1] * Hv + j, Hv, nn, 4);  // the decays: a line per token
-    }
     chunk_gamma(gam, g, t0, n, Hv, j);
     cp_async_wait_all();
     __syncthreads();
