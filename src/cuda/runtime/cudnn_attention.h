@@ -100,7 +100,8 @@ CudnnRagged ragged_at(const int32_t* base, int64_t b);  // the arrays of append_
 int64_t cudnn_bound(int64_t n, int64_t from = 64);
 
 // The backbone's attention: q [rows, hq, d], k [rows, hkv, d], v rows of ldv (head h at h * d),
-// o [rows, hq, d]; plans by (sequences, longest keys, ldv) bounds, built on first use (logged).
+// o [rows, hq, d]; plans by (sequences, longest keys, ldv) bounds, built on first use (~50 ms each,
+// not logged).
 class CudnnAttention {
  public:
   CudnnAttention(int64_t hq, int64_t hkv, int64_t d);
