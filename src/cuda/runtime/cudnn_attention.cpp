@@ -502,7 +502,7 @@ void CudnnFrameAttention::run_dense(bf16* q, const bf16* k, const bf16* v, int64
     std::lock_guard<std::mutex> lk(mu_);
     auto it = dense_.find(n);
     if (it == dense_.end()) {
-      if (dense_.size() >= kDensePlans) {
+      if (dense_.size() >= kDensePlans) {  // the least recently used goes (cudaFree of its workspace waits for the device)
         auto old = dense_.begin();
         for (auto i = dense_.begin(); i != dense_.end(); ++i)
           if (i->second.second < old->second.second) old = i;
