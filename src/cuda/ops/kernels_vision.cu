@@ -26,9 +26,9 @@ __global__ void vision_embed_finish_k(float* x, int64_t S, int64_t H, const floa
 }
 
 // One CTA per patch row. The row's hd / 2 rotary angles (the same for every head) first, into
-// shared memory; then a thread takes a (head, rotary pair) (d, d + hd / 2), both rotated by the
-// same angle; then v and the padding. 32-bit index arithmetic (the per-element 64-bit divisions
-// of a flat index cost more than the data).
+// shared memory; then a thread takes a head's dims (j, j + 1) and their partners (j + hd / 2,
+// j + hd / 2 + 1); then v and the padding. 32-bit index arithmetic (the per-element 64-bit
+// divisions of a flat index cost more than the data).
 constexpr int kRopeMaxHalf = 64;  // hd <= 128
 // Two neighbouring dims per thread (bf16x2; hd % 4 == 0 keeps every pair inside one half). x: a
 // pair of the first half, y: its partners in the second; the first half gets x cos - y sin, the
@@ -41,7 +41,8 @@ __device__ __forceinline__ void rotate2(float2 x, float2 y, float cs0, float sn0
 __global__ void vision_qkv_rope_k(const __nv_bfloat162* qkv, int r0, const int32_t* row, const int32_t* col, const float* inv_freq,
                                   int heads, int hd, int Dp, __nv_bfloat162* q, __nv_bfloat162* k, __nv_bfloat162* v) {
   __shared__ float sin_s[kRopeMaxHalf], cos_s[kRopeMaxHalf];
-  const int r = blockIdx.x, H2 = heads * hd / 2, half = hd / 2, nf = hd / 4, hp = half / 2, hd2 = hd / 2, Dp2 = Dp / 2;
+  // half: the dims of a rotary half, and the bf16 pairs of a head (hd / 2 both); hp: pairs a half
+  const int r = blockIdx.x, half = hd / 2, H2 = heads * half, nf = hd / 4, hp = half / 2, Dp2 = Dp / 2;
   const __nv_bfloat162* src = qkv + int64_t(r) * 3 * H2;
   const int64_t base = int64_t(r0 + r) * heads * Dp2;
   if (int j = threadIdx.x; j < half) {
@@ -52,18 +53,18 @@ __global__ void vision_qkv_rope_k(const __nv_bfloat162* qkv, int r0, const int32
   for (int p = threadIdx.x; p < heads * hp; p += blockDim.x) {
     const int h = p / hp, j = 2 * (p - h * hp);  // dims j, j + 1 and j + half, j + half + 1 of head h
     const float cs0 = cos_s[j], sn0 = sin_s[j], cs1 = cos_s[j + 1], sn1 = sin_s[j + 1];
-    const int c = h * hd2 + j / 2, c2 = c + half / 2;
+    const int c = h * half + j / 2, c2 = c + hp;
     const float2 qa = __bfloat1622float2(src[c]), qb = __bfloat1622float2(src[c2]);
     const float2 ka = __bfloat1622float2(src[H2 + c]), kb = __bfloat1622float2(src[H2 + c2]);
-    const int64_t o = base + h * Dp2 + j / 2, o2 = o + half / 2;
+    const int64_t o = base + h * Dp2 + j / 2, o2 = o + hp;
     rotate2(qa, qb, cs0, sn0, cs1, sn1, q[o], q[o2]);
     rotate2(ka, kb, cs0, sn0, cs1, sn1, k[o], k[o2]);
   }
   const __nv_bfloat162 zero = __floats2bfloat162_rn(0.0f, 0.0f);
   for (int p = threadIdx.x; p < heads * Dp2; p += blockDim.x) {
     const int h = p / Dp2, d = p - h * Dp2;
-    if (d < hd2) {
-      v[base + p] = src[2 * H2 + h * hd2 + d];
+    if (d < half) {
+      v[base + p] = src[2 * H2 + h * half + d];
     } else {
       q[base + p] = k[base + p] = v[base + p] = zero;
     }
