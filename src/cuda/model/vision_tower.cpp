@@ -215,7 +215,7 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   for (int64_t t0 = 0; t0 < T; t0 += TB) {
     const int64_t n = std::min(TB, T - t0);
     gemm.run(s.q + t0 * W, n, W, W, v.merger_fc1, W, s.big, OutType::F32, W, false, "vision merger fc1");
-    bias_gelu_bf16(s.big, n, W, v.merger_fc1_b, false, s.mid, st);
+    bias_gelu_bf16(s.big, n, W, v.merger_fc1_b, s.mid, st);
     gemm.run(s.mid, n, W, W, v.merger_fc2, OH, out + t0 * OH, OutType::F32, OH, false, "vision merger fc2");
     bias_act(out + t0 * OH, n, OH, OH, v.merger_fc2_b, false, st);
   }

@@ -167,9 +167,9 @@ void vision_pack_heads(const bf16* src, int64_t rows, int64_t hd, int64_t Dp, bf
 // per channel, the frame repeated T times, rounded to bf16; out [n, 3 * T * P * P].
 void vision_patchify(const uint8_t* rgb, int64_t width, int64_t grid_w, int64_t merge, int64_t P, int64_t T, int64_t row0, int64_t n,
                      bf16* out, cudaStream_t s);
-// y = gelu(x + bias) as bf16, tanh-approximated or exact (the merger's; the blocks' fc1 takes its
-// bias and GELU in cuBLASLt's epilogue: Gemm::run_epilogue).
-void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, bool tanh_form, bf16* y, cudaStream_t s);
+// y = gelu(x + bias) as bf16, exact GELU (the merger's; the blocks' fc1 takes its bias and tanh-form
+// GELU in cuBLASLt's epilogue: Gemm::run_epilogue).
+void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, bf16* y, cudaStream_t s);
 
 // ---- joint head (kernels_head.cu) ----
 // y[m, n] (+)= x[m, k] w[n, k]^T (fp32, w rows k apart) for the head's question / option rows:

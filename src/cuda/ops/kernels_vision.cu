@@ -101,18 +101,18 @@ __global__ void vision_patchify_k(const uint8_t* rgb, int64_t width, int64_t gri
   }
 }
 
-__global__ void bias_gelu_bf16_k(const float* x, int64_t rows, int64_t n, const float* bias, bool tanh_form, bf16* y) {
+__global__ void bias_gelu_bf16_k(const float* x, int64_t rows, int64_t n, const float* bias, bf16* y) {
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = __float2bfloat16(gelu_f(x[i] + bias[i % n], tanh_form));
+    y[i] = __float2bfloat16(gelu_f(x[i] + bias[i % n]));
 }
 
 // n % 4 == 0 and rows * n / 4 < 2^32: four values per thread from 16-byte loads, 32-bit indices.
-__global__ void bias_gelu_bf16_4_k(const float4* x, uint32_t total, uint32_t n4, const float4* bias, bool tanh_form, uint2* y) {
+__global__ void bias_gelu_bf16_4_k(const float4* x, uint32_t total, uint32_t n4, const float4* bias, uint2* y) {
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const float4 v = x[i], b = bias[i % n4];
-    __nv_bfloat162 lo = __floats2bfloat162_rn(gelu_f(v.x + b.x, tanh_form), gelu_f(v.y + b.y, tanh_form));
-    __nv_bfloat162 hi = __floats2bfloat162_rn(gelu_f(v.z + b.z, tanh_form), gelu_f(v.w + b.w, tanh_form));
+    __nv_bfloat162 lo = __floats2bfloat162_rn(gelu_f(v.x + b.x), gelu_f(v.y + b.y));
+    __nv_bfloat162 hi = __floats2bfloat162_rn(gelu_f(v.z + b.z), gelu_f(v.w + b.w));
     y[i] = make_uint2(*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi));
   }
 }
@@ -159,15 +159,15 @@ void vision_patchify(const uint8_t* rgb, int64_t width, int64_t grid_w, int64_t 
   check_launch("vision_patchify");
 }
 
-void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, bool tanh_form, bf16* y, cudaStream_t s) {
+void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, bf16* y, cudaStream_t s) {
   if (rows * n == 0) return;
   const bool aligned = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(bias) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
   if (n % 4 == 0 && aligned && rows * n / 4 < (int64_t(1) << 32)) {
     const int64_t total = rows * n / 4;
     bias_gelu_bf16_4_k<<<grid_for(total), 256, 0, s>>>(reinterpret_cast<const float4*>(x), uint32_t(total), uint32_t(n / 4),
-                                                       reinterpret_cast<const float4*>(bias), tanh_form, reinterpret_cast<uint2*>(y));
+                                                       reinterpret_cast<const float4*>(bias), reinterpret_cast<uint2*>(y));
   } else {
-    bias_gelu_bf16_k<<<grid_for(rows * n), 256, 0, s>>>(x, rows, n, bias, tanh_form, y);
+    bias_gelu_bf16_k<<<grid_for(rows * n), 256, 0, s>>>(x, rows, n, bias, y);
   }
   check_launch("bias_gelu_bf16");
 }

@@ -39,13 +39,7 @@ __device__ __forceinline__ float block_max(float v, float* sh) {
 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
-// GELU: exact (erf), or PyTorch's gelu(approximate="tanh")
-__device__ __forceinline__ float gelu_f(float v, bool tanh_form = false) {
-  if (tanh_form) {
-    const float kBeta = 0.7978845608028654f, kKappa = 0.044715f;
-    return 0.5f * v * (1.0f + tanhf(kBeta * (v + kKappa * v * v * v)));
-  }
-  return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-}
+// GELU, exact (erf)
+__device__ __forceinline__ float gelu_f(float v) { return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); }
 
 }  // namespace clefrt::cuda
