@@ -109,7 +109,7 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     }
     const int64_t frame = im->grid_h * im->grid_w;
     for (int64_t f0 = s0; f0 < s0 + int64_t(rc.size()); f0 += frame) {
-      if (frame >= CudnnFrameAttention::kDenseFrame) {
+      if (CudnnFrameAttention::dense(frame)) {
         dense.push_back({f0, frame});
       } else {
         frames.push_back({f0, frame, f0, frame});

@@ -478,24 +478,28 @@ CudnnFrameAttention::CudnnFrameAttention(int64_t heads, int64_t d, int64_t dp) :
   plan(1, cudnn_bound(1));
 }
 
+// Not causal; q, k, v and o in rows of ld, head h at h * dp (o over q)
+CudnnShape CudnnFrameAttention::shape(int64_t nb, int64_t ns, bool ragged) const {
+  const int64_t ld = heads_ * dp_;
+  return CudnnShape{nb, ns, ns, heads_, heads_, d_, ld, dp_, ld, dp_, ld, dp_, ld, false, ragged, dp_};
+}
+
 CudnnGraph& CudnnFrameAttention::plan(int64_t nb, int64_t ns) {
   std::lock_guard<std::mutex> lk(mu_);
   auto& slot = plans_[{nb, ns}];
-  const int64_t ld = heads_ * dp_;
-  if (!slot)  // not causal; o over q: its rows of ld, head h at h * dp
-    slot = std::make_unique<CudnnGraph>(handle_.get(), CudnnShape{nb, ns, ns, heads_, heads_, d_, ld, dp_, ld, dp_, ld, dp_, ld, false, true, dp_});
+  if (!slot) slot = std::make_unique<CudnnGraph>(handle_.get(), shape(nb, ns, true));
   return *slot;
 }
 
 void CudnnFrameAttention::run(bf16* q, const bf16* k, const bf16* v, const CudnnRagged& r, int64_t b, int64_t longest, cudaStream_t s) {
   if (b == 0) return;
-  if (longest >= kDenseFrame)
+  if (dense(longest))
     throw Error(Status::Internal, "internal_error", "cuDNN frame attention: a frame of " + std::to_string(longest) + " patches in a ragged launch");
   plan(cudnn_bound(b, 1), cudnn_bound(longest)).run(q, k, v, q, s, &r);
 }
 
 void CudnnFrameAttention::run_dense(bf16* q, const bf16* k, const bf16* v, int64_t n, cudaStream_t s) {
-  if (n < kDenseFrame)
+  if (!dense(n))
     throw Error(Status::Internal, "internal_error", "cuDNN frame attention: a frame of " + std::to_string(n) + " patches in a dense launch");
   CudnnGraph* g = nullptr;
   {
@@ -508,11 +512,7 @@ void CudnnFrameAttention::run_dense(bf16* q, const bf16* k, const bf16* v, int64
           if (i->second.second < old->second.second) old = i;
         dense_.erase(old);
       }
-      const int64_t ld = heads_ * dp_;  // not causal, no mask; o over q: its rows of ld, head h at h * dp
-      it = dense_.emplace(n, std::make_pair(std::make_unique<CudnnGraph>(handle_.get(), CudnnShape{1, n, n, heads_, heads_, d_, ld, dp_, ld, dp_,
-                                                                                                    ld, dp_, ld, false, false, dp_}),
-                                            uint64_t(0)))
-               .first;
+      it = dense_.emplace(n, std::make_pair(std::make_unique<CudnnGraph>(handle_.get(), shape(1, n, false)), uint64_t(0))).first;  // no mask
     }
     it->second.second = ++uses_;
     g = it->second.first.get();

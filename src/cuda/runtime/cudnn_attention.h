@@ -130,6 +130,7 @@ class CudnnFrameAttention {
  public:
   static constexpr int64_t kDenseFrame = 2048;
   static constexpr size_t kDensePlans = 64;
+  static bool dense(int64_t frame) { return frame >= kDenseFrame; }  // run_dense's frames, else run's
   // Builds the smallest plan (one frame of 64 patches) up front: throws Error with cuDNN's reason
   // when it cannot run this shape, before any image needs it.
   CudnnFrameAttention(int64_t heads, int64_t d, int64_t dp);
@@ -148,6 +149,7 @@ class CudnnFrameAttention {
   std::map<int64_t, std::pair<std::unique_ptr<CudnnGraph>, uint64_t>> dense_;  // length -> plan, last use
   uint64_t uses_ = 0;
   CudnnGraph& plan(int64_t nb, int64_t ns);
+  CudnnShape shape(int64_t nb, int64_t ns, bool ragged) const;
 };
 
 }  // namespace clefrt::cuda
