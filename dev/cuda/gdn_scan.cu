@@ -561,6 +561,223 @@ __global__ void __launch_bounds__(256) gdn_chunk_out_tc_k(const float* mixed, in
 }
 
 
+// ---- variant "split2": the split scan with a deeper load pipeline, SWT state columns a CTA ----
+// gdn_state2_k: one CTA (8 warps, one per SM: ~190 KiB of shared memory) per (sequence, value
+// head, SWT = 64 state columns), the recurrence alone as in gdn_chunk_state_tc_k. W and K go
+// through a ring of three [C][Dk + 4] tiles in the order W_c, K_c, W_c+1, K_c+1, ..., each
+// issued as soon as its slot frees (K_c+1 once Vn_c is formed, W_c+2 once S is updated), so a
+// tile's load has a whole product to land; U is double-buffered; the decays of chunk c + 1 are
+// read into warp 0's registers while chunk c computes. Per chunk: store S as h_c, Vn = U - W S
+// (a warp: 16 rows x 32 columns, 4 tiles sharing the W fragment; Vn written over U for the
+// output kernel, e^(gamma_C - gamma) Vn kept), S = e^gamma_C S + K^T (...) (a warp: 8 columns,
+// all Dk / 16 row tiles sharing the Vn fragment). Three barriers a chunk. Every tile's products
+// are the product kernel's in the same order: the same bits.
+template <int SWT>
+struct State2Smem {
+  static constexpr int swp = SWT + 8;  // state / Vn rows: fragment loads conflict-free
+  static size_t bytes(int64_t Dk) {
+    const int64_t ld = Dk + 4;
+    return sizeof(float) * (3 * C * ld + 2 * C * swp + Dk * swp + C * swp + C + 1);
+  }
+};
+
+template <int SWT>
+__global__ void __launch_bounds__(256, 1) gdn_state2_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
+                                                       int64_t Dv, const float* g, GdnChunks ch, GdnScratch sc, float* hbuf) {
+  static_assert(SWT == 64, "the warp tiling below covers 64 state columns with 8 warps");
+  constexpr int swp = State2Smem<SWT>::swp;
+  extern __shared__ double smem_d[];
+  const int ld = int(Dk) + 4;
+  float* ring = reinterpret_cast<float*>(smem_d);  // [3][C][ld]: W_c, K_c, W_c+1, ... by (2 c + kind) % 3
+  float* Us = ring + 3 * C * ld;                   // [2][C][swp]
+  float* S = Us + 2 * C * swp;                     // [Dk][swp]
+  float* Vn = S + Dk * swp;                        // [C][swp]: e^(gamma_C - gamma) Vn
+  float* ek = Vn + C * swp;                        // [C] e^(gamma_C - gamma_i), then e^gamma_C
+
+  const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SWT;
+  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
+  const int sw = int(Dv - c0_col < SWT ? Dv - c0_col : SWT);
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+  const int gq = lane >> 2, tq = lane & 3;
+  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * 32;  // Vn: 16 rows x 32 columns a warp
+  const int cs = warp * 8;                                 // S: 8 columns a warp, every row
+
+  int64_t cb, ce;
+  if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
+  load_state(S, swp, sc, s, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
+  auto slot = [&](int64_t c, int kind) { return ring + ((2 * (c - cb) + kind) % 3) * C * ld; };
+  auto load_w = [&](int64_t c) {
+    if (c < ce) {
+      load_tile_async(slot(c, 0), ld, sc.w + ((c - sc.c0) * Hv + j) * C * Dk, Dk, C, int(Dk), C, int(Dk));
+      load_tile_async(Us + ((c - cb) & 1) * C * swp, swp, sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col, Dv, C, SWT, C, sw);
+    }
+    cp_async_commit();  // empty past the end: the wait counts stay the same
+  };
+  auto load_k = [&](int64_t c) {
+    if (c < ce) load_tile_async(slot(c, 1), ld, mixed + ch.chunk_start[c] * conv_dim + key_dim + kh * Dk, conv_dim, C, int(Dk), ch.chunk_len[c], int(Dk));
+    cp_async_commit();
+  };
+  // warp 0's decays: lane l holds g of tokens 2l, 2l + 1 of the chunk it reads ahead
+  float ga = 0, gb = 0;
+  auto read_g = [&](int64_t c) {
+    if (warp == 0 && c < ce) {
+      const int64_t t0 = ch.chunk_start[c];
+      const int n = ch.chunk_len[c], i0 = 2 * lane;
+      ga = i0 < n ? g[(t0 + i0) * Hv + j] : 0.0f;
+      gb = i0 + 1 < n ? g[(t0 + i0 + 1) * Hv + j] : 0.0f;
+    }
+  };
+  load_w(cb);
+  load_k(cb);
+  load_w(cb + 1);
+  read_g(cb);
+  for (int64_t c = cb; c < ce; ++c) {
+    const int n = ch.chunk_len[c];
+    float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv;  // becomes Vn
+    float* h = hbuf + ((c - sc.c0) * Hv + j) * Dk * Dv;
+    const float* Ws = slot(c, 0);
+    const float* ks = slot(c, 1);
+    const float* Uc = Us + ((c - cb) & 1) * C * swp;
+    if (warp == 0) {  // gamma as chunk_gamma_pair sums it, then the decays
+      double sum = double(ga) + double(gb);
+      for (int o = 1; o < 32; o <<= 1) {
+        const double v = __shfl_up_sync(0xffffffffu, sum, o);
+        if (lane >= o) sum += v;
+      }
+      const double gam1 = sum, gam0 = sum - double(gb);
+      const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
+      ek[2 * lane] = 2 * lane < n ? float(exp(gl - gam0)) : 0.0f;
+      ek[2 * lane + 1] = 2 * lane + 1 < n ? float(exp(gl - gam1)) : 0.0f;
+      if (lane == 0) ek[C] = float(exp(gl));
+      read_g(c + 1);
+    }
+    // h_c = S (stable since the last barrier)
+    for (int e = tid; e < int(Dk) * (SWT / 4); e += nt) {
+      const int y = e / (SWT / 4), x = (e % (SWT / 4)) * 4;
+      if (x < sw) *reinterpret_cast<float4*>(h + y * Dv + c0_col + x) = *reinterpret_cast<const float4*>(S + y * swp + x);
+    }
+    cp_async_wait<2>();  // W_c and U_c (K_c and W_c+1 may be on their way)
+    __syncthreads();
+    // Vn = U - W S: this warp's four tiles share their W fragment
+    {
+      float d[4][4] = {};
+      mma_3xtf32_shared_a<4>(
+          d, 4, int(Dk), [&](int r, int k) { return Ws[(rt + r) * ld + k]; },
+          [&](int q, int k, int col) { return S[k * swp + ct0 + 8 * q + col]; });
+      const int r0 = rt + gq, r1 = r0 + 8;
+      const float e0 = ek[r0], e1 = ek[r1];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int cc = ct0 + 8 * q + 2 * tq;
+        const float v00 = Uc[r0 * swp + cc] - d[q][0], v01 = Uc[r0 * swp + cc + 1] - d[q][1];
+        const float v10 = Uc[r1 * swp + cc] - d[q][2], v11 = Uc[r1 * swp + cc + 1] - d[q][3];
+        if (cc < sw) {
+          *reinterpret_cast<float2*>(u + r0 * Dv + c0_col + cc) = make_float2(v00, v01);
+          *reinterpret_cast<float2*>(u + r1 * Dv + c0_col + cc) = make_float2(v10, v11);
+        }
+        Vn[r0 * swp + cc] = v00 * e0;
+        Vn[r0 * swp + cc + 1] = v01 * e0;
+        Vn[r1 * swp + cc] = v10 * e1;
+        Vn[r1 * swp + cc + 1] = v11 * e1;
+      }
+    }
+    cp_async_wait<1>();  // K_c (W_c+1 may be on its way)
+    __syncthreads();     // Vn whole, K_c visible, W_c's slot free
+    load_k(c + 1);
+    // S = e^gamma_C S + K^T (e^(gamma_C - gamma) Vn): the Dk / 16 row tiles of this warp's
+    // columns share the Vn fragment
+    {
+      const float eC = ek[C];
+      float d[8][4] = {};
+      mma_3xtf32_shared_b<8>(
+          d, int(Dk / 16), C, [&](int q, int r, int k) { return ks[k * ld + 16 * q + r]; },
+          [&](int k, int col) { return Vn[k * swp + cs + col]; });
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        if (q >= int(Dk / 16)) break;
+        float* s0 = S + (16 * q + gq) * swp + cs + 2 * tq;
+        float* s1 = s0 + 8 * swp;
+        s0[0] = s0[0] * eC + d[q][0];
+        s0[1] = s0[1] * eC + d[q][1];
+        s1[0] = s1[0] * eC + d[q][2];
+        s1[1] = s1[1] * eC + d[q][3];
+      }
+    }
+    __syncthreads();  // S updated; K_c's slot and U_c's buffer free
+    load_w(c + 2);
+  }
+  if (ch.seq_chunk[s + 1] > ce) store_state(S, swp, sc, j, Dk, Dv, c0_col, sw, tid, nt);
+}
+
+// gdn_out2_k: O = e^gamma Q h_c + A Vn for every chunk, one CTA (8 warps) per (chunk, value
+// head, SWT state columns): a warp's tiles are 16 rows x SWT / 2 columns sharing the Q / A
+// fragment. The same products in the same order as gdn_chunk_out_tc_k.
+template <int SWT>
+struct Out2Smem {
+  static constexpr int swp = SWT + 8;
+  static size_t bytes(int64_t Dk) {
+    const int64_t ld = Dk + 4, lda = C + 4;
+    return sizeof(double) * C + sizeof(float) * (C * ld + Dk * swp + C * lda + C * swp + C);
+  }
+};
+
+template <int SWT>
+__global__ void __launch_bounds__(256) gdn_out2_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv,
+                                                  const float* g, GdnChunks ch, GdnScratch sc, const float* hbuf, float* o) {
+  constexpr int swp = Out2Smem<SWT>::swp, NB = SWT / 16;
+  extern __shared__ double smem_d[];
+  const int ld = int(Dk) + 4, lda = C + 4;
+  double* gam = smem_d;
+  float* qs = reinterpret_cast<float*>(gam + C);  // [C][ld]
+  float* H = qs + C * ld;                         // [Dk][swp]
+  float* As = H + Dk * swp;                       // [C][lda]
+  float* Vn = As + C * lda;                       // [C][swp]
+  float* eg = Vn + C * swp;                       // e^gamma_i
+
+  const int64_t ci = blockIdx.x, c = sc.c0 + ci, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SWT;
+  const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
+  const int sw = int(Dv - c0_col < SWT ? Dv - c0_col : SWT);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gq = lane >> 2, tq = lane & 3;
+  const int rt = (warp & 3) * 16, ct0 = (warp >> 2) * (SWT / 2);
+  const int64_t t0 = ch.chunk_start[c];
+  const int n = ch.chunk_len[c];
+  const int64_t slot = ci * Hv + j;
+  load_tile_async(qs, ld, mixed + t0 * conv_dim + kh * Dk, conv_dim, C, int(Dk), n, int(Dk));
+  load_tile_async(H, swp, hbuf + slot * Dk * Dv + c0_col, Dv, int(Dk), SWT, int(Dk), sw);
+  load_tile_async(As, lda, sc.aqk + slot * C * C, C, C, C, C, C);
+  load_tile_async(Vn, swp, sc.u + slot * C * Dv + c0_col, Dv, C, SWT, C, sw);
+  chunk_gamma(gam, g, t0, n, Hv, j);
+  cp_async_wait_all();
+  __syncthreads();
+  if (tid < C) eg[tid] = float(exp(gam[tid]));
+  __syncthreads();
+  float d[NB][4] = {};
+  mma_3xtf32_shared_a<NB>(
+      d, NB, int(Dk), [&](int r, int k) { return qs[(rt + r) * ld + k]; },
+      [&](int q, int k, int col) { return H[k * swp + ct0 + 8 * q + col]; });
+  const float e0 = eg[rt + gq], e1 = eg[rt + gq + 8];
+  float a[NB][4];
+  for (int q = 0; q < NB; ++q) {
+    a[q][0] = d[q][0] * e0;
+    a[q][1] = d[q][1] * e0;
+    a[q][2] = d[q][2] * e1;
+    a[q][3] = d[q][3] * e1;
+  }
+  mma_3xtf32_shared_a<NB>(
+      a, NB, rt + 16, [&](int r, int k) { return As[(rt + r) * lda + k]; },
+      [&](int q, int k, int col) { return Vn[k * swp + ct0 + 8 * q + col]; });
+  for (int q = 0; q < NB; ++q) {
+    const int r0 = rt + gq, r1 = rt + gq + 8, col = ct0 + 8 * q + 2 * tq;
+    float* out0 = o + (t0 + r0) * value_dim + j * Dv + c0_col + col;
+    float* out1 = o + (t0 + r1) * value_dim + j * Dv + c0_col + col;
+    if (r0 < n && col < sw) out0[0] = a[q][0];
+    if (r0 < n && col + 1 < sw) out0[1] = a[q][1];
+    if (r1 < n && col < sw) out1[0] = a[q][2];
+    if (r1 < n && col + 1 < sw) out1[1] = a[q][3];
+  }
+}
+
 }  // namespace
 }  // namespace clefrt::cuda
 
@@ -575,7 +792,8 @@ int main(int argc, char** argv) {
     const HardwareLimits hw = bench::measure_and_print_hardware();
     for (const void* k : {(const void*)gdn_chunk_scan_tc_k<Mma::Tf32x3>, (const void*)gdn_chunk_scan_tc_k<Mma::Tf32>,
                           (const void*)gdn_chunk_scan_tc_k<Mma::Bf16>, (const void*)gdn_chunk_state_tc_k, (const void*)gdn_chunk_out_tc_k,
-                          (const void*)gdn_scan_narrow_k<16>, (const void*)gdn_scan_narrow_k<32>})
+                          (const void*)gdn_scan_narrow_k<16>, (const void*)gdn_scan_narrow_k<32>, (const void*)gdn_state2_k<64>,
+                          (const void*)gdn_out2_k<64>, (const void*)gdn_out2_k<128>})
       check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "lab smem");
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
@@ -661,6 +879,18 @@ int main(int argc, char** argv) {
              gdn_chunk_state_tc_k<<<sgrid, 256, StateTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
              gdn_chunk_out_tc_k<<<ogrid, 256, OutTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>(), out);
            }},
+          {"split2 sw64", [&](float* out) {
+             gdn_state2_k<64><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, State2Smem<64>::bytes(Dk), s>>>(
+                 mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
+             gdn_out2_k<64><<<dim3(unsigned(nc), unsigned(Hv), unsigned(Dv / 64)), 256, Out2Smem<64>::bytes(Dk), s>>>(
+                 mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>(), out);
+           }},
+          {"split2 out128", [&](float* out) {
+             gdn_state2_k<64><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, State2Smem<64>::bytes(Dk), s>>>(
+                 mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
+             gdn_out2_k<128><<<dim3(unsigned(nc), unsigned(Hv), 1u), 256, Out2Smem<128>::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg,
+                                                                                                     ch, scr, h.as<float>(), out);
+           }},
           {"simt", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Simt); }},
       };
       const size_t N = size_t(L * Hv * Dv);
@@ -709,6 +939,24 @@ int main(int argc, char** argv) {
         r.add("outputs_differing_from_product", json::Value::integer(int64_t(differ)));
         r.add("max_err_over_max_out", json::Value::number(rel_max));
         r.add("rms_rel_err", json::Value::number(rel_rms));
+        pts.arr.push_back(std::move(r));
+      }
+      // the split variants' sequential kernels alone (their output kernels are the difference)
+      for (int k = 0; k < 2; ++k) {
+        const double t = median_ms(s, [&] {
+          prep();
+          if (k == 0)
+            gdn_chunk_state_tc_k<<<sgrid, 256, StateTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
+          else
+            gdn_state2_k<64><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, State2Smem<64>::bytes(Dk), s>>>(
+                mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
+        }) - t_prep;
+        std::printf("  %-13s state kernel alone %7.3f ms\n", k == 0 ? "split 3xtf32" : "split2 sw64", t);
+        json::Value r = json::Value::object();
+        r.add("variant", json::Value::string(k == 0 ? "split 3xtf32 state kernel" : "split2 sw64 state kernel"));
+        r.add("m", json::Value::integer(L));
+        r.add("sequences", json::Value::integer(sh.seqs));
+        r.add("scan_ms", json::Value::number(t));
         pts.arr.push_back(std::move(r));
       }
       shapes.arr.push_back(bench::shape_record(sh.name, Hv * Dv, Dk, std::move(pts)));
