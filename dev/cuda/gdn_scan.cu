@@ -15,10 +15,12 @@
 //   simt          the engine's CUDA-core scan
 // Error is against the product's output, which the GPU tests hold to the CPU's fp32 within
 // 2e-5 relative. Rates count each product once (useful FLOPs), for scale against the measured
-// bf16 GEMM peak. Usage: clefrt_bench_gdn [--commit ID] [--json FILE]
+// bf16 GEMM peak. Usage: clefrt_bench_gdn [--commit ID] [--json FILE]; CLEFRT_LAB_ONLY=NAME in the
+// environment runs the product and the variants whose names contain NAME at 1 x 8,192 alone.
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <cstdio>
@@ -577,7 +579,7 @@ struct State2Smem {
   static constexpr int swp = SWT + 8;  // state / Vn rows: fragment loads conflict-free
   static size_t bytes(int64_t Dk) {
     const int64_t ld = Dk + 4;
-    return sizeof(float) * (3 * C * ld + 2 * C * swp + Dk * swp + C * swp + C + 1);
+    return sizeof(float) * (3 * C * (ld + 4) + 2 * C * swp + Dk * swp + C * swp + C + 1);
   }
 };
 
@@ -587,9 +589,11 @@ __global__ void __launch_bounds__(256, 1) gdn_state2_k(const float* mixed, int64
   static_assert(SWT == 64, "the warp tiling below covers 64 state columns with 8 warps");
   constexpr int swp = State2Smem<SWT>::swp;
   extern __shared__ double smem_d[];
-  const int ld = int(Dk) + 4;
-  float* ring = reinterpret_cast<float*>(smem_d);  // [3][C][ld]: W_c, K_c, W_c+1, ... by (2 c + kind) % 3
-  float* Us = ring + 3 * C * ld;                   // [2][C][swp]
+  // W rows (the A operand, [row][k]) at Dk + 4 floats, K rows (read transposed, [k][row]) at
+  // Dk + 8: = 4 and = 8 (mod 32), the strides at which those fragment loads do not conflict
+  const int ld = int(Dk) + 4, ldk = int(Dk) + 8;
+  float* ring = reinterpret_cast<float*>(smem_d);  // [3][C][ldk]: W_c, K_c, W_c+1, ... by (2 c + kind) % 3
+  float* Us = ring + 3 * C * ldk;                  // [2][C][swp]
   float* S = Us + 2 * C * swp;                     // [Dk][swp]
   float* Vn = S + Dk * swp;                        // [C][swp]: e^(gamma_C - gamma) Vn
   float* ek = Vn + C * swp;                        // [C] e^(gamma_C - gamma_i), then e^gamma_C
@@ -605,7 +609,7 @@ __global__ void __launch_bounds__(256, 1) gdn_state2_k(const float* mixed, int64
   int64_t cb, ce;
   if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
   load_state(S, swp, sc, s, ch.seq_chunk[s] < cb, j, Dk, Dv, c0_col, sw, tid, nt);
-  auto slot = [&](int64_t c, int kind) { return ring + ((2 * (c - cb) + kind) % 3) * C * ld; };
+  auto slot = [&](int64_t c, int kind) { return ring + ((2 * (c - cb) + kind) % 3) * C * ldk; };
   auto load_w = [&](int64_t c) {
     if (c < ce) {
       load_tile_async(slot(c, 0), ld, sc.w + ((c - sc.c0) * Hv + j) * C * Dk, Dk, C, int(Dk), C, int(Dk));
@@ -614,7 +618,7 @@ __global__ void __launch_bounds__(256, 1) gdn_state2_k(const float* mixed, int64
     cp_async_commit();  // empty past the end: the wait counts stay the same
   };
   auto load_k = [&](int64_t c) {
-    if (c < ce) load_tile_async(slot(c, 1), ld, mixed + ch.chunk_start[c] * conv_dim + key_dim + kh * Dk, conv_dim, C, int(Dk), ch.chunk_len[c], int(Dk));
+    if (c < ce) load_tile_async(slot(c, 1), ldk, mixed + ch.chunk_start[c] * conv_dim + key_dim + kh * Dk, conv_dim, C, int(Dk), ch.chunk_len[c], int(Dk));
     cp_async_commit();
   };
   // warp 0's decays: lane l holds g of tokens 2l, 2l + 1 of the chunk it reads ahead
@@ -690,7 +694,7 @@ __global__ void __launch_bounds__(256, 1) gdn_state2_k(const float* mixed, int64
       const float eC = ek[C];
       float d[8][4] = {};
       mma_3xtf32_shared_b<8>(
-          d, int(Dk / 16), C, [&](int q, int r, int k) { return ks[k * ld + 16 * q + r]; },
+          d, int(Dk / 16), C, [&](int q, int r, int k) { return ks[k * ldk + 16 * q + r]; },
           [&](int k, int col) { return Vn[k * swp + cs + col]; });
 #pragma unroll
       for (int q = 0; q < 8; ++q) {
@@ -803,7 +807,11 @@ int main(int argc, char** argv) {
       const char* name;
       int64_t seqs, len;
     };
+    // CLEFRT_LAB_ONLY=NAME: the product and the variants whose names contain NAME, at 1 x 8,192
+    // only (a profiler's run)
+    const char* only = std::getenv("CLEFRT_LAB_ONLY");
     for (Shape sh : {Shape{"1x8192", 1, 8192}, Shape{"8x1024", 8, 1024}, Shape{"64x512", 64, 512}}) {
+      if (only && sh.seqs != 1) break;
       const int64_t L = sh.seqs * sh.len;
       std::vector<int32_t> cs, cl, sc = {0};
       for (int64_t q = 0; q < sh.seqs; ++q) {
@@ -904,6 +912,7 @@ int main(int argc, char** argv) {
       json::Value pts = json::Value::array();
       double t_product = 0;
       for (const Variant& v : variants) {
+        if (only && v.name != std::string("product") && !std::strstr(v.name, only)) continue;
         float* out = v.name == std::string("product") ? o_ref.as<float>() : o.as<float>();
         prep();
         v.scan(out);
@@ -942,7 +951,7 @@ int main(int argc, char** argv) {
         pts.arr.push_back(std::move(r));
       }
       // the split variants' sequential kernels alone (their output kernels are the difference)
-      for (int k = 0; k < 2; ++k) {
+      for (int k = 0; k < 2 && !only; ++k) {
         const double t = median_ms(s, [&] {
           prep();
           if (k == 0)
