@@ -33,6 +33,7 @@
 #include "cuda/ops/gdn_tiles.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/mma.cuh"
+#include "cuda/ops/wgmma.cuh"
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/check.h"
 #include "gpu_bench.h"
@@ -782,6 +783,241 @@ __global__ void __launch_bounds__(256) gdn_out2_k(const float* mixed, int64_t co
   }
 }
 
+// ---- variant "state3": the recurrence on wgmma, bf16x3 products ----
+// Each fp32 operand x goes in as two bf16 planes, hi = bf16(x) and lo = bf16(x - hi) (x - hi -
+// lo is within 2^-18 |x|), and a product as three bf16 wgmmas with fp32 accumulation: hi hi +
+// hi lo + lo hi (the dropped lo lo is ~2^-16 of it). ~1e-5 relative, against TF32's ~5e-4,
+// at half the tensor work of 3xTF32 (bf16 runs at twice TF32's rate) and with no split
+// instructions in the product's loop. Operands are K-major 128-byte-swizzled bf16 tiles
+// (wgmma.cuh's layout): W [tokens][Dk] (two k panels), K^T [Dk][tokens], S^T [state
+// columns][Dk] (two k panels), (e^(gamma_C - gamma) Vn)^T [state columns][tokens].
+// gdn_planes_k writes W's and K^T's planes per chunk from the prep's W and the conv's K (in the
+// product the prep would write them); gdn_state3_k walks the chunks with S^T in registers.
+
+// Byte offset of element (row, k) in a K-major tile of `rows` rows and 64-element k panels.
+__device__ __forceinline__ int kmajor_off(int row, int k, int rows) {
+  return (k >> 6) * rows * 128 + swizzle128(row, (k & 63) >> 3) + (k & 7) * 2;
+}
+__device__ __forceinline__ void split_bf16(float x, uint16_t& hi, uint16_t& lo) {
+  const bf16 h = __float2bfloat16_rn(x);
+  hi = __bfloat16_as_ushort(h);
+  lo = __bfloat16_as_ushort(__float2bfloat16_rn(x - __bfloat162float(h)));
+}
+
+constexpr int kPlanes = 32768;  // one W or K^T tile: hi plane (16 KB), then lo plane
+
+// grid (chunks of the pass, max(Hv, Hk)): y < Hv: W of (chunk, value head y); y < Hk: K^T of
+// (chunk, key head y). Dk = 128, C = 64.
+__global__ void __launch_bounds__(256) gdn_planes_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, GdnChunks ch,
+                                                    GdnScratch sc, uint8_t* wp, uint8_t* ktp) {
+  constexpr int Dk = 128;
+  const int64_t ci = blockIdx.x, c = sc.c0 + ci, y = blockIdx.y;
+  const int tid = threadIdx.x;
+  if (y < Hv) {
+    const float* src = sc.w + (ci * Hv + y) * C * Dk;
+    uint8_t* hi = wp + (ci * Hv + y) * kPlanes;
+    for (int e = tid; e < C * Dk / 4; e += blockDim.x) {
+      const int r = e / (Dk / 4), k = (e % (Dk / 4)) * 4;
+      const float4 v = *reinterpret_cast<const float4*>(src + r * Dk + k);
+      uint16_t h[4], l[4];
+      split_bf16(v.x, h[0], l[0]);
+      split_bf16(v.y, h[1], l[1]);
+      split_bf16(v.z, h[2], l[2]);
+      split_bf16(v.w, h[3], l[3]);
+      const int off = kmajor_off(r, k, C);
+      *reinterpret_cast<uint2*>(hi + off) = make_uint2(h[0] | uint32_t(h[1]) << 16, h[2] | uint32_t(h[3]) << 16);
+      *reinterpret_cast<uint2*>(hi + kPlanes / 2 + off) = make_uint2(l[0] | uint32_t(l[1]) << 16, l[2] | uint32_t(l[3]) << 16);
+    }
+  }
+  if (y < Hk) {
+    const int64_t t0 = ch.chunk_start[c];
+    const int n = ch.chunk_len[c];
+    const float* src = mixed + t0 * conv_dim + Hk * Dk + y * Dk;
+    uint8_t* hi = ktp + (ci * Hk + y) * kPlanes;
+    for (int e = tid; e < C * Dk / 4; e += blockDim.x) {
+      const int i = e / (Dk / 4), x = (e % (Dk / 4)) * 4;
+      const float4 v = i < n ? *reinterpret_cast<const float4*>(src + i * conv_dim + x) : make_float4(0, 0, 0, 0);
+      const float vv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint16_t h, l;
+        split_bf16(vv[q], h, l);
+        const int off = kmajor_off(x + q, i, Dk);
+        *reinterpret_cast<uint16_t*>(hi + off) = h;
+        *reinterpret_cast<uint16_t*>(hi + kPlanes / 2 + off) = l;
+      }
+    }
+  }
+}
+
+struct State3Smem {
+  // two stages of W and K^T planes, S^T planes, Vn^T planes, decays; 1 KB for the alignment
+  static size_t bytes() { return 1024 + 2 * 2 * kPlanes + kPlanes + kPlanes / 2 + sizeof(float) * (C + 1); }
+};
+
+// One CTA (two warpgroups) per (sequence, value head, 64 state columns), Dk = Dv = 128. Warpgroup
+// w holds S^T's Dk columns [64 w, 64 w + 64) for all 64 state columns in registers (m64n64
+// accumulators) and forms Vn's state columns [32 w, 32 w + 32). Per chunk: h_c = S to global;
+// barrier; Vn = U - W S (24 wgmma m64n32k16); Vn over U in global, e^(gamma_C - gamma) Vn's
+// planes to shared memory; barrier; S^T = e^gamma_C S^T + Vn'^T K (12 wgmma m64n64k16); S^T's
+// planes for the next chunk. The next chunk's W and K^T planes load during the chunk.
+__global__ void __launch_bounds__(256, 1) gdn_state3_k(const float* g, int64_t Hk, int64_t Hv, GdnChunks ch, GdnScratch sc,
+                                                       const uint8_t* wp, const uint8_t* ktp, float* hbuf) {
+  constexpr int Dk = 128, Dv = 128, SWT = 64;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* St = base + 2 * 2 * kPlanes;  // hi, lo: [64 columns][128 Dk], two k panels each
+  uint8_t* Vt = St + kPlanes;            // hi, lo: [64 columns][64 tokens], 8 KB each
+  float* ek = reinterpret_cast<float*>(Vt + kPlanes / 2);
+
+  const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SWT;
+  const int64_t kh = j / (Hv / Hk);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7, wi = warp & 3;
+  const int gq = lane >> 2, tq = lane & 3;
+
+  int64_t cb, ce;
+  if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
+  // sacc[4 jj + 2 h + cc]: S^T at state column 16 wi + gq + 8 h, Dk index 64 wg + 8 jj + 2 tq + cc
+  float sacc[32];
+  auto sidx = [&](int i) { return int64_t(64 * wg + 8 * (i >> 2) + 2 * tq + (i & 1)) * Dv + c0_col + 16 * wi + gq + 8 * ((i >> 1) & 1); };
+  {
+    const float* from = ch.seq_chunk[s] < cb ? sc.state_in : sc.seq_state_in && sc.seq_state_in[s] ? sc.seq_state_in[s] + sc.layer_off : nullptr;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sacc[i] = from ? from[j * Dk * Dv + sidx(i)] : 0.0f;
+  }
+  auto store_s = [&](float* head) {  // laid out as a state [Dk][Dv]
+#pragma unroll
+    for (int i = 0; i < 32; ++i) head[sidx(i)] = sacc[i];
+  };
+  auto write_st = [&] {
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint16_t h0, l0, h1, l1;
+        split_bf16(sacc[4 * jj + 2 * h], h0, l0);
+        split_bf16(sacc[4 * jj + 2 * h + 1], h1, l1);
+        const int off = kmajor_off(16 * wi + gq + 8 * h, 64 * wg + 8 * jj + 2 * tq, SWT);
+        *reinterpret_cast<uint32_t*>(St + off) = h0 | uint32_t(h1) << 16;
+        *reinterpret_cast<uint32_t*>(St + kPlanes / 2 + off) = l0 | uint32_t(l1) << 16;
+      }
+  };
+  auto fence_acc = [](float* a, int n) {
+    for (int i = 0; i < n; ++i) fence_operand(a[i]);
+  };
+  auto load_stage = [&](int64_t c) {
+    if (c < ce) {
+      uint8_t* st = base + ((c - cb) & 1) * 2 * kPlanes;
+      const uint8_t* w_src = wp + ((c - sc.c0) * Hv + j) * kPlanes;
+      const uint8_t* k_src = ktp + ((c - sc.c0) * Hk + kh) * kPlanes;
+      for (int e = tid; e < kPlanes / 16; e += 256) {
+        cp_async16(st + 16 * e, w_src + 16 * e, true);
+        cp_async16(st + kPlanes + 16 * e, k_src + 16 * e, true);
+      }
+    }
+    cp_async_commit();
+  };
+  float ga = 0, gb = 0;
+  auto read_g = [&](int64_t c) {
+    if (warp == 0 && c < ce) {
+      const int64_t t0 = ch.chunk_start[c];
+      const int n = ch.chunk_len[c], i0 = 2 * lane;
+      ga = i0 < n ? g[(t0 + i0) * Hv + j] : 0.0f;
+      gb = i0 + 1 < n ? g[(t0 + i0 + 1) * Hv + j] : 0.0f;
+    }
+  };
+  load_stage(cb);
+  read_g(cb);
+  write_st();
+  for (int64_t c = cb; c < ce; ++c) {
+    const int n = ch.chunk_len[c];
+    float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col;  // becomes Vn
+    store_s(hbuf + ((c - sc.c0) * Hv + j) * Dk * Dv);
+    if (sc.snap_chunk && sc.snap_chunk[s] == c) store_s(sc.seq_state_out[s] + sc.layer_off + j * Dk * Dv);
+    if (warp == 0) {  // gamma as chunk_gamma_pair sums it, then the decays
+      double sum = double(ga) + double(gb);
+      for (int o = 1; o < 32; o <<= 1) {
+        const double v = __shfl_up_sync(0xffffffffu, sum, o);
+        if (lane >= o) sum += v;
+      }
+      const double gam1 = sum, gam0 = sum - double(gb);
+      const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
+      ek[2 * lane] = 2 * lane < n ? float(exp(gl - gam0)) : 0.0f;
+      ek[2 * lane + 1] = 2 * lane + 1 < n ? float(exp(gl - gam1)) : 0.0f;
+      if (lane == 0) ek[C] = float(exp(gl));
+      read_g(c + 1);
+    }
+    // this thread's U (Vn's tokens 16 wi + gq (+8), state columns 32 wg + 8 jj + 2 tq (+1))
+    float2 ur[8];
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        ur[2 * jj + h] = *reinterpret_cast<const float2*>(u + (16 * wi + gq + 8 * h) * Dv + 32 * wg + 8 * jj + 2 * tq);
+    cp_async_wait<0>();  // this chunk's planes
+    fence_proxy_async();
+    __syncthreads();  // planes, S^T planes and decays visible; the last chunk's readers done
+    load_stage(c + 1);
+    const uint8_t* st = base + ((c - cb) & 1) * 2 * kPlanes;
+    // Vn = U - W S: M = 64 tokens, N = 32 state columns, K = Dk (two panels of four k steps)
+    float vacc[16];
+    fence_acc(vacc, 16);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < Dk / 16; ++k) {
+      const int po = (k >> 2) * (SWT * 128) + (k & 3) * 32;
+      const uint64_t ah = wgmma_desc(st + po), al = wgmma_desc(st + kPlanes / 2 + po);
+      const uint64_t bh = wgmma_desc(St + 32 * wg * 128 + po), bl = wgmma_desc(St + kPlanes / 2 + 32 * wg * 128 + po);
+      wgmma_bf16<32>(vacc, ah, bh, k > 0);
+      wgmma_bf16<32>(vacc, ah, bl, true);
+      wgmma_bf16<32>(vacc, al, bh, true);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(vacc, 16);
+    const float eC = ek[C];
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = 16 * wi + gq + 8 * h, col = 32 * wg + 8 * jj + 2 * tq;
+        const float v0 = ur[2 * jj + h].x - vacc[4 * jj + 2 * h], v1 = ur[2 * jj + h].y - vacc[4 * jj + 2 * h + 1];
+        *reinterpret_cast<float2*>(u + row * Dv + col) = make_float2(v0, v1);
+        const float e = ek[row];
+        uint16_t h0, l0, h1, l1;
+        split_bf16(v0 * e, h0, l0);
+        split_bf16(v1 * e, h1, l1);
+        const int o0 = kmajor_off(col, row, SWT), o1 = kmajor_off(col + 1, row, SWT);
+        *reinterpret_cast<uint16_t*>(Vt + o0) = h0;
+        *reinterpret_cast<uint16_t*>(Vt + o1) = h1;
+        *reinterpret_cast<uint16_t*>(Vt + kPlanes / 4 + o0) = l0;
+        *reinterpret_cast<uint16_t*>(Vt + kPlanes / 4 + o1) = l1;
+      }
+    fence_proxy_async();
+    __syncthreads();  // Vn'^T planes whole; every warpgroup's reads of S^T's planes done
+    // S^T = e^gamma_C S^T + Vn'^T K: M = 64 state columns, N = this warpgroup's 64 Dk, K = 64 tokens
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sacc[i] *= eC;
+    fence_acc(sacc, 32);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < C / 16; ++k) {
+      const uint64_t ah = wgmma_desc(Vt + 32 * k), al = wgmma_desc(Vt + kPlanes / 4 + 32 * k);
+      const uint64_t bh = wgmma_desc(st + kPlanes + 64 * wg * 128 + 32 * k), bl = wgmma_desc(st + kPlanes + kPlanes / 2 + 64 * wg * 128 + 32 * k);
+      wgmma_bf16<64>(sacc, ah, bh, true);
+      wgmma_bf16<64>(sacc, ah, bl, true);
+      wgmma_bf16<64>(sacc, al, bh, true);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(sacc, 32);
+    write_st();
+  }
+  cp_async_wait_all();
+  if (ch.seq_chunk[s + 1] > ce) store_s(sc.state_out + j * Dk * Dv);
+  else if (sc.snap_chunk && sc.snap_chunk[s] == ce) store_s(sc.seq_state_out[s] + sc.layer_off + j * Dk * Dv);
+}
+
 }  // namespace
 }  // namespace clefrt::cuda
 
@@ -797,7 +1033,7 @@ int main(int argc, char** argv) {
     for (const void* k : {(const void*)gdn_chunk_scan_tc_k<Mma::Tf32x3>, (const void*)gdn_chunk_scan_tc_k<Mma::Tf32>,
                           (const void*)gdn_chunk_scan_tc_k<Mma::Bf16>, (const void*)gdn_chunk_state_tc_k, (const void*)gdn_chunk_out_tc_k,
                           (const void*)gdn_scan_narrow_k<16>, (const void*)gdn_scan_narrow_k<32>, (const void*)gdn_state2_k<64>,
-                          (const void*)gdn_out2_k<64>, (const void*)gdn_out2_k<128>})
+                          (const void*)gdn_out2_k<64>, (const void*)gdn_out2_k<128>, (const void*)gdn_state3_k})
       check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "lab smem");
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
@@ -831,7 +1067,7 @@ int main(int argc, char** argv) {
       DeviceBuffer mixed(size_t(L * conv_dim) * 4, "mixed"), ba(size_t(L * 2 * Hv) * 4, "b|a"), negA(size_t(Hv) * 4, "negA"),
           dtb(size_t(Hv) * 4, "dt_bias"), g(size_t(L * Hv) * 4, "g"), beta(size_t(L * Hv) * 4, "beta");
       DeviceBuffer w(size_t(nc * Hv * 64 * Dk) * 4, "W"), u(size_t(nc * Hv * 64 * Dv) * 4, "U"), a(size_t(nc * Hv * 64 * 64) * 4, "A"),
-          h(size_t(nc * Hv * Dk * Dv) * 4, "h"), o(size_t(L * Hv * Dv) * 4, "o"), o_ref(size_t(L * Hv * Dv) * 4, "o product");
+          h(size_t(nc * Hv * Dk * Dv) * 4, "h"), wp(size_t(nc * Hv) * kPlanes, "W planes"), ktp(size_t(nc * Hk) * kPlanes, "K^T planes"), o(size_t(L * Hv * Dv) * 4, "o"), o_ref(size_t(L * Hv * Dv) * 4, "o product");
       fill_normal_f32(mixed.as<float>(), L * conv_dim, 21, 0.0f, 1.0f, s);
       fill_normal_f32(ba.as<float>(), L * 2 * Hv, 22, 0.0f, 1.0f, s);
       fill_normal_f32(negA.as<float>(), Hv, 23, -1.0f, 0.3f, s);
@@ -899,6 +1135,14 @@ int main(int argc, char** argv) {
              gdn_out2_k<128><<<dim3(unsigned(nc), unsigned(Hv), 1u), 256, Out2Smem<128>::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg,
                                                                                                      ch, scr, h.as<float>(), out);
            }},
+          {"state3 bf16x3", [&](float* out) {
+             gdn_planes_k<<<dim3(unsigned(nc), unsigned(std::max(Hv, Hk))), 256, 0, s>>>(mx, conv_dim, Hk, Hv, ch, scr, wp.as<uint8_t>(),
+                                                                                     ktp.as<uint8_t>());
+             gdn_state3_k<<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, State3Smem::bytes(), s>>>(
+                 gg, Hk, Hv, ch, scr, wp.as<uint8_t>(), ktp.as<uint8_t>(), h.as<float>());
+             gdn_out2_k<64><<<dim3(unsigned(nc), unsigned(Hv), unsigned(Dv / 64)), 256, Out2Smem<64>::bytes(Dk), s>>>(
+                 mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>(), out);
+           }},
           {"simt", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Simt); }},
       };
       const size_t N = size_t(L * Hv * Dv);
@@ -951,18 +1195,26 @@ int main(int argc, char** argv) {
         pts.arr.push_back(std::move(r));
       }
       // the split variants' sequential kernels alone (their output kernels are the difference)
-      for (int k = 0; k < 2 && !only; ++k) {
+      for (int k = 0; k < 4 && !only; ++k) {
         const double t = median_ms(s, [&] {
           prep();
+          if (k >= 2)
+            gdn_planes_k<<<dim3(unsigned(nc), unsigned(std::max(Hv, Hk))), 256, 0, s>>>(mx, conv_dim, Hk, Hv, ch, scr, wp.as<uint8_t>(),
+                                                                                    ktp.as<uint8_t>());
+          if (k == 3)
+            gdn_state3_k<<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, State3Smem::bytes(), s>>>(
+                gg, Hk, Hv, ch, scr, wp.as<uint8_t>(), ktp.as<uint8_t>(), h.as<float>());
+          if (k >= 2) return;
           if (k == 0)
             gdn_chunk_state_tc_k<<<sgrid, 256, StateTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
           else
             gdn_state2_k<64><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, State2Smem<64>::bytes(Dk), s>>>(
                 mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
         }) - t_prep;
-        std::printf("  %-13s state kernel alone %7.3f ms\n", k == 0 ? "split 3xtf32" : "split2 sw64", t);
+        const char* what[4] = {"split 3xtf32 state kernel", "split2 sw64 state kernel", "state3 planes kernel", "state3 planes + state kernels"};
+        std::printf("  %-30s alone %7.3f ms\n", what[k], t);
         json::Value r = json::Value::object();
-        r.add("variant", json::Value::string(k == 0 ? "split 3xtf32 state kernel" : "split2 sw64 state kernel"));
+        r.add("variant", json::Value::string(what[k]));
         r.add("m", json::Value::integer(L));
         r.add("sequences", json::Value::integer(sh.seqs));
         r.add("scan_ms", json::Value::number(t));

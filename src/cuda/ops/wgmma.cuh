@@ -65,6 +65,22 @@ __device__ __forceinline__ void wgmma_bf16(float* d, uint64_t da, uint64_t db, b
 #define CLEFRT_WGMMA_D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 
 template <>
+__device__ __forceinline__ void wgmma_bf16<32>(float* d, uint64_t da, uint64_t db, bool accumulate) {
+#ifdef CLEFRT_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, 0, 0;\n}\n"
+      : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8)
+      : "l"(da), "l"(db), "r"(int(accumulate)));
+#else
+  (void)d, (void)da, (void)db, (void)accumulate;
+  __trap();
+#endif
+}
+
+template <>
 __device__ __forceinline__ void wgmma_bf16<64>(float* d, uint64_t da, uint64_t db, bool accumulate) {
 #ifdef CLEFRT_WGMMA
   asm volatile(
