@@ -808,26 +808,37 @@ constexpr int kPlanes = 32768;  // one W or K^T tile: hi plane (16 KB), then lo 
 
 // grid (chunks of the pass, max(Hv, Hk)): y < Hv: W of (chunk, value head y); y < Hk: K^T of
 // (chunk, key head y). Dk = 128, C = 64.
+// rows x cols of fp32 (row stride lds; rows >= n read as zero) into K-major planes at hi (lo
+// plane `plane` bytes further), k = column
+__device__ __forceinline__ void rows_to_planes(const float* src, int64_t lds, int rows, int cols, int n, uint8_t* hi, int plane) {
+  for (int e = threadIdx.x; e < rows * cols / 4; e += blockDim.x) {
+    const int r = e / (cols / 4), k = (e % (cols / 4)) * 4;
+    const float4 v = r < n ? *reinterpret_cast<const float4*>(src + r * lds + k) : make_float4(0, 0, 0, 0);
+    uint16_t h[4], l[4];
+    split_bf16(v.x, h[0], l[0]);
+    split_bf16(v.y, h[1], l[1]);
+    split_bf16(v.z, h[2], l[2]);
+    split_bf16(v.w, h[3], l[3]);
+    const int off = kmajor_off(r, k, rows);
+    *reinterpret_cast<uint2*>(hi + off) = make_uint2(h[0] | uint32_t(h[1]) << 16, h[2] | uint32_t(h[3]) << 16);
+    *reinterpret_cast<uint2*>(hi + plane + off) = make_uint2(l[0] | uint32_t(l[1]) << 16, l[2] | uint32_t(l[3]) << 16);
+  }
+}
+
+// qp / ap (the output kernel's Q [tokens][Dk] per key head and A [tokens][tokens] per value
+// head, 16 KB) may be null.
 __global__ void __launch_bounds__(256) gdn_planes_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, GdnChunks ch,
-                                                    GdnScratch sc, uint8_t* wp, uint8_t* ktp) {
+                                                    GdnScratch sc, uint8_t* wp, uint8_t* ktp, uint8_t* qp = nullptr, uint8_t* ap = nullptr) {
   constexpr int Dk = 128;
   const int64_t ci = blockIdx.x, c = sc.c0 + ci, y = blockIdx.y;
   const int tid = threadIdx.x;
   if (y < Hv) {
-    const float* src = sc.w + (ci * Hv + y) * C * Dk;
-    uint8_t* hi = wp + (ci * Hv + y) * kPlanes;
-    for (int e = tid; e < C * Dk / 4; e += blockDim.x) {
-      const int r = e / (Dk / 4), k = (e % (Dk / 4)) * 4;
-      const float4 v = *reinterpret_cast<const float4*>(src + r * Dk + k);
-      uint16_t h[4], l[4];
-      split_bf16(v.x, h[0], l[0]);
-      split_bf16(v.y, h[1], l[1]);
-      split_bf16(v.z, h[2], l[2]);
-      split_bf16(v.w, h[3], l[3]);
-      const int off = kmajor_off(r, k, C);
-      *reinterpret_cast<uint2*>(hi + off) = make_uint2(h[0] | uint32_t(h[1]) << 16, h[2] | uint32_t(h[3]) << 16);
-      *reinterpret_cast<uint2*>(hi + kPlanes / 2 + off) = make_uint2(l[0] | uint32_t(l[1]) << 16, l[2] | uint32_t(l[3]) << 16);
-    }
+    rows_to_planes(sc.w + (ci * Hv + y) * C * Dk, Dk, C, Dk, C, wp + (ci * Hv + y) * kPlanes, kPlanes / 2);
+    if (ap) rows_to_planes(sc.aqk + (ci * Hv + y) * C * C, C, C, C, C, ap + (ci * Hv + y) * (kPlanes / 2), kPlanes / 4);
+  }
+  if (y < Hk && qp) {
+    const int64_t t0 = ch.chunk_start[c];
+    rows_to_planes(mixed + t0 * conv_dim + y * Dk, conv_dim, C, Dk, ch.chunk_len[c], qp + (ci * Hk + y) * kPlanes, kPlanes / 2);
   }
   if (y < Hk) {
     const int64_t t0 = ch.chunk_start[c];
@@ -851,8 +862,11 @@ __global__ void __launch_bounds__(256) gdn_planes_k(const float* mixed, int64_t 
 }
 
 struct State3Smem {
-  // two stages of W and K^T planes, S^T planes, Vn^T planes, decays; 1 KB for the alignment
-  static size_t bytes() { return 1024 + 2 * 2 * kPlanes + kPlanes + kPlanes / 2 + sizeof(float) * (C + 1); }
+  // two stages of W and K^T planes, S^T planes, Vn'^T planes (and Vn^T's for the planes output),
+  // decays; 1 KB for the alignment
+  static size_t bytes(bool planes_out) {
+    return 1024 + 2 * 2 * kPlanes + kPlanes + (planes_out ? kPlanes : kPlanes / 2) + sizeof(float) * (C + 1);
+  }
 };
 
 // One CTA (two warpgroups) per (sequence, value head, 64 state columns), Dk = Dv = 128. Warpgroup
@@ -861,14 +875,19 @@ struct State3Smem {
 // barrier; Vn = U - W S (24 wgmma m64n32k16); Vn over U in global, e^(gamma_C - gamma) Vn's
 // planes to shared memory; barrier; S^T = e^gamma_C S^T + Vn'^T K (12 wgmma m64n64k16); S^T's
 // planes for the next chunk. The next chunk's W and K^T planes load during the chunk.
+// PlanesOut: h_c goes out as S^T's planes (hp: [chunk][Hv][64-column block] 32 KB, the
+// shared image) and Vn as Vn^T's planes (vp: 16 KB a block) for gdn_out3_k, instead of fp32 h
+// and Vn over U.
+template <bool PlanesOut>
 __global__ void __launch_bounds__(256, 1) gdn_state3_k(const float* g, int64_t Hk, int64_t Hv, GdnChunks ch, GdnScratch sc,
-                                                       const uint8_t* wp, const uint8_t* ktp, float* hbuf) {
+                                                       const uint8_t* wp, const uint8_t* ktp, float* hbuf, uint8_t* hp, uint8_t* vp) {
   constexpr int Dk = 128, Dv = 128, SWT = 64;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* St = base + 2 * 2 * kPlanes;  // hi, lo: [64 columns][128 Dk], two k panels each
   uint8_t* Vt = St + kPlanes;            // hi, lo: [64 columns][64 tokens], 8 KB each
-  float* ek = reinterpret_cast<float*>(Vt + kPlanes / 2);
+  uint8_t* Vu = Vt + kPlanes / 2;        // PlanesOut: Vn^T (unscaled), hi, lo
+  float* ek = reinterpret_cast<float*>(Vt + (PlanesOut ? kPlanes : kPlanes / 2));
 
   const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SWT;
   const int64_t kh = j / (Hv / Hk);
@@ -932,7 +951,8 @@ __global__ void __launch_bounds__(256, 1) gdn_state3_k(const float* g, int64_t H
   for (int64_t c = cb; c < ce; ++c) {
     const int n = ch.chunk_len[c];
     float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col;  // becomes Vn
-    store_s(hbuf + ((c - sc.c0) * Hv + j) * Dk * Dv);
+    const int64_t blk = ((c - sc.c0) * Hv + j) * (Dv / SWT) + blockIdx.z;
+    if (!PlanesOut) store_s(hbuf + ((c - sc.c0) * Hv + j) * Dk * Dv);
     if (sc.snap_chunk && sc.snap_chunk[s] == c) store_s(sc.seq_state_out[s] + sc.layer_off + j * Dk * Dv);
     if (warp == 0) {  // gamma as chunk_gamma_pair sums it, then the decays
       double sum = double(ga) + double(gb);
@@ -958,6 +978,9 @@ __global__ void __launch_bounds__(256, 1) gdn_state3_k(const float* g, int64_t H
     fence_proxy_async();
     __syncthreads();  // planes, S^T planes and decays visible; the last chunk's readers done
     load_stage(c + 1);
+    if (PlanesOut)
+      for (int e = tid; e < kPlanes / 16; e += 256)
+        reinterpret_cast<uint4*>(hp + blk * kPlanes)[e] = reinterpret_cast<const uint4*>(St)[e];
     const uint8_t* st = base + ((c - cb) & 1) * 2 * kPlanes;
     // Vn = U - W S: M = 64 tokens, N = 32 state columns, K = Dk (two panels of four k steps)
     float vacc[16];
@@ -982,9 +1005,19 @@ __global__ void __launch_bounds__(256, 1) gdn_state3_k(const float* g, int64_t H
       for (int h = 0; h < 2; ++h) {
         const int row = 16 * wi + gq + 8 * h, col = 32 * wg + 8 * jj + 2 * tq;
         const float v0 = ur[2 * jj + h].x - vacc[4 * jj + 2 * h], v1 = ur[2 * jj + h].y - vacc[4 * jj + 2 * h + 1];
-        *reinterpret_cast<float2*>(u + row * Dv + col) = make_float2(v0, v1);
         const float e = ek[row];
         uint16_t h0, l0, h1, l1;
+        if (PlanesOut) {
+          split_bf16(v0, h0, l0);
+          split_bf16(v1, h1, l1);
+          const int o0 = kmajor_off(col, row, SWT), o1 = kmajor_off(col + 1, row, SWT);
+          *reinterpret_cast<uint16_t*>(Vu + o0) = h0;
+          *reinterpret_cast<uint16_t*>(Vu + o1) = h1;
+          *reinterpret_cast<uint16_t*>(Vu + kPlanes / 4 + o0) = l0;
+          *reinterpret_cast<uint16_t*>(Vu + kPlanes / 4 + o1) = l1;
+        } else {
+          *reinterpret_cast<float2*>(u + row * Dv + col) = make_float2(v0, v1);
+        }
         split_bf16(v0 * e, h0, l0);
         split_bf16(v1 * e, h1, l1);
         const int o0 = kmajor_off(col, row, SWT), o1 = kmajor_off(col + 1, row, SWT);
@@ -995,6 +1028,9 @@ __global__ void __launch_bounds__(256, 1) gdn_state3_k(const float* g, int64_t H
       }
     fence_proxy_async();
     __syncthreads();  // Vn'^T planes whole; every warpgroup's reads of S^T's planes done
+    if (PlanesOut)
+      for (int e = tid; e < kPlanes / 32; e += 256)
+        reinterpret_cast<uint4*>(vp + blk * (kPlanes / 2))[e] = reinterpret_cast<const uint4*>(Vu)[e];
     // S^T = e^gamma_C S^T + Vn'^T K: M = 64 state columns, N = this warpgroup's 64 Dk, K = 64 tokens
 #pragma unroll
     for (int i = 0; i < 32; ++i) sacc[i] *= eC;
@@ -1018,6 +1054,87 @@ __global__ void __launch_bounds__(256, 1) gdn_state3_k(const float* g, int64_t H
   else if (sc.snap_chunk && sc.snap_chunk[s] == ce) store_s(sc.seq_state_out[s] + sc.layer_off + j * Dk * Dv);
 }
 
+// gdn_out3_k: O = e^gamma Q h_c + A Vn for every chunk from gdn_state3_k<true>'s planes, one CTA
+// (a warpgroup) per (chunk, value head, 64 state columns): Q h (24 wgmma m64n64k16), the rows
+// scaled by e^gamma, + A Vn (12 more). Q's and A's planes from gdn_planes_k.
+struct Out3Smem {
+  static size_t bytes() { return 1024 + 2 * kPlanes + kPlanes + sizeof(double) * C + sizeof(float) * C; }  // Q, h; A, Vn^T; decays
+};
+
+__global__ void __launch_bounds__(128) gdn_out3_k(const float* g, int64_t Hk, int64_t Hv, GdnChunks ch, GdnScratch sc, const uint8_t* qp,
+                                                  const uint8_t* ap, const uint8_t* hp, const uint8_t* vp, float* o) {
+  constexpr int Dv = 128, SWT = 64;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* Qs = base;                // hi, lo: [64 tokens][128 Dk]
+  uint8_t* Hs = Qs + kPlanes;        // hi, lo: [64 columns][128 Dk]
+  uint8_t* As = Hs + kPlanes;        // hi, lo: [64 tokens][64 tokens]
+  uint8_t* Vs = As + kPlanes / 2;    // hi, lo: [64 columns][64 tokens]
+  double* gam = reinterpret_cast<double*>(Vs + kPlanes / 2);
+  float* eg = reinterpret_cast<float*>(gam + C);
+
+  const int64_t ci = blockIdx.x, c = sc.c0 + ci, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SWT;
+  const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
+  const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5, gq = lane >> 2, tq = lane & 3;
+  const int64_t t0 = ch.chunk_start[c];
+  const int n = ch.chunk_len[c];
+  const int64_t blk = (ci * Hv + j) * (Dv / SWT) + blockIdx.z;
+  auto copy = [&](uint8_t* dst, const uint8_t* src, int bytes) {
+    for (int e = tid; e < bytes / 16; e += 128) cp_async16(dst + 16 * e, src + 16 * e, true);
+  };
+  copy(Qs, qp + (ci * Hk + kh) * kPlanes, kPlanes);
+  copy(Hs, hp + blk * kPlanes, kPlanes);
+  copy(As, ap + (ci * Hv + j) * (kPlanes / 2), kPlanes / 2);
+  copy(Vs, vp + blk * (kPlanes / 2), kPlanes / 2);
+  cp_async_commit();
+  chunk_gamma(gam, g, t0, n, Hv, j);
+  __syncthreads();
+  if (tid < C) eg[tid] = float(exp(gam[tid]));
+  cp_async_wait_all();
+  fence_proxy_async();
+  __syncthreads();
+  float acc[32];
+  for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int po = (k >> 2) * (64 * 128) + (k & 3) * 32;
+    const uint64_t ah = wgmma_desc(Qs + po), al = wgmma_desc(Qs + kPlanes / 2 + po);
+    const uint64_t bh = wgmma_desc(Hs + po), bl = wgmma_desc(Hs + kPlanes / 2 + po);
+    wgmma_bf16<64>(acc, ah, bh, k > 0);
+    wgmma_bf16<64>(acc, ah, bl, true);
+    wgmma_bf16<64>(acc, al, bh, true);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
+  const float e0 = eg[16 * wi + gq], e1 = eg[16 * wi + gq + 8];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i] *= (i >> 1) & 1 ? e1 : e0;
+  for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint64_t ah = wgmma_desc(As + 32 * k), al = wgmma_desc(As + kPlanes / 4 + 32 * k);
+    const uint64_t bh = wgmma_desc(Vs + 32 * k), bl = wgmma_desc(Vs + kPlanes / 4 + 32 * k);
+    wgmma_bf16<64>(acc, ah, bh, true);
+    wgmma_bf16<64>(acc, ah, bl, true);
+    wgmma_bf16<64>(acc, al, bh, true);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
+#pragma unroll
+  for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = 16 * wi + gq + 8 * h;
+      if (row < n)
+        *reinterpret_cast<float2*>(o + (t0 + row) * value_dim + j * Dv + c0_col + 8 * jj + 2 * tq) =
+            make_float2(acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1]);
+    }
+}
+
 }  // namespace
 }  // namespace clefrt::cuda
 
@@ -1033,7 +1150,8 @@ int main(int argc, char** argv) {
     for (const void* k : {(const void*)gdn_chunk_scan_tc_k<Mma::Tf32x3>, (const void*)gdn_chunk_scan_tc_k<Mma::Tf32>,
                           (const void*)gdn_chunk_scan_tc_k<Mma::Bf16>, (const void*)gdn_chunk_state_tc_k, (const void*)gdn_chunk_out_tc_k,
                           (const void*)gdn_scan_narrow_k<16>, (const void*)gdn_scan_narrow_k<32>, (const void*)gdn_state2_k<64>,
-                          (const void*)gdn_out2_k<64>, (const void*)gdn_out2_k<128>, (const void*)gdn_state3_k})
+                          (const void*)gdn_out2_k<64>, (const void*)gdn_out2_k<128>, (const void*)gdn_state3_k<false>,
+                          (const void*)gdn_state3_k<true>, (const void*)gdn_out3_k})
       check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "lab smem");
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
@@ -1067,7 +1185,9 @@ int main(int argc, char** argv) {
       DeviceBuffer mixed(size_t(L * conv_dim) * 4, "mixed"), ba(size_t(L * 2 * Hv) * 4, "b|a"), negA(size_t(Hv) * 4, "negA"),
           dtb(size_t(Hv) * 4, "dt_bias"), g(size_t(L * Hv) * 4, "g"), beta(size_t(L * Hv) * 4, "beta");
       DeviceBuffer w(size_t(nc * Hv * 64 * Dk) * 4, "W"), u(size_t(nc * Hv * 64 * Dv) * 4, "U"), a(size_t(nc * Hv * 64 * 64) * 4, "A"),
-          h(size_t(nc * Hv * Dk * Dv) * 4, "h"), wp(size_t(nc * Hv) * kPlanes, "W planes"), ktp(size_t(nc * Hk) * kPlanes, "K^T planes"), o(size_t(L * Hv * Dv) * 4, "o"), o_ref(size_t(L * Hv * Dv) * 4, "o product");
+          h(size_t(nc * Hv * Dk * Dv) * 4, "h"), wp(size_t(nc * Hv) * kPlanes, "W planes"), ktp(size_t(nc * Hk) * kPlanes, "K^T planes"),
+          qp(size_t(nc * Hk) * kPlanes, "Q planes"), ap(size_t(nc * Hv) * kPlanes / 2, "A planes"), hp(size_t(nc * Hv * 2) * kPlanes, "h planes"),
+          vp(size_t(nc * Hv * 2) * kPlanes / 2, "Vn planes"), o(size_t(L * Hv * Dv) * 4, "o"), o_ref(size_t(L * Hv * Dv) * 4, "o product");
       fill_normal_f32(mixed.as<float>(), L * conv_dim, 21, 0.0f, 1.0f, s);
       fill_normal_f32(ba.as<float>(), L * 2 * Hv, 22, 0.0f, 1.0f, s);
       fill_normal_f32(negA.as<float>(), Hv, 23, -1.0f, 0.3f, s);
@@ -1138,10 +1258,18 @@ int main(int argc, char** argv) {
           {"state3 bf16x3", [&](float* out) {
              gdn_planes_k<<<dim3(unsigned(nc), unsigned(std::max(Hv, Hk))), 256, 0, s>>>(mx, conv_dim, Hk, Hv, ch, scr, wp.as<uint8_t>(),
                                                                                      ktp.as<uint8_t>());
-             gdn_state3_k<<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, State3Smem::bytes(), s>>>(
-                 gg, Hk, Hv, ch, scr, wp.as<uint8_t>(), ktp.as<uint8_t>(), h.as<float>());
+             gdn_state3_k<false><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, State3Smem::bytes(false), s>>>(
+                 gg, Hk, Hv, ch, scr, wp.as<uint8_t>(), ktp.as<uint8_t>(), h.as<float>(), nullptr, nullptr);
              gdn_out2_k<64><<<dim3(unsigned(nc), unsigned(Hv), unsigned(Dv / 64)), 256, Out2Smem<64>::bytes(Dk), s>>>(
                  mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>(), out);
+           }},
+          {"state3 out3", [&](float* out) {
+             gdn_planes_k<<<dim3(unsigned(nc), unsigned(std::max(Hv, Hk))), 256, 0, s>>>(mx, conv_dim, Hk, Hv, ch, scr, wp.as<uint8_t>(),
+                                                                                     ktp.as<uint8_t>(), qp.as<uint8_t>(), ap.as<uint8_t>());
+             gdn_state3_k<true><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, State3Smem::bytes(true), s>>>(
+                 gg, Hk, Hv, ch, scr, wp.as<uint8_t>(), ktp.as<uint8_t>(), nullptr, hp.as<uint8_t>(), vp.as<uint8_t>());
+             gdn_out3_k<<<dim3(unsigned(nc), unsigned(Hv), unsigned(Dv / 64)), 128, Out3Smem::bytes(), s>>>(
+                 gg, Hk, Hv, ch, scr, qp.as<uint8_t>(), ap.as<uint8_t>(), hp.as<uint8_t>(), vp.as<uint8_t>(), out);
            }},
           {"simt", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Simt); }},
       };
@@ -1202,8 +1330,8 @@ int main(int argc, char** argv) {
             gdn_planes_k<<<dim3(unsigned(nc), unsigned(std::max(Hv, Hk))), 256, 0, s>>>(mx, conv_dim, Hk, Hv, ch, scr, wp.as<uint8_t>(),
                                                                                     ktp.as<uint8_t>());
           if (k == 3)
-            gdn_state3_k<<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, State3Smem::bytes(), s>>>(
-                gg, Hk, Hv, ch, scr, wp.as<uint8_t>(), ktp.as<uint8_t>(), h.as<float>());
+            gdn_state3_k<false><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, State3Smem::bytes(false), s>>>(
+                gg, Hk, Hv, ch, scr, wp.as<uint8_t>(), ktp.as<uint8_t>(), h.as<float>(), nullptr, nullptr);
           if (k >= 2) return;
           if (k == 0)
             gdn_chunk_state_tc_k<<<sgrid, 256, StateTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
