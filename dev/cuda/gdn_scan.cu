@@ -1135,6 +1135,281 @@ __global__ void __launch_bounds__(128) gdn_out3_k(const float* g, int64_t Hk, in
     }
 }
 
+// ---- variant "fused4": state3's recurrence with the outputs in the same kernel ----
+// gdn_planes2_k: every plane in 16-byte pieces (eight k of one row: two float4 in, a 16-byte
+// store per plane out): W [tokens][Dk] and A [tokens][tokens] per (chunk, value head), Q
+// [tokens][Dk] and K^T [Dk][tokens] per (chunk, key head). Q / K^T: lanes take consecutive Dk
+// (K^T reads eight token rows, coalesced across the warp).
+__device__ __forceinline__ void split8(const float (&v)[8], uint4& hi, uint4& lo) {
+  uint32_t h[4], l[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const __nv_bfloat162 hh = __floats2bfloat162_rn(v[2 * q], v[2 * q + 1]);
+    const float2 hf = __bfloat1622float2(hh);
+    const __nv_bfloat162 ll = __floats2bfloat162_rn(v[2 * q] - hf.x, v[2 * q + 1] - hf.y);
+    h[q] = *reinterpret_cast<const uint32_t*>(&hh);
+    l[q] = *reinterpret_cast<const uint32_t*>(&ll);
+  }
+  hi = make_uint4(h[0], h[1], h[2], h[3]);
+  lo = make_uint4(l[0], l[1], l[2], l[3]);
+}
+__device__ __forceinline__ void put8(uint8_t* hi, int plane, int off, const float (&v)[8]) {
+  uint4 h, l;
+  split8(v, h, l);
+  *reinterpret_cast<uint4*>(hi + off) = h;
+  *reinterpret_cast<uint4*>(hi + plane + off) = l;
+}
+
+__global__ void __launch_bounds__(256) gdn_planes2_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, GdnChunks ch, GdnScratch sc,
+                                                     uint8_t* wp, uint8_t* ap, uint8_t* qp, uint8_t* ktp) {
+  constexpr int Dk = 128;
+  const int64_t ci = blockIdx.x, c = sc.c0 + ci, y = blockIdx.y;
+  const int tid = threadIdx.x;
+  if (y < Hv) {
+    const float* w = sc.w + (ci * Hv + y) * C * Dk;
+    const float* a = sc.aqk + (ci * Hv + y) * C * C;
+    for (int e = tid; e < C * Dk / 8 + C * C / 8; e += 256) {
+      const bool isw = e < C * Dk / 8;
+      const int ee = isw ? e : e - C * Dk / 8, cols = isw ? Dk : C;
+      const int r = ee / (cols / 8), k = (ee % (cols / 8)) * 8;
+      const float* src = (isw ? w : a) + r * cols + k;
+      const float4 v0 = reinterpret_cast<const float4*>(src)[0], v1 = reinterpret_cast<const float4*>(src)[1];
+      const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+      if (isw) put8(wp + (ci * Hv + y) * kPlanes, kPlanes / 2, kmajor_off(r, k, C), v);
+      else put8(ap + (ci * Hv + y) * (kPlanes / 2), kPlanes / 4, kmajor_off(r, k, C), v);
+    }
+  }
+  if (y < Hk) {
+    const int64_t t0 = ch.chunk_start[c];
+    const int n = ch.chunk_len[c];
+    const float* q = mixed + t0 * conv_dim + y * Dk;
+    const float* k = q + Hk * Dk;
+    for (int e = tid; e < 2 * C * Dk / 8; e += 256) {
+      float v[8];
+      if (e < C * Dk / 8) {  // Q: row i, Dk 8 kk ..
+        const int i = e / (Dk / 8), kk = (e % (Dk / 8)) * 8;
+        for (int m = 0; m < 8; ++m) v[m] = i < n ? q[i * conv_dim + kk + m] : 0.0f;
+        put8(qp + (ci * Hk + y) * kPlanes, kPlanes / 2, kmajor_off(i, kk, C), v);
+      } else {  // K^T: row x (Dk), tokens i0 ..
+        const int ee = e - C * Dk / 8, x = ee % Dk, i0 = (ee / Dk) * 8;
+        for (int m = 0; m < 8; ++m) v[m] = i0 + m < n ? k[(i0 + m) * conv_dim + x] : 0.0f;
+        put8(ktp + (ci * Hk + y) * kPlanes, kPlanes / 2, kmajor_off(x, i0, Dk), v);
+      }
+    }
+  }
+}
+
+struct Fused4Smem {
+  // W, Q, K^T planes (32 KB each), A planes (16 KB), S^T planes (32 KB), Vn'^T and Vn^T planes
+  // (16 KB each), decays; 1 KB for the alignment
+  static size_t bytes() { return 1024 + 4 * kPlanes + kPlanes / 2 + kPlanes + kPlanes + sizeof(float) * (2 * C + 1); }
+};
+
+// One CTA (two warpgroups) per (sequence, value head, 64 state columns), Dk = Dv = 128; S^T in
+// registers as in gdn_state3_k. Per chunk: barrier; Vn = U - W S and Q S (48 wgmma a
+// warpgroup, both on S^T's planes); Vn'^T and Vn^T planes; Q S rows scaled by e^gamma;
+// barrier; S^T = e^gamma_C S^T + Vn'^T K and O = ... + A Vn (24 more); O out; S^T's planes.
+// W and Q of the next chunk load during the second half, K^T and A during the first.
+__global__ void __launch_bounds__(256, 1) gdn_fused4_k(const float* g, int64_t Hk, int64_t Hv, GdnChunks ch, GdnScratch sc,
+                                                       const uint8_t* wp, const uint8_t* ap, const uint8_t* qp, const uint8_t* ktp, float* o) {
+  constexpr int Dk = 128, Dv = 128, SWT = 64;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* Wb = base;                 // [64 tokens][128 Dk]
+  uint8_t* Qb = Wb + kPlanes;         // [64 tokens][128 Dk]
+  uint8_t* Kb = Qb + kPlanes;         // [128 Dk][64 tokens]
+  uint8_t* St = Kb + kPlanes;         // [64 columns][128 Dk]
+  uint8_t* Ab = St + kPlanes;         // [64 tokens][64 tokens]
+  uint8_t* Vt = Ab + kPlanes / 2;     // (e^(gamma_C - gamma) Vn)^T [64 columns][64 tokens]
+  uint8_t* Vu = Vt + kPlanes / 2;     // Vn^T
+  float* ek = reinterpret_cast<float*>(Vu + kPlanes / 2);  // [C] e^(gamma_C - gamma_i), [C] e^gamma_C
+  float* eg = ek + C + 1;                                  // [C] e^gamma_i
+
+  const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * SWT;
+  const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7, wi = warp & 3;
+  const int gq = lane >> 2, tq = lane & 3;
+
+  int64_t cb, ce;
+  if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
+  float sacc[32];
+  auto sidx = [&](int i) { return int64_t(64 * wg + 8 * (i >> 2) + 2 * tq + (i & 1)) * Dv + c0_col + 16 * wi + gq + 8 * ((i >> 1) & 1); };
+  {
+    const float* from = ch.seq_chunk[s] < cb ? sc.state_in : sc.seq_state_in && sc.seq_state_in[s] ? sc.seq_state_in[s] + sc.layer_off : nullptr;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sacc[i] = from ? from[j * Dk * Dv + sidx(i)] : 0.0f;
+  }
+  auto store_s = [&](float* head) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) head[sidx(i)] = sacc[i];
+  };
+  // S^T's planes: this thread's pairs (state column 16 wi + gq + 8 h, Dk 64 wg + 8 jj + 2 tq (+1));
+  // the row's swizzle phase is gq, its Dk panel wg
+  auto write_st = [&] {
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const __nv_bfloat162 hh = __floats2bfloat162_rn(sacc[4 * jj + 2 * h], sacc[4 * jj + 2 * h + 1]);
+        const float2 hf = __bfloat1622float2(hh);
+        const __nv_bfloat162 ll = __floats2bfloat162_rn(sacc[4 * jj + 2 * h] - hf.x, sacc[4 * jj + 2 * h + 1] - hf.y);
+        const int off = wg * (SWT * 128) + (16 * wi + gq + 8 * h) * 128 + ((jj ^ gq) << 4) + 4 * tq;
+        *reinterpret_cast<__nv_bfloat162*>(St + off) = hh;
+        *reinterpret_cast<__nv_bfloat162*>(St + kPlanes / 2 + off) = ll;
+      }
+  };
+  auto fence_acc = [](float* a, int n) {
+    for (int i = 0; i < n; ++i) fence_operand(a[i]);
+  };
+  auto copy = [&](uint8_t* dst, const uint8_t* src, int bytes) {
+    for (int e = tid; e < bytes / 16; e += 256) cp_async16(dst + 16 * e, src + 16 * e, true);
+  };
+  auto load_wq = [&](int64_t c) {
+    if (c < ce) {
+      copy(Wb, wp + ((c - sc.c0) * Hv + j) * kPlanes, kPlanes);
+      copy(Qb, qp + ((c - sc.c0) * Hk + kh) * kPlanes, kPlanes);
+    }
+    cp_async_commit();
+  };
+  auto load_ka = [&](int64_t c) {
+    copy(Kb, ktp + ((c - sc.c0) * Hk + kh) * kPlanes, kPlanes);
+    copy(Ab, ap + ((c - sc.c0) * Hv + j) * (kPlanes / 2), kPlanes / 2);
+    cp_async_commit();
+  };
+  float ga = 0, gb = 0;
+  auto read_g = [&](int64_t c) {
+    if (warp == 0 && c < ce) {
+      const int64_t t0 = ch.chunk_start[c];
+      const int n = ch.chunk_len[c], i0 = 2 * lane;
+      ga = i0 < n ? g[(t0 + i0) * Hv + j] : 0.0f;
+      gb = i0 + 1 < n ? g[(t0 + i0 + 1) * Hv + j] : 0.0f;
+    }
+  };
+  load_wq(cb);
+  read_g(cb);
+  write_st();
+  for (int64_t c = cb; c < ce; ++c) {
+    const int64_t t0 = ch.chunk_start[c];
+    const int n = ch.chunk_len[c];
+    const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col;
+    if (sc.snap_chunk && sc.snap_chunk[s] == c) store_s(sc.seq_state_out[s] + sc.layer_off + j * Dk * Dv);
+    if (warp == 0) {  // gamma as chunk_gamma_pair sums it, then the decays
+      double sum = double(ga) + double(gb);
+      for (int of = 1; of < 32; of <<= 1) {
+        const double v = __shfl_up_sync(0xffffffffu, sum, of);
+        if (lane >= of) sum += v;
+      }
+      const double gam1 = sum, gam0 = sum - double(gb);
+      const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
+      ek[2 * lane] = 2 * lane < n ? float(exp(gl - gam0)) : 0.0f;
+      ek[2 * lane + 1] = 2 * lane + 1 < n ? float(exp(gl - gam1)) : 0.0f;
+      eg[2 * lane] = float(exp(gam0));
+      eg[2 * lane + 1] = float(exp(gam1));
+      if (lane == 0) ek[C] = float(exp(gl));
+      read_g(c + 1);
+    }
+    float2 ur[8];
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        ur[2 * jj + h] = *reinterpret_cast<const float2*>(u + (16 * wi + gq + 8 * h) * Dv + 32 * wg + 8 * jj + 2 * tq);
+    cp_async_wait<0>();  // W and Q
+    fence_proxy_async();
+    __syncthreads();  // W, Q, S^T planes and decays visible; the last chunk's readers done
+    load_ka(c);
+    // Vn = U - W S and Q S: M = 64 tokens, N = this warpgroup's 32 state columns, K = Dk
+    float vacc[16], oacc[16];
+    fence_acc(vacc, 16);
+    fence_acc(oacc, 16);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < Dk / 16; ++k) {
+      const int po = (k >> 2) * (SWT * 128) + (k & 3) * 32;
+      const uint64_t bh = wgmma_desc(St + 32 * wg * 128 + po), bl = wgmma_desc(St + kPlanes / 2 + 32 * wg * 128 + po);
+      const uint64_t wh = wgmma_desc(Wb + po), wl = wgmma_desc(Wb + kPlanes / 2 + po);
+      const uint64_t qh = wgmma_desc(Qb + po), ql = wgmma_desc(Qb + kPlanes / 2 + po);
+      wgmma_bf16<32>(vacc, wh, bh, k > 0);
+      wgmma_bf16<32>(oacc, qh, bh, k > 0);
+      wgmma_bf16<32>(vacc, wh, bl, true);
+      wgmma_bf16<32>(oacc, qh, bl, true);
+      wgmma_bf16<32>(vacc, wl, bh, true);
+      wgmma_bf16<32>(oacc, ql, bh, true);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(vacc, 16);
+    fence_acc(oacc, 16);
+    const float eC = ek[C];
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = 16 * wi + gq + 8 * h, col = 32 * wg + 8 * jj + 2 * tq;
+        const float v0 = ur[2 * jj + h].x - vacc[4 * jj + 2 * h], v1 = ur[2 * jj + h].y - vacc[4 * jj + 2 * h + 1];
+        const float e = ek[row], eo = eg[row];
+        oacc[4 * jj + 2 * h] *= eo;
+        oacc[4 * jj + 2 * h + 1] *= eo;
+        // (col, row) and (col + 1, row) in [columns][tokens] planes: col's swizzle phase is 2 tq (+1)
+        const int o0 = col * 128 + ((((row >> 3)) ^ (2 * tq)) << 4) + 2 * gq, o1 = (col + 1) * 128 + ((((row >> 3)) ^ (2 * tq + 1)) << 4) + 2 * gq;
+        uint16_t h0, l0, h1, l1;
+        split_bf16(v0 * e, h0, l0);
+        split_bf16(v1 * e, h1, l1);
+        *reinterpret_cast<uint16_t*>(Vt + o0) = h0;
+        *reinterpret_cast<uint16_t*>(Vt + o1) = h1;
+        *reinterpret_cast<uint16_t*>(Vt + kPlanes / 4 + o0) = l0;
+        *reinterpret_cast<uint16_t*>(Vt + kPlanes / 4 + o1) = l1;
+        split_bf16(v0, h0, l0);
+        split_bf16(v1, h1, l1);
+        *reinterpret_cast<uint16_t*>(Vu + o0) = h0;
+        *reinterpret_cast<uint16_t*>(Vu + o1) = h1;
+        *reinterpret_cast<uint16_t*>(Vu + kPlanes / 4 + o0) = l0;
+        *reinterpret_cast<uint16_t*>(Vu + kPlanes / 4 + o1) = l1;
+      }
+    cp_async_wait<0>();  // K^T and A
+    fence_proxy_async();
+    __syncthreads();  // Vn planes whole, K^T and A visible; W, Q and S^T's planes read by all
+    load_wq(c + 1);
+    // S^T = e^gamma_C S^T + Vn'^T K (M = 64 columns, N = this warpgroup's 64 Dk, K = 64 tokens)
+    // and O += A Vn (M = 64 tokens, N = its 32 columns, K = 64 tokens)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sacc[i] *= eC;
+    fence_acc(sacc, 32);
+    fence_acc(oacc, 16);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < C / 16; ++k) {
+      const uint64_t vh = wgmma_desc(Vt + 32 * k), vl = wgmma_desc(Vt + kPlanes / 4 + 32 * k);
+      const uint64_t kh_ = wgmma_desc(Kb + 64 * wg * 128 + 32 * k), kl = wgmma_desc(Kb + kPlanes / 2 + 64 * wg * 128 + 32 * k);
+      const uint64_t ah = wgmma_desc(Ab + 32 * k), al = wgmma_desc(Ab + kPlanes / 4 + 32 * k);
+      const uint64_t uh = wgmma_desc(Vu + 32 * wg * 128 + 32 * k), ul = wgmma_desc(Vu + kPlanes / 4 + 32 * wg * 128 + 32 * k);
+      wgmma_bf16<64>(sacc, vh, kh_, true);
+      wgmma_bf16<32>(oacc, ah, uh, true);
+      wgmma_bf16<64>(sacc, vh, kl, true);
+      wgmma_bf16<32>(oacc, ah, ul, true);
+      wgmma_bf16<64>(sacc, vl, kh_, true);
+      wgmma_bf16<32>(oacc, al, uh, true);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(sacc, 32);
+    fence_acc(oacc, 16);
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = 16 * wi + gq + 8 * h;
+        if (row < n)
+          *reinterpret_cast<float2*>(o + (t0 + row) * value_dim + j * Dv + c0_col + 32 * wg + 8 * jj + 2 * tq) =
+              make_float2(oacc[4 * jj + 2 * h], oacc[4 * jj + 2 * h + 1]);
+      }
+    write_st();
+  }
+  cp_async_wait_all();
+  if (ch.seq_chunk[s + 1] > ce) store_s(sc.state_out + j * Dk * Dv);
+  else if (sc.snap_chunk && sc.snap_chunk[s] == ce) store_s(sc.seq_state_out[s] + sc.layer_off + j * Dk * Dv);
+}
+
 }  // namespace
 }  // namespace clefrt::cuda
 
@@ -1151,7 +1426,8 @@ int main(int argc, char** argv) {
                           (const void*)gdn_chunk_scan_tc_k<Mma::Bf16>, (const void*)gdn_chunk_state_tc_k, (const void*)gdn_chunk_out_tc_k,
                           (const void*)gdn_scan_narrow_k<16>, (const void*)gdn_scan_narrow_k<32>, (const void*)gdn_state2_k<64>,
                           (const void*)gdn_out2_k<64>, (const void*)gdn_out2_k<128>, (const void*)gdn_state3_k<false>,
-                          (const void*)gdn_state3_k<true>, (const void*)gdn_out3_k})
+                          (const void*)gdn_state3_k<true>, (const void*)gdn_out3_k,
+                          (const void*)gdn_fused4_k})
       check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "lab smem");
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
@@ -1271,6 +1547,12 @@ int main(int argc, char** argv) {
              gdn_out3_k<<<dim3(unsigned(nc), unsigned(Hv), unsigned(Dv / 64)), 128, Out3Smem::bytes(), s>>>(
                  gg, Hk, Hv, ch, scr, qp.as<uint8_t>(), ap.as<uint8_t>(), hp.as<uint8_t>(), vp.as<uint8_t>(), out);
            }},
+          {"fused4 bf16x3", [&](float* out) {
+             gdn_planes2_k<<<dim3(unsigned(nc), unsigned(std::max(Hv, Hk))), 256, 0, s>>>(mx, conv_dim, Hk, Hv, ch, scr, wp.as<uint8_t>(),
+                                                                                      ap.as<uint8_t>(), qp.as<uint8_t>(), ktp.as<uint8_t>());
+             gdn_fused4_k<<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, Fused4Smem::bytes(), s>>>(
+                 gg, Hk, Hv, ch, scr, wp.as<uint8_t>(), ap.as<uint8_t>(), qp.as<uint8_t>(), ktp.as<uint8_t>(), out);
+           }},
           {"simt", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Simt); }},
       };
       const size_t N = size_t(L * Hv * Dv);
@@ -1323,9 +1605,17 @@ int main(int argc, char** argv) {
         pts.arr.push_back(std::move(r));
       }
       // the split variants' sequential kernels alone (their output kernels are the difference)
-      for (int k = 0; k < 4 && !only; ++k) {
+      for (int k = 0; k < 6 && !only; ++k) {
         const double t = median_ms(s, [&] {
           prep();
+          if (k >= 4) {
+            gdn_planes2_k<<<dim3(unsigned(nc), unsigned(std::max(Hv, Hk))), 256, 0, s>>>(mx, conv_dim, Hk, Hv, ch, scr, wp.as<uint8_t>(),
+                                                                                     ap.as<uint8_t>(), qp.as<uint8_t>(), ktp.as<uint8_t>());
+            if (k == 5)
+              gdn_fused4_k<<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, Fused4Smem::bytes(), s>>>(
+                  gg, Hk, Hv, ch, scr, wp.as<uint8_t>(), ap.as<uint8_t>(), qp.as<uint8_t>(), ktp.as<uint8_t>(), o.as<float>());
+            return;
+          }
           if (k >= 2)
             gdn_planes_k<<<dim3(unsigned(nc), unsigned(std::max(Hv, Hk))), 256, 0, s>>>(mx, conv_dim, Hk, Hv, ch, scr, wp.as<uint8_t>(),
                                                                                     ktp.as<uint8_t>());
@@ -1339,7 +1629,8 @@ int main(int argc, char** argv) {
             gdn_state2_k<64><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 64)), 256, State2Smem<64>::bytes(Dk), s>>>(
                 mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
         }) - t_prep;
-        const char* what[4] = {"split 3xtf32 state kernel", "split2 sw64 state kernel", "state3 planes kernel", "state3 planes + state kernels"};
+        const char* what[6] = {"split 3xtf32 state kernel", "split2 sw64 state kernel", "state3 planes kernel", "state3 planes + state kernels",
+                               "fused4 planes2 kernel", "fused4 planes2 + fused kernels"};
         std::printf("  %-30s alone %7.3f ms\n", what[k], t);
         json::Value r = json::Value::object();
         r.add("variant", json::Value::string(what[k]));
