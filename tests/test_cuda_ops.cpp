@@ -276,7 +276,8 @@ TEST(CudaOps, ConvSiluPackedMatchesCpu) {
 // crossing chunk boundaries, Hv > Hk, strong and weak decay.
 TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
   NEED_GPU();
-  for (auto [Hk, Hv, Dk, Dv] : {std::tuple{2, 4, 16, 16}, {2, 6, 128, 128}, {1, 2, 64, 96}, {1, 1, 32, 24}}) {
+  // (the 27B model's heads, Hk 16 / Hv 48 at 128, and a Dv of 64 run the Wgmma path too)
+  for (auto [Hk, Hv, Dk, Dv] : {std::tuple{2, 4, 16, 16}, {2, 6, 128, 128}, {1, 2, 64, 96}, {1, 1, 32, 24}, {16, 48, 128, 128}, {1, 3, 128, 64}}) {
     const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
     int64_t L = 0;
     for (auto l : lens) L += l;
@@ -323,11 +324,24 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
                  dsc = upload(sc, "sc"), w(size_t(nc * Hv * 64 * Dk) * 4), u(size_t(nc * Hv * 64 * Dv) * 4),
                  a(size_t(nc * Hv * 64 * 64) * 4), o(want.size() * 4);
     GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
-    for (GdnPath path : {GdnPath::TensorCores, GdnPath::Simt}) {
-      const char* name = path == GdnPath::Simt ? "simt" : "tensor cores";
+    // the Wgmma path's planes for P chunks
+    const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
+    auto planes = [&](GdnScratch sc, int64_t P, std::vector<DeviceBuffer>& keep) {
+      for (auto [to, bytes] : {std::pair{&sc.wp, pb.w}, {&sc.ap, pb.a}, {&sc.qp, pb.q}, {&sc.ktp, pb.kt}}) {
+        keep.emplace_back(size_t(P * bytes), "planes");
+        *to = keep.back().as<uint8_t>();
+      }
+      return sc;
+    };
+    std::vector<GdnPath> paths = {GdnPath::TensorCores, GdnPath::Simt};
+    if (gdn_wgmma_available(Dk, Dv)) paths.push_back(GdnPath::Wgmma);
+    else if (Dk == 128) std::printf("[ cuda    ] gdn_chunked: no Wgmma path on this GPU / build (Dk %d, Dv %d)\n", int(Dk), int(Dv));
+    for (GdnPath path : paths) {
+      const char* name = path == GdnPath::Simt ? "simt" : path == GdnPath::Wgmma ? "wgmma" : "tensor cores";
       check(cudaMemset(o.get(), 0xff, want.size() * 4), "poison o");  // NaN: every output must be written
-      gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, GdnScratch{w.as<float>(), u.as<float>(), a.as<float>()},
-                  o.as<float>(), nullptr, path);
+      std::vector<DeviceBuffer> keep;
+      gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch,
+                  planes(GdnScratch{w.as<float>(), u.as<float>(), a.as<float>()}, nc, keep), o.as<float>(), nullptr, path);
       const auto whole = down<float>(o, want.size());
       expect_close(whole, want, 2e-5, 1e-4, std::string("gdn_chunked ") + name + " Dk=" + std::to_string(Dk));
       // in passes of P chunks over a scratch of P chunks (sequences cross pass boundaries, and
@@ -339,7 +353,8 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
         float* st[2] = {st0.as<float>(), st1.as<float>()};
         check(cudaMemset(o.get(), 0xff, want.size() * 4), "poison o");
         for (int64_t c0 = 0, pass = 0; c0 < nc; c0 += P, ++pass) {
-          GdnScratch sp{pw.as<float>(), pu.as<float>(), pa.as<float>()};
+          std::vector<DeviceBuffer> pkeep;
+          GdnScratch sp = planes(GdnScratch{pw.as<float>(), pu.as<float>(), pa.as<float>()}, P, pkeep);
           sp.c0 = c0;
           sp.c1 = std::min(nc, c0 + P);
           sp.state_in = st[pass % 2];

@@ -167,6 +167,13 @@ struct Forward::Batch {
     gs.w = a.carve<float>(gdn_pass * c.v_heads * kChunk * c.k_head_dim, "gdn W");
     gs.u = a.carve<float>(gdn_pass * c.v_heads * kChunk * c.v_head_dim, "gdn U");
     gs.aqk = a.carve<float>(gdn_pass * c.v_heads * kChunk * kChunk, "gdn A");
+    if (!o.portable_kernels && gdn_wgmma_built(c.k_head_dim, c.v_head_dim)) {  // the Wgmma scan's operands
+      const GdnPlaneBytes pb = gdn_plane_bytes(c.k_heads, c.v_heads);
+      gs.wp = a.carve<uint8_t>(size_t(gdn_pass * pb.w), "gdn W planes");
+      gs.ap = a.carve<uint8_t>(size_t(gdn_pass * pb.a), "gdn A planes");
+      gs.qp = a.carve<uint8_t>(size_t(gdn_pass * pb.q), "gdn Q planes");
+      gs.ktp = a.carve<uint8_t>(size_t(gdn_pass * pb.kt), "gdn K^T planes");
+    }
     size_t phase_end = a.used();
     a.rewind(gdn_shared);
     qs_gdn = carve_qs(a, m, Tb + hist, std::max(H, value_dim));
@@ -852,7 +859,9 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         mark("gdn chunk prep");
         gdn_chunk_prep(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, rows_before(b.beta, T0, c.v_heads), ch, gp, s);
         mark("gdn chunk scan");
-        gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s);
+        gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s,
+                       o_.portable_kernels && gdn_path(GdnPath::Auto, c.k_head_dim, c.v_head_dim) == GdnPath::Wgmma ? GdnPath::TensorCores
+                                                                                                                : GdnPath::Auto);
         mark("gdn gated_norm");
         gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s);
         mark("gemm gdn out_proj");

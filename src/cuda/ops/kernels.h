@@ -87,11 +87,28 @@ struct GdnScratch {
   float* const* seq_state_out = nullptr;
   const int32_t* snap_chunk = nullptr;
   int64_t layer_off = 0;
+  // The wgmma scan's operands (GdnPath::Wgmma), per chunk of the pass: bf16 hi / lo planes of W
+  // and A per value head, of Q and K^T per key head (gdn_plane_bytes); null for the other paths.
+  uint8_t *wp = nullptr, *ap = nullptr, *qp = nullptr, *ktp = nullptr;
 };
-// Which kernels: Auto = tensor cores (mma.sync TF32, 3xTF32 split: fp32-level accuracy) when
-// Dk % 16 == 0 and Dv % 8 == 0, else the fp32 CUDA-core kernels. The
-// tests run both explicitly.
-enum class GdnPath { Auto, TensorCores, Simt };
+// Bytes a chunk takes in each of GdnScratch's planes (times the pass's chunks).
+struct GdnPlaneBytes {
+  int64_t w, a, q, kt;
+};
+GdnPlaneBytes gdn_plane_bytes(int64_t Hk, int64_t Hv);
+// Which kernels. TensorCores: mma.sync 3xTF32 products (fp32-level accuracy; Dk % 16 == 0,
+// Dv % 8 == 0, any sm_80+ GPU). Wgmma: the scan on Hopper's wgmma with bf16x3 products (within
+// ~1e-5 of TensorCores; gdn_wgmma_available: an sm_90a build on compute capability 9.0, Dk = 128,
+// Dv % 64 == 0; the prep as TensorCores; needs GdnScratch's planes). Simt: fp32 CUDA cores, any
+// shape. Auto: Wgmma where available, else TensorCores where the shape fits, else Simt. The
+// tests run each explicitly.
+enum class GdnPath { Auto, TensorCores, Wgmma, Simt };
+bool gdn_wgmma_available(int64_t Dk, int64_t Dv);
+// The build has the Wgmma path and the shape fits it (no device query: the memory plan's test,
+// a superset of gdn_wgmma_available's).
+bool gdn_wgmma_built(int64_t Dk, int64_t Dv);
+// The path Auto resolves to (or `path` itself), for the kernel line and the memory plan.
+GdnPath gdn_path(GdnPath path, int64_t Dk, int64_t Dv);
 // mixed: [L, conv_dim] (q | k | v heads, q/k normalised); g, beta: [L, Hv]; o: [L, Hv * Dv] fp32.
 void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
                  const GdnChunks& ch, GdnScratch sc, float* o, cudaStream_t s, GdnPath path = GdnPath::Auto);
@@ -100,6 +117,10 @@ void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
                     const GdnChunks& ch, GdnScratch sc, cudaStream_t s, GdnPath path = GdnPath::Auto);
 void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
                     GdnScratch sc, float* o, cudaStream_t s, GdnPath path = GdnPath::Auto);
+// The Wgmma path's scan (kernels_gdn_wgmma.cu): the planes from the prep's W and A and from q / k,
+// then the fused recurrence and outputs.
+void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
+                          const GdnScratch& sc, float* o, cudaStream_t s);
 // act[t, j*Dv + i] = rms_norm(o)[...] * w[i] * silu(z[t, j*Dv + i]) -> bf16
 void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, bf16* act,
                 cudaStream_t s);

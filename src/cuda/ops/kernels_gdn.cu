@@ -10,8 +10,9 @@
 //   Vn = U - W S;  O = e^gamma Q S + A Vn;  S = e^gamma_C S + (K e^(gamma_C - gamma))^T Vn
 // gdn_chunk_prep does the first part for all chunks in parallel; gdn_chunk_scan walks the
 // chunks, one CTA per (sequence, head, 32 state columns): the columns of S evolve independently,
-// which is what makes the split exact. Each has a tensor-core form (3xTF32 mma.sync,  the
-// default) and a CUDA-core form (GdnPath in kernels.h).
+// which is what makes the split exact. Each has a tensor-core form (3xTF32 mma.sync) and a
+// CUDA-core form; on Hopper the scan runs on wgmma instead (kernels_gdn_wgmma.cu; GdnPath in
+// kernels.h).
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -638,12 +639,12 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
   end_pass(S, SWP, sc, ch, s, ce, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
-// GdnPath::Auto -> tensor cores or not (see kernels.h)
+// The prep's kernel: tensor cores for the TensorCores and Wgmma paths (see kernels.h)
 bool use_tensor_cores(GdnPath path, int64_t Dk, int64_t Dv) {
   const bool fits = Dk % 16 == 0 && Dv % 8 == 0;
   if (path == GdnPath::TensorCores && !fits)
     throw Error(Status::Internal, "internal_error", "gdn: the tensor-core kernels need Dk % 16 == 0 and Dv % 8 == 0");
-  return path == GdnPath::TensorCores || (path == GdnPath::Auto && fits);
+  return path == GdnPath::TensorCores || path == GdnPath::Wgmma || (path == GdnPath::Auto && fits);
 }
 
 __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz,
@@ -663,6 +664,12 @@ __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const flo
 }
 
 }  // namespace
+
+GdnPath gdn_path(GdnPath path, int64_t Dk, int64_t Dv) {
+  if (path != GdnPath::Auto) return path;
+  if (gdn_wgmma_available(Dk, Dv)) return GdnPath::Wgmma;
+  return Dk % 16 == 0 && Dv % 8 == 0 ? GdnPath::TensorCores : GdnPath::Simt;
+}
 
 void conv_silu(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L, int64_t Cn, const float* w, int64_t K, float* y,
                cudaStream_t s) {
@@ -738,6 +745,10 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
   set_smem_limits();
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
   check_pass(ch, sc, "gdn_chunk_scan");
+  if (gdn_path(path, Dk, Dv) == GdnPath::Wgmma) {
+    gdn_chunk_scan_wgmma(mixed, Hk, Hv, Dk, Dv, g, ch, sc, o, s);
+    return;
+  }
   const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned((Dv + SW - 1) / SW));
   if (use_tensor_cores(path, Dk, Dv))
     gdn_chunk_scan_tc_k<<<grid, 256, ScanTcSmem::bytes(Dk), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, ch, sc, o);

@@ -1,0 +1,383 @@
+// The GDN chunk scan on Hopper's warpgroup MMA (sm_90a, Dk = 128, Dv a multiple of 64): the
+// recurrence and the outputs of gdn_chunk_scan_tc_k (kernels_gdn.cu) in one kernel, its products
+// as "bf16x3" wgmmas.
+//
+// bf16x3: an fp32 operand x goes in as two bf16 planes, hi = bf16(x) and lo = bf16(x - hi)
+// (|x - hi - lo| <= 2^-18 |x|), and a product as three bf16 wgmmas with fp32 accumulation,
+// hi*hi + hi*lo + lo*hi (the dropped lo*lo is ~2^-16 of it). The outputs stay within ~1e-5 of
+// the 3xTF32 kernel's (TF32 alone: ~5e-4; bf16, fla's choice: ~4e-3) at half its tensor work
+// (bf16 runs at twice TF32's rate) and with no split instructions in the product's loop: the
+// planes are made once per chunk (dev/cuda/gdn_scan.cu measures the variants).
+//
+// Operands are K-major 128-byte-swizzled bf16 tiles (wgmma.cuh), "planes" of 64-element k
+// panels: W [tokens][Dk] and A [tokens][tokens] per (chunk, value head), Q [tokens][Dk] and K^T
+// [Dk][tokens] per (chunk, key head), made by gdn_planes_k from the prep's W and A and the
+// conv's q and k; inside the scan S^T [state columns][Dk] and Vn^T [state columns][tokens].
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/gdn_tiles.cuh"
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/wgmma.cuh"
+#include "cuda/runtime/check.h"
+
+namespace clefrt::cuda {
+
+namespace {
+
+using namespace gdn;
+
+constexpr int kDk = 128;            // the key head dim these kernels tile
+constexpr int kCols = 64;           // state columns per CTA
+constexpr int kTile = C * kDk * 4;  // bytes of a 64 x 128 tile's hi and lo planes (32 KiB)
+constexpr int kSmallTile = C * C * 4;  // a 64 x 64 tile's (16 KiB)
+
+// Byte offset of element (row, k) in a K-major tile of `rows` rows in 64-element k panels.
+__device__ __forceinline__ int kmajor_off(int row, int k, int rows) {
+  return (k >> 6) * rows * 128 + swizzle128(row, (k & 63) >> 3) + (k & 7) * 2;
+}
+
+// x -> hi, lo as bf16 bits (the bf16x3 split).
+__device__ __forceinline__ void split_bf16(float x, uint16_t& hi, uint16_t& lo) {
+  const bf16 h = __float2bfloat16_rn(x);
+  hi = __bfloat16_as_ushort(h);
+  lo = __bfloat16_as_ushort(__float2bfloat16_rn(x - __bfloat162float(h)));
+}
+__device__ __forceinline__ void split_pair(float x0, float x1, __nv_bfloat162& hi, __nv_bfloat162& lo) {
+  hi = __floats2bfloat162_rn(x0, x1);
+  const float2 hf = __bfloat1622float2(hi);
+  lo = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+}
+// Eight consecutive k of one row: 16 bytes of the hi plane at hi + off, of the lo plane `plane`
+// bytes further.
+__device__ __forceinline__ void put8(uint8_t* hi, int plane, int off, const float (&v)[8]) {
+  uint32_t h[4], l[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    __nv_bfloat162 hh, ll;
+    split_pair(v[2 * q], v[2 * q + 1], hh, ll);
+    h[q] = *reinterpret_cast<const uint32_t*>(&hh);
+    l[q] = *reinterpret_cast<const uint32_t*>(&ll);
+  }
+  *reinterpret_cast<uint4*>(hi + off) = make_uint4(h[0], h[1], h[2], h[3]);
+  *reinterpret_cast<uint4*>(hi + plane + off) = make_uint4(l[0], l[1], l[2], l[3]);
+}
+
+// grid (chunks of the pass, max(Hv, Hk)), 256 threads: y < Hv makes W's and A's planes of
+// (chunk, value head y), y < Hk Q's and K^T's of (chunk, key head y); a thread makes 16 bytes of
+// a plane at a time (K^T: lanes take consecutive Dk, so its eight token rows read coalesced).
+__global__ void __launch_bounds__(256) gdn_planes_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, GdnChunks ch,
+                                                    GdnScratch sc) {
+  const int64_t ci = blockIdx.x, c = sc.c0 + ci, y = blockIdx.y;
+  const int tid = threadIdx.x;
+  if (y < Hv) {
+    const float* w = sc.w + (ci * Hv + y) * C * kDk;
+    const float* a = sc.aqk + (ci * Hv + y) * C * C;
+    for (int e = tid; e < C * kDk / 8 + C * C / 8; e += blockDim.x) {
+      const bool isw = e < C * kDk / 8;
+      const int ee = isw ? e : e - C * kDk / 8, cols = isw ? kDk : C;
+      const int r = ee / (cols / 8), k = (ee % (cols / 8)) * 8;
+      const float4* src = reinterpret_cast<const float4*>((isw ? w : a) + r * cols + k);
+      const float4 v0 = src[0], v1 = src[1];
+      const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+      if (isw) put8(sc.wp + (ci * Hv + y) * kTile, kTile / 2, kmajor_off(r, k, C), v);
+      else put8(sc.ap + (ci * Hv + y) * kSmallTile, kSmallTile / 2, kmajor_off(r, k, C), v);
+    }
+  }
+  if (y < Hk) {
+    const int64_t t0 = ch.chunk_start[c];
+    const int n = ch.chunk_len[c];
+    const float* q = mixed + t0 * conv_dim + y * kDk;
+    const float* k = q + Hk * kDk;
+    for (int e = tid; e < 2 * C * kDk / 8; e += blockDim.x) {
+      float v[8];
+      if (e < C * kDk / 8) {  // Q: token i, Dk kk ..
+        const int i = e / (kDk / 8), kk = (e % (kDk / 8)) * 8;
+#pragma unroll
+        for (int m = 0; m < 8; ++m) v[m] = i < n ? q[i * conv_dim + kk + m] : 0.0f;
+        put8(sc.qp + (ci * Hk + y) * kTile, kTile / 2, kmajor_off(i, kk, C), v);
+      } else {  // K^T: Dk row x, tokens i0 ..
+        const int ee = e - C * kDk / 8, x = ee % kDk, i0 = (ee / kDk) * 8;
+#pragma unroll
+        for (int m = 0; m < 8; ++m) v[m] = i0 + m < n ? k[(i0 + m) * conv_dim + x] : 0.0f;
+        put8(sc.ktp + (ci * Hk + y) * kTile, kTile / 2, kmajor_off(x, i0, kDk), v);
+      }
+    }
+  }
+}
+
+struct ScanSmem {
+  // W, Q, K^T, S^T planes (32 KiB each), A's, Vn'^T's and Vn^T's (16 KiB each), the decays;
+  // 1 KiB to align the tiles (the swizzle is computed from address bits)
+  static constexpr size_t bytes() { return 1024 + 4 * size_t(kTile) + 3 * size_t(kSmallTile) + sizeof(float) * (2 * C + 1); }
+};
+
+// One CTA (two warpgroups) per (sequence, value head, 64 state columns). Warpgroup w holds S^T's
+// Dk columns [64 w, 64 w + 64) for the CTA's 64 state columns in registers (m64n64
+// accumulators, fp32, carried across chunks) and forms Vn's and O's state columns
+// [32 w, 32 w + 32). Per chunk:
+//   barrier; Vn = U - W S and Q S (M = 64 tokens, N = 32 columns, K = Dk: 48 wgmma m64n32k16
+//   a warpgroup, both reading S^T's planes); Vn^T's and (e^(gamma_C - gamma) Vn)^T's planes; Q S's
+//   rows times e^gamma;
+//   barrier; S^T = e^gamma_C S^T + Vn'^T K (M = 64 columns, N = 64 Dk, K = 64 tokens) and
+//   O += A Vn (M = 64 tokens, N = 32 columns): 24 wgmma; O out; S^T's planes for the next chunk.
+// W and Q of the next chunk load during the second half, K^T and A during the first.
+__global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64_t Hk, int64_t Hv, int64_t Dv, GdnChunks ch, GdnScratch sc,
+                                                           float* o) {
+#ifndef CLEFRT_WGMMA
+  __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
+#else
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* Wb = base;              // [64 tokens][128 Dk]
+  uint8_t* Qb = Wb + kTile;        // [64 tokens][128 Dk]
+  uint8_t* Kb = Qb + kTile;        // [128 Dk][64 tokens]
+  uint8_t* St = Kb + kTile;        // [64 columns][128 Dk]
+  uint8_t* Ab = St + kTile;        // [64 tokens][64 tokens]
+  uint8_t* Vt = Ab + kSmallTile;   // (e^(gamma_C - gamma) Vn)^T [64 columns][64 tokens]
+  uint8_t* Vu = Vt + kSmallTile;   // Vn^T
+  float* ek = reinterpret_cast<float*>(Vu + kSmallTile);  // [C] e^(gamma_C - gamma_i), [C] e^gamma_C
+  float* eg = ek + C + 1;                                 // [C] e^gamma_i
+
+  const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * kCols;
+  const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7, wi = warp & 3;
+  const int gq = lane >> 2, tq = lane & 3;
+
+  int64_t cb, ce;
+  if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
+  // sacc[4 jj + 2 h + cc]: S^T at state column 16 wi + gq + 8 h, Dk index 64 wg + 8 jj + 2 tq + cc
+  // (wgmma's accumulator layout); sidx: its place in a state [Dk][Dv]
+  float sacc[32];
+  auto sidx = [&](int i) { return int64_t(64 * wg + 8 * (i >> 2) + 2 * tq + (i & 1)) * Dv + c0_col + 16 * wi + gq + 8 * ((i >> 1) & 1); };
+  {
+    const float* from = ch.seq_chunk[s] < cb ? sc.state_in : sc.seq_state_in && sc.seq_state_in[s] ? sc.seq_state_in[s] + sc.layer_off : nullptr;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sacc[i] = from ? from[j * kDk * Dv + sidx(i)] : 0.0f;
+  }
+  auto store_s = [&](float* to) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) to[j * kDk * Dv + sidx(i)] = sacc[i];
+  };
+  // S^T's planes from sacc: a thread's pairs sit in row 16 wi + gq + 8 h (swizzle phase gq) of
+  // Dk panel wg, 16-byte chunk jj
+  auto write_st = [&] {
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        __nv_bfloat162 hh, ll;
+        split_pair(sacc[4 * jj + 2 * h], sacc[4 * jj + 2 * h + 1], hh, ll);
+        const int off = wg * (kCols * 128) + (16 * wi + gq + 8 * h) * 128 + ((jj ^ gq) << 4) + 4 * tq;
+        *reinterpret_cast<__nv_bfloat162*>(St + off) = hh;
+        *reinterpret_cast<__nv_bfloat162*>(St + kTile / 2 + off) = ll;
+      }
+  };
+  // the accumulators pinned around the wgmmas (wgmma.cuh's fence_operand)
+  auto fence_acc = [](float* a, int n) {
+    for (int i = 0; i < n; ++i) fence_operand(a[i]);
+  };
+  auto copy = [&](uint8_t* dst, const uint8_t* src, int bytes) {
+    for (int e = tid; e < bytes / 16; e += 256) cp_async16(dst + 16 * e, src + 16 * e, true);
+  };
+  auto load_wq = [&](int64_t c) {
+    if (c < ce) {
+      copy(Wb, sc.wp + ((c - sc.c0) * Hv + j) * kTile, kTile);
+      copy(Qb, sc.qp + ((c - sc.c0) * Hk + kh) * kTile, kTile);
+    }
+    cp_async_commit();
+  };
+  auto load_ka = [&](int64_t c) {
+    copy(Kb, sc.ktp + ((c - sc.c0) * Hk + kh) * kTile, kTile);
+    copy(Ab, sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallTile);
+    cp_async_commit();
+  };
+  // warp 0 reads the next chunk's decays while this one computes: lane l holds tokens 2l, 2l + 1
+  float ga = 0, gb = 0;
+  auto read_g = [&](int64_t c) {
+    if (warp == 0 && c < ce) {
+      const int64_t t0 = ch.chunk_start[c];
+      const int n = ch.chunk_len[c], i0 = 2 * lane;
+      ga = i0 < n ? g[(t0 + i0) * Hv + j] : 0.0f;
+      gb = i0 + 1 < n ? g[(t0 + i0 + 1) * Hv + j] : 0.0f;
+    }
+  };
+  load_wq(cb);
+  read_g(cb);
+  write_st();
+  for (int64_t c = cb; c < ce; ++c) {
+    const int64_t t0 = ch.chunk_start[c];
+    const int n = ch.chunk_len[c];
+    const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col;
+    if (sc.snap_chunk && sc.snap_chunk[s] == c) store_s(sc.seq_state_out[s] + sc.layer_off);
+    if (warp == 0) {  // gamma in double, summed as chunk_gamma_pair does, then the decays
+      double sum = double(ga) + double(gb);
+      for (int of = 1; of < 32; of <<= 1) {
+        const double v = __shfl_up_sync(0xffffffffu, sum, of);
+        if (lane >= of) sum += v;
+      }
+      const double gam1 = sum, gam0 = sum - double(gb);
+      const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
+      ek[2 * lane] = 2 * lane < n ? float(exp(gl - gam0)) : 0.0f;
+      ek[2 * lane + 1] = 2 * lane + 1 < n ? float(exp(gl - gam1)) : 0.0f;
+      eg[2 * lane] = float(exp(gam0));
+      eg[2 * lane + 1] = float(exp(gam1));
+      if (lane == 0) ek[C] = float(exp(gl));
+      read_g(c + 1);
+    }
+    // this thread's U: Vn's tokens 16 wi + gq (+8), state columns 32 wg + 8 jj + 2 tq (+1)
+    float2 ur[8];
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        ur[2 * jj + h] = *reinterpret_cast<const float2*>(u + (16 * wi + gq + 8 * h) * Dv + 32 * wg + 8 * jj + 2 * tq);
+    cp_async_wait<0>();  // W and Q
+    fence_proxy_async();
+    __syncthreads();  // W, Q, S^T's planes and the decays visible; the last chunk's readers done
+    load_ka(c);
+    float vacc[16], oacc[16];
+    fence_acc(vacc, 16);
+    fence_acc(oacc, 16);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kDk / 16; ++k) {
+      const int po = (k >> 2) * (C * 128) + (k & 3) * 32;  // Dk panel, 16-element step
+      const uint64_t sh = wgmma_desc(St + 32 * wg * 128 + po), sl = wgmma_desc(St + kTile / 2 + 32 * wg * 128 + po);
+      const uint64_t wh = wgmma_desc(Wb + po), wl = wgmma_desc(Wb + kTile / 2 + po);
+      const uint64_t qh = wgmma_desc(Qb + po), ql = wgmma_desc(Qb + kTile / 2 + po);
+      wgmma_bf16<32>(vacc, wh, sh, k > 0);
+      wgmma_bf16<32>(oacc, qh, sh, k > 0);
+      wgmma_bf16<32>(vacc, wh, sl, true);
+      wgmma_bf16<32>(oacc, qh, sl, true);
+      wgmma_bf16<32>(vacc, wl, sh, true);
+      wgmma_bf16<32>(oacc, ql, sh, true);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(vacc, 16);
+    fence_acc(oacc, 16);
+    const float eC = ek[C];
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = 16 * wi + gq + 8 * h, col = 32 * wg + 8 * jj + 2 * tq;
+        const float v0 = ur[2 * jj + h].x - vacc[4 * jj + 2 * h], v1 = ur[2 * jj + h].y - vacc[4 * jj + 2 * h + 1];
+        const float e = ek[row], eo = eg[row];
+        oacc[4 * jj + 2 * h] *= eo;
+        oacc[4 * jj + 2 * h + 1] *= eo;
+        // (col, row), (col + 1, row) of [columns][tokens] planes: swizzle phases 2 tq, 2 tq + 1
+        const int o0 = col * 128 + (((row >> 3) ^ (2 * tq)) << 4) + 2 * gq;
+        const int o1 = (col + 1) * 128 + (((row >> 3) ^ (2 * tq + 1)) << 4) + 2 * gq;
+        uint16_t h0, l0, h1, l1;
+        split_bf16(v0 * e, h0, l0);
+        split_bf16(v1 * e, h1, l1);
+        *reinterpret_cast<uint16_t*>(Vt + o0) = h0;
+        *reinterpret_cast<uint16_t*>(Vt + o1) = h1;
+        *reinterpret_cast<uint16_t*>(Vt + kSmallTile / 2 + o0) = l0;
+        *reinterpret_cast<uint16_t*>(Vt + kSmallTile / 2 + o1) = l1;
+        split_bf16(v0, h0, l0);
+        split_bf16(v1, h1, l1);
+        *reinterpret_cast<uint16_t*>(Vu + o0) = h0;
+        *reinterpret_cast<uint16_t*>(Vu + o1) = h1;
+        *reinterpret_cast<uint16_t*>(Vu + kSmallTile / 2 + o0) = l0;
+        *reinterpret_cast<uint16_t*>(Vu + kSmallTile / 2 + o1) = l1;
+      }
+    cp_async_wait<0>();  // K^T and A
+    fence_proxy_async();
+    __syncthreads();  // Vn's planes whole, K^T and A visible; W, Q and S^T's planes read by all
+    load_wq(c + 1);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sacc[i] *= eC;
+    fence_acc(sacc, 32);
+    fence_acc(oacc, 16);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < C / 16; ++k) {
+      const uint64_t vh = wgmma_desc(Vt + 32 * k), vl = wgmma_desc(Vt + kSmallTile / 2 + 32 * k);
+      const uint64_t kh_ = wgmma_desc(Kb + 64 * wg * 128 + 32 * k), kl = wgmma_desc(Kb + kTile / 2 + 64 * wg * 128 + 32 * k);
+      const uint64_t ah = wgmma_desc(Ab + 32 * k), al = wgmma_desc(Ab + kSmallTile / 2 + 32 * k);
+      const uint64_t uh = wgmma_desc(Vu + 32 * wg * 128 + 32 * k), ul = wgmma_desc(Vu + kSmallTile / 2 + 32 * wg * 128 + 32 * k);
+      wgmma_bf16<64>(sacc, vh, kh_, true);
+      wgmma_bf16<32>(oacc, ah, uh, true);
+      wgmma_bf16<64>(sacc, vh, kl, true);
+      wgmma_bf16<32>(oacc, ah, ul, true);
+      wgmma_bf16<64>(sacc, vl, kh_, true);
+      wgmma_bf16<32>(oacc, al, uh, true);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(sacc, 32);
+    fence_acc(oacc, 16);
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = 16 * wi + gq + 8 * h;
+        if (row < n)
+          *reinterpret_cast<float2*>(o + (t0 + row) * value_dim + j * Dv + c0_col + 32 * wg + 8 * jj + 2 * tq) =
+              make_float2(oacc[4 * jj + 2 * h], oacc[4 * jj + 2 * h + 1]);
+      }
+    write_st();
+  }
+  cp_async_wait_all();
+  if (ch.seq_chunk[s + 1] > ce) store_s(sc.state_out);
+  else if (sc.snap_chunk && sc.snap_chunk[s] == ce) store_s(sc.seq_state_out[s] + sc.layer_off);
+#endif
+}
+
+}  // namespace
+
+bool gdn_wgmma_built(int64_t Dk, int64_t Dv) {
+#ifdef CLEFRT_SM90A
+  return Dk == kDk && Dv % kCols == 0;
+#else
+  (void)Dk, (void)Dv;
+  return false;
+#endif
+}
+
+bool gdn_wgmma_available(int64_t Dk, int64_t Dv) {
+  if (!gdn_wgmma_built(Dk, Dv)) return false;
+#ifdef CLEFRT_SM90A
+  static const bool ok = [] {
+    int dev = 0, major = 0, minor = 0;
+    check(cudaGetDevice(&dev), "gdn_wgmma_available");
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "gdn_wgmma_available");
+    check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "gdn_wgmma_available");
+    return major == 9 && minor == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+GdnPlaneBytes gdn_plane_bytes(int64_t Hk, int64_t Hv) { return {Hv * kTile, Hv * kSmallTile, Hk * kTile, Hk * kTile}; }
+
+void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
+                          const GdnScratch& sc, float* o, cudaStream_t s) {
+  if (!gdn_wgmma_available(Dk, Dv))
+    throw Error(Status::Internal, "internal_error",
+                "gdn_chunk_scan: the wgmma scan needs an sm_90a build on a compute capability 9.0 GPU, Dk = 128 and Dv % 64 == 0 (Dk " +
+                    std::to_string(Dk) + ", Dv " + std::to_string(Dv) + ")");
+  if (!sc.wp || !sc.ap || !sc.qp || !sc.ktp) throw Error(Status::Internal, "internal_error", "gdn_chunk_scan: the wgmma scan's planes are not planned");
+  static const bool attr = [] {
+    check(cudaFuncSetAttribute(gdn_scan_wgmma_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanSmem::bytes())), "gdn_scan_wgmma smem");
+    return true;
+  }();
+  (void)attr;
+  const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
+  const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
+  if (c1 == sc.c0) return;
+  gdn_planes_k<<<dim3(unsigned(c1 - sc.c0), unsigned(Hv > Hk ? Hv : Hk)), 256, 0, s>>>(mixed, conv_dim, Hk, Hv, ch, sc);
+  check_launch("gdn_planes");
+  gdn_scan_wgmma_k<<<dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / kCols)), 256, ScanSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
+  check_launch("gdn_scan_wgmma");
+}
+
+}  // namespace clefrt::cuda
