@@ -343,7 +343,19 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
       gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch,
                   planes(GdnScratch{w.as<float>(), u.as<float>(), a.as<float>()}, nc, keep), o.as<float>(), nullptr, path);
       const auto whole = down<float>(o, want.size());
-      expect_close(whole, want, 2e-5, 1e-4, std::string("gdn_chunked ") + name + " Dk=" + std::to_string(Dk));
+      // Wgmma's bf16x3 products: each within ~2^-16 of its terms' magnitude (the lab measures
+      // ~1e-5 of the largest output against 3xTF32), so its bound is 5x looser; a layout or
+      // pipeline error is O(1)
+      const bool bf16x3 = path == GdnPath::Wgmma;
+      expect_close(whole, want, bf16x3 ? 1e-4 : 2e-5, bf16x3 ? 2e-4 : 1e-4, std::string("gdn_chunked ") + name + " Dk=" + std::to_string(Dk));
+      if (bf16x3) {
+        double worst = 0, big = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          worst = std::max(worst, std::fabs(double(whole[i]) - want[i]));
+          big = std::max(big, std::fabs(double(want[i])));
+        }
+        std::printf("[ cuda    ] gdn_chunked wgmma Hk %d Hv %d Dv %d: worst |o - o_cpu| %.3g (max |o| %.3g)\n", int(Hk), int(Hv), int(Dv), worst, big);
+      }
       // in passes of P chunks over a scratch of P chunks (sequences cross pass boundaries, and
       // at P = 1 one ends and the next begins within a pass): the same bits as one pass
       for (int64_t P : {int64_t(1), int64_t(2), int64_t(3), nc - 1}) {

@@ -4,8 +4,9 @@
 // median of 20 after 3 warm-ups; each run from a fresh prep, whose time is subtracted):
 //   3xtf32        gdn_chunk_scan on GdnPath::TensorCores: the engine's mma.sync 3xTF32 kernel
 //                 (fp32-level: the reference the others are compared with)
-//   product       gdn_chunk_scan as the engine runs it (Auto: on the H200 the Wgmma path,
-//                 kernels_gdn_wgmma.cu: its planes kernel + the fused bf16x3 wgmma scan)
+//   product       gdn_chunk_scan as the engine runs it (Auto)
+//   wgmma bf16x3  gdn_chunk_scan on GdnPath::Wgmma (kernels_gdn_wgmma.cu: the planes kernel +
+//                 the fused bf16x3 wgmma scan; Auto's choice on Hopper once gdn_wgmma_default())
 //   fused 3xtf32  this file's copy of the 3xTF32 kernel (its bits must equal 3xtf32's)
 //   regs nwN      gdn_scan_regs.cuh: the state in registers, one warp per 16 state columns, N
 //                 warps a CTA (1, 2, 4), 3xTF32; regs tf32: 2 warps, plain TF32 products
@@ -640,6 +641,7 @@ int main(int argc, char** argv) {
       const std::vector<Variant> variants = {
           {"3xtf32", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::TensorCores); }},
           {"product", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s); }},
+          {"wgmma bf16x3", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma); }},
           {"regs nw1", [&](float* out) {
              gdn_chunk_scan_rs_k<16, 1, true><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 16)), 32, 0, s>>>(mx, conv_dim, Hk, Hv, Dv,
                                                                                                                   gg, ch, scr, out);

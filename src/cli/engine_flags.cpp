@@ -26,7 +26,8 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
              "text only: leave the folder's vision tower on disk (~0.9 GiB of GPU memory for Clef's); requests with images\n"
              "are then a 422");
   c.add_flag("--portable-kernels", f.portable_kernels,
-             "cuda: only the kernels every supported GPU runs (mma.sync W4A16 GEMM instead of wgmma / TMA, W4A4 emulated):\n"
+             "cuda: only the kernels every supported GPU runs (mma.sync W4A16 GEMM instead of wgmma / TMA, W4A4 emulated,\n"
+             "the GDN scan on mma.sync 3xTF32 where Hopper's runs wgmma bf16x3):\n"
              "to compare them with the fast ones on a Hopper or Blackwell card");
   c.add_option("--attention", f.attention,
                "cuda: the attention kernel (backbone and vision tower): auto (cuDNN's fused attention where libcudnn.so.9, 9.5 or newer, loads;\n"

@@ -167,7 +167,7 @@ struct Forward::Batch {
     gs.w = a.carve<float>(gdn_pass * c.v_heads * kChunk * c.k_head_dim, "gdn W");
     gs.u = a.carve<float>(gdn_pass * c.v_heads * kChunk * c.v_head_dim, "gdn U");
     gs.aqk = a.carve<float>(gdn_pass * c.v_heads * kChunk * kChunk, "gdn A");
-    if (!o.portable_kernels && gdn_wgmma_built(c.k_head_dim, c.v_head_dim)) {  // the Wgmma scan's operands
+    if (!o.portable_kernels && gdn_wgmma_default() && gdn_wgmma_built(c.k_head_dim, c.v_head_dim)) {  // the Wgmma scan's operands
       const GdnPlaneBytes pb = gdn_plane_bytes(c.k_heads, c.v_heads);
       gs.wp = a.carve<uint8_t>(size_t(gdn_pass * pb.w), "gdn W planes");
       gs.ap = a.carve<uint8_t>(size_t(gdn_pass * pb.a), "gdn A planes");

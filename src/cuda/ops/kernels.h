@@ -100,10 +100,11 @@ GdnPlaneBytes gdn_plane_bytes(int64_t Hk, int64_t Hv);
 // Dv % 8 == 0, any sm_80+ GPU). Wgmma: the scan on Hopper's wgmma with bf16x3 products (within
 // ~1e-5 of TensorCores; gdn_wgmma_available: an sm_90a build on compute capability 9.0, Dk = 128,
 // Dv % 64 == 0; the prep as TensorCores; needs GdnScratch's planes). Simt: fp32 CUDA cores, any
-// shape. Auto: Wgmma where available, else TensorCores where the shape fits, else Simt. The
-// tests run each explicitly.
+// shape. Auto: Wgmma where available and gdn_wgmma_default(), else TensorCores where the shape
+// fits, else Simt. The tests run each explicitly.
 enum class GdnPath { Auto, TensorCores, Wgmma, Simt };
 bool gdn_wgmma_available(int64_t Dk, int64_t Dv);
+bool gdn_wgmma_default();
 // The build has the Wgmma path and the shape fits it (no device query: the memory plan's test,
 // a superset of gdn_wgmma_available's).
 bool gdn_wgmma_built(int64_t Dk, int64_t Dv);

@@ -667,7 +667,7 @@ __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const flo
 
 GdnPath gdn_path(GdnPath path, int64_t Dk, int64_t Dv) {
   if (path != GdnPath::Auto) return path;
-  if (gdn_wgmma_available(Dk, Dv)) return GdnPath::Wgmma;
+  if (gdn_wgmma_default() && gdn_wgmma_available(Dk, Dv)) return GdnPath::Wgmma;
   return Dk % 16 == 0 && Dv % 8 == 0 ? GdnPath::TensorCores : GdnPath::Simt;
 }
 
