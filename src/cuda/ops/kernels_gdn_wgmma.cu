@@ -23,6 +23,7 @@
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/wgmma.cuh"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/hardware.h"
 
 namespace clefrt::cuda {
 
@@ -348,21 +349,7 @@ bool gdn_wgmma_built(int64_t Dk, int64_t Dv) {
 #endif
 }
 
-bool gdn_wgmma_available(int64_t Dk, int64_t Dv) {
-  if (!gdn_wgmma_built(Dk, Dv)) return false;
-#ifdef CLEFRT_SM90A
-  static const bool ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    check(cudaGetDevice(&dev), "gdn_wgmma_available");
-    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "gdn_wgmma_available");
-    check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "gdn_wgmma_available");
-    return major == 9 && minor == 0;
-  }();
-  return ok;
-#else
-  return false;
-#endif
-}
+bool gdn_wgmma_available(int64_t Dk, int64_t Dv) { return gdn_wgmma_built(Dk, Dv) && sm90a_kernels_run_here(); }
 
 GdnPlaneBytes gdn_plane_bytes(int64_t Hk, int64_t Hv) { return {Hv * kTile, Hv * kSmallTile, Hk * kTile, Hk * kTile}; }
 

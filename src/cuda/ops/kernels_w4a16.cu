@@ -32,6 +32,7 @@
 #include "common/error.h"
 #include "cuda/ops/async_copy.cuh"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/hardware.h"
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels_quant.h"
 #include "cuda/ops/mma.cuh"
@@ -238,20 +239,7 @@ int sm_count() {
 
 bool nvfp4_gemm_supports(int64_t k, int64_t ldx) { return k > 0 && k % BK == 0 && ldx % 8 == 0; }
 
-bool nvfp4_gemm_wgmma_available() {
-#ifdef CLEFRT_SM90A
-  static const bool ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    check(cudaGetDevice(&dev), "nvfp4_gemm");
-    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "nvfp4_gemm");
-    check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "nvfp4_gemm");
-    return major == 9 && minor == 0;
-  }();
-  return ok;
-#else
-  return false;
-#endif
-}
+bool nvfp4_gemm_wgmma_available() { return sm90a_kernels_run_here(); }
 
 static bool use_wgmma(W4A16Gemm which) {
   if (which == W4A16Gemm::MmaSync) return false;

@@ -110,4 +110,19 @@ double gpu_used_gib() {
   return double(total - free_b) / double(1ull << 30);
 }
 
+bool sm90a_kernels_run_here() {
+#ifdef CLEFRT_SM90A
+  static const bool ok = [] {
+    int dev = 0, major = 0, minor = 0;
+    check(cudaGetDevice(&dev), "sm90a_kernels_run_here");
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "sm90a_kernels_run_here");
+    check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "sm90a_kernels_run_here");
+    return major == 9 && minor == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 }  // namespace clefrt::cuda

@@ -25,6 +25,9 @@ DeviceInfo device_info();
 // Throws a 503 "device_unavailable" Error for a GPU this build cannot run: compute capability
 // below 8.0 (Ampere), or none of the build's architectures (`build`, e.g. "sm_90a") runs on it.
 void check_device_supported(const std::string& build);
+// The build has sm_90a code (wgmma, TMA) and the current device is compute capability 9.0: the
+// W4A16 GEMM's and the GDN scan's Hopper kernels may run (queried once).
+bool sm90a_kernels_run_here();
 double gpu_used_gib();  // total - free, as cudaMemGetInfo reports it
 double gpu_free_bytes();  // free, as cudaMemGetInfo reports it
 
