@@ -272,6 +272,44 @@ TEST(CudaOps, ConvSiluPackedMatchesCpu) {
   }
 }
 
+// Random GDN inputs as the engine's gdn_prep leaves them (q and k normalised, strong and weak
+// decay) for packed sequences of the given lengths, and their 64-token chunks.
+struct GdnCase {
+  int64_t L = 0, conv_dim = 0;
+  std::vector<float> mixed, g, beta;
+  std::vector<int32_t> cs, cl, sc = {0};
+};
+GdnCase gdn_case(int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const std::vector<int64_t>& lens) {
+  GdnCase k;
+  for (auto l : lens) k.L += l;
+  k.conv_dim = 2 * Hk * Dk + Hv * Dv;
+  k.mixed = randn(size_t(k.L * k.conv_dim), 9);
+  for (int64_t t = 0; t < k.L; ++t)
+    for (int64_t r = 0; r < 2 * Hk; ++r) {
+      float* p = k.mixed.data() + t * k.conv_dim + r * Dk;
+      double ss = 0;
+      for (int64_t i = 0; i < Dk; ++i) ss += double(p[i]) * p[i];
+      const float inv = float(1.0 / std::sqrt(ss + 1e-6)) * (r < Hk ? 1.0f / std::sqrt(float(Dk)) : 1.0f);
+      for (int64_t i = 0; i < Dk; ++i) p[i] *= inv;
+    }
+  k.g.resize(size_t(k.L * Hv));
+  k.beta.resize(size_t(k.L * Hv));
+  std::mt19937_64 r(10);
+  std::uniform_real_distribution<float> ug(-3.0f, -0.001f), ub(0.0f, 1.0f);
+  for (auto& v : k.g) v = ug(r);
+  for (auto& v : k.beta) v = ub(r);
+  int64_t t0 = 0;
+  for (auto len : lens) {
+    for (int64_t t = t0; t < t0 + len; t += 64) {
+      k.cs.push_back(int32_t(t));
+      k.cl.push_back(int32_t(std::min<int64_t>(64, t0 + len - t)));
+    }
+    k.sc.push_back(int32_t(k.cs.size()));
+    t0 += len;
+  }
+  return k;
+}
+
 // The chunked GDN kernels against the CPU recurrent form (the definition), packed sequences
 // crossing chunk boundaries, Hv > Hk, strong and weak decay.
 TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
@@ -279,26 +317,10 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
   // (the 27B model's heads, Hk 16 / Hv 48 at 128, and a Dv of 64 run the Wgmma path too)
   for (auto [Hk, Hv, Dk, Dv] : {std::tuple{2, 4, 16, 16}, {2, 6, 128, 128}, {1, 2, 64, 96}, {1, 1, 32, 24}, {16, 48, 128, 128}, {1, 3, 128, 64}}) {
     const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
-    int64_t L = 0;
-    for (auto l : lens) L += l;
-    const int64_t key_dim = Hk * Dk, conv_dim = 2 * key_dim + Hv * Dv;
-    auto mixed = randn(size_t(L * conv_dim), 9);
-    // normalise q and k like gdn_prep does
-    for (int64_t t = 0; t < L; ++t)
-      for (int64_t r = 0; r < 2 * Hk; ++r) {
-        float* p = mixed.data() + t * conv_dim + r * Dk;
-        double ss = 0;
-        for (int64_t i = 0; i < Dk; ++i) ss += double(p[i]) * p[i];
-        const float inv = float(1.0 / std::sqrt(ss + 1e-6)) * (r < Hk ? 1.0f / std::sqrt(float(Dk)) : 1.0f);
-        for (int64_t i = 0; i < Dk; ++i) p[i] *= inv;
-      }
-    std::vector<float> g(static_cast<size_t>(L * Hv)), beta(size_t(L * Hv));
-    std::mt19937_64 r(10);
-    std::uniform_real_distribution<float> ug(-3.0f, -0.001f), ub(0.0f, 1.0f);
-    for (auto& v : g) v = ug(r);
-    for (auto& v : beta) v = ub(r);
+    const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
+    const int64_t L = k.L, key_dim = Hk * Dk, conv_dim = k.conv_dim;
+    const std::vector<float>&mixed = k.mixed, &g = k.g, &beta = k.beta;
     std::vector<float> want(static_cast<size_t>(L * Hv * Dv));
-    std::vector<int32_t> cs, cl, sc = {0};
     int64_t t0 = 0;
     for (auto len : lens) {
       for (int64_t j = 0; j < Hv; ++j) {
@@ -312,13 +334,9 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
                        want.data() + t0 * Hv * Dv + j * Dv};
         cpu::gdn_recurrent(h);
       }
-      for (int64_t t = t0; t < t0 + len; t += 64) {
-        cs.push_back(int32_t(t));
-        cl.push_back(int32_t(std::min<int64_t>(64, t0 + len - t)));
-      }
-      sc.push_back(int32_t(cs.size()));
       t0 += len;
     }
+    const std::vector<int32_t>&cs = k.cs, &cl = k.cl, &sc = k.sc;
     const int64_t nc = int64_t(cs.size());
     DeviceBuffer dm = upload(mixed, "m"), dg = upload(g, "g"), db = upload(beta, "b"), dcs = upload(cs, "cs"), dcl = upload(cl, "cl"),
                  dsc = upload(sc, "sc"), w(size_t(nc * Hv * 64 * Dk) * 4), u(size_t(nc * Hv * 64 * Dv) * 4),
@@ -326,12 +344,12 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
     GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
     // the Wgmma path's planes for P chunks
     const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
-    auto planes = [&](GdnScratch sc, int64_t P, std::vector<DeviceBuffer>& keep) {
-      for (auto [to, bytes] : {std::pair{&sc.wp, pb.w}, {&sc.ap, pb.a}, {&sc.qp, pb.q}, {&sc.ktp, pb.kt}}) {
+    auto planes = [&](GdnScratch base, int64_t P, std::vector<DeviceBuffer>& keep) {
+      for (auto [to, bytes] : {std::pair{&base.wp, pb.w}, {&base.ap, pb.a}, {&base.qp, pb.q}, {&base.ktp, pb.kt}}) {
         keep.emplace_back(size_t(P * bytes), "planes");
         *to = keep.back().as<uint8_t>();
       }
-      return sc;
+      return base;
     };
     std::vector<GdnPath> paths = {GdnPath::TensorCores, GdnPath::Simt};
     if (gdn_wgmma_available(Dk, Dv)) paths.push_back(GdnPath::Wgmma);
@@ -377,6 +395,80 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
       }
     }
   }
+}
+
+// The Wgmma scan's prefix-cache paths against the 3xTF32 scan's: sequences starting from cached
+// states (seq_state_in, at a layer offset), snapshots at a chunk inside a sequence and after its
+// last chunk (snap_chunk), in one pass and in passes of two chunks (the state carried between
+// them). Outputs and snapshots within the Wgmma bound of the 3xTF32 ones; passes give the bits
+// of one pass.
+TEST(CudaOps, GdnWgmmaStatesMatchTensorCores) {
+  NEED_GPU();
+  const int64_t Hk = 2, Hv = 6, Dk = 128, Dv = 128, layers = 2, layer = 1;
+  if (!gdn_wgmma_available(Dk, Dv)) GTEST_SKIP() << "no Wgmma path on this GPU / build";
+  const std::vector<int64_t> lens = {64, 200, 130};  // 1, 4 and 3 chunks
+  const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
+  const int64_t nc = int64_t(k.cs.size()), ns = int64_t(lens.size()), state = Hv * Dk * Dv;
+  DeviceBuffer dm = upload(k.mixed, "m"), dg = upload(k.g, "g"), db = upload(k.beta, "b"), dcs = upload(k.cs, "cs"), dcl = upload(k.cl, "cl"),
+               dsc = upload(k.sc, "sc"), o(size_t(k.L * Hv * Dv) * 4);
+  const GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, ns};
+  // cached states in: none for sequence 0, random ones (a GDN state's scale) for 1 and 2, each at
+  // layer 1 of a two-layer buffer
+  std::vector<DeviceBuffer> in;
+  std::vector<const float*> in_ptr(size_t(ns), nullptr);
+  for (int64_t q = 1; q < ns; ++q) {
+    in.push_back(upload(randn(size_t(layers * state), uint64_t(40 + q), 0.3f), "state in"));
+    in_ptr[size_t(q)] = in.back().as<float>();
+  }
+  // snapshots: sequence 0 none, 1 before its third chunk, 2 after its last
+  const std::vector<int32_t> snap = {-1, k.sc[1] + 2, k.sc[3]};
+  DeviceBuffer din = upload(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(in_ptr.data()),
+                                                 reinterpret_cast<const uint8_t*>(in_ptr.data() + ns)), "state in pointers"),
+               dsnap = upload(snap, "snap chunks");
+  auto run = [&](GdnPath path, int64_t P, std::vector<float>& out, std::vector<std::vector<float>>& snaps) {
+    std::vector<DeviceBuffer> snap_buf;
+    std::vector<float*> out_ptr(static_cast<size_t>(ns));
+    for (int64_t q = 0; q < ns; ++q) {
+      snap_buf.emplace_back(size_t(layers * state) * 4, "snapshot");
+      check(cudaMemset(snap_buf.back().get(), 0xff, size_t(layers * state) * 4), "poison snapshot");
+      out_ptr[size_t(q)] = snap_buf.back().as<float>();
+    }
+    DeviceBuffer dout = upload(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(out_ptr.data()),
+                                                    reinterpret_cast<const uint8_t*>(out_ptr.data() + ns)), "snapshot pointers");
+    const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
+    DeviceBuffer w(size_t(P * Hv * 64 * Dk) * 4), u(size_t(P * Hv * 64 * Dv) * 4), a(size_t(P * Hv * 64 * 64) * 4), wp(size_t(P * pb.w)),
+        ap(size_t(P * pb.a)), qp(size_t(P * pb.q)), ktp(size_t(P * pb.kt)), st0(size_t(state) * 4), st1(size_t(state) * 4);
+    float* st[2] = {st0.as<float>(), st1.as<float>()};
+    check(cudaMemset(o.get(), 0xff, size_t(k.L * Hv * Dv) * 4), "poison o");
+    for (int64_t c0 = 0, pass = 0; c0 < nc; c0 += P, ++pass) {
+      GdnScratch sp{w.as<float>(), u.as<float>(), a.as<float>()};
+      sp.wp = wp.as<uint8_t>(), sp.ap = ap.as<uint8_t>(), sp.qp = qp.as<uint8_t>(), sp.ktp = ktp.as<uint8_t>();
+      sp.c0 = c0;
+      sp.c1 = std::min(nc, c0 + P);
+      sp.state_in = st[pass % 2];
+      sp.state_out = st[(pass + 1) % 2];
+      sp.seq_state_in = reinterpret_cast<const float* const*>(din.get());
+      sp.seq_state_out = reinterpret_cast<float* const*>(dout.get());
+      sp.snap_chunk = dsnap.as<int32_t>();
+      sp.layer_off = layer * state;
+      gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, sp, o.as<float>(), nullptr, path);
+    }
+    out = down<float>(o, size_t(k.L * Hv * Dv));
+    snaps.clear();
+    for (int64_t q = 0; q < ns; ++q) {
+      const auto all = down<float>(snap_buf[size_t(q)], size_t(layers * state));
+      snaps.emplace_back(all.begin() + layer * state, all.end());
+    }
+  };
+  std::vector<float> want, got, got2;
+  std::vector<std::vector<float>> want_s, got_s, got2_s;
+  run(GdnPath::TensorCores, nc, want, want_s);
+  run(GdnPath::Wgmma, nc, got, got_s);
+  expect_close(got, want, 1e-4, 2e-4, "wgmma vs 3xtf32 outputs, cached states in");
+  for (int64_t q = 1; q < ns; ++q) expect_close(got_s[size_t(q)], want_s[size_t(q)], 1e-4, 2e-4, "wgmma vs 3xtf32 snapshot " + std::to_string(q));
+  run(GdnPath::Wgmma, 2, got2, got2_s);
+  EXPECT_EQ(got2, got) << "wgmma in passes of 2 chunks";
+  for (int64_t q = 1; q < ns; ++q) EXPECT_EQ(got2_s[size_t(q)], got_s[size_t(q)]) << "wgmma snapshot " << q << " in passes of 2 chunks";
 }
 
 TEST(CudaOps, FlashAttentionMatchesCpu) {

@@ -3,8 +3,9 @@
 // as "bf16x3" wgmmas.
 //
 // bf16x3: an fp32 operand x goes in as two bf16 planes, hi = bf16(x) and lo = bf16(x - hi)
-// (|x - hi - lo| <= 2^-18 |x|), and a product as three bf16 wgmmas with fp32 accumulation,
-// hi*hi + hi*lo + lo*hi (the dropped lo*lo is ~2^-16 of it). The outputs stay within ~1e-5 of
+// (|x - hi - lo| <= 2^-16 |x|, bf16 keeping 8 significant bits), and a product as three bf16
+// wgmmas with fp32 accumulation, hi*hi + hi*lo + lo*hi (the dropped lo*lo is within 2^-16 of
+// it). The outputs stay within ~1e-5 of
 // the 3xTF32 kernel's (TF32 alone: ~5e-4; bf16, fla's choice: ~4e-3) at half its tensor work
 // (bf16 runs at twice TF32's rate) and with no split instructions in the product's loop: the
 // planes are made once per chunk (dev/cuda/gdn_scan.cu measures the variants).
