@@ -5,10 +5,10 @@
 // bf16x3: an fp32 operand x goes in as two bf16 planes, hi = bf16(x) and lo = bf16(x - hi)
 // (|x - hi - lo| <= 2^-16 |x|, bf16 keeping 8 significant bits), and a product as three bf16
 // wgmmas with fp32 accumulation, hi*hi + hi*lo + lo*hi (the dropped lo*lo is within 2^-16 of
-// it). The outputs stay within ~1e-5 of
-// the 3xTF32 kernel's (TF32 alone: ~5e-4; bf16, fla's choice: ~4e-3) at half its tensor work
-// (bf16 runs at twice TF32's rate) and with no split instructions in the product's loop: the
-// planes are made once per chunk (dev/cuda/gdn_scan.cu measures the variants).
+// it). The outputs stay within ~1e-5 of the 3xTF32 kernel's (TF32 alone: ~5e-4; bf16, fla's
+// choice: ~4e-3) at half its tensor work (bf16 runs at twice TF32's rate) and with no split
+// instructions in the product's loop: the planes are made once per chunk (dev/cuda/gdn_scan.cu
+// measures the variants).
 //
 // Operands are K-major 128-byte-swizzled bf16 tiles (wgmma.cuh), "planes" of 64-element k
 // panels: W [tokens][Dk] and A [tokens][tokens] per (chunk, value head), Q [tokens][Dk] and K^T
