@@ -5,8 +5,10 @@
 //   3xtf32        gdn_chunk_scan on GdnPath::TensorCores: the engine's mma.sync 3xTF32 kernel
 //                 (fp32-level: the reference the others are compared with)
 //   product       gdn_chunk_scan as the engine runs it (Auto)
-//   wgmma bf16x3  gdn_chunk_scan on GdnPath::Wgmma (kernels_gdn_wgmma.cu: the planes kernel +
-//                 the fused bf16x3 wgmma scan; Auto's choice on Hopper once gdn_wgmma_default())
+//   wgmma bf16x3  gdn_chunk_prep + gdn_chunk_scan on GdnPath::Wgmma (the prep writing W and A as
+//                 planes, kernels_gdn_wgmma.cu's Q / K^T planes + fused bf16x3 wgmma scan; Auto's
+//                 choice on Hopper once gdn_wgmma_default()): its time includes that prep, printed
+//                 alone after the variants
 //   fused 3xtf32  this file's copy of the 3xTF32 kernel (its bits must equal 3xtf32's)
 //   regs nwN      gdn_scan_regs.cuh: the state in registers, one warp per 16 state columns, N
 //                 warps a CTA (1, 2, 4), 3xTF32; regs tf32: 2 warps, plain TF32 products
@@ -641,7 +643,10 @@ int main(int argc, char** argv) {
       const std::vector<Variant> variants = {
           {"3xtf32", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::TensorCores); }},
           {"product", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s); }},
-          {"wgmma bf16x3", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma); }},
+          {"wgmma bf16x3", [&](float* out) {  // its own prep (the planes form) again: the time includes it
+             gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
+             gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
+           }},
           {"regs nw1", [&](float* out) {
              gdn_chunk_scan_rs_k<16, 1, true><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 16)), 32, 0, s>>>(mx, conv_dim, Hk, Hv, Dv,
                                                                                                                   gg, ch, scr, out);
@@ -729,6 +734,16 @@ int main(int argc, char** argv) {
         r.add("outputs_differing_from_3xtf32", json::Value::integer(int64_t(differ)));
         r.add("max_err_over_max_out", json::Value::number(rel_max));
         r.add("rms_rel_err", json::Value::number(rel_rms));
+        pts.arr.push_back(std::move(r));
+      }
+      if (gdn_wgmma_available(Dk, Dv)) {  // the Wgmma path's prep alone (its line above includes it)
+        const double t = median_ms(s, [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma); });
+        std::printf("  wgmma bf16x3 prep (W, A as planes) alone %7.3f ms\n", t);
+        json::Value r = json::Value::object();
+        r.add("variant", json::Value::string("wgmma bf16x3 prep alone"));
+        r.add("m", json::Value::integer(L));
+        r.add("sequences", json::Value::integer(sh.seqs));
+        r.add("prep_ms", json::Value::number(t));
         pts.arr.push_back(std::move(r));
       }
       shapes.arr.push_back(bench::shape_record(sh.name, Hv * Dv, Dk, std::move(pts)));

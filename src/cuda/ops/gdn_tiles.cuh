@@ -2,8 +2,11 @@
 // too): the chunk and state-column sizes, the in-chunk cumulative decay, the 3xTF32 mma.sync
 // products, and a scan pass's chunk range and state carried between passes.
 #pragma once
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
+#include "cuda/ops/async_copy.cuh"
 #include "cuda/ops/kernels.h"
 
 namespace clefrt::cuda::gdn {
@@ -36,6 +39,30 @@ __device__ __forceinline__ void chunk_gamma(double* gam, const float* g, int64_t
   const int lane = int(threadIdx.x);
   if (lane >= 32) return;
   chunk_gamma_pair(g, t0, n, Hv, j, lane, gam[2 * lane], gam[2 * lane + 1]);
+}
+
+// ---- bf16x3 planes (the Wgmma path, kernels_gdn_wgmma.cu) ----
+// An fp32 matrix as two bf16 planes, hi = bf16(x) and lo = bf16(x - hi), each a K-major tile in
+// 64-element k panels with wgmma's 128-byte swizzle (wgmma.cuh): 64 x 128 tiles (W, Q, K^T,
+// S^T) take kTile bytes, 64 x 64 ones (A, Vn^T) kSmallTile; the lo plane follows the hi one.
+constexpr int kTile = C * 128 * 4, kSmallTile = C * C * 4;
+// Byte offset of element (row, k) in a plane of `rows` rows.
+__device__ __forceinline__ int kmajor_off(int row, int k, int rows) {
+  return (k >> 6) * rows * 128 + swizzle128(row, (k & 63) >> 3) + (k & 7) * 2;
+}
+__device__ __forceinline__ void split_pair(float x0, float x1, __nv_bfloat162& hi, __nv_bfloat162& lo) {
+  hi = __floats2bfloat162_rn(x0, x1);
+  const float2 hf = __bfloat1622float2(hi);
+  lo = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+}
+// Elements (row, k) and (row, k + 1), k even, into the hi plane at `hi` and the lo plane `plane`
+// bytes further.
+__device__ __forceinline__ void put_pair(uint8_t* hi, int plane, int row, int k, int rows, float x0, float x1) {
+  __nv_bfloat162 h, l;
+  split_pair(x0, x1, h, l);
+  const int off = kmajor_off(row, k, rows);
+  *reinterpret_cast<__nv_bfloat162*>(hi + off) = h;
+  *reinterpret_cast<__nv_bfloat162*>(hi + plane + off) = l;
 }
 
 // ---- tensor-core helpers ----

@@ -87,8 +87,9 @@ struct GdnScratch {
   float* const* seq_state_out = nullptr;
   const int32_t* snap_chunk = nullptr;
   int64_t layer_off = 0;
-  // The wgmma scan's operands (GdnPath::Wgmma), per chunk of the pass: bf16 hi / lo planes of W
-  // and A per value head, of Q and K^T per key head (gdn_plane_bytes); null for the other paths.
+  // The Wgmma path's operands, per chunk of the pass: bf16 hi / lo planes of W and A per value
+  // head (written by its prep instead of w and aqk, whose bytes they may share), of Q and K^T
+  // per key head (gdn_plane_bytes); null for the other paths.
   uint8_t *wp = nullptr, *ap = nullptr, *qp = nullptr, *ktp = nullptr;
 };
 // Bytes a chunk takes in each of GdnScratch's planes (times the pass's chunks).
@@ -118,8 +119,8 @@ void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
                     const GdnChunks& ch, GdnScratch sc, cudaStream_t s, GdnPath path = GdnPath::Auto);
 void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
                     GdnScratch sc, float* o, cudaStream_t s, GdnPath path = GdnPath::Auto);
-// The Wgmma path's scan (kernels_gdn_wgmma.cu): the planes from the prep's W and A and from q / k,
-// then the fused recurrence and outputs.
+// The Wgmma path's scan (kernels_gdn_wgmma.cu): Q's and K^T's planes from q / k, then the fused
+// recurrence and outputs over the prep's W and A planes and its fp32 U.
 void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
                           const GdnScratch& sc, float* o, cudaStream_t s);
 // act[t, j*Dv + i] = rms_norm(o)[...] * w[i] * silu(z[t, j*Dv + i]) -> bf16

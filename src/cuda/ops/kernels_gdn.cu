@@ -239,6 +239,9 @@ struct PrepTcSmem {
   size_t bytes() const { return sizeof(double) * C + sizeof(float) * floats(); }  // ~105 KiB at Dk = Dv = 128: two CTAs per SM
 };
 
+// Planes (the Wgmma path, Dk = 128): W and A go out as bf16x3 planes (sc.wp, sc.ap; gdn_tiles.cuh)
+// instead of fp32 (sc.w, sc.aqk); U stays fp32.
+template <bool Planes>
 __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
                                                            int64_t Dv, const float* g, const float* beta, GdnChunks ch, GdnScratch sc) {
   extern __shared__ double smem_d[];
@@ -273,13 +276,17 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
 
   // 1. Lm and A. Warp w owns column tile cc = 8 w of both (tiles w + 8 i: row tile rt = 16 i);
   // its tiles at or below the diagonal (i >= w / 2) share their K-column fragment.
-  float* aqk = sc.aqk + (ci * Hv + j) * C * C;
+  // A's elements (row, col), (row, col + 1)
+  auto put_a = [&](int row, int col, float x0, float x1) {
+    if constexpr (Planes) put_pair(sc.ap + (ci * Hv + j) * kSmallTile, kSmallTile / 2, row, col, C, x0, x1);
+    else *reinterpret_cast<float2*>(sc.aqk + (ci * Hv + j) * C * C + row * C + col) = make_float2(x0, x1);
+  };
   {
     static_assert(C == 64, "the tile assignment assumes 4 row tiles x 8 column tiles");
     const int cc = 8 * warp, i_min = warp / 2, jj = cc + 2 * tq;
     for (int i = 0; i < i_min; ++i) {  // wholly above the diagonal
-      *reinterpret_cast<float2*>(aqk + (16 * i + gq) * C + jj) = make_float2(0.0f, 0.0f);
-      *reinterpret_cast<float2*>(aqk + (16 * i + gq + 8) * C + jj) = make_float2(0.0f, 0.0f);
+      put_a(16 * i + gq, jj, 0.0f, 0.0f);
+      put_a(16 * i + gq + 8, jj, 0.0f, 0.0f);
     }
     float d[8][4] = {};  // d[2 (i - i_min)]: K K^T, d[2 (i - i_min) + 1]: Q K^T
     mma_3xtf32_shared_b<8>(
@@ -302,8 +309,8 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
         l[e] = ii > jc ? bs[ii] * dk[e] * G : 0.0f;
         Lm[ii * ldl + jc] = l[e];
       }
-      *reinterpret_cast<float2*>(aqk + i0 * C + jj) = make_float2(a[0], a[1]);
-      *reinterpret_cast<float2*>(aqk + i1 * C + jj) = make_float2(a[2], a[3]);
+      put_a(i0, jj, a[0], a[1]);
+      put_a(i1, jj, a[2], a[3]);
     }
   }
   __syncthreads();  // Q is done: V into its space (beta is applied as it is read)
@@ -341,7 +348,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
   __syncthreads();
   // 3. U = T (beta V), W = T (beta e^gamma K): column tiles of U, then of W
   float* u = sc.u + (ci * Hv + j) * C * Dv;
-  float* w = sc.w + (ci * Hv + j) * C * Dk;
+  float* w = Planes ? nullptr : sc.w + (ci * Hv + j) * C * Dk;
   // Warp w's tiles (w + 8 m) share the row tile rt = 16 (w % 4), hence their T fragment; column
   // tile (w / 4 + 2 m) of U (beta V), then of W (beta e^gamma K). In groups of four.
   const int col_tiles = int(Dv / 8 + Dk / 8), rt = (warp % 4) * 16;
@@ -359,6 +366,12 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
     for (int q = 0; q < 4; ++q) {
       if (q >= nb) break;
       const int col0 = (warp / 4 + 2 * (m0 + q)) * 8;
+      if (Planes && col0 >= Dv) {  // W's planes
+        uint8_t* wp = sc.wp + (ci * Hv + j) * kTile;
+        put_pair(wp, kTile / 2, rt + gq, col0 - int(Dv) + 2 * tq, C, d[q][0], d[q][1]);
+        put_pair(wp, kTile / 2, rt + gq + 8, col0 - int(Dv) + 2 * tq, C, d[q][2], d[q][3]);
+        continue;
+      }
       float* out = col0 < Dv ? u + col0 : w + (col0 - int(Dv));
       const int64_t ldo = col0 < Dv ? Dv : Dk;
       *reinterpret_cast<float2*>(out + (rt + gq) * ldo + 2 * tq) = make_float2(d[q][0], d[q][1]);
@@ -639,12 +652,12 @@ __global__ void __launch_bounds__(256) gdn_chunk_scan_tc_k(const float* mixed, i
   end_pass(S, SWP, sc, ch, s, ce, j, Dk, Dv, c0_col, sw, tid, nt);
 }
 
-// The prep's kernel: tensor cores for the TensorCores and Wgmma paths (see kernels.h)
+// GdnPath::Auto -> tensor cores or not (see kernels.h; the Wgmma path is dispatched before)
 bool use_tensor_cores(GdnPath path, int64_t Dk, int64_t Dv) {
   const bool fits = Dk % 16 == 0 && Dv % 8 == 0;
   if (path == GdnPath::TensorCores && !fits)
     throw Error(Status::Internal, "internal_error", "gdn: the tensor-core kernels need Dk % 16 == 0 and Dv % 8 == 0");
-  return path == GdnPath::TensorCores || path == GdnPath::Wgmma || (path == GdnPath::Auto && fits);
+  return path == GdnPath::TensorCores || (path == GdnPath::Auto && fits);
 }
 
 __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz,
@@ -705,7 +718,8 @@ void set_smem_limits() {
   static bool attr = false;
   if (!attr) {
     check(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
-    check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
+    check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
+    check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     attr = true;
@@ -732,10 +746,15 @@ void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
   const dim3 grid(unsigned(c1 - sc.c0), unsigned(Hv));
-  if (use_tensor_cores(path, Dk, Dv))
-    gdn_chunk_prep_tc_k<<<grid, 256, PrepTcSmem(Dk, Dv).bytes(), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
-  else
+  if (gdn_path(path, Dk, Dv) == GdnPath::Wgmma) {
+    if (!gdn_wgmma_available(Dk, Dv) || !sc.wp || !sc.ap)
+      throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: the Wgmma path needs its GPU, Dk = 128, Dv % 64 == 0 and W / A planes");
+    gdn_chunk_prep_tc_k<true><<<grid, 256, PrepTcSmem(Dk, Dv).bytes(), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
+  } else if (use_tensor_cores(path, Dk, Dv)) {
+    gdn_chunk_prep_tc_k<false><<<grid, 256, PrepTcSmem(Dk, Dv).bytes(), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
+  } else {
     gdn_chunk_prep_k<<<grid, 256, PrepSmem::bytes(Dk, Dv), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
+  }
   check_launch("gdn_chunk_prep");
 }
 

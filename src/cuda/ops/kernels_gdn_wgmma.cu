@@ -12,8 +12,9 @@
 //
 // Operands are K-major 128-byte-swizzled bf16 tiles (wgmma.cuh), "planes" of 64-element k
 // panels: W [tokens][Dk] and A [tokens][tokens] per (chunk, value head), Q [tokens][Dk] and K^T
-// [Dk][tokens] per (chunk, key head), made by gdn_planes_k from the prep's W and A and the
-// conv's q and k; inside the scan S^T [state columns][Dk] and Vn^T [state columns][tokens].
+// [Dk][tokens] per (chunk, key head), W's and A's written by the prep (gdn_chunk_prep on this
+// path), Q's and K^T's by gdn_qk_planes_k from the conv's q and k; inside the scan S^T [state
+// columns][Dk] and Vn^T [state columns][tokens] (gdn_tiles.cuh: the layout).
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -32,26 +33,14 @@ namespace {
 
 using namespace gdn;
 
-constexpr int kDk = 128;            // the key head dim these kernels tile
-constexpr int kCols = 64;           // state columns per CTA
-constexpr int kTile = C * kDk * 4;  // bytes of a 64 x 128 tile's hi and lo planes (32 KiB)
-constexpr int kSmallTile = C * C * 4;  // a 64 x 64 tile's (16 KiB)
-
-// Byte offset of element (row, k) in a K-major tile of `rows` rows in 64-element k panels.
-__device__ __forceinline__ int kmajor_off(int row, int k, int rows) {
-  return (k >> 6) * rows * 128 + swizzle128(row, (k & 63) >> 3) + (k & 7) * 2;
-}
+constexpr int kDk = 128;   // the key head dim these kernels tile
+constexpr int kCols = 64;  // state columns per CTA
 
 // x -> hi, lo as bf16 bits (the bf16x3 split).
 __device__ __forceinline__ void split_bf16(float x, uint16_t& hi, uint16_t& lo) {
   const bf16 h = __float2bfloat16_rn(x);
   hi = __bfloat16_as_ushort(h);
   lo = __bfloat16_as_ushort(__float2bfloat16_rn(x - __bfloat162float(h)));
-}
-__device__ __forceinline__ void split_pair(float x0, float x1, __nv_bfloat162& hi, __nv_bfloat162& lo) {
-  hi = __floats2bfloat162_rn(x0, x1);
-  const float2 hf = __bfloat1622float2(hi);
-  lo = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
 }
 // Eight consecutive k of one row: 16 bytes of the hi plane at hi + off, of the lo plane `plane`
 // bytes further.
@@ -68,45 +57,27 @@ __device__ __forceinline__ void put8(uint8_t* hi, int plane, int off, const floa
   *reinterpret_cast<uint4*>(hi + plane + off) = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
-// grid (chunks of the pass, max(Hv, Hk)), 256 threads: y < Hv makes W's and A's planes of
-// (chunk, value head y), y < Hk Q's and K^T's of (chunk, key head y); a thread makes 16 bytes of
-// a plane at a time (K^T: lanes take consecutive Dk, so its eight token rows read coalesced).
-__global__ void __launch_bounds__(256) gdn_planes_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, GdnChunks ch,
-                                                    GdnScratch sc) {
+// grid (chunks of the pass, Hk), 256 threads: Q's and K^T's planes of (chunk, key head y), a
+// thread making 16 bytes of a plane at a time (K^T: lanes take consecutive Dk, so its eight token
+// rows read coalesced). W's and A's come from the prep (gdn_chunk_prep on this path).
+__global__ void __launch_bounds__(256) gdn_qk_planes_k(const float* mixed, int64_t conv_dim, int64_t Hk, GdnChunks ch, GdnScratch sc) {
   const int64_t ci = blockIdx.x, c = sc.c0 + ci, y = blockIdx.y;
-  const int tid = threadIdx.x;
-  if (y < Hv) {
-    const float* w = sc.w + (ci * Hv + y) * C * kDk;
-    const float* a = sc.aqk + (ci * Hv + y) * C * C;
-    for (int e = tid; e < C * kDk / 8 + C * C / 8; e += blockDim.x) {
-      const bool isw = e < C * kDk / 8;
-      const int ee = isw ? e : e - C * kDk / 8, cols = isw ? kDk : C;
-      const int r = ee / (cols / 8), k = (ee % (cols / 8)) * 8;
-      const float4* src = reinterpret_cast<const float4*>((isw ? w : a) + r * cols + k);
-      const float4 v0 = src[0], v1 = src[1];
-      const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-      if (isw) put8(sc.wp + (ci * Hv + y) * kTile, kTile / 2, kmajor_off(r, k, C), v);
-      else put8(sc.ap + (ci * Hv + y) * kSmallTile, kSmallTile / 2, kmajor_off(r, k, C), v);
-    }
-  }
-  if (y < Hk) {
-    const int64_t t0 = ch.chunk_start[c];
-    const int n = ch.chunk_len[c];
-    const float* q = mixed + t0 * conv_dim + y * kDk;
-    const float* k = q + Hk * kDk;
-    for (int e = tid; e < 2 * C * kDk / 8; e += blockDim.x) {
-      float v[8];
-      if (e < C * kDk / 8) {  // Q: token i, Dk kk ..
-        const int i = e / (kDk / 8), kk = (e % (kDk / 8)) * 8;
+  const int64_t t0 = ch.chunk_start[c];
+  const int n = ch.chunk_len[c];
+  const float* q = mixed + t0 * conv_dim + y * kDk;
+  const float* k = q + Hk * kDk;
+  for (int e = threadIdx.x; e < 2 * C * kDk / 8; e += blockDim.x) {
+    float v[8];
+    if (e < C * kDk / 8) {  // Q: token i, Dk kk ..
+      const int i = e / (kDk / 8), kk = (e % (kDk / 8)) * 8;
 #pragma unroll
-        for (int m = 0; m < 8; ++m) v[m] = i < n ? q[i * conv_dim + kk + m] : 0.0f;
-        put8(sc.qp + (ci * Hk + y) * kTile, kTile / 2, kmajor_off(i, kk, C), v);
-      } else {  // K^T: Dk row x, tokens i0 ..
-        const int ee = e - C * kDk / 8, x = ee % kDk, i0 = (ee / kDk) * 8;
+      for (int m = 0; m < 8; ++m) v[m] = i < n ? q[i * conv_dim + kk + m] : 0.0f;
+      put8(sc.qp + (ci * Hk + y) * kTile, kTile / 2, kmajor_off(i, kk, C), v);
+    } else {  // K^T: Dk row x, tokens i0 ..
+      const int ee = e - C * kDk / 8, x = ee % kDk, i0 = (ee / kDk) * 8;
 #pragma unroll
-        for (int m = 0; m < 8; ++m) v[m] = i0 + m < n ? k[(i0 + m) * conv_dim + x] : 0.0f;
-        put8(sc.ktp + (ci * Hk + y) * kTile, kTile / 2, kmajor_off(x, i0, kDk), v);
-      }
+      for (int m = 0; m < 8; ++m) v[m] = i0 + m < n ? k[(i0 + m) * conv_dim + x] : 0.0f;
+      put8(sc.ktp + (ci * Hk + y) * kTile, kTile / 2, kmajor_off(x, i0, kDk), v);
     }
   }
 }
@@ -369,8 +340,8 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
-  gdn_planes_k<<<dim3(unsigned(c1 - sc.c0), unsigned(Hv > Hk ? Hv : Hk)), 256, 0, s>>>(mixed, conv_dim, Hk, Hv, ch, sc);
-  check_launch("gdn_planes");
+  gdn_qk_planes_k<<<dim3(unsigned(c1 - sc.c0), unsigned(Hk)), 256, 0, s>>>(mixed, conv_dim, Hk, ch, sc);
+  check_launch("gdn_qk_planes");
   gdn_scan_wgmma_k<<<dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / kCols)), 256, ScanSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
   check_launch("gdn_scan_wgmma");
 }
