@@ -148,6 +148,37 @@ TEST(CudaEngine, WellConditionedAgainstCpuFp32) {
   EXPECT_LT(worst, 2e-3);
 }
 
+// The same check on a model with the Clef models' 128-wide GDN heads (small-gdn128), whose GDN
+// layers run the kernels that tile those shapes (on Hopper the Wgmma scan once it is Auto's
+// choice), and --portable-kernels (the mma.sync 3xTF32 scan) beside it. 40 corpus requests.
+TEST(CudaEngine, WellConditionedAtClefGdnHeadsAgainstCpuFp32) {
+  NEED_GPU();
+  const std::string dir = test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f);
+  auto cpu = EngineCore::load(dir);
+  CoreOptions o;
+  o.device = Device::Cuda;
+  o.max_batch_tokens = 65536;
+  auto gpu = EngineCore::load(dir, o);
+  o.portable_kernels = true;
+  auto portable = EngineCore::load(dir, o);
+  std::cout << "[ cuda    ] " << gpu->gpu_summary() << "\n";
+  double worst = 0, worst_p = 0, between = 0;
+  size_t n = 0;
+  for (const auto& text : test::corpus_requests(40)) {
+    const Encoded e = cpu->encoder().encode(parse_request(text));
+    const auto want = cpu->probs({&e})[0], got = gpu->probs({&e})[0], got_p = portable->probs({&e})[0];
+    worst = std::max(worst, worst_diff(got, want));
+    worst_p = std::max(worst_p, worst_diff(got_p, want));
+    between = std::max(between, worst_diff(got, got_p));
+    ++n;
+  }
+  std::cout << "[ cuda    ] small-gdn128, linear gain 0.5: " << n << " requests, GPU (bf16) vs CPU (fp32): worst |dp| " << worst
+            << ", portable kernels " << worst_p << ", between them " << between << "\n";
+  EXPECT_EQ(n, 40u);
+  EXPECT_LT(worst, 2e-3);
+  EXPECT_LT(worst_p, 2e-3);
+}
+
 TEST(CudaEngine, RefusesBatchOverThePlan) {
   NEED_GPU();
   CoreOptions o;

@@ -13,8 +13,9 @@ Runner add_synth(CLI::App& app) {
                                    "safetensors, config.json, joint_head.*, tokenizer.json). Random weights give\n"
                                    "meaningless answers: this is for tests and benchmarks without the real weights.");
   c->add_option("--out", o->out_dir, "output folder (created)")->required();
-  c->add_option("--config", o->preset, "tiny | small | clef-flash | clef-27b (default tiny)")
-      ->check(CLI::IsMember({"tiny", "small", "clef-flash", "clef-27b"}));
+  c->add_option("--config", o->preset,
+                "tiny | small | small-gdn128 (small with the Clef models' 128-wide GDN heads) | clef-flash | clef-27b (default tiny)")
+      ->check(CLI::IsMember({"tiny", "small", "small-gdn128", "clef-flash", "clef-27b"}));
   c->add_option("--tokenizer", o->tokenizer, "tokenizer.json to ship with the model")->required()->check(CLI::ExistingFile);
   c->add_option("--seed", o->seed, "random seed (default 1)");
   c->add_option("--linear-gain", o->linear_gain,

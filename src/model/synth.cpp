@@ -31,16 +31,19 @@ struct VisionPreset {
 };
 VisionPreset vision_preset(const std::string& name) {
   if (name == "tiny") return {32, 2, 2, 48, 64};
-  if (name == "small") return {64, 2, 4, 128, 256};
+  if (name == "small" || name == "small-gdn128") return {64, 2, 4, 128, 256};
   return {1152, 27, 16, 4304, 2304};  // Clef and Clef-flash
 }
 
 Preset preset(const std::string& name) {
   if (name == "tiny") return {64, 4, 128, 4, 2, 32, 2, 4, 16, 16, {2, 1, 1}, 32, 4, 64, 1, 1, 2, 0};
   if (name == "small") return {256, 8, 768, 8, 2, 64, 4, 8, 32, 32, {3, 3, 2}, 128, 4, 256, 2, 2, 2, 0};
+  // small with the Clef models' GDN head dims (Dk = Dv = 128: the shapes the Hopper GDN scan
+  // tiles), for engine-level tests of those kernels
+  if (name == "small-gdn128") return {256, 8, 768, 8, 2, 64, 2, 4, 128, 128, {3, 3, 2}, 128, 4, 256, 2, 2, 2, 0};
   if (name == "clef-flash") return {4096, 32, 12288, 16, 4, 256, 16, 32, 128, 128, {11, 11, 10}, 1024, 16, 4096, 2, 4, 4, 248320};
   if (name == "clef-27b") return {5120, 64, 17408, 24, 4, 256, 16, 48, 128, 128, {11, 11, 10}, 1024, 16, 4096, 2, 4, 12, 248320};
-  throw std::invalid_argument("unknown synth config '" + name + "' (tiny, small, clef-flash, clef-27b)");
+  throw std::invalid_argument("unknown synth config '" + name + "' (tiny, small, small-gdn128, clef-flash, clef-27b)");
 }
 
 Value ints(const std::vector<int64_t>& v) {

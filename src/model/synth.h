@@ -21,7 +21,7 @@ struct SynthOptions {
   float linear_gain = 1.0f;
 };
 
-// Presets: tiny, small, clef-flash, clef-27b. Throws on an unknown preset or unwritable folder.
+// Presets: tiny, small, small-gdn128 (small with 128-wide GDN heads), clef-flash, clef-27b. Throws on an unknown preset or unwritable folder.
 void synthesize(const SynthOptions& o);
 
 // The configuration of a preset without writing anything (for `clefrt bench --synthetic`).
