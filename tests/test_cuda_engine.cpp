@@ -123,14 +123,19 @@ TEST(CudaEngine, TinyBAgainstReference) { check_folder("tiny-b"); }
 // All 120 corpus requests (up to 5,499 tokens with the full Qwen3 tokenizer), one at a time.
 // Measured on the H200 (bench/results/2026-12-02-h200-gpu-tests-49d4b55.log): worst 8.9e-4, mean
 // 3.6e-4, none at or over 1e-3.
-TEST(CudaEngine, WellConditionedAgainstCpuFp32) {
-  NEED_GPU();
-  const std::string dir = test::synth_folder("calm-small", 5, "small", 0.5f);
-  auto cpu = EngineCore::load(dir);
+// A folder's CUDA engine planned for 65,536-token batches (the corpus's longest fits).
+std::unique_ptr<EngineCore> cuda_engine(const std::string& dir, bool portable_kernels = false) {
   CoreOptions o;
   o.device = Device::Cuda;
   o.max_batch_tokens = 65536;
-  auto gpu = EngineCore::load(dir, o);
+  o.portable_kernels = portable_kernels;
+  return EngineCore::load(dir, o);
+}
+
+TEST(CudaEngine, WellConditionedAgainstCpuFp32) {
+  NEED_GPU();
+  const std::string dir = test::synth_folder("calm-small", 5, "small", 0.5f);
+  auto cpu = EngineCore::load(dir), gpu = cuda_engine(dir);
   double worst = 0, sum = 0;
   size_t n = 0, over_1e3 = 0, longest = 0;
   for (const auto& text : test::corpus_requests(120)) {
@@ -154,13 +159,7 @@ TEST(CudaEngine, WellConditionedAgainstCpuFp32) {
 TEST(CudaEngine, WellConditionedAtClefGdnHeadsAgainstCpuFp32) {
   NEED_GPU();
   const std::string dir = test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f);
-  auto cpu = EngineCore::load(dir);
-  CoreOptions o;
-  o.device = Device::Cuda;
-  o.max_batch_tokens = 65536;
-  auto gpu = EngineCore::load(dir, o);
-  o.portable_kernels = true;
-  auto portable = EngineCore::load(dir, o);
+  auto cpu = EngineCore::load(dir), gpu = cuda_engine(dir), portable = cuda_engine(dir, true);
   std::cout << "[ cuda    ] " << gpu->gpu_summary() << "\n";
   double worst = 0, worst_p = 0, between = 0;
   size_t n = 0;
