@@ -41,6 +41,41 @@ __device__ __forceinline__ void chunk_gamma(double* gam, const float* g, int64_t
   chunk_gamma_pair(g, t0, n, Hv, j, lane, gam[2 * lane], gam[2 * lane + 1]);
 }
 
+// T = (I + Lm)^-1 for a strictly lower triangular C x C Lm (rows ldl floats apart; T zeroed
+// before), blocked by 16: the four diagonal blocks by substitution (a column per thread), then
+// T_ib = -T_ii sum_{k = b..i-1} Lm_ik T_kb by block distance through P [3][16][16]. The chunk
+// preps' sequential part; every thread of the block takes part (barriers inside).
+__device__ __forceinline__ void invert_unit_lower(const float* Lm, float* T, float* P, int ldl, int tid, int nt) {
+  if (tid < C) {
+    const int b0 = (tid / 16) * 16, col = tid % 16;
+    T[(b0 + col) * ldl + b0 + col] = 1.0f;
+    for (int r = col + 1; r < 16; ++r) {
+      float acc = 0;
+      for (int k = col; k < r; ++k) acc += Lm[(b0 + r) * ldl + b0 + k] * T[(b0 + k) * ldl + b0 + col];
+      T[(b0 + r) * ldl + b0 + col] = -acc;
+    }
+  }
+  __syncthreads();
+  // off-diagonal blocks, by distance d between block row bi and block column bj = bi - d
+  for (int d = 1; d < C / 16; ++d) {
+    const int nb = C / 16 - d;
+    for (int e = tid; e < nb * 256; e += nt) {
+      const int bj = e / 256, r = (e / 16) % 16, col = e % 16, bi = bj + d;
+      float acc = 0;
+      for (int k = 16 * bj; k < 16 * bi; ++k) acc += Lm[(16 * bi + r) * ldl + k] * T[k * ldl + 16 * bj + col];
+      P[e] = acc;
+    }
+    __syncthreads();
+    for (int e = tid; e < nb * 256; e += nt) {
+      const int bj = e / 256, r = (e / 16) % 16, col = e % 16, bi = bj + d;
+      float acc = 0;
+      for (int k = 0; k < 16; ++k) acc += T[(16 * bi + r) * ldl + 16 * bi + k] * P[bj * 256 + k * 16 + col];
+      T[(16 * bi + r) * ldl + 16 * bj + col] = -acc;
+    }
+    __syncthreads();
+  }
+}
+
 // ---- bf16x3 planes (the Wgmma path, kernels_gdn_wgmma.cu) ----
 // An fp32 matrix as two bf16 planes, hi = bf16(x) and lo = bf16(x - hi), each a K-major tile in
 // 64-element k panels with wgmma's 128-byte swizzle (wgmma.cuh): 64 x 128 tiles (W, Q, K^T,
@@ -63,6 +98,21 @@ __device__ __forceinline__ void put_pair(uint8_t* hi, int plane, int row, int k,
   const int off = kmajor_off(row, k, rows);
   *reinterpret_cast<__nv_bfloat162*>(hi + off) = h;
   *reinterpret_cast<__nv_bfloat162*>(hi + plane + off) = l;
+}
+
+// Eight consecutive k of one row: 16 bytes of the hi plane at hi + off, of the lo plane `plane`
+// bytes further.
+__device__ __forceinline__ void put8(uint8_t* hi, int plane, int off, const float (&v)[8]) {
+  uint32_t h[4], l[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    __nv_bfloat162 hh, ll;
+    split_pair(v[2 * q], v[2 * q + 1], hh, ll);
+    h[q] = *reinterpret_cast<const uint32_t*>(&hh);
+    l[q] = *reinterpret_cast<const uint32_t*>(&ll);
+  }
+  *reinterpret_cast<uint4*>(hi + off) = make_uint4(h[0], h[1], h[2], h[3]);
+  *reinterpret_cast<uint4*>(hi + plane + off) = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
 // ---- tensor-core helpers ----

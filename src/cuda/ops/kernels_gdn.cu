@@ -315,35 +315,8 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
   }
   __syncthreads();  // Q is done: V into its space (beta is applied as it is read)
   load_tile_async(vs, ldv, rows + 2 * key_dim + j * Dv, conv_dim, C, int(Dv), n, int(Dv));
-  // 2. T = (I + Lm)^-1: diagonal blocks, one column per thread
-  if (tid < C) {
-    const int b0 = (tid / 16) * 16, col = tid % 16;
-    T[(b0 + col) * ldl + b0 + col] = 1.0f;
-    for (int r = col + 1; r < 16; ++r) {
-      float acc = 0;
-      for (int k = col; k < r; ++k) acc += Lm[(b0 + r) * ldl + b0 + k] * T[(b0 + k) * ldl + b0 + col];
-      T[(b0 + r) * ldl + b0 + col] = -acc;
-    }
-  }
-  __syncthreads();
-  // off-diagonal blocks, by distance d between block row bi and block column bj = bi - d
-  for (int d = 1; d < C / 16; ++d) {
-    const int nb = C / 16 - d;
-    for (int e = tid; e < nb * 256; e += nt) {
-      const int bj = e / 256, r = (e / 16) % 16, col = e % 16, bi = bj + d;
-      float acc = 0;
-      for (int k = 16 * bj; k < 16 * bi; ++k) acc += Lm[(16 * bi + r) * ldl + k] * T[k * ldl + 16 * bj + col];
-      P[e] = acc;
-    }
-    __syncthreads();
-    for (int e = tid; e < nb * 256; e += nt) {
-      const int bj = e / 256, r = (e / 16) % 16, col = e % 16, bi = bj + d;
-      float acc = 0;
-      for (int k = 0; k < 16; ++k) acc += T[(16 * bi + r) * ldl + 16 * bi + k] * P[bj * 256 + k * 16 + col];
-      T[(16 * bi + r) * ldl + 16 * bj + col] = -acc;
-    }
-    __syncthreads();
-  }
+  // 2. T = (I + Lm)^-1
+  invert_unit_lower(Lm, T, P, ldl, tid, nt);
   cp_async_wait_all();
   __syncthreads();
   // 3. U = T (beta V), W = T (beta e^gamma K): column tiles of U, then of W

@@ -42,21 +42,6 @@ __device__ __forceinline__ void split_bf16(float x, uint16_t& hi, uint16_t& lo) 
   hi = __bfloat16_as_ushort(h);
   lo = __bfloat16_as_ushort(__float2bfloat16_rn(x - __bfloat162float(h)));
 }
-// Eight consecutive k of one row: 16 bytes of the hi plane at hi + off, of the lo plane `plane`
-// bytes further.
-__device__ __forceinline__ void put8(uint8_t* hi, int plane, int off, const float (&v)[8]) {
-  uint32_t h[4], l[4];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    __nv_bfloat162 hh, ll;
-    split_pair(v[2 * q], v[2 * q + 1], hh, ll);
-    h[q] = *reinterpret_cast<const uint32_t*>(&hh);
-    l[q] = *reinterpret_cast<const uint32_t*>(&ll);
-  }
-  *reinterpret_cast<uint4*>(hi + off) = make_uint4(h[0], h[1], h[2], h[3]);
-  *reinterpret_cast<uint4*>(hi + plane + off) = make_uint4(l[0], l[1], l[2], l[3]);
-}
-
 // grid (chunks of the pass, Hk), 256 threads: Q's and K^T's planes of (chunk, key head y), a
 // thread making 16 bytes of a plane at a time (K^T: lanes take consecutive Dk, so its eight token
 // rows read coalesced). W's and A's come from the prep (gdn_chunk_prep on this path).
