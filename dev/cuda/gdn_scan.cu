@@ -632,7 +632,6 @@ __global__ void __launch_bounds__(256, 1) gdn_prep_wgmma_k(const float* mixed, i
     for (int m = 0; m < 8; ++m) v[m] = i < n ? src[m] : 0.0f;
     put8(isq ? Qp : Kp, kTile / 2, kmajor_off(i, kk, C), v);
   }
-  __syncthreads();  // bs
   for (int e = tid; e < C * Dv / 8; e += nt) {
     const int x = e % Dv, i0 = (e / Dv) * 8;
     float v[8];
