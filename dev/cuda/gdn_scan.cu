@@ -578,35 +578,36 @@ __global__ void __launch_bounds__(256) gdn_chunk_out_tc_k(const float* mixed, in
 // ---- variant "wgmma prep": the chunk prep on wgmma with bf16x3 products (Dk = Dv = 128) ----
 // The same outputs as the Wgmma path's prep (gdn_chunk_prep_tc_k<true>: U fp32, W and A as
 // planes), one CTA (two warpgroups) per (chunk, value head):
-//   1. Q, K as planes [tokens][Dk] and beta V as planes [Dv][tokens], from global memory;
+//   1. Q, K as planes [tokens][Dk], from global memory;
 //   2. K K^T (warpgroup 0) and Q K^T (warpgroup 1), 24 wgmma m64n64k16 each; gated into Lm
 //      (fp32, shared) and A (planes, global);
-//   3. (beta e^gamma K) as planes [Dk][tokens] over Q's and K's, T = (I + Lm)^-1 (SIMT, as the
-//      product's prep), T as planes;
+//   3. (beta e^gamma K) and (beta V) as planes [Dk / Dv][tokens] over Q's and K's, T = (I +
+//      Lm)^-1 (SIMT, as the product's prep), T as planes over Lm;
 //   4. U = T (beta V) (warpgroup 0) and W = T (beta e^gamma K) (warpgroup 1), 12 wgmma
 //      m64n128k16 each; U to global in fp32, W as planes.
 struct PrepWgSmem {
   static constexpr int ldl = C + 4;
-  // R1: Q, K planes (64 KB), then T's (16 KB) and (beta e^gamma K)'s (32 KB); R2: beta V's (32
-  // KB); Lm, T fp32; P; gamma; beta, beta e^gamma. 1 KB to align.
-  static size_t bytes() { return 1024 + 2 * size_t(kTile) + size_t(kTile) + sizeof(float) * (2 * C * ldl + 3 * 256 + 2 * C) + sizeof(double) * C; }
+  // R1 (64 KB): Q's and K's planes, then (beta e^gamma K)'s and (beta V)'s; Lm (fp32), then T's
+  // planes; T (fp32); P; beta, beta e^gamma; gamma. ~103 KB and 1 KB to align: two CTAs an SM.
+  static size_t bytes() { return 1024 + 2 * size_t(kTile) + sizeof(float) * (2 * C * ldl + 3 * 256 + 2 * C) + sizeof(double) * C; }
 };
 
-__global__ void __launch_bounds__(256, 1) gdn_prep_wgmma_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
+__global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
                                                            const float* beta, GdnChunks ch, GdnScratch sc) {
   constexpr int Dk = 128, Dv = 128, ldl = PrepWgSmem::ldl;
+  static_assert(C * ldl * 4 >= kSmallTile && (C * ldl * 4) % 1024 == 0, "T's planes go over Lm, whose end keeps 1 KB alignment");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* Qp = base;                    // [64 tokens][128 Dk]
   uint8_t* Kp = Qp + kTile;              // [64 tokens][128 Dk]
-  uint8_t* Tp = base;                    // after 2: [64 tokens][64 tokens]
-  uint8_t* Ks = base + kSmallTile;       // after 2: (beta e^gamma K) [128 Dk][64 tokens]
-  uint8_t* Vp = base + 2 * kTile;        // (beta V) [128 Dv][64 tokens]
-  float* Lm = reinterpret_cast<float*>(Vp + kTile);  // [C][ldl]
-  float* T = Lm + C * ldl;                           // [C][ldl]
-  float* P = T + C * ldl;                            // [3][16][16]
-  float* bs = P + 3 * 256;                           // beta_i
-  float* sk = bs + C;                                // beta_i e^gamma_i
+  uint8_t* Ks = base;                    // after 2: (beta e^gamma K) [128 Dk][64 tokens]
+  uint8_t* Vp = base + kTile;            // after 2: (beta V) [128 Dv][64 tokens]
+  float* Lm = reinterpret_cast<float*>(base + 2 * kTile);  // [C][ldl]
+  uint8_t* Tp = reinterpret_cast<uint8_t*>(Lm);             // after the inverse: [64 tokens][64 tokens]
+  float* T = Lm + C * ldl;                                  // [C][ldl]
+  float* P = T + C * ldl;                                   // [3][16][16]
+  float* bs = P + 3 * 256;                                  // beta_i
+  float* sk = bs + C;                                       // beta_i e^gamma_i
   double* gam = reinterpret_cast<double*>(sk + C);
 
   const int64_t ci = blockIdx.x, c = sc.c0 + ci, j = blockIdx.y;
@@ -631,13 +632,6 @@ __global__ void __launch_bounds__(256, 1) gdn_prep_wgmma_k(const float* mixed, i
 #pragma unroll
     for (int m = 0; m < 8; ++m) v[m] = i < n ? src[m] : 0.0f;
     put8(isq ? Qp : Kp, kTile / 2, kmajor_off(i, kk, C), v);
-  }
-  for (int e = tid; e < C * Dv / 8; e += nt) {
-    const int x = e % Dv, i0 = (e / Dv) * 8;
-    float v[8];
-#pragma unroll
-    for (int m = 0; m < 8; ++m) v[m] = i0 + m < n ? bs[i0 + m] * rows[(i0 + m) * conv_dim + 2 * key_dim + j * Dv + x] : 0.0f;
-    put8(Vp, kTile / 2, kmajor_off(x, i0, Dv), v);
   }
   fence_proxy_async();
   __syncthreads();
@@ -678,13 +672,17 @@ __global__ void __launch_bounds__(256, 1) gdn_prep_wgmma_k(const float* mixed, i
       }
   }
   __syncthreads();  // Lm whole; Q's and K's planes read by both warpgroups
-  // 3. beta e^gamma K as [Dk][tokens] planes (over Q's and K's), T = (I + Lm)^-1, T's planes
-  for (int e = tid; e < C * Dk / 8; e += nt) {
-    const int x = e % Dk, i0 = (e / Dk) * 8;
+  // 3. beta e^gamma K and beta V as [Dk / Dv][tokens] planes (over Q's and K's; lanes on
+  // consecutive Dk / Dv), T = (I + Lm)^-1, T's planes over Lm
+  for (int e = tid; e < C * (Dk + Dv) / 8; e += nt) {
+    const bool isk = e < C * Dk / 8;
+    const int ee = isk ? e : e - C * Dk / 8, x = ee % 128, i0 = (ee / 128) * 8;
+    const float* src = rows + (isk ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + x;
+    const float* scale = isk ? sk : bs;
     float v[8];
 #pragma unroll
-    for (int m = 0; m < 8; ++m) v[m] = i0 + m < n ? sk[i0 + m] * rows[(i0 + m) * conv_dim + key_dim + kh * Dk + x] : 0.0f;
-    put8(Ks, kTile / 2, kmajor_off(x, i0, Dk), v);
+    for (int m = 0; m < 8; ++m) v[m] = i0 + m < n ? scale[i0 + m] * src[(i0 + m) * conv_dim] : 0.0f;
+    put8(isk ? Ks : Vp, kTile / 2, kmajor_off(x, i0, 128), v);
   }
   invert_unit_lower(Lm, T, P, ldl, tid, nt);
   for (int e = tid; e < C * C / 2; e += nt) {
