@@ -860,12 +860,13 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         // the chunk kernels index tokens globally: the pass's buffers seen from token 0
         const float* mixed_t = rows_before(b.mixed, T0, conv_dim);
         const float* g_t = rows_before(b.g, T0, c.v_heads);
+        // prep and scan on one path (the Wgmma path's prep writes planes its scan reads)
+        const GdnPath path = o_.portable_kernels && gdn_path(GdnPath::Auto, c.k_head_dim, c.v_head_dim) == GdnPath::Wgmma ? GdnPath::TensorCores
+                                                                                                                      : GdnPath::Auto;
         mark("gdn chunk prep");
-        gdn_chunk_prep(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, rows_before(b.beta, T0, c.v_heads), ch, gp, s);
+        gdn_chunk_prep(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, rows_before(b.beta, T0, c.v_heads), ch, gp, s, path);
         mark("gdn chunk scan");
-        gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s,
-                       o_.portable_kernels && gdn_path(GdnPath::Auto, c.k_head_dim, c.v_head_dim) == GdnPath::Wgmma ? GdnPath::TensorCores
-                                                                                                                : GdnPath::Auto);
+        gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s, path);
         mark("gdn gated_norm");
         gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s);
         mark("gemm gdn out_proj");
