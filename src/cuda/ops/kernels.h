@@ -100,7 +100,8 @@ GdnPlaneBytes gdn_plane_bytes(int64_t Hk, int64_t Hv);
 // Which kernels. TensorCores: mma.sync 3xTF32 products (fp32-level accuracy; Dk % 16 == 0,
 // Dv % 8 == 0, any sm_80+ GPU). Wgmma: the scan on Hopper's wgmma with bf16x3 products (within
 // ~1e-5 of TensorCores; gdn_wgmma_available: an sm_90a build on compute capability 9.0, Dk = 128,
-// Dv % 64 == 0; the prep as TensorCores; needs GdnScratch's planes). Simt: fp32 CUDA cores, any
+// Dv % 64 == 0; the prep is TensorCores' writing W and A as planes; needs GdnScratch's planes;
+// prep and scan must take the same path). Simt: fp32 CUDA cores, any
 // shape. Auto: Wgmma where available and gdn_wgmma_default(), else TensorCores where the shape
 // fits, else Simt. The tests run each explicitly.
 enum class GdnPath { Auto, TensorCores, Wgmma, Simt };
