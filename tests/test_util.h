@@ -51,11 +51,29 @@ inline const Tokenizer& qwen3() {
   return tok;
 }
 
+// Folders a test process made under the temp dir, removed when it exits: a machine that runs the
+// suite again and again would otherwise fill its disk (a `small` folder is ~176 MB).
+inline std::vector<std::string>& temp_folders() {
+  static std::vector<std::string> v;
+  return v;
+}
+inline void remove_temp_folders() {
+  std::error_code ec;
+  for (const auto& d : temp_folders()) std::filesystem::remove_all(d, ec);
+}
+inline void remove_at_exit(const std::string& d) {
+  // the list exists before the handler is registered, so it is destroyed after the handler runs
+  static const bool registered = (temp_folders(), std::atexit(remove_temp_folders), true);
+  (void)registered;
+  temp_folders().push_back(d);
+}
+
 // A random-weight folder of a synth preset under the test temp dir, made once per process and
-// tag (ctest runs tests in parallel processes, so the pid keeps them apart).
+// tag (ctest runs tests in parallel processes, so the pid keeps them apart), removed at exit.
 inline std::string synth_folder(const std::string& tag, uint64_t seed, const std::string& preset = "tiny", float linear_gain = 1.0f) {
   const std::string d = testing::TempDir() + "clefrt-" + tag + "-" + std::to_string(getpid());
   if (!std::filesystem::exists(d + "/config.json")) {
+    remove_at_exit(d);
     model::SynthOptions o;
     o.out_dir = d;
     o.preset = preset;
