@@ -269,6 +269,8 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
                                         o.w4a16_fused ? W4A16Kernel::Fused : W4A16Kernel::Staged,
                                         o.portable_kernels ? W4A16Gemm::MmaSync : W4A16Gemm::Auto);
   if (o.gdn_pass_chunks < 0) throw Error(Status::Internal, "internal_error", "gdn_pass_chunks < 0");
+  gdn_path_ = gdn_path(GdnPath::Auto, m.c.k_head_dim, m.c.v_head_dim);
+  if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
   if (o.cudnn_attention) {
     std::string why;
     if (!cudnn_available(&why)) throw load_error("--attention cudnn", why);
@@ -288,6 +290,10 @@ int64_t Forward::qkv_width() const { return 2 * m_.c.q_heads * m_.c.head_dim + 2
 
 std::string Forward::attention_kernel() const {
   return cudnn_ ? cudnn_->describe() + tower_note_ : "clefrt flash (mma.sync, gate fused)";
+}
+
+std::string Forward::gdn_kernel() const {
+  return gdn_path_ == GdnPath::Wgmma ? "wgmma bf16x3" : gdn_path_ == GdnPath::TensorCores ? "mma.sync 3xTF32" : "CUDA cores";
 }
 
 Forward::~Forward() {
@@ -860,13 +866,12 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         // the chunk kernels index tokens globally: the pass's buffers seen from token 0
         const float* mixed_t = rows_before(b.mixed, T0, conv_dim);
         const float* g_t = rows_before(b.g, T0, c.v_heads);
-        // prep and scan on one path (the Wgmma path's prep writes planes its scan reads)
-        const GdnPath path = o_.portable_kernels && gdn_path(GdnPath::Auto, c.k_head_dim, c.v_head_dim) == GdnPath::Wgmma ? GdnPath::TensorCores
-                                                                                                                      : GdnPath::Auto;
         mark("gdn chunk prep");
-        gdn_chunk_prep(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, rows_before(b.beta, T0, c.v_heads), ch, gp, s, path);
+        gdn_chunk_prep(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, rows_before(b.beta, T0, c.v_heads), ch, gp, s,
+                       gdn_path_);
         mark("gdn chunk scan");
-        gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s, path);
+        gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s,
+                       gdn_path_);
         mark("gdn gated_norm");
         gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s);
         mark("gemm gdn out_proj");

@@ -170,6 +170,7 @@ class Forward {
   size_t arena_bytes() const { return arena_.capacity(); }
   // GPU memory this engine holds besides the weights: arena, cuBLASLt workspace, NVFP4 staging.
   std::string attention_kernel() const;  // the backbone's attention, in words
+  std::string gdn_kernel() const;        // the GDN layers' chunk scan, in words
   size_t working_bytes() const { return arena_.capacity() + gemm_workspace_bytes() + lin_->staging_bytes(); }
   static size_t gemm_workspace_bytes() { return size_t(64) << 20; }
   const ForwardOptions& options() const { return o_; }
@@ -201,6 +202,9 @@ class Forward {
   std::unique_ptr<CudnnAttention> cudnn_;
   std::unique_ptr<CudnnFrameAttention> cudnn_frames_;  // the vision tower's, beside cudnn_
   std::string tower_note_;  // why the tower keeps clefrt's attention beside cudnn_ (empty: it does not)
+  // The GDN prep's and scan's path (one for both: the Wgmma prep writes the planes its scan
+  // reads): Auto's choice, with --portable-kernels the mma.sync one where Auto picks Wgmma
+  GdnPath gdn_path_ = GdnPath::Auto;
   int64_t qkv_width() const;  // the attention layers' q | gate, k, v GEMM output row  // the backbone's attention when ForwardOptions::cudnn_attention
   Arena arena_;
 };
