@@ -646,9 +646,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
       const int po = (k >> 2) * (C * 128) + (k & 3) * 32;
       const uint64_t ah = wgmma_desc(Ap + po), al = wgmma_desc(Ap + kTile / 2 + po);
       const uint64_t bh = wgmma_desc(Kp + po), bl = wgmma_desc(Kp + kTile / 2 + po);
-      wgmma_bf16<64>(acc, ah, bh, k > 0);
-      wgmma_bf16<64>(acc, ah, bl, true);
-      wgmma_bf16<64>(acc, al, bh, true);
+      wgmma_bf16x3<64>(acc, ah, al, bh, bl, k > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -702,9 +700,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
     for (int k = 0; k < C / 16; ++k) {
       const uint64_t ah = wgmma_desc(Tp + 32 * k), al = wgmma_desc(Tp + kSmallTile / 2 + 32 * k);
       const uint64_t bh = wgmma_desc(Bp + 32 * k), bl = wgmma_desc(Bp + kTile / 2 + 32 * k);
-      wgmma_bf16<128>(acc, ah, bh, k > 0);
-      wgmma_bf16<128>(acc, ah, bl, true);
-      wgmma_bf16<128>(acc, al, bh, true);
+      wgmma_bf16x3<128>(acc, ah, al, bh, bl, k > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();

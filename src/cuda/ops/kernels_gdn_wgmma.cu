@@ -36,12 +36,6 @@ using namespace gdn;
 constexpr int kDk = 128;   // the key head dim these kernels tile
 constexpr int kCols = 64;  // state columns per CTA
 
-// x -> hi, lo as bf16 bits (the bf16x3 split).
-__device__ __forceinline__ void split_bf16(float x, uint16_t& hi, uint16_t& lo) {
-  const bf16 h = __float2bfloat16_rn(x);
-  hi = __bfloat16_as_ushort(h);
-  lo = __bfloat16_as_ushort(__float2bfloat16_rn(x - __bfloat162float(h)));
-}
 // grid (chunks of the pass, Hk), 256 threads: Q's and K^T's planes of (chunk, key head y), a
 // thread making 16 bytes of a plane at a time (K^T: lanes take consecutive Dk, so its eight token
 // rows read coalesced). W's and A's come from the prep (gdn_chunk_prep on this path).
@@ -207,12 +201,8 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
       const uint64_t sh = wgmma_desc(St + 32 * wg * 128 + po), sl = wgmma_desc(St + kTile / 2 + 32 * wg * 128 + po);
       const uint64_t wh = wgmma_desc(Wb + po), wl = wgmma_desc(Wb + kTile / 2 + po);
       const uint64_t qh = wgmma_desc(Qb + po), ql = wgmma_desc(Qb + kTile / 2 + po);
-      wgmma_bf16<32>(vacc, wh, sh, k > 0);
-      wgmma_bf16<32>(oacc, qh, sh, k > 0);
-      wgmma_bf16<32>(vacc, wh, sl, true);
-      wgmma_bf16<32>(oacc, qh, sl, true);
-      wgmma_bf16<32>(vacc, wl, sh, true);
-      wgmma_bf16<32>(oacc, ql, sh, true);
+      wgmma_bf16x3<32>(vacc, wh, wl, sh, sl, k > 0);
+      wgmma_bf16x3<32>(oacc, qh, ql, sh, sl, k > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -231,19 +221,16 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
         // (col, row), (col + 1, row) of [columns][tokens] planes: swizzle phases 2 tq, 2 tq + 1
         const int o0 = col * 128 + (((row >> 3) ^ (2 * tq)) << 4) + 2 * gq;
         const int o1 = (col + 1) * 128 + (((row >> 3) ^ (2 * tq + 1)) << 4) + 2 * gq;
-        uint16_t h0, l0, h1, l1;
-        split_bf16(v0 * e, h0, l0);
-        split_bf16(v1 * e, h1, l1);
-        *reinterpret_cast<uint16_t*>(Vt + o0) = h0;
-        *reinterpret_cast<uint16_t*>(Vt + o1) = h1;
-        *reinterpret_cast<uint16_t*>(Vt + kSmallTile / 2 + o0) = l0;
-        *reinterpret_cast<uint16_t*>(Vt + kSmallTile / 2 + o1) = l1;
-        split_bf16(v0, h0, l0);
-        split_bf16(v1, h1, l1);
-        *reinterpret_cast<uint16_t*>(Vu + o0) = h0;
-        *reinterpret_cast<uint16_t*>(Vu + o1) = h1;
-        *reinterpret_cast<uint16_t*>(Vu + kSmallTile / 2 + o0) = l0;
-        *reinterpret_cast<uint16_t*>(Vu + kSmallTile / 2 + o1) = l1;
+        auto put_t = [&](uint8_t* plane, float x0, float x1) {  // two rows of the planes: no pair store
+          __nv_bfloat162 hh, ll;
+          split_pair(x0, x1, hh, ll);
+          *reinterpret_cast<bf16*>(plane + o0) = __low2bfloat16(hh);
+          *reinterpret_cast<bf16*>(plane + o1) = __high2bfloat16(hh);
+          *reinterpret_cast<bf16*>(plane + kSmallTile / 2 + o0) = __low2bfloat16(ll);
+          *reinterpret_cast<bf16*>(plane + kSmallTile / 2 + o1) = __high2bfloat16(ll);
+        };
+        put_t(Vt, v0 * e, v1 * e);
+        put_t(Vu, v0, v1);
       }
     cp_async_wait<0>();  // K^T and A
     fence_proxy_async();
@@ -260,12 +247,8 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
       const uint64_t kh_ = wgmma_desc(Kb + 64 * wg * 128 + 32 * k), kl = wgmma_desc(Kb + kTile / 2 + 64 * wg * 128 + 32 * k);
       const uint64_t ah = wgmma_desc(Ab + 32 * k), al = wgmma_desc(Ab + kSmallTile / 2 + 32 * k);
       const uint64_t uh = wgmma_desc(Vu + 32 * wg * 128 + 32 * k), ul = wgmma_desc(Vu + kSmallTile / 2 + 32 * wg * 128 + 32 * k);
-      wgmma_bf16<64>(sacc, vh, kh_, true);
-      wgmma_bf16<32>(oacc, ah, uh, true);
-      wgmma_bf16<64>(sacc, vh, kl, true);
-      wgmma_bf16<32>(oacc, ah, ul, true);
-      wgmma_bf16<64>(sacc, vl, kh_, true);
-      wgmma_bf16<32>(oacc, al, uh, true);
+      wgmma_bf16x3<64>(sacc, vh, vl, kh_, kl, true);
+      wgmma_bf16x3<32>(oacc, ah, al, uh, ul, true);
     }
     wgmma_commit();
     wgmma_wait<0>();

@@ -119,4 +119,13 @@ __device__ __forceinline__ void wgmma_bf16<128>(float* d, uint64_t da, uint64_t 
 
 #undef CLEFRT_WGMMA_D8
 
+// One "bf16x3" step (gdn_tiles.cuh's planes): fp32 operands as bf16 hi + lo planes, D (+)= A B as
+// hi*hi + hi*lo + lo*hi (lo*lo dropped), three wgmmas in that order into D.
+template <int N>
+__device__ __forceinline__ void wgmma_bf16x3(float* d, uint64_t ah, uint64_t al, uint64_t bh, uint64_t bl, bool accumulate) {
+  wgmma_bf16<N>(d, ah, bh, accumulate);
+  wgmma_bf16<N>(d, ah, bl, true);
+  wgmma_bf16<N>(d, al, bh, true);
+}
+
 }  // namespace clefrt::cuda
