@@ -310,6 +310,22 @@ GdnCase gdn_case(int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const std::vect
   return k;
 }
 
+// A GdnScratch for passes of P chunks: W, U and A, and the Wgmma path's planes, held in `keep`.
+GdnScratch gdn_scratch(int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, int64_t P, std::vector<DeviceBuffer>& keep) {
+  auto buf = [&](int64_t bytes) {
+    keep.emplace_back(size_t(bytes), "gdn scratch");
+    return keep.back().get();
+  };
+  GdnScratch sc{static_cast<float*>(buf(P * Hv * 64 * Dk * 4)), static_cast<float*>(buf(P * Hv * 64 * Dv * 4)),
+                static_cast<float*>(buf(P * Hv * 64 * 64 * 4))};
+  const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
+  sc.wp = static_cast<uint8_t*>(buf(P * pb.w));
+  sc.ap = static_cast<uint8_t*>(buf(P * pb.a));
+  sc.qp = static_cast<uint8_t*>(buf(P * pb.q));
+  sc.ktp = static_cast<uint8_t*>(buf(P * pb.kt));
+  return sc;
+}
+
 // The chunked GDN kernels against the CPU recurrent form (the definition), packed sequences
 // crossing chunk boundaries, Hv > Hk, strong and weak decay.
 TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
@@ -339,18 +355,8 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
     const std::vector<int32_t>&cs = k.cs, &cl = k.cl, &sc = k.sc;
     const int64_t nc = int64_t(cs.size());
     DeviceBuffer dm = upload(mixed, "m"), dg = upload(g, "g"), db = upload(beta, "b"), dcs = upload(cs, "cs"), dcl = upload(cl, "cl"),
-                 dsc = upload(sc, "sc"), w(size_t(nc * Hv * 64 * Dk) * 4), u(size_t(nc * Hv * 64 * Dv) * 4),
-                 a(size_t(nc * Hv * 64 * 64) * 4), o(want.size() * 4);
+                 dsc = upload(sc, "sc"), o(want.size() * 4);
     GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
-    // the Wgmma path's planes for P chunks
-    const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
-    auto planes = [&](GdnScratch base, int64_t P, std::vector<DeviceBuffer>& keep) {
-      for (auto [to, bytes] : {std::pair{&base.wp, pb.w}, {&base.ap, pb.a}, {&base.qp, pb.q}, {&base.ktp, pb.kt}}) {
-        keep.emplace_back(size_t(P * bytes), "planes");
-        *to = keep.back().as<uint8_t>();
-      }
-      return base;
-    };
     std::vector<GdnPath> paths = {GdnPath::TensorCores, GdnPath::Simt};
     if (gdn_wgmma_available(Dk, Dv)) paths.push_back(GdnPath::Wgmma);
     else if (Dk == 128) std::printf("[ cuda    ] gdn_chunked: no Wgmma path on this GPU / build (Dk %d, Dv %d)\n", int(Dk), int(Dv));
@@ -358,8 +364,8 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
       const char* name = path == GdnPath::Simt ? "simt" : path == GdnPath::Wgmma ? "wgmma" : "tensor cores";
       check(cudaMemset(o.get(), 0xff, want.size() * 4), "poison o");  // NaN: every output must be written
       std::vector<DeviceBuffer> keep;
-      gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch,
-                  planes(GdnScratch{w.as<float>(), u.as<float>(), a.as<float>()}, nc, keep), o.as<float>(), nullptr, path);
+      gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, gdn_scratch(Hk, Hv, Dk, Dv, nc, keep), o.as<float>(),
+                  nullptr, path);
       const auto whole = down<float>(o, want.size());
       // Wgmma's bf16x3 products: each within ~2^-16 of its terms' magnitude (the lab measures
       // ~1e-5 of the largest output against 3xTF32), so its bound is 5x looser; a layout or
@@ -378,13 +384,13 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
       // at P = 1 one ends and the next begins within a pass): the same bits as one pass
       for (int64_t P : {int64_t(1), int64_t(2), int64_t(3), nc - 1}) {
         if (P < 1) continue;
-        DeviceBuffer pw(size_t(P * Hv * 64 * Dk) * 4), pu(size_t(P * Hv * 64 * Dv) * 4), pa(size_t(P * Hv * 64 * 64) * 4),
-            st0(size_t(Hv * Dk * Dv) * 4), st1(size_t(Hv * Dk * Dv) * 4);
+        DeviceBuffer st0(size_t(Hv * Dk * Dv) * 4), st1(size_t(Hv * Dk * Dv) * 4);
         float* st[2] = {st0.as<float>(), st1.as<float>()};
+        std::vector<DeviceBuffer> pkeep;
+        const GdnScratch scratch = gdn_scratch(Hk, Hv, Dk, Dv, P, pkeep);
         check(cudaMemset(o.get(), 0xff, want.size() * 4), "poison o");
         for (int64_t c0 = 0, pass = 0; c0 < nc; c0 += P, ++pass) {
-          std::vector<DeviceBuffer> pkeep;
-          GdnScratch sp = planes(GdnScratch{pw.as<float>(), pu.as<float>(), pa.as<float>()}, P, pkeep);
+          GdnScratch sp = scratch;
           sp.c0 = c0;
           sp.c1 = std::min(nc, c0 + P);
           sp.state_in = st[pass % 2];
@@ -435,14 +441,13 @@ TEST(CudaOps, GdnWgmmaStatesMatchTensorCores) {
     }
     DeviceBuffer dout = upload(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(out_ptr.data()),
                                                     reinterpret_cast<const uint8_t*>(out_ptr.data() + ns)), "snapshot pointers");
-    const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
-    DeviceBuffer w(size_t(P * Hv * 64 * Dk) * 4), u(size_t(P * Hv * 64 * Dv) * 4), a(size_t(P * Hv * 64 * 64) * 4), wp(size_t(P * pb.w)),
-        ap(size_t(P * pb.a)), qp(size_t(P * pb.q)), ktp(size_t(P * pb.kt)), st0(size_t(state) * 4), st1(size_t(state) * 4);
+    DeviceBuffer st0(size_t(state) * 4), st1(size_t(state) * 4);
     float* st[2] = {st0.as<float>(), st1.as<float>()};
+    std::vector<DeviceBuffer> keep;
+    const GdnScratch scratch = gdn_scratch(Hk, Hv, Dk, Dv, P, keep);
     check(cudaMemset(o.get(), 0xff, size_t(k.L * Hv * Dv) * 4), "poison o");
     for (int64_t c0 = 0, pass = 0; c0 < nc; c0 += P, ++pass) {
-      GdnScratch sp{w.as<float>(), u.as<float>(), a.as<float>()};
-      sp.wp = wp.as<uint8_t>(), sp.ap = ap.as<uint8_t>(), sp.qp = qp.as<uint8_t>(), sp.ktp = ktp.as<uint8_t>();
+      GdnScratch sp = scratch;
       sp.c0 = c0;
       sp.c1 = std::min(nc, c0 + P);
       sp.state_in = st[pass % 2];
