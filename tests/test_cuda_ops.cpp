@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <vector>
@@ -326,6 +327,26 @@ GdnScratch gdn_scratch(int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, int64_t P
   return sc;
 }
 
+// gdn_chunked in passes of P chunks over a scratch of P chunks, the state carried between passes
+// in two buffers (swapped per pass: one sequence may end and the next begin in a pass); `extra`
+// adds what else a pass's scratch holds (prefix states).
+void gdn_in_passes(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta, const GdnChunks& ch,
+                   int64_t P, float* o, GdnPath path, const std::function<void(GdnScratch&)>& extra = {}) {
+  DeviceBuffer st0(size_t(Hv * Dk * Dv) * 4), st1(size_t(Hv * Dk * Dv) * 4);
+  float* st[2] = {st0.as<float>(), st1.as<float>()};
+  std::vector<DeviceBuffer> keep;
+  const GdnScratch scratch = gdn_scratch(Hk, Hv, Dk, Dv, P, keep);
+  for (int64_t c0 = 0, pass = 0; c0 < ch.n_chunks; c0 += P, ++pass) {
+    GdnScratch sp = scratch;
+    sp.c0 = c0;
+    sp.c1 = std::min(ch.n_chunks, c0 + P);
+    sp.state_in = st[pass % 2];
+    sp.state_out = st[(pass + 1) % 2];
+    if (extra) extra(sp);
+    gdn_chunked(mixed, Hk, Hv, Dk, Dv, g, beta, ch, sp, o, nullptr, path);
+  }
+}
+
 // The chunked GDN kernels against the CPU recurrent form (the definition), packed sequences
 // crossing chunk boundaries, Hv > Hk, strong and weak decay.
 TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
@@ -384,19 +405,8 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
       // at P = 1 one ends and the next begins within a pass): the same bits as one pass
       for (int64_t P : {int64_t(1), int64_t(2), int64_t(3), nc - 1}) {
         if (P < 1) continue;
-        DeviceBuffer st0(size_t(Hv * Dk * Dv) * 4), st1(size_t(Hv * Dk * Dv) * 4);
-        float* st[2] = {st0.as<float>(), st1.as<float>()};
-        std::vector<DeviceBuffer> pkeep;
-        const GdnScratch scratch = gdn_scratch(Hk, Hv, Dk, Dv, P, pkeep);
         check(cudaMemset(o.get(), 0xff, want.size() * 4), "poison o");
-        for (int64_t c0 = 0, pass = 0; c0 < nc; c0 += P, ++pass) {
-          GdnScratch sp = scratch;
-          sp.c0 = c0;
-          sp.c1 = std::min(nc, c0 + P);
-          sp.state_in = st[pass % 2];
-          sp.state_out = st[(pass + 1) % 2];
-          gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, sp, o.as<float>(), nullptr, path);
-        }
+        gdn_in_passes(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, P, o.as<float>(), path);
         EXPECT_EQ(down<float>(o, want.size()), whole) << name << " in passes of " << P << " chunks, Dk=" << Dk;
       }
     }
@@ -441,23 +451,13 @@ TEST(CudaOps, GdnWgmmaStatesMatchTensorCores) {
     }
     DeviceBuffer dout = upload(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(out_ptr.data()),
                                                     reinterpret_cast<const uint8_t*>(out_ptr.data() + ns)), "snapshot pointers");
-    DeviceBuffer st0(size_t(state) * 4), st1(size_t(state) * 4);
-    float* st[2] = {st0.as<float>(), st1.as<float>()};
-    std::vector<DeviceBuffer> keep;
-    const GdnScratch scratch = gdn_scratch(Hk, Hv, Dk, Dv, P, keep);
     check(cudaMemset(o.get(), 0xff, size_t(k.L * Hv * Dv) * 4), "poison o");
-    for (int64_t c0 = 0, pass = 0; c0 < nc; c0 += P, ++pass) {
-      GdnScratch sp = scratch;
-      sp.c0 = c0;
-      sp.c1 = std::min(nc, c0 + P);
-      sp.state_in = st[pass % 2];
-      sp.state_out = st[(pass + 1) % 2];
+    gdn_in_passes(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, P, o.as<float>(), path, [&](GdnScratch& sp) {
       sp.seq_state_in = reinterpret_cast<const float* const*>(din.get());
       sp.seq_state_out = reinterpret_cast<float* const*>(dout.get());
       sp.snap_chunk = dsnap.as<int32_t>();
       sp.layer_off = layer * state;
-      gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, sp, o.as<float>(), nullptr, path);
-    }
+    });
     out = down<float>(o, size_t(k.L * Hv * Dv));
     snaps.clear();
     for (int64_t q = 0; q < ns; ++q) {
