@@ -686,17 +686,76 @@ TEST(CudaOps, GdnPrepGatesAndGatedNorm) {
   expect_close(down<float>(g, wg.size()), wg, 1e-6, 1e-5, "g");
   expect_close(down<float>(beta, wb.size()), wb, 1e-6, 1e-5, "beta");
 
-  // gated norm: rms_norm(o) * w * silu(z) per value head
-  auto o = randn(size_t(L * Hv * Dv), 24), w = randn(size_t(Dv), 25, 0.1f, 1.0f);
-  const int64_t ldz = Hv * Dv + 5;
-  auto z = rounded(randn(size_t(L * ldz), 26));
-  std::vector<float> wn(o.size());
-  cpu::rms_norm(o.data(), L * Hv, Dv, w.data(), 1e-6f, wn.data());
-  for (int64_t t = 0; t < L; ++t)
-    for (int64_t i = 0; i < Hv * Dv; ++i) wn[size_t(t * Hv * Dv + i)] *= cpu::silu(z[size_t(t * ldz + i)]);
-  DeviceBuffer dO = upload(o, "o"), dw = upload(w, "w"), dz = upload(z, "z"), act(o.size() * 2);
-  gated_norm(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz, act.as<bf16>(), nullptr);
-  expect_close(down_bf(act, wn.size()), wn, 1e-4, 8e-3, "gated_norm");
+  // gated norm: rms_norm(o) * w * silu(z) per value head; Dv = 128 with z's rows 16-byte aligned
+  // is the float4 form, the others the general one
+  for (auto [dv, ldz] : {std::pair<int64_t, int64_t>{Dv, Hv * Dv + 5}, {128, Hv * 128 + 8}, {128, Hv * 128 + 5}}) {
+    auto o = randn(size_t(L * Hv * dv), 24), w = randn(size_t(dv), 25, 0.1f, 1.0f);
+    auto z = rounded(randn(size_t(L * ldz), 26));
+    std::vector<float> wn(o.size());
+    cpu::rms_norm(o.data(), L * Hv, dv, w.data(), 1e-6f, wn.data());
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t i = 0; i < Hv * dv; ++i) wn[size_t(t * Hv * dv + i)] *= cpu::silu(z[size_t(t * ldz + i)]);
+    DeviceBuffer dO = upload(o, "o"), dw = upload(w, "w"), dz = upload(z, "z"), act(o.size() * 2);
+    gated_norm(dO.as<float>(), L, Hv, dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz, act.as<bf16>(), nullptr);
+    expect_close(down_bf(act, wn.size()), wn, 1e-4, 8e-3, "gated_norm Dv " + std::to_string(dv) + " ldz " + std::to_string(ldz));
+  }
+}
+
+// gdn_conv_prep at Clef's shape (K = 4, Dk = 128: the one-kernel form) against conv_silu_rows +
+// gdn_prep (each checked against the CPU above): the conv's value columns and the gates bit for
+// bit, the normed q / k within fp32 rounding (the norm's sum runs in another order), over token
+// blocks with and without cached conv history.
+TEST(CudaOps, GdnConvPrepAtClefShapeMatchesTheTwoKernels) {
+  NEED_GPU();
+  const int64_t Hk = 2, Dk = 128, Hv = 4, Dv = 128, K = 4, conv_dim = 2 * Hk * Dk + Hv * Dv, ldx = conv_dim + Hv * Dv + 2 * Hv;
+  const std::vector<int64_t> lens = {1, 3, 64, 130};
+  int64_t L = 0;
+  std::vector<int32_t> seq_start, seq_of;
+  for (size_t q = 0; q < lens.size(); ++q) {
+    for (int64_t t = 0; t < lens[q]; ++t) seq_start.push_back(int32_t(L)), seq_of.push_back(int32_t(q));
+    L += lens[q];
+  }
+  auto x = randn(size_t(L * ldx), 31, 2.0f), w = randn(size_t(conv_dim * K), 32, 0.5f);
+  auto negA = randn(size_t(Hv), 33), dt = randn(size_t(Hv), 34);
+  for (auto& a : negA) a = -std::exp(a);
+  // cached history (the prefix cache's K - 1 rows, at a layer offset) for sequences 1 and 3
+  const int64_t layer_off = 3 * conv_dim;
+  DeviceBuffer h1 = upload(randn(size_t(layer_off + (K - 1) * conv_dim), 35), "h1"), h3 = upload(randn(size_t(layer_off + (K - 1) * conv_dim), 36), "h3");
+  const std::vector<const float*> hrows = {nullptr, h1.as<float>(), nullptr, h3.as<float>()};
+  DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), ds = upload(seq_start, "s"), dso = upload(seq_of, "so"), dA = upload(negA, "A"),
+               ddt = upload(dt, "dt"), dh(hrows.size() * sizeof(float*));
+  check(cudaMemcpy(dh.get(), hrows.data(), hrows.size() * sizeof(float*), cudaMemcpyHostToDevice), "history pointers");
+  const ConvHistory hist{dso.as<int32_t>(), reinterpret_cast<const float* const*>(dh.get()), layer_off};
+  for (bool with_hist : {false, true})
+    for (auto [b0, b1] : {std::pair<int64_t, int64_t>{0, L}, {5, 70}, {66, 67}, {70, L}, {2, 3}}) {
+      const int64_t r0 = std::max<int64_t>(0, b0 - (K - 1)), rows = b1 - b0;
+      const float* xb = dx.as<float>() + r0 * ldx;
+      const float* bcol = dx.as<float>() + b0 * ldx + conv_dim + Hv * Dv;
+      const ConvHistory h = with_hist ? hist : ConvHistory{};
+      DeviceBuffer m1(size_t(rows * conv_dim) * 4), m2(size_t(rows * conv_dim) * 4), g1(size_t(rows * Hv) * 4), g2(size_t(rows * Hv) * 4),
+          be1(size_t(rows * Hv) * 4), be2(size_t(rows * Hv) * 4);
+      conv_silu_rows(xb, ldx, r0, ds.as<int32_t>(), b0, rows, conv_dim, dw.as<float>(), K, m1.as<float>(), nullptr, h);
+      gdn_prep(m1.as<float>(), conv_dim, rows, Hk, Dk, bcol, bcol + Hv, ldx, Hv, dA.as<float>(), ddt.as<float>(), g1.as<float>(), be1.as<float>(),
+               nullptr);
+      gdn_conv_prep(xb, ldx, r0, ds.as<int32_t>(), b0, rows, dw.as<float>(), K, conv_dim, Hk, Dk, bcol, bcol + Hv, ldx, Hv, dA.as<float>(),
+                    ddt.as<float>(), m2.as<float>(), g2.as<float>(), be2.as<float>(), nullptr, h);
+      const std::string what = "blocks [" + std::to_string(b0) + ", " + std::to_string(b1) + ")" + (with_hist ? " with history" : "");
+      const auto want = down<float>(m1, size_t(rows * conv_dim)), got = down<float>(m2, size_t(rows * conv_dim));
+      std::vector<float> want_qk, got_qk;
+      for (int64_t t = 0; t < rows; ++t)
+        for (int64_t c = 0; c < conv_dim; ++c) {
+          const size_t i = size_t(t * conv_dim + c);
+          if (c < 2 * Hk * Dk) {
+            want_qk.push_back(want[i]);
+            got_qk.push_back(got[i]);
+          } else {
+            ASSERT_EQ(got[i], want[i]) << what << ": value column " << c << " of row " << t;
+          }
+        }
+      expect_close(got_qk, want_qk, 1e-7, 1e-5, "normed q / k, " + what);
+      EXPECT_EQ(down<float>(g2, size_t(rows * Hv)), down<float>(g1, size_t(rows * Hv))) << "g, " << what;
+      EXPECT_EQ(down<float>(be2, size_t(rows * Hv)), down<float>(be1, size_t(rows * Hv))) << "beta, " << what;
+    }
 }
 
 TEST(CudaOps, SwigluEmbedAndBiasGelu) {

@@ -394,6 +394,37 @@ TEST(CudaQuant, Fp8ScaledSwigluEqualsScaleThenSwiglu) {
   }
 }
 
+// The SwiGLU that also quantizes its output for the FP8 down_proj (swiglu_fp8_quant) against
+// swiglu_fp8_scaled + fp8_quantize_rows byte for byte: codes, the row scales, the zero padding to
+// kp, an all-zero row (scale 1), at a small ffn, one past a 512-thread pass and Clef 27B's.
+TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
+  NEED_GPU();
+  for (auto [ffn, kp] : {std::pair<int64_t, int64_t>{72, 80}, {4104, 4112}, {17408, 17408}}) {
+    const int64_t L = 9, n = 2 * ffn, split = ffn / 16 * 8;  // a second scale array from column `split`
+    const std::string at = " at ffn " + std::to_string(ffn);
+    ASSERT_TRUE(cuda::swiglu_fp8_quant_fits(ffn, kp)) << at;
+    std::mt19937 rng{uint32_t(ffn)};
+    std::normal_distribution<float> nd(0.0f, 20.0f);
+    std::vector<float> gu(static_cast<size_t>(L * n)), rs(static_cast<size_t>(L)), cs(static_cast<size_t>(n));
+    for (auto& v : gu) v = quant::bf16_round(nd(rng));
+    for (int64_t c = 0; c < n; ++c) gu[size_t(3 * n + c)] = 0.0f;  // row 3: all zero
+    for (auto& v : rs) v = std::fabs(nd(rng)) * 1e-2f + 1e-3f;
+    for (auto& v : cs) v = std::fabs(nd(rng)) * 1e-3f + 1e-4f;
+    DeviceBuffer dgu = cuda::upload(to_bf(gu), "gu"), drs = cuda::upload(rs, "rs"), dcs = cuda::upload(cs, "cs"), act(size_t(L * ffn) * 2),
+                 q1(size_t(L * kp)), q2(size_t(L * kp)), s1(size_t(L) * 4), s2(size_t(L) * 4);
+    cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");  // the padding must be written
+    const float* hi = dcs.as<float>() + split;
+    cuda::swiglu_fp8_scaled(dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, act.as<bf16>(), nullptr);
+    cuda::fp8_quantize_rows(act.as<bf16>(), L, ffn, ffn, q1.as<uint8_t>(), kp, s1.as<float>(), nullptr);
+    cuda::swiglu_fp8_quant(dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp, s2.as<float>(), nullptr);
+    EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes" << at;
+    const auto sw = down<float>(s1, size_t(L)), sg = down<float>(s2, size_t(L));
+    EXPECT_EQ(sg, sw) << "scales" << at;
+    EXPECT_EQ(sg[3], 1.0f) << "the all-zero row's scale" << at;
+  }
+  EXPECT_FALSE(cuda::swiglu_fp8_quant_fits(44, 48)) << "ffn not a multiple of 8";
+}
+
 // FP8 rows through the vector kernel (k, kp, ldx multiples of 8) and the scalar one (odd k / ldx),
 // against the CPU formula byte for byte.
 TEST(CudaQuant, Fp8QuantizeRowsVectorAndScalarPaths) {

@@ -837,7 +837,10 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         mark("gdn conv+prep");
         ConvHistory from;
         if (b.pfx) from = {b.d(b.off_seq_of), reinterpret_cast<const float* const*>(b.dptrs + b.nseq), int64_t(gi * block)};
-        conv_silu_rows(b.gtmp, n, R0, b.d(b.off_seq_start), T0, rows, conv_dim, l.conv_w, c.conv_kernel, b.mixed, s, from);
+        const float* own = b.gtmp + (T0 - R0) * n;  // the pass's own rows of the in_proj output
+        const float* bcol = own + conv_dim + value_dim;
+        gdn_conv_prep(b.gtmp, n, R0, b.d(b.off_seq_start), T0, rows, l.conv_w, c.conv_kernel, conv_dim, c.k_heads, c.k_head_dim, bcol,
+                      bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, b.mixed, b.g, b.beta, s, from);
         // a state left at `at`: the conv's K - 1 in_proj rows before it, when this pass has them
         // (after the conv read the history: out may be the state it continues)
         for (const Batch::Prefix& pr : b.pre) {
@@ -849,9 +852,6 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
                                   cudaMemcpyDeviceToDevice, s),
                 "prefix state: conv history out");
         }
-        const float* own = b.gtmp + (T0 - R0) * n;  // the pass's own rows of the in_proj output
-        const float* bcol = own + conv_dim + value_dim;
-        gdn_prep(b.mixed, conv_dim, rows, c.k_heads, c.k_head_dim, bcol, bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, b.g, b.beta, s);
         GdnScratch gp = b.gs;
         gp.c0 = c0;
         gp.c1 = c1;
@@ -934,6 +934,14 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       const bool fp8_fused = lin.run_fp8_unscaled(b.h_mlp, rows, H, l.gate_up, b.mbig, 2 * c.ffn, "mlp gate_up_proj", gsc);
       if (!fp8_fused) lin.run(b.h_mlp, rows, H, l.gate_up, b.mbig, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
       mark("swiglu");
+      // FP8 down_proj: the SwiGLU also quantizes its output into the GEMM's input buffers
+      LinearRunner::Fp8Input din;
+      if (fp8_fused && lin.fp8_input(l.down, din) && swiglu_fp8_quant_fits(c.ffn, din.kp)) {
+        swiglu_fp8_quant(b.mbig, rows, c.ffn, gsc.rs, gsc.cs_lo, gsc.cs_hi, gsc.split, din.q, din.kp, din.scale, s);
+        mark("gemm mlp down");
+        lin.run_fp8_quantized(rows, l.down, b.x + t0 * H, OutType::F32, H, true, "mlp down_proj");
+        return;
+      }
       if (fp8_fused) swiglu_fp8_scaled(b.mbig, rows, c.ffn, gsc.rs, gsc.cs_lo, gsc.cs_hi, gsc.split, b.mact, s);
       else swiglu(b.mbig, rows, c.ffn, b.mact, s);
       mark("gemm mlp down");

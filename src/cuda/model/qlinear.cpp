@@ -160,11 +160,28 @@ bool LinearRunner::run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const
   return true;
 }
 
+bool LinearRunner::fp8_input(const DevLinear& l, Fp8Input& in) const {
+  if (l.parts.size() != 1 || l.parts[0].fmt != WFormat::FP8 || !sc_.xq8 || !sc_.xs) return false;
+  in = Fp8Input{sc_.xq8, l.parts[0].kp, sc_.xs};
+  return true;
+}
+
+void LinearRunner::run_fp8_quantized(int64_t m, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op) {
+  Fp8Input in;
+  if (!fp8_input(l, in)) throw Error(Status::Internal, "internal_error", std::string(op) + ": run_fp8_quantized needs one FP8 part");
+  run_parts(nullptr, m, 0, l, y, yt, ldy, accumulate, op, true);
+}
+
 void LinearRunner::run(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate,
                        const char* op) {
+  run_parts(x, m, ldx, l, y, yt, ldy, accumulate, op, false);
+}
+
+void LinearRunner::run_parts(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate,
+                             const char* op, bool x_quantized) {
   if (m == 0) return;
   const size_t es = yt == OutType::F32 ? 4 : 2;
-  bool fp8_ready = false;
+  bool fp8_ready = x_quantized;
   for (const DevLinearPart& p : l.parts) {
     char* yp = static_cast<char*>(y) + size_t(p.row0) * es;
     switch (p.fmt) {

@@ -79,6 +79,17 @@ class LinearRunner {
   // applies them: one pass over gate|up instead of two). Otherwise runs nothing, returns false.
   bool run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, bf16* y, int64_t ldy, const char* op, Fp8Scales& sc);
 
+  // Where an all-FP8 Linear of one part takes its quantized input (QuantScratch's xq8 / xs: rows
+  // kp apart, a scale per row), so that a kernel can write it there (swiglu_fp8_quant) and
+  // run_fp8_quantized skip the quantization. False for other Linears.
+  struct Fp8Input {
+    uint8_t* q = nullptr;
+    int64_t kp = 0;
+    float* scale = nullptr;
+  };
+  bool fp8_input(const DevLinear& l, Fp8Input& in) const;
+  // run() for such a Linear, its input [m, k] already in fp8_input's buffers.
+  void run_fp8_quantized(int64_t m, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
   size_t staging_bytes() const { return slots_[0].bytes() + slots_[1].bytes(); }
 
   // Columns of QuantScratch::acc: the hidden size, or a wider FP8 part whose output rows are not
@@ -97,6 +108,9 @@ class LinearRunner {
     int64_t r0, rows;
   };
   void issue(size_t i);  // dequantize chunk i into slot i % 2 on the side stream
+  // run()'s body; x_quantized: the FP8 parts' input is already in sc_.xq8 / sc_.xs (x unused)
+  void run_parts(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op,
+                 bool x_quantized);
   void run_nvfp4(const bf16* x, int64_t m, int64_t ldx, const DevLinearPart& p, char* y, size_t es, OutType yt, int64_t ldy, bool acc,
                  const char* op);
 

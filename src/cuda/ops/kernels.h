@@ -30,6 +30,12 @@ void swiglu(const bf16* gu, int64_t L, int64_t ffn, bf16* act, cudaStream_t s);
 // cs_lo[c] for c < split, else cs_hi[c - split]; the result equals the unfused one bit for bit.
 void swiglu_fp8_scaled(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
                        bf16* act, cudaStream_t s);
+// swiglu_fp8_scaled followed by fp8_quantize_rows(act, L, ffn, ffn, q, kp, scale) in one kernel
+// (the down_proj's FP8 input without act's trip through memory), the same bits. Where
+// swiglu_fp8_quant_fits(ffn, kp): a row of act is held in shared memory.
+bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp);
+void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
+                      uint8_t* q, int64_t kp, float* scale, cudaStream_t s);
 // y[r, :] (+)= bias, then gelu (erf) if asked; y fp32 [rows, n] with row stride ldy.
 void bias_act(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu, cudaStream_t s);
 void f32_to_bf16_rows(const float* x, int64_t rows, int64_t d, int64_t ldx, bf16* y, int64_t ldy, cudaStream_t s);
@@ -59,6 +65,11 @@ void conv_silu_rows(const float* x, int64_t ldx, int64_t x_row0, const int32_t* 
 // beta = sigmoid(b), g = negA * softplus(a + dt_bias) from the b and a columns of `ba`.
 void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv,
               const float* negA, const float* dt_bias, float* g, float* beta, cudaStream_t s);
+// conv_silu_rows into mixed, then gdn_prep on it: one kernel at Clef's shape (K = 4, Dk = 128,
+// conv_dim % 128 == 0), the two calls otherwise. b / a: the block's own rows (row 0 = token t0).
+void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, const float* conv_w, int64_t K,
+                   int64_t conv_dim, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
+                   const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist = {});
 
 // The chunked GDN prefill (chunk 64). Chunks never cross a sequence: chunk c covers tokens
 // [chunk_start[c], chunk_start[c] + chunk_len[c]). Sequence s owns chunks

@@ -41,34 +41,40 @@ __device__ __forceinline__ const float* history_of(const ConvHistory& h, int64_t
   return h.rows ? h.rows[h.seq_of[t]] : nullptr;
 }
 
+// conv + SiLU of four channels c0 .. c0 + 3 of token t (the taps in order j = 0 .. 3)
+__device__ __forceinline__ float4 conv4_silu_at(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t, uint32_t c0,
+                                                uint32_t c4n, const float* w, const ConvHistory& hist) {
+  const int64_t s0 = seq_start[t];
+  const float4 w0 = reinterpret_cast<const float4*>(w)[c0], w1 = reinterpret_cast<const float4*>(w)[c0 + 1],
+               w2 = reinterpret_cast<const float4*>(w)[c0 + 2], w3 = reinterpret_cast<const float4*>(w)[c0 + 3];
+  const float k0[4] = {w0.x, w0.y, w0.z, w0.w}, k1[4] = {w1.x, w1.y, w1.z, w1.w}, k2[4] = {w2.x, w2.y, w2.z, w2.w},
+              k3[4] = {w3.x, w3.y, w3.z, w3.w};
+  float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t src = t - 3 + j;
+    const float* row;
+    if (src >= s0) {
+      row = x + (src - x_row0) * ldx;
+    } else {
+      const float* h = history_of(hist, t);
+      if (!h) continue;
+      row = h + hist.layer_off + (3 + (src - s0)) * (4 * int64_t(c4n));
+    }
+    const float4 v = *reinterpret_cast<const float4*>(row + c0);
+    a0 += k0[j] * v.x;
+    a1 += k1[j] * v.y;
+    a2 += k2[j] * v.z;
+    a3 += k3[j] * v.w;
+  }
+  return make_float4(silu_f(a0), silu_f(a1), silu_f(a2), silu_f(a3));
+}
+
 __global__ void conv_silu4_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t n, uint32_t c4n,
                              const float* w, float* y, ConvHistory hist) {
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const uint32_t r = i / c4n, c0 = (i - r * c4n) * 4;
-    const int64_t t = t0 + r, s0 = seq_start[t];
-    const float4 w0 = reinterpret_cast<const float4*>(w)[c0], w1 = reinterpret_cast<const float4*>(w)[c0 + 1],
-                 w2 = reinterpret_cast<const float4*>(w)[c0 + 2], w3 = reinterpret_cast<const float4*>(w)[c0 + 3];
-    const float k0[4] = {w0.x, w0.y, w0.z, w0.w}, k1[4] = {w1.x, w1.y, w1.z, w1.w}, k2[4] = {w2.x, w2.y, w2.z, w2.w},
-                k3[4] = {w3.x, w3.y, w3.z, w3.w};
-    float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t src = t - 3 + j;
-      const float* row;
-      if (src >= s0) {
-        row = x + (src - x_row0) * ldx;
-      } else {
-        const float* h = history_of(hist, t);
-        if (!h) continue;
-        row = h + hist.layer_off + (3 + (src - s0)) * (4 * int64_t(c4n));
-      }
-      const float4 v = *reinterpret_cast<const float4*>(row + c0);
-      a0 += k0[j] * v.x;
-      a1 += k1[j] * v.y;
-      a2 += k2[j] * v.z;
-      a3 += k3[j] * v.w;
-    }
-    *reinterpret_cast<float4*>(y + int64_t(r) * (4 * int64_t(c4n)) + c0) = make_float4(silu_f(a0), silu_f(a1), silu_f(a2), silu_f(a3));
+    *reinterpret_cast<float4*>(y + int64_t(r) * (4 * int64_t(c4n)) + c0) = conv4_silu_at(x, ldx, x_row0, seq_start, t0 + r, c0, c4n, w, hist);
   }
 }
 
@@ -105,15 +111,47 @@ __global__ void qk_norm_k(float* mixed, int64_t L, int64_t Hk, int64_t Dk, int64
   for (int64_t i = lane; i < Dk; i += 32) x[i] *= inv;
 }
 
+// The gate pair of (token row t, value head j): gates_k's body.
+__device__ __forceinline__ void gates_at(const float* b, const float* a, int64_t ldba, int64_t t, int64_t j, int64_t i, const float* negA,
+                                         const float* dt_bias, float* g, float* beta) {
+  beta[i] = sigmoid_f(b[t * ldba + j]);
+  const float x = a[t * ldba + j] + dt_bias[j];
+  const float sp = x > 20.0f ? x : log1pf(expf(x));
+  g[i] = negA[j] * sp;
+}
+
+// Clef's shape (K = 4, Dk = 128, conv_dim % 128 == 0): the conv + SiLU, the q / k norms and the
+// gates in one launch instead of three, mixed written once. A warp's 32 lanes take 128
+// consecutive channels of one token (four each), which in the q and k columns is one whole head,
+// so the norm's sum is a warp sum; items [n, n + L Hv) are the gates. The conv values are
+// conv_silu4_k's bits; the norms sum in another order than qk_norm_k (a lane's four, then the
+// warp), within fp32 rounding of it.
+__global__ void gdn_conv_prep_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t n, uint32_t c4n,
+                                uint32_t q4, float qscale, const float* w, float* y, ConvHistory hist, const float* b, const float* a,
+                                int64_t ldba, uint32_t Hv, uint32_t total, const float* negA, const float* dt_bias, float* g, float* beta) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    if (i >= n) {  // whole warps are on one side: n is a multiple of 32
+      const uint32_t e = i - n, t = e / Hv;
+      gates_at(b, a, ldba, t, e - t * Hv, e, negA, dt_bias, g, beta);
+      continue;
+    }
+    const uint32_t r = i / c4n, q = i - r * c4n, c0 = q * 4;
+    float4 v = conv4_silu_at(x, ldx, x_row0, seq_start, t0 + r, c0, c4n, w, hist);
+    if (q < 2 * q4) {  // a q or k head: the whole warp (c4n and q4 are multiples of 32)
+      const float ss = warp_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w);
+      const float inv = rsqrtf(ss + 1e-6f) * (q < q4 ? qscale : 1.0f);
+      v = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+    }
+    *reinterpret_cast<float4*>(y + int64_t(r) * (4 * int64_t(c4n)) + c0) = v;
+  }
+}
+
 __global__ void gates_k(const float* b, const float* a, int64_t ldba, int64_t L, int64_t Hv, const float* negA, const float* dt_bias,
                         float* g, float* beta) {
   const int64_t n = L * Hv;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = i / Hv, j = i - t * Hv;
-    beta[i] = sigmoid_f(b[t * ldba + j]);
-    const float x = a[t * ldba + j] + dt_bias[j];
-    const float sp = x > 20.0f ? x : log1pf(expf(x));
-    g[i] = negA[j] * sp;
+    const int64_t t = i / Hv;
+    gates_at(b, a, ldba, t, i - t * Hv, i, negA, dt_bias, g, beta);
   }
 }
 
@@ -649,6 +687,21 @@ __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const flo
   }
 }
 
+// gated_norm_k at Dv = 128 (Clef): a lane's four o, z and w as float4, all loaded before the
+// warp sum. The sum's order differs from gated_norm_k's (within fp32 rounding of it).
+__global__ void gated_norm128_k(const float4* o, int64_t rows, const float4* w, float eps, const float* z, int64_t ldz, int64_t Hv,
+                                uint2* act) {
+  const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (wid >= rows) return;  // whole warps
+  const int64_t t = wid / Hv, j = wid - t * Hv;
+  const float4 x = o[wid * 32 + lane], ww = w[lane], zz = *reinterpret_cast<const float4*>(z + t * ldz + j * 128 + 4 * lane);
+  const float inv = rsqrtf(warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w) / 128.0f + eps);
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(x.x * inv * ww.x * silu_f(zz.x), x.y * inv * ww.y * silu_f(zz.y));
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(x.z * inv * ww.z * silu_f(zz.z), x.w * inv * ww.w * silu_f(zz.w));
+  act[wid * 32 + lane] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
+
 }  // namespace
 
 GdnPath gdn_path(GdnPath path, int64_t Dk, int64_t Dv) {
@@ -667,7 +720,7 @@ void conv_silu_rows(const float* x, int64_t ldx, int64_t x_row0, const int32_t* 
   if (L == 0) return;
   if (hist.rows && !hist.seq_of) throw Error(Status::Internal, "internal_error", "gdn conv_silu: history rows without seq_of");
   if (x_row0 > t0) throw Error(Status::Internal, "internal_error", "gdn conv_silu: x starts after the block");
-  if (K == 4 && Cn % 4 == 0 && ldx % 4 == 0 && L * Cn / 4 < (int64_t(1) << 32)) {
+  if (K == 4 && Cn % 4 == 0 && ldx % 4 == 0 && L * Cn / 4 < (int64_t(1) << 31)) {
     const int64_t n = L * Cn / 4;
     conv_silu4_k<<<grid_for(n), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(n), uint32_t(Cn / 4), w, y, hist);
   } else {
@@ -684,6 +737,24 @@ void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk,
   check_launch("gdn q/k norm");
   gates_k<<<grid_for(L * Hv), 256, 0, s>>>(b, a, ldba, L, Hv, negA, dt_bias, g, beta);
   check_launch("gdn gates");
+}
+
+void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, const float* conv_w, int64_t K,
+                   int64_t conv_dim, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
+                   const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist) {
+  if (L == 0) return;
+  const int64_t n = L * conv_dim / 4, total = n + L * Hv;
+  if (K != 4 || Dk != 128 || conv_dim % 128 != 0 || ldx % 4 != 0 || total >= (int64_t(1) << 31)) {
+    conv_silu_rows(x, ldx, x_row0, seq_start, t0, L, conv_dim, conv_w, K, mixed, s, hist);
+    gdn_prep(mixed, conv_dim, L, Hk, Dk, b, a, ldba, Hv, negA, dt_bias, g, beta, s);
+    return;
+  }
+  if (hist.rows && !hist.seq_of) throw Error(Status::Internal, "internal_error", "gdn conv_prep: history rows without seq_of");
+  if (x_row0 > t0) throw Error(Status::Internal, "internal_error", "gdn conv_prep: x starts after the block");
+  gdn_conv_prep_k<<<grid_for(total), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(n), uint32_t(conv_dim / 4), uint32_t(Hk * Dk / 4),
+                                                  1.0f / sqrtf(float(Dk)), conv_w, mixed, hist, b, a, ldba, uint32_t(Hv), uint32_t(total), negA,
+                                                  dt_bias, g, beta);
+  check_launch("gdn conv_prep");
 }
 
 namespace {
@@ -759,7 +830,12 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
                 cudaStream_t s) {
   if (L == 0) return;
   const int64_t rows = L * Hv;
-  gated_norm_k<<<unsigned((rows * 32 + 255) / 256), 256, 0, s>>>(o, rows, Dv, w, eps, z, ldz, Hv, act);
+  const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
+  if (Dv == 128 && ldz % 4 == 0 && aligned(o, 16) && aligned(w, 16) && aligned(z, 16) && aligned(act, 8))
+    gated_norm128_k<<<unsigned((rows * 32 + 255) / 256), 256, 0, s>>>(reinterpret_cast<const float4*>(o), rows, reinterpret_cast<const float4*>(w),
+                                                                      eps, z, ldz, Hv, reinterpret_cast<uint2*>(act));
+  else
+    gated_norm_k<<<unsigned((rows * 32 + 255) / 256), 256, 0, s>>>(o, rows, Dv, w, eps, z, ldz, Hv, act);
   check_launch("gdn gated_norm");
 }
 
