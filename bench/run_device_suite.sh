@@ -8,7 +8,7 @@
 # interleave: blog latency while a 65,436-token request runs, per step size (27B bf16).
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
-# lab: the dev/cuda kernel benches (clefrt_bench_gdn; the GEMM ones with lab-gemm; bf16 candidates and
+# lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn).
 # ops: --version, the architectures in the binary (cuobjdump), the ready line and /health of a
 # served synthetic model, with the fast and the portable kernels.
@@ -138,7 +138,10 @@ for i in range(240):
         echo "== serve $extra exit $?"; grep -o '"event":"ready".*' "$OUT/ops-serve$extra.log" | head -c 700; echo
       done ;;
     lab)
-      .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn.json" 2>&1 | tee "$OUT/lab-gdn.txt" ;;
+      .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn.json" 2>&1 | tee "$OUT/lab-gdn.txt"
+      if [ -x .carry/clefrt_bench_elementwise ]; then
+        .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt"
+      fi ;;
     lab-bf16)
       # the bf16 GEMMs' invariant algorithm against cuBLASLt's candidates and fixed row blocks
       .carry/clefrt_bench_bf16 --commit "$commit" --json "$OUT/lab-bf16.json" > "$OUT/lab-bf16.txt" 2>&1; echo "== lab bf16 rc=$?"

@@ -1,0 +1,159 @@
+// The backbone's memory-bound steps at the 27B shapes, each fused form beside the kernels it
+// replaces (issue 20: the elementwise work): at 318 rows (the blog request) and 8,192.
+//   gdn conv+prep  conv_silu_rows + gdn_prep (q / k norms, gates): three kernels, mixed written
+//                  then read and written again; gdn_conv_prep: one kernel at Clef's shape
+//   gated norm     gated_norm as the product runs it (float4 form at Dv = 128) and its general
+//                  form, reached here with z's rows one float off 16-byte alignment
+//   swiglu fp8     swiglu_fp8_scaled + fp8_quantize_rows (act written in bf16, read back) and
+//                  swiglu_fp8_quant (the down_proj's FP8 input straight from gate|up); bf16's
+//                  swiglu for scale
+// A line: ms (CUDA-event median of 20), the rate of the step's least traffic (each input read
+// once, each output written once) and its fraction of the measured copy rate, and the check
+// against the unfused form (bits, or the largest difference where the sum order changed).
+// Usage: clefrt_bench_elementwise [--commit ID] [--json FILE]
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/kernels_quant.h"
+#include "cuda/runtime/buffer.h"
+#include "gpu_bench.h"
+
+namespace clefrt::cuda {
+namespace {
+
+constexpr int64_t kHk = 16, kHv = 48, kDk = 128, kDv = 128, kConv = 2 * kHk * kDk + kHv * kDv, kInProj = kConv + kHv * kDv + 2 * kHv;
+constexpr int64_t kFfn = 17408;
+
+template <class T>
+std::vector<T> down_all(const DeviceBuffer& b) {
+  std::vector<T> v(b.bytes() / sizeof(T));
+  check(cudaMemcpy(v.data(), b.get(), b.bytes(), cudaMemcpyDeviceToHost), "down");
+  return v;
+}
+DeviceBuffer random_f32(size_t n, uint32_t seed, float std, float mean = 0.0f) {
+  std::mt19937 r(seed);
+  std::normal_distribution<float> d(mean, std);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(r);
+  return upload(v, "random");
+}
+
+struct Line {
+  std::string step, form;
+  int64_t rows;
+  double ms, bytes;
+  std::string check;
+};
+
+void print(const Line& l, double copy_gbps, json::Value& out) {
+  const double gbps = l.bytes / (l.ms * 1e-3) / 1e9;
+  std::printf("%-16s %-44s %6lld rows %8.4f ms %7.0f GB/s %5.1f%% of copy  %s\n", l.step.c_str(), l.form.c_str(), (long long)l.rows, l.ms,
+              gbps, 100.0 * gbps / copy_gbps, l.check.c_str());
+  json::Value v = json::Value::object();
+  v.add("step", json::Value::string(l.step));
+  v.add("form", json::Value::string(l.form));
+  v.add("rows", json::Value::integer(l.rows));
+  v.add("ms", json::Value::number(l.ms));
+  v.add("least_traffic_gbps", json::Value::number(gbps));
+  v.add("fraction_of_copy", json::Value::number(gbps / copy_gbps));
+  v.add("check", json::Value::string(l.check));
+  out.arr.push_back(std::move(v));
+}
+
+std::string max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+  char s[64];
+  std::snprintf(s, sizeof s, "max |diff| %.3g", m);
+  return s;
+}
+
+void conv_prep(int64_t L, cudaStream_t st, double copy, json::Value& out) {
+  std::vector<int32_t> starts(size_t(L), 0);  // one sequence
+  DeviceBuffer x = random_f32(size_t(L * kInProj), 1, 1.0f), w = random_f32(size_t(kConv * 4), 2, 0.5f), ds = upload(starts, "starts"),
+               negA = random_f32(size_t(kHv), 3, 0.1f, -1.0f), dt = random_f32(size_t(kHv), 4, 1.0f);
+  DeviceBuffer m1(size_t(L * kConv) * 4), m2(size_t(L * kConv) * 4), g1(size_t(L * kHv) * 4), g2(size_t(L * kHv) * 4), b1(size_t(L * kHv) * 4),
+      b2(size_t(L * kHv) * 4);
+  const float* bcol = x.as<float>() + kConv + kHv * kDv;
+  const double bytes = double(L) * (2 * kConv + 4 * kHv) * 4;
+  const double t1 = bench::median_ms(st, [&] {
+    conv_silu_rows(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, kConv, w.as<float>(), 4, m1.as<float>(), st);
+    gdn_prep(m1.as<float>(), kConv, L, kHk, kDk, bcol, bcol + kHv, kInProj, kHv, negA.as<float>(), dt.as<float>(), g1.as<float>(), b1.as<float>(), st);
+  });
+  const double t2 = bench::median_ms(st, [&] {
+    gdn_conv_prep(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
+                  negA.as<float>(), dt.as<float>(), m2.as<float>(), g2.as<float>(), b2.as<float>(), st);
+  });
+  const bool gates_same = down_all<float>(g1) == down_all<float>(g2) && down_all<float>(b1) == down_all<float>(b2);
+  print({"gdn conv+prep", "conv_silu_rows + gdn_prep (3 kernels)", L, t1, bytes, "reference"}, copy, out);
+  print({"gdn conv+prep", "gdn_conv_prep (1 kernel)", L, t2, bytes,
+         max_diff(down_all<float>(m2), down_all<float>(m1)) + (gates_same ? ", gates same bits" : ", GATES DIFFER")},
+        copy, out);
+}
+
+void gated(int64_t L, cudaStream_t st, double copy, json::Value& out) {
+  const int64_t vd = kHv * kDv;
+  DeviceBuffer o = random_f32(size_t(L * vd), 5, 1.0f), z = random_f32(size_t(L * kInProj) + 1, 6, 1.0f), w = random_f32(size_t(kDv), 7, 0.1f, 1.0f);
+  DeviceBuffer a1(size_t(L * vd) * 2), a2(size_t(L * vd) * 2);
+  const double bytes = double(L) * vd * (4 + 4 + 2);
+  const double t1 = bench::median_ms(st, [&] { gated_norm(o.as<float>(), L, kHv, kDv, w.as<float>(), 1e-6f, z.as<float>() + kConv, kInProj, a1.as<bf16>(), st); });
+  // the general form: z's rows one float further on (not 16-byte aligned), same values per row
+  DeviceBuffer z2(z.bytes());
+  check(cudaMemcpy(z2.as<float>() + 1, z.get(), z.bytes() - 4, cudaMemcpyDeviceToDevice), "z shifted");
+  const double t2 = bench::median_ms(st, [&] { gated_norm(o.as<float>(), L, kHv, kDv, w.as<float>(), 1e-6f, z2.as<float>() + 1 + kConv, kInProj, a2.as<bf16>(), st); });
+  const auto v1 = down_all<bf16>(a1), v2 = down_all<bf16>(a2);
+  std::vector<float> f1(v1.size()), f2(v2.size());
+  for (size_t i = 0; i < v1.size(); ++i) f1[i] = __bfloat162float(v1[i]), f2[i] = __bfloat162float(v2[i]);
+  print({"gated norm", "general form (z rows unaligned)", L, t2, bytes, "reference"}, copy, out);
+  print({"gated norm", "float4 form (the product at Dv 128)", L, t1, bytes, max_diff(f1, f2)}, copy, out);
+}
+
+void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
+  std::vector<bf16> gu(size_t(L * 2 * kFfn));
+  std::mt19937 r(8);
+  std::normal_distribution<float> d(0.0f, 20.0f);
+  for (auto& v : gu) v = __float2bfloat16(d(r));
+  DeviceBuffer dgu = upload(gu, "gu"), rs = random_f32(size_t(L), 9, 1e-3f, 1e-2f), cs = random_f32(size_t(2 * kFfn), 10, 1e-4f, 1e-3f);
+  DeviceBuffer act(size_t(L * kFfn) * 2), q1(size_t(L * kFfn)), q2(size_t(L * kFfn)), s1(size_t(L) * 4), s2(size_t(L) * 4);
+  const double bytes_fp8 = double(L) * kFfn * (4 + 1), bytes_bf16 = double(L) * kFfn * (4 + 2);
+  const double tb = bench::median_ms(st, [&] { swiglu(dgu.as<bf16>(), L, kFfn, act.as<bf16>(), st); });
+  const double t1 = bench::median_ms(st, [&] {
+    swiglu_fp8_scaled(dgu.as<bf16>(), L, kFfn, rs.as<float>(), cs.as<float>(), nullptr, 2 * kFfn, act.as<bf16>(), st);
+    fp8_quantize_rows(act.as<bf16>(), L, kFfn, kFfn, q1.as<uint8_t>(), kFfn, s1.as<float>(), st);
+  });
+  const double t2 = bench::median_ms(st, [&] {
+    swiglu_fp8_quant(dgu.as<bf16>(), L, kFfn, rs.as<float>(), cs.as<float>(), nullptr, 2 * kFfn, q2.as<uint8_t>(), kFfn, s2.as<float>(), st);
+  });
+  const bool same = down_all<uint8_t>(q1) == down_all<uint8_t>(q2) && down_all<float>(s1) == down_all<float>(s2);
+  print({"swiglu", "bf16 swiglu (the bf16 model's)", L, tb, bytes_bf16, "-"}, copy, out);
+  print({"swiglu fp8", "swiglu_fp8_scaled + fp8_quantize_rows", L, t1, bytes_fp8, "reference"}, copy, out);
+  print({"swiglu fp8", "swiglu_fp8_quant (1 kernel)", L, t2, bytes_fp8, same ? "same bits" : "BITS DIFFER"}, copy, out);
+}
+
+}  // namespace
+}  // namespace clefrt::cuda
+
+int main(int argc, char** argv) {
+  using namespace clefrt;
+  using namespace clefrt::cuda;
+  bench::Options opt;
+  if (!bench::parse_options(argc, argv, false, opt)) return 2;
+  const HardwareLimits hw = bench::measure_and_print_hardware();
+  cudaStream_t st;
+  check(cudaStreamCreate(&st), "stream");
+  json::Value lines = json::Value::array();
+  for (int64_t L : {int64_t(318), int64_t(8192)}) {
+    conv_prep(L, st, hw.copy_gbps, lines);
+    gated(L, st, hw.copy_gbps, lines);
+    swiglu8(L, st, hw.copy_gbps, lines);
+  }
+  if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_elementwise", std::move(lines));
+  cudaStreamDestroy(st);
+  return 0;
+}
