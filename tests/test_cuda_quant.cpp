@@ -421,7 +421,14 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     const auto sw = down<float>(s1, size_t(L)), sg = down<float>(s2, size_t(L));
     EXPECT_EQ(sg, sw) << "scales" << at;
     EXPECT_EQ(sg[3], 1.0f) << "the all-zero row's scale" << at;
+    // as the forward calls it: the row scales read from and written to the same buffer
+    DeviceBuffer q3(size_t(L * kp)), rs_io = cuda::upload(rs, "rs in place");
+    cuda::swiglu_fp8_quant(dgu.as<bf16>(), L, ffn, rs_io.as<float>(), dcs.as<float>(), hi, split, q3.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
+    EXPECT_EQ(down<uint8_t>(q3, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes, scales in place" << at;
+    EXPECT_EQ(down<float>(rs_io, size_t(L)), sw) << "scales in place" << at;
   }
+  EXPECT_TRUE(cuda::swiglu_fp8_quant_fits(24512, 24512));
+  EXPECT_FALSE(cuda::swiglu_fp8_quant_fits(24520, 24528)) << "over 48 KiB with the static 128 bytes";
   EXPECT_FALSE(cuda::swiglu_fp8_quant_fits(44, 48)) << "ffn not a multiple of 8";
 }
 

@@ -936,7 +936,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       mark("swiglu");
       // FP8 down_proj: the SwiGLU also quantizes its output into the GEMM's input buffers
       LinearRunner::Fp8Input din;
-      if (fp8_fused && lin.fp8_input(l.down, din) && swiglu_fp8_quant_fits(c.ffn, din.kp)) {
+      if (fp8_fused && lin.fp8_input(l.down, din) && din.k == c.ffn && swiglu_fp8_quant_fits(c.ffn, din.kp)) {
         swiglu_fp8_quant(b.mbig, rows, c.ffn, gsc.rs, gsc.cs_lo, gsc.cs_hi, gsc.split, din.q, din.kp, din.scale, s);
         mark("gemm mlp down");
         lin.run_fp8_quantized(rows, l.down, b.x + t0 * H, OutType::F32, H, true, "mlp down_proj");

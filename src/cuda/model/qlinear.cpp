@@ -162,7 +162,7 @@ bool LinearRunner::run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const
 
 bool LinearRunner::fp8_input(const DevLinear& l, Fp8Input& in) const {
   if (l.parts.size() != 1 || l.parts[0].fmt != WFormat::FP8 || !sc_.xq8 || !sc_.xs) return false;
-  in = Fp8Input{sc_.xq8, l.parts[0].kp, sc_.xs};
+  in = Fp8Input{sc_.xq8, l.parts[0].k, l.parts[0].kp, sc_.xs};
   return true;
 }
 

@@ -84,7 +84,7 @@ class LinearRunner {
   // run_fp8_quantized skip the quantization. False for other Linears.
   struct Fp8Input {
     uint8_t* q = nullptr;
-    int64_t kp = 0;
+    int64_t k = 0, kp = 0;  // the input's columns, and its rows' stride in q
     float* scale = nullptr;
   };
   bool fp8_input(const DevLinear& l, Fp8Input& in) const;

@@ -112,7 +112,9 @@ __global__ void swiglu_k(const bf16* gu, int64_t ffn, bf16* act, GuScales sc) {
 }
 
 // swiglu_k's scaled values for one token row per CTA, kept in shared memory as bf16 (the bits
-// swiglu_fp8_scaled stores), then fp8_quant_rows_v_k's amax, scale and codes from them.
+// swiglu_fp8_scaled stores), then fp8_quant_rows_v_k's amax, scale and codes from them. `scale`
+// may be sc.rs itself (the forward's FP8 scratch holds gate|up's row scales, then down_proj's):
+// every read of rs[t] comes before block_max's barriers, and its one write after them.
 constexpr int kSwigluQuantThreads = 512;
 __global__ void __launch_bounds__(kSwigluQuantThreads) swiglu_fp8_quant_k(const bf16* gu, int64_t ffn, GuScales sc, uint8_t* q, int64_t kp8,
                                                                          float* scale) {
@@ -303,7 +305,11 @@ void swiglu_fp8_scaled(const bf16* gu, int64_t L, int64_t ffn, const float* rs, 
   launch_swiglu(gu, L, ffn, act, GuScales{rs, cs_lo, cs_hi, split}, s);
 }
 
-bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp) { return ffn > 0 && ffn % 8 == 0 && kp % 8 == 0 && kp >= ffn && ffn * 2 <= 48 * 1024; }
+// act's row in dynamic shared memory beside the kernel's 32 floats of static, within the 48 KiB a
+// block has without opting in
+bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp) {
+  return ffn > 0 && ffn % 8 == 0 && kp % 8 == 0 && kp >= ffn && ffn * 2 + 32 * int64_t(sizeof(float)) <= 48 * 1024;
+}
 
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
                       uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
