@@ -698,6 +698,22 @@ TEST(CudaOps, GdnPrepGatesAndGatedNorm) {
     DeviceBuffer dO = upload(o, "o"), dw = upload(w, "w"), dz = upload(z, "z"), act(o.size() * 2);
     gated_norm(dO.as<float>(), L, Hv, dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz, act.as<bf16>(), nullptr);
     expect_close(down_bf(act, wn.size()), wn, 1e-4, 8e-3, "gated_norm Dv " + std::to_string(dv) + " ldz " + std::to_string(ldz));
+    // FP8: z unscaled, its scales applied on read (rs by row, cs by column): the bits of z scaled
+    std::vector<float> rs(static_cast<size_t>(L)), cs(static_cast<size_t>(Hv * dv)), zr = z, zs = z;
+    for (size_t i = 0; i < rs.size(); ++i) rs[i] = 1e-2f * float(1 + i % 7);
+    for (size_t i = 0; i < cs.size(); ++i) cs[i] = 1e-3f * float(3 + i % 11);
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t i = 0; i < Hv * dv; ++i) {
+        zr[size_t(t * ldz + i)] = z[size_t(t * ldz + i)] * 3e4f;
+        float v = zr[size_t(t * ldz + i)] * rs[size_t(t)];
+        zs[size_t(t * ldz + i)] = v * cs[size_t(i)];
+      }
+    DeviceBuffer dzr = upload(zr, "z unscaled"), dzs = upload(zs, "z scaled"), drs = upload(rs, "rs"), dcs = upload(cs, "cs"), a1(o.size() * 2),
+                 a2(o.size() * 2);
+    gated_norm(dO.as<float>(), L, Hv, dv, dw.as<float>(), 1e-6f, dzs.as<float>(), ldz, a1.as<bf16>(), nullptr);
+    gated_norm(dO.as<float>(), L, Hv, dv, dw.as<float>(), 1e-6f, dzr.as<float>(), ldz, a2.as<bf16>(), nullptr,
+               RowColScales{drs.as<float>(), dcs.as<float>()});
+    EXPECT_EQ(down<uint16_t>(a2, o.size()), down<uint16_t>(a1, o.size())) << "gated_norm with FP8 scales on read, Dv " << dv << " ldz " << ldz;
   }
 }
 
@@ -753,6 +769,39 @@ TEST(CudaOps, GdnConvPrepAtClefShapeMatchesTheTwoKernels) {
           }
         }
       expect_close(got_qk, want_qk, 1e-7, 1e-5, "normed q / k, " + what);
+      EXPECT_EQ(down<float>(g2, size_t(rows * Hv)), down<float>(g1, size_t(rows * Hv))) << "g, " << what;
+      EXPECT_EQ(down<float>(be2, size_t(rows * Hv)), down<float>(be1, size_t(rows * Hv))) << "beta, " << what;
+    }
+  // FP8: x's conv columns as the FP8 in_proj leaves them unscaled, the kernel applying the scales
+  // (rs by x's row, cs by column) as it reads: the bits of the kernel on the scaled values
+  std::vector<float> rs(static_cast<size_t>(L)), cs(static_cast<size_t>(conv_dim)), xs = x;
+  std::mt19937 rng(39);
+  std::uniform_real_distribution<float> ud(0.5f, 2.0f);
+  for (auto& v : rs) v = ud(rng) * 1e-2f;
+  for (auto& v : cs) v = ud(rng) * 1e-3f;
+  for (int64_t t = 0; t < L; ++t)  // unscaled: ~1e5 times the values the conv should see
+    for (int64_t c = 0; c < conv_dim; ++c) {
+      float& raw = x[size_t(t * ldx + c)];
+      raw = raw * 1e5f;
+      const float v = raw * rs[size_t(t)];
+      xs[size_t(t * ldx + c)] = v * cs[size_t(c)];
+    }
+  DeviceBuffer dxr = upload(x, "x unscaled"), dxs = upload(xs, "x scaled"), drs = upload(rs, "rs"), dcs = upload(cs, "cs");
+  for (bool with_hist : {false, true})
+    for (auto [b0, b1] : {std::pair<int64_t, int64_t>{0, L}, {5, 70}, {70, L}}) {
+      const int64_t r0 = std::max<int64_t>(0, b0 - (K - 1)), rows = b1 - b0;
+      const ConvHistory h = with_hist ? hist : ConvHistory{};
+      DeviceBuffer m1(size_t(rows * conv_dim) * 4), m2(size_t(rows * conv_dim) * 4), g1(size_t(rows * Hv) * 4), g2(size_t(rows * Hv) * 4),
+          be1(size_t(rows * Hv) * 4), be2(size_t(rows * Hv) * 4);
+      const float* b_s = dxs.as<float>() + b0 * ldx + conv_dim + Hv * Dv;
+      const float* b_r = dxr.as<float>() + b0 * ldx + conv_dim + Hv * Dv;
+      gdn_conv_prep(dxs.as<float>() + r0 * ldx, ldx, r0, ds.as<int32_t>(), b0, rows, dw.as<float>(), K, conv_dim, Hk, Dk, b_s, b_s + Hv, ldx, Hv,
+                    dA.as<float>(), ddt.as<float>(), m1.as<float>(), g1.as<float>(), be1.as<float>(), nullptr, h);
+      gdn_conv_prep(dxr.as<float>() + r0 * ldx, ldx, r0, ds.as<int32_t>(), b0, rows, dw.as<float>(), K, conv_dim, Hk, Dk, b_r, b_r + Hv, ldx, Hv,
+                    dA.as<float>(), ddt.as<float>(), m2.as<float>(), g2.as<float>(), be2.as<float>(), nullptr, h,
+                    RowColScales{drs.as<float>() + r0, dcs.as<float>()});
+      const std::string what = "FP8 scales on read, blocks [" + std::to_string(b0) + ", " + std::to_string(b1) + ")" + (with_hist ? " with history" : "");
+      EXPECT_EQ(down<float>(m2, size_t(rows * conv_dim)), down<float>(m1, size_t(rows * conv_dim))) << "mixed, " << what;
       EXPECT_EQ(down<float>(g2, size_t(rows * Hv)), down<float>(g1, size_t(rows * Hv))) << "g, " << what;
       EXPECT_EQ(down<float>(be2, size_t(rows * Hv)), down<float>(be1, size_t(rows * Hv))) << "beta, " << what;
     }

@@ -116,6 +116,36 @@ TEST(CudaPrefix, ImagesAreKeyedByTheirBytes) {
 
 // The lean plan (GDN layers in passes of 16 chunks: boundaries land on a pass's edge and inside
 // passes) under a budget of one entry: every answer is the plain plan's without a cache.
+// FP8 at the Clef models' GDN head width (small-gdn128): there the in_proj's scales are applied
+// by its readers (the conv, the gated norm, the conv rows a state leaves: gdn_conv_prep's fused
+// form) instead of a pass over its output. Warm equals cold bit for bit, in one pass and in the
+// lean plan's passes of 16 chunks (its in_proj rows recomputed before each pass), and the lean
+// plan gives the plain plan's answers.
+TEST(CudaPrefix, Fp8AtClefGdnHeadsWarmEqualsCold) {
+  NEED_GPU();
+  const std::string dir = test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f);
+  auto open = [&](double cache_gib, bool lean) {
+    EngineOptions o;
+    o.device = Device::Cuda;
+    o.quant = QuantMode::FP8;
+    o.prefix_cache_gib = cache_gib;
+    o.max_length = 16384;
+    o.offload_embeddings = lean;
+    return Engine::load(dir, o);
+  };
+  std::vector<Answer> plain;
+  for (bool lean : {false, true}) {
+    auto cold = open(0, lean), warm = open(1, lean);
+    const size_t hits = test::check_warm_equals_cold(*cold, *warm, {40, 420, 2300}, 64);
+    EXPECT_GE(hits, 4u) << (lean ? "lean plan" : "plain plan");
+    for (size_t i = 0; i < 2; ++i) {
+      const Answer a = run(*cold, body(state_text(2300, uint32_t(7 + i)), int(i)));
+      if (!lean) plain.push_back(a);
+      else EXPECT_EQ(a.probs, plain[i].probs) << "lean plan vs plain plan, request " << i;
+    }
+  }
+}
+
 TEST(CudaPrefix, LeanPlanAndEvictionKeepAnswersExact) {
   NEED_GPU();
   const std::string a = state_text(1500, 4), b = state_text(1500, 5);

@@ -585,6 +585,73 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
   }
 }
 
+// run_fp8_first_unscaled (the FP8 GDN in_proj: its readers apply the scales) on a Linear of an
+// FP8 part then a bf16 part: its output with the scale pass applied afterwards equals run()'s
+// bit for bit; other layouts are declined (nothing run).
+TEST(CudaQuant, Fp8FirstPartUnscaledThenScaledEqualsRun) {
+  NEED_GPU();
+  const int64_t M = 37, k = 64, n1 = 64, n2 = 16, n = n1 + n2;
+  std::vector<float> x(size_t(M * k)), w = test_values(size_t(n * k), 78);
+  {
+    std::mt19937_64 r(6);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (auto& v : x) v = quant::bf16_round(d(r));
+  }
+  for (auto& v : w) v = quant::bf16_round(v * 0.01f);
+  std::vector<float> w1(w.begin(), w.begin() + n1 * k), w2(w.begin() + n1 * k, w.end());
+  DeviceBuffer dx = cuda::upload(to_bf(x), "x"), dw1 = cuda::upload(to_bf(w1), "w1"), dw2 = cuda::upload(to_bf(w2), "w2"), q1(size_t(n1 * k)),
+               rs1(size_t(n1) * 4);
+  cuda::fp8_quantize_rows(dw1.as<bf16>(), n1, k, k, q1.as<uint8_t>(), k, rs1.as<float>(), nullptr);
+  cuda::DevModel m;
+  m.c.hidden = 128;
+  m.has_fp8 = true;
+  m.max_k = k;
+  cuda::DevLayer layer{};
+  layer.type = model::LayerType::LinearAttention;
+  cuda::DevLinear& l = layer.gdn_in;
+  l.n = n;
+  l.k = k;
+  cuda::DevLinearPart p1, p2;
+  p1.fmt = cuda::WFormat::FP8;
+  p1.n = n1;
+  p1.k = p1.kp = k;
+  p1.w8 = q1.as<uint8_t>();
+  p1.row_scale = rs1.as<float>();
+  p2.row0 = n1;
+  p2.n = n2;
+  p2.k = k;
+  p2.w = dw2.as<bf16>();
+  l.parts = {p1, p2};
+  m.layers.push_back(layer);
+  cudaStream_t st;
+  cuda::check(cudaStreamCreate(&st), "stream");
+  {
+    cuda::Gemm gemm(st, true, size_t(8) << 20);
+    cuda::LinearRunner run(m, gemm, st);
+    DeviceBuffer xq8(size_t(M * k)), xs(size_t(M) * 4), accb(size_t(M * cuda::LinearRunner::fp8_scratch_cols(m)) * 4), y1(size_t(M * n) * 4),
+        y2(size_t(M * n) * 4);
+    cuda::QuantScratch sc;
+    sc.xq8 = xq8.as<uint8_t>();
+    sc.xs = xs.as<float>();
+    sc.acc = accb.as<float>();
+    run.begin(sc);
+    const cuda::DevLinear& lin = m.layers[0].gdn_in;
+    run.run(dx.as<bf16>(), M, k, lin, y1.get(), cuda::OutType::F32, n, false, "test in_proj");
+    cuda::LinearRunner::Fp8Scales fs;
+    EXPECT_FALSE(run.run_fp8_first_unscaled(dx.as<bf16>(), M, k, lin, y2.as<float>(), n, n1 + 1, "test", fs)) << "wider than the FP8 part";
+    ASSERT_TRUE(run.run_fp8_first_unscaled(dx.as<bf16>(), M, k, lin, y2.as<float>(), n, n1, "test in_proj", fs));
+    EXPECT_EQ(fs.split, n1);
+    EXPECT_EQ(fs.cs_lo, p1.row_scale);
+    cuda::scale_rows_cols_f32(y2.as<float>(), M, n1, n, fs.rs, fs.cs_lo, st);
+    cuda::check(cudaStreamSynchronize(st), "test");
+    EXPECT_EQ(down<uint32_t>(y2, size_t(M * n)), down<uint32_t>(y1, size_t(M * n))) << "unscaled + the scale pass vs run()";
+    cuda::DevLinear bf_first = lin;
+    std::swap(bf_first.parts[0], bf_first.parts[1]);
+    EXPECT_FALSE(run.run_fp8_first_unscaled(dx.as<bf16>(), M, k, bf_first, y2.as<float>(), n, 0, "test", fs)) << "a bf16 first part";
+  }
+  cudaStreamDestroy(st);
+}
+
 // ---- whole forwards ----
 
 // `src` quantized by `clefrt quantize` (the CPU) into a folder named by `tag`, once per process;

@@ -1,7 +1,9 @@
 // The backbone's memory-bound steps at the 27B shapes, each fused form beside the kernels it
 // replaces (issue 20: the elementwise work): at 318 rows (the blog request) and 8,192.
 //   gdn conv+prep  conv_silu_rows + gdn_prep (q / k norms, gates): three kernels, mixed written
-//                  then read and written again; gdn_conv_prep: one kernel at Clef's shape
+//                  then read and written again; gdn_conv_prep: one kernel at Clef's shape; and
+//                  under FP8 the in_proj's scale pass + gdn_conv_prep against gdn_conv_prep
+//                  applying the scales as it reads
 //   gated norm     gated_norm as the product runs it (float4 form at Dv = 128) and its general
 //                  form, reached here with z's rows one float off 16-byte alignment
 //   swiglu fp8     swiglu_fp8_scaled + fp8_quantize_rows (act written in bf16, read back) and
@@ -95,6 +97,24 @@ void conv_prep(int64_t L, cudaStream_t st, double copy, json::Value& out) {
   print({"gdn conv+prep", "gdn_conv_prep (1 kernel)", L, t2, bytes,
          max_diff(down_all<float>(m2), down_all<float>(m1)) + (gates_same ? ", gates same bits" : ", GATES DIFFER")},
         copy, out);
+  // FP8: the in_proj's scale pass over its q|k|v|z columns, then the conv, against the conv
+  // applying the scales as it reads (the z columns' scales then go to the gated norm's reads)
+  DeviceBuffer rs = random_f32(size_t(L), 11, 1e-3f, 1e-2f), cs = random_f32(size_t(kConv + kHv * kDv), 12, 1e-4f, 1e-3f),
+               xs(x.bytes()), m3(size_t(L * kConv) * 4);
+  const double t3 = bench::median_ms(st, [&] {
+    check(cudaMemcpyAsync(xs.get(), x.get(), x.bytes(), cudaMemcpyDeviceToDevice, st), "x copy");  // the pass works in place
+    scale_rows_cols_f32(xs.as<float>(), L, kConv + kHv * kDv, kInProj, rs.as<float>(), cs.as<float>(), st);
+    gdn_conv_prep(xs.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
+                  negA.as<float>(), dt.as<float>(), m2.as<float>(), g2.as<float>(), b2.as<float>(), st);
+  });
+  const double tc = bench::median_ms(st, [&] { check(cudaMemcpyAsync(xs.get(), x.get(), x.bytes(), cudaMemcpyDeviceToDevice, st), "x copy"); });
+  const double t4 = bench::median_ms(st, [&] {
+    gdn_conv_prep(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
+                  negA.as<float>(), dt.as<float>(), m3.as<float>(), g1.as<float>(), b1.as<float>(), st, {}, RowColScales{rs.as<float>(), cs.as<float>()});
+  });
+  const bool same = down_all<float>(m2) == down_all<float>(m3);
+  print({"gdn conv+prep fp8", "scale pass + gdn_conv_prep (less the copy)", L, t3 - tc, bytes, "reference"}, copy, out);
+  print({"gdn conv+prep fp8", "gdn_conv_prep scaling as it reads", L, t4, bytes, same ? "same bits" : "BITS DIFFER"}, copy, out);
 }
 
 void gated(int64_t L, cudaStream_t st, double copy, json::Value& out) {

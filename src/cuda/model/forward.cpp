@@ -833,14 +833,20 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
           d2d(b.h_hist, b.h_gdn + (h0 - R0) * H, size_t((T1 - h0) * H) * 2, "gdn normed history rows out");
         }
         mark("gemm gdn in_proj");
-        lin.run(b.h_gdn, T1 - R0, H, l.gdn_in, b.gtmp, OutType::F32, n, false, "gdn in_proj");
+        // FP8: the in_proj's scales are applied by its readers (the conv, the conv history out,
+        // the gated norm's z) instead of a pass over its fp32 output: the same bits
+        LinearRunner::Fp8Scales isc;
+        const bool in_unscaled = gdn_conv_prep_fuses(c.conv_kernel, c.k_head_dim, conv_dim, n) &&
+                                 lin.run_fp8_first_unscaled(b.h_gdn, T1 - R0, H, l.gdn_in, b.gtmp, n, conv_dim + value_dim, "gdn in_proj", isc);
+        if (!in_unscaled) lin.run(b.h_gdn, T1 - R0, H, l.gdn_in, b.gtmp, OutType::F32, n, false, "gdn in_proj");
         mark("gdn conv+prep");
         ConvHistory from;
         if (b.pfx) from = {b.d(b.off_seq_of), reinterpret_cast<const float* const*>(b.dptrs + b.nseq), int64_t(gi * block)};
         const float* own = b.gtmp + (T0 - R0) * n;  // the pass's own rows of the in_proj output
         const float* bcol = own + conv_dim + value_dim;
         gdn_conv_prep(b.gtmp, n, R0, b.d(b.off_seq_start), T0, rows, l.conv_w, c.conv_kernel, conv_dim, c.k_heads, c.k_head_dim, bcol,
-                      bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, b.mixed, b.g, b.beta, s, from);
+                      bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, b.mixed, b.g, b.beta, s, from,
+                      in_unscaled ? RowColScales{isc.rs, isc.cs_lo} : RowColScales{});
         // a state left at `at`: the conv's K - 1 in_proj rows before it, when this pass has them
         // (after the conv read the history: out may be the state it continues)
         for (const Batch::Prefix& pr : b.pre) {
@@ -848,9 +854,12 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
           const int64_t rb = pr.row + (pr.at - pr.from);  // the boundary's token row
           if (rb - 1 < T0 || rb - 1 >= T1) continue;
           float* to = reinterpret_cast<float*>(pr.out->buf.as<uint8_t>() + pr.lout.gdn_at) + gi * block + gdn.gdn_state_floats;
-          check(cudaMemcpy2DAsync(to, size_t(conv_dim) * 4, b.gtmp + (rb - hist - R0) * n, size_t(n) * 4, size_t(conv_dim) * 4, size_t(hist),
-                                  cudaMemcpyDeviceToDevice, s),
-                "prefix state: conv history out");
+          if (in_unscaled)  // the rows as the scale pass would have left them
+            scale_rows_cols_store(b.gtmp + (rb - hist - R0) * n, hist, conv_dim, n, isc.rs + (rb - hist - R0), isc.cs_lo, to, false, conv_dim, s);
+          else
+            check(cudaMemcpy2DAsync(to, size_t(conv_dim) * 4, b.gtmp + (rb - hist - R0) * n, size_t(n) * 4, size_t(conv_dim) * 4, size_t(hist),
+                                    cudaMemcpyDeviceToDevice, s),
+                  "prefix state: conv history out");
         }
         GdnScratch gp = b.gs;
         gp.c0 = c0;
@@ -873,7 +882,8 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s,
                        gdn_path_);
         mark("gdn gated_norm");
-        gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s);
+        gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s,
+                   in_unscaled ? RowColScales{isc.rs + (T0 - R0), isc.cs_lo + conv_dim} : RowColScales{});
         mark("gemm gdn out_proj");
         lin.run(b.gact, rows, value_dim, l.gdn_out, b.x + T0 * H, OutType::F32, H, true, "gdn out_proj");
       }

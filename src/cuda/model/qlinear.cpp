@@ -160,6 +160,23 @@ bool LinearRunner::run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const
   return true;
 }
 
+bool LinearRunner::run_fp8_first_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, float* y, int64_t ldy, int64_t min_cols,
+                                          const char* op, Fp8Scales& sc) {
+  if (l.parts.empty() || !sc_.xq8 || m == 0) return false;
+  const DevLinearPart& p0 = l.parts[0];
+  if (p0.fmt != WFormat::FP8 || p0.row0 != 0 || p0.n < min_cols || !fp8_direct(0, ldy, 4)) return false;
+  for (size_t i = 1; i < l.parts.size(); ++i)
+    if (l.parts[i].fmt != WFormat::BF16) return false;
+  fp8_quantize_rows(x, m, p0.k, ldx, sc_.xq8, p0.kp, sc_.xs, s_);
+  gemm_.run_fp8(sc_.xq8, m, p0.kp, p0.w8, p0.n, y, OutType::F32, ldy, op);
+  for (size_t i = 1; i < l.parts.size(); ++i) {
+    const DevLinearPart& p = l.parts[i];
+    gemm_.run(x, m, p.k, ldx, p.w, p.n, y + p.row0, OutType::F32, ldy, false, op);
+  }
+  sc = Fp8Scales{sc_.xs, p0.row_scale, nullptr, p0.n};
+  return true;
+}
+
 bool LinearRunner::fp8_input(const DevLinear& l, Fp8Input& in) const {
   if (l.parts.size() != 1 || l.parts[0].fmt != WFormat::FP8 || !sc_.xq8 || !sc_.xs) return false;
   in = Fp8Input{sc_.xq8, l.parts[0].k, l.parts[0].kp, sc_.xs};

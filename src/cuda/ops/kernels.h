@@ -65,11 +65,22 @@ void conv_silu_rows(const float* x, int64_t ldx, int64_t x_row0, const int32_t* 
 // beta = sigmoid(b), g = negA * softplus(a + dt_bias) from the b and a columns of `ba`.
 void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv,
               const float* negA, const float* dt_bias, float* g, float* beta, cudaStream_t s);
-// conv_silu_rows into mixed, then gdn_prep on it: one kernel at Clef's shape (K = 4, Dk = 128,
-// conv_dim % 128 == 0), the two calls otherwise. b / a: the block's own rows (row 0 = token t0).
+// FP8 scales that a reader of an FP8 GEMM's unscaled fp32 output applies as it reads
+// (LinearRunner::run_fp8_first_unscaled): element (r, c) is used as fp8_scaled(x[r, c], rs[r],
+// cs[c]), the bits of the scale pass it replaces. rs null: the values are scaled already.
+struct RowColScales {
+  const float* rs = nullptr;
+  const float* cs = nullptr;
+};
+// conv_silu_rows into mixed, then gdn_prep on it: one kernel at Clef's shape
+// (gdn_conv_prep_fuses), the two calls otherwise. b / a: the block's own rows (row 0 = token
+// t0). xs (one-kernel form only): x's conv columns unscaled FP8 output, rs indexed by x's row
+// (row 0 = token x_row0); cached history rows are scaled already.
+bool gdn_conv_prep_fuses(int64_t K, int64_t Dk, int64_t conv_dim, int64_t ldx);
 void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, const float* conv_w, int64_t K,
                    int64_t conv_dim, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
-                   const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist = {});
+                   const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist = {},
+                   const RowColScales& xs = {});
 
 // The chunked GDN prefill (chunk 64). Chunks never cross a sequence: chunk c covers tokens
 // [chunk_start[c], chunk_start[c] + chunk_len[c]). Sequence s owns chunks
@@ -135,9 +146,10 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
 // recurrence and outputs over the prep's W and A planes and its fp32 U.
 void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
                           const GdnScratch& sc, float* o, cudaStream_t s);
-// act[t, j*Dv + i] = rms_norm(o)[...] * w[i] * silu(z[t, j*Dv + i]) -> bf16
+// act[t, j*Dv + i] = rms_norm(o)[...] * w[i] * silu(z[t, j*Dv + i]) -> bf16; zs: z unscaled
+// FP8 output (rs by t, cs by j*Dv + i)
 void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, bf16* act,
-                cudaStream_t s);
+                cudaStream_t s, const RowColScales& zs = {});
 
 // ---- gated attention (kernels_attn.cu) ----
 // From the fused q|gate, k, v GEMM output qkv (row t at qkv + t * ldqkv) of tokens [t0, t0 +

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/formats.cuh"
 #include "cuda/ops/gdn_tiles.cuh"
 #include "cuda/runtime/check.h"
 #include "cuda/ops/kernels.h"
@@ -43,7 +44,7 @@ __device__ __forceinline__ const float* history_of(const ConvHistory& h, int64_t
 
 // conv + SiLU of four channels c0 .. c0 + 3 of token t (the taps in order j = 0 .. 3)
 __device__ __forceinline__ float4 conv4_silu_at(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t, uint32_t c0,
-                                                uint32_t c4n, const float* w, const ConvHistory& hist) {
+                                                uint32_t c4n, const float* w, const ConvHistory& hist, const RowColScales& xs = {}) {
   const int64_t s0 = seq_start[t];
   const float4 w0 = reinterpret_cast<const float4*>(w)[c0], w1 = reinterpret_cast<const float4*>(w)[c0 + 1],
                w2 = reinterpret_cast<const float4*>(w)[c0 + 2], w3 = reinterpret_cast<const float4*>(w)[c0 + 3];
@@ -54,14 +55,21 @@ __device__ __forceinline__ float4 conv4_silu_at(const float* x, int64_t ldx, int
   for (int j = 0; j < 4; ++j) {
     const int64_t src = t - 3 + j;
     const float* row;
+    float4 v;
     if (src >= s0) {
       row = x + (src - x_row0) * ldx;
+      v = *reinterpret_cast<const float4*>(row + c0);
+      if (xs.rs) {  // the scale pass's bits, applied here instead
+        const float r = xs.rs[src - x_row0];
+        const float4 c = *reinterpret_cast<const float4*>(xs.cs + c0);
+        v = make_float4(fp8_scaled(v.x, r, c.x), fp8_scaled(v.y, r, c.y), fp8_scaled(v.z, r, c.z), fp8_scaled(v.w, r, c.w));
+      }
     } else {
       const float* h = history_of(hist, t);
       if (!h) continue;
       row = h + hist.layer_off + (3 + (src - s0)) * (4 * int64_t(c4n));
+      v = *reinterpret_cast<const float4*>(row + c0);
     }
-    const float4 v = *reinterpret_cast<const float4*>(row + c0);
     a0 += k0[j] * v.x;
     a1 += k1[j] * v.y;
     a2 += k2[j] * v.z;
@@ -127,8 +135,9 @@ __device__ __forceinline__ void gates_at(const float* b, const float* a, int64_t
 // conv_silu4_k's bits; the norms sum in another order than qk_norm_k (a lane's four, then the
 // warp), within fp32 rounding of it.
 __global__ void gdn_conv_prep_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t n, uint32_t c4n,
-                                uint32_t q4, float qscale, const float* w, float* y, ConvHistory hist, const float* b, const float* a,
-                                int64_t ldba, uint32_t Hv, uint32_t total, const float* negA, const float* dt_bias, float* g, float* beta) {
+                                uint32_t q4, float qscale, const float* w, float* y, ConvHistory hist, RowColScales xs, const float* b,
+                                const float* a, int64_t ldba, uint32_t Hv, uint32_t total, const float* negA, const float* dt_bias, float* g,
+                                float* beta) {
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     if (i >= n) {  // whole warps are on one side: n is a multiple of 32
       const uint32_t e = i - n, t = e / Hv;
@@ -136,7 +145,7 @@ __global__ void gdn_conv_prep_k(const float* x, int64_t ldx, int64_t x_row0, con
       continue;
     }
     const uint32_t r = i / c4n, q = i - r * c4n, c0 = q * 4;
-    float4 v = conv4_silu_at(x, ldx, x_row0, seq_start, t0 + r, c0, c4n, w, hist);
+    float4 v = conv4_silu_at(x, ldx, x_row0, seq_start, t0 + r, c0, c4n, w, hist, xs);
     if (q < 2 * q4) {  // a q or k head: the whole warp (c4n and q4 are multiples of 32)
       const float ss = warp_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w);
       const float inv = rsqrtf(ss + 1e-6f) * (q < q4 ? qscale : 1.0f);
@@ -672,7 +681,7 @@ bool use_tensor_cores(GdnPath path, int64_t Dk, int64_t Dv) {
 }
 
 __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz,
-                             int64_t Hv, bf16* act) {
+                             int64_t Hv, bf16* act, RowColScales zs) {
   const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (wid >= rows) return;
@@ -682,7 +691,8 @@ __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const flo
   for (int64_t i = lane; i < Dv; i += 32) ss += x[i] * x[i];
   const float inv = rsqrtf(warp_sum(ss) / float(Dv) + eps);
   for (int64_t i = lane; i < Dv; i += 32) {
-    const float zz = z[t * ldz + j * Dv + i];
+    float zz = z[t * ldz + j * Dv + i];
+    if (zs.rs) zz = fp8_scaled(zz, zs.rs[t], zs.cs[j * Dv + i]);
     act[wid * Dv + i] = __float2bfloat16(x[i] * inv * w[i] * silu_f(zz));
   }
 }
@@ -690,12 +700,18 @@ __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const flo
 // gated_norm_k at Dv = 128 (Clef): a lane's four o, z and w as float4, all loaded before the
 // warp sum. The sum's order differs from gated_norm_k's (within fp32 rounding of it).
 __global__ void gated_norm128_k(const float4* o, int64_t rows, const float4* w, float eps, const float* z, int64_t ldz, int64_t Hv,
-                                uint2* act) {
+                                uint2* act, RowColScales zs) {
   const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (wid >= rows) return;  // whole warps
   const int64_t t = wid / Hv, j = wid - t * Hv;
-  const float4 x = o[wid * 32 + lane], ww = w[lane], zz = *reinterpret_cast<const float4*>(z + t * ldz + j * 128 + 4 * lane);
+  const float4 x = o[wid * 32 + lane], ww = w[lane];
+  float4 zz = *reinterpret_cast<const float4*>(z + t * ldz + j * 128 + 4 * lane);
+  if (zs.rs) {
+    const float r = zs.rs[t];
+    const float4 c = *reinterpret_cast<const float4*>(zs.cs + j * 128 + 4 * lane);
+    zz = make_float4(fp8_scaled(zz.x, r, c.x), fp8_scaled(zz.y, r, c.y), fp8_scaled(zz.z, r, c.z), fp8_scaled(zz.w, r, c.w));
+  }
   const float inv = rsqrtf(warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w) / 128.0f + eps);
   const __nv_bfloat162 lo = __floats2bfloat162_rn(x.x * inv * ww.x * silu_f(zz.x), x.y * inv * ww.y * silu_f(zz.y));
   const __nv_bfloat162 hi = __floats2bfloat162_rn(x.z * inv * ww.z * silu_f(zz.z), x.w * inv * ww.w * silu_f(zz.w));
@@ -739,12 +755,15 @@ void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk,
   check_launch("gdn gates");
 }
 
+bool gdn_conv_prep_fuses(int64_t K, int64_t Dk, int64_t conv_dim, int64_t ldx) { return K == 4 && Dk == 128 && conv_dim % 128 == 0 && ldx % 4 == 0; }
+
 void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, const float* conv_w, int64_t K,
                    int64_t conv_dim, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
-                   const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist) {
+                   const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist, const RowColScales& xs) {
   if (L == 0) return;
   const int64_t n = L * conv_dim / 4, total = n + L * Hv;
-  if (K != 4 || Dk != 128 || conv_dim % 128 != 0 || ldx % 4 != 0 || total >= (int64_t(1) << 31)) {
+  if (!gdn_conv_prep_fuses(K, Dk, conv_dim, ldx) || total >= (int64_t(1) << 31)) {
+    if (xs.rs) throw Error(Status::Internal, "internal_error", "gdn conv_prep: FP8 scales on the reader need the one-kernel form");
     conv_silu_rows(x, ldx, x_row0, seq_start, t0, L, conv_dim, conv_w, K, mixed, s, hist);
     gdn_prep(mixed, conv_dim, L, Hk, Dk, b, a, ldba, Hv, negA, dt_bias, g, beta, s);
     return;
@@ -752,7 +771,7 @@ void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* s
   if (hist.rows && !hist.seq_of) throw Error(Status::Internal, "internal_error", "gdn conv_prep: history rows without seq_of");
   if (x_row0 > t0) throw Error(Status::Internal, "internal_error", "gdn conv_prep: x starts after the block");
   gdn_conv_prep_k<<<grid_for(total), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(n), uint32_t(conv_dim / 4), uint32_t(Hk * Dk / 4),
-                                                  1.0f / sqrtf(float(Dk)), conv_w, mixed, hist, b, a, ldba, uint32_t(Hv), uint32_t(total), negA,
+                                                  1.0f / sqrtf(float(Dk)), conv_w, mixed, hist, xs, b, a, ldba, uint32_t(Hv), uint32_t(total), negA,
                                                   dt_bias, g, beta);
   check_launch("gdn conv_prep");
 }
@@ -827,15 +846,15 @@ void gdn_chunked(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t
 }
 
 void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, bf16* act,
-                cudaStream_t s) {
+                cudaStream_t s, const RowColScales& zs) {
   if (L == 0) return;
   const int64_t rows = L * Hv;
   const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
-  if (Dv == 128 && ldz % 4 == 0 && aligned(o, 16) && aligned(w, 16) && aligned(z, 16) && aligned(act, 8))
+  if (Dv == 128 && ldz % 4 == 0 && aligned(o, 16) && aligned(w, 16) && aligned(z, 16) && aligned(act, 8) && (!zs.rs || aligned(zs.cs, 16)))
     gated_norm128_k<<<unsigned((rows * 32 + 255) / 256), 256, 0, s>>>(reinterpret_cast<const float4*>(o), rows, reinterpret_cast<const float4*>(w),
-                                                                      eps, z, ldz, Hv, reinterpret_cast<uint2*>(act));
+                                                                      eps, z, ldz, Hv, reinterpret_cast<uint2*>(act), zs);
   else
-    gated_norm_k<<<unsigned((rows * 32 + 255) / 256), 256, 0, s>>>(o, rows, Dv, w, eps, z, ldz, Hv, act);
+    gated_norm_k<<<unsigned((rows * 32 + 255) / 256), 256, 0, s>>>(o, rows, Dv, w, eps, z, ldz, Hv, act, zs);
   check_launch("gdn gated_norm");
 }
 
