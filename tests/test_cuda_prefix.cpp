@@ -114,8 +114,6 @@ TEST(CudaPrefix, ImagesAreKeyedByTheirBytes) {
   }
 }
 
-// The lean plan (GDN layers in passes of 16 chunks: boundaries land on a pass's edge and inside
-// passes) under a budget of one entry: every answer is the plain plan's without a cache.
 // FP8 at the Clef models' GDN head width (small-gdn128): there the in_proj's scales are applied
 // by its readers (the conv, the gated norm, the conv rows a state leaves: gdn_conv_prep's fused
 // form) instead of a pass over its output. Warm equals cold bit for bit, in one pass and in the
@@ -146,6 +144,8 @@ TEST(CudaPrefix, Fp8AtClefGdnHeadsWarmEqualsCold) {
   }
 }
 
+// The lean plan (GDN layers in passes of 16 chunks: boundaries land on a pass's edge and inside
+// passes) under a budget of one entry: every answer is the plain plan's without a cache.
 TEST(CudaPrefix, LeanPlanAndEvictionKeepAnswersExact) {
   NEED_GPU();
   const std::string a = state_text(1500, 4), b = state_text(1500, 5);

@@ -639,6 +639,8 @@ TEST(CudaQuant, Fp8FirstPartUnscaledThenScaledEqualsRun) {
     run.run(dx.as<bf16>(), M, k, lin, y1.get(), cuda::OutType::F32, n, false, "test in_proj");
     cuda::LinearRunner::Fp8Scales fs;
     EXPECT_FALSE(run.run_fp8_first_unscaled(dx.as<bf16>(), M, k, lin, y2.as<float>(), n, n1 + 1, "test", fs)) << "wider than the FP8 part";
+    EXPECT_FALSE(run.run_fp8_first_unscaled(dx.as<bf16>(), M, k, lin, y2.as<float>(), n, n1 - 8, "test", fs))
+        << "narrower: FP8 columns its readers would not scale";
     ASSERT_TRUE(run.run_fp8_first_unscaled(dx.as<bf16>(), M, k, lin, y2.as<float>(), n, n1, "test in_proj", fs));
     EXPECT_EQ(fs.split, n1);
     EXPECT_EQ(fs.cs_lo, p1.row_scale);
@@ -775,6 +777,34 @@ TEST(CudaQuant, W4A16FusedForwardAgainstCpu) {
             << w_staged << ", fused vs staged " << w_between << ", fused batch of 16 vs alone " << batch_worst << "\n";
   EXPECT_LT(w_fused, 2e-3);
   EXPECT_LT(w_staged, 2e-3);
+  EXPECT_EQ(batch_worst, 0.0);
+}
+
+// FP8 at the Clef models' GDN head width (small-gdn128 quantized to an FP8 folder): the forward
+// where the GDN in_proj's scales are applied by its readers (run_fp8_first_unscaled) against the
+// CPU engine on the same folder. The CPU quantizes fp32 activations where the GPU quantizes bf16
+// ones, so the bound is loose; a scale applied twice or not at all moves the q / k / v / z
+// values ~1,000-fold. Plus the batch invariance.
+TEST(CudaQuant, Fp8AtClefGdnHeadsAgainstCpu) {
+  NEED_GPU();
+  const std::string dir = quantized_folder(test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f), "small-gdn128-fp8", "fp8");
+  auto cpu = EngineCore::load(dir), gpu = EngineCore::load(dir, gpu_opts());
+  std::vector<Encoded> enc;
+  for (const auto& text : test::corpus_requests(24)) enc.push_back(cpu->encoder().encode(parse_request(text)));
+  double worst = 0, mean = 0;
+  for (const auto& e : enc) {
+    const double d = worst_diff(gpu->probs({&e})[0], cpu->probs({&e})[0]);
+    worst = std::max(worst, d);
+    mean += d / double(enc.size());
+  }
+  std::vector<const Encoded*> b;
+  for (size_t i = 0; i < 12; ++i) b.push_back(&enc[i]);
+  const auto together = gpu->probs(b);
+  double batch_worst = 0;
+  for (size_t i = 0; i < b.size(); ++i) batch_worst = std::max(batch_worst, worst_diff(together[i], gpu->probs({b[i]})[0]));
+  std::cout << "[ cuda    ] small-gdn128 fp8 folder, " << enc.size() << " requests: GPU vs CPU worst |dp| " << worst << ", mean " << mean
+            << ", batch of 12 vs alone " << batch_worst << "\n";
+  EXPECT_LT(worst, 0.05);
   EXPECT_EQ(batch_worst, 0.0);
 }
 

@@ -108,8 +108,9 @@ struct Forward::Batch {
   // head
   float *Hn, *M, *mem, *KV, *qm, *cm, *lm, *glast, *qp, *R, *B, *summary, *F, *Fn, *On, *tmpq, *att, *nrm, *ff, *feat, *gp, *logits;
 
-  // A phase's quantization scratch for Linears of up to `rows` rows and inputs up to kmax wide.
-  static QuantScratch carve_qs(Arena& a, const DevModel& m, int64_t rows, int64_t kmax) {
+  // A phase's quantization scratch for Linears of up to `rows` rows and inputs up to kmax wide;
+  // `xs`: the FP8 row scales already carved elsewhere (null: carved here).
+  static QuantScratch carve_qs(Arena& a, const DevModel& m, int64_t rows, int64_t kmax, float* xs = nullptr) {
     QuantScratch q{};
     const int64_t k = std::min(m.max_k, (kmax + 15) / 16 * 16);
     if (m.has_w4a4) q.xq16 = a.carve<bf16>(rows * k, "W4A4 activations");
@@ -119,7 +120,7 @@ struct Forward::Batch {
     }
     if (m.has_fp8) {
       q.xq8 = a.carve<uint8_t>(rows * k, "FP8 activations");
-      q.xs = a.carve<float>(rows, "FP8 activation scales");
+      q.xs = xs ? xs : a.carve<float>(rows, "FP8 activation scales");
       q.acc = a.carve<float>(rows * LinearRunner::fp8_scratch_cols(m), "FP8 GEMM out");
     }
     return q;
@@ -151,7 +152,8 @@ struct Forward::Batch {
     const size_t phase_from = a.used();
     // GDN: the state between passes first (it outlives each pass); the quantized in_proj /
     // out_proj inputs share the space of the conv output, gates and chunk scratch, which are
-    // dead at both of those GEMMs
+    // dead at both of those GEMMs, all but the FP8 row scales: the in_proj's are read after
+    // it (its readers apply them: run_fp8_first_unscaled)
     if (gdn_pass < nchunks) {
       for (float*& st : gdn_state) st = a.carve<float>(c.v_heads * c.k_head_dim * c.v_head_dim, "gdn state between passes");
       h_hist = a.carve<bf16>(std::max<int64_t>(hist, 1) * H, "gdn normed history rows between passes");
@@ -160,6 +162,7 @@ struct Forward::Batch {
     gtmp = a.carve<float>((Tb + hist) * n_gdn, "gdn in_proj out");
     gdn_o = a.carve<float>(Tb * value_dim, "gdn out");
     gact = a.carve<bf16>(Tb * value_dim, "gdn gated norm out");
+    float* gdn_xs = m.has_fp8 ? a.carve<float>(Tb + hist, "gdn FP8 row scales") : nullptr;
     const size_t gdn_shared = a.used();
     g = a.carve<float>(Tb * c.v_heads, "gdn g");
     beta = a.carve<float>(Tb * c.v_heads, "gdn beta");
@@ -180,7 +183,7 @@ struct Forward::Batch {
     }
     size_t phase_end = a.used();
     a.rewind(gdn_shared);
-    qs_gdn = carve_qs(a, m, Tb + hist, std::max(H, value_dim));
+    qs_gdn = carve_qs(a, m, Tb + hist, std::max(H, value_dim), gdn_xs);
     phase_end = std::max(phase_end, a.used());
     // attention block
     a.rewind(phase_from);
@@ -836,7 +839,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         // FP8: the in_proj's scales are applied by its readers (the conv, the conv history out,
         // the gated norm's z) instead of a pass over its fp32 output: the same bits
         LinearRunner::Fp8Scales isc;
-        const bool in_unscaled = gdn_conv_prep_fuses(c.conv_kernel, c.k_head_dim, conv_dim, n) &&
+        const bool in_unscaled = gdn_conv_prep_fuses(c.conv_kernel, c.k_head_dim, conv_dim, n, rows, c.v_heads) &&
                                  lin.run_fp8_first_unscaled(b.h_gdn, T1 - R0, H, l.gdn_in, b.gtmp, n, conv_dim + value_dim, "gdn in_proj", isc);
         if (!in_unscaled) lin.run(b.h_gdn, T1 - R0, H, l.gdn_in, b.gtmp, OutType::F32, n, false, "gdn in_proj");
         mark("gdn conv+prep");

@@ -160,11 +160,11 @@ bool LinearRunner::run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const
   return true;
 }
 
-bool LinearRunner::run_fp8_first_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, float* y, int64_t ldy, int64_t min_cols,
+bool LinearRunner::run_fp8_first_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, float* y, int64_t ldy, int64_t cols,
                                           const char* op, Fp8Scales& sc) {
   if (l.parts.empty() || !sc_.xq8 || m == 0) return false;
   const DevLinearPart& p0 = l.parts[0];
-  if (p0.fmt != WFormat::FP8 || p0.row0 != 0 || p0.n < min_cols || !fp8_direct(0, ldy, 4)) return false;
+  if (p0.fmt != WFormat::FP8 || p0.row0 != 0 || p0.n != cols || !fp8_direct(0, ldy, 4)) return false;
   for (size_t i = 1; i < l.parts.size(); ++i)
     if (l.parts[i].fmt != WFormat::BF16) return false;
   fp8_quantize_rows(x, m, p0.k, ldx, sc_.xq8, p0.kp, sc_.xs, s_);

@@ -79,11 +79,12 @@ class LinearRunner {
   // applies them: one pass over gate|up instead of two). Otherwise runs nothing, returns false.
   bool run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, bf16* y, int64_t ldy, const char* op, Fp8Scales& sc);
 
-  // When `l`'s first part is FP8 over at least its first min_cols output columns and writes its
-  // fp32 output in place, and the parts after it are bf16: runs them all, the FP8 part without
-  // its scale pass, fills `sc` (the first part's scales, split = its width) and returns true;
-  // the readers of y apply the scales (RowColScales). Otherwise runs nothing, returns false.
-  bool run_fp8_first_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, float* y, int64_t ldy, int64_t min_cols,
+  // When `l`'s first part is FP8 over exactly its first `cols` output columns (those its readers
+  // scale) and writes its fp32 output in place, and the parts after it are bf16: runs them all,
+  // the FP8 part without its scale pass, fills `sc` (the first part's scales, split = cols) and
+  // returns true; the readers of y apply the scales (RowColScales) and need sc.rs, QuantScratch's
+  // xs, intact until they have run. Otherwise runs nothing, returns false.
+  bool run_fp8_first_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, float* y, int64_t ldy, int64_t cols,
                               const char* op, Fp8Scales& sc);
   // Where an all-FP8 Linear of one part takes its quantized input (QuantScratch's xq8 / xs: rows
   // kp apart, a scale per row), so that a kernel can write it there (swiglu_fp8_quant) and

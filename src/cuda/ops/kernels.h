@@ -76,7 +76,7 @@ struct RowColScales {
 // (gdn_conv_prep_fuses), the two calls otherwise. b / a: the block's own rows (row 0 = token
 // t0). xs (one-kernel form only): x's conv columns unscaled FP8 output, rs indexed by x's row
 // (row 0 = token x_row0); cached history rows are scaled already.
-bool gdn_conv_prep_fuses(int64_t K, int64_t Dk, int64_t conv_dim, int64_t ldx);
+bool gdn_conv_prep_fuses(int64_t K, int64_t Dk, int64_t conv_dim, int64_t ldx, int64_t L, int64_t Hv);
 void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, const float* conv_w, int64_t K,
                    int64_t conv_dim, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
                    const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist = {},

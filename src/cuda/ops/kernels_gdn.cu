@@ -46,6 +46,7 @@ __device__ __forceinline__ const float* history_of(const ConvHistory& h, int64_t
 __device__ __forceinline__ float4 conv4_silu_at(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t, uint32_t c0,
                                                 uint32_t c4n, const float* w, const ConvHistory& hist, const RowColScales& xs = {}) {
   const int64_t s0 = seq_start[t];
+  const float4 cs4 = xs.rs ? *reinterpret_cast<const float4*>(xs.cs + c0) : make_float4(0, 0, 0, 0);
   const float4 w0 = reinterpret_cast<const float4*>(w)[c0], w1 = reinterpret_cast<const float4*>(w)[c0 + 1],
                w2 = reinterpret_cast<const float4*>(w)[c0 + 2], w3 = reinterpret_cast<const float4*>(w)[c0 + 3];
   const float k0[4] = {w0.x, w0.y, w0.z, w0.w}, k1[4] = {w1.x, w1.y, w1.z, w1.w}, k2[4] = {w2.x, w2.y, w2.z, w2.w},
@@ -61,8 +62,7 @@ __device__ __forceinline__ float4 conv4_silu_at(const float* x, int64_t ldx, int
       v = *reinterpret_cast<const float4*>(row + c0);
       if (xs.rs) {  // the scale pass's bits, applied here instead
         const float r = xs.rs[src - x_row0];
-        const float4 c = *reinterpret_cast<const float4*>(xs.cs + c0);
-        v = make_float4(fp8_scaled(v.x, r, c.x), fp8_scaled(v.y, r, c.y), fp8_scaled(v.z, r, c.z), fp8_scaled(v.w, r, c.w));
+        v = make_float4(fp8_scaled(v.x, r, cs4.x), fp8_scaled(v.y, r, cs4.y), fp8_scaled(v.z, r, cs4.z), fp8_scaled(v.w, r, cs4.w));
       }
     } else {
       const float* h = history_of(hist, t);
@@ -755,14 +755,16 @@ void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk,
   check_launch("gdn gates");
 }
 
-bool gdn_conv_prep_fuses(int64_t K, int64_t Dk, int64_t conv_dim, int64_t ldx) { return K == 4 && Dk == 128 && conv_dim % 128 == 0 && ldx % 4 == 0; }
+bool gdn_conv_prep_fuses(int64_t K, int64_t Dk, int64_t conv_dim, int64_t ldx, int64_t L, int64_t Hv) {
+  return K == 4 && Dk == 128 && conv_dim % 128 == 0 && ldx % 4 == 0 && L * (conv_dim / 4 + Hv) < (int64_t(1) << 31);
+}
 
 void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, const float* conv_w, int64_t K,
                    int64_t conv_dim, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
                    const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist, const RowColScales& xs) {
   if (L == 0) return;
   const int64_t n = L * conv_dim / 4, total = n + L * Hv;
-  if (!gdn_conv_prep_fuses(K, Dk, conv_dim, ldx) || total >= (int64_t(1) << 31)) {
+  if (!gdn_conv_prep_fuses(K, Dk, conv_dim, ldx, L, Hv)) {
     if (xs.rs) throw Error(Status::Internal, "internal_error", "gdn conv_prep: FP8 scales on the reader need the one-kernel form");
     conv_silu_rows(x, ldx, x_row0, seq_start, t0, L, conv_dim, conv_w, K, mixed, s, hist);
     gdn_prep(mixed, conv_dim, L, Hk, Dk, b, a, ldba, Hv, negA, dt_bias, g, beta, s);
