@@ -370,11 +370,11 @@ void tower_points(void* handle, const HardwareLimits& hw, cudaStream_t st, json:
   records.arr.push_back(std::move(r));
 }
 
-// One image's frame the ways the product could plan it, output over q's rows (head stride 80)
-// as the product writes it: the ragged graph (bound: the next power of two; the product's for
-// frames under CudnnFrameAttention::kDenseFrame), a dense graph of the exact length (no mask; a
-// plan per length: the product's for larger frames), and the dense graph on packed heads (72
-// dims apart, no padding). ms each, and whether the bits equal the ragged graph's. (A padded
+// One image's frame the ways the product could plan it, output over q's rows: the ragged graph
+// (bound: the next power of two; the product's for frames under
+// CudnnFrameAttention::kDenseFrame), a dense graph of the exact length (no mask; a plan per
+// length: the product's for larger frames), each on heads padded to 80 dims and on packed heads
+// (72 apart, no padding: the product's layout since session 22). ms each, and whether the bits equal the ragged graph's. (A padded
 // graph, the lengths and the padding mask without ragged offsets, measured 0.182 ms at 3,072
 // patches against the ragged 0.149: bench/results/2026-12-04-h200-lab-cudnn-05d4ad4.txt.)
 void tower_single_points(void* handle, const HardwareLimits& hw, cudaStream_t st, json::Value& records) {
@@ -397,6 +397,11 @@ void tower_single_points(void* handle, const HardwareLimits& hw, cudaStream_t st
     DeviceBuffer arr(h.size() * 4, "ragged");
     check(cudaMemcpy(arr.get(), h.data(), h.size() * 4, cudaMemcpyHostToDevice), "ragged");
     const CudnnRagged r = ragged_at(arr.as<int32_t>(), 1);
+    std::vector<int32_t> hp;  // the same frame with heads packed (rows heads * d apart)
+    append_ragged(hp, {{0, S, 0, S}}, 1, heads * d, heads * d, heads * d, heads * d);
+    DeviceBuffer arr_p(hp.size() * 4, "ragged packed");
+    check(cudaMemcpy(arr_p.get(), hp.data(), hp.size() * 4, cudaMemcpyHostToDevice), "ragged packed");
+    const CudnnRagged rp = ragged_at(arr_p.as<int32_t>(), 1);
     const double flop = 4.0 * double(S) * double(S) * double(d) * double(heads);
     json::Value rec = json::Value::object();
     rec.add("shape", json::Value::string("tower one frame of " + std::to_string(S) + " patches, plan variants"));
@@ -407,7 +412,7 @@ void tower_single_points(void* handle, const HardwareLimits& hw, cudaStream_t st
         Attention a(handle, g);
         bf16* out = packed_heads ? op.as<bf16>() : o.as<bf16>();
         auto run = [&] {
-          if (packed_heads) a.run(qp.as<bf16>(), kp.as<bf16>(), vp.as<bf16>(), out, st, &r);
+          if (packed_heads) a.run(qp.as<bf16>(), kp.as<bf16>(), vp.as<bf16>(), out, st, &rp);
           else a.run(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), out, st, &r);
         };
         check(cudaMemsetAsync(out, 0xFF, packed_heads ? op.bytes() : o.bytes(), st), "NaN fill");
@@ -440,9 +445,11 @@ void tower_single_points(void* handle, const HardwareLimits& hw, cudaStream_t st
     Shape exact{1, S, S, heads, heads, d, ld, dp, ld, dp, ld, dp, ld, false, false, dp};
     const int64_t lp = heads * d;
     Shape packed{1, S, S, heads, heads, d, lp, d, lp, d, lp, d, lp, false, false, 0};
+    Shape ragged_packed{1, bound, bound, heads, heads, d, lp, d, lp, d, lp, d, lp, false, true, 0};
     variant("ragged, bound", ragged, false);
-    variant("dense, exact length (the product)", exact, false);
+    variant("dense, exact length", exact, false);
     variant("dense, exact length, packed heads", packed, true);
+    variant("ragged, bound, packed heads", ragged_packed, true);
     records.arr.push_back(std::move(rec));
   }
 }

@@ -53,13 +53,17 @@ VisionScratch VisionScratch::carve(Arena& a, const model::VisionConfig& c, int64
 
 std::unique_ptr<CudnnFrameAttention> tower_attention(const model::VisionConfig& c) {
   const int64_t hd = c.hidden / c.heads;
-  return std::make_unique<CudnnFrameAttention>(c.heads, hd, flash_attention_full_padded(hd));
+  // heads packed where cuDNN takes the head dims as they are (a multiple of 8): the output is
+  // then proj's input as it stands, no pass to pack it, and rope writes no padding
+  return std::make_unique<CudnnFrameAttention>(c.heads, hd, hd % 8 == 0 ? hd : flash_attention_full_padded(hd));
 }
 
 void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model::ImagePatches*>& images, const VisionScratch& s,
                   float* out, cudaStream_t st, const std::function<void(const char*)>& mark, CudnnFrameAttention* frames_attn) {
   const model::VisionConfig& c = v.c;
-  const int64_t H = c.hidden, heads = c.heads, hd = H / heads, Dp = flash_attention_full_padded(hd), m = c.spatial_merge;
+  const int64_t H = c.hidden, heads = c.heads, hd = H / heads, m = c.spatial_merge;
+  // q / k / v heads dp apart: cuDNN's layout (tower_attention), else clefrt's kernel's padding
+  const int64_t Dp = frames_attn ? frames_attn->dp() : flash_attention_full_padded(hd);
   const int64_t m2 = m * m, P = per_patch(c), OH = c.out_hidden;
   int64_t S = 0;
   for (const model::ImagePatches* im : images) {
@@ -189,11 +193,16 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
       for (const auto& [f0, n] : dense) frames_attn->run_dense(s.q + f0 * ld, s.k + f0 * ld, s.v + f0 * ld, n, st);
     } else
       flash_attention_full(s.q, s.k, s.v, heads, hd, tiles, s.q, st);
-    mark("vision pack heads");
-    // the heads' first hd dims side by side: proj reads [S, hidden]
-    vision_pack_heads(s.q, S * heads, hd, Dp, s.k, st);
+    // proj reads [S, hidden]: the output over q as it stands when the heads are packed, else
+    // the heads' first hd dims side by side
+    const bf16* attn_out = s.q;
+    if (Dp != hd) {
+      mark("vision pack heads");
+      vision_pack_heads(s.q, S * heads, hd, Dp, s.k, st);
+      attn_out = s.k;
+    }
     mark("vision proj");
-    gemm.run(s.k, S, H, H, b.proj, H, s.x, OutType::F32, H, true, "vision proj");
+    gemm.run(attn_out, S, H, H, b.proj, H, s.x, OutType::F32, H, true, "vision proj");
     for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
       const int64_t n = std::min(kRowBlock, S - r0);
       mark("vision norm");

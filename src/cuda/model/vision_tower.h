@@ -35,7 +35,8 @@ struct VisionScratch {
 };
 
 // cuDNN's attention for this tower's frames, in the layout vision_tower hands it (heads of hidden /
-// heads dims padded to flash_attention_full_padded); throws as CudnnFrameAttention's constructor.
+// heads dims, packed where that is a multiple of 8, else padded to flash_attention_full_padded);
+// throws as CudnnFrameAttention's constructor.
 std::unique_ptr<CudnnFrameAttention> tower_attention(const model::VisionConfig& c);
 
 // Runs `images` (in order) through the tower and writes their merged rows one image after

@@ -118,7 +118,8 @@ class CudnnAttention {
 
 // The vision tower's attention: bidirectional within each frame (an image's patches see every
 // patch of their own frame and nothing else), q / k / v [rows, heads, dp] with d <= dp dims of each
-// head used (the tower's zero-padded layout), the output written over q's rows (head stride dp).
+// head used (dp = d: heads packed, as the tower runs it where d % 8 == 0; else zero-padded),
+// the output written over q's rows (head stride dp).
 // Frames under kDenseFrame patches share a launch as ragged sequences (plans by (frames, longest
 // frame) bounds); a larger frame runs alone in a dense plan of its own length, which has no
 // padding mask (0.124 vs 0.149 ms at 3,072 patches, 3.10 vs 3.35 at 16,384:
@@ -140,6 +141,7 @@ class CudnnFrameAttention {
   // One frame of n >= kDenseFrame patches: rows [0, n) of q, k, v
   void run_dense(bf16* q, const bf16* k, const bf16* v, int64_t n, cudaStream_t s);
   int64_t ld() const { return heads_ * dp_; }
+  int64_t dp() const { return dp_; }  // a head's stride in q, k, v and o (d: packed heads)
 
  private:
   int64_t heads_, d_, dp_;
