@@ -109,8 +109,9 @@ struct Forward::Batch {
   float *Hn, *M, *mem, *KV, *qm, *cm, *lm, *glast, *qp, *R, *B, *summary, *F, *Fn, *On, *tmpq, *att, *nrm, *ff, *feat, *gp, *logits;
 
   // A phase's quantization scratch for Linears of up to `rows` rows and inputs up to kmax wide;
-  // `xs`: the FP8 row scales already carved elsewhere (null: carved here).
-  static QuantScratch carve_qs(Arena& a, const DevModel& m, int64_t rows, int64_t kmax, float* xs = nullptr) {
+  // `own_xs`: the FP8 row scales are `xs`, carved elsewhere (else carved here; a counting arena's
+  // carves are null, hence the flag).
+  static QuantScratch carve_qs(Arena& a, const DevModel& m, int64_t rows, int64_t kmax, bool own_xs = false, float* xs = nullptr) {
     QuantScratch q{};
     const int64_t k = std::min(m.max_k, (kmax + 15) / 16 * 16);
     if (m.has_w4a4) q.xq16 = a.carve<bf16>(rows * k, "W4A4 activations");
@@ -120,7 +121,7 @@ struct Forward::Batch {
     }
     if (m.has_fp8) {
       q.xq8 = a.carve<uint8_t>(rows * k, "FP8 activations");
-      q.xs = xs ? xs : a.carve<float>(rows, "FP8 activation scales");
+      q.xs = own_xs ? xs : a.carve<float>(rows, "FP8 activation scales");
       q.acc = a.carve<float>(rows * LinearRunner::fp8_scratch_cols(m), "FP8 GEMM out");
     }
     return q;
@@ -183,7 +184,7 @@ struct Forward::Batch {
     }
     size_t phase_end = a.used();
     a.rewind(gdn_shared);
-    qs_gdn = carve_qs(a, m, Tb + hist, std::max(H, value_dim), gdn_xs);
+    qs_gdn = carve_qs(a, m, Tb + hist, std::max(H, value_dim), m.has_fp8, gdn_xs);
     phase_end = std::max(phase_end, a.used());
     // attention block
     a.rewind(phase_from);
