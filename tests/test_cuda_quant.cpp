@@ -462,6 +462,25 @@ TEST(CudaQuant, Fp8QuantizeRowsVectorAndScalarPaths) {
   }
 }
 
+// A model of one GDN layer whose in_proj (n x k) holds `parts`: what a LinearRunner needs.
+cuda::DevModel in_proj_model(int64_t n, int64_t k, std::vector<cuda::DevLinearPart> parts) {
+  cuda::DevModel m;
+  m.c.hidden = 128;
+  m.max_k = k;
+  for (const cuda::DevLinearPart& p : parts) {
+    m.has_nvfp4 |= p.fmt == cuda::WFormat::NVFP4;
+    m.has_w4a4 |= p.fmt == cuda::WFormat::NVFP4 && p.input_global_scale > 0;
+    m.has_fp8 |= p.fmt == cuda::WFormat::FP8;
+  }
+  cuda::DevLayer layer{};
+  layer.type = model::LayerType::LinearAttention;
+  layer.gdn_in.n = n;
+  layer.gdn_in.k = k;
+  layer.gdn_in.parts = std::move(parts);
+  m.layers.push_back(layer);
+  return m;
+}
+
 // One Linear of three parts (NVFP4 W4A4, bf16, FP8) through the LinearRunner against the CPU
 // formula: y = fake_quant(x) . dequant(W)^T per part, the NVFP4 part through the staging slots
 // in several chunks and (k = 64; k = 80 is not a multiple of 64 and stays staged) on the W4A16
@@ -486,15 +505,6 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
         for (auto& v : x) v = quant::bf16_round(d(r));
       }
       DeviceBuffer dx = cuda::upload(to_bf(x), "x");
-      cuda::DevModel m;
-      m.c.hidden = 128;
-      m.has_nvfp4 = m.has_w4a4 = m.has_fp8 = true;
-      m.max_k = k;
-      cuda::DevLayer layer{};
-      layer.type = model::LayerType::LinearAttention;
-      cuda::DevLinear& l = layer.gdn_in;
-      l.n = n;
-      l.k = k;
       // part 1: NVFP4 W4A4
       std::vector<float> w1(w.begin(), w.begin() + n1 * k);
       const float gs = quant::nvfp4_global_scale(w1.data(), n1 * k);
@@ -531,8 +541,7 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
       p3.k = p3.kp = k;
       p3.w8 = q3.as<uint8_t>();
       p3.row_scale = rs3.as<float>();
-      l.parts = {p1, p2, p3};
-      m.layers.push_back(layer);
+      const cuda::DevModel m = in_proj_model(n, k, {p1, p2, p3});
       if (acc && n > m.c.hidden) continue;
 
       cudaStream_t st;
@@ -602,15 +611,6 @@ TEST(CudaQuant, Fp8FirstPartUnscaledThenScaledEqualsRun) {
   DeviceBuffer dx = cuda::upload(to_bf(x), "x"), dw1 = cuda::upload(to_bf(w1), "w1"), dw2 = cuda::upload(to_bf(w2), "w2"), q1(size_t(n1 * k)),
                rs1(size_t(n1) * 4);
   cuda::fp8_quantize_rows(dw1.as<bf16>(), n1, k, k, q1.as<uint8_t>(), k, rs1.as<float>(), nullptr);
-  cuda::DevModel m;
-  m.c.hidden = 128;
-  m.has_fp8 = true;
-  m.max_k = k;
-  cuda::DevLayer layer{};
-  layer.type = model::LayerType::LinearAttention;
-  cuda::DevLinear& l = layer.gdn_in;
-  l.n = n;
-  l.k = k;
   cuda::DevLinearPart p1, p2;
   p1.fmt = cuda::WFormat::FP8;
   p1.n = n1;
@@ -621,8 +621,7 @@ TEST(CudaQuant, Fp8FirstPartUnscaledThenScaledEqualsRun) {
   p2.n = n2;
   p2.k = k;
   p2.w = dw2.as<bf16>();
-  l.parts = {p1, p2};
-  m.layers.push_back(layer);
+  const cuda::DevModel m = in_proj_model(n, k, {p1, p2});
   cudaStream_t st;
   cuda::check(cudaStreamCreate(&st), "stream");
   {

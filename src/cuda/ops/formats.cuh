@@ -2,6 +2,7 @@
 // (kernels_quant.cu) and the W4A16 GEMM (kernels_w4a16.cu). They repeat quant/formats.cpp's
 // definitions operation for operation (the tests compare bytes).
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -42,6 +43,30 @@ __device__ __forceinline__ float e4m3_value(uint8_t b) {
 __device__ __forceinline__ uint8_t e4m3_encode(float x) {
   if (isnan(x)) return 0x7f;
   return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+// An activation row's FP8 quantization over 16-byte chunks of 8 bf16 (fp8_quant_rows_v_k, the
+// FP8 SwiGLU): the running max of |x|, then the chunk's 8 codes of x / s in 8 bytes, first value
+// in the lowest byte.
+__device__ __forceinline__ float absmax8_bf16(uint4 v, float m) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(h[j]);
+    m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+  }
+  return m;
+}
+__device__ __forceinline__ uint2 e4m3_encode8_bf16(uint4 v, float s) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+  uint32_t w[2] = {0u, 0u};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 f = __bfloat1622float2(h[j]);
+    const uint32_t lo = e4m3_encode(__fdiv_rn(f.x, s)), hi = e4m3_encode(__fdiv_rn(f.y, s));
+    w[j / 2] |= (lo | hi << 8) << (16 * (j % 2));
+  }
+  return make_uint2(w[0], w[1]);
 }
 
 // The FP8 GEMM's scales: v * rs[r] * cs[c], multiplied in that order and never contracted into

@@ -131,30 +131,15 @@ __global__ void __launch_bounds__(kSwigluQuantThreads) swiglu_fp8_quant_k(const 
     uint4 ov;
     bf16* op = reinterpret_cast<bf16*>(&ov);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      op[j] = __float2bfloat16(silu_f(gu_value(gp[j], t, 8 * i + j, sc)) * gu_value(up[j], t, ffn + 8 * i + j, sc));
-      m = fmaxf(m, fabsf(__bfloat162float(op[j])));
-    }
+    for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16(silu_f(gu_value(gp[j], t, 8 * i + j, sc)) * gu_value(up[j], t, ffn + 8 * i + j, sc));
+    m = absmax8_bf16(ov, m);
     act_s[i] = ov;
   }
   m = block_max(m, sh);  // its barriers also publish act_s
   const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f;
   if (threadIdx.x == 0) scale[t] = s;
   uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
-  for (int64_t i = threadIdx.x; i < kp8; i += blockDim.x) {
-    uint32_t w[2] = {0u, 0u};
-    if (i < f8) {
-      const uint4 v = act_s[i];
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 f = __bfloat1622float2(h[j]);
-        const uint32_t lo = e4m3_encode(__fdiv_rn(f.x, s)), hi = e4m3_encode(__fdiv_rn(f.y, s));
-        w[j / 2] |= (lo | hi << 8) << (16 * (j % 2));
-      }
-    }
-    out[i] = make_uint2(w[0], w[1]);
-  }
+  for (int64_t i = threadIdx.x; i < kp8; i += blockDim.x) out[i] = i < f8 ? e4m3_encode8_bf16(act_s[i], s) : make_uint2(0u, 0u);
 }
 
 __global__ void bias_act_k(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu) {

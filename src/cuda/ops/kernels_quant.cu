@@ -86,33 +86,12 @@ __global__ void fp8_quant_rows_v_k(const bf16* x, int64_t k8, int64_t ldx, uint8
   __shared__ float sh[32];
   const uint4* row = reinterpret_cast<const uint4*>(x + int64_t(blockIdx.x) * ldx);
   float m = 0;
-  for (int64_t i = threadIdx.x; i < k8; i += blockDim.x) {
-    const uint4 v = row[i];
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
-      m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
-    }
-  }
+  for (int64_t i = threadIdx.x; i < k8; i += blockDim.x) m = absmax8_bf16(row[i], m);
   m = block_max(m, sh);
   const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f;
   if (threadIdx.x == 0) scale[blockIdx.x] = s;
   uint2* out = reinterpret_cast<uint2*>(q + int64_t(blockIdx.x) * kp8 * 8);
-  for (int64_t i = threadIdx.x; i < kp8; i += blockDim.x) {
-    uint32_t w[2] = {0u, 0u};
-    if (i < k8) {
-      const uint4 v = row[i];
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 f = __bfloat1622float2(h[j]);
-        const uint32_t lo = e4m3_encode(__fdiv_rn(f.x, s)), hi = e4m3_encode(__fdiv_rn(f.y, s));
-        w[j / 2] |= (lo | hi << 8) << (16 * (j % 2));
-      }
-    }
-    out[i] = make_uint2(w[0], w[1]);
-  }
+  for (int64_t i = threadIdx.x; i < kp8; i += blockDim.x) out[i] = i < k8 ? e4m3_encode8_bf16(row[i], s) : make_uint2(0u, 0u);
 }
 
 __global__ void fp8_dequant_rows_k(const uint8_t* q, int64_t kp, const float* scale, int64_t rows, int64_t k, bf16* w) {
