@@ -257,7 +257,8 @@ void ragged_points(void* handle, const HardwareLimits& hw, cudaStream_t st, json
 }
 
 // The vision tower's frames through a ragged, non-causal graph (the padding mask only): q / k / v
-// [rows, 16, 80] (72 dims of each head used, the rest zero: the product's padded layout), images of
+// [rows, 16, 80] (72 dims of each head used, the rest zero: clefrt's kernel's padded layout; the
+// product's cuDNN path packs the heads since session 22, tower_single_points), images of
 // different patch counts packed; o packed [rows, 16, 72], or written over q's rows (head stride
 // 80), as the product's flash_attention_full does to save the tower's scratch
 void tower_points(void* handle, const HardwareLimits& hw, cudaStream_t st, json::Value& records) {
@@ -450,6 +451,21 @@ void tower_single_points(void* handle, const HardwareLimits& hw, cudaStream_t st
     variant("dense, exact length", exact, false);
     variant("dense, exact length, packed heads", packed, true);
     variant("ragged, bound, packed heads", ragged_packed, true);
+    // the product's way: the packed ragged graph written over its own q, against out of place
+    try {
+      Attention a(handle, ragged_packed);
+      const size_t n = size_t(S * heads * d);
+      a.run(qp.as<bf16>(), kp.as<bf16>(), vp.as<bf16>(), o.as<bf16>(), st, &rp);  // o: room for S rows packed
+      check(cudaMemcpyAsync(op.get(), qp.get(), n * 2, cudaMemcpyDeviceToDevice, st), "q copy");
+      a.run(op.as<bf16>(), kp.as<bf16>(), vp.as<bf16>(), op.as<bf16>(), st, &rp);
+      const auto apart = down_bf16(o.as<bf16>(), n), over_q = down_bf16(op.as<bf16>(), n);
+      size_t differ = 0;
+      for (size_t i = 0; i < n; ++i) differ += apart[i] != over_q[i];
+      std::printf("  %-34s %zu outputs differ from out of place\n", "packed heads, ragged, over q", differ);
+      rec.add("packed_ragged_over_q_vs_out_of_place_differing", json::Value::integer(int64_t(differ)));
+    } catch (const std::exception& e) {
+      std::printf("  %-34s %s\n", "packed heads, ragged, over q", e.what());
+    }
     records.arr.push_back(std::move(rec));
   }
 }

@@ -64,6 +64,9 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   const int64_t H = c.hidden, heads = c.heads, hd = H / heads, m = c.spatial_merge;
   // q / k / v heads dp apart: cuDNN's layout (tower_attention), else clefrt's kernel's padding
   const int64_t Dp = frames_attn ? frames_attn->dp() : flash_attention_full_padded(hd);
+  if (Dp < hd || Dp > flash_attention_full_padded(hd))  // the scratch holds heads of the padded width
+    throw Error(Status::Internal, "internal_error",
+                "vision tower: cuDNN's heads " + std::to_string(Dp) + " apart for head dims " + std::to_string(hd) + " (tower_attention's layout)");
   const int64_t m2 = m * m, P = per_patch(c), OH = c.out_hidden;
   int64_t S = 0;
   for (const model::ImagePatches* im : images) {

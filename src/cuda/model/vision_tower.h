@@ -24,8 +24,10 @@ struct VisionScratch {
   bf16* pix = nullptr;            // a row block of the processor's pixels [block, C * T * P * P] (in big)
   uint8_t* rgb = nullptr;         // the resized images, one after another (ImagePatches::rgb; in q)
   float* x = nullptr;             // [S, hidden] the residual stream
-  // [S, heads, Dp] (head dims zero-padded); attention writes over q, k then holds its packed
-  // [S, hidden] copy for proj, q the merger's LayerNorm out: no hidden-wide buffer of its own
+  // [S, heads, Dp] (room for clefrt's kernel's zero-padded head dims; cuDNN's heads packed);
+  // attention writes over q, which proj reads as it stands when the heads are packed, else k
+  // holds its packed [S, hidden] copy; q then the merger's LayerNorm out: no hidden-wide buffer
+  // of its own
   bf16 *q = nullptr, *k = nullptr, *v = nullptr;
   float* big = nullptr;           // a row block's qkv / fc1 GEMM output (fp32)
   bf16* mid = nullptr;            // a row block's LayerNorm out, then its GELU output

@@ -475,6 +475,8 @@ void CudnnAttention::run(const bf16* q, const bf16* k, const bf16* v, int64_t ld
 
 CudnnFrameAttention::CudnnFrameAttention(int64_t heads, int64_t d, int64_t dp) : heads_(heads), d_(d), dp_(dp) {
   if (d > dp) throw Error(Status::Internal, "internal_error", "cuDNN frame attention: head dims " + std::to_string(d) + " > padded " + std::to_string(dp));
+  if (dp % 8)  // heads 16-byte aligned, as the graph's tensors are declared
+    throw Error(Status::Internal, "internal_error", "cuDNN frame attention: heads " + std::to_string(dp) + " apart, not a multiple of 8");
   plan(1, cudnn_bound(1));
 }
 
