@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests] [bench MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [lab] [anchors]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [lab] [anchors]
 # reuse: the prefix cache's cold / warm points (27B bf16, 1,024 / 8,000 / 32,768-token states);
 # reuse-host: the same with a one-state GPU budget and a host tier, and the host tier's point.
 # interleave: blog latency while a 65,436-token request runs, per step size (27B bf16).
@@ -30,6 +30,8 @@ while [ $# -gt 0 ]; do
   case $1 in
     tests)
       .carry/clefrt_gpu_tests 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
+    tests=*)  # a gtest filter: tests=*Gdn*:*Fp8*
+      .carry/clefrt_gpu_tests --gtest_filter="${1#tests=}" 2>&1 | tee "$OUT/gpu_tests-filtered.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
     bench)
       shift
       # the quant modes up to the next verb (auto, bf16, fp8, nvfp4, nvfp4-w4a16)
