@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <random>
@@ -351,7 +352,7 @@ void gdn_in_passes(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64
 // crossing chunk boundaries, Hv > Hk, strong and weak decay.
 TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
   NEED_GPU();
-  // (the 27B model's heads, Hk 16 / Hv 48 at 128, and a Dv of 64 run the Wgmma path too)
+  // (the 27B model's heads, Hk 16 / Hv 48 at 128, run the Wgmma path too)
   for (auto [Hk, Hv, Dk, Dv] : {std::tuple{2, 4, 16, 16}, {2, 6, 128, 128}, {1, 2, 64, 96}, {1, 1, 32, 24}, {16, 48, 128, 128}, {1, 3, 128, 64}}) {
     const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
     const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
@@ -380,7 +381,7 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
     GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
     std::vector<GdnPath> paths = {GdnPath::TensorCores, GdnPath::Simt};
     if (gdn_wgmma_available(Dk, Dv)) paths.push_back(GdnPath::Wgmma);
-    else if (Dk == 128) std::printf("[ cuda    ] gdn_chunked: no Wgmma path on this GPU / build (Dk %d, Dv %d)\n", int(Dk), int(Dv));
+    else if (gdn_wgmma_built(Dk, Dv)) std::printf("[ cuda    ] gdn_chunked: no Wgmma path on this GPU (Dk %d, Dv %d)\n", int(Dk), int(Dv));
     for (GdnPath path : paths) {
       const char* name = path == GdnPath::Simt ? "simt" : path == GdnPath::Wgmma ? "wgmma" : "tensor cores";
       check(cudaMemset(o.get(), 0xff, want.size() * 4), "poison o");  // NaN: every output must be written
@@ -411,6 +412,58 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
       }
     }
   }
+}
+
+// The Wgmma path's prep (bf16x3 wgmmas; W and A left as the scan's planes) against the 3xTF32
+// prep's fp32 W, U and A, over partial chunks and a pass that starts at chunk 2: a layout or
+// gating error is O(1), bf16x3's rounding ~1e-5 of a matrix's largest entry.
+TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
+  NEED_GPU();
+  const int64_t Hk = 2, Hv = 6, Dk = 128, Dv = 128;
+  if (!gdn_wgmma_available(Dk, Dv)) GTEST_SKIP() << "no Wgmma path on this GPU / build";
+  const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
+  const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
+  const int64_t nc = int64_t(k.cs.size()), c0 = 2, P = nc - c0;
+  DeviceBuffer dm = upload(k.mixed, "m"), dg = upload(k.g, "g"), db = upload(k.beta, "b"), dcs = upload(k.cs, "cs"), dcl = upload(k.cl, "cl"),
+               dsc = upload(k.sc, "sc"), st(size_t(Hv * Dk * Dv) * 4);
+  const GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
+  std::vector<DeviceBuffer> keep_t, keep_w;
+  GdnScratch tc = gdn_scratch(Hk, Hv, Dk, Dv, P, keep_t), wg = gdn_scratch(Hk, Hv, Dk, Dv, P, keep_w);
+  for (GdnScratch* x : {&tc, &wg}) {
+    x->c0 = c0;
+    x->state_in = st.as<float>();  // a pass after the first: the prep does not read it
+  }
+  check(cudaMemset(wg.u, 0xff, size_t(P * Hv * 64 * Dv) * 4), "poison U");
+  gdn_chunk_prep(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, tc, nullptr, GdnPath::TensorCores);
+  gdn_chunk_prep(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, wg, nullptr, GdnPath::Wgmma);
+  const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
+  const auto wp = down<uint8_t>(keep_w[3], size_t(P * pb.w)), ap = down<uint8_t>(keep_w[4], size_t(P * pb.a));
+  // element (row, k) of a plane of `rows` rows (gdn_tiles.cuh's kmajor_off: 64-wide k panels,
+  // 128-byte rows, 16-byte chunks swizzled by row % 8), hi + lo
+  auto plane_at = [](const std::vector<uint8_t>& b, size_t base, size_t lo_at, int row, int kk, int rows) {
+    const size_t off = base + size_t((kk >> 6) * rows * 128 + row * 128 + ((((kk & 63) >> 3) ^ (row & 7)) << 4) + (kk & 7) * 2);
+    __nv_bfloat16_raw h, l;
+    std::memcpy(&h.x, &b[off], 2);
+    std::memcpy(&l.x, &b[off + lo_at], 2);
+    return double(__bfloat162float(__nv_bfloat16(h))) + double(__bfloat162float(__nv_bfloat16(l)));
+  };
+  const auto w_t = down<float>(keep_t[0], size_t(P * Hv * 64 * Dk)), a_t = down<float>(keep_t[2], size_t(P * Hv * 64 * 64));
+  std::vector<float> w_w(w_t.size()), a_w(a_t.size());
+  for (int64_t m = 0; m < P * Hv; ++m)
+    for (int r = 0; r < 64; ++r) {
+      for (int kk = 0; kk < Dk; ++kk) w_w[size_t((m * 64 + r) * Dk + kk)] = float(plane_at(wp, size_t(m * pb.w / Hv), size_t(pb.w / Hv / 2), r, kk, 64));
+      for (int kk = 0; kk < 64; ++kk) a_w[size_t((m * 64 + r) * 64 + kk)] = float(plane_at(ap, size_t(m * pb.a / Hv), size_t(pb.a / Hv / 2), r, kk, 64));
+    }
+  auto check_matrix = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+    double big = 0, worst = 0;
+    for (float v : want) big = std::max(big, double(std::fabs(v)));
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+    std::printf("[ cuda    ] wgmma prep %s: worst |diff| %.3g of max |x| %.3g\n", what, worst, big);
+    expect_close(got, want, 2e-5 * big, 2e-4, std::string("wgmma prep ") + what + " vs 3xTF32");
+  };
+  check_matrix(w_w, w_t, "W");
+  check_matrix(a_w, a_t, "A");
+  check_matrix(down<float>(keep_w[1], size_t(P * Hv * 64 * Dv)), down<float>(keep_t[1], size_t(P * Hv * 64 * Dv)), "U");
 }
 
 // The Wgmma scan's prefix-cache paths against the 3xTF32 scan's: sequences starting from cached

@@ -5,13 +5,14 @@
 //   3xtf32        gdn_chunk_scan on GdnPath::TensorCores: the engine's mma.sync 3xTF32 kernel
 //                 (fp32-level: the reference the others are compared with)
 //   product       gdn_chunk_scan as the engine runs it (Auto)
-//   wgmma bf16x3  gdn_chunk_prep + gdn_chunk_scan on GdnPath::Wgmma (the prep writing W and A as
-//                 planes, kernels_gdn_wgmma.cu's Q / K^T planes + fused bf16x3 wgmma scan; Auto's
-//                 choice on Hopper once gdn_wgmma_default()): its time includes that prep, printed
-//                 alone after the variants
-//   wgmma prep    this file's chunk prep on wgmma with bf16x3 products (KK^T, QK^T, T [bV | bK]
-//                 as wgmmas, the inverse as the product's) + the Wgmma scan; its time includes
-//                 that prep, printed alone after the variants. Written without a GPU run.
+//   wgmma bf16x3  gdn_chunk_prep + gdn_chunk_scan on GdnPath::Wgmma (kernels_gdn_wgmma.cu: the
+//                 prep on bf16x3 wgmmas writing U, W and A as planes, the Q / K^T planes, the
+//                 fused bf16x3 wgmma scan; Auto's choice on Hopper once gdn_wgmma_default()):
+//                 its time includes its prep, which is timed alone after the variants beside the
+//                 3xTF32 prep
+//   wgmma scan on 3xtf32 prep  the 3xTF32 prep's W and A made planes by this file's kernel, then
+//                 the Wgmma scan: the scan's error on an fp32-level prep (its time includes that
+//                 prep and the conversion)
 //   fused 3xtf32  this file's copy of the 3xTF32 kernel (its bits must equal 3xtf32's)
 //   regs nwN      gdn_scan_regs.cuh: the state in registers, one warp per 16 state columns, N
 //                 warps a CTA (1, 2, 4), 3xTF32; regs tf32: 2 warps, plain TF32 products
@@ -575,146 +576,19 @@ __global__ void __launch_bounds__(256) gdn_chunk_out_tc_k(const float* mixed, in
   }
 }
 
-// ---- variant "wgmma prep": the chunk prep on wgmma with bf16x3 products (Dk = Dv = 128) ----
-// The same outputs as the Wgmma path's prep (gdn_chunk_prep_tc_k<true>: U fp32, W and A as
-// planes), one CTA (two warpgroups) per (chunk, value head):
-//   1. Q, K as planes [tokens][Dk], from global memory;
-//   2. K K^T (warpgroup 0) and Q K^T (warpgroup 1), 24 wgmma m64n64k16 each; gated into Lm
-//      (fp32, shared) and A (planes, global);
-//   3. (beta e^gamma K) and (beta V) as planes [Dk / Dv][tokens] over Q's and K's, T = (I +
-//      Lm)^-1 (SIMT, as the product's prep), T as planes over Lm;
-//   4. U = T (beta V) (warpgroup 0) and W = T (beta e^gamma K) (warpgroup 1), 12 wgmma
-//      m64n128k16 each; U to global in fp32, W as planes.
-struct PrepWgSmem {
-  static constexpr int ldl = C + 4;
-  // R1 (64 KB): Q's and K's planes, then (beta e^gamma K)'s and (beta V)'s; Lm (fp32), then T's
-  // planes; T (fp32); P; beta, beta e^gamma; gamma. ~103 KB and 1 KB to align: two CTAs an SM.
-  static size_t bytes() { return 1024 + 2 * size_t(kTile) + sizeof(float) * (2 * C * ldl + 3 * 256 + 2 * C) + sizeof(double) * C; }
-};
-
-__global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
-                                                           const float* beta, GdnChunks ch, GdnScratch sc) {
-  constexpr int Dk = 128, Dv = 128, ldl = PrepWgSmem::ldl;
-  static_assert(C * ldl * 4 >= kSmallTile && (C * ldl * 4) % 1024 == 0, "T's planes go over Lm, whose end keeps 1 KB alignment");
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* Qp = base;                    // [64 tokens][128 Dk]
-  uint8_t* Kp = Qp + kTile;              // [64 tokens][128 Dk]
-  uint8_t* Ks = base;                    // after 2: (beta e^gamma K) [128 Dk][64 tokens]
-  uint8_t* Vp = base + kTile;            // after 2: (beta V) [128 Dv][64 tokens]
-  float* Lm = reinterpret_cast<float*>(base + 2 * kTile);  // [C][ldl]
-  uint8_t* Tp = reinterpret_cast<uint8_t*>(Lm);             // after the inverse: [64 tokens][64 tokens]
-  float* T = Lm + C * ldl;                                  // [C][ldl]
-  float* P = T + C * ldl;                                   // [3][16][16]
-  float* bs = P + 3 * 256;                                  // beta_i
-  float* sk = bs + C;                                       // beta_i e^gamma_i
-  double* gam = reinterpret_cast<double*>(sk + C);
-
-  const int64_t ci = blockIdx.x, c = sc.c0 + ci, j = blockIdx.y;
-  const int64_t t0 = ch.chunk_start[c];
-  const int n = ch.chunk_len[c];
-  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
-  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7, wi = warp & 3;
-  const int gq = lane >> 2, tq = lane & 3;
-  const float* rows = mixed + t0 * conv_dim;
-
-  for (int e = tid; e < C * ldl; e += nt) T[e] = 0.0f;
-  if (tid < C) bs[tid] = tid < n ? beta[(t0 + tid) * Hv + j] : 0.0f;
-  chunk_gamma(gam, g, t0, n, Hv, j);
-  __syncthreads();
-  if (tid < C) sk[tid] = bs[tid] * float(exp(gam[tid]));
-  // 1. Q and K as [tokens][Dk] planes, beta V as [Dv][tokens] planes (lanes on consecutive Dv)
-  for (int e = tid; e < 2 * C * Dk / 8; e += nt) {
-    const bool isq = e < C * Dk / 8;
-    const int ee = isq ? e : e - C * Dk / 8, i = ee / (Dk / 8), kk = (ee % (Dk / 8)) * 8;
-    const float* src = rows + (isq ? kh * Dk : key_dim + kh * Dk) + i * conv_dim + kk;
-    float v[8];
-#pragma unroll
-    for (int m = 0; m < 8; ++m) v[m] = i < n ? src[m] : 0.0f;
-    put8(isq ? Qp : Kp, kTile / 2, kmajor_off(i, kk, C), v);
+// ---- "wgmma scan on 3xtf32 prep": the 3xTF32 prep's fp32 W and A as the Wgmma scan's planes ----
+// grid (chunks, Hv), 256 threads: a thread a pair of W's row (128 wide) or A's (64 wide).
+__global__ void planes_from_fp32_k(GdnScratch sc) {
+  const int64_t at = int64_t(blockIdx.x) * gridDim.y + blockIdx.y;
+  const float* w = sc.w + at * C * 128;
+  const float* a = sc.aqk + at * C * C;
+  for (int e = threadIdx.x; e < C * 128 / 2; e += blockDim.x) {
+    const int row = e / 64, k = (e % 64) * 2;
+    put_pair(sc.wp + at * kTile, kTile / 2, row, k, C, w[row * 128 + k], w[row * 128 + k + 1]);
   }
-  fence_proxy_async();
-  __syncthreads();
-  // 2. K K^T (warpgroup 0), Q K^T (warpgroup 1): M = 64 tokens i, N = 64 tokens j, K = Dk
-  {
-    float acc[32];
-    const uint8_t* Ap = wg == 0 ? Kp : Qp;
-    for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < Dk / 16; ++k) {
-      const int po = (k >> 2) * (C * 128) + (k & 3) * 32;
-      const uint64_t ah = wgmma_desc(Ap + po), al = wgmma_desc(Ap + kTile / 2 + po);
-      const uint64_t bh = wgmma_desc(Kp + po), bl = wgmma_desc(Kp + kTile / 2 + po);
-      wgmma_bf16x3<64>(acc, ah, al, bh, bl, k > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int ii = 16 * wi + gq + 8 * h, jc = 8 * jj + 2 * tq;
-        float x[2];
-        for (int cc = 0; cc < 2; ++cc) {
-          const float G = ii >= jc + cc ? expf(float(gam[ii] - gam[jc + cc])) : 0.0f;
-          x[cc] = wg == 0 ? (ii > jc + cc ? bs[ii] * acc[4 * jj + 2 * h + cc] * G : 0.0f) : (ii >= jc + cc ? acc[4 * jj + 2 * h + cc] * G : 0.0f);
-        }
-        if (wg == 0) {
-          Lm[ii * ldl + jc] = x[0];
-          Lm[ii * ldl + jc + 1] = x[1];
-        } else {
-          put_pair(sc.ap + (ci * Hv + j) * kSmallTile, kSmallTile / 2, ii, jc, C, x[0], x[1]);
-        }
-      }
-  }
-  __syncthreads();  // Lm whole; Q's and K's planes read by both warpgroups
-  // 3. beta e^gamma K and beta V as [Dk / Dv][tokens] planes (over Q's and K's; lanes on
-  // consecutive Dk / Dv), T = (I + Lm)^-1, T's planes over Lm
-  for (int e = tid; e < C * (Dk + Dv) / 8; e += nt) {
-    const bool isk = e < C * Dk / 8;
-    const int ee = isk ? e : e - C * Dk / 8, x = ee % 128, i0 = (ee / 128) * 8;
-    const float* src = rows + (isk ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + x;
-    const float* scale = isk ? sk : bs;
-    float v[8];
-#pragma unroll
-    for (int m = 0; m < 8; ++m) v[m] = i0 + m < n ? scale[i0 + m] * src[(i0 + m) * conv_dim] : 0.0f;
-    put8(isk ? Ks : Vp, kTile / 2, kmajor_off(x, i0, 128), v);
-  }
-  invert_unit_lower(Lm, T, P, ldl, tid, nt);
-  for (int e = tid; e < C * C / 2; e += nt) {
-    const int i = e / (C / 2), k = (e % (C / 2)) * 2;
-    put_pair(Tp, kSmallTile / 2, i, k, C, T[i * ldl + k], T[i * ldl + k + 1]);
-  }
-  fence_proxy_async();
-  __syncthreads();
-  // 4. U = T (beta V) (warpgroup 0), W = T (beta e^gamma K) (warpgroup 1): M = 64 tokens, N = 128,
-  // K = 64 tokens
-  {
-    float acc[64];
-    const uint8_t* Bp = wg == 0 ? Vp : Ks;
-    for (int i = 0; i < 64; ++i) fence_operand(acc[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < C / 16; ++k) {
-      const uint64_t ah = wgmma_desc(Tp + 32 * k), al = wgmma_desc(Tp + kSmallTile / 2 + 32 * k);
-      const uint64_t bh = wgmma_desc(Bp + 32 * k), bl = wgmma_desc(Bp + kTile / 2 + 32 * k);
-      wgmma_bf16x3<128>(acc, ah, al, bh, bl, k > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    for (int i = 0; i < 64; ++i) fence_operand(acc[i]);
-    float* u = sc.u + (ci * Hv + j) * C * Dv;
-    uint8_t* wpl = sc.wp + (ci * Hv + j) * kTile;
-#pragma unroll
-    for (int jj = 0; jj < 16; ++jj)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int ii = 16 * wi + gq + 8 * h, col = 8 * jj + 2 * tq;
-        if (wg == 0) *reinterpret_cast<float2*>(u + ii * Dv + col) = make_float2(acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1]);
-        else put_pair(wpl, kTile / 2, ii, col, C, acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1]);
-      }
+  for (int e = threadIdx.x; e < C * C / 2; e += blockDim.x) {
+    const int row = e / 32, k = (e % 32) * 2;
+    put_pair(sc.ap + at * kSmallTile, kSmallTile / 2, row, k, C, a[row * C + k], a[row * C + k + 1]);
   }
 }
 
@@ -732,8 +606,7 @@ int main(int argc, char** argv) {
     const HardwareLimits hw = bench::measure_and_print_hardware();
     for (const void* k : {(const void*)gdn_chunk_scan_tc_k<Mma::Tf32x3>, (const void*)gdn_chunk_scan_tc_k<Mma::Tf32>,
                           (const void*)gdn_chunk_scan_tc_k<Mma::Bf16>, (const void*)gdn_chunk_state_tc_k, (const void*)gdn_chunk_out_tc_k,
-                          (const void*)gdn_scan_narrow_k<16>, (const void*)gdn_scan_narrow_k<32>,
-                          (const void*)gdn_prep_wgmma_k})
+                          (const void*)gdn_scan_narrow_k<16>, (const void*)gdn_scan_narrow_k<32>})
       check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "lab smem");
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
@@ -832,8 +705,9 @@ int main(int argc, char** argv) {
              gdn_chunk_state_tc_k<<<sgrid, 256, StateTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
              gdn_chunk_out_tc_k<<<ogrid, 256, OutTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>(), out);
            }},
-          {"wgmma prep", [&](float* out) {  // the wgmma prep + the Wgmma scan: the time includes that prep
-             gdn_prep_wgmma_k<<<dim3(unsigned(nc), unsigned(Hv)), 256, PrepWgSmem::bytes(), s>>>(mx, conv_dim, Hk, Hv, gg, beta.as<float>(), ch, scr);
+          {"wgmma scan on 3xtf32 prep", [&](float* out) {  // the time includes that prep and the conversion
+             gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::TensorCores);
+             planes_from_fp32_k<<<dim3(unsigned(nc), unsigned(Hv)), 256, 0, s>>>(scr);
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
            }},
           {"simt", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Simt); }},
@@ -888,18 +762,17 @@ int main(int argc, char** argv) {
         r.add("rms_rel_err", json::Value::number(rel_rms));
         pts.arr.push_back(std::move(r));
       }
-      if (gdn_wgmma_available(Dk, Dv)) {  // the Wgmma path's prep alone (its line above includes it)
-        const double t = median_ms(s, [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma); });
-        const double t2 = median_ms(s, [&] {
-          gdn_prep_wgmma_k<<<dim3(unsigned(nc), unsigned(Hv)), 256, PrepWgSmem::bytes(), s>>>(mx, conv_dim, Hk, Hv, gg, beta.as<float>(), ch, scr);
-        });
-        std::printf("  wgmma bf16x3 prep (W, A as planes) alone %7.3f ms; the wgmma prep alone %7.3f ms\n", t, t2);
+      if (gdn_wgmma_available(Dk, Dv)) {  // the preps alone (the Wgmma line above includes its own)
+        const double t_tc = median_ms(s, [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::TensorCores); });
+        const double t_wg = median_ms(s, [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma); });
+        std::printf("  prep alone: 3xTF32 mma.sync %7.3f ms (%.1f TFLOP/s), bf16x3 wgmma %7.3f ms (%.1f TFLOP/s, %.2fx)\n", t_tc,
+                    flop_prep / (t_tc * 1e-3) / 1e12, t_wg, flop_prep / (t_wg * 1e-3) / 1e12, t_tc / t_wg);
         json::Value r = json::Value::object();
-        r.add("variant", json::Value::string("wgmma bf16x3 prep alone"));
+        r.add("variant", json::Value::string("preps alone"));
         r.add("m", json::Value::integer(L));
         r.add("sequences", json::Value::integer(sh.seqs));
-        r.add("prep_ms", json::Value::number(t));
-        r.add("wgmma_prep_ms", json::Value::number(t2));
+        r.add("prep_3xtf32_ms", json::Value::number(t_tc));
+        r.add("prep_wgmma_ms", json::Value::number(t_wg));
         pts.arr.push_back(std::move(r));
       }
       shapes.arr.push_back(bench::shape_record(sh.name, Hv * Dv, Dk, std::move(pts)));

@@ -120,10 +120,10 @@ struct GdnPlaneBytes {
 };
 GdnPlaneBytes gdn_plane_bytes(int64_t Hk, int64_t Hv);
 // Which kernels. TensorCores: mma.sync 3xTF32 products (fp32-level accuracy; Dk % 16 == 0,
-// Dv % 8 == 0, any sm_80+ GPU). Wgmma: the scan on Hopper's wgmma with bf16x3 products (within
-// ~1e-5 of TensorCores; gdn_wgmma_available: an sm_90a build on compute capability 9.0, Dk = 128,
-// Dv % 64 == 0; the prep is TensorCores' writing W and A as planes; needs GdnScratch's planes;
-// prep and scan must take the same path). Simt: fp32 CUDA cores, any
+// Dv % 8 == 0, any sm_80+ GPU). Wgmma: prep and scan on Hopper's wgmma with bf16x3 products
+// (within ~1e-5 of TensorCores; gdn_wgmma_available: an sm_90a build on compute capability 9.0,
+// Dk = Dv = 128; needs GdnScratch's planes; prep and scan must take the same path: the prep
+// leaves W and A as planes only). Simt: fp32 CUDA cores, any
 // shape. Auto: Wgmma where available and gdn_wgmma_default(), else TensorCores where the shape
 // fits, else Simt. The tests run each explicitly.
 enum class GdnPath { Auto, TensorCores, Wgmma, Simt };
@@ -142,8 +142,10 @@ void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
                     const GdnChunks& ch, GdnScratch sc, cudaStream_t s, GdnPath path = GdnPath::Auto);
 void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
                     GdnScratch sc, float* o, cudaStream_t s, GdnPath path = GdnPath::Auto);
-// The Wgmma path's scan (kernels_gdn_wgmma.cu): Q's and K^T's planes from q / k, then the fused
-// recurrence and outputs over the prep's W and A planes and its fp32 U.
+// The Wgmma path's halves (kernels_gdn_wgmma.cu): the prep (U in fp32, W and A as planes), and
+// the scan (Q's and K^T's planes from q / k, then the fused recurrence and outputs).
+void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
+                          const GdnChunks& ch, const GdnScratch& sc, cudaStream_t s);
 void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
                           const GdnScratch& sc, float* o, cudaStream_t s);
 // act[t, j*Dv + i] = rms_norm(o)[...] * w[i] * silu(z[t, j*Dv + i]) -> bf16; zs: z unscaled

@@ -11,8 +11,8 @@
 // gdn_chunk_prep does the first part for all chunks in parallel; gdn_chunk_scan walks the
 // chunks, one CTA per (sequence, head, 32 state columns): the columns of S evolve independently,
 // which is what makes the split exact. Each has a tensor-core form (3xTF32 mma.sync) and a
-// CUDA-core form; on Hopper the scan runs on wgmma instead (kernels_gdn_wgmma.cu; GdnPath in
-// kernels.h).
+// CUDA-core form; on Hopper the prep and scan run on wgmma instead (kernels_gdn_wgmma.cu; GdnPath
+// in kernels.h).
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -286,9 +286,6 @@ struct PrepTcSmem {
   size_t bytes() const { return sizeof(double) * C + sizeof(float) * floats(); }  // ~105 KiB at Dk = Dv = 128: two CTAs per SM
 };
 
-// Planes (the Wgmma path, Dk = 128): W and A go out as bf16x3 planes (sc.wp, sc.ap; gdn_tiles.cuh)
-// instead of fp32 (sc.w, sc.aqk); U stays fp32.
-template <bool Planes>
 __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, int64_t Dk,
                                                            int64_t Dv, const float* g, const float* beta, GdnChunks ch, GdnScratch sc) {
   extern __shared__ double smem_d[];
@@ -325,8 +322,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
   // its tiles at or below the diagonal (i >= w / 2) share their K-column fragment.
   // A's elements (row, col), (row, col + 1)
   auto put_a = [&](int row, int col, float x0, float x1) {
-    if constexpr (Planes) put_pair(sc.ap + (ci * Hv + j) * kSmallTile, kSmallTile / 2, row, col, C, x0, x1);
-    else *reinterpret_cast<float2*>(sc.aqk + (ci * Hv + j) * C * C + row * C + col) = make_float2(x0, x1);
+    *reinterpret_cast<float2*>(sc.aqk + (ci * Hv + j) * C * C + row * C + col) = make_float2(x0, x1);
   };
   {
     static_assert(C == 64, "the tile assignment assumes 4 row tiles x 8 column tiles");
@@ -368,7 +364,7 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
   __syncthreads();
   // 3. U = T (beta V), W = T (beta e^gamma K): column tiles of U, then of W
   float* u = sc.u + (ci * Hv + j) * C * Dv;
-  float* w = Planes ? nullptr : sc.w + (ci * Hv + j) * C * Dk;
+  float* w = sc.w + (ci * Hv + j) * C * Dk;
   // Warp w's tiles (w + 8 m) share the row tile rt = 16 (w % 4), hence their T fragment; column
   // tile (w / 4 + 2 m) of U (beta V), then of W (beta e^gamma K). In groups of four.
   const int col_tiles = int(Dv / 8 + Dk / 8), rt = (warp % 4) * 16;
@@ -386,12 +382,6 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_tc_k(const float* mixed, i
     for (int q = 0; q < 4; ++q) {
       if (q >= nb) break;
       const int col0 = (warp / 4 + 2 * (m0 + q)) * 8;
-      if (Planes && col0 >= Dv) {  // W's planes
-        uint8_t* wp = sc.wp + (ci * Hv + j) * kTile;
-        put_pair(wp, kTile / 2, rt + gq, col0 - int(Dv) + 2 * tq, C, d[q][0], d[q][1]);
-        put_pair(wp, kTile / 2, rt + gq + 8, col0 - int(Dv) + 2 * tq, C, d[q][2], d[q][3]);
-        continue;
-      }
       float* out = col0 < Dv ? u + col0 : w + (col0 - int(Dv));
       const int64_t ldo = col0 < Dv ? Dv : Dk;
       *reinterpret_cast<float2*>(out + (rt + gq) * ldo + 2 * tq) = make_float2(d[q][0], d[q][1]);
@@ -783,8 +773,7 @@ void set_smem_limits() {
   static bool attr = false;
   if (!attr) {
     check(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
-    check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
-    check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
+    check(cudaFuncSetAttribute(gdn_chunk_prep_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_prep smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     check(cudaFuncSetAttribute(gdn_chunk_scan_tc_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024), "gdn_chunk_scan smem");
     attr = true;
@@ -812,11 +801,11 @@ void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
   if (c1 == sc.c0) return;
   const dim3 grid(unsigned(c1 - sc.c0), unsigned(Hv));
   if (gdn_path(path, Dk, Dv) == GdnPath::Wgmma) {
-    if (!gdn_wgmma_available(Dk, Dv) || !sc.wp || !sc.ap)
-      throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: the Wgmma path needs its GPU, Dk = 128, Dv % 64 == 0 and W / A planes");
-    gdn_chunk_prep_tc_k<true><<<grid, 256, PrepTcSmem(Dk, Dv).bytes(), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
-  } else if (use_tensor_cores(path, Dk, Dv)) {
-    gdn_chunk_prep_tc_k<false><<<grid, 256, PrepTcSmem(Dk, Dv).bytes(), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
+    gdn_chunk_prep_wgmma(mixed, Hk, Hv, Dk, Dv, g, beta, ch, sc, s);
+    return;
+  }
+  if (use_tensor_cores(path, Dk, Dv)) {
+    gdn_chunk_prep_tc_k<<<grid, 256, PrepTcSmem(Dk, Dv).bytes(), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
   } else {
     gdn_chunk_prep_k<<<grid, 256, PrepSmem::bytes(Dk, Dv), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
   }

@@ -1,6 +1,6 @@
-// The GDN chunk scan on Hopper's warpgroup MMA (sm_90a, Dk = 128, Dv a multiple of 64): the
-// recurrence and the outputs of gdn_chunk_scan_tc_k (kernels_gdn.cu) in one kernel, its products
-// as "bf16x3" wgmmas.
+// The GDN chunk prep and scan on Hopper's warpgroup MMA (sm_90a, Dk = Dv = 128): the outputs of
+// gdn_chunk_prep_tc_k and gdn_chunk_scan_tc_k (kernels_gdn.cu), the scan's recurrence and outputs
+// in one kernel, their products as "bf16x3" wgmmas.
 //
 // bf16x3: an fp32 operand x goes in as two bf16 planes, hi = bf16(x) and lo = bf16(x - hi)
 // (|x - hi - lo| <= 2^-16 |x|, bf16 keeping 8 significant bits), and a product as three bf16
@@ -12,8 +12,8 @@
 //
 // Operands are K-major 128-byte-swizzled bf16 tiles (wgmma.cuh), "planes" of 64-element k
 // panels: W [tokens][Dk] and A [tokens][tokens] per (chunk, value head), Q [tokens][Dk] and K^T
-// [Dk][tokens] per (chunk, key head), W's and A's written by the prep (gdn_chunk_prep on this
-// path), Q's and K^T's by gdn_qk_planes_k from the conv's q and k; inside the scan S^T [state
+// [Dk][tokens] per (chunk, key head), W's and A's written by the prep (gdn_prep_wgmma_k), Q's
+// and K^T's by gdn_qk_planes_k from the conv's q and k; inside the scan S^T [state
 // columns][Dk] and Vn^T [state columns][tokens] (gdn_tiles.cuh: the layout).
 #include <cuda_bf16.h>
 
@@ -38,7 +38,7 @@ constexpr int kCols = 64;  // state columns per CTA
 
 // grid (chunks of the pass, Hk), 256 threads: Q's and K^T's planes of (chunk, key head y), a
 // thread making 16 bytes of a plane at a time (K^T: lanes take consecutive Dk, so its eight token
-// rows read coalesced). W's and A's come from the prep (gdn_chunk_prep on this path).
+// rows read coalesced). W's and A's come from the prep (gdn_prep_wgmma_k).
 __global__ void __launch_bounds__(256) gdn_qk_planes_k(const float* mixed, int64_t conv_dim, int64_t Hk, GdnChunks ch, GdnScratch sc) {
   const int64_t ci = blockIdx.x, c = sc.c0 + ci, y = blockIdx.y;
   const int64_t t0 = ch.chunk_start[c];
@@ -271,18 +271,166 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
 #endif
 }
 
+// The chunk prep on the same wgmmas (GdnPath::Wgmma's prep): the outputs of the 3xTF32 prep
+// (gdn_chunk_prep_tc_k in kernels_gdn.cu), U in fp32, W and A as planes for the scan, one CTA
+// (two warpgroups) per (chunk, value head):
+//   1. Q, K as planes [tokens][Dk], from global memory;
+//   2. K K^T (warpgroup 0) and Q K^T (warpgroup 1), 24 wgmma m64n64k16 each; gated into Lm
+//      (fp32, shared) and A (planes, global);
+//   3. (beta e^gamma K) and (beta V) as planes [Dk / Dv][tokens] over Q's and K's, T = (I +
+//      Lm)^-1 (SIMT, gdn_tiles.cuh's, as the 3xTF32 prep), T as planes over Lm;
+//   4. U = T (beta V) (warpgroup 0) and W = T (beta e^gamma K) (warpgroup 1), 12 wgmma
+//      m64n128k16 each; U to global in fp32, W as planes.
+struct PrepSmem {
+  static constexpr int ldl = C + 4;
+  // R1 (64 KB): Q's and K's planes, then (beta e^gamma K)'s and (beta V)'s; Lm (fp32), then T's
+  // planes; T (fp32); P; beta, beta e^gamma; gamma. ~103 KB and 1 KB to align: two CTAs an SM.
+  static size_t bytes() { return 1024 + 2 * size_t(kTile) + sizeof(float) * (2 * C * ldl + 3 * 256 + 2 * C) + sizeof(double) * C; }
+};
+
+__global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
+                                                           const float* beta, GdnChunks ch, GdnScratch sc) {
+#ifndef CLEFRT_WGMMA
+  __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
+#else
+  constexpr int Dk = 128, Dv = 128, ldl = PrepSmem::ldl;
+  static_assert(C * ldl * 4 >= kSmallTile && (C * ldl * 4) % 1024 == 0, "T's planes go over Lm, whose end keeps 1 KB alignment");
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* Qp = base;                    // [64 tokens][128 Dk]
+  uint8_t* Kp = Qp + kTile;              // [64 tokens][128 Dk]
+  uint8_t* Ks = base;                    // after 2: (beta e^gamma K) [128 Dk][64 tokens]
+  uint8_t* Vp = base + kTile;            // after 2: (beta V) [128 Dv][64 tokens]
+  float* Lm = reinterpret_cast<float*>(base + 2 * kTile);  // [C][ldl]
+  uint8_t* Tp = reinterpret_cast<uint8_t*>(Lm);             // after the inverse: [64 tokens][64 tokens]
+  float* T = Lm + C * ldl;                                  // [C][ldl]
+  float* P = T + C * ldl;                                   // [3][16][16]
+  float* bs = P + 3 * 256;                                  // beta_i
+  float* sk = bs + C;                                       // beta_i e^gamma_i
+  double* gam = reinterpret_cast<double*>(sk + C);
+
+  const int64_t ci = blockIdx.x, c = sc.c0 + ci, j = blockIdx.y;
+  const int64_t t0 = ch.chunk_start[c];
+  const int n = ch.chunk_len[c];
+  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7, wi = warp & 3;
+  const int gq = lane >> 2, tq = lane & 3;
+  const float* rows = mixed + t0 * conv_dim;
+
+  for (int e = tid; e < C * ldl; e += nt) T[e] = 0.0f;
+  if (tid < C) bs[tid] = tid < n ? beta[(t0 + tid) * Hv + j] : 0.0f;
+  chunk_gamma(gam, g, t0, n, Hv, j);
+  __syncthreads();
+  if (tid < C) sk[tid] = bs[tid] * float(exp(gam[tid]));
+  // 1. Q and K as [tokens][Dk] planes, beta V as [Dv][tokens] planes (lanes on consecutive Dv)
+  for (int e = tid; e < 2 * C * Dk / 8; e += nt) {
+    const bool isq = e < C * Dk / 8;
+    const int ee = isq ? e : e - C * Dk / 8, i = ee / (Dk / 8), kk = (ee % (Dk / 8)) * 8;
+    const float* src = rows + (isq ? kh * Dk : key_dim + kh * Dk) + i * conv_dim + kk;
+    float v[8];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) v[m] = i < n ? src[m] : 0.0f;
+    put8(isq ? Qp : Kp, kTile / 2, kmajor_off(i, kk, C), v);
+  }
+  fence_proxy_async();
+  __syncthreads();
+  // 2. K K^T (warpgroup 0), Q K^T (warpgroup 1): M = 64 tokens i, N = 64 tokens j, K = Dk
+  {
+    float acc[32];
+    const uint8_t* Ap = wg == 0 ? Kp : Qp;
+    for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < Dk / 16; ++k) {
+      const int po = (k >> 2) * (C * 128) + (k & 3) * 32;
+      const uint64_t ah = wgmma_desc(Ap + po), al = wgmma_desc(Ap + kTile / 2 + po);
+      const uint64_t bh = wgmma_desc(Kp + po), bl = wgmma_desc(Kp + kTile / 2 + po);
+      wgmma_bf16x3<64>(acc, ah, al, bh, bl, k > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int ii = 16 * wi + gq + 8 * h, jc = 8 * jj + 2 * tq;
+        float x[2];
+        for (int cc = 0; cc < 2; ++cc) {
+          const float G = ii >= jc + cc ? expf(float(gam[ii] - gam[jc + cc])) : 0.0f;
+          x[cc] = wg == 0 ? (ii > jc + cc ? bs[ii] * acc[4 * jj + 2 * h + cc] * G : 0.0f) : (ii >= jc + cc ? acc[4 * jj + 2 * h + cc] * G : 0.0f);
+        }
+        if (wg == 0) {
+          Lm[ii * ldl + jc] = x[0];
+          Lm[ii * ldl + jc + 1] = x[1];
+        } else {
+          put_pair(sc.ap + (ci * Hv + j) * kSmallTile, kSmallTile / 2, ii, jc, C, x[0], x[1]);
+        }
+      }
+  }
+  __syncthreads();  // Lm whole; Q's and K's planes read by both warpgroups
+  // 3. beta e^gamma K and beta V as [Dk / Dv][tokens] planes (over Q's and K's; lanes on
+  // consecutive Dk / Dv), T = (I + Lm)^-1, T's planes over Lm
+  for (int e = tid; e < C * (Dk + Dv) / 8; e += nt) {
+    const bool isk = e < C * Dk / 8;
+    const int ee = isk ? e : e - C * Dk / 8, x = ee % 128, i0 = (ee / 128) * 8;
+    const float* src = rows + (isk ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + x;
+    const float* scale = isk ? sk : bs;
+    float v[8];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) v[m] = i0 + m < n ? scale[i0 + m] * src[(i0 + m) * conv_dim] : 0.0f;
+    put8(isk ? Ks : Vp, kTile / 2, kmajor_off(x, i0, 128), v);
+  }
+  invert_unit_lower(Lm, T, P, ldl, tid, nt);
+  for (int e = tid; e < C * C / 2; e += nt) {
+    const int i = e / (C / 2), k = (e % (C / 2)) * 2;
+    put_pair(Tp, kSmallTile / 2, i, k, C, T[i * ldl + k], T[i * ldl + k + 1]);
+  }
+  fence_proxy_async();
+  __syncthreads();
+  // 4. U = T (beta V) (warpgroup 0), W = T (beta e^gamma K) (warpgroup 1): M = 64 tokens, N = 128,
+  // K = 64 tokens
+  {
+    float acc[64];
+    const uint8_t* Bp = wg == 0 ? Vp : Ks;
+    for (int i = 0; i < 64; ++i) fence_operand(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < C / 16; ++k) {
+      const uint64_t ah = wgmma_desc(Tp + 32 * k), al = wgmma_desc(Tp + kSmallTile / 2 + 32 * k);
+      const uint64_t bh = wgmma_desc(Bp + 32 * k), bl = wgmma_desc(Bp + kTile / 2 + 32 * k);
+      wgmma_bf16x3<128>(acc, ah, al, bh, bl, k > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    for (int i = 0; i < 64; ++i) fence_operand(acc[i]);
+    float* u = sc.u + (ci * Hv + j) * C * Dv;
+    uint8_t* wpl = sc.wp + (ci * Hv + j) * kTile;
+#pragma unroll
+    for (int jj = 0; jj < 16; ++jj)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int ii = 16 * wi + gq + 8 * h, col = 8 * jj + 2 * tq;
+        if (wg == 0) *reinterpret_cast<float2*>(u + ii * Dv + col) = make_float2(acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1]);
+        else put_pair(wpl, kTile / 2, ii, col, C, acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1]);
+      }
+  }
+#endif
+}
+
 }  // namespace
 
-// Whether Auto picks the Wgmma path where it is available. Off: the kernels were written in a
-// session whose device time ran out before they ran (the lab's split form of the same design,
-// the recurrence and the outputs in two wgmma kernels, was measured there: correct, within 9e-6
-// of the 3xTF32 scan). The GPU suite's ops test and the lab run the path explicitly; once they
-// pass on the GPU this turns on (bench/results/2026-12-04-h200-session21.md).
+// Whether Auto picks the Wgmma path where it is available. Off: its scan and prep were written in
+// sessions without device time to run them (the lab's split form of the scan's design, the
+// recurrence and the outputs in two wgmma kernels, was measured: correct, within 9e-6 of the
+// 3xTF32 scan: bench/results/2026-12-04-h200-session21.md). The GPU suite's ops tests and the
+// lab run the path explicitly; once they pass on the GPU and the lab measures it faster, this
+// turns on.
 bool gdn_wgmma_default() { return false; }
 
 bool gdn_wgmma_built(int64_t Dk, int64_t Dv) {
 #ifdef CLEFRT_SM90A
-  return Dk == kDk && Dv % kCols == 0;
+  return Dk == kDk && Dv == kDk;  // the prep's U and W tiles are 128 wide
 #else
   (void)Dk, (void)Dv;
   return false;
@@ -293,11 +441,29 @@ bool gdn_wgmma_available(int64_t Dk, int64_t Dv) { return gdn_wgmma_built(Dk, Dv
 
 GdnPlaneBytes gdn_plane_bytes(int64_t Hk, int64_t Hv) { return {Hv * kTile, Hv * kSmallTile, Hk * kTile, Hk * kTile}; }
 
+void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
+                          const GdnChunks& ch, const GdnScratch& sc, cudaStream_t s) {
+  if (!gdn_wgmma_available(Dk, Dv))
+    throw Error(Status::Internal, "internal_error",
+                "gdn_chunk_prep: the wgmma prep needs an sm_90a build on a compute capability 9.0 GPU and Dk = Dv = 128 (Dk " +
+                    std::to_string(Dk) + ", Dv " + std::to_string(Dv) + ")");
+  if (!sc.wp || !sc.ap || !sc.u) throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: the wgmma prep's W / A planes are not planned");
+  static const bool attr = [] {
+    check(cudaFuncSetAttribute(gdn_prep_wgmma_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes())), "gdn_prep_wgmma smem");
+    return true;
+  }();
+  (void)attr;
+  const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
+  if (c1 == sc.c0) return;
+  gdn_prep_wgmma_k<<<dim3(unsigned(c1 - sc.c0), unsigned(Hv)), 256, PrepSmem::bytes(), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc);
+  check_launch("gdn_prep_wgmma");
+}
+
 void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
                           const GdnScratch& sc, float* o, cudaStream_t s) {
   if (!gdn_wgmma_available(Dk, Dv))
     throw Error(Status::Internal, "internal_error",
-                "gdn_chunk_scan: the wgmma scan needs an sm_90a build on a compute capability 9.0 GPU, Dk = 128 and Dv % 64 == 0 (Dk " +
+                "gdn_chunk_scan: the wgmma scan needs an sm_90a build on a compute capability 9.0 GPU and Dk = Dv = 128 (Dk " +
                     std::to_string(Dk) + ", Dv " + std::to_string(Dv) + ")");
   if (!sc.wp || !sc.ap || !sc.qp || !sc.ktp) throw Error(Status::Internal, "internal_error", "gdn_chunk_scan: the wgmma scan's planes are not planned");
   static const bool attr = [] {
