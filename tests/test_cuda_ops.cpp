@@ -433,10 +433,12 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
     x->c0 = c0;
     x->state_in = st.as<float>();  // a pass after the first: the prep does not read it
   }
-  check(cudaMemset(wg.u, 0xff, size_t(P * Hv * 64 * Dv) * 4), "poison U");
+  const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
+  check(cudaMemset(wg.u, 0xff, size_t(P * Hv * 64 * Dv) * 4), "poison U");  // NaN (0xffff: a bf16 NaN): every output must be written
+  check(cudaMemset(wg.wp, 0xff, size_t(P * pb.w)), "poison W planes");
+  check(cudaMemset(wg.ap, 0xff, size_t(P * pb.a)), "poison A planes");
   gdn_chunk_prep(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, tc, nullptr, GdnPath::TensorCores);
   gdn_chunk_prep(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, wg, nullptr, GdnPath::Wgmma);
-  const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
   const auto wp = down<uint8_t>(keep_w[3], size_t(P * pb.w)), ap = down<uint8_t>(keep_w[4], size_t(P * pb.a));
   // element (row, k) of a plane of `rows` rows (gdn_tiles.cuh's kmajor_off: 64-wide k panels,
   // 128-byte rows, 16-byte chunks swizzled by row % 8), hi + lo
@@ -459,7 +461,7 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
     for (float v : want) big = std::max(big, double(std::fabs(v)));
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
     std::printf("[ cuda    ] wgmma prep %s: worst |diff| %.3g of max |x| %.3g\n", what, worst, big);
-    expect_close(got, want, 2e-5 * big, 2e-4, std::string("wgmma prep ") + what + " vs 3xTF32");
+    expect_close(got, want, 2e-5 * std::max(big, 1e-30), 2e-4, std::string("wgmma prep ") + what + " vs 3xTF32");
   };
   check_matrix(w_w, w_t, "W");
   check_matrix(a_w, a_t, "A");

@@ -6,7 +6,7 @@
 //                 (fp32-level: the reference the others are compared with)
 //   product       gdn_chunk_scan as the engine runs it (Auto)
 //   wgmma bf16x3  gdn_chunk_prep + gdn_chunk_scan on GdnPath::Wgmma (kernels_gdn_wgmma.cu: the
-//                 prep on bf16x3 wgmmas writing U, W and A as planes, the Q / K^T planes, the
+//                 prep on bf16x3 wgmmas writing U in fp32, W and A as planes, the Q / K^T planes, the
 //                 fused bf16x3 wgmma scan; Auto's choice on Hopper once gdn_wgmma_default()):
 //                 its time includes its prep, which is timed alone after the variants beside the
 //                 3xTF32 prep
@@ -656,14 +656,19 @@ int main(int argc, char** argv) {
       const float* mx = mixed.as<float>();
       const float* gg = g.as<float>();
       const dim3 sgrid(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / SW)), ogrid(unsigned(nc), unsigned(Hv), unsigned(Dv / SW));
-      auto prep = [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s); };
+      // the 3xTF32 prep: fp32 W, U and A, what every variant but the Wgmma ones reads
+      auto prep = [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::TensorCores); };
+      const bool auto_wgmma = gdn_path(GdnPath::Auto, Dk, Dv) == GdnPath::Wgmma;
       struct Variant {
         const char* name;
         std::function<void(float*)> scan;
       };
       const std::vector<Variant> variants = {
           {"3xtf32", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::TensorCores); }},
-          {"product", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s); }},
+          {"product", [&](float* out) {  // Auto on Wgmma: its own prep too (its time includes it)
+             if (auto_wgmma) gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s);
+             gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s);
+           }},
           {"wgmma bf16x3", [&](float* out) {  // its own prep (the planes form) again: the time includes it
              gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
@@ -725,6 +730,10 @@ int main(int argc, char** argv) {
       for (const Variant& v : variants) {
         const bool is_ref = v.name == std::string("3xtf32");
         if (only && !is_ref && !std::strstr(v.name, only)) continue;
+        if (std::strstr(v.name, "wgmma") && !gdn_wgmma_available(Dk, Dv)) {
+          std::printf("  %-26s not run: no Wgmma path on this GPU / build\n", v.name);
+          continue;
+        }
         float* out = is_ref ? o_ref.as<float>() : o.as<float>();
         prep();
         v.scan(out);
@@ -748,7 +757,7 @@ int main(int argc, char** argv) {
         }) - t_prep;
         if (out == o_ref.as<float>()) t_ref = t;
         const double rel_max = max_ref > 0 ? max_err / max_ref : 0, rel_rms = sr > 0 ? std::sqrt(se / sr) : 0;
-        std::printf("  %-13s scan %7.3f ms (%.2fx 3xtf32's) %6.1f TFLOP/s | prep + scan %7.3f ms | vs 3xtf32: %zu of %zu bits "
+        std::printf("  %-26s scan %7.3f ms (%.2fx 3xtf32's) %6.1f TFLOP/s | prep + scan %7.3f ms | vs 3xtf32: %zu of %zu bits "
                     "differ, max |err| / max |o| %.2e, rms rel %.2e\n",
                     v.name, t, t / t_ref, flop_scan / (t * 1e-3) / 1e12, t_prep + t, differ, N, rel_max, rel_rms);
         json::Value r = json::Value::object();

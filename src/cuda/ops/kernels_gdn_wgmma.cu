@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
   chunk_gamma(gam, g, t0, n, Hv, j);
   __syncthreads();
   if (tid < C) sk[tid] = bs[tid] * float(exp(gam[tid]));
-  // 1. Q and K as [tokens][Dk] planes, beta V as [Dv][tokens] planes (lanes on consecutive Dv)
+  // 1. Q and K as [tokens][Dk] planes
   for (int e = tid; e < 2 * C * Dk / 8; e += nt) {
     const bool isq = e < C * Dk / 8;
     const int ee = isq ? e : e - C * Dk / 8, i = ee / (Dk / 8), kk = (ee % (Dk / 8)) * 8;
