@@ -4,7 +4,7 @@
 // median of 20 after 3 warm-ups; each run from a fresh prep, whose time is subtracted):
 //   3xtf32        gdn_chunk_scan on GdnPath::TensorCores: the engine's mma.sync 3xTF32 kernel
 //                 (fp32-level: the reference the others are compared with)
-//   product       gdn_chunk_scan as the engine runs it (Auto)
+//   product       gdn_chunk_scan as the engine runs it (Auto; on the Wgmma path with its own prep)
 //   wgmma bf16x3  gdn_chunk_prep + gdn_chunk_scan on GdnPath::Wgmma (kernels_gdn_wgmma.cu: the
 //                 prep on bf16x3 wgmmas writing U in fp32, W and A as planes, the Q / K^T planes, the
 //                 fused bf16x3 wgmma scan; Auto's choice on Hopper once gdn_wgmma_default()):
