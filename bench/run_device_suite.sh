@@ -2,12 +2,13 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [lab] [anchors]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [lab] [ncu-gdn] [anchors]
 # reuse: the prefix cache's cold / warm points (27B bf16, 1,024 / 8,000 / 32,768-token states);
 # reuse-host: the same with a one-state GPU budget and a host tier, and the host tier's point.
 # interleave: blog latency while a 65,436-token request runs, per step size (27B bf16).
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
+# ncu-gdn: Nsight Compute (--clock-control none) on the Wgmma path's GDN kernels and the 3xTF32 prep.
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn).
 # ops: --version, the architectures in the binary (cuobjdump), the ready line and /health of a
@@ -144,6 +145,11 @@ for i in range(240):
       if [ -x .carry/clefrt_bench_elementwise ]; then
         .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt"
       fi ;;
+    ncu-gdn)  # Nsight Compute on the first launch of each GDN kernel of the Wgmma line at 1 x 8,192
+      CLEFRT_LAB_ONLY="wgmma bf16x3" ncu --clock-control none -k regex:"gdn_(chunk_prep_tc|prep_wgmma|qk_planes|scan_wgmma)_k" -c 4 \
+        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis \
+        --section LaunchStats .carry/clefrt_bench_gdn > "$OUT/ncu-gdn.txt" 2>&1
+      echo "== ncu gdn rc=$?"; grep -E "gdn_|Duration|Compute \(SM\) Throughput|DRAM Throughput|Registers Per|Achieved Occupancy" "$OUT/ncu-gdn.txt" | head -40 ;;
     lab-bf16)
       # the bf16 GEMMs' invariant algorithm against cuBLASLt's candidates and fixed row blocks
       .carry/clefrt_bench_bf16 --commit "$commit" --json "$OUT/lab-bf16.json" > "$OUT/lab-bf16.txt" 2>&1; echo "== lab bf16 rc=$?"
