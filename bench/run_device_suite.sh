@@ -145,11 +145,15 @@ for i in range(240):
       if [ -x .carry/clefrt_bench_elementwise ]; then
         .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt"
       fi ;;
-    ncu-gdn)  # Nsight Compute on the first launch of each GDN kernel of the Wgmma line at 1 x 8,192
-      CLEFRT_LAB_ONLY="wgmma bf16x3" ncu --clock-control none -k regex:"gdn_(chunk_prep_tc|prep_wgmma|qk_planes|scan_wgmma)_k" -c 4 \
-        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis \
-        --section LaunchStats .carry/clefrt_bench_gdn > "$OUT/ncu-gdn.txt" 2>&1
-      echo "== ncu gdn rc=$?"; grep -E "gdn_|Duration|Compute \(SM\) Throughput|DRAM Throughput|Registers Per|Achieved Occupancy" "$OUT/ncu-gdn.txt" | head -40 ;;
+    ncu-gdn)  # Nsight Compute on the first launch of the 3xTF32 prep and of each Wgmma kernel at 1 x 8,192
+      for k in "gdn_chunk_prep_tc_k 1" "gdn_(prep_wgmma|qk_planes|scan_wgmma)_k 3"; do
+        read -r re n <<< "$k"
+        CLEFRT_LAB_ONLY="wgmma bf16x3" ncu --clock-control none -k regex:"$re" -c "$n" --section SpeedOfLight --section WarpStateStats \
+          --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis --section LaunchStats .carry/clefrt_bench_gdn \
+          >> "$OUT/ncu-gdn.txt" 2>&1
+        echo "== ncu $re rc=$?"
+      done
+      grep -E "gdn_|Duration|Compute \(SM\) Throughput|DRAM Throughput|Registers Per|Achieved Occupancy" "$OUT/ncu-gdn.txt" | head -40 ;;
     lab-bf16)
       # the bf16 GEMMs' invariant algorithm against cuBLASLt's candidates and fixed row blocks
       .carry/clefrt_bench_bf16 --commit "$commit" --json "$OUT/lab-bf16.json" > "$OUT/lab-bf16.txt" 2>&1; echo "== lab bf16 rc=$?"
