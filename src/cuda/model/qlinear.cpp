@@ -153,10 +153,8 @@ bool LinearRunner::run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const
   if (l.parts[0].row0 != 0 || l.parts.back().row0 + l.parts.back().n != l.n || (l.parts.size() == 2 && l.parts[1].row0 != l.parts[0].n))
     return false;
   if (m == 0) return false;
-  const DevLinearPart& p0 = l.parts[0];
-  fp8_quantize_rows(x, m, p0.k, ldx, sc_.xq8, p0.kp, sc_.xs, s_);  // the parts share the quantized input
-  for (const DevLinearPart& p : l.parts) gemm_.run_fp8(sc_.xq8, m, p.kp, p.w8, p.n, y + p.row0, OutType::BF16, ldy, op);
-  sc = Fp8Scales{sc_.xs, p0.row_scale, l.parts.size() == 2 ? l.parts[1].row_scale : nullptr, l.parts.size() == 2 ? l.parts[1].row0 : l.n};
+  run_parts(x, m, ldx, l, y, OutType::BF16, ldy, false, op, PartsMode{false, true});
+  sc = Fp8Scales{sc_.xs, l.parts[0].row_scale, l.parts.size() == 2 ? l.parts[1].row_scale : nullptr, l.parts.size() == 2 ? l.parts[1].row0 : l.n};
   return true;
 }
 
@@ -167,12 +165,7 @@ bool LinearRunner::run_fp8_first_unscaled(const bf16* x, int64_t m, int64_t ldx,
   if (p0.fmt != WFormat::FP8 || p0.row0 != 0 || p0.n != cols || !fp8_direct(0, ldy, 4)) return false;
   for (size_t i = 1; i < l.parts.size(); ++i)
     if (l.parts[i].fmt != WFormat::BF16) return false;
-  fp8_quantize_rows(x, m, p0.k, ldx, sc_.xq8, p0.kp, sc_.xs, s_);
-  gemm_.run_fp8(sc_.xq8, m, p0.kp, p0.w8, p0.n, y, OutType::F32, ldy, op);
-  for (size_t i = 1; i < l.parts.size(); ++i) {
-    const DevLinearPart& p = l.parts[i];
-    gemm_.run(x, m, p.k, ldx, p.w, p.n, y + p.row0, OutType::F32, ldy, false, op);
-  }
+  run_parts(x, m, ldx, l, y, OutType::F32, ldy, false, op, PartsMode{false, true});
   sc = Fp8Scales{sc_.xs, p0.row_scale, nullptr, p0.n};
   return true;
 }
@@ -186,19 +179,19 @@ bool LinearRunner::fp8_input(const DevLinear& l, Fp8Input& in) const {
 void LinearRunner::run_fp8_quantized(int64_t m, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op) {
   Fp8Input in;
   if (!fp8_input(l, in)) throw Error(Status::Internal, "internal_error", std::string(op) + ": run_fp8_quantized needs one FP8 part");
-  run_parts(nullptr, m, 0, l, y, yt, ldy, accumulate, op, true);
+  run_parts(nullptr, m, 0, l, y, yt, ldy, accumulate, op, PartsMode{true, false});
 }
 
 void LinearRunner::run(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate,
                        const char* op) {
-  run_parts(x, m, ldx, l, y, yt, ldy, accumulate, op, false);
+  run_parts(x, m, ldx, l, y, yt, ldy, accumulate, op, PartsMode{});
 }
 
 void LinearRunner::run_parts(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate,
-                             const char* op, bool x_quantized) {
+                             const char* op, PartsMode mode) {
   if (m == 0) return;
   const size_t es = yt == OutType::F32 ? 4 : 2;
-  bool fp8_ready = x_quantized;
+  bool fp8_ready = mode.x_quantized;
   for (const DevLinearPart& p : l.parts) {
     char* yp = static_cast<char*>(y) + size_t(p.row0) * es;
     switch (p.fmt) {
@@ -233,6 +226,7 @@ void LinearRunner::run_parts(const bf16* x, int64_t m, int64_t ldx, const DevLin
           scale_rows_cols_store(sc_.acc, m, p.n, scratch_ld(p.n), sc_.xs, p.row_scale, yp, yt == OutType::BF16, ldy, s_);
         } else {
           gemm_.run_fp8(sc_.xq8, m, p.kp, p.w8, p.n, yp, yt, ldy, op);
+          if (mode.fp8_unscaled) break;
           if (yt == OutType::F32) scale_rows_cols_f32(reinterpret_cast<float*>(yp), m, p.n, ldy, sc_.xs, p.row_scale, s_);
           else scale_rows_cols_bf16(reinterpret_cast<bf16*>(yp), m, p.n, ldy, sc_.xs, p.row_scale, s_);
         }

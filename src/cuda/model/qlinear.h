@@ -115,9 +115,14 @@ class LinearRunner {
     int64_t r0, rows;
   };
   void issue(size_t i);  // dequantize chunk i into slot i % 2 on the side stream
-  // run()'s body; x_quantized: the FP8 parts' input is already in sc_.xq8 / sc_.xs (x unused)
+  // run()'s body. x_quantized: the FP8 parts' input is already in sc_.xq8 / sc_.xs (x unused);
+  // fp8_unscaled: FP8 parts written in place skip their scale pass (the callers checked that each
+  // is written in place and leave the scales to the output's readers).
+  struct PartsMode {
+    bool x_quantized = false, fp8_unscaled = false;
+  };
   void run_parts(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op,
-                 bool x_quantized);
+                 PartsMode mode);
   void run_nvfp4(const bf16* x, int64_t m, int64_t ldx, const DevLinearPart& p, char* y, size_t es, OutType yt, int64_t ldy, bool acc,
                  const char* op);
 

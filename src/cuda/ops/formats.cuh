@@ -72,5 +72,10 @@ __device__ __forceinline__ uint2 e4m3_encode8_bf16(uint4 v, float s) {
 // The FP8 GEMM's scales: v * rs[r] * cs[c], multiplied in that order and never contracted into
 // an FMA (kernels_quant.cu's epilogues and swiglu_fp8_scaled round the same value).
 __device__ __forceinline__ float fp8_scaled(float v, float r, float c) { return __fmul_rn(__fmul_rn(v, r), c); }
+// Four columns of one row (the vector epilogues, and the readers that apply the scales instead:
+// the GDN conv and gated norm).
+__device__ __forceinline__ float4 fp8_scaled4(float4 v, float r, float4 c) {
+  return make_float4(fp8_scaled(v.x, r, c.x), fp8_scaled(v.y, r, c.y), fp8_scaled(v.z, r, c.z), fp8_scaled(v.w, r, c.w));
+}
 
 }  // namespace clefrt::cuda

@@ -60,10 +60,7 @@ __device__ __forceinline__ float4 conv4_silu_at(const float* x, int64_t ldx, int
     if (src >= s0) {
       row = x + (src - x_row0) * ldx;
       v = *reinterpret_cast<const float4*>(row + c0);
-      if (xs.rs) {  // the scale pass's bits, applied here instead
-        const float r = xs.rs[src - x_row0];
-        v = make_float4(fp8_scaled(v.x, r, cs4.x), fp8_scaled(v.y, r, cs4.y), fp8_scaled(v.z, r, cs4.z), fp8_scaled(v.w, r, cs4.w));
-      }
+      if (xs.rs) v = fp8_scaled4(v, xs.rs[src - x_row0], cs4);  // the scale pass's bits, applied here instead
     } else {
       const float* h = history_of(hist, t);
       if (!h) continue;
@@ -697,11 +694,7 @@ __global__ void gated_norm128_k(const float4* o, int64_t rows, const float4* w, 
   const int64_t t = wid / Hv, j = wid - t * Hv;
   const float4 x = o[wid * 32 + lane], ww = w[lane];
   float4 zz = *reinterpret_cast<const float4*>(z + t * ldz + j * 128 + 4 * lane);
-  if (zs.rs) {
-    const float r = zs.rs[t];
-    const float4 c = *reinterpret_cast<const float4*>(zs.cs + j * 128 + 4 * lane);
-    zz = make_float4(fp8_scaled(zz.x, r, c.x), fp8_scaled(zz.y, r, c.y), fp8_scaled(zz.z, r, c.z), fp8_scaled(zz.w, r, c.w));
-  }
+  if (zs.rs) zz = fp8_scaled4(zz, zs.rs[t], *reinterpret_cast<const float4*>(zs.cs + j * 128 + 4 * lane));
   const float inv = rsqrtf(warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w) / 128.0f + eps);
   const __nv_bfloat162 lo = __floats2bfloat162_rn(x.x * inv * ww.x * silu_f(zz.x), x.y * inv * ww.y * silu_f(zz.y));
   const __nv_bfloat162 hi = __floats2bfloat162_rn(x.z * inv * ww.z * silu_f(zz.z), x.w * inv * ww.w * silu_f(zz.w));
@@ -721,11 +714,16 @@ void conv_silu(const float* x, int64_t ldx, const int32_t* seq_start, int64_t L,
   conv_silu_rows(x, ldx, 0, seq_start, 0, L, Cn, w, K, y, s);
 }
 
+// A block's conv inputs: history rows come with their sequence map; x holds the block's rows.
+static void check_conv_block(const ConvHistory& hist, int64_t x_row0, int64_t t0, const char* op) {
+  if (hist.rows && !hist.seq_of) throw Error(Status::Internal, "internal_error", std::string(op) + ": history rows without seq_of");
+  if (x_row0 > t0) throw Error(Status::Internal, "internal_error", std::string(op) + ": x starts after the block");
+}
+
 void conv_silu_rows(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, int64_t Cn, const float* w,
                     int64_t K, float* y, cudaStream_t s, const ConvHistory& hist) {
   if (L == 0) return;
-  if (hist.rows && !hist.seq_of) throw Error(Status::Internal, "internal_error", "gdn conv_silu: history rows without seq_of");
-  if (x_row0 > t0) throw Error(Status::Internal, "internal_error", "gdn conv_silu: x starts after the block");
+  check_conv_block(hist, x_row0, t0, "gdn conv_silu");
   if (K == 4 && Cn % 4 == 0 && ldx % 4 == 0 && L * Cn / 4 < (int64_t(1) << 31)) {
     const int64_t n = L * Cn / 4;
     conv_silu4_k<<<grid_for(n), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(n), uint32_t(Cn / 4), w, y, hist);
@@ -760,8 +758,7 @@ void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* s
     gdn_prep(mixed, conv_dim, L, Hk, Dk, b, a, ldba, Hv, negA, dt_bias, g, beta, s);
     return;
   }
-  if (hist.rows && !hist.seq_of) throw Error(Status::Internal, "internal_error", "gdn conv_prep: history rows without seq_of");
-  if (x_row0 > t0) throw Error(Status::Internal, "internal_error", "gdn conv_prep: x starts after the block");
+  check_conv_block(hist, x_row0, t0, "gdn conv_prep");
   gdn_conv_prep_k<<<grid_for(total), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(n), uint32_t(conv_dim / 4), uint32_t(Hk * Dk / 4),
                                                   1.0f / sqrtf(float(Dk)), conv_w, mixed, hist, xs, b, a, ldba, uint32_t(Hv), uint32_t(total), negA,
                                                   dt_bias, g, beta);

@@ -441,12 +441,18 @@ bool gdn_wgmma_available(int64_t Dk, int64_t Dv) { return gdn_wgmma_built(Dk, Dv
 
 GdnPlaneBytes gdn_plane_bytes(int64_t Hk, int64_t Hv) { return {Hv * kTile, Hv * kSmallTile, Hk * kTile, Hk * kTile}; }
 
-void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
-                          const GdnChunks& ch, const GdnScratch& sc, cudaStream_t s) {
+namespace {
+void require_wgmma(const char* op, int64_t Dk, int64_t Dv) {
   if (!gdn_wgmma_available(Dk, Dv))
     throw Error(Status::Internal, "internal_error",
-                "gdn_chunk_prep: the wgmma prep needs an sm_90a build on a compute capability 9.0 GPU and Dk = Dv = 128 (Dk " +
+                std::string(op) + ": the Wgmma path needs an sm_90a build on a compute capability 9.0 GPU and Dk = Dv = 128 (Dk " +
                     std::to_string(Dk) + ", Dv " + std::to_string(Dv) + ")");
+}
+}  // namespace
+
+void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
+                          const GdnChunks& ch, const GdnScratch& sc, cudaStream_t s) {
+  require_wgmma("gdn_chunk_prep", Dk, Dv);
   if (!sc.wp || !sc.ap || !sc.u) throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: the wgmma prep's W / A planes are not planned");
   static const bool attr = [] {
     check(cudaFuncSetAttribute(gdn_prep_wgmma_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes())), "gdn_prep_wgmma smem");
@@ -461,10 +467,7 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
 
 void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
                           const GdnScratch& sc, float* o, cudaStream_t s) {
-  if (!gdn_wgmma_available(Dk, Dv))
-    throw Error(Status::Internal, "internal_error",
-                "gdn_chunk_scan: the wgmma scan needs an sm_90a build on a compute capability 9.0 GPU and Dk = Dv = 128 (Dk " +
-                    std::to_string(Dk) + ", Dv " + std::to_string(Dv) + ")");
+  require_wgmma("gdn_chunk_scan", Dk, Dv);
   if (!sc.wp || !sc.ap || !sc.qp || !sc.ktp) throw Error(Status::Internal, "internal_error", "gdn_chunk_scan: the wgmma scan's planes are not planned");
   static const bool attr = [] {
     check(cudaFuncSetAttribute(gdn_scan_wgmma_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanSmem::bytes())), "gdn_scan_wgmma smem");

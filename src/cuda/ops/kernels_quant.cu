@@ -183,9 +183,6 @@ __device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<f
 __device__ __forceinline__ void store4(bf16* p, float4 v) {
   *reinterpret_cast<Bf16x4*>(p) = Bf16x4{__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
 }
-__device__ __forceinline__ float4 scaled4(float4 v, float r, float4 c) {
-  return make_float4(fp8_scaled(v.x, r, c.x), fp8_scaled(v.y, r, c.y), fp8_scaled(v.z, r, c.z), fp8_scaled(v.w, r, c.w));
-}
 
 // y = fp8_scaled(t) (T in, Y out; in place when t == y), or y += fp8_scaled(t) with Acc.
 template <class T, class Y, bool Acc>
@@ -195,7 +192,7 @@ __global__ void scale_rows_cols_v_k(const T* t, int64_t ldt, int64_t rows, int64
   if (c4 >= n4) return;
   const float4 c = load4(cs + 4 * c4);
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    float4 v = scaled4(load4(t + r * ldt + 4 * c4), rs[r], c);
+    float4 v = fp8_scaled4(load4(t + r * ldt + 4 * c4), rs[r], c);
     if constexpr (Acc) {
       const float4 a = load4(y + r * ldy + 4 * c4);
       v = make_float4(__fadd_rn(a.x, v.x), __fadd_rn(a.y, v.y), __fadd_rn(a.z, v.z), __fadd_rn(a.w, v.w));
