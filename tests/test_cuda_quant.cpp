@@ -661,6 +661,7 @@ std::string quantized_folder(const std::string& src, const std::string& tag, con
                              const std::vector<std::string>& calib = {}) {
   const std::string out = testing::TempDir() + "clefrt-gq-" + tag + "-" + std::to_string(getpid());
   if (std::ifstream(out + "/config.json")) return out;
+  test::remove_at_exit(out);  // as synth_folder's: a repeated suite must not fill the disk
   QuantizeOptions qo;
   qo.model_dir = src;
   qo.out_dir = out;
@@ -668,6 +669,7 @@ std::string quantized_folder(const std::string& src, const std::string& tag, con
   qo.progress = false;
   if (scheme == "nvfp4") {
     qo.calib_file = out + ".calib.jsonl";
+    test::remove_at_exit(qo.calib_file);
     std::ofstream f(qo.calib_file);
     for (const auto& r : calib) f << r << "\n";
   }
