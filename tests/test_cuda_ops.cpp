@@ -208,6 +208,35 @@ TEST(CudaOps, HeadGemmMatchesReferenceAndIsRowInvariant) {
   }
 }
 
+// The head's Linears take their bias (and GELU) in head_gemm's epilogue: the bits of head_gemm
+// followed by bias_act, with and without accumulation, fp32 and bf16 weights, vector and
+// scalar loads.
+TEST(CudaOps, HeadGemmBiasEpilogueEqualsBiasAct) {
+  NEED_GPU();
+  for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 64, 31}, {9, 37, 36}, {70, 1024, 1024}, {3, 4096, 1024}, {4, 1024, 4096}}) {
+    const std::string at = " at " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
+    auto x = randn(size_t(m * k), 21), w = randn(size_t(n * k), 22, 0.05f), y0 = randn(size_t(m * n), 23), bias = randn(size_t(n), 24, 0.5f);
+    DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), dwb = upload(to_bf(w), "w bf16"), db = upload(bias, "bias");
+    for (bool acc : {false, true})
+      for (bool gelu : {false, true})
+        for (bool bf : {false, true}) {
+          DeviceBuffer want = upload(y0, "y0"), got = upload(y0, "y0");
+          auto gemm = [&](float* y, const float* b, bool g) {
+            if (bf) head_gemm(dx.as<float>(), k, m, k, dwb.as<cuda::bf16>(), n, y, n, acc, nullptr, b, g);
+            else head_gemm(dx.as<float>(), k, m, k, dw.as<float>(), n, y, n, acc, nullptr, b, g);
+          };
+          gemm(want.as<float>(), nullptr, false);
+          bias_act(want.as<float>(), m, n, n, db.as<float>(), gelu, nullptr);
+          gemm(got.as<float>(), db.as<float>(), gelu);
+          check(cudaDeviceSynchronize(), "head gemm epilogue");
+          const auto w_ = down<float>(want, size_t(m * n)), g_ = down<float>(got, size_t(m * n));
+          size_t differ = 0;
+          for (size_t i = 0; i < w_.size(); ++i) differ += std::memcmp(&w_[i], &g_[i], 4) != 0;
+          EXPECT_EQ(differ, 0u) << (acc ? "accumulate " : "") << (gelu ? "gelu " : "") << (bf ? "bf16 weights" : "fp32 weights") << at;
+        }
+  }
+}
+
 TEST(CudaOps, NormsMatchCpu) {
   NEED_GPU();
   for (int64_t d : {16, 64, 1000, 1152, 5120, 1001}) {  // 1001: the scalar (not float4) form

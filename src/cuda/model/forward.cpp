@@ -983,9 +983,11 @@ void Forward::head(Batch& b) {
     if (!w.w) throw Error(Status::Internal, "internal_error", std::string(op) + ": token-row head matrix not held in fp32");
     G.run_f32(x, m, w.k, w.k, w.w, w.n, y, w.n, acc, op);
   };
-  auto lin = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char*) {
-    if (w.wh) head_gemm(x, w.k, m, w.k, w.wh, w.n, y, w.n, acc, s);
-    else if (w.w) head_gemm(x, w.k, m, w.k, w.w, w.n, y, w.n, acc, s);
+  // bias (and GELU) applied by head_gemm as it writes: bias_act's bits, one launch fewer
+  auto lin = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char*, const float* bias = nullptr,
+                 bool gelu = false) {
+    if (w.wh) head_gemm(x, w.k, m, w.k, w.wh, w.n, y, w.n, acc, s, bias, gelu);
+    else if (w.w) head_gemm(x, w.k, m, w.k, w.w, w.n, y, w.n, acc, s, bias, gelu);
     else throw Error(Status::Internal, "internal_error", "head matrix without weights");
   };
 
@@ -1036,21 +1038,17 @@ void Forward::head(Batch& b) {
   auto kv_part = [&](const DevMha& m) { return DevLinear32{m.in.w + W * W, nullptr, 2 * W, W}; };
   // y += MHA(q rows xq [nq], keys/values KV [.., 2W]) with per-row key ranges
   auto cross = [&](const DevMha& m, const float* xq, int64_t nq, const int32_t* kb, const int32_t* ke, float* y) {
-    lin(xq, nq, q_part(m), b.tmpq, false, "head mha q");
-    bias_act(b.tmpq, nq, W, W, m.in_b, false, s);
+    lin(xq, nq, q_part(m), b.tmpq, false, "head mha q", m.in_b);
     mha_attend(b.tmpq, W, nq, b.KV, 2 * W, b.KV + W, 2 * W, kb, ke, W, heads, b.att, s);
-    lin(b.att, nq, m.out, y, true, "head mha out_proj");
-    bias_act(y, nq, W, W, m.out_b, false, s);
+    lin(b.att, nq, m.out, y, true, "head mha out_proj", m.out_b);
   };
   auto memory_kv = [&](const DevMha& m, const float* mem) {
     lin_tokens(mem, Lm, kv_part(m), b.KV, false, "head mha kv");
     bias_act(b.KV, Lm, 2 * W, 2 * W, m.in_b + W, false, s);
   };
   auto ffn = [&](const DevLinear32& w1, const float* b1, const DevLinear32& w2, const float* b2, const float* x, int64_t rows, float* y) {
-    lin(x, rows, w1, b.ff, false, "head feedforward 1");
-    bias_act(b.ff, rows, w1.n, w1.n, b1, true, s);
-    lin(b.ff, rows, w2, y, true, "head feedforward 2");
-    bias_act(y, rows, W, W, b2, false, s);
+    lin(x, rows, w1, b.ff, false, "head feedforward 1", b1, true);
+    lin(b.ff, rows, w2, y, true, "head feedforward 2", b2);
   };
 
   mark("head evidence layers");
@@ -1076,11 +1074,9 @@ void Forward::head(Batch& b) {
   for (const auto& dl : h.layers) {
     // self-attention among the questions of the same request
     layer_norm(b.F, Q, W, W, dl.norm1.w, dl.norm1.b, eps, nullptr, b.nrm, s);
-    lin(b.nrm, Q, dl.self_attn.in, b.tmpq, false, "head self_attn in_proj");
-    bias_act(b.tmpq, Q, 3 * W, 3 * W, dl.self_attn.in_b, false, s);
+    lin(b.nrm, Q, dl.self_attn.in, b.tmpq, false, "head self_attn in_proj", dl.self_attn.in_b);
     mha_attend(b.tmpq, 3 * W, Q, b.tmpq + W, 3 * W, b.tmpq + 2 * W, 3 * W, b.d(b.off_qq_b), b.d(b.off_qq_e), W, heads, b.att, s);
-    lin(b.att, Q, dl.self_attn.out, b.F, true, "head self_attn out_proj");
-    bias_act(b.F, Q, W, W, dl.self_attn.out_b, false, s);
+    lin(b.att, Q, dl.self_attn.out, b.F, true, "head self_attn out_proj", dl.self_attn.out_b);
     // cross-attention to the request's memory
     memory_kv(dl.cross_attn, b.M);
     layer_norm(b.F, Q, W, W, dl.norm2.w, dl.norm2.b, eps, nullptr, b.nrm, s);
@@ -1096,8 +1092,7 @@ void Forward::head(Batch& b) {
     const int64_t nb = std::min(b.OB, O - o0);
     const int32_t* qof = b.d(b.off_qof) + o0;
     scorer_features(b.Fn, b.On + o0 * W, qof, nb, W, b.feat, s);
-    lin(b.feat, nb, h.scorer0, b.ff, false, "head residual_scorer.0");
-    bias_act(b.ff, nb, sh, sh, h.scorer0_b, true, s);
+    lin(b.feat, nb, h.scorer0, b.ff, false, "head residual_scorer.0", h.scorer0_b, true);
     if (b.OB < O) lexical(o0, nb);  // one block: lm still holds it
     head_logits(b.lm, b.qm, b.glast, qof, b.d(b.off_oreq) + o0, nb, d, b.Fn, b.On + o0 * W, W, b.ff, h.scorer3_w, sh, h.scalars,
                 b.logits + o0, s);

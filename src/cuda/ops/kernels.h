@@ -224,13 +224,14 @@ void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, 
 // ---- joint head (kernels_head.cu) ----
 // y[m, n] (+)= x[m, k] w[n, k]^T (fp32, w rows k apart) for the head's question / option rows:
 // one FMA chain per element over k in order, so a row's result does not depend on m (batch
-// invariance) and few rows use the whole GPU's width rather than one 128-row tile.
+// invariance) and few rows use the whole GPU's width rather than one 128-row tile. With bias,
+// then y = gelu?(y + bias) as each element is written: bias_act's bits, one launch.
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
-               cudaStream_t s);
+               cudaStream_t s, const float* bias = nullptr, bool gelu = false);
 // The same with bf16 weights, widened exactly: equal, bit for bit, to the fp32 form given the
 // same values in fp32.
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n, float* y, int64_t ldy, bool accumulate,
-               cudaStream_t s);
+               cudaStream_t s, const float* bias = nullptr, bool gelu = false);
 // out[i, :] = mean of rows [begin[i], end[i]) of x (fp32, row stride ldx), or of table rows
 // ids[begin..end) when table is given (the lexical means over lm_head). Empty spans give 0.
 void span_mean(const float* x, int64_t ldx, const bf16* table, const int32_t* ids, const int32_t* begin, const int32_t* end,

@@ -204,6 +204,8 @@ __global__ void question_softmax_k(float* logits, const int32_t* opt_beg, int64_
 // or a per-thread FMA chain over k (measured 170 us a GEMM: too few CTAs, each latency-bound).
 // The weights may be bf16 (the release's head is, so they are held as the file has them: half
 // the memory) and are widened exactly to fp32 as they are read: the same FMAs on the same values.
+// The Linear's bias (and the feedforward's GELU) are applied as the element is written, in
+// bias_act's order (sum, + bias, GELU): its bits without its launch.
 constexpr int kHgRows = 8, kHgCols = 4, kHgWarps = 8;
 __device__ __forceinline__ float hg_f32(float v) { return v; }
 __device__ __forceinline__ float hg_f32(bf16 v) { return __bfloat162float(v); }
@@ -215,7 +217,8 @@ __device__ __forceinline__ float4 hg_load4(const bf16* p) {  // 4 bf16 (8-byte a
 }
 template <bool Vec, class WT>
 __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n,
-                                                             float* y, int64_t ldy, bool accumulate) {
+                                                             float* y, int64_t ldy, bool accumulate, const float* bias,
+                                                             bool gelu) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t c0 = (int64_t(blockIdx.x) * kHgWarps + warp) * kHgCols, r0 = int64_t(blockIdx.y) * kHgRows;
   if (c0 >= n) return;
@@ -275,7 +278,10 @@ __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int
     for (int c = 0; c < kHgCols; ++c)
       if (lane == r * kHgCols + c && r < nr && c < nc) {
         float* out = y + (r0 + r) * ldy + c0 + c;
-        *out = accumulate ? *out + acc[r][c] : acc[r][c];
+        float v = accumulate ? *out + acc[r][c] : acc[r][c];
+        if (bias) v += bias[c0 + c];
+        if (gelu) v = gelu_f(v);
+        *out = v;
       }
 }
 
@@ -330,7 +336,7 @@ void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t
 namespace {
 template <class WT>
 void launch_head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n, float* y, int64_t ldy, bool accumulate,
-                      cudaStream_t s) {
+                      cudaStream_t s, const float* bias, bool gelu) {
   if (m == 0 || n == 0) return;
   if ((m + kHgRows - 1) / kHgRows > 65535)
     throw Error(Status::Internal, "internal_error", "head gemm: " + std::to_string(m) + " rows (at most 524,280 question / option rows)");
@@ -338,19 +344,19 @@ void launch_head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W
   // 4-element loads when every row start is aligned for them; both forms do the same operations
   const bool vec = k % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(w) % (4 * sizeof(WT)) == 0;
-  if (vec) head_gemm_k<true, WT><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate);
-  else head_gemm_k<false, WT><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate);
+  if (vec) head_gemm_k<true, WT><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu);
+  else head_gemm_k<false, WT><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu);
   check_launch("head gemm");
 }
 }  // namespace
 
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
-               cudaStream_t s) {
-  launch_head_gemm(x, ldx, m, k, w, n, y, ldy, accumulate, s);
+               cudaStream_t s, const float* bias, bool gelu) {
+  launch_head_gemm(x, ldx, m, k, w, n, y, ldy, accumulate, s, bias, gelu);
 }
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n, float* y, int64_t ldy, bool accumulate,
-               cudaStream_t s) {
-  launch_head_gemm(x, ldx, m, k, w, n, y, ldy, accumulate, s);
+               cudaStream_t s, const float* bias, bool gelu) {
+  launch_head_gemm(x, ldx, m, k, w, n, y, ldy, accumulate, s, bias, gelu);
 }
 
 void option_summary(const float* R, const float* B, const int32_t* opt_beg, int64_t Q, int64_t W, float* summary, cudaStream_t s) {
