@@ -223,8 +223,9 @@ void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, 
 
 // ---- joint head (kernels_head.cu) ----
 // y[m, n] (+)= x[m, k] w[n, k]^T (fp32, w rows k apart) for the head's question / option rows:
-// one FMA chain per element over k in order, so a row's result does not depend on m (batch
-// invariance) and few rows use the whole GPU's width rather than one 128-row tile. With bias,
+// each element summed in an order fixed by k alone, so a row's result does not depend on m
+// (batch invariance), and few rows use the whole GPU's width (k split over a CTA's warps)
+// rather than one 128-row tile. With bias,
 // then y = gelu?(y + bias) as each element is written: bias_act's bits, one launch.
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                cudaStream_t s, const float* bias = nullptr, bool gelu = false);

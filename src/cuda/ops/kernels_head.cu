@@ -195,18 +195,23 @@ __global__ void question_softmax_k(float* logits, const int32_t* opt_beg, int64_
 }
 
 // ---- the head's Linears over question / option rows ----
-// y[m, n] (+)= x[m, k] w[n, k]^T in fp32 for a handful of rows: a warp per 4 columns x 8 rows,
-// its lanes striding over k in chunks of 4 (lane l: chunks l, l + 32, ...; each chunk's four
-// terms in order), then the 32 lane sums combined by a fixed xor butterfly. Every element's
-// operations depend on k only, never on m or the tile: batch-invariant by construction. Weights
-// stream through all SMs (k-parallel lanes, 16-byte loads) rather than 128-row cuBLASLt tiles of
-// which a request's few questions used a handful of rows (4.8 of the blog request's 8 ms head)
-// or a per-thread FMA chain over k (measured 170 us a GEMM: too few CTAs, each latency-bound).
+// y[m, n] (+)= x[m, k] w[n, k]^T in fp32 for a handful of rows. A CTA owns 4 columns x 8 rows;
+// its 8 warps split k into 8 slices of whole 4-element chunks (the split depends on k alone),
+// a warp's lanes stride over its slice (lane l: the slice's chunks l, l + 32, ...; each chunk's
+// four terms in order), the 32 lane sums of a slice combine by a fixed xor butterfly, and the 8
+// slices' sums add in slice order. Every element's operations depend on k only, never on m or
+// the tile: batch-invariant by construction. The k split puts n / 4 CTAs of 8 warps on the
+// weights (256 at the head's width 1,024, where a warp per 4 columns over all of k gave 32 CTAs
+// on a 132-SM GPU, each lane a chain of k / 128 dependent loads). Rather than 128-row cuBLASLt
+// tiles of which a request's few questions used a handful of rows (4.8 of the blog request's
+// 8 ms head) or a per-thread FMA chain over k (measured 170 us a GEMM: too few CTAs, each
+// latency-bound).
 // The weights may be bf16 (the release's head is, so they are held as the file has them: half
 // the memory) and are widened exactly to fp32 as they are read: the same FMAs on the same values.
 // The Linear's bias (and the feedforward's GELU) are applied as the element is written, in
 // bias_act's order (sum, + bias, GELU): its bits without its launch.
 constexpr int kHgRows = 8, kHgCols = 4, kHgWarps = 8;
+static_assert(kHgRows * kHgCols == 32, "a lane per output element of the CTA's tile");
 __device__ __forceinline__ float hg_f32(float v) { return v; }
 __device__ __forceinline__ float hg_f32(bf16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float4 hg_load4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
@@ -219,13 +224,14 @@ template <bool Vec, class WT>
 __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n,
                                                              float* y, int64_t ldy, bool accumulate, const float* bias,
                                                              bool gelu) {
+  __shared__ float part[kHgWarps][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t c0 = (int64_t(blockIdx.x) * kHgWarps + warp) * kHgCols, r0 = int64_t(blockIdx.y) * kHgRows;
-  if (c0 >= n) return;
+  const int64_t c0 = int64_t(blockIdx.x) * kHgCols, r0 = int64_t(blockIdx.y) * kHgRows;
   const int nc = int(n - c0 < kHgCols ? n - c0 : kHgCols), nr = int(m - r0 < kHgRows ? m - r0 : kHgRows);
   float acc[kHgRows][kHgCols] = {};
-  const int64_t chunks = (k + 3) / 4;
-  for (int64_t i = lane; i < chunks; i += 32) {
+  const int64_t chunks = (k + 3) / 4, per = (chunks + kHgWarps - 1) / kHgWarps;
+  const int64_t cb = warp * per, ce = cb + per < chunks ? cb + per : chunks;
+  for (int64_t i = cb + lane; i < ce; i += 32) {
     float4 wv[kHgCols];
 #pragma unroll
     for (int c = 0; c < kHgCols; ++c) {
@@ -261,7 +267,8 @@ __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int
       }
     }
   }
-  // butterfly: both partners add the same two values, so every lane ends with the same sum
+  // butterfly: both partners add the same two values, so every lane ends with the slice's sum;
+  // lane r * 4 + c keeps element (r, c)
 #pragma unroll
   for (int r = 0; r < kHgRows; ++r)
 #pragma unroll
@@ -269,20 +276,20 @@ __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int
       float v = acc[r][c];
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      acc[r][c] = v;
+      if (lane == r * kHgCols + c) part[warp][lane] = v;
     }
-  // lane r * 4 + c writes element (r, c)
+  __syncthreads();
+  if (warp != 0) return;
+  const int r = lane / kHgCols, c = lane % kHgCols;
+  if (r >= nr || c >= nc) return;
+  float sum = part[0][lane];
 #pragma unroll
-  for (int r = 0; r < kHgRows; ++r)
-#pragma unroll
-    for (int c = 0; c < kHgCols; ++c)
-      if (lane == r * kHgCols + c && r < nr && c < nc) {
-        float* out = y + (r0 + r) * ldy + c0 + c;
-        float v = accumulate ? *out + acc[r][c] : acc[r][c];
-        if (bias) v += bias[c0 + c];
-        if (gelu) v = gelu_f(v);
-        *out = v;
-      }
+  for (int s = 1; s < kHgWarps; ++s) sum += part[s][lane];
+  float* out = y + (r0 + r) * ldy + c0 + c;
+  float v = accumulate ? *out + sum : sum;
+  if (bias) v += bias[c0 + c];
+  if (gelu) v = gelu_f(v);
+  *out = v;
 }
 
 }  // namespace
@@ -340,7 +347,7 @@ void launch_head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W
   if (m == 0 || n == 0) return;
   if ((m + kHgRows - 1) / kHgRows > 65535)
     throw Error(Status::Internal, "internal_error", "head gemm: " + std::to_string(m) + " rows (at most 524,280 question / option rows)");
-  const dim3 grid(unsigned((n + kHgWarps * kHgCols - 1) / (kHgWarps * kHgCols)), unsigned((m + kHgRows - 1) / kHgRows));
+  const dim3 grid(unsigned((n + kHgCols - 1) / kHgCols), unsigned((m + kHgRows - 1) / kHgRows));
   // 4-element loads when every row start is aligned for them; both forms do the same operations
   const bool vec = k % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(w) % (4 * sizeof(WT)) == 0;
