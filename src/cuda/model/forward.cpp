@@ -979,19 +979,31 @@ void Forward::head(Batch& b) {
   // Linears over all L tokens (memory_projection and the memory keys / values): cuBLASLt's
   // batch-invariant fp32 GEMM. Over question / option / sequence rows (a handful a request):
   // head_gemm, whose per-row result does not depend on m either.
+  // --profile: the token-row GEMMs, the row Linears and the MHAs are timed apart from the rest
+  // of their section (section: the op the time between them goes to)
+  const char* section = "head inputs";
+  auto timed = [&](const char* op, auto&& run) {
+    mark(op);
+    run();
+    mark(section);
+  };
   auto lin_tokens = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char* op) {
     if (!w.w) throw Error(Status::Internal, "internal_error", std::string(op) + ": token-row head matrix not held in fp32");
-    G.run_f32(x, m, w.k, w.k, w.w, w.n, y, w.n, acc, op);
+    timed("head token-row GEMMs", [&] { G.run_f32(x, m, w.k, w.k, w.w, w.n, y, w.n, acc, op); });
   };
   // bias (and GELU) applied by head_gemm as it writes: bias_act's bits, one launch fewer
   auto lin = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char*, const float* bias = nullptr,
                  bool gelu = false) {
-    if (w.wh) head_gemm(x, w.k, m, w.k, w.wh, w.n, y, w.n, acc, s, bias, gelu);
-    else if (w.w) head_gemm(x, w.k, m, w.k, w.w, w.n, y, w.n, acc, s, bias, gelu);
-    else throw Error(Status::Internal, "internal_error", "head matrix without weights");
+    if (!w.wh && !w.w) throw Error(Status::Internal, "internal_error", "head matrix without weights");
+    timed("head row Linears", [&] {
+      if (w.wh) head_gemm(x, w.k, m, w.k, w.wh, w.n, y, w.n, acc, s, bias, gelu);
+      else head_gemm(x, w.k, m, w.k, w.w, w.n, y, w.n, acc, s, bias, gelu);
+    });
   };
+  auto attend = [&](const float* q, int64_t ldq, int64_t nq, const float* k, int64_t ldk, const float* v, int64_t ldv, const int32_t* kb,
+                    const int32_t* ke) { timed("head mha", [&] { mha_attend(q, ldq, nq, k, ldk, v, ldv, kb, ke, W, heads, b.att, s); }); };
 
-  mark("head inputs");
+  mark(section);
   // in place: nothing reads the final hidden states after their layer norm
   layer_norm(b.hidden, L, d, d, h.hidden_norm.w, h.hidden_norm.b, eps, nullptr, b.Hn, s);
   const int64_t Lm = b.Lm;  // the memory's rows
@@ -1039,7 +1051,7 @@ void Forward::head(Batch& b) {
   // y += MHA(q rows xq [nq], keys/values KV [.., 2W]) with per-row key ranges
   auto cross = [&](const DevMha& m, const float* xq, int64_t nq, const int32_t* kb, const int32_t* ke, float* y) {
     lin(xq, nq, q_part(m), b.tmpq, false, "head mha q", m.in_b);
-    mha_attend(b.tmpq, W, nq, b.KV, 2 * W, b.KV + W, 2 * W, kb, ke, W, heads, b.att, s);
+    attend(b.tmpq, W, nq, b.KV, 2 * W, b.KV + W, 2 * W, kb, ke);
     lin(b.att, nq, m.out, y, true, "head mha out_proj", m.out_b);
   };
   auto memory_kv = [&](const DevMha& m, const float* mem) {
@@ -1051,7 +1063,7 @@ void Forward::head(Batch& b) {
     lin(b.ff, rows, w2, y, true, "head feedforward 2", b2);
   };
 
-  mark("head evidence layers");
+  mark(section = "head evidence layers");
   for (const auto& ev : h.evidence) {
     layer_norm(b.M, Lm, W, W, ev.memory_norm.w, ev.memory_norm.b, eps, nullptr, b.mem, s);
     memory_kv(ev.attn, b.mem);
@@ -1064,7 +1076,7 @@ void Forward::head(Batch& b) {
       ffn(ev.ff0, ev.ff0_b, ev.ff3, ev.ff3_b, b.nrm, nb, R);
     }
   }
-  mark("head fields + decoder");
+  mark(section = "head fields + decoder");
   lin(b.qm, Q, h.question_proj, b.B, false, "head question_projection");
   option_summary(b.R, b.B, b.d(b.off_optbeg), Q, W, b.summary, s);
   layer_norm(b.summary, Q, W, W, h.option_summary_norm.w, h.option_summary_norm.b, eps, nullptr, b.F, s);
@@ -1075,7 +1087,7 @@ void Forward::head(Batch& b) {
     // self-attention among the questions of the same request
     layer_norm(b.F, Q, W, W, dl.norm1.w, dl.norm1.b, eps, nullptr, b.nrm, s);
     lin(b.nrm, Q, dl.self_attn.in, b.tmpq, false, "head self_attn in_proj", dl.self_attn.in_b);
-    mha_attend(b.tmpq, 3 * W, Q, b.tmpq + W, 3 * W, b.tmpq + 2 * W, 3 * W, b.d(b.off_qq_b), b.d(b.off_qq_e), W, heads, b.att, s);
+    attend(b.tmpq, 3 * W, Q, b.tmpq + W, 3 * W, b.tmpq + 2 * W, 3 * W, b.d(b.off_qq_b), b.d(b.off_qq_e));
     lin(b.att, Q, dl.self_attn.out, b.F, true, "head self_attn out_proj", dl.self_attn.out_b);
     // cross-attention to the request's memory
     memory_kv(dl.cross_attn, b.M);
@@ -1084,7 +1096,7 @@ void Forward::head(Batch& b) {
     layer_norm(b.F, Q, W, W, dl.norm3.w, dl.norm3.b, eps, nullptr, b.nrm, s);
     ffn(dl.lin1, dl.lin1_b, dl.lin2, dl.lin2_b, b.nrm, Q, b.F);
   }
-  mark("head scorer");
+  mark(section = "head scorer");
   layer_norm(b.F, Q, W, W, h.field_norm.w, h.field_norm.b, eps, nullptr, b.Fn, s);
   layer_norm(b.R, O, W, W, h.option_norm.w, h.option_norm.b, eps, nullptr, b.On, s);
   const int64_t sh = h.scorer0.n;
