@@ -187,8 +187,8 @@ TEST(CudaOps, HeadGemmMatchesReferenceAndIsRowInvariant) {
     std::vector<cuda::bf16> wbp(size_t(n) * size_t(k + 1), __float2bfloat16(0.0f));
     for (int c = 0; c < n; ++c) std::copy(wb.begin() + c * k, wb.begin() + (c + 1) * k, wbp.begin() + c * (k + 1));
     DeviceBuffer dwbp = upload(wbp, "w bf16 padded"), dybp(size_t(m * n) * 4), dyfp(size_t(m * n) * 4);
-    // row stride k + 1 is not a head_gemm argument for w, so run a k + 1 wide problem whose
-    // extra input column is zero: the same sums plus exact zero terms
+    // row stride k + 1 is not a head_gemm argument for w, so run a k + 1 wide problem (odd row
+    // starts where k is even: the scalar loads) with bf16 and with widened fp32 weights
     std::vector<float> xz(size_t(m) * size_t(k + 1), 0.0f);
     for (int r = 0; r < m; ++r) std::copy(x.begin() + r * k, x.begin() + (r + 1) * k, xz.begin() + r * (k + 1));
     std::vector<float> wfp(wbp.size());

@@ -198,11 +198,11 @@ __global__ void question_softmax_k(float* logits, const int32_t* opt_beg, int64_
 // y[m, n] (+)= x[m, k] w[n, k]^T in fp32 for a handful of rows. A CTA owns 4 columns x 8 rows;
 // its 8 warps split k into 8 slices of whole 4-element chunks (the split depends on k alone),
 // a warp's lanes stride over its slice (lane l: the slice's chunks l, l + 32, ...; each chunk's
-// four terms in order), the 32 lane sums of a slice combine by a fixed xor butterfly, and the 8
+// four terms in order), the 32 lane sums of a slice combine by a fixed reduce-scatter butterfly, and the 8
 // slices' sums add in slice order. Every element's operations depend on k only, never on m or
 // the tile: batch-invariant by construction. The k split puts n / 4 CTAs of 8 warps on the
 // weights (256 at the head's width 1,024, where a warp per 4 columns over all of k gave 32 CTAs
-// on a 132-SM GPU, each lane a chain of k / 128 dependent loads). Rather than 128-row cuBLASLt
+// on a 132-SM GPU, each lane k / 128 iterations of loads and FMAs). Rather than 128-row cuBLASLt
 // tiles of which a request's few questions used a handful of rows (4.8 of the blog request's
 // 8 ms head) or a per-thread FMA chain over k (measured 170 us a GEMM: too few CTAs, each
 // latency-bound).
@@ -267,17 +267,25 @@ __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int
       }
     }
   }
-  // butterfly: both partners add the same two values, so every lane ends with the slice's sum;
-  // lane r * 4 + c keeps element (r, c)
+  // the slice's 32 lane sums of each element by a reduce-scatter butterfly: at offset o a lane
+  // keeps half of the elements it still holds (the upper half when its bit o is set), adds its
+  // partner's copies of them and hands over the other half; 31 shuffles leave lane l with
+  // element l (row l / 4, column l % 4), in an order fixed by the lane ids alone
+  float v[32];
 #pragma unroll
   for (int r = 0; r < kHgRows; ++r)
 #pragma unroll
-    for (int c = 0; c < kHgCols; ++c) {
-      float v = acc[r][c];
+    for (int c = 0; c < kHgCols; ++c) v[r * kHgCols + c] = acc[r][c];
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == r * kHgCols + c) part[warp][lane] = v;
+  for (int o = 16; o > 0; o >>= 1) {
+    const bool up = lane & o;
+#pragma unroll
+    for (int i = 0; i < o; ++i) {
+      const float keep = up ? v[i + o] : v[i], give = up ? v[i] : v[i + o];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, give, o);
     }
+  }
+  part[warp][lane] = v[0];
   __syncthreads();
   if (warp != 0) return;
   const int r = lane / kHgCols, c = lane % kHgCols;
@@ -286,10 +294,10 @@ __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int
 #pragma unroll
   for (int s = 1; s < kHgWarps; ++s) sum += part[s][lane];
   float* out = y + (r0 + r) * ldy + c0 + c;
-  float v = accumulate ? *out + sum : sum;
-  if (bias) v += bias[c0 + c];
-  if (gelu) v = gelu_f(v);
-  *out = v;
+  float y1 = accumulate ? *out + sum : sum;
+  if (bias || gelu) y1 += bias ? bias[c0 + c] : 0.0f;  // as bias_act adds
+  if (gelu) y1 = gelu_f(y1);
+  *out = y1;
 }
 
 }  // namespace
