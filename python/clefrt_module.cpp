@@ -26,6 +26,30 @@ void raise(PyObject* cls, const clefrt::Error& e) {
   PyErr_SetObject(cls, inst.ptr());
 }
 
+// An option's value of the type it needs, or a clear error naming the option: pybind11's own
+// cast would turn "100" or 1.5 into a number and -1 into "Unable to cast Python instance".
+std::string type_name(py::handle v) { return py::str(py::type::of(v).attr("__name__")); }
+size_t count_option(const std::string& k, py::handle v) {
+  PyObject* index = py::isinstance<py::bool_>(v) ? nullptr : PyNumber_Index(v.ptr());  // ints, numpy ints; not floats or text
+  if (!index) {
+    PyErr_Clear();
+    throw clefrt::Error(clefrt::Status::BadRequest, "usage", k + " must be an int, not " + type_name(v));
+  }
+  const long long n = py::reinterpret_steal<py::int_>(index).cast<long long>();
+  if (n < 0) throw clefrt::Error(clefrt::Status::BadRequest, "usage", k + " must be 0 or more, not " + std::to_string(n));
+  return size_t(n);
+}
+bool flag_option(const std::string& k, py::handle v) {
+  if (!py::isinstance<py::bool_>(v))
+    throw clefrt::Error(clefrt::Status::BadRequest, "usage", k + " must be True or False, not " + type_name(v));
+  return v.cast<bool>();
+}
+double gib_option(const std::string& k, py::handle v) {
+  if (!(py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v)) || py::isinstance<py::bool_>(v))
+    throw clefrt::Error(clefrt::Status::BadRequest, "usage", k + " must be a number of GiB, not " + type_name(v));
+  return v.cast<double>();
+}
+
 clefrt::EngineOptions options_from(const py::dict& d) {
   clefrt::EngineOptions o;
   for (auto item : d) {
@@ -36,27 +60,27 @@ clefrt::EngineOptions options_from(const py::dict& d) {
       if (s != "auto" && s != "cpu" && s != "cuda") throw clefrt::Error(clefrt::Status::BadRequest, "usage", "device must be auto, cpu or cuda, not " + s);
       o.device = s == "cuda" ? clefrt::Device::Cuda : s == "cpu" ? clefrt::Device::Cpu : clefrt::Device::Auto;
     } else if (k == "mode") o.quant = clefrt::parse_quant_mode(py::str(v));
-    else if (k == "offload_embeddings") o.offload_embeddings = v.cast<bool>();
-    else if (k == "w4a16_fused") o.w4a16_fused = v.cast<bool>();
-    else if (k == "native_fp4") o.native_fp4 = v.cast<bool>();
-    else if (k == "portable_kernels") o.portable_kernels = v.cast<bool>();
+    else if (k == "offload_embeddings") o.offload_embeddings = flag_option(k, v);
+    else if (k == "w4a16_fused") o.w4a16_fused = flag_option(k, v);
+    else if (k == "native_fp4") o.native_fp4 = flag_option(k, v);
+    else if (k == "portable_kernels") o.portable_kernels = flag_option(k, v);
     else if (k == "attention") o.attention = clefrt::parse_attention_kernel(py::str(v));
-    else if (k == "vision") o.vision = v.cast<bool>();
-    else if (k == "progress") o.progress = v.cast<bool>();
-    else if (k == "threads") o.threads = v.cast<int>();
-    else if (k == "batch_invariant") o.batch_invariant = v.cast<bool>();
-    else if (k == "check_weights") o.check_weights = v.cast<bool>();
-    else if (k == "load_weights") o.load_weights = v.cast<bool>();
-    else if (k == "max_length") o.max_length = v.cast<size_t>();
-    else if (k == "parse_special") o.parse_special = v.cast<bool>();
-    else if (k == "require_instructions") o.require_instructions = v.cast<bool>();
-    else if (k == "max_batch_tokens") o.max_batch_tokens = v.cast<size_t>();
-    else if (k == "max_batch_requests") o.max_batch_requests = v.cast<size_t>();
-    else if (k == "max_queue") o.max_queue = v.cast<size_t>();
-    else if (k == "prefix_cache_gib") o.prefix_cache_gib = v.cast<double>();
-    else if (k == "prefix_cache_host_gib") o.prefix_cache_host_gib = v.cast<double>();
-    else if (k == "step_tokens") o.step_tokens = v.cast<size_t>();
-    else if (k == "step_layers") o.step_layers = v.cast<size_t>();
+    else if (k == "vision") o.vision = flag_option(k, v);
+    else if (k == "progress") o.progress = flag_option(k, v);
+    else if (k == "threads") o.threads = int(count_option(k, v));
+    else if (k == "batch_invariant") o.batch_invariant = flag_option(k, v);
+    else if (k == "check_weights") o.check_weights = flag_option(k, v);
+    else if (k == "load_weights") o.load_weights = flag_option(k, v);
+    else if (k == "max_length") o.max_length = count_option(k, v);
+    else if (k == "parse_special") o.parse_special = flag_option(k, v);
+    else if (k == "require_instructions") o.require_instructions = flag_option(k, v);
+    else if (k == "max_batch_tokens") o.max_batch_tokens = count_option(k, v);
+    else if (k == "max_batch_requests") o.max_batch_requests = count_option(k, v);
+    else if (k == "max_queue") o.max_queue = count_option(k, v);
+    else if (k == "prefix_cache_gib") o.prefix_cache_gib = gib_option(k, v);
+    else if (k == "prefix_cache_host_gib") o.prefix_cache_host_gib = gib_option(k, v);
+    else if (k == "step_tokens") o.step_tokens = count_option(k, v);
+    else if (k == "step_layers") o.step_layers = count_option(k, v);
     else throw clefrt::Error(clefrt::Status::BadRequest, "usage", "unknown engine option '" + k + "'");
   }
   return o;

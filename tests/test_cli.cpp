@@ -18,8 +18,8 @@ struct CmdResult {
   std::string out;
 };
 
-CmdResult run(const std::string& args) {
-  std::string cmd = std::string(CLEFRT_BINARY) + " " + args + " 2>/dev/null";
+CmdResult run(const std::string& args, bool with_stderr = false) {
+  std::string cmd = std::string(CLEFRT_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -105,6 +105,50 @@ TEST(Cli, InspectAndDecideOnAnOracleFolder) {
   EXPECT_EQ(v.find("model")->s, "clef");
   CmdResult bad = run("decide --model " + dir + " --device cuda " + test::source_path("examples/blog.json"));
   EXPECT_NE(bad.status, 0);
+}
+
+// Common mistakes get an error that says what was wrong, before any model is loaded where that
+// is possible, and a CUDA option on the CPU engine is refused rather than ignored.
+TEST(Cli, MistakesGetClearErrors) {
+  auto both = [](const std::string& args) { return run(args, true); };
+  const std::string dir = test::source_path("tests/fixtures/oracle/tiny-b"), blog = test::source_path("examples/blog.json");
+  CmdResult r = both("decied --model " + dir);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("unknown command 'decied'"), std::string::npos) << r.out;
+  r = both("decide --model " + dir + " /nonexistent.json");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("/nonexistent.json: cannot read the request file: No such file"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\"event\":\"load\""), std::string::npos) << "loaded the model first: " << r.out;
+  r = both("inspect --model " + dir + " --max-length 100000");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("65536"), std::string::npos) << r.out;
+  for (const char* flag : {"--attention cudnn", "--w4a16-fused", "--no-batch-invariant", "--step-layers 2", "--portable-kernels"}) {
+    r = both("decide --model " + dir + " --device cpu " + flag + " " + blog);
+    EXPECT_EQ(r.status, 2) << flag;
+    const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));
+    EXPECT_NE(r.out.find("clefrt: " + name), std::string::npos) << flag << ": " << r.out;
+  }
+  const std::string empty = testing::TempDir() + "clefrt-not-a-model-" + std::to_string(getpid());
+  std::filesystem::create_directories(empty);
+  r = both("decide --model " + empty + " " + blog);
+  EXPECT_NE(r.out.find("not a Clef model folder: it has no config.json"), std::string::npos) << r.out;
+  // two requests in a .json file: the malformed-JSON error says it looks like JSON lines
+  const std::string two = empty + "/two.json";
+  {
+    const std::string line = json::write(json::parse(R"({"state":"s","questions":{"a":{"type":"noul"}}})"));
+    std::ofstream(two) << line << "\n" << line << "\n";
+  }
+  r = both("encode " + tok() + " " + two);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("looks like JSON lines"), std::string::npos) << r.out;
+  // a quantize that fails leaves no output folder behind
+  const std::string calib = empty + "/empty.jsonl", out = empty + "/q";
+  std::ofstream(calib) << "\n";
+  r = both("quantize --model " + dir + " --out " + out + " --scheme nvfp4 --calib " + calib);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("no calibration records"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(out)) << "a failed quantize left " << out;
+  std::filesystem::remove_all(empty);
 }
 
 }  // namespace

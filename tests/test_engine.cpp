@@ -53,9 +53,7 @@ TEST(Engine, PackedBatchEqualsOneAtATime) {
   for (const auto& r : requests()) enc.push_back(tiny().encoder().encode(parse_request(r)));
   std::vector<const Encoded*> all;
   for (const auto& e : enc) all.push_back(&e);
-  CoreOptions packed_opts;
-  packed_opts.batch_invariant = false;  // the packed forward itself (rounding may differ slightly)
-  auto packed = EngineCore::load(tiny_dir(), packed_opts);
+  auto packed = EngineCore::load(tiny_dir(), CoreOptions{});  // (batch_invariant = false is a CUDA option, refused here)
   auto batched = packed->probs(all);
   EXPECT_EQ(tiny().probs(all), [&] {  // the default engine: exactly the answers alone
     std::vector<std::vector<std::vector<double>>> one;

@@ -85,6 +85,23 @@ TEST(Json, ErrorsAreClassified) {
   }
 }
 
+// A number simdjson refuses is named by its JSON path, as the request checks name fields.
+TEST(Json, NumberErrorsNameTheirPath) {
+  auto where = [](const std::string& text) {
+    try {
+      json::parse(text);
+    } catch (const Error& e) {
+      return e.where();
+    }
+    return std::string("parsed");
+  };
+  EXPECT_EQ(where(R"({"state":{"n":123456789012345678901234567890},"questions":{}})"), "state.n");
+  EXPECT_EQ(where(R"({"a": "x\"]", "b": [0, {"c": [1, 2, 1e400]}]})"), "b[1].c[2]");
+  EXPECT_EQ(where(R"({"q":{"x":[1,{"y":2}],"z":01}})"), "q.z");
+  EXPECT_EQ(where(R"([[], {}, 99999999999999999999])"), "[2]");
+  EXPECT_EQ(where("123456789012345678901234"), "offset 0");  // a bare number: no path
+}
+
 TEST(Json, PyRoundIsHalfEvenOnTheBinaryValue) {
   EXPECT_EQ(json::py_round(0.03125, 4), 0.0312);  // exact tie -> even
   // Values Python's round(x, 4) gives (checked with CPython 3.11): the binary value decides.

@@ -3,6 +3,7 @@
 // queue-full and timeout behaviour, hostile bodies, graceful shutdown.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -91,8 +92,11 @@ TEST(Server, EndpointsAnswer) {
   auto met = c.Get("/metrics");
   ASSERT_TRUE(met);
   for (const char* k : {"clefrt_requests_total{endpoint=\"/v1/systemone\",status=\"200\"} 1", "clefrt_request_duration_seconds_bucket",
-                        "clefrt_batch_tokens_bucket", "clefrt_queue_depth", "clefrt_prompt_tokens_total", "clefrt_device_memory_bytes"})
+                        "clefrt_batch_tokens_bucket", "clefrt_queue_depth", "clefrt_prompt_tokens_total", "clefrt_device_memory_bytes",
+                        // bucket bounds in their shortest spelling: queries match the label as text
+                        "le=\"0.005\"", "le=\"2.5\""})
     EXPECT_NE(met->body.find(k), std::string::npos) << k;
+  EXPECT_EQ(met->body.find("0.0050000"), std::string::npos);
 }
 
 // The prefix cache through HTTP: the second question set on one state says how many tokens came
@@ -474,12 +478,13 @@ TEST(Scheduler, JobsEndOnceAndReleaseTheirCallback) {
 namespace clefrt::server {
 namespace {
 
-std::string run_cli(const std::string& args) {
+std::string run_cli(const std::string& args, int* status = nullptr) {
   std::string out;
   FILE* p = popen((std::string(CLEFRT_BINARY) + " " + args + " 2>&1").c_str(), "r");
   char buf[4096];
   for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  pclose(p);
+  const int rc = pclose(p);
+  if (status) *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   return out;
 }
 
@@ -499,11 +504,12 @@ TEST(Server, EvalThroughTheEndpointEqualsInProcess) {
   const std::string cmp = run_cli("eval --compare " + base + "/a " + base + "/b");
   EXPECT_NE(cmp.find("top-1 agreement 100.00%"), std::string::npos) << cmp;
   EXPECT_NE(cmp.find("max 0.0000"), std::string::npos) << cmp;
-  // a server that is not there: every row unanswered, counted as errors, not a crash
-  run_cli("eval --endpoint http://127.0.0.1:1 --out " + base + "/c --data " + data + " --suite banking77 --limit 2");
-  const json::Value rc = json::parse(read_file(base + "/c/report.json"));
-  EXPECT_EQ(rc.find("benchmarks")->find("banking77")->find("errors")->i, 2);
-  EXPECT_EQ(rc.find("benchmarks")->find("banking77")->find("coverage")->d, 0.0);
+  // a server that is not there: refused before any row (not a report of 0% coverage), exit 2
+  int status = 0;
+  const std::string none = run_cli("eval --endpoint http://127.0.0.1:1 --out " + base + "/c --data " + data + " --suite banking77 --limit 2", &status);
+  EXPECT_EQ(status, 2) << none;
+  EXPECT_NE(none.find("http://127.0.0.1:1: cannot connect"), std::string::npos) << none;
+  EXPECT_FALSE(std::filesystem::exists(base + "/c/report.json"));
 }
 
 }  // namespace

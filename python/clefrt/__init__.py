@@ -59,7 +59,8 @@ class Clef:
          confidence="reference", parse_special=False, require_instructions=False, threads=0,
          check_weights=True, batch_invariant=True, max_batch_tokens=16384,
          max_batch_requests=64, w4a16_fused=False, native_fp4=True, portable_kernels=False, progress=False,
-         prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True)
+         prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True,
+         attention="auto")
 
     path: a Clef / Clef-flash release folder (config.json, tokenizer.json, sharded safetensors in
         bf16 / f16 / f32, NVFP4 or FP8 compressed-tensors, joint_head.*).
@@ -120,15 +121,17 @@ class Clef:
         if confidence not in ("reference", "purity", "jev"):
             raise ValueError(f"confidence must be reference, purity or jev, not {confidence!r}")
         self._confidence = confidence
+        self._closed = False
+        # values go as given: the engine checks each one's type and range and names the option
         self._engine = _clefrt.Engine(str(path), {
-            "mode": mode, "device": device, "max_length": int(max_length), "offload_embeddings": bool(offload_embeddings),
-            "parse_special": bool(parse_special), "require_instructions": bool(require_instructions), "threads": int(threads),
-            "check_weights": bool(check_weights), "batch_invariant": bool(batch_invariant),
-            "max_batch_tokens": int(max_batch_tokens), "max_batch_requests": int(max_batch_requests), "w4a16_fused": bool(w4a16_fused),
-            "native_fp4": bool(native_fp4), "portable_kernels": bool(portable_kernels), "progress": bool(progress),
-            "prefix_cache_gib": float(prefix_cache_gib), "prefix_cache_host_gib": float(prefix_cache_host_gib),
-            "step_tokens": int(step_tokens), "step_layers": int(step_layers),
-            "vision": bool(vision), "attention": str(attention),
+            "mode": mode, "device": device, "max_length": max_length, "offload_embeddings": offload_embeddings,
+            "parse_special": parse_special, "require_instructions": require_instructions, "threads": threads,
+            "check_weights": check_weights, "batch_invariant": batch_invariant,
+            "max_batch_tokens": max_batch_tokens, "max_batch_requests": max_batch_requests, "w4a16_fused": w4a16_fused,
+            "native_fp4": native_fp4, "portable_kernels": portable_kernels, "progress": progress,
+            "prefix_cache_gib": prefix_cache_gib, "prefix_cache_host_gib": prefix_cache_host_gib,
+            "step_tokens": step_tokens, "step_layers": step_layers,
+            "vision": vision, "attention": str(attention),
         })
 
     def encode(self, record):
@@ -144,6 +147,7 @@ class Clef:
         packed forwards; the GIL is released meanwhile."""
         if isinstance(encoded, Prepared):
             raise TypeError("probs() takes a list of encoded requests: probs([model.encode(record)])")
+        self._check_open()
         encoded = list(encoded)
         out = self._engine.probs(encoded)
         result = []
@@ -155,8 +159,16 @@ class Clef:
         """A request (dict or JSON text) -> its System One response as a dict (as ``POST
         /v1/systemone`` answers it); a list of requests -> a list of responses, run together.
         ``precise``: numbers unrounded."""
+        self._check_open()
         if isinstance(records, list):
-            prepared = [self.encode(r) for r in records]
+            prepared = []
+            for i, r in enumerate(records):
+                try:
+                    prepared.append(self.encode(r))
+                except RequestError as e:  # say which record of the list it was
+                    e.index = i
+                    e.args = (f"records[{i}]: {e.args[0]}",) + e.args[1:]
+                    raise
             probs, cached = self._engine.probs_and_cached(prepared)
             return [_json.loads(p.answer(q, self._confidence, bool(precise), "clef", c)) for p, q, c in zip(prepared, probs, cached)]
         return _json.loads(self._engine.decide(_body(records), self._confidence, bool(precise)))
@@ -185,7 +197,12 @@ class Clef:
 
     def close(self):
         """Finish what is queued and stop the engine thread (also done when the object goes)."""
+        self._closed = True
         self._engine.stop()
+
+    def _check_open(self):
+        if self._closed:
+            raise EngineError("this Clef is closed (close() or the end of its with block); open a new one")
 
     def __enter__(self):
         return self

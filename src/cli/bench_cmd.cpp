@@ -258,7 +258,7 @@ Runner add_bench(CLI::App& app) {
                                    "Measures the card's bf16 GEMM peak and copy bandwidth, then: latency (p50/p95) of the blog\n"
                                    "request and of 1,024-, 8,192- and 16,384-token requests; throughput of batches of 512-token\n"
                                    "requests at 1, 4, 16 and 64 in flight; achieved TFLOP/s against the measured peak.");
-  c->add_option("--synthetic", o->synthetic, "clef-27b | clef-flash | small")->check(CLI::IsMember({"clef-27b", "clef-flash", "small", "tiny"}));
+  c->add_option("--synthetic", o->synthetic, "clef-27b | clef-flash | small | tiny")->check(CLI::IsMember({"clef-27b", "clef-flash", "small", "tiny"}));
   c->add_option("--quant", o->quant,
                 "bf16 | fp8 | nvfp4 | nvfp4-w4a16: what the Linears run in (random weights quantized on the GPU;\n"
                 "nvfp4 = W4A4 numerics with a made-up static activation scale)");

@@ -39,6 +39,8 @@ void add_engine_flags(CLI::App& c, EngineFlags& f);
 // print the whole double range): positive() > 0, non_negative() >= 0.
 CLI::Validator positive();
 CLI::Validator non_negative();
+// --max-length: 1 .. kMaxContext tokens (Clef's window), refused while the flags are read
+CLI::Validator max_length_range();
 
 // Every long option of `c` that has no environment variable yet gets CLEFRT_<NAME> (--max-queue:
 // CLEFRT_MAX_QUEUE), read when the option is not on the command line: services are configured
@@ -46,10 +48,18 @@ CLI::Validator non_negative();
 void add_env_names(CLI::App& c);
 EngineOptions engine_options(const EngineFlags& f);
 
+// Throws a clear error for a request path that cannot be read (before a model is loaded for
+// it); "-" (stdin) passes.
+void check_request_files(const std::vector<std::string>& inputs);
+
 // Reads each input: a file, "-" for stdin; a `.jsonl` file (or stdin with --jsonl) gives one
 // record per non-empty line. Calls fn(record, where) in order.
 void for_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl,
                      const std::function<void(const std::string&, const std::string&)>& fn);
+
+// After a malformed-JSON error on a whole file (or stdin) that holds several lines each starting
+// an object: a line on stderr saying it looks like JSON lines.
+void hint_json_lines(const Error& e, const std::string& body, const std::string& where);
 
 // Prints answer(record) for each record, one line each. A clefrt::Error prints the protocol's
 // error JSON in its place and a line on stderr; the result is then 1, else 0.

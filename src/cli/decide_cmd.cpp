@@ -15,7 +15,7 @@ namespace {
 // scheduler packs them as the server would; answers printed in input order.
 int decide_records(Engine& engine, const std::vector<std::string>& inputs, bool jsonl, const AnswerOptions& ao) {
   struct Item {
-    std::string where;
+    std::string where, body;  // body: kept only for a refused record's hint
     Prepared prepared;
     std::future<Outcome> outcome;
     std::exception_ptr error;  // refused before it could run
@@ -35,6 +35,7 @@ int decide_records(Engine& engine, const std::vector<std::string>& inputs, bool 
     } catch (const Error& e) {
       std::cout << e.to_json() << "\n";
       std::cerr << "clefrt decide: " << it.where << ": " << e.http_status() << " " << e.what() << "\n";
+      hint_json_lines(e, it.body, it.where);
       status = 1;
     }
   };
@@ -49,6 +50,7 @@ int decide_records(Engine& engine, const std::vector<std::string>& inputs, bool 
                     [promise](const Prepared&, Outcome o) { promise->set_value(std::move(o)); });
     } catch (...) {
       it.error = std::current_exception();
+      it.body = body;
     }
     pending.push_back(std::move(it));
     while (pending.size() >= window) print_front();
@@ -85,6 +87,7 @@ Runner add_decide(CLI::App& app) {
   c->add_option("requests", o->inputs, "request files (.json, or .jsonl for one per line); '-' reads stdin")->required();
   add_env_names(*c);
   return [o]() -> int {
+    check_request_files(o->inputs);  // a mistyped path costs no model load
     EngineOptions eo = engine_options(o->engine);
     eo.batch_invariant = o->batch_invariant;
     auto engine = Engine::load(o->model, eo);

@@ -1,4 +1,6 @@
 // `clefrt encode`: a request -> token ids and spans, with no weights needed.
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -11,6 +13,16 @@ namespace clefrt::cli {
 
 namespace fs = std::filesystem;
 
+void check_request_files(const std::vector<std::string>& inputs) {
+  for (const auto& in : inputs) {
+    if (in == "-") continue;
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) throw Error(Status::BadRequest, "io_error", "is a folder, not a request file", in);
+    std::ifstream f(in, std::ios::binary);
+    if (!f) throw Error(Status::BadRequest, "io_error", std::string("cannot read the request file: ") + std::strerror(errno), in);
+  }
+}
+
 void for_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl,
                      const std::function<void(const std::string&, const std::string&)>& fn) {
   for (const auto& in : inputs) {
@@ -21,7 +33,7 @@ void for_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl,
       text = ss.str();
     } else {
       std::ifstream f(in, std::ios::binary);
-      if (!f) throw Error(Status::BadRequest, "io_error", "cannot read the request file", in);
+      if (!f) throw Error(Status::BadRequest, "io_error", std::string("cannot read the request file: ") + std::strerror(errno), in);
       std::stringstream ss;
       ss << f.rdbuf();
       text = ss.str();
@@ -44,6 +56,20 @@ void for_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl,
   }
 }
 
+void hint_json_lines(const Error& e, const std::string& body, const std::string& where) {
+  if (e.message().rfind("malformed JSON", 0) != 0 || where.find(':') != std::string::npos) return;
+  size_t records = 0;  // lines that hold a whole object: '{' first and '}' last
+  for (size_t at = 0; at < body.size();) {
+    size_t nl = body.find('\n', at);
+    if (nl == std::string::npos) nl = body.size();
+    const size_t first = body.find_first_not_of(" \t\r", at), last = body.find_last_not_of(" \t\r", nl - 1);
+    if (first < nl && last != std::string::npos && last >= first && body[first] == '{' && body[last] == '}') ++records;
+    at = nl + 1;
+  }
+  if (records > 1)
+    std::cerr << "  (" << where << " looks like JSON lines, one request per line: name it .jsonl, or pass --jsonl when it is stdin)\n";
+}
+
 int print_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl, const char* command,
                       const std::function<std::string(const std::string&)>& answer) {
   int status = 0;
@@ -53,6 +79,7 @@ int print_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl, 
     } catch (const Error& e) {
       std::cout << e.to_json() << "\n";
       std::cerr << "clefrt " << command << ": " << where << ": " << e.http_status() << " " << e.what() << "\n";
+      hint_json_lines(e, body, where);
       status = 1;
     }
   });
@@ -82,8 +109,8 @@ Runner add_encode(CLI::App& app) {
   c->add_flag("--require-instructions", o->require_instructions,
               "refuse a question whose instructions are missing or empty (422), as hosted Clef does;\n"
               "default: fall back to the question id, as the reference does");
-  c->add_option("--max-length", o->max_length, "context length in tokens; the state is cut to fit (default 16384)")
-      ->check(CLI::Range(size_t(1), size_t(1) << 30));
+  c->add_option("--max-length", o->max_length, "context length in tokens, at most 65536; the state is cut to fit (default 16384)")
+      ->check(max_length_range());
   c->add_flag("--jsonl", o->jsonl, "read stdin ('-') as JSON lines, one request per line");
   c->add_option("requests", o->inputs, "request files (.json, or .jsonl for one per line); '-' reads stdin")->required();
 

@@ -38,7 +38,7 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
   c.add_option("--max-length", f.max_length,
                "context length in tokens, at most 65536 (Clef's window); longer states are cut, longer schemas refused with 413\n"
                "(default 16384)")
-      ->check(positive());
+      ->check(max_length_range());
   c.add_option("--prefix-cache-gib", f.prefix_cache_gib,
                "the prefix cache's budget in GiB (host memory on the CPU, GPU memory on the GPU): a request whose ids start with\n"
                "a cached system prompt + state (in multiples of 256 tokens on the CPU, 64 on the GPU) computes only the rest, the\n"
@@ -85,6 +85,7 @@ CLI::Validator number_check(bool strict, const char* tag) {
 }
 }  // namespace
 
+CLI::Validator max_length_range() { return CLI::Range(size_t(1), kMaxContext, "TOKENS"); }
 CLI::Validator positive() { return number_check(true, "POSITIVE"); }
 CLI::Validator non_negative() { return number_check(false, "NONNEGATIVE"); }
 

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "common/progress.h"
 #include "common/error.h"
 #include "common/file.h"
 #include "common/json.h"
@@ -44,6 +45,28 @@ Endpoint parse_endpoint(const std::string& url) {
   if (url.rfind("https://", 0) == 0) throw Error(Status::BadRequest, "usage", "--endpoint https:// is not supported (this build's client is plain HTTP): put a local proxy in front");
   const size_t slash = url.find('/', 7);
   return {slash == std::string::npos ? url : url.substr(0, slash)};
+}
+
+// httplib's error as a reader would say it
+std::string client_error(httplib::Error e, double timeout_s) {
+  switch (e) {
+    case httplib::Error::Connection: return "cannot connect (refused, or no route to the host)";
+    case httplib::Error::ConnectionTimeout: return "connect timed out";
+    case httplib::Error::Read: return "reading the answer failed or took over " + std::to_string(int(timeout_s)) + " s (--timeout)";
+    case httplib::Error::Write: return "sending the request failed";
+    default: return httplib::to_string(e);
+  }
+}
+
+// Before any row: a server that does not answer /health is a usage error, not a report of 0%.
+void check_reachable(const Endpoint& ep, const std::string& api_key) {
+  httplib::Client cl(ep.base);
+  cl.set_connection_timeout(std::chrono::seconds(10));
+  cl.set_read_timeout(std::chrono::seconds(30));
+  httplib::Headers h;
+  if (!api_key.empty()) h.emplace("Authorization", "Bearer " + api_key);
+  auto res = cl.Get("/health", h);
+  if (!res) throw Error(Status::BadRequest, "usage", "--endpoint " + ep.base + ": " + client_error(res.error(), 30) + " (GET /health)");
 }
 
 // --compare A B: the card table (A, B, B - A per benchmark) and per-question agreement over the
@@ -185,7 +208,10 @@ Runner add_eval(CLI::App& app) {
     }
     std::unique_ptr<Engine> engine;
     std::unique_ptr<Endpoint> endpoint;
-    if (!o->endpoint.empty()) endpoint = std::make_unique<Endpoint>(parse_endpoint(o->endpoint));
+    if (!o->endpoint.empty()) {
+      endpoint = std::make_unique<Endpoint>(parse_endpoint(o->endpoint));
+      check_reachable(*endpoint, o->api_key);
+    }
     else if (!o->synthetic.empty()) {
       EngineOptions eo = engine_options(o->engine);
       eo.device = Device::Cuda;
@@ -195,17 +221,21 @@ Runner add_eval(CLI::App& app) {
     std::ofstream pred(pred_path, std::ios::app);
     json::Value report = json::Value::object(), per = json::Value::object();
     std::string md = "| benchmark | metric | native | coverage | raw | skill | rows | answered |\n|---|---|---|---|---|---|---|---|\n";
+    size_t failed = 0;  // rows that failed (not capacity refusals) over all benchmarks
     for (const eval::Benchmark& b : benches) {
       const size_t n = o->limit ? std::min(o->limit, b.rows.size()) : b.rows.size();
       std::vector<eval::Outcome> outcomes(n);
       size_t unsupported = 0, errors = 0, resumed = 0;
       const auto t0 = std::chrono::steady_clock::now();
       size_t ran = 0;
+      StatusLine status;
       auto progress = [&](size_t at) {
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const double rate = secs > 0 ? double(ran) / secs : 0;
-        std::fprintf(stderr, "\reval %s: %zu/%zu rows, %.1f rows/s, ETA %.0f s   ", b.name.c_str(), at, n, rate,
-                     rate > 0 ? double(n - at) / rate : 0.0);
+        char line[256];
+        std::snprintf(line, sizeof line, "eval %s: %zu/%zu rows, %.1f rows/s, ETA %.0f s", b.name.c_str(), at, n, rate,
+                      rate > 0 ? double(n - at) / rate : 0.0);
+        status.update(line);
       };
       auto write_line = [&](const eval::Row& r, const json::Value* answers, const std::string& error) {
         json::Value line = json::Value::object();
@@ -247,7 +277,7 @@ Runner add_eval(CLI::App& app) {
               ++ran;
               if (!res) {
                 ++errors;
-                write_line(r, nullptr, "no response: " + httplib::to_string(res.error()));
+                write_line(r, nullptr, "no response: " + client_error(res.error(), o->timeout_s));
                 continue;
               }
               if (res->status != 200) {
@@ -315,8 +345,10 @@ Runner add_eval(CLI::App& app) {
         ran += ps.size();
         progress(std::min(n, i0 + o->batch));
       }
-      std::fprintf(stderr, "\n");
       const eval::Score s = eval::score(b, outcomes);
+      status.done("eval " + b.name + ": " + std::to_string(n) + " rows, " + std::to_string(s.answered) + " answered, " +
+                  std::to_string(unsupported) + " unsupported, " + std::to_string(errors) + " failed");
+      failed += errors;
       json::Value v = json::Value::object();
       v.add("title", json::Value::string(b.title));
       v.add("metric", json::Value::string(b.metric));
@@ -347,6 +379,10 @@ Runner add_eval(CLI::App& app) {
                                          << ". Percent; raw = round(native, 4) x coverage; skill is chance-corrected.\n\n"
                                          << md;
     std::cout << md;
+    if (failed) {
+      std::fprintf(stderr, "clefrt eval: %zu row(s) failed; their \"error\" field in %s says why\n", failed, pred_path.c_str());
+      return 1;
+    }
     return 0;
   };
 }

@@ -14,7 +14,8 @@ Runner add_inspect(CLI::App& app) {
                                    "Print what a Clef folder holds: architecture, sizes, dtypes, parameter counts\n"
                                    "(backbone, vision, head) and the memory each device plan needs. Reads headers only.");
   c->add_option("--model", *dir, "a Clef release folder")->required()->check(CLI::ExistingDirectory);
-  c->add_option("--max-length", *max_tokens, "tokens the GPU activation plan is sized for (default 16384)")->check(positive());
+  c->add_option("--max-length", *max_tokens, "tokens the GPU activation plan is sized for, at most 65536 (default 16384)")
+      ->check(max_length_range());
   c->add_flag("--w4a16-fused", *fused, "plan NVFP4 with the fused W4A16 GEMM (no staging slots)");
   return [dir, max_tokens, fused]() -> int {
     EngineOptions o;

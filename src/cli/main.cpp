@@ -12,10 +12,6 @@ int main(int argc, char** argv) {
       "probability for every allowed option in one forward pass."};
   app.require_subcommand(1);
   app.set_version_flag("--version", clefrt::version());
-  app.footer(
-      "Run `clefrt COMMAND --help` for a command's options.\n"
-      "Missed targets are in the README; a long request's GPU step does not yield to others inside it.\n"
-      "Untested: the native Blackwell FP4 path.");
   std::vector<std::pair<std::string, clefrt::cli::Runner>> runners = {
       {"encode", clefrt::cli::add_encode(app)},
       {"decide", clefrt::cli::add_decide(app)},
@@ -26,6 +22,24 @@ int main(int argc, char** argv) {
       {"quantize", clefrt::cli::add_quantize(app)},
       {"eval", clefrt::cli::add_eval(app)},
   };
+  // after the commands: a subcommand made earlier would inherit the footer into its own --help
+  app.footer(
+      "Run `clefrt COMMAND --help` for a command's options.\n"
+      "Missed targets are in the README; a long request's GPU step does not yield to others inside it.\n"
+      "Untested: the native Blackwell FP4 path.");
+  // a word where the command goes that names none: say so (CLI11 would only say one is required)
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (auto& [name, run] : runners) {
+      known = known || name == argv[1];
+      names += (names.empty() ? "" : ", ") + name;
+    }
+    if (!known) {
+      std::cerr << "clefrt: unknown command '" << argv[1] << "' (commands: " << names << "; clefrt --help explains them)\n";
+      return static_cast<int>(CLI::ExitCodes::ExtrasError);
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

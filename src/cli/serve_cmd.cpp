@@ -47,7 +47,7 @@ Runner add_serve(CLI::App& app) {
                                    "answers 429 with Retry-After. Binds 127.0.0.1 unless --host says otherwise. Request bodies\n"
                                    "are never logged; one JSON line per request goes to stderr.");
   auto* m = c->add_option("--model", o->model, "a Clef release folder")->check(CLI::ExistingDirectory);
-  auto* syn = c->add_option("--synthetic", o->synthetic, "clef-27b | clef-flash | small: random weights on the GPU (benchmarks)")
+  auto* syn = c->add_option("--synthetic", o->synthetic, "clef-27b | clef-flash | small | tiny: random weights on the GPU (benchmarks)")
                   ->check(CLI::IsMember({"clef-27b", "clef-flash", "small", "tiny"}));
   m->excludes(syn);
   c->add_option("--tokenizer", o->tokenizer, "with --synthetic: the tokenizer.json to encode with");

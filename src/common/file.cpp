@@ -1,5 +1,7 @@
 #include "common/file.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -9,7 +11,7 @@ namespace clefrt {
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw load_error(path, "cannot open");
+  if (!f) throw load_error(path, std::string("cannot open: ") + std::strerror(errno));
   std::stringstream ss;
   ss << f.rdbuf();
   if (f.bad()) throw load_error(path, "read failed");

@@ -66,16 +66,47 @@ namespace {
 
 // simdjson reports both "01" and "1e400" / 2^70 as NUMBER_ERROR. To say which (400 vs 422) and
 // where, find the first numeric token outside strings that either is malformed or overflows.
+// The error names the value's JSON path ("state.n", "questions.a.levels[2]") as the request
+// checks do, from the containers open at the token (keys as written, escapes and all).
 [[noreturn]] void explain_number_error(std::string_view t) {
+  struct Frame {
+    bool object;
+    std::string_view key;
+    size_t index = 0;
+    bool want_key = true;
+  };
+  std::vector<Frame> open;
+  auto path_here = [&] {
+    std::string path;
+    for (const Frame& f : open) {
+      if (f.object) path += (path.empty() ? "" : ".") + std::string(f.key);
+      else path += "[" + std::to_string(f.index) + "]";
+    }
+    return path;
+  };
   bool in_str = false;
+  size_t str_at = 0;
   for (size_t p = 0; p < t.size(); ++p) {
     char c = t[p];
     if (in_str) {
       if (c == '\\') ++p;
-      else if (c == '"') in_str = false;
+      else if (c == '"') {
+        in_str = false;
+        if (!open.empty() && open.back().object && open.back().want_key) {
+          open.back().key = t.substr(str_at + 1, p - str_at - 1);
+          open.back().want_key = false;
+        }
+      }
       continue;
     }
-    if (c == '"') { in_str = true; continue; }
+    if (c == '"') { in_str = true; str_at = p; continue; }
+    if (c == '{' || c == '[') { open.push_back(Frame{c == '{', {}, 0, true}); continue; }
+    if ((c == '}' || c == ']') && !open.empty()) { open.pop_back(); continue; }
+    if (c == ',' && !open.empty()) {
+      if (open.back().object) open.back().want_key = true;
+      else ++open.back().index;
+      continue;
+    }
     if (c != '-' && !(c >= '0' && c <= '9')) continue;
     size_t e = p;
     while (e < t.size() && std::strchr("+-.eE0123456789", t[e]) && t[e] != '\0') ++e;
@@ -100,7 +131,8 @@ namespace {
       ok = q > d0;
     }
     ok = ok && q == tok.size();
-    std::string where = "offset " + std::to_string(p);
+    std::string where = path_here();
+    if (where.empty()) where = "offset " + std::to_string(p);  // a bare number as the document
     std::string shown(tok.substr(0, 40));
     if (!ok) throw bad_request(where, "malformed JSON number '" + shown + "'");
     if (is_int) {
@@ -114,7 +146,7 @@ namespace {
       double d = std::strtod(std::string(tok).c_str(), nullptr);
       if (std::isinf(d)) throw unprocessable(where, "number " + shown + " is outside the range of a double");
     }
-    p = e;
+    p = e - 1;  // the loop steps past the number; its next character (a comma, a bracket) is read
   }
   throw bad_request("", "malformed JSON: invalid number");
 }

@@ -61,4 +61,30 @@ void Progress::draw(bool last) {
                  unit_.c_str(), done, secs);
 }
 
+StatusLine::StatusLine() : tty_(isatty(STDERR_FILENO)), last_(std::chrono::steady_clock::now()) {}
+
+void StatusLine::update(const std::string& text) {
+  const auto now = std::chrono::steady_clock::now();
+  if (tty_) {
+    std::fprintf(stderr, "\r%s   ", text.c_str());
+    std::fflush(stderr);
+    shown_ = true;
+    return;
+  }
+  if (now - last_ < std::chrono::seconds(10)) return;
+  last_ = now;
+  std::fprintf(stderr, "%s\n", text.c_str());
+}
+
+void StatusLine::end() {
+  if (tty_ && shown_) std::fprintf(stderr, "\n");
+  shown_ = false;
+}
+
+void StatusLine::done(const std::string& text) {
+  std::fprintf(stderr, tty_ ? "\r%s   \n" : "%s\n", text.c_str());
+  std::fflush(stderr);
+  shown_ = false;
+}
+
 }  // namespace clefrt

@@ -26,4 +26,19 @@ class Progress {
   std::chrono::steady_clock::time_point t0_, last_draw_;
 };
 
+// A counter line of a long command (synth's layers, quantize's tensors, eval's rows) on stderr:
+// on a terminal rewritten in place; elsewhere (a log file, a pipe) a line of its own at most
+// every 10 s and at the end, so logs read line by line rather than as one "\r"-joined line.
+class StatusLine {
+ public:
+  StatusLine();
+  void update(const std::string& text);  // the latest state
+  void done(const std::string& text);    // the last state, then a line end
+  void end();                            // a line end if a terminal line is open (before an error)
+
+ private:
+  bool tty_, shown_ = false;
+  std::chrono::steady_clock::time_point last_;
+};
+
 }  // namespace clefrt

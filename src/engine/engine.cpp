@@ -86,6 +86,8 @@ CoreOptions core_options(const EngineOptions& o) {
     if (c.device == Device::Cpu && o.progress && o.load_weights)
       std::fprintf(stderr, "{\"event\":\"device\",\"device\":\"cpu\",\"why\":%s}\n", json::write(json::Value::string("--device auto: " + why)).c_str());
   }
+  if (c.device == Device::Cpu && o.step_layers > 0 && o.load_weights)
+    throw Error(Status::BadRequest, "usage", "--step-layers is a GPU option (the CPU engine's steps run every layer: --step-tokens)");
   c.quant = o.quant;
   c.offload_embeddings = o.offload_embeddings;
   c.vision = o.vision;

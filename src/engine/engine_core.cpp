@@ -109,7 +109,13 @@ bool cuda_available(std::string* reason) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
-    if (reason) *reason = e != cudaSuccess ? std::string("no usable GPU: ") + cudaGetErrorString(e) : "no GPU found";
+    if (reason) {
+      // the runtime reports a machine without the NVIDIA driver as an old driver: say what it is
+      if (e == cudaErrorInsufficientDriver && !fs::exists("/dev/nvidiactl") && !fs::exists("/dev/nvidia0"))
+        *reason = "no NVIDIA GPU driver on this machine (no /dev/nvidia*)";
+      else
+        *reason = e != cudaSuccess ? std::string("no usable GPU: ") + cudaGetErrorString(e) : "no GPU found";
+    }
     cudaGetLastError();
     return false;
   }
@@ -358,6 +364,14 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
       throw Error(Status::BadRequest, "usage", std::string("--quant ") + quant_mode_name(opts.quant) +
                                                    " is a CUDA option; the CPU engine runs what the folder holds (leave --quant out)");
     if (opts.offload_embeddings) throw Error(Status::BadRequest, "usage", "--offload-embeddings is a CUDA option");
+    // the other CUDA options are refused too rather than ignored: a flag that does nothing is a
+    // wrong belief about what ran
+    if (opts.w4a16_fused) throw Error(Status::BadRequest, "usage", "--w4a16-fused is a CUDA option (the CPU engine dequantizes NVFP4 at load)");
+    if (opts.portable_kernels) throw Error(Status::BadRequest, "usage", "--portable-kernels is a CUDA option");
+    if (opts.attention != AttentionKernel::Auto)
+      throw Error(Status::BadRequest, "usage", "--attention picks a CUDA kernel; the CPU engine has one attention (leave --attention out)");
+    if (!opts.batch_invariant)
+      throw Error(Status::BadRequest, "usage", "--no-batch-invariant is a CUDA option (the CPU engine's answers are always batch-invariant)");
     if (opts.prefix_cache_host_bytes > 0) throw Error(Status::BadRequest, "usage", host_tier_on_cpu());
   }
   check_host_tier_budget(opts.prefix_cache_host_bytes);  // before the weights go anywhere

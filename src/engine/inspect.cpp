@@ -96,7 +96,7 @@ std::string inspect(const std::string& dir_path, const EngineOptions& opts) {
               << ", conv " << tc.conv_kernel << "\n";
     if (cfg.vision.present)
       out << "vision        depth " << cfg.vision.depth << ", hidden " << cfg.vision.hidden << ", " << cfg.vision.heads
-                << " heads, patch " << cfg.vision.patch << " (run by the CPU engine; not on the GPU yet)\n";
+                << " heads, patch " << cfg.vision.patch << " (bf16 on the GPU, fp32 on the CPU; --no-vision leaves it on disk)\n";
     out << "joint head    width " << cfg.head.width << ", " << cfg.head.routing_layers << " routing + " << cfg.head.layers
               << " layers, " << cfg.head.heads << " heads, ffn " << cfg.head.ffn << "\n\n";
     double total_params = 0, total_bytes = 0, cpu_params = 0, head_params = 0;

@@ -102,6 +102,9 @@ HeadConfig parse_head_config(const json::Value& hc, const std::string& where) {
 ModelConfig load_config(const std::string& dir) {
   ModelConfig m;
   std::string cpath = (fs::path(dir) / "config.json").string();
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw load_error(dir, "not a folder (a Clef model is a folder: config.json, safetensors, tokenizer)");
+  if (!fs::exists(cpath, ec)) throw load_error(dir, "not a Clef model folder: it has no config.json");
   json::Value c = read_json(cpath);
   if (const json::Value* a = c.find("architectures"); a && a->is_array() && !a->arr.empty()) m.architecture = a->arr[0].s;
   if (const json::Value* t = c.find("model_type"); t && t->is_string()) m.model_type = t->s;

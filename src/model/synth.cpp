@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/progress.h"
 #include "io/safetensors_write.h"
 #include "tokenizer/tokenizer.h"
 
@@ -174,8 +175,9 @@ void synthesize(const SynthOptions& o) {
   };
   const std::string p = "model.language_model.";
   put(0, p + "embed_tokens.weight", {vocab, H}, g.normal(vocab * H, 1.0f));
+  StatusLine status;
   for (int64_t i = 0; i < P.layers; ++i) {
-    if (o.progress) std::fprintf(stderr, "\rsynth: layer %lld/%lld", (long long)(i + 1), (long long)P.layers);
+    if (o.progress) status.update("synth: layer " + std::to_string(i + 1) + "/" + std::to_string(P.layers));
     const size_t sh = size_t(i * P.shards / P.layers);
     const std::string l = p + "layers." + std::to_string(i) + ".";
     put(sh, l + "input_layernorm.weight", {H}, g.normal(H, 0.1f));
@@ -205,7 +207,7 @@ void synthesize(const SynthOptions& o) {
       put(sh, a + "k_norm.weight", {P.head_dim}, g.normal(P.head_dim, 0.1f));
     }
   }
-  if (o.progress) std::fprintf(stderr, "\n");
+  if (o.progress) status.done("synth: " + std::to_string(P.layers) + " layers");
   put(size_t(P.shards - 1), p + "norm.weight", {H}, g.normal(H, 0.1f));
   put(size_t(P.shards - 1), "lm_head.weight", {vocab, H}, g.normal(vocab * H, 1.0f));
   // The vision tower, from its own generator so the text weights of a seed stay what they were

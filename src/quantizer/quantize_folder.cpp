@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/file.h"
 #include "common/json.h"
+#include "common/progress.h"
 #include "io/safetensors.h"
 #include "io/safetensors_write.h"
 #include "model/config.h"
@@ -61,13 +62,14 @@ Calibration calibrate(const QuantizeOptions& o) {
   std::string line;
   size_t n = 0, line_no = 0, too_long = 0, first_too_long = 0;
   std::vector<Prepared> group;
+  StatusLine status;
   auto run_group = [&] {
     std::vector<const Prepared*> ptrs;
     for (const Prepared& p : group) ptrs.push_back(&p);
     engine->probs(ptrs);
     n += group.size();
     group.clear();
-    if (o.progress) std::fprintf(stderr, "\rquantize: calibration %zu/%zu records", n, o.calib_records);
+    if (o.progress) status.update("quantize: calibration " + std::to_string(n) + "/" + std::to_string(o.calib_records) + " records");
   };
   try {
     while (n + group.size() < o.calib_records && std::getline(in, line)) {
@@ -89,11 +91,11 @@ Calibration calibrate(const QuantizeOptions& o) {
     }
     if (!group.empty()) run_group();
   } catch (...) {
-    if (o.progress) std::fprintf(stderr, "\n");  // end the progress line before the error
+    status.end();  // the progress line ends before the error
     throw;
   }
   engine->observe_linear_inputs(nullptr);
-  if (o.progress) std::fprintf(stderr, "\n");
+  if (o.progress) status.done("quantize: calibration " + std::to_string(n) + " records");
   if (too_long)
     std::fprintf(stderr, "quantize: skipped %zu calibration record(s) over the model's context (the first at %s:%zu)\n", too_long,
                  o.calib_file.c_str(), first_too_long);
@@ -111,7 +113,22 @@ void quantize(const QuantizeOptions& o) {
   const model::ModelConfig cfg = model::load_config(o.model_dir);
   if (cfg.quantization) throw load_error(o.model_dir + "/config.json", "the folder is already quantized; quantize a bf16 folder");
   if (fs::exists(o.out_dir) && !fs::is_empty(o.out_dir)) throw Error(Status::BadRequest, "usage", "--out " + o.out_dir + " exists and is not empty");
+  const bool made = !fs::exists(o.out_dir);
   fs::create_directories(o.out_dir);
+  // a failure leaves no half-written folder behind: the folder if this run made it, else what
+  // this run wrote into the empty one it was given
+  struct Cleanup {
+    const fs::path dir;
+    const bool made;
+    bool armed = true;
+    ~Cleanup() {
+      if (!armed) return;
+      std::error_code ec;
+      if (made) fs::remove_all(dir, ec);
+      else
+        for (const auto& e : fs::directory_iterator(dir, ec)) fs::remove_all(e.path(), ec);
+    }
+  } cleanup{o.out_dir, made};
 
   // W4A4: calibrate the input activations of every Linear over the records.
   const Calibration cal = w4a4 ? calibrate(o) : Calibration{};
@@ -132,11 +149,12 @@ void quantize(const QuantizeOptions& o) {
   std::set<std::string> ignored;  // Linear modules of the decoder kept in bf16
   Value weight_map = Value::object();
   size_t done = 0;
+  StatusLine tensors_line;
   for (const io::TensorInfo* t : all) {
     const std::string file = fs::path(*t->file).filename().string();
     auto& out = shards[file];
     ++done;
-    if (o.progress && done % 16 == 0) std::fprintf(stderr, "\rquantize: %zu/%zu tensors", done, all.size());
+    if (o.progress && done % 16 == 0) tensors_line.update("quantize: " + std::to_string(done) + "/" + std::to_string(all.size()) + " tensors");
     if (!quantized_linear(*t, nvfp4)) {
       out.push_back({t->name, t->dtype, t->shape, std::vector<uint8_t>(t->data, t->data + t->nbytes)});
       if (ends_with(t->name, ".weight") && t->shape.size() == 2 && t->name.rfind("model.language_model.layers.", 0) == 0)
@@ -172,7 +190,7 @@ void quantize(const QuantizeOptions& o) {
       out.push_back({base + ".weight_scale", io::DType::F32, {rows, 1}, io::f32_bytes(scale)});
     }
   }
-  if (o.progress) std::fprintf(stderr, "\rquantize: %zu/%zu tensors\n", all.size(), all.size());
+  if (o.progress) tensors_line.done("quantize: " + std::to_string(all.size()) + " tensors");
   for (auto& [file, tensors] : shards) {
     io::write_safetensors((fs::path(o.out_dir) / file).string(), tensors);
     for (const auto& t : tensors) weight_map.add(t.name, Value::string(file));
@@ -216,6 +234,7 @@ void quantize(const QuantizeOptions& o) {
   qc.add("ignore", ignore);
   root.add("quantization_config", qc);
   std::ofstream(fs::path(o.out_dir) / "config.json") << json::write(root) << "\n";
+  cleanup.armed = false;
 }
 
 }  // namespace clefrt

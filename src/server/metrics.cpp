@@ -1,13 +1,19 @@
 #include "server/metrics.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace clefrt::server {
 
 namespace {
+// the shortest text that reads back as v (0.005, not 0.0050000000000000001): bucket labels are
+// matched as strings by the queries written against them
 std::string num(double v) {
   char b[64];
-  std::snprintf(b, sizeof b, "%.17g", v);
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(b, sizeof b, "%.*g", digits, v);
+    if (std::strtod(b, nullptr) == v) break;
+  }
   return b;
 }
 }  // namespace

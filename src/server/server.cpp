@@ -123,8 +123,10 @@ int HttpServer::bind() {
                                               [this](size_t waiting) { metrics_.set_queue_depth(waiting); }});
       metrics_.set_device_memory(engine_->gpu_bytes());
       engine_ready_ = true;
-      std::fprintf(stderr, "{\"ts\":\"%s\",\"event\":\"ready\",\"model\":\"%s\",\"device\":\"%s\",\"port\":%d,\"memory\":%s}\n", utc_now().c_str(),
-                   o_.model_name.c_str(), device_name(engine_->device()), o_.port, json::write(Value::string(engine_->summary())).c_str());
+      const std::string summary = engine_->summary();  // the GPU's memory plan; the CPU engine has none to say
+      const std::string memory = summary.empty() ? "" : ",\"memory\":" + json::write(Value::string(summary));
+      std::fprintf(stderr, "{\"ts\":\"%s\",\"event\":\"ready\",\"model\":\"%s\",\"device\":\"%s\",\"port\":%d%s}\n", utc_now().c_str(),
+                   o_.model_name.c_str(), device_name(engine_->device()), o_.port, memory.c_str());
     } catch (const std::exception& e) {
       load_error_ = e.what();
       load_failed_ = true;
