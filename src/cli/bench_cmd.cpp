@@ -261,12 +261,16 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--synthetic", o->synthetic, "clef-27b | clef-flash | small | tiny")->check(CLI::IsMember({"clef-27b", "clef-flash", "small", "tiny"}));
   c->add_option("--quant", o->quant,
                 "bf16 | fp8 | nvfp4 | nvfp4-w4a16: what the Linears run in (random weights quantized on the GPU;\n"
-                "nvfp4 = W4A4 numerics with a made-up static activation scale)");
+                "nvfp4 = W4A4 numerics with a made-up static activation scale)")
+      ->check(CLI::IsMember({"bf16", "fp8", "nvfp4", "nvfp4-w4a16"}));
   c->add_flag("--offload-embeddings", o->offload,
               "lean memory: embed_tokens / lm_head in pinned host memory, the MLP in 1,024-token blocks, the GDN in "
               "16-chunk passes (same answers)");
   c->add_flag("--w4a16-fused", o->w4a16_fused, "NVFP4: the fused W4A16 GEMM instead of staging (as decide / serve take it)");
-  c->add_option("--max-tokens", o->max_tokens, "tokens the activation memory is planned for (default 32768; at 65536 the 64k latency point runs too)");
+  c->add_option("--max-tokens", o->max_tokens,
+                "tokens the activation memory is planned for, at most 65536 (decide / serve's --max-length; default 32768;\n"
+                "at 65536 the 64k latency point runs too)")
+      ->check(CLI::Range(int64_t(1), int64_t(kMaxContext)));
   c->add_flag("--memory-only", o->memory_only,
               "only measure GPU memory: plan --max-tokens for one request, run one request of that length, report");
   c->add_flag("--reuse", o->reuse,
@@ -289,7 +293,7 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--json", o->json_out, "write the results as JSON here");
   c->add_option("--tokenizer", o->tokenizer, "tokenizer.json for the example request (default: the pinned Qwen3 one)");
   c->add_option("--request", o->request, "the latency request (default examples/blog.json)");
-  c->add_option("--reps", o->reps, "timed repetitions of the short points (default 20)");
+  c->add_option("--reps", o->reps, "timed repetitions of the short points (default 20)")->check(CLI::Range(1, 1000000));
   c->add_option("--commit", o->commit, "commit id recorded in the JSON");
   c->add_option("--baseline", o->baseline, "JSON from tools/reference/bench_reference.py to embed and compare with");
   c->add_option("--command", o->command, "the command line recorded in the JSON (default: argv)");

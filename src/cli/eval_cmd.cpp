@@ -161,9 +161,9 @@ Runner add_eval(CLI::App& app) {
                                    "Writes OUT/predictions.jsonl (one line per row: id, request, answers or null + error, gold),\n"
                                    "OUT/report.json and OUT/report.md.");
   c->add_option("--model", o->model, "the Clef folder (run in process)")->check(CLI::ExistingDirectory);
-  c->add_option("--synthetic", o->synthetic, "instead of --model: random weights of a preset made on the GPU (clef-27b, clef-flash, small):\n"
+  c->add_option("--synthetic", o->synthetic, "instead of --model: random weights of a preset made on the GPU (clef-27b, clef-flash, small, tiny):\n"
                                              "throughput only, the answers are noise")
-      ->check(CLI::IsMember({"clef-27b", "clef-flash", "small"}));
+      ->check(CLI::IsMember({"clef-27b", "clef-flash", "small", "tiny"}));
   c->add_option("--tokenizer", o->tokenizer, "--synthetic's tokenizer.json (default the pinned Qwen3 one)");
   c->add_option("--endpoint", o->endpoint, "instead of --model: a System One server (ours or another engine's), http://host:port");
   c->add_option("--endpoint-model", o->endpoint_model, "the `model` field sent to --endpoint (default clef)");
