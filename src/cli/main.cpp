@@ -25,8 +25,9 @@ int main(int argc, char** argv) {
   // after the commands: a subcommand made earlier would inherit the footer into its own --help
   app.footer(
       "Run `clefrt COMMAND --help` for a command's options.\n"
-      "Exit status: 0 done; 1 some request was refused or failed (its error JSON printed in its place); 2 the\n"
-      "command could not run (usage, model folder, device); 105-114 a flag was refused while reading them.\n"
+      "Exit status: 0 done; 1 some request was refused or failed (its error JSON printed in its place), or\n"
+      "serve's model failed to load after it listened; 2 the command could not run (usage, model folder,\n"
+      "device); 105-114 a flag was refused while reading them.\n"
       "Missed targets are in the README; a long request's GPU step does not yield to others inside it.\n"
       "Untested: the native Blackwell FP4 path.");
   // a word where the command goes that names none: say so (CLI11 would only say one is required)
