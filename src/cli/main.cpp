@@ -1,4 +1,6 @@
 // clefrt: a runtime for joint-schema decision models (Clef, Clef-flash and fine-tunes).
+#include <cctype>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -46,7 +48,19 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);
+    // a value refused for an option that is not on the command line came from its environment
+    // variable (CLEFRT_<NAME>, services' environment files): say which
+    const std::string what = e.what();
+    if (what.rfind("--", 0) == 0 && what.find(':') != std::string::npos) {
+      const std::string flag = what.substr(0, what.find(':'));
+      bool given = false;
+      for (int i = 1; i < argc; ++i) given = given || std::string(argv[i]).rfind(flag, 0) == 0;
+      std::string env = "CLEFRT_";
+      for (char ch : flag.substr(2)) env += ch == '-' ? '_' : char(std::toupper(static_cast<unsigned char>(ch)));
+      if (!given && std::getenv(env.c_str())) std::cerr << "(" << flag << "'s value came from the environment: " << env << "=" << std::getenv(env.c_str()) << ")\n";
+    }
+    return rc;
   }
   try {
     for (auto& [name, run] : runners)
