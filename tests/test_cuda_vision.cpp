@@ -32,6 +32,45 @@ cuda::DeviceBuffer up(const std::vector<T>& v) {
 
 float bf_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
+// The rotary's packed-heads form (a warp per row, 8- and 16-byte accesses: Dp == hd) writes the
+// bits of the per-row kernel's padded layout (Dp = hd + 8) in each head's first hd dims, at the
+// 27B tower's heads (16 x 72) and at hd 16; rows offset by r0 as the tower's row blocks are.
+TEST(CudaVision, PackedRopeEqualsPaddedRope) {
+  NEED_GPU();
+  for (auto [heads, hd] : {std::pair{16, 72}, {2, 16}, {3, 8}}) {
+    const int n = 37, r0 = 5, S = r0 + n, H = heads * hd, half = hd / 2;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd;
+    std::vector<cuda::bf16> qkv(size_t(n) * 3 * H);
+    for (auto& x : qkv) x = __float2bfloat16(nd(rng));
+    std::vector<int32_t> rc(size_t(2 * S));
+    for (int i = 0; i < S; ++i) rc[size_t(i)] = i / 7, rc[size_t(S + i)] = i % 7;
+    std::vector<float> inv(size_t(half / 2));
+    for (int j = 0; j < half / 2; ++j) inv[size_t(j)] = std::pow(10000.0f, -float(2 * j) / float(half));
+    auto dqkv = up(qkv), drc = up(rc), dinv = up(inv);
+    const int Dp = hd + 8;
+    cuda::DeviceBuffer pq(size_t(S) * H * 2), pk(size_t(S) * H * 2), pv(size_t(S) * H * 2);
+    cuda::DeviceBuffer wq(size_t(S) * heads * Dp * 2), wk(size_t(S) * heads * Dp * 2), wv(size_t(S) * heads * Dp * 2);
+    const int32_t* row = drc.as<int32_t>();
+    const int32_t* col = row + S;
+    cuda::vision_qkv_rope(dqkv.as<cuda::bf16>(), n, r0, row, col, dinv.as<float>(), heads, hd, hd, pq.as<cuda::bf16>(), pk.as<cuda::bf16>(),
+                          pv.as<cuda::bf16>(), nullptr);
+    cuda::vision_qkv_rope(dqkv.as<cuda::bf16>(), n, r0, row, col, dinv.as<float>(), heads, hd, Dp, wq.as<cuda::bf16>(), wk.as<cuda::bf16>(),
+                          wv.as<cuda::bf16>(), nullptr);
+    cuda::check(cudaDeviceSynchronize(), "rope");
+    for (auto [packed, padded, what] : {std::tuple{&pq, &wq, "q"}, {&pk, &wk, "k"}, {&pv, &wv, "v"}}) {
+      std::vector<uint16_t> a(size_t(S) * H), b(size_t(S) * heads * Dp);
+      cuda::check(cudaMemcpy(a.data(), packed->get(), a.size() * 2, cudaMemcpyDeviceToHost), "down");
+      cuda::check(cudaMemcpy(b.data(), padded->get(), b.size() * 2, cudaMemcpyDeviceToHost), "down");
+      size_t differ = 0;
+      for (int r = r0; r < S; ++r)
+        for (int h = 0; h < heads; ++h)
+          for (int d = 0; d < hd; ++d) differ += a[size_t((r * heads + h) * hd + d)] != b[size_t((r * heads + h) * Dp + d)];
+      EXPECT_EQ(differ, 0u) << what << " at heads " << heads << " x " << hd;
+    }
+  }
+}
+
 // flash_attention_full against cpu::attention_full per frame, on bf16-rounded inputs.
 TEST(CudaVision, FullAttentionAgainstCpu) {
   NEED_GPU();

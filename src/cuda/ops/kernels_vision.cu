@@ -71,6 +71,52 @@ __global__ void vision_qkv_rope_k(const __nv_bfloat162* qkv, int r0, const int32
   }
 }
 
+// Packed heads (Dp == hd, hd % 8 == 0: the 27B tower's 72 on cuDNN's attention), a warp per
+// patch row, 8-byte and 16-byte accesses: the row's rotary angles by its lanes into the warp's
+// shared slice, then q and k in units of four dims (j..j+3 of a head's first half with their
+// partners j+half..j+half+3; half % 4 == 0 keeps both 8-byte aligned), then v as 16-byte copies.
+// The same sincosf and rotate2 as vision_qkv_rope_k: the same bits.
+constexpr int kRopeRowsPerCta = 4;
+__global__ void __launch_bounds__(32 * kRopeRowsPerCta) vision_qkv_rope_packed_k(const uint2* qkv, int n, int r0, const int32_t* row,
+                                                                                 const int32_t* col, const float* inv_freq, int heads,
+                                                                                 int hd, uint2* q, uint2* k, uint4* v) {
+  __shared__ float sin_s[kRopeRowsPerCta][kRopeMaxHalf], cos_s[kRopeRowsPerCta][kRopeMaxHalf];
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = blockIdx.x * kRopeRowsPerCta + w;
+  if (r >= n) return;  // whole warps: no CTA-wide barrier below
+  const int half = hd / 2, nf = hd / 4, H4 = heads * hd / 4, units = heads * (half / 4), u_head = half / 4;
+  for (int j = lane; j < half; j += 32) {
+    const float ang = float(j < nf ? row[r0 + r] : col[r0 + r]) * inv_freq[j % nf];
+    sincosf(ang, &sin_s[w][j], &cos_s[w][j]);
+  }
+  __syncwarp();
+  const uint2* src = qkv + int64_t(r) * 3 * H4;  // the row's q | k | v in 4-dim units
+  const int64_t base = int64_t(r0 + r) * H4;
+  auto rot = [&](uint2 a, uint2 b, int j, uint2& first, uint2& second) {
+    const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
+    const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
+    __nv_bfloat162* f2 = reinterpret_cast<__nv_bfloat162*>(&first);
+    __nv_bfloat162* s2 = reinterpret_cast<__nv_bfloat162*>(&second);
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+      rotate2(__bfloat1622float2(a2[p]), __bfloat1622float2(b2[p]), cos_s[w][j + 2 * p], sin_s[w][j + 2 * p], cos_s[w][j + 2 * p + 1],
+              sin_s[w][j + 2 * p + 1], f2[p], s2[p]);
+  };
+  for (int u = lane; u < units; u += 32) {
+    const int h = u / u_head, j4 = u - h * u_head;  // head h, dims 4 j4 .. 4 j4 + 3 of its first half
+    const int c = h * (hd / 4) + j4, c2 = c + u_head;
+    uint2 f, s2;
+    rot(src[c], src[c2], 4 * j4, f, s2);
+    q[base + c] = f;
+    q[base + c2] = s2;
+    rot(src[H4 + c], src[H4 + c2], 4 * j4, f, s2);
+    k[base + c] = f;
+    k[base + c2] = s2;
+  }
+  const uint4* vsrc = reinterpret_cast<const uint4*>(src + 2 * H4);
+  const int H8 = H4 / 2;
+  for (int i = lane; i < H8; i += 32) v[int64_t(r0 + r) * H8 + i] = vsrc[i];
+}
+
 // Four dims (8 bytes) per thread: rows of Dp / 4 in, hd / 4 out.
 __global__ void vision_pack_heads4_k(const uint2* src, uint32_t total, uint32_t q4, uint32_t qp4, uint2* dst) {
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
@@ -133,6 +179,14 @@ void vision_qkv_rope(const bf16* qkv, int64_t n, int64_t r0, const int32_t* row,
     throw Error(Status::Internal, "internal_error",
                 "vision_qkv_rope: head dims must be a multiple of 4, at most 128, within the (even) padded dims");
   using b2 = __nv_bfloat162;
+  if (Dp == hd && hd % 8 == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0 &&
+      (reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k)) % 8 == 0) {
+    vision_qkv_rope_packed_k<<<unsigned((n + kRopeRowsPerCta - 1) / kRopeRowsPerCta), 32 * kRopeRowsPerCta, 0, s>>>(
+        reinterpret_cast<const uint2*>(qkv), int(n), int(r0), row, col, inv_freq, int(heads), int(hd), reinterpret_cast<uint2*>(q),
+        reinterpret_cast<uint2*>(k), reinterpret_cast<uint4*>(v));
+    check_launch("vision_qkv_rope");
+    return;
+  }
   vision_qkv_rope_k<<<unsigned(n), 128, 0, s>>>(reinterpret_cast<const b2*>(qkv), int(r0), row, col, inv_freq, int(heads), int(hd), int(Dp),
                                                 reinterpret_cast<b2*>(q), reinterpret_cast<b2*>(k), reinterpret_cast<b2*>(v));
   check_launch("vision_qkv_rope");
