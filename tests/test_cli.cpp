@@ -149,6 +149,18 @@ TEST(Cli, MistakesGetClearErrors) {
   EXPECT_NE(r.out.find("no calibration records"), std::string::npos) << r.out;
   EXPECT_FALSE(std::filesystem::exists(out)) << "a failed quantize left " << out;
   std::filesystem::remove_all(empty);
+  // a --no-X flag from its environment variable means what it says (CLEFRT_NO_CHECK_WEIGHTS=true
+  // skips the check), as on the command line
+  for (auto [env, stages] : {std::pair{"true", 0}, {"1", 0}, {"false", 1}, {"0", 1}}) {
+    const std::string cmd = std::string("CLEFRT_NO_CHECK_WEIGHTS=") + env + " " + CLEFRT_BINARY + " decide --model " + dir + " --device cpu " + blog +
+                            " 2>&1 >/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string err;
+    char buf[4096];
+    for (size_t k; (k = fread(buf, 1, sizeof buf, p)) > 0;) err.append(buf, k);
+    EXPECT_EQ(pclose(p), 0) << err;
+    EXPECT_EQ(err.find("check weights") != std::string::npos ? 1 : 0, stages) << "CLEFRT_NO_CHECK_WEIGHTS=" << env << ": " << err;
+  }
 }
 
 }  // namespace

@@ -248,9 +248,9 @@ Runner add_bench(CLI::App& app) {
     std::string commit = "unknown", baseline, command;
     int reps = 20;
     int64_t max_tokens = 32768;
-    bool batch_invariant = true, profile = false, offload = false, memory_only = false, w4a16_fused = false, reuse = false, interleave = false;
+    bool no_batch_invariant = false, profile = false, offload = false, memory_only = false, w4a16_fused = false, reuse = false, interleave = false;
     double reuse_gib = 16, reuse_host_gib = 0, gpu_limit_gib = 0;
-    bool vision = true;
+    bool no_vision = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("bench",
@@ -281,7 +281,7 @@ Runner add_bench(CLI::App& app) {
               "only the scheduling points: a long request (--max-tokens less 100) submitted while blog requests\n"
               "run one after another: their p50 while it runs against idle, and its time, per step size and\n"
               "layers a call (2,048 tokens 4 / 8 / all layers at a time, 512 tokens all, one step)");
-  c->add_flag("!--no-vision", o->vision, "a text-only engine: no vision tower in GPU memory nor in the plan (the image points are skipped)");
+  c->add_flag("--no-vision", o->no_vision, "a text-only engine: no vision tower in GPU memory nor in the plan (the image points are skipped)");
   c->add_option("--gpu-limit-gib", o->gpu_limit_gib,
                 "run as on a card of this many GiB: the memory beyond it is allocated first and held (the figures\n"
                 "reported leave it out); with --memory-only, whether the request fits a 16 GiB card (--gpu-limit-gib 16)");
@@ -298,7 +298,7 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--baseline", o->baseline, "JSON from tools/reference/bench_reference.py to embed and compare with");
   c->add_option("--command", o->command, "the command line recorded in the JSON (default: argv)");
   c->add_flag("--profile", o->profile, "also time every op (CUDA events) for the blog, 8,192-token and 64 x 512 runs");
-  c->add_flag("!--no-batch-invariant", o->batch_invariant, "let cuBLASLt pick GEMM algorithms per batch size");
+  c->add_flag("--no-batch-invariant", o->no_batch_invariant, "let cuBLASLt pick GEMM algorithms per batch size");
   return [o]() -> int {
     const QuantMode qm = parse_quant_mode(o->quant);
     if (qm == QuantMode::Auto) throw Error(Status::BadRequest, "usage", "--quant auto means nothing for random weights: bf16, fp8, nvfp4 or nvfp4-w4a16");
@@ -320,7 +320,7 @@ Runner add_bench(CLI::App& app) {
       out.add("model", Value::string(o->synthetic));
       out.add("quant", Value::string(o->quant));
       out.add("offload_embeddings", Value::boolean(o->offload));
-      out.add("batch_invariant", Value::boolean(o->batch_invariant));
+      out.add("batch_invariant", Value::boolean(!o->no_batch_invariant));
       out.add("peak_bf16_tflops", Value::number(hw.peak_bf16_tflops));
       out.add("copy_gbps", Value::number(hw.copy_gbps));
       return out;
@@ -332,10 +332,10 @@ Runner add_bench(CLI::App& app) {
       eo.quant = qm;
       eo.offload_embeddings = o->offload;
       eo.w4a16_fused = o->w4a16_fused;
-      eo.batch_invariant = o->batch_invariant;
+      eo.batch_invariant = !o->no_batch_invariant;
       eo.max_length = size_t(o->max_tokens);
       eo.max_batch_tokens = size_t(o->max_tokens);
-      eo.vision = o->vision;
+      eo.vision = !o->no_vision;
       return eo;
     };
     if (o->interleave) {
@@ -468,7 +468,7 @@ Runner add_bench(CLI::App& app) {
     // patches) and four (more tokens than any plan holds: refused before decoding, never out of
     // memory).
     Value images = Value::object();
-    if (o->vision) {
+    if (!o->no_vision) {
       const Value blog_json = json::parse(read_file(o->request));
       auto with_images = [&](int n, uint32_t w, uint32_t h) {
         Value r = blog_json;

@@ -26,7 +26,10 @@ Runner add_eval(CLI::App& app);
 // --no-check-weights.
 struct EngineFlags {
   std::string device = "auto", quant = "auto", attention = "auto";
-  bool vision = true, offload = false, w4a16_fused = false, native_fp4 = true, portable_kernels = false, parse_special = false, require_instructions = false, check_weights = true;
+  // the --no-X flags bind variables named as the flags, so CLEFRT_NO_X=true means what it says
+  // (a negated "!--no-x" flag takes its environment value uninverted)
+  bool no_vision = false, offload = false, w4a16_fused = false, no_native_fp4 = false, portable_kernels = false, parse_special = false,
+       require_instructions = false, no_check_weights = false;
   int threads = 0;
   size_t max_length = 16384;
   double prefix_cache_gib = -1;  // -1: the engine's default

@@ -66,7 +66,7 @@ Runner add_decide(CLI::App& app) {
   struct Opts {
     EngineFlags engine;
     std::string model, confidence = "reference";
-    bool batch_invariant = true, precise = false, jsonl = false;
+    bool no_batch_invariant = false, precise = false, jsonl = false;
     std::vector<std::string> inputs;
   };
   auto o = std::make_shared<Opts>();
@@ -79,7 +79,7 @@ Runner add_decide(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingDirectory);
   add_engine_flags(*c, o->engine);
-  c->add_flag("!--no-batch-invariant", o->batch_invariant, "cuda: let cuBLASLt choose GEMM algorithms per batch size");
+  c->add_flag("--no-batch-invariant", o->no_batch_invariant, "cuda: let cuBLASLt choose GEMM algorithms per batch size");
   c->add_flag("--precise", o->precise, "print probabilities, score and confidence unrounded");
   c->add_option("--confidence", o->confidence, "reference (max p, default) | purity | jev")
       ->check(CLI::IsMember({"reference", "purity", "jev"}));
@@ -89,7 +89,7 @@ Runner add_decide(CLI::App& app) {
   return [o]() -> int {
     check_request_files(o->inputs);  // a mistyped path costs no model load
     EngineOptions eo = engine_options(o->engine);
-    eo.batch_invariant = o->batch_invariant;
+    eo.batch_invariant = !o->no_batch_invariant;
     auto engine = Engine::load(o->model, eo);
     AnswerOptions ao;
     ao.precise = o->precise;

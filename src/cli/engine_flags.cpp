@@ -19,10 +19,10 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
   c.add_flag("--w4a16-fused", f.w4a16_fused,
              "cuda, NVFP4 Linears: the fused W4A16 GEMM (weights dequantized in shared memory; no staging memory, the lowest\n"
              "GPU memory; on the H200 slower than the default staging from ~1,000 tokens)");
-  c.add_flag("!--no-native-fp4", f.native_fp4,
+  c.add_flag("--no-native-fp4", f.no_native_fp4,
              "cuda, W4A4 folders on Blackwell: the emulated path (dequantized weights, fake-quantized activations: the oracle)\n"
              "instead of the FP4 tensor cores; without effect elsewhere");
-  c.add_flag("!--no-vision", f.vision,
+  c.add_flag("--no-vision", f.no_vision,
              "text only: leave the folder's vision tower on disk (~0.9 GiB of GPU memory for Clef's); requests with images\n"
              "are then a 422");
   c.add_flag("--portable-kernels", f.portable_kernels,
@@ -61,7 +61,7 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
       ->check(positive());
   c.add_flag("--parse-special", f.parse_special, "parse special-token text in user content, as the reference does");
   c.add_flag("--require-instructions", f.require_instructions, "refuse missing/empty instructions (422)");
-  c.add_flag("!--no-check-weights", f.check_weights,
+  c.add_flag("--no-check-weights", f.no_check_weights,
              "skip the load-time test of every weight for NaN / infinity (a folder with any is refused, naming the tensor; the test\n"
              "reads each weight once more); without it such weights give a request a 500 naming the layer");
 }
@@ -105,10 +105,10 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.quant = parse_quant_mode(f.quant);
   o.offload_embeddings = f.offload;
   o.w4a16_fused = f.w4a16_fused;
-  o.native_fp4 = f.native_fp4;
+  o.native_fp4 = !f.no_native_fp4;
   o.portable_kernels = f.portable_kernels;
   o.attention = parse_attention_kernel(f.attention);
-  o.vision = f.vision;
+  o.vision = !f.no_vision;
   o.progress = true;  // the CLI's loads report their stages (decide, serve)
   // the format and offload left to the engine: it fits them to the GPU (and says which)
   o.fit_memory = f.quant == "auto" && !f.offload && !f.w4a16_fused;
@@ -120,7 +120,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.step_layers = f.step_layers;
   o.parse_special = f.parse_special;
   o.require_instructions = f.require_instructions;
-  o.check_weights = f.check_weights;
+  o.check_weights = !f.no_check_weights;
   return o;
 }
 
