@@ -14,6 +14,8 @@
 
 #include "cli/commands.h"
 #include "common/file.h"
+#include "common/json.h"
+#include "common/log_event.h"
 #include "server/server.h"
 
 namespace clefrt::cli {
@@ -122,8 +124,8 @@ Runner add_serve(CLI::App& app) {
       }
       const size_t room = rl.rlim_cur > 512 ? size_t(rl.rlim_cur) - 256 : 256;
       if (so.http.max_connections > room) {
-        std::fprintf(stderr, "{\"event\":\"max_connections_lowered\",\"from\":%zu,\"to\":%zu,\"why\":\"the descriptor limit is %llu\"}\n",
-                     so.http.max_connections, room, (unsigned long long)rl.rlim_cur);
+        log_event("\"event\":\"max_connections_lowered\",\"from\":" + std::to_string(so.http.max_connections) + ",\"to\":" +
+                  std::to_string(room) + ",\"why\":\"the descriptor limit is " + std::to_string((unsigned long long)rl.rlim_cur) + "\"");
         so.http.max_connections = room;
       }
     }
@@ -145,11 +147,11 @@ Runner add_serve(CLI::App& app) {
       return opts.synthetic.empty() ? Engine::load(opts.model, eo) : Engine::synthetic(opts.synthetic, opts.tokenizer, eo);
     });
     const int port = srv.bind();
-    std::fprintf(stderr, "{\"event\":\"listening\",\"host\":\"%s\",\"port\":%d}\n", so.host.c_str(), port);
+    log_event("\"event\":\"listening\",\"host\":" + json::write(json::Value::string(so.host)) + ",\"port\":" + std::to_string(port));
     std::thread watcher([&] {
       char sig = 0;
       if (read(g_signal_pipe[0], &sig, 1) == 1 && sig != 0) {
-        std::fprintf(stderr, "{\"event\":\"stopping\",\"signal\":%d}\n", int(sig));
+        log_event("\"event\":\"stopping\",\"signal\":" + std::to_string(int(sig)));
         srv.stop();
       }
     });
@@ -159,10 +161,10 @@ Runner add_serve(CLI::App& app) {
     [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &zero, 1);
     watcher.join();
     if (!srv.load_error().empty()) {
-      std::fprintf(stderr, "{\"event\":\"stopped\",\"exit\":1,\"why\":\"the model failed to load\"}\n");
+      log_event("\"event\":\"stopped\",\"exit\":1,\"why\":\"the model failed to load\"");
       return 1;
     }
-    std::fprintf(stderr, "{\"event\":\"stopped\",\"exit\":0}\n");
+    log_event("\"event\":\"stopped\",\"exit\":0");
     return 0;
   };
 }

@@ -1,4 +1,5 @@
 #include "common/progress.h"
+#include "common/log_event.h"
 
 #include <unistd.h>
 
@@ -6,15 +7,6 @@
 #include <ctime>
 
 namespace clefrt {
-
-namespace {
-std::string utc_now() {
-  char b[32];
-  const std::time_t t = std::time(nullptr);
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return b;
-}
-}  // namespace
 
 Progress::Progress(bool on, std::string stage, double total, std::string unit)
     : on_(on), tty_(on && isatty(STDERR_FILENO)), stage_(std::move(stage)), unit_(std::move(unit)), total_(total),
@@ -53,12 +45,13 @@ void Progress::draw(bool last) {
     return;
   }
   if (!last) return;
+  char b[256];
   if (bytes)
-    std::fprintf(stderr, "{\"ts\":\"%s\",\"event\":\"load\",\"stage\":\"%s\",\"gb\":%.2f,\"seconds\":%.2f,\"gb_per_s\":%.2f}\n", utc_now().c_str(),
-                 stage_.c_str(), done, secs, secs > 0 ? done / secs : 0.0);
+    std::snprintf(b, sizeof b, "\"event\":\"load\",\"stage\":\"%s\",\"gb\":%.2f,\"seconds\":%.2f,\"gb_per_s\":%.2f", stage_.c_str(), done, secs,
+                  secs > 0 ? done / secs : 0.0);
   else
-    std::fprintf(stderr, "{\"ts\":\"%s\",\"event\":\"load\",\"stage\":\"%s\",\"%s\":%.0f,\"seconds\":%.2f}\n", utc_now().c_str(), stage_.c_str(),
-                 unit_.c_str(), done, secs);
+    std::snprintf(b, sizeof b, "\"event\":\"load\",\"stage\":\"%s\",\"%s\":%.0f,\"seconds\":%.2f", stage_.c_str(), unit_.c_str(), done, secs);
+  log_event(b);
 }
 
 StatusLine::StatusLine() : tty_(isatty(STDERR_FILENO)), last_(std::chrono::steady_clock::now()) {}

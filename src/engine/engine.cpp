@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "common/error.h"
+#include "common/log_event.h"
 #include "common/json.h"
 #include "engine/engine_core.h"
 #include "engine/prepared.h"
@@ -84,7 +85,7 @@ CoreOptions core_options(const EngineOptions& o) {
     c.device = cuda_available(&why) ? Device::Cuda : Device::Cpu;
     // not silently: a user who expected the GPU learns why the CPU runs it
     if (c.device == Device::Cpu && o.progress && o.load_weights)
-      std::fprintf(stderr, "{\"event\":\"device\",\"device\":\"cpu\",\"why\":%s}\n", json::write(json::Value::string("--device auto: " + why)).c_str());
+      log_event("\"event\":\"device\",\"device\":\"cpu\",\"why\":" + json::write(json::Value::string("--device auto: " + why)));
   }
   if (c.device == Device::Cpu && o.step_layers > 0 && o.load_weights)
     throw Error(Status::BadRequest, "usage", "--step-layers is a GPU option (the CPU engine's steps run every layer: --step-tokens)");

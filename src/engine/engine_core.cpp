@@ -1,4 +1,5 @@
 #include "engine/engine_core.h"
+#include "common/log_event.h"
 
 #include <omp.h>
 
@@ -396,9 +397,9 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
       opts.w4a16_fused = c->fused;
       e->opts_ = opts;
       if (opts.progress)
-        std::fprintf(stderr, "{\"event\":\"fit\",\"quant\":\"%s\",\"offload_embeddings\":%s,\"w4a16_fused\":%s,\"why\":%s}\n",
-                     quant_mode_name(c->quant), c->offload ? "true" : "false", c->fused ? "true" : "false",
-                     json::write(json::Value::string(c->why)).c_str());
+        log_event(std::string("\"event\":\"fit\",\"quant\":\"") + quant_mode_name(c->quant) + "\",\"offload_embeddings\":" +
+                  (c->offload ? "true" : "false") + ",\"w4a16_fused\":" + (c->fused ? "true" : "false") +
+                  ",\"why\":" + json::write(json::Value::string(c->why)));
     }
   }
   if (opts.check_weights) {
@@ -445,8 +446,8 @@ void EngineCore::make_prefix_cache(double avail, const char* where, int64_t gran
                       " left after the weights (" + left + "): ask for less, or 0 to turn the cache off");
     budget = size_t(avail / 2);
     if (opts_.progress)
-      std::fprintf(stderr, "{\"event\":\"prefix_cache\",\"budget_bytes\":%zu,\"why\":\"the default 4 GiB is over half of the %s %s left after the weights\"}\n",
-                   budget, left.c_str(), where);
+      log_event("\"event\":\"prefix_cache\",\"budget_bytes\":" + std::to_string(budget) + ",\"why\":" +
+                json::write(json::Value::string("the default 4 GiB is over half of the " + left + " " + where + " left after the weights")));
   }
   if (budget == 0) return;
   HostTier host;  // asked for on a GPU engine only (load() and synthetic() checked it)

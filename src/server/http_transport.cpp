@@ -24,6 +24,8 @@
 #include <unordered_map>
 
 #include "server/content_coding.h"
+#include "common/json.h"
+#include "common/log_event.h"
 #include "server/http.h"
 
 namespace clefrt::server::http {
@@ -511,7 +513,7 @@ void Transport::Impl::accept() {
       // out of descriptors or memory: wait a moment rather than spin (connections wait in the backlog)
       const auto now = std::chrono::steady_clock::now();
       if (now - self->last_accept_error_log > std::chrono::seconds(1)) {
-        std::fprintf(stderr, "{\"event\":\"accept_failed\",\"message\":\"%s\"}\n", ec.message().c_str());
+        log_event("\"event\":\"accept_failed\",\"message\":" + json::write(json::Value::string(ec.message())));
         self->last_accept_error_log = now;
       }
       self->accept_retry.expires_after(std::chrono::milliseconds(50));

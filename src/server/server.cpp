@@ -1,4 +1,5 @@
 #include "server/server.h"
+#include "common/log_event.h"
 
 #include <chrono>
 #include <cstdio>
@@ -51,17 +52,6 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
-std::string utc_now() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t t = std::chrono::system_clock::to_time_t(now);
-  const int ms = int(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char b[64];
-  std::snprintf(b, sizeof b, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                tm.tm_sec, ms);
-  return b;
-}
 
 bool starts_with_ci(std::string_view s, std::string_view prefix) {
   if (s.size() < prefix.size()) return false;
@@ -125,13 +115,12 @@ int HttpServer::bind() {
       engine_ready_ = true;
       const std::string summary = engine_->summary();  // the GPU's memory plan; the CPU engine has none to say
       const std::string memory = summary.empty() ? "" : ",\"memory\":" + json::write(Value::string(summary));
-      std::fprintf(stderr, "{\"ts\":\"%s\",\"event\":\"ready\",\"model\":\"%s\",\"device\":\"%s\",\"port\":%d%s}\n", utc_now().c_str(),
-                   o_.model_name.c_str(), device_name(engine_->device()), o_.port, memory.c_str());
+      log_event("\"event\":\"ready\",\"model\":" + json::write(Value::string(o_.model_name)) + ",\"device\":\"" + device_name(engine_->device()) +
+                "\",\"port\":" + std::to_string(o_.port) + memory);
     } catch (const std::exception& e) {
       load_error_ = e.what();
       load_failed_ = true;
-      std::fprintf(stderr, "{\"ts\":\"%s\",\"event\":\"load_failed\",\"message\":%s}\n", utc_now().c_str(),
-                   json::write(Value::string(e.what())).c_str());
+      log_event("\"event\":\"load_failed\",\"message\":" + json::write(Value::string(e.what())));
       stop();  // a server that cannot answer must not look alive to its supervisor
     }
   });
@@ -157,7 +146,7 @@ HttpServer::Reply HttpServer::error(const Error& e) const {
 
 void HttpServer::log_line(const Pending& p, const Reply& r, double secs) const {
   if (!o_.log_requests) return;
-  std::string line = "{\"ts\":\"" + utc_now() + "\",\"id\":" + std::to_string(p.id) + ",\"remote\":" + json::write(Value::string(p.remote)) +
+  std::string line = "{\"ts\":\"" + log_timestamp() + "\",\"id\":" + std::to_string(p.id) + ",\"remote\":" + json::write(Value::string(p.remote)) +
                      ",\"method\":" + json::write(Value::string(p.method)) +
                      ",\"path\":" + json::write(Value::string(p.path)) + ",\"status\":" + std::to_string(r.status);
   if (!r.type.empty()) line += ",\"error\":" + json::write(Value::string(r.type));
