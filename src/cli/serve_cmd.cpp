@@ -103,7 +103,23 @@ Runner add_serve(CLI::App& app) {
       if (so.api_key.empty()) throw Error(Status::BadRequest, "usage", "--api-key-file " + o->api_key_file + " is empty");
     }
     so.model_name = o->model_name;
-    so.cors_origins = o->cors;
+    // origins separated by commas (the flag's delimiter) or spaces / semicolons (as an
+    // environment file may hold them), each an origin a browser sends: scheme://host[:port] or *
+    for (const std::string& entry : o->cors) {
+      size_t at = 0;
+      while ((at = entry.find_first_not_of(" ;\t", at)) != std::string::npos) {
+        const size_t end = entry.find_first_of(" ;\t", at);
+        const std::string origin = entry.substr(at, end == std::string::npos ? std::string::npos : end - at);
+        at = end;
+        const size_t scheme = origin.find("://");
+        const bool ok = origin == "*" || ((origin.rfind("http://", 0) == 0 || origin.rfind("https://", 0) == 0) &&
+                                          origin.size() > scheme + 3 && origin.find('/', scheme + 3) == std::string::npos);
+        if (!ok)
+          throw Error(Status::BadRequest, "usage",
+                      "--cors-origin: '" + origin + "' is not an origin (scheme://host[:port] with no path, e.g. https://app.example; or *)");
+        so.cors_origins.push_back(origin);
+      }
+    }
     so.timeout_s = o->timeout;
     so.prep_threads = o->prep_threads;
     so.log_requests = !o->quiet;
