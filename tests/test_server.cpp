@@ -3,12 +3,15 @@
 // queue-full and timeout behaviour, hostile bodies, graceful shutdown.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <thread>
@@ -486,6 +489,33 @@ std::string run_cli(const std::string& args, int* status = nullptr) {
   const int rc = pclose(p);
   if (status) *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   return out;
+}
+
+// Under a Type=notify unit the server tells systemd it is ready once the model has loaded:
+// "READY=1" on $NOTIFY_SOCKET (here a socket of the test's own).
+TEST(Server, NotifiesTheServiceManagerWhenReady) {
+  const std::string path = testing::TempDir() + "clefrt-notify-" + std::to_string(getpid());
+  ::unlink(path.c_str());
+  const int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  setenv("NOTIFY_SOCKET", path.c_str(), 1);
+  std::string got;
+  {
+    Running r{ServerOptions{}};
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[256];
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n > 0) got.assign(buf, size_t(n));
+  }
+  unsetenv("NOTIFY_SOCKET");
+  close(fd);
+  ::unlink(path.c_str());
+  EXPECT_EQ(got, "READY=1");
 }
 
 // `clefrt eval --endpoint` against this server answers what the same model answers in process;

@@ -17,6 +17,7 @@
 #include "common/json.h"
 #include "common/log_event.h"
 #include "server/server.h"
+#include "server/service_notify.h"
 
 namespace clefrt::cli {
 
@@ -168,6 +169,7 @@ Runner add_serve(CLI::App& app) {
       char sig = 0;
       if (read(g_signal_pipe[0], &sig, 1) == 1 && sig != 0) {
         log_event("\"event\":\"stopping\",\"signal\":" + std::to_string(int(sig)));
+        server::notify_service_manager("STOPPING=1");
         srv.stop();
       }
     });

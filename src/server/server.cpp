@@ -1,5 +1,6 @@
 #include "server/server.h"
 #include "common/log_event.h"
+#include "server/service_notify.h"
 
 #include <chrono>
 #include <cstdio>
@@ -117,6 +118,7 @@ int HttpServer::bind() {
       const std::string memory = summary.empty() ? "" : ",\"memory\":" + json::write(Value::string(summary));
       log_event("\"event\":\"ready\",\"model\":" + json::write(Value::string(o_.model_name)) + ",\"device\":\"" + device_name(engine_->device()) +
                 "\",\"port\":" + std::to_string(o_.port) + memory);
+      notify_service_manager("READY=1");  // a Type=notify unit's start completes here
     } catch (const std::exception& e) {
       load_error_ = e.what();
       load_failed_ = true;
