@@ -2,7 +2,7 @@
 // alone (libclefrt.so), as an installed copy would be used:
 //   c++ -std=c++17 api_decide.cpp -I PREFIX/include -L PREFIX/lib -lclefrt
 // Usage: api_decide MODEL_DIR REQUEST.json  (prints the System One response)
-//        api_decide --synthesize DIR TOKENIZER.json  (writes a tiny random folder first)
+//        api_decide --synthesize DIR TOKENIZER.json REQUEST.json  (writes a tiny random folder first)
 #include <clefrt/clefrt.h>
 
 #include <cstdio>
