@@ -29,25 +29,51 @@ void raise(PyObject* cls, const clefrt::Error& e) {
 // An option's value of the type it needs, or a clear error naming the option: pybind11's own
 // cast would turn "100" or 1.5 into a number and -1 into "Unable to cast Python instance".
 std::string type_name(py::handle v) { return py::str(py::type::of(v).attr("__name__")); }
-size_t count_option(const std::string& k, py::handle v) {
-  PyObject* index = py::isinstance<py::bool_>(v) ? nullptr : PyNumber_Index(v.ptr());  // ints, numpy ints; not floats or text
+clefrt::Error option_error(const std::string& k, const std::string& what) { return clefrt::Error(clefrt::Status::BadRequest, "usage", k + " " + what); }
+// An integer (int, numpy ints: anything with __index__; not bool, float or text) within
+// [0, most]: the option named in the error, never pybind11's "Unable to cast".
+long long int_option(const std::string& k, py::handle v, long long most) {
+  PyObject* index = py::isinstance<py::bool_>(v) ? nullptr : PyNumber_Index(v.ptr());
   if (!index) {
     PyErr_Clear();
-    throw clefrt::Error(clefrt::Status::BadRequest, "usage", k + " must be an int, not " + type_name(v));
+    throw option_error(k, "must be an int, not " + type_name(v));
   }
-  const long long n = py::reinterpret_steal<py::int_>(index).cast<long long>();
-  if (n < 0) throw clefrt::Error(clefrt::Status::BadRequest, "usage", k + " must be 0 or more, not " + std::to_string(n));
-  return size_t(n);
+  int overflow = 0;
+  const long long n = PyLong_AsLongLongAndOverflow(index, &overflow);
+  Py_DECREF(index);
+  if (overflow > 0 || (overflow == 0 && n > most)) throw option_error(k, "must be at most " + std::to_string(most));
+  if (overflow < 0 || n < 0) throw option_error(k, "must be 0 or more, not " + std::string(py::str(v)));
+  return n;
 }
+size_t count_option(const std::string& k, py::handle v) { return size_t(int_option(k, v, (long long)(1) << 40)); }
+// True / False, numpy bools, or the ints 0 and 1 (the values bool() took before); not text or
+// other numbers, which would say nothing clear
 bool flag_option(const std::string& k, py::handle v) {
-  if (!py::isinstance<py::bool_>(v))
-    throw clefrt::Error(clefrt::Status::BadRequest, "usage", k + " must be True or False, not " + type_name(v));
-  return v.cast<bool>();
+  if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
+  const std::string t = type_name(v);
+  if (t == "bool_" || t == "bool") return PyObject_IsTrue(v.ptr()) == 1;  // numpy.bool_ / numpy.bool
+  PyObject* index = PyNumber_Index(v.ptr());
+  if (index) {
+    int overflow = 0;
+    const long long n = PyLong_AsLongLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (overflow == 0 && (n == 0 || n == 1)) return n == 1;
+  }
+  PyErr_Clear();
+  throw option_error(k, "must be True or False, not " + std::string(py::str(py::repr(v))));
 }
+// a number of GiB: int, float, numpy numbers (anything float() takes that is not text or bool)
 double gib_option(const std::string& k, py::handle v) {
-  if (!(py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v)) || py::isinstance<py::bool_>(v))
-    throw clefrt::Error(clefrt::Status::BadRequest, "usage", k + " must be a number of GiB, not " + type_name(v));
-  return v.cast<double>();
+  if (py::isinstance<py::bool_>(v) || py::isinstance<py::str>(v) || py::isinstance<py::bytes>(v))
+    throw option_error(k, "must be a number of GiB, not " + type_name(v));
+  PyObject* f = PyNumber_Float(v.ptr());
+  if (!f) {
+    PyErr_Clear();
+    throw option_error(k, "must be a number of GiB, not " + type_name(v));
+  }
+  const double d = PyFloat_AsDouble(f);
+  Py_DECREF(f);
+  return d;
 }
 
 clefrt::EngineOptions options_from(const py::dict& d) {
@@ -67,7 +93,7 @@ clefrt::EngineOptions options_from(const py::dict& d) {
     else if (k == "attention") o.attention = clefrt::parse_attention_kernel(py::str(v));
     else if (k == "vision") o.vision = flag_option(k, v);
     else if (k == "progress") o.progress = flag_option(k, v);
-    else if (k == "threads") o.threads = int(count_option(k, v));
+    else if (k == "threads") o.threads = int(int_option(k, v, 1 << 16));
     else if (k == "batch_invariant") o.batch_invariant = flag_option(k, v);
     else if (k == "check_weights") o.check_weights = flag_option(k, v);
     else if (k == "load_weights") o.load_weights = flag_option(k, v);

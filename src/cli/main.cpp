@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
       "Run `clefrt COMMAND --help` for a command's options.\n"
       "Exit status: 0 done; 1 some request was refused or failed (its error JSON printed in its place), or\n"
       "serve's model failed to load after it listened; 2 the command could not run (usage, model folder,\n"
-      "device); 105-114 a flag was refused while reading them.\n"
+      "device); 104-114 a flag or its value was refused while reading them.\n"
       "Missed targets are in the README; a long request's GPU step does not yield to others inside it.\n"
       "Untested: the native Blackwell FP4 path.");
   // a word where the command goes that names none: say so (CLI11 would only say one is required)
@@ -52,10 +52,13 @@ int main(int argc, char** argv) {
     // a value refused for an option that is not on the command line came from its environment
     // variable (CLEFRT_<NAME>, services' environment files): say which
     const std::string what = e.what();
-    if (what.rfind("--", 0) == 0 && what.find(':') != std::string::npos) {
-      const std::string flag = what.substr(0, what.find(':'));
+    if (const size_t at = what.find("--"); at != std::string::npos) {
+      const std::string flag = what.substr(at, what.find_first_of(" :=", at) - at);
       bool given = false;
-      for (int i = 1; i < argc; ++i) given = given || std::string(argv[i]).rfind(flag, 0) == 0;
+      for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        given = given || a == flag || a.rfind(flag + "=", 0) == 0;
+      }
       std::string env = "CLEFRT_";
       for (char ch : flag.substr(2)) env += ch == '-' ? '_' : char(std::toupper(static_cast<unsigned char>(ch)));
       if (!given && std::getenv(env.c_str())) std::cerr << "(" << flag << "'s value came from the environment: " << env << "=" << std::getenv(env.c_str()) << ")\n";

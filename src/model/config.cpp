@@ -103,8 +103,12 @@ ModelConfig load_config(const std::string& dir) {
   ModelConfig m;
   std::string cpath = (fs::path(dir) / "config.json").string();
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw load_error(dir, "not a folder (a Clef model is a folder: config.json, safetensors, tokenizer)");
-  if (!fs::exists(cpath, ec)) throw load_error(dir, "not a Clef model folder: it has no config.json");
+  const bool folder = fs::is_directory(dir, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) throw load_error(dir, ec.message());  // e.g. permission denied
+  if (!folder) throw load_error(dir, "not a folder (a Clef model is a folder: config.json, safetensors, tokenizer)");
+  const bool has_config = fs::exists(cpath, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) throw load_error(cpath, ec.message());
+  if (!has_config) throw load_error(dir, "not a Clef model folder: it has no config.json");
   json::Value c = read_json(cpath);
   if (const json::Value* a = c.find("architectures"); a && a->is_array() && !a->arr.empty()) m.architecture = a->arr[0].s;
   if (const json::Value* t = c.find("model_type"); t && t->is_string()) m.model_type = t->s;

@@ -95,7 +95,8 @@ Calibration calibrate(const QuantizeOptions& o) {
     throw;
   }
   engine->observe_linear_inputs(nullptr);
-  if (o.progress) status.done("quantize: calibration " + std::to_string(n) + " records");
+  if (o.progress && n > 0) status.done("quantize: calibration " + std::to_string(n) + " records");
+  else status.end();
   if (too_long)
     std::fprintf(stderr, "quantize: skipped %zu calibration record(s) over the model's context (the first at %s:%zu)\n", too_long,
                  o.calib_file.c_str(), first_too_long);
@@ -113,20 +114,28 @@ void quantize(const QuantizeOptions& o) {
   const model::ModelConfig cfg = model::load_config(o.model_dir);
   if (cfg.quantization) throw load_error(o.model_dir + "/config.json", "the folder is already quantized; quantize a bf16 folder");
   if (fs::exists(o.out_dir) && !fs::is_empty(o.out_dir)) throw Error(Status::BadRequest, "usage", "--out " + o.out_dir + " exists and is not empty");
-  const bool made = !fs::exists(o.out_dir);
+  // the outermost folder this run makes (--out new/a/b makes new), empty if --out exists
+  fs::path made;
+  for (fs::path p = fs::absolute(o.out_dir); !p.empty() && !fs::exists(p); p = p.parent_path()) {
+    made = p;
+    if (p == p.parent_path()) break;
+  }
   fs::create_directories(o.out_dir);
-  // a failure leaves no half-written folder behind: the folder if this run made it, else what
-  // this run wrote into the empty one it was given
+  // a failure leaves no half-written folder behind: the folders this run made, else what it
+  // wrote into the empty one it was given (no exception leaves the destructor)
   struct Cleanup {
-    const fs::path dir;
-    const bool made;
+    const fs::path dir, made;
     bool armed = true;
     ~Cleanup() {
       if (!armed) return;
       std::error_code ec;
-      if (made) fs::remove_all(dir, ec);
-      else
-        for (const auto& e : fs::directory_iterator(dir, ec)) fs::remove_all(e.path(), ec);
+      if (!made.empty()) {
+        fs::remove_all(made, ec);
+        return;
+      }
+      std::vector<fs::path> written;
+      for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) written.push_back(it->path());
+      for (const fs::path& p : written) fs::remove_all(p, ec);
     }
   } cleanup{o.out_dir, made};
 

@@ -135,6 +135,27 @@ def test_errors_have_their_class_status_and_path(model, tiny, tmp_path):
         assert e.value.status == 503
 
 
+def test_options_are_checked_by_name_and_a_list_names_its_failing_record(model, tiny):
+    # wrong types and ranges name the option (not pybind11's "Unable to cast")
+    for kw, words in [({"max_length": -1}, "max_length must be 0 or more"), ({"max_length": "100"}, "max_length must be an int"),
+                      ({"threads": 1.5}, "threads must be an int"), ({"max_length": 2**70}, "max_length must be at most"),
+                      ({"vision": "yes"}, "vision must be True or False"), ({"prefix_cache_gib": "4"}, "prefix_cache_gib must be a number")]:
+        with pytest.raises(ValueError) as e:
+            Clef(tiny, device="cpu", **kw)
+        assert words in str(e.value), (kw, str(e.value))
+    # what bool() / int() took before still goes: 0 / 1 for flags, an int's GiB
+    Clef(tiny, device="cpu", threads=2, vision=1, check_weights=0, prefix_cache_gib=1).close()
+    bad = dict(BLOG, questions={"b": {"type": "choice", "criteria": {}}})
+    with pytest.raises(clefrt.RequestError) as e:
+        model.decide([BLOG, BLOG, bad])
+    assert e.value.index == 2 and str(e.value).startswith("records[2]: ") and e.value.path == "questions.b.criteria"
+    closed = Clef(tiny, device="cpu", threads=2)
+    closed.close()
+    with pytest.raises(clefrt.EngineError) as e:
+        closed.decide(BLOG)
+    assert "closed" in str(e.value)
+
+
 def test_threads_share_one_model(model):
     reqs = [request(i, words=i) for i in range(16)]
     want = [model.decide(r, precise=True) for r in reqs]
