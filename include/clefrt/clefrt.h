@@ -98,8 +98,8 @@ Confidence parse_confidence(const std::string& name);  // "reference", "purity",
 struct EngineOptions {
   // --- where and how the model runs. The options marked CUDA / GPU are refused (Error, "usage")
   // by an engine that runs on the CPU when set away from their defaults: an option that would
-  // do nothing is a wrong belief about what ran. native_fp4 is the exception: it is without
-  // effect off Blackwell.
+  // do nothing is a wrong belief about what ran. native_fp4 and fit_memory are the exceptions:
+  // without effect where there is nothing to choose (off Blackwell; a plan that fits).
   Device device = Device::Auto;        // Auto: CUDA when this build has it and a GPU is present, else the CPU
   QuantMode quant = QuantMode::Auto;   // CUDA: the Linears' format (above)
   bool offload_embeddings = false;     // CUDA, lean memory: embed_tokens / lm_head stay in pinned host memory,
