@@ -149,6 +149,10 @@ class Clef:
             raise TypeError("probs() takes a list of encoded requests: probs([model.encode(record)])")
         self._check_open()
         encoded = list(encoded)
+        for i, e in enumerate(encoded):
+            if not isinstance(e, Prepared):
+                raise TypeError(f"probs() takes encoded requests: encoded[{i}] is a {type(e).__name__}; "
+                                "pass model.encode(record) (or use decide(record) for a request as it is)")
         out = self._engine.probs(encoded)
         result = []
         for prepared, probs in zip(encoded, out):

@@ -115,6 +115,9 @@ def test_errors_have_their_class_status_and_path(model, tiny, tmp_path):
         model.encode(["not", "a", "request"])
     with pytest.raises(TypeError):
         model.probs(model.encode(BLOG))  # one Prepared, not a list
+    with pytest.raises(TypeError) as e:
+        model.probs([model.encode(BLOG), BLOG])  # a request not encoded
+    assert "encoded[1] is a dict" in str(e.value)
     with pytest.raises(ValueError):
         Clef(tiny, "nvfp5")
     with pytest.raises(ValueError):
