@@ -15,14 +15,19 @@ namespace clefrt::cli {
 
 namespace fs = std::filesystem;
 
+namespace {
+Error unreadable(const std::string& in) {  // errno: the failed open's / access's reason
+  return Error(Status::BadRequest, "io_error", std::string("cannot read the request file: ") + std::strerror(errno), in);
+}
+}  // namespace
+
 void check_request_files(const std::vector<std::string>& inputs) {
   for (const auto& in : inputs) {
     if (in == "-") continue;
     std::error_code ec;
     if (fs::is_directory(in, ec)) throw Error(Status::BadRequest, "io_error", "is a folder, not a request file", in);
     // access(), not open(): opening a named pipe to test it would take what its writer sends
-    if (access(in.c_str(), R_OK) != 0)
-      throw Error(Status::BadRequest, "io_error", std::string("cannot read the request file: ") + std::strerror(errno), in);
+    if (access(in.c_str(), R_OK) != 0) throw unreadable(in);
   }
 }
 
@@ -36,7 +41,7 @@ void for_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl,
       text = ss.str();
     } else {
       std::ifstream f(in, std::ios::binary);
-      if (!f) throw Error(Status::BadRequest, "io_error", std::string("cannot read the request file: ") + std::strerror(errno), in);
+      if (!f) throw unreadable(in);
       std::stringstream ss;
       ss << f.rdbuf();
       text = ss.str();
@@ -61,11 +66,9 @@ void for_each_record(const std::vector<std::string>& inputs, bool stdin_jsonl,
 
 void hint_json_lines(const Error& e, const std::string& body, const std::string& where) {
   if (e.message().rfind("malformed JSON", 0) != 0) return;
-  // a JSON-lines record's `where` is FILE:LINE: that input is already read as JSON lines
-  if (const size_t colon = where.rfind(':');
-      colon != std::string::npos && colon + 1 < where.size() && where.find_first_not_of("0123456789", colon + 1) == std::string::npos)
-    return;
-  size_t records = 0;  // lines that hold a whole object: '{' first and '}' last
+  // lines that hold a whole object: '{' first and '}' last (a JSON-lines record is one line, so
+  // it never counts two)
+  size_t records = 0;
   for (size_t at = 0; at < body.size();) {
     size_t nl = body.find('\n', at);
     if (nl == std::string::npos) nl = body.size();

@@ -1,5 +1,4 @@
 // clefrt: a runtime for joint-schema decision models (Clef, Clef-flash and fine-tunes).
-#include <cctype>
 #include <cstdlib>
 #include <iostream>
 
@@ -59,9 +58,12 @@ int main(int argc, char** argv) {
         const std::string a = argv[i];
         given = given || a == flag || a.rfind(flag + "=", 0) == 0;
       }
-      std::string env = "CLEFRT_";
-      for (char ch : flag.substr(2)) env += ch == '-' ? '_' : char(std::toupper(static_cast<unsigned char>(ch)));
-      if (!given && std::getenv(env.c_str())) std::cerr << "(" << flag << "'s value came from the environment: " << env << "=" << std::getenv(env.c_str()) << ")\n";
+      // the option's own environment name (add_env_names' CLEFRT_<NAME>, or one set by hand)
+      std::string env;
+      for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+        if (const CLI::Option* op = sub->get_option_no_throw(flag); op && env.empty()) env = op->get_envname();
+      if (!given && !env.empty() && std::getenv(env.c_str()))
+        std::cerr << "(" << flag << "'s value came from the environment: " << env << "=" << std::getenv(env.c_str()) << ")\n";
     }
     return rc;
   }

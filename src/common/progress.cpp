@@ -1,10 +1,10 @@
 #include "common/progress.h"
-#include "common/log_event.h"
 
 #include <unistd.h>
 
 #include <cstdio>
-#include <ctime>
+
+#include "common/log_event.h"
 
 namespace clefrt {
 

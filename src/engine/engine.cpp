@@ -10,8 +10,8 @@
 #include <mutex>
 
 #include "common/error.h"
-#include "common/log_event.h"
 #include "common/json.h"
+#include "common/log_event.h"
 #include "engine/engine_core.h"
 #include "engine/prepared.h"
 #include "engine/scheduler.h"

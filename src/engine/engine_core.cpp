@@ -1,5 +1,4 @@
 #include "engine/engine_core.h"
-#include "common/log_event.h"
 
 #include <omp.h>
 
@@ -12,6 +11,7 @@
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/json.h"
+#include "common/log_event.h"
 #include "common/progress.h"
 #include "cpu/ops.h"
 #include "engine/memory_plan.h"

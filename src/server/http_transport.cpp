@@ -23,9 +23,9 @@
 #include <thread>
 #include <unordered_map>
 
-#include "server/content_coding.h"
 #include "common/json.h"
 #include "common/log_event.h"
+#include "server/content_coding.h"
 #include "server/http.h"
 
 namespace clefrt::server::http {

@@ -1,14 +1,13 @@
 #include "server/server.h"
-#include "common/log_event.h"
-#include "server/service_notify.h"
 
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <thread>
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/log_event.h"
+#include "server/service_notify.h"
 #include "server/work_pool.h"
 
 namespace clefrt::server {
@@ -52,7 +51,6 @@ std::string endpoint_label(const std::string& path) {
     if (path == e) return e;
   return "other";
 }
-
 
 bool starts_with_ci(std::string_view s, std::string_view prefix) {
   if (s.size() < prefix.size()) return false;
