@@ -160,7 +160,29 @@ TEST(Cli, MistakesGetClearErrors) {
     for (size_t k; (k = fread(buf, 1, sizeof buf, p)) > 0;) err.append(buf, k);
     EXPECT_EQ(pclose(p), 0) << err;
     EXPECT_EQ(err.find("check weights") != std::string::npos ? 1 : 0, stages) << "CLEFRT_NO_CHECK_WEIGHTS=" << env << ": " << err;
+    // off a terminal every event line on stderr is a JSON object starting with the same "ts"
+    for (size_t at = 0; at < err.size();) {
+      const size_t nl = err.find('\n', at);
+      const std::string line = err.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+      if (!line.empty()) EXPECT_EQ(line.rfind("{\"ts\":\"", 0), 0u) << line;
+      at = nl == std::string::npos ? err.size() : nl + 1;
+    }
   }
+  // off a terminal, synth's progress comes as lines of its own (no "\r"), the last one a summary
+  const std::string synth_out = testing::TempDir() + "clefrt-synth-lines-" + std::to_string(getpid());
+  r = both("synth --out " + synth_out + " --config tiny " + tok());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("synth: 4 layers\n"), std::string::npos) << r.out;
+  // --cors-origin lists split on commas, spaces and semicolons; a part that is not an origin is
+  // refused by name before the server starts
+  r = both("serve --model " + dir + " --port 0 --cors-origin 'https://a.example;https://b.example:8443 app.example'");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--cors-origin: 'app.example' is not an origin"), std::string::npos) << r.out;
+  r = both("serve --model " + dir + " --port 0 --cors-origin https://a.example/path");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("'https://a.example/path' is not an origin"), std::string::npos) << r.out;
+  std::filesystem::remove_all(synth_out);
 }
 
 }  // namespace
