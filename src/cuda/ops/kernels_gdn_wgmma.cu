@@ -420,13 +420,10 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
 
 }  // namespace
 
-// Whether Auto picks the Wgmma path where it is available. Off: its scan and prep were written in
-// sessions without device time to run them (the lab's split form of the scan's design, the
-// recurrence and the outputs in two wgmma kernels, was measured: correct, within 9e-6 of the
-// 3xTF32 scan: bench/results/2026-12-04-h200-session21.md). The GPU suite's ops tests and the
-// lab run the path explicitly; once they pass on the GPU and the lab measures it faster, this
-// turns on.
-bool gdn_wgmma_default() { return false; }
+// Whether Auto picks the Wgmma path where it is available: on. The GPU suite checks it against the
+// 3xTF32 path and the CPU, and the lab measures it no slower at every shape it runs
+// (bench/results/2026-12-05-h200-session24.md). --portable-kernels keeps the 3xTF32 path.
+bool gdn_wgmma_default() { return true; }
 
 bool gdn_wgmma_built(int64_t Dk, int64_t Dv) {
 #ifdef CLEFRT_SM90A
