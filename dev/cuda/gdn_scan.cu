@@ -1,18 +1,18 @@
 // The GDN chunked prefill's scan, kernel variants side by side (issue 20), at the 27B model's
 // GDN shapes (Hk 16, Hv 48, Dk = Dv = 128) on random inputs normalised as the engine's gdn_prep
 // leaves them. Per batch shape (1 x 8,192, 8 x 1,024, 64 x 512 tokens; one layer; CUDA events,
-// median of 20 after 3 warm-ups; each run from a fresh prep, whose time is subtracted):
+// median of 20 after 3 warm-ups; each run from a fresh 3xTF32 prep, whose time is subtracted;
+// "scan" is the scan alone, "prep + scan" adds the prep it reads: the 3xTF32 one, or its own):
 //   3xtf32        gdn_chunk_scan on GdnPath::TensorCores: the engine's mma.sync 3xTF32 kernel
 //                 (fp32-level: the reference the others are compared with)
 //   product       gdn_chunk_scan as the engine runs it (Auto; on the Wgmma path with its own prep)
 //   wgmma bf16x3  gdn_chunk_prep + gdn_chunk_scan on GdnPath::Wgmma (kernels_gdn_wgmma.cu: the
 //                 prep on bf16x3 wgmmas writing U in fp32, W and A as planes, the Q / K^T planes, the
-//                 fused bf16x3 wgmma scan; Auto's choice on Hopper once gdn_wgmma_default()):
-//                 its time includes its prep, which is timed alone after the variants beside the
-//                 3xTF32 prep
+//                 fused bf16x3 wgmma scan; Auto's choice on Hopper): it runs its own prep, timed
+//                 alone first (the last line prints both preps)
 //   wgmma scan on 3xtf32 prep  the 3xTF32 prep's W and A made planes by this file's kernel, then
-//                 the Wgmma scan: the scan's error on an fp32-level prep (its time includes that
-//                 prep and the conversion)
+//                 the Wgmma scan: the scan's error on an fp32-level prep (its scan time includes
+//                 the conversion)
 //   fused 3xtf32  this file's copy of the 3xTF32 kernel (its bits must equal 3xtf32's)
 //   regs nwN      gdn_scan_regs.cuh: the state in registers, one warp per 16 state columns, N
 //                 warps a CTA (1, 2, 4), 3xTF32; regs tf32: 2 warps, plain TF32 products
@@ -662,17 +662,22 @@ int main(int argc, char** argv) {
       struct Variant {
         const char* name;
         std::function<void(float*)> scan;
+        // runs a prep of its own after the loop's 3xTF32 one (its Wgmma one, or the 3xTF32 one
+        // again): that prep counts in its prep + scan time, not in its scan's
+        enum { None, Wgmma, Tf32x3 } own_prep = None;
       };
       const std::vector<Variant> variants = {
           {"3xtf32", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::TensorCores); }},
           {"product", [&](float* out) {  // Auto on Wgmma: its own prep too (its time includes it)
              if (auto_wgmma) gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s);
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s);
-           }},
+           },
+           auto_wgmma ? Variant::Wgmma : Variant::None},
           {"wgmma bf16x3", [&](float* out) {  // its own prep (the planes form) again: the time includes it
              gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
-           }},
+           },
+           Variant::Wgmma},
           {"regs nw1", [&](float* out) {
              gdn_chunk_scan_rs_k<16, 1, true><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 16)), 32, 0, s>>>(mx, conv_dim, Hk, Hv, Dv,
                                                                                                                   gg, ch, scr, out);
@@ -714,17 +719,23 @@ int main(int argc, char** argv) {
              gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::TensorCores);
              planes_from_fp32_k<<<dim3(unsigned(nc), unsigned(Hv)), 256, 0, s>>>(scr);
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
-           }},
+           },
+           Variant::Tf32x3},
           {"simt", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Simt); }},
       };
       const size_t N = size_t(L * Hv * Dv);
       std::vector<float> ref(N), got(N);
-      // every variant from a fresh prep (the split one writes Vn over U); times are prep + scan - prep
+      // every variant from a fresh prep (the split one writes Vn over U); times are the loop's
+      // less its 3xTF32 prep, less the variant's own prep for the scan alone
       const double t_prep = median_ms(s, prep);
       const double flop_prep = 2.0 * (2 * 64 * 64 * Dk + 64 * 64 * (Dk + Dv)) * double(nc * Hv);
       const double flop_scan = 2.0 * (64 * Dk * Dv * 3 + 64 * 64 * Dv) * double(nc * Hv);
       std::printf("\n%s: %lld chunks; prep %.3f ms (%.1f TFLOP/s, %.3f of the bf16 peak)\n", sh.name, (long long)nc, t_prep,
                   flop_prep / (t_prep * 1e-3) / 1e12, flop_prep / (t_prep * 1e-3) / 1e12 / hw.peak_bf16_tflops);
+      // the Wgmma prep alone: the variants that run it after the 3xTF32 one count it in their time
+      const bool have_wgmma = gdn_wgmma_available(Dk, Dv);
+      const double t_wg_prep =
+          have_wgmma ? median_ms(s, [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma); }) : 0.0;
       json::Value pts = json::Value::array();
       double t_ref = 0;
       for (const Variant& v : variants) {
@@ -751,29 +762,32 @@ int main(int argc, char** argv) {
             se += e * e;
             sr += double(ref[i]) * double(ref[i]);
           }
-        const double t = median_ms(s, [&] {
+        // t: the scan alone; whole: its prep and scan (its own prep where it runs one)
+        const double whole = median_ms(s, [&] {
           prep();
           v.scan(out);
-        }) - t_prep;
+        }) - (v.own_prep != Variant::None ? t_prep : 0.0);
+        const double own = v.own_prep == Variant::Wgmma ? t_wg_prep : t_prep;
+        const double t = whole - own;
         if (out == o_ref.as<float>()) t_ref = t;
         const double rel_max = max_ref > 0 ? max_err / max_ref : 0, rel_rms = sr > 0 ? std::sqrt(se / sr) : 0;
         std::printf("  %-26s scan %7.3f ms (%.2fx 3xtf32's) %6.1f TFLOP/s | prep + scan %7.3f ms | vs 3xtf32: %zu of %zu bits "
                     "differ, max |err| / max |o| %.2e, rms rel %.2e\n",
-                    v.name, t, t / t_ref, flop_scan / (t * 1e-3) / 1e12, t_prep + t, differ, N, rel_max, rel_rms);
+                    v.name, t, t / t_ref, flop_scan / (t * 1e-3) / 1e12, whole, differ, N, rel_max, rel_rms);
         json::Value r = json::Value::object();
         r.add("variant", json::Value::string(v.name));
         r.add("m", json::Value::integer(L));
         r.add("sequences", json::Value::integer(sh.seqs));
-        r.add("prep_ms", json::Value::number(t_prep));
+        r.add("prep_ms", json::Value::number(own));
         r.add("scan_ms", json::Value::number(t));
+        r.add("prep_and_scan_ms", json::Value::number(whole));
         r.add("outputs_differing_from_3xtf32", json::Value::integer(int64_t(differ)));
         r.add("max_err_over_max_out", json::Value::number(rel_max));
         r.add("rms_rel_err", json::Value::number(rel_rms));
         pts.arr.push_back(std::move(r));
       }
-      if (gdn_wgmma_available(Dk, Dv)) {  // the preps alone (the Wgmma line above includes its own)
-        const double t_tc = median_ms(s, [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::TensorCores); });
-        const double t_wg = median_ms(s, [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma); });
+      if (have_wgmma) {  // the preps alone
+        const double t_tc = t_prep, t_wg = t_wg_prep;
         std::printf("  prep alone: 3xTF32 mma.sync %7.3f ms (%.1f TFLOP/s), bf16x3 wgmma %7.3f ms (%.1f TFLOP/s, %.2fx)\n", t_tc,
                     flop_prep / (t_tc * 1e-3) / 1e12, t_wg, flop_prep / (t_wg * 1e-3) / 1e12, t_tc / t_wg);
         json::Value r = json::Value::object();
