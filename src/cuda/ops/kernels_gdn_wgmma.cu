@@ -322,15 +322,29 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
   chunk_gamma(gam, g, t0, n, Hv, j);
   __syncthreads();
   if (tid < C) sk[tid] = bs[tid] * float(exp(gam[tid]));
-  // 1. Q and K as [tokens][Dk] planes
-  for (int e = tid; e < 2 * C * Dk / 8; e += nt) {
-    const bool isq = e < C * Dk / 8;
-    const int ee = isq ? e : e - C * Dk / 8, i = ee / (Dk / 8), kk = (ee % (Dk / 8)) * 8;
-    const float* src = rows + (isq ? kh * Dk : key_dim + kh * Dk) + i * conv_dim + kk;
-    float v[8];
+  // 1. Q and K as [tokens][Dk] planes. A thread's items (eight floats each, two float4 loads:
+  // conv_dim % 4 == 0 at Dk = Dv = 128) load kPer at a time before any is stored: two global
+  // latencies in a row instead of eight (all eight at once spill).
+  constexpr int kItems = 2 * C * Dk / 8, kPer = 4;
+  static_assert(kItems % (kPer * 256) == 0, "the plane loops give each of 256 threads whole batches of kPer items");
+  for (int e0 = tid; e0 < kItems; e0 += kPer * 256) {
+    float v[kPer][8];
 #pragma unroll
-    for (int m = 0; m < 8; ++m) v[m] = i < n ? src[m] : 0.0f;
-    put8(isq ? Qp : Kp, kTile / 2, kmajor_off(i, kk, C), v);
+    for (int q = 0; q < kPer; ++q) {
+      const int e = e0 + q * 256;
+      const bool isq = e < C * Dk / 8;
+      const int ee = isq ? e : e - C * Dk / 8, i = ee / (Dk / 8), kk = (ee % (Dk / 8)) * 8;
+      const float4* src = reinterpret_cast<const float4*>(rows + (isq ? kh * Dk : key_dim + kh * Dk) + i * conv_dim + kk);
+      const float4 a = i < n ? src[0] : make_float4(0, 0, 0, 0), b = i < n ? src[1] : make_float4(0, 0, 0, 0);
+      v[q][0] = a.x, v[q][1] = a.y, v[q][2] = a.z, v[q][3] = a.w, v[q][4] = b.x, v[q][5] = b.y, v[q][6] = b.z, v[q][7] = b.w;
+    }
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int e = e0 + q * 256;
+      const bool isq = e < C * Dk / 8;
+      const int ee = isq ? e : e - C * Dk / 8, i = ee / (Dk / 8), kk = (ee % (Dk / 8)) * 8;
+      put8(isq ? Qp : Kp, kTile / 2, kmajor_off(i, kk, C), v[q]);
+    }
   }
   fence_proxy_async();
   __syncthreads();
@@ -371,15 +385,28 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
   __syncthreads();  // Lm whole; Q's and K's planes read by both warpgroups
   // 3. beta e^gamma K and beta V as [Dk / Dv][tokens] planes (over Q's and K's; lanes on
   // consecutive Dk / Dv), T = (I + Lm)^-1, T's planes over Lm
-  for (int e = tid; e < C * (Dk + Dv) / 8; e += nt) {
-    const bool isk = e < C * Dk / 8;
-    const int ee = isk ? e : e - C * Dk / 8, x = ee % 128, i0 = (ee / 128) * 8;
-    const float* src = rows + (isk ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + x;
-    const float* scale = isk ? sk : bs;
-    float v[8];
+  static_assert(C * (Dk + Dv) / 8 == kItems, "K's and V's planes take as many items as Q's and K's");
+  for (int e0 = tid; e0 < kItems; e0 += kPer * 256) {
+    float v[kPer][8];
 #pragma unroll
-    for (int m = 0; m < 8; ++m) v[m] = i0 + m < n ? scale[i0 + m] * src[(i0 + m) * conv_dim] : 0.0f;
-    put8(isk ? Ks : Vp, kTile / 2, kmajor_off(x, i0, 128), v);
+    for (int q = 0; q < kPer; ++q) {  // the loads first, as in 1.
+      const int e = e0 + q * 256;
+      const bool isk = e < C * Dk / 8;
+      const int ee = isk ? e : e - C * Dk / 8, x = ee % 128, i0 = (ee / 128) * 8;
+      const float* src = rows + (isk ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + x;
+#pragma unroll
+      for (int m = 0; m < 8; ++m) v[q][m] = i0 + m < n ? src[(i0 + m) * conv_dim] : 0.0f;
+    }
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int e = e0 + q * 256;
+      const bool isk = e < C * Dk / 8;
+      const int ee = isk ? e : e - C * Dk / 8, x = ee % 128, i0 = (ee / 128) * 8;
+      const float* scale = isk ? sk : bs;
+#pragma unroll
+      for (int m = 0; m < 8; ++m) v[q][m] = i0 + m < n ? scale[i0 + m] * v[q][m] : 0.0f;
+      put8(isk ? Ks : Vp, kTile / 2, kmajor_off(x, i0, 128), v[q]);
+    }
   }
   invert_unit_lower(Lm, T, P, ldl, tid, nt);
   for (int e = tid; e < C * C / 2; e += nt) {
