@@ -30,17 +30,25 @@ void raise(PyObject* cls, const clefrt::Error& e) {
 // cast would turn "100" or 1.5 into a number and -1 into "Unable to cast Python instance".
 std::string type_name(py::handle v) { return py::str(py::type::of(v).attr("__name__")); }
 clefrt::Error option_error(const std::string& k, const std::string& what) { return clefrt::Error(clefrt::Status::BadRequest, "usage", k + " " + what); }
+// v's integer value through __index__ (int, numpy ints; not float or text): false, with no
+// Python error left set, when it has none; overflow: +1 / -1 past long long's range
+bool index_value(py::handle v, long long& n, int& overflow) {
+  PyObject* index = PyNumber_Index(v.ptr());
+  if (!index) {
+    PyErr_Clear();
+    return false;
+  }
+  overflow = 0;
+  n = PyLong_AsLongLongAndOverflow(index, &overflow);
+  Py_DECREF(index);
+  return true;
+}
 // An integer (int, numpy ints: anything with __index__; not bool, float or text) within
 // [0, most]: the option named in the error, never pybind11's "Unable to cast".
 long long int_option(const std::string& k, py::handle v, long long most) {
-  PyObject* index = py::isinstance<py::bool_>(v) ? nullptr : PyNumber_Index(v.ptr());
-  if (!index) {
-    PyErr_Clear();
-    throw option_error(k, "must be an int, not " + type_name(v));
-  }
+  long long n = 0;
   int overflow = 0;
-  const long long n = PyLong_AsLongLongAndOverflow(index, &overflow);
-  Py_DECREF(index);
+  if (py::isinstance<py::bool_>(v) || !index_value(v, n, overflow)) throw option_error(k, "must be an int, not " + type_name(v));
   if (overflow > 0 || (overflow == 0 && n > most)) throw option_error(k, "must be at most " + std::to_string(most));
   if (overflow < 0 || n < 0) throw option_error(k, "must be 0 or more, not " + std::string(py::str(v)));
   return n;
@@ -52,14 +60,9 @@ bool flag_option(const std::string& k, py::handle v) {
   if (py::isinstance<py::bool_>(v)) return v.cast<bool>();
   const std::string t = type_name(v);
   if (t == "bool_" || t == "bool") return PyObject_IsTrue(v.ptr()) == 1;  // numpy.bool_ / numpy.bool
-  PyObject* index = PyNumber_Index(v.ptr());
-  if (index) {
-    int overflow = 0;
-    const long long n = PyLong_AsLongLongAndOverflow(index, &overflow);
-    Py_DECREF(index);
-    if (overflow == 0 && (n == 0 || n == 1)) return n == 1;
-  }
-  PyErr_Clear();
+  long long n = 0;
+  int overflow = 0;
+  if (index_value(v, n, overflow) && overflow == 0 && (n == 0 || n == 1)) return n == 1;
   throw option_error(k, "must be True or False, not " + std::string(py::str(py::repr(v))));
 }
 // a number of GiB: int, float, numpy numbers (anything float() takes that is not text or bool)
