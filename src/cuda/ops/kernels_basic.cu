@@ -3,7 +3,6 @@
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
-#include "cuda/ops/swiglu_fp8.cuh"
 
 namespace clefrt::cuda {
 
@@ -16,40 +15,7 @@ __global__ void embed_gather_k(const int32_t* ids, const bf16* table, int64_t d,
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) x[t * d + i] = __bfloat162float(row[i]);
 }
 
-// One block per row, its float4s in registers, kRmsVec a thread: the row is read once, and all
-// its loads are in flight before the one reduction (the grid-stride form below reads it twice,
-// and a few hundred rows leave it latency-bound). d % 4 == 0 and d <= 4 kRmsVec * 1024.
-constexpr int kRmsVec = 2;
-__global__ void __launch_bounds__(1024) rms_norm_1p_reg_k(const float* x, int d4, const float* w, float eps, bf16* y16, float* y32) {
-  __shared__ float sh[32];
-  const int64_t row = blockIdx.x;
-  const float4* r4 = reinterpret_cast<const float4*>(x + row * 4 * d4);
-  float4 v[kRmsVec];
-  float ss = 0;
-#pragma unroll
-  for (int k = 0; k < kRmsVec; ++k) {
-    const int i = threadIdx.x + k * blockDim.x;
-    v[k] = i < d4 ? r4[i] : make_float4(0, 0, 0, 0);
-    ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
-  }
-  const float inv = rsqrtf(block_sum(ss, sh) / float(4 * d4) + eps);
-#pragma unroll
-  for (int k = 0; k < kRmsVec; ++k) {
-    const int i = threadIdx.x + k * blockDim.x;
-    if (i >= d4) continue;
-    const float4 ww = reinterpret_cast<const float4*>(w)[i];
-    const float4 o = make_float4(v[k].x * inv * (1.0f + ww.x), v[k].y * inv * (1.0f + ww.y), v[k].z * inv * (1.0f + ww.z),
-                                 v[k].w * inv * (1.0f + ww.w));
-    if (y16) {
-      __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(y16 + row * 4 * d4 + 4 * i);
-      p[0] = __floats2bfloat162_rn(o.x, o.y);
-      p[1] = __floats2bfloat162_rn(o.z, o.w);
-    }
-    if (y32) reinterpret_cast<float4*>(y32 + row * 4 * d4)[i] = o;
-  }
-}
-
-// Other widths: one block per row. Rows of d % 4 == 0 floats are read as float4 (16-byte loads: the scalar
+// One block per row. Rows of d % 4 == 0 floats are read as float4 (16-byte loads: the scalar
 // form ran at about half the copy bandwidth on the 27B shapes).
 __global__ void rms_norm_1p_k(const float* x, int64_t d, const float* w, float eps, bf16* y16, float* y32) {
   __shared__ float sh[32];
@@ -109,6 +75,21 @@ __global__ void layer_norm_k(float* x, int64_t d, int64_t ldx, const float* add,
 // grid (L, column blocks): 8 outputs per thread, from 16-byte loads when ffn % 8 == 0 (no
 // 64-bit index division per element as in a flat grid-stride loop).
 constexpr int kSwigluThreads = 256;
+// Scaled: gate|up came from the FP8 GEMM unscaled (LinearRunner::run_fp8_unscaled); each value is
+// first rounded exactly as the FP8 epilogue would have stored it, bf16(v * rs[t] * cs(c)), with
+// cs(c) = cs_lo[c] for c < split, else cs_hi[c - split]: bit for bit the unfused result, without
+// the epilogue's pass over the [L, 2 ffn] output.
+struct GuScales {
+  const float* rs = nullptr;  // null: not scaled
+  const float* cs_lo = nullptr;
+  const float* cs_hi = nullptr;
+  int64_t split = 0;
+};
+__device__ __forceinline__ float gu_value(bf16 v, int64_t t, int64_t c, const GuScales& sc) {
+  if (!sc.rs) return __bfloat162float(v);
+  const float cs = c < sc.split ? sc.cs_lo[c] : sc.cs_hi[c - sc.split];
+  return __bfloat162float(__float2bfloat16_rn(fp8_scaled(__bfloat162float(v), sc.rs[t], cs)));
+}
 __global__ void swiglu_k(const bf16* gu, int64_t ffn, bf16* act, GuScales sc) {
   const int64_t t = blockIdx.x;
   const bf16* g = gu + t * 2 * ffn;
@@ -128,6 +109,37 @@ __global__ void swiglu_k(const bf16* gu, int64_t ffn, bf16* act, GuScales sc) {
     return;
   }
   for (int64_t j = j0; j < j0 + 8 && j < ffn; ++j) a[j] = __float2bfloat16(silu_f(gu_value(g[j], t, j, sc)) * gu_value(u[j], t, ffn + j, sc));
+}
+
+// swiglu_k's scaled values for one token row per CTA, kept in shared memory as bf16 (the bits
+// swiglu_fp8_scaled stores), then fp8_quant_rows_v_k's amax, scale and codes from them. `scale`
+// may be sc.rs itself (the forward's FP8 scratch holds gate|up's row scales, then down_proj's):
+// every read of rs[t] comes before block_max's barriers, and its one write after them.
+constexpr int kSwigluQuantThreads = 512;
+__global__ void __launch_bounds__(kSwigluQuantThreads) swiglu_fp8_quant_k(const bf16* gu, int64_t ffn, GuScales sc, uint8_t* q, int64_t kp8,
+                                                                         float* scale) {
+  extern __shared__ uint4 act_s[];  // [ffn / 8]
+  __shared__ float sh[32];
+  const int64_t t = blockIdx.x, f8 = ffn / 8;
+  const uint4* g = reinterpret_cast<const uint4*>(gu + t * 2 * ffn);
+  const uint4* u = g + f8;
+  float m = 0;
+  for (int64_t i = threadIdx.x; i < f8; i += blockDim.x) {
+    const uint4 gv = g[i], uv = u[i];
+    const bf16* gp = reinterpret_cast<const bf16*>(&gv);
+    const bf16* up = reinterpret_cast<const bf16*>(&uv);
+    uint4 ov;
+    bf16* op = reinterpret_cast<bf16*>(&ov);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16(silu_f(gu_value(gp[j], t, 8 * i + j, sc)) * gu_value(up[j], t, ffn + 8 * i + j, sc));
+    m = absmax8_bf16(ov, m);
+    act_s[i] = ov;
+  }
+  m = block_max(m, sh);  // its barriers also publish act_s
+  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f;
+  if (threadIdx.x == 0) scale[t] = s;
+  uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
+  for (int64_t i = threadIdx.x; i < kp8; i += blockDim.x) out[i] = i < f8 ? e4m3_encode8_bf16(act_s[i], s) : make_uint2(0u, 0u);
 }
 
 __global__ void bias_act_k(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu) {
@@ -180,12 +192,7 @@ void embed_gather(const int32_t* ids, int64_t L, const bf16* table, int64_t d, f
 
 void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float eps, bf16* y16, float* y32, cudaStream_t s) {
   if (rows == 0) return;
-  if (d % 4 == 0 && d <= int64_t(4) * kRmsVec * 1024) {
-    const int64_t per = (d / 4 + kRmsVec - 1) / kRmsVec;
-    rms_norm_1p_reg_k<<<unsigned(rows), unsigned((per + 31) / 32 * 32), 0, s>>>(x, int(d / 4), w, eps, y16, y32);
-  } else {
-    rms_norm_1p_k<<<unsigned(rows), d >= 1024 ? 256 : 128, 0, s>>>(x, d, w, eps, y16, y32);
-  }
+  rms_norm_1p_k<<<unsigned(rows), d >= 1024 ? 256 : 128, 0, s>>>(x, d, w, eps, y16, y32);
   check_launch("rms_norm_1p");
 }
 
@@ -283,9 +290,10 @@ void swiglu_fp8_scaled(const bf16* gu, int64_t L, int64_t ffn, const float* rs, 
   launch_swiglu(gu, L, ffn, act, GuScales{rs, cs_lo, cs_hi, split}, s);
 }
 
-// a row in at most kSwigluQuantMaxThreads threads of kSwigluQuantItems 8-value items
+// act's row in dynamic shared memory beside the kernel's 32 floats of static, within the 48 KiB a
+// block has without opting in
 bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp) {
-  return ffn > 0 && ffn % 8 == 0 && kp % 8 == 0 && kp >= ffn && ffn <= int64_t(8) * kSwigluQuantItems * kSwigluQuantMaxThreads;
+  return ffn > 0 && ffn % 8 == 0 && kp % 8 == 0 && kp >= ffn && ffn * 2 + 32 * int64_t(sizeof(float)) <= 48 * 1024;
 }
 
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
@@ -293,7 +301,7 @@ void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, c
   if (!swiglu_fp8_quant_fits(ffn, kp))
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: ffn " + std::to_string(ffn) + ", kp " + std::to_string(kp) + " do not fit");
   if (L == 0) return;
-  launch_swiglu_fp8_quant<1>(gu, L, ffn, GuScales{rs, cs_lo, cs_hi, split}, q, kp, scale, s);
+  swiglu_fp8_quant_k<<<unsigned(L), kSwigluQuantThreads, size_t(ffn) * 2, s>>>(gu, ffn, GuScales{rs, cs_lo, cs_hi, split}, q, kp / 8, scale);
   check_launch("swiglu_fp8_quant");
 }
 
