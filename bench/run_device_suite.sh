@@ -2,7 +2,10 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [lab] [ncu-gdn] [anchors]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [lab] [lab-elementwise] [ncu-gdn] [anchors] [tar]
+# quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
+# points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
+# brings back a limited number of files).
 # reuse: the prefix cache's cold / warm points (27B bf16, 1,024 / 8,000 / 32,768-token states);
 # reuse-host: the same with a one-state GPU budget and a host tier, and the host tier's point.
 # interleave: blog latency while a 65,436-token request runs, per step size (27B bf16).
@@ -45,6 +48,21 @@ while [ $# -gt 0 ]; do
         shift
       done
       continue ;;
+    quick)
+      shift
+      while [ $# -gt 0 ] && [[ $1 =~ ^(auto|bf16|fp8|nvfp4|nvfp4-w4a16)$ ]]; do
+        m=$1
+        .carry/clefrt bench --synthetic clef-27b --quant "$m" --max-tokens 16384 --no-vision --tokenizer $tok --reps 5 --profile --commit "$commit" \
+          --command "clefrt bench --synthetic clef-27b --quant $m --max-tokens 16384 --no-vision --reps 5 --profile" --json "$OUT/bench-$m.json" \
+          > "$OUT/bench-$m.txt" 2> "$OUT/bench-$m.err"
+        echo "== quick bench $m rc=$?"; grep -v "^{" "$OUT/bench-$m.txt" | head -60; tail -3 "$OUT/bench-$m.err"
+        shift
+      done
+      continue ;;
+    tar)
+      (cd "$OUT" && tar czf /tmp/out.tgz . && rm -rf ./* && mv /tmp/out.tgz .) ;;
+    lab-elementwise)
+      .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt" ;;
     reuse)
       .carry/clefrt bench --synthetic clef-27b --quant bf16 --reuse --tokenizer $tok --reps 5 --commit "$commit" \
         --command "clefrt bench --synthetic clef-27b --quant bf16 --reuse --reps 5" --json "$OUT/reuse-bf16.json" \
