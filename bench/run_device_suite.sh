@@ -36,26 +36,17 @@ while [ $# -gt 0 ]; do
       .carry/clefrt_gpu_tests 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
     tests=*)  # a gtest filter: tests=*Gdn*:*Fp8*
       .carry/clefrt_gpu_tests --gtest_filter="${1#tests=}" 2>&1 | tee "$OUT/gpu_tests-filtered.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
-    bench)
-      shift
-      # the quant modes up to the next verb (auto, bf16, fp8, nvfp4, nvfp4-w4a16)
-      while [ $# -gt 0 ] && [[ $1 =~ ^(auto|bf16|fp8|nvfp4|nvfp4-w4a16)$ ]]; do
-        m=$1
-        .carry/clefrt bench --synthetic clef-27b --quant "$m" --tokenizer $tok --reps 5 --profile --commit "$commit" \
-          --command "clefrt bench --synthetic clef-27b --quant $m --reps 5 --profile" --json "$OUT/bench-$m.json" \
-          > "$OUT/bench-$m.txt" 2> "$OUT/bench-$m.err"
-        echo "== bench $m rc=$?"; grep -v "^{" "$OUT/bench-$m.txt" | head -60; tail -3 "$OUT/bench-$m.err"
-        shift
-      done
-      continue ;;
-    quick)
+    bench|quick)
+      # the quant modes up to the next verb (auto, bf16, fp8, nvfp4, nvfp4-w4a16); quick: planned
+      # for 16,384 tokens without the tower
+      extra=""; [ "$1" = quick ] && extra="--max-tokens 16384 --no-vision"
       shift
       while [ $# -gt 0 ] && [[ $1 =~ ^(auto|bf16|fp8|nvfp4|nvfp4-w4a16)$ ]]; do
         m=$1
-        .carry/clefrt bench --synthetic clef-27b --quant "$m" --max-tokens 16384 --no-vision --tokenizer $tok --reps 5 --profile --commit "$commit" \
-          --command "clefrt bench --synthetic clef-27b --quant $m --max-tokens 16384 --no-vision --reps 5 --profile" --json "$OUT/bench-$m.json" \
+        .carry/clefrt bench --synthetic clef-27b --quant "$m" $extra --tokenizer $tok --reps 5 --profile --commit "$commit" \
+          --command "clefrt bench --synthetic clef-27b --quant $m${extra:+ $extra} --reps 5 --profile" --json "$OUT/bench-$m.json" \
           > "$OUT/bench-$m.txt" 2> "$OUT/bench-$m.err"
-        echo "== quick bench $m rc=$?"; grep -v "^{" "$OUT/bench-$m.txt" | head -60; tail -3 "$OUT/bench-$m.err"
+        echo "== bench $m${extra:+ $extra} rc=$?"; grep -v "^{" "$OUT/bench-$m.txt" | head -60; tail -3 "$OUT/bench-$m.err"
         shift
       done
       continue ;;
