@@ -87,6 +87,9 @@ enum class QuantMode { Auto, BF16, FP8, NVFP4, NVFP4_W4A16 };
 QuantMode parse_quant_mode(const std::string& s);
 const char* quant_mode_name(QuantMode m);
 
+// How much Engine::set_profile times (CUDA): nothing, the forward's stages, or every op.
+enum class ProfileDetail { Off, Stages, Ops };
+
 // The `confidence` of choice and score answers.
 enum class Confidence {
   Reference,  // max p (the reference code; default)
@@ -386,8 +389,12 @@ class Engine {
   // scales are made from). Empty to stop. Called on the engine thread, one forward at a time.
   void observe_linear_inputs(LinearInputObserver o);
 
-  // --- profiling (CUDA): per-op times with CUDA events, summed since the last clear, in ms
-  void set_profile(bool on);
+  // --- profiling (CUDA): times with CUDA events, by name, summed since the last clear, in ms.
+  // Ops: every op (an event between every two kernels; the short ops' times hold the gaps those
+  // events leave). Stages: "embed", "vision tower", "backbone", "head" only (five events a
+  // forward: the kernels run back to back as they do unprofiled). set_profile(true) is Ops.
+  void set_profile(ProfileDetail detail);
+  void set_profile(bool on) { set_profile(on ? ProfileDetail::Ops : ProfileDetail::Off); }
   std::vector<std::pair<std::string, double>> profile() const;
   void clear_profile();
 

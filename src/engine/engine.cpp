@@ -273,7 +273,7 @@ PrefixCacheStats Engine::prefix_cache() const { return impl_->core->prefix_cache
 double Engine::forward_flops(const std::vector<int64_t>& lengths) const { return impl_->core->forward_flops(lengths); }
 
 void Engine::observe_linear_inputs(LinearInputObserver o) { impl_->core->set_linear_input_observer(std::move(o)); }
-void Engine::set_profile(bool on) { impl_->core->set_profile(on); }
+void Engine::set_profile(ProfileDetail detail) { impl_->core->set_profile(detail); }
 std::vector<std::pair<std::string, double>> Engine::profile() const { return impl_->core->profile(); }
 void Engine::clear_profile() { impl_->core->clear_profile(); }
 

@@ -250,11 +250,11 @@ const char* EngineCore::format() const {
   return "f32";
 }
 
-void EngineCore::set_profile(bool on) {
+void EngineCore::set_profile(ProfileDetail detail) {
 #ifdef CLEFRT_HAVE_CUDA
-  if (gpu_) gpu_->forward->set_profile(on);
+  if (gpu_) gpu_->forward->set_profile(detail);
 #endif
-  (void)on;
+  (void)detail;
 }
 
 std::vector<std::pair<std::string, double>> EngineCore::profile() const {

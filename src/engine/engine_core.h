@@ -168,8 +168,8 @@ class EngineCore {
   // Throws on the GPU engine.
   void set_linear_input_observer(LinearInputObserver o);
 
-  // CUDA: per-op times (cuda::Forward::set_profile); nothing on the CPU.
-  void set_profile(bool on);
+  // CUDA: per-op or per-stage times (cuda::Forward::set_profile); nothing on the CPU.
+  void set_profile(ProfileDetail detail);
   std::vector<std::pair<std::string, double>> profile() const;
   void clear_profile();
   // Bytes of GPU memory held (weights, activation arena, workspaces); 0 on the CPU.

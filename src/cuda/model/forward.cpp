@@ -347,7 +347,14 @@ size_t Forward::arena_bytes(const model::TextConfig& c, const model::HeadConfig&
 }
 
 void Forward::mark(const char* op) {
-  if (!profile_) return;
+  if (profile_ == ProfileDetail::Ops) record(op);
+}
+
+void Forward::stage(const char* op) {
+  if (profile_ == ProfileDetail::Stages) record(op);
+}
+
+void Forward::record(const char* op) {
   if (marks_.size() >= event_pool_.size()) {
     cudaEvent_t e;
     check(cudaEventCreate(&e), "profile event");
@@ -359,7 +366,7 @@ void Forward::mark(const char* op) {
 }
 
 void Forward::collect_profile() {
-  if (!profile_ || marks_.empty()) return;
+  if (marks_.empty()) return;
   for (size_t i = 0; i + 1 < marks_.size(); ++i) {
     float ms = 0;
     check(cudaEventElapsedTime(&ms, marks_[i].second, marks_[i + 1].second), "profile event");
@@ -419,13 +426,13 @@ std::vector<std::vector<std::vector<double>>> Forward::run_impl(const model::Bat
     backbone(b, group);
   }
   if (group && group->end < layers()) {  // the step goes on with the next group: nothing is whole yet
-    mark("end");
+    if (profile_ != ProfileDetail::Off) record("end");
     check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
     collect_profile();
     return std::vector<std::vector<std::vector<double>>>(batch.size());
   }
   head(b);
-  mark("end");
+  if (profile_ != ProfileDetail::Off) record("end");
   std::vector<float> probs(size_t(b.O));
   if (b.O) check(cudaMemcpyAsync(probs.data(), b.logits, probs.size() * 4, cudaMemcpyDeviceToHost, stream_), "download probabilities");
   check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
@@ -451,7 +458,7 @@ std::vector<float> Forward::hidden_states(const model::Batch& batch) {
   prepare(b, batch);
   if (b.L == 0) return {};
   backbone(b);
-  mark("end");
+  if (profile_ != ProfileDetail::Off) record("end");
   std::vector<float> h(size_t(b.L * m_.c.hidden));
   check(cudaMemcpyAsync(h.data(), b.hidden, h.size() * 4, cudaMemcpyDeviceToHost, stream_), "download hidden states");
   check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
@@ -772,7 +779,9 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
   const int64_t first = group ? group->first : 0, end = group ? group->end : layers();
   if (first > 0) d2d(b.x, group->residual, size_t(L * H) * 4, "a step's residual stream in");
   else mark("embed");
+  if (first == 0) stage("embed");
   if (first == 0) embed_gather(b.d(b.off_ids), L, m_.embed, H, b.x, s);
+  if (first == 0 && !b.images.empty()) stage("vision tower");
   // the images through the tower in groups that fit its scratch, their rows in place of the
   // image pad embeddings
   const int64_t m2 = m_.vision.c.spatial_merge * m_.vision.c.spatial_merge;
@@ -792,6 +801,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
     for (size_t j = img0, rows = 0; j < i; rows += size_t(b.images[j++].count))
       d2d(b.x + b.images[j].row * H, b.vout + rows * H, size_t(b.images[j].count * H) * 4, "image rows into the embeddings");
   }
+  stage("backbone");
   lin_->begin(b.qs_gdn, size_t(first));
   LinearRunner& lin = *lin_;
   // The same Linears over the tokens in blocks of `block` (attention projections, MLP): each block
@@ -971,6 +981,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
 }
 
 void Forward::head(Batch& b) {
+  stage("head");
   const DevHead& h = m_.head;
   const int64_t L = b.L, d = m_.hc.hidden, W = m_.hc.width, heads = m_.hc.heads, O = b.O, Q = b.Q, N = b.nseq;
   cudaStream_t s = stream_;

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <clefrt/clefrt.h>
+
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/cudnn_attention.h"
 #include "cuda/model/device_model.h"
@@ -156,9 +158,11 @@ class Forward {
     return head_only(model::batch_of(batch), hidden);
   }
 
-  // set_profile (EngineOptions::profile, `clefrt bench --profile`): time every op with CUDA events; totals by op name in
-  // milliseconds, summed over the runs since the last clear.
-  void set_profile(bool on) { profile_ = on; }
+  // set_profile (EngineOptions::profile, `clefrt bench --profile`): CUDA events at every op
+  // (ProfileDetail::Ops) or only at the stages' bounds ("embed", "vision tower", "backbone",
+  // "head": ProfileDetail::Stages, whose few events leave the forward's kernels back to back);
+  // totals by name in milliseconds, summed over the runs since the last clear.
+  void set_profile(ProfileDetail d) { profile_ = d; }
   const std::vector<std::pair<std::string, double>>& profile() const { return prof_totals_; }
   void clear_profile() { prof_totals_.clear(); }
 
@@ -186,10 +190,12 @@ class Forward {
                                                          const std::vector<SeqPrefix>* prefixes = nullptr, const LayerGroup* group = nullptr);
   void backbone(Batch& b, const LayerGroup* group = nullptr);
   void head(Batch& b);
-  void mark(const char* op);   // profiling: the op that starts here
+  void mark(const char* op);   // profiling (Ops): the op that starts here
+  void stage(const char* op);  // profiling (Stages): the stage that starts here
   void collect_profile();      // after a sync: events -> totals
 
-  bool profile_ = false;
+  ProfileDetail profile_ = ProfileDetail::Off;
+  void record(const char* op);
   std::vector<std::pair<const char*, cudaEvent_t>> marks_;
   std::vector<cudaEvent_t> event_pool_;
   std::vector<std::pair<std::string, double>> prof_totals_;
