@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [lab] [lab-elementwise] [ncu-gdn] [anchors] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [ncu-gdn] [anchors] [tar]
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
 # brings back a limited number of files).
@@ -13,7 +13,8 @@
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
 # ncu-gdn: Nsight Compute (--clock-control none) on the Wgmma path's GDN kernels and the 3xTF32 prep.
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
-# fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn).
+# fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
+# lab-vision-attn).
 # ops: --version, the architectures in the binary (cuobjdump), the ready line and /health of a
 # served synthetic model, with the fast and the portable kernels.
 # nan: a tiny folder with NaN weights through the CUDA engine (refused at load; with
@@ -155,7 +156,7 @@ for i in range(240):
         .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt"
       fi ;;
     ncu-gdn)  # Nsight Compute on the first launch of the 3xTF32 prep and of each Wgmma kernel at 1 x 8,192
-      for k in "gdn_chunk_prep_tc_k 1" "gdn_(prep_wgmma|qk_planes|scan_wgmma)_k 3"; do
+      for k in "gdn_chunk_prep_tc_k 1" "gdn_prep_wgmma_k 1" "gdn_scan_wgmma_k 1"; do
         read -r re n <<< "$k"
         CLEFRT_LAB_ONLY="wgmma bf16x3" ncu --clock-control none -k regex:"$re" -c "$n" --section SpeedOfLight --section WarpStateStats \
           --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis --section LaunchStats .carry/clefrt_bench_gdn \
@@ -167,6 +168,11 @@ for i in range(240):
       # the bf16 GEMMs' invariant algorithm against cuBLASLt's candidates and fixed row blocks
       .carry/clefrt_bench_bf16 --commit "$commit" --json "$OUT/lab-bf16.json" > "$OUT/lab-bf16.txt" 2>&1; echo "== lab bf16 rc=$?"
       grep -E "^[a-z]|engine inv|blocks of" "$OUT/lab-bf16.txt" | head -150 ;;
+    lab-vision-attn)
+      # the tower's attention variants (dev/cuda/vision_attention.cu: the mma.sync ones and the
+      # wgmma one, with its layout probe) beside the product's kernel
+      .carry/clefrt_bench_vision_attn --commit "$commit" --json "$OUT/lab-vision-attn.json" 2>&1 | tee "$OUT/lab-vision-attn.txt"
+      echo "== lab vision-attn rc=$?" ;;
     lab-cudnn)
       # cuDNN's fused attention at the tower's shapes beside ours: the GPU machine's cuDNN is
       # PyTorch's (nvidia-cudnn-cu13)
