@@ -36,7 +36,9 @@ for lib in $(readelf -d "${loaded[@]}" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' 
   [ -n "$want" ] || { echo "FAIL: $lib is loaded but no package here holds it"; exit 1; }
   # one of the packages holding it (a library can sit in several: OpenBLAS' variants) is declared
   found=""
-  for w in $want; do echo "$declared" | grep -qx "$w" && found=$w; done
+  # (a here-string, not a pipe: grep -q quits at its match, and under pipefail the writer's
+  # SIGPIPE would fail the test whenever the match comes before the last line is written)
+  for w in $want; do grep -qx "$w" <<< "$declared" && found=$w; done
   [ -n "$found" ] || { echo "FAIL: $lib ($(echo $want)) is loaded but the package depends on none of them"; exit 1; }
   want=$found
   case $want in cuda-*|libcublas-*) dpkg -s "$want" > /dev/null 2>&1 || cuda_stubs="$cuda_stubs $want" ;; esac
@@ -57,7 +59,8 @@ for p in $cuda_stubs; do
     >> "$work/root/var/lib/dpkg/status"
 done
 dpkg --root="$work/root" --force-not-root --log=/dev/null -i "$deb" > "$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; echo "FAIL: dpkg -i"; exit 1; }
-dpkg --root="$work/root" -s clefrt | grep -q "^Status: install ok installed" || { echo "FAIL: dpkg does not list clefrt as installed"; exit 1; }
+status=$(dpkg --root="$work/root" -s clefrt)
+grep -q "^Status: install ok installed" <<< "$status" || { echo "FAIL: dpkg does not list clefrt as installed"; exit 1; }
 echo "dpkg -i: installed (dependencies satisfied by this machine's packages)"
 for f in usr/bin/clefrt usr/lib/libclefrt.so usr/include/clefrt/clefrt.h usr/lib/pkgconfig/clefrt.pc \
          usr/lib/systemd/system/clefrt.service usr/share/doc/clefrt/README.md usr/share/doc/clefrt/clefrt.default; do
