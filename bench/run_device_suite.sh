@@ -2,7 +2,8 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [ncu-gdn] [anchors] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [ncu-gdn] [anchors] [tar]
+# tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
 # brings back a limited number of files).
@@ -48,6 +49,18 @@ while [ $# -gt 0 ]; do
           --command "clefrt bench --synthetic clef-27b --quant $m${extra:+ $extra} --reps 5 --profile" --json "$OUT/bench-$m.json" \
           > "$OUT/bench-$m.txt" 2> "$OUT/bench-$m.err"
         echo "== bench $m${extra:+ $extra} rc=$?"; grep -v "^{" "$OUT/bench-$m.txt" | head -60; tail -3 "$OUT/bench-$m.err"
+        shift
+      done
+      continue ;;
+    tower)
+      # the image points alone per attention kernel (clefrt bench --images-only --attention X), bf16:
+      # the tower's GPU time on each, in one engine load a kernel
+      shift
+      while [ $# -gt 0 ] && [[ $1 =~ ^(auto|cudnn|clefrt)$ ]]; do
+        .carry/clefrt bench --synthetic clef-27b --quant bf16 --images-only --attention "$1" --tokenizer $tok --reps 5 --commit "$commit" \
+          --command "clefrt bench --synthetic clef-27b --quant bf16 --images-only --attention $1 --reps 5" --json "$OUT/tower-$1.json" \
+          > "$OUT/tower-$1.txt" 2> "$OUT/tower-$1.err"
+        echo "== tower $1 rc=$?"; cat "$OUT/tower-$1.txt"; tail -3 "$OUT/tower-$1.err"
         shift
       done
       continue ;;

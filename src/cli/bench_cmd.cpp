@@ -250,7 +250,8 @@ Runner add_bench(CLI::App& app) {
     int64_t max_tokens = 32768;
     bool no_batch_invariant = false, profile = false, offload = false, memory_only = false, w4a16_fused = false, reuse = false, interleave = false;
     double reuse_gib = 16, reuse_host_gib = 0, gpu_limit_gib = 0;
-    bool no_vision = false;
+    bool no_vision = false, images_only = false;
+    std::string attention = "auto";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("bench",
@@ -282,6 +283,13 @@ Runner add_bench(CLI::App& app) {
               "run one after another: their p50 while it runs against idle, and its time, per step size and\n"
               "layers a call (2,048 tokens 4 / 8 / all layers at a time, 512 tokens all, one step)");
   c->add_flag("--no-vision", o->no_vision, "a text-only engine: no vision tower in GPU memory nor in the plan (the image points are skipped)");
+  c->add_flag("--images-only", o->images_only,
+              "only the image points (the tower's GPU time, its ops, end-to-end latency beside the same tokens of text):\n"
+              "to compare tower kernels (--attention) in a minute");
+  c->add_option("--attention", o->attention,
+                "auto | cudnn | clefrt: the attention kernels of the backbone and the tower, as decide / serve take them (see\n"
+                "their --attention); the JSON's \"engine\" line names what ran")
+      ->check(CLI::IsMember({"auto", "cudnn", "clefrt"}));
   c->add_option("--gpu-limit-gib", o->gpu_limit_gib,
                 "run as on a card of this many GiB: the memory beyond it is allocated first and held (the figures\n"
                 "reported leave it out); with --memory-only, whether the request fits a 16 GiB card (--gpu-limit-gib 16)");
@@ -304,6 +312,9 @@ Runner add_bench(CLI::App& app) {
     if (qm == QuantMode::Auto) throw Error(Status::BadRequest, "usage", "--quant auto means nothing for random weights: bf16, fp8, nvfp4 or nvfp4-w4a16");
     std::string why;
     if (!cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "clefrt bench: " + why);
+    if (o->images_only && o->no_vision) throw Error(Status::BadRequest, "usage", "--images-only with --no-vision leaves nothing to measure");
+    if (o->images_only && (o->memory_only || o->reuse || o->interleave))
+      throw Error(Status::BadRequest, "usage", "--images-only is its own run: not with --memory-only, --reuse or --interleave");
     auto log = [](const std::string& s) { std::fprintf(stderr, "bench: %s\n", s.c_str()); };
 
     log("measuring the card (bf16 GEMM 8192^3, 2 GiB device copy)");
@@ -321,6 +332,7 @@ Runner add_bench(CLI::App& app) {
       out.add("quant", Value::string(o->quant));
       out.add("offload_embeddings", Value::boolean(o->offload));
       out.add("batch_invariant", Value::boolean(!o->no_batch_invariant));
+      out.add("attention", Value::string(o->attention));
       out.add("peak_bf16_tflops", Value::number(hw.peak_bf16_tflops));
       out.add("copy_gbps", Value::number(hw.copy_gbps));
       return out;
@@ -336,6 +348,7 @@ Runner add_bench(CLI::App& app) {
       eo.max_length = size_t(o->max_tokens);
       eo.max_batch_tokens = size_t(o->max_tokens);
       eo.vision = !o->no_vision;
+      eo.attention = parse_attention_kernel(o->attention);
       return eo;
     };
     if (o->interleave) {
@@ -436,7 +449,7 @@ Runner add_bench(CLI::App& app) {
       return ms_since(t0);
     };
     Value lat = Value::object();
-    std::printf("%-12s %8s %10s %10s %10s\n", "latency", "tokens", "p50 ms", "p95 ms", "TFLOP/s");
+    if (!o->images_only) std::printf("%-12s %8s %10s %10s %10s\n", "latency", "tokens", "p50 ms", "p95 ms", "TFLOP/s");
     struct Point {
       const char* name;
       int64_t tokens;
@@ -447,6 +460,7 @@ Runner add_bench(CLI::App& app) {
     // the long points where the plan holds them (--max-tokens)
     for (int64_t n : {int64_t(32768), int64_t(65536)})
       if (o->max_tokens >= n) points.push_back(Point{n == 32768 ? "tok_32768" : "tok_65536", n, 2});
+    if (o->images_only) points.clear();
     for (Point p : points) {
       Encoded e = p.tokens ? padded(blog, p.tokens, 7) : blog;
       for (int w = 0; w < 2; ++w) time_ms({&e});
@@ -559,7 +573,7 @@ Runner add_bench(CLI::App& app) {
     // Batch invariance at the real shapes: the blog request alone, first in a batch of 16 and of
     // 64 (other requests 512 tokens: other GEMM m buckets), bit for bit.
     Value inv = Value::object();
-    {
+    if (!o->images_only) {
       std::vector<Encoded> others;
       for (int i = 0; i < 63; ++i) others.push_back(padded(blog, 512, 500 + uint64_t(i)));
       auto alone = run({&blog})[0];
@@ -577,8 +591,9 @@ Runner add_bench(CLI::App& app) {
       std::printf("batch invariance: blog alone vs first of 16 / 64 in a batch, worst |dp| = %g\n", worst);
     }
     Value thr = Value::array();
-    std::printf("%-12s %8s %12s %10s %10s %8s\n", "in flight", "tokens", "tokens/s", "req/s", "TFLOP/s", "of peak");
+    if (!o->images_only) std::printf("%-12s %8s %12s %10s %10s %8s\n", "in flight", "tokens", "tokens/s", "req/s", "TFLOP/s", "of peak");
     for (int n : {1, 4, 16, 64}) {
+      if (o->images_only) break;
       std::vector<Encoded> reqs;
       for (int i = 0; i < n; ++i) reqs.push_back(padded(blog, 512, 100 + uint64_t(i)));
       std::vector<const Encoded*> b;
@@ -605,7 +620,7 @@ Runner add_bench(CLI::App& app) {
       thr.arr.push_back(v);
     }
     Value prof = Value::object();
-    if (o->profile) {
+    if (o->profile && !o->images_only) {
       engine->set_profile(true);
       std::vector<Encoded> reqs;
       for (int i = 0; i < 64; ++i) reqs.push_back(padded(blog, 512, 100 + uint64_t(i)));
@@ -638,6 +653,7 @@ Runner add_bench(CLI::App& app) {
       v.add("fp8", Value::number(double(mu.linear_fp8) / gib));
       return v;
     }());
+    out.add("engine", Value::string(engine->summary()));  // the kernels it runs (attention, the tower's) and its memory
     out.add("invariance", inv);
     out.add("gpu_mem_gib", Value::number(mem));
     out.add("weights_gib", Value::number(double(mu.weights) / gib));
