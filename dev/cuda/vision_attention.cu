@@ -523,9 +523,10 @@ __global__ void lab_probe_pv_tile_k(const float* a, const float* b, float* d) {
 #endif
 }
 
-double probe_pv_tile() {
-  constexpr int K = wg::BK;
-  std::vector<float> a(64 * K), b(K * 72), want(64 * 72, 0.0f), got(64 * 72);
+// max |D - A B| of a probe kernel (A 64 x K, B K x 72, D 64 x 72; small integers: exact) against
+// the host's products (0: the layout and the fragments are as this file reads them)
+double probe_pv(int K, void (*kernel)(const float*, const float*, float*)) {
+  std::vector<float> a(size_t(64 * K)), b(size_t(K * 72)), want(64 * 72, 0.0f), got(64 * 72);
   for (size_t i = 0; i < a.size(); ++i) a[i] = float(int(i * 7 % 11) - 5);
   for (size_t i = 0; i < b.size(); ++i) b[i] = float(int(i * 5 % 13) - 6);
   for (int r = 0; r < 64; ++r)
@@ -535,30 +536,7 @@ double probe_pv_tile() {
   check(cudaMemcpy(da.get(), a.data(), a.size() * 4, cudaMemcpyHostToDevice), "up");
   check(cudaMemcpy(db.get(), b.data(), b.size() * 4, cudaMemcpyHostToDevice), "up");
   check(cudaMemset(dd.get(), 0xff, dd.bytes()), "NaN fill");
-  lab_probe_pv_tile_k<<<1, 128>>>(da.as<float>(), db.as<float>(), dd.as<float>());
-  check_launch("lab wgmma P V tile probe");
-  check(cudaMemcpy(got.data(), dd.get(), got.size() * 4, cudaMemcpyDeviceToHost), "down");
-  double err = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double e = std::fabs(double(got[i]) - double(want[i]));
-    err = std::isfinite(e) ? std::max(err, e) : INFINITY;
-  }
-  return err;
-}
-
-// max |D - A B| of the probe (0: the layout and the fragments are as this file reads them)
-double probe_rs_mn() {
-  std::vector<float> a(64 * 16), b(16 * 72), want(64 * 72, 0.0f), got(64 * 72);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = float(int(i * 7 % 11) - 5);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = float(int(i * 5 % 13) - 6);
-  for (int r = 0; r < 64; ++r)
-    for (int c = 0; c < 72; ++c)
-      for (int kk = 0; kk < 16; ++kk) want[size_t(r * 72 + c)] += a[size_t(r * 16 + kk)] * b[size_t(kk * 72 + c)];
-  DeviceBuffer da(a.size() * 4, "probe a"), db(b.size() * 4, "probe b"), dd(got.size() * 4, "probe d");
-  check(cudaMemcpy(da.get(), a.data(), a.size() * 4, cudaMemcpyHostToDevice), "up");
-  check(cudaMemcpy(db.get(), b.data(), b.size() * 4, cudaMemcpyHostToDevice), "up");
-  check(cudaMemset(dd.get(), 0xff, dd.bytes()), "NaN fill");
-  lab_probe_rs_mn_k<<<1, 128>>>(da.as<float>(), db.as<float>(), dd.as<float>());
+  kernel<<<1, 128>>>(da.as<float>(), db.as<float>(), dd.as<float>());
   check_launch("lab wgmma probe");
   check(cudaMemcpy(got.data(), dd.get(), got.size() * 4, cudaMemcpyDeviceToHost), "down");
   double err = 0;
@@ -568,6 +546,8 @@ double probe_rs_mn() {
   }
   return err;
 }
+double probe_rs_mn() { return probe_pv(16, lab_probe_rs_mn_k); }
+double probe_pv_tile() { return probe_pv(wg::BK, lab_probe_pv_tile_k); }
 
 // q / k / v [tokens, heads, dp] (dp 80: dims 72..79 zero, the lab's layout; 72: packed, the
 // product's cuDNN layout), out [tokens, heads, dout]; tiles of wg::BQ queries
