@@ -183,6 +183,13 @@ TEST(Cli, MistakesGetClearErrors) {
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("'https://a.example/path' is not an origin"), std::string::npos) << r.out;
   std::filesystem::remove_all(synth_out);
+  // bench: contradictory flags are refused by name before any GPU is looked for
+  r = both("bench --images-only --no-vision");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--images-only with --no-vision leaves nothing to measure"), std::string::npos) << r.out;
+  r = both("bench --images-only --reuse");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--images-only is its own run"), std::string::npos) << r.out;
 }
 
 }  // namespace

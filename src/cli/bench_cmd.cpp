@@ -310,11 +310,11 @@ Runner add_bench(CLI::App& app) {
   return [o]() -> int {
     const QuantMode qm = parse_quant_mode(o->quant);
     if (qm == QuantMode::Auto) throw Error(Status::BadRequest, "usage", "--quant auto means nothing for random weights: bf16, fp8, nvfp4 or nvfp4-w4a16");
-    std::string why;
-    if (!cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "clefrt bench: " + why);
     if (o->images_only && o->no_vision) throw Error(Status::BadRequest, "usage", "--images-only with --no-vision leaves nothing to measure");
     if (o->images_only && (o->memory_only || o->reuse || o->interleave))
       throw Error(Status::BadRequest, "usage", "--images-only is its own run: not with --memory-only, --reuse or --interleave");
+    std::string why;
+    if (!cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", "clefrt bench: " + why);
     auto log = [](const std::string& s) { std::fprintf(stderr, "bench: %s\n", s.c_str()); };
 
     log("measuring the card (bf16 GEMM 8192^3, 2 GiB device copy)");
