@@ -4,6 +4,7 @@
 // CPU engine in fp32 on a well-conditioned model (issue 19's 2e-3 bound) and against the
 // reference's fixture.
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "cpu/ops.h"
@@ -364,6 +365,44 @@ TEST(CudaVision, TinyVThroughTheGpuEngineAgainstTheReference) {
   }
   std::cout << "[ cuda    ] tiny-v on the GPU: " << n << " requests, worst |p - p_ref32| = " << worst << "\n";
   EXPECT_LT(worst, 0.5);  // the bound of CudaEngine.TinyAAgainstReference: these folders amplify bf16 rounding
+}
+
+// The profile's two details on a request with images: Stages times the embedding, the tower, the
+// backbone and the head (what the bench reports as the tower's time), Ops every op (the tower's
+// "vision ..." among them); Off records nothing; the answers do not move.
+TEST(CudaVision, ProfileStagesAndOps) {
+  NEED_GPU();
+  EngineOptions o;
+  o.device = Device::Cuda;
+  auto gpu = Engine::load(test::source_path("tests/fixtures/oracle/tiny-v"), o);
+  std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/tiny-v.expected.jsonl")));
+  std::optional<Prepared> p;
+  for (std::string line; !p && std::getline(in, line);) {
+    const json::Value rec = json::parse(line);
+    const json::Value* req = rec.find("request");
+    if (req->find("images") && !req->find("images")->arr.empty()) p = gpu->prepare(json::write(*req));
+  }
+  ASSERT_TRUE(p) << "the fixture has a request with images";
+  const auto plain = gpu->probs({&*p});
+  gpu->set_profile(ProfileDetail::Stages);
+  gpu->clear_profile();
+  EXPECT_EQ(gpu->probs({&*p}), plain);
+  std::vector<std::string> names;
+  for (const auto& [name, ms] : gpu->profile()) {
+    names.push_back(name);
+    EXPECT_GT(ms, 0.0) << name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"embed", "vision tower", "backbone", "head"}));
+  gpu->set_profile(ProfileDetail::Ops);
+  gpu->clear_profile();
+  EXPECT_EQ(gpu->probs({&*p}), plain);
+  size_t vision_ops = 0;
+  for (const auto& [name, ms] : gpu->profile()) vision_ops += name.rfind("vision ", 0) == 0;
+  EXPECT_GE(vision_ops, 5u) << "the tower's ops in the Ops profile";
+  gpu->set_profile(ProfileDetail::Off);
+  gpu->clear_profile();
+  gpu->probs({&*p});
+  EXPECT_TRUE(gpu->profile().empty());
 }
 
 }  // namespace
