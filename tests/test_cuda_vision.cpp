@@ -374,6 +374,7 @@ TEST(CudaVision, ProfileStagesAndOps) {
   NEED_GPU();
   EngineOptions o;
   o.device = Device::Cuda;
+  o.prefix_cache_gib = 0;  // every run whole, the tower included
   auto gpu = Engine::load(test::source_path("tests/fixtures/oracle/tiny-v"), o);
   std::istringstream in(test::read_file(test::source_path("tests/fixtures/oracle/tiny-v.expected.jsonl")));
   std::optional<Prepared> p;
