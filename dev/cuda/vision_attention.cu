@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -441,73 +442,37 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
 #endif
 }
 
-// A probe of the wgmma variant's P V instruction alone: D (64 x 72) = A (64 x 16, registers) B
-// (16 x 72, MN-major, no swizzle: [8-dim block][key][8 dims]) for known A and B, against the
-// host's products (exact: small integers). Tells a layout error apart from a pipeline one.
-__global__ void lab_probe_rs_mn_k(const float* a, const float* b, float* d) {
+// Probes of the wgmma variant's P V step alone, against the host's products (small integers:
+// exact): D (64 x 72) = A (64 x K) B (K x 72), A entering as m64nK accumulators (wgmma.cuh's
+// layout) packed as the softmax packs P, B in [8-dim block][key][8 dims] with K * 16 bytes
+// between blocks (the kernel's V_BLOCK at K = 128), K / 16 accumulating steps. K = 16: one
+// instruction; K = 128: the kernel's whole tile. Tells a layout error apart from a pipeline one.
+template <int K>
+__global__ void lab_probe_pv_k(const float* a, const float* b, float* d) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
-  __shared__ __align__(1024) unsigned char vb[9 * 16 * 16];
+  constexpr int block = K * 16;
+  __shared__ __align__(1024) unsigned char vb[9 * block];
   const int tid = int(threadIdx.x), lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-  for (int i = tid; i < 16 * 72; i += 128) {  // B[key][dim] -> block dim / 8, key, dim % 8
+  for (int i = tid; i < K * 72; i += 128) {
     const int key = i / 72, dim = i - key * 72;
-    reinterpret_cast<bf16*>(vb + (dim / 8) * 256 + key * 16)[dim % 8] = __float2bfloat16(b[i]);
+    reinterpret_cast<bf16*>(vb + (dim / 8) * block + key * 16)[dim % 8] = __float2bfloat16(b[i]);
   }
   fence_proxy_async();
   __syncthreads();
-  const int r0 = 16 * w + g;
-  auto av = [&](int r, int c) { return a[r * 16 + c]; };
-  uint32_t p[4] = {pack_bf16(av(r0, 2 * t), av(r0, 2 * t + 1)), pack_bf16(av(r0 + 8, 2 * t), av(r0 + 8, 2 * t + 1)),
-                   pack_bf16(av(r0, 2 * t + 8), av(r0, 2 * t + 9)), pack_bf16(av(r0 + 8, 2 * t + 8), av(r0 + 8, 2 * t + 9))};
-  float o[36];
+  float s[K / 2];
 #pragma unroll
-  for (int i = 0; i < 36; ++i) o[i] = 0.0f;
-  wgmma_fence();
-  wgmma_rs_n72_mn(o, p, wgmma_desc_interleave(vb, 128, 256), false);
-  wgmma_commit();
-  wgmma_wait<0>();
+  for (int i = 0; i < K / 2; ++i) s[i] = a[(16 * w + g + 8 * ((i >> 1) & 1)) * K + 8 * (i / 4) + 2 * t + (i & 1)];
+  uint32_t p[K / 4];
 #pragma unroll
-  for (int i = 0; i < 36; ++i) fence_operand(o[i]);
-#pragma unroll
-  for (int i = 0; i < 9; ++i) {
-    const int c = 8 * i + 2 * t;
-    d[r0 * 72 + c] = o[4 * i];
-    d[r0 * 72 + c + 1] = o[4 * i + 1];
-    d[(r0 + 8) * 72 + c] = o[4 * i + 2];
-    d[(r0 + 8) * 72 + c + 1] = o[4 * i + 3];
-  }
-#endif
-}
-
-// The main kernel's whole P V for one key tile: A (64 x 128) enters as m64n128 accumulators
-// (wgmma.cuh's layout) and is packed as softmax packs P; B (128 keys x 72) sits in
-// [8-dim block][key][8 dims] with V_BLOCK between blocks; 8 accumulating k steps.
-__global__ void lab_probe_pv_tile_k(const float* a, const float* b, float* d) {
-#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __trap();
-#else
-  __shared__ __align__(1024) unsigned char vb[wg::V_BYTES];
-  const int tid = int(threadIdx.x), lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-  for (int i = tid; i < wg::BK * 72; i += 128) {
-    const int key = i / 72, dim = i - key * 72;
-    reinterpret_cast<bf16*>(vb + (dim / 8) * wg::V_BLOCK + key * 16)[dim % 8] = __float2bfloat16(b[i]);
-  }
-  fence_proxy_async();
-  __syncthreads();
-  float s[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) s[i] = a[(16 * w + g + 8 * ((i >> 1) & 1)) * wg::BK + 8 * (i / 4) + 2 * t + (i & 1)];
-  uint32_t p[32];
-#pragma unroll
-  for (int ks = 0; ks < wg::BK / 16; ++ks)
+  for (int ks = 0; ks < K / 16; ++ks)
 #pragma unroll
     for (int r = 0; r < 4; ++r) p[4 * ks + r] = pack_bf16(s[8 * ks + 2 * r], s[8 * ks + 2 * r + 1]);
   float o[36];
   wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < wg::BK / 16; ++ks)
-    wgmma_rs_n72_mn(o, p + 4 * ks, wgmma_desc_interleave(vb + ks * 256, 128, wg::V_BLOCK), ks > 0);
+  for (int ks = 0; ks < K / 16; ++ks) wgmma_rs_n72_mn(o, p + 4 * ks, wgmma_desc_interleave(vb + ks * 256, 128, block), ks > 0);
   wgmma_commit();
   wgmma_wait<0>();
 #pragma unroll
@@ -546,8 +511,8 @@ double probe_pv(int K, void (*kernel)(const float*, const float*, float*)) {
   }
   return err;
 }
-double probe_rs_mn() { return probe_pv(16, lab_probe_rs_mn_k); }
-double probe_pv_tile() { return probe_pv(wg::BK, lab_probe_pv_tile_k); }
+double probe_rs_mn() { return probe_pv(16, lab_probe_pv_k<16>); }
+double probe_pv_tile() { return probe_pv(wg::BK, lab_probe_pv_k<wg::BK>); }
 
 // q / k / v [tokens, heads, dp] (dp 80: dims 72..79 zero, the lab's layout; 72: packed, the
 // product's cuDNN layout), out [tokens, heads, dout]; tiles of wg::BQ queries
@@ -677,46 +642,36 @@ int main(int argc, char** argv) {
                 100.0 * flops / (pms * 1e-3) / 1e12 / hw.peak_bf16_tflops);
     json::Value per = json::Value::object();
     per.add("product_ms", json::Value::number(pms));
-    for (const Variant& var : variants) {
-      const AttnTiles& t = var.bq == 64 ? t64 : t128;
-      check(cudaMemset(o.get(), 0xff, o.bytes()), "NaN fill");  // an output a variant leaves unwritten shows
-      const double ms = bench::median_ms(st, [&] { var.launch(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), heads, t, o.as<bf16>(), hd, st); });
+    // one variant: ms, the rate, and its largest difference from the product (NaN: an output not
+    // written, or a broken variant; the output starts as NaN)
+    auto measure = [&](const std::string& name, const std::function<void()>& run) {
+      check(cudaMemset(o.get(), 0xff, o.bytes()), "NaN fill");
+      const double ms = bench::median_ms(st, run);
       check(cudaMemcpy(got.data(), o.get(), got.size() * 2, cudaMemcpyDeviceToHost), "down");
       double err = 0;
-      for (size_t i = 0; i < got.size(); ++i) {  // NaN (not written, or a broken variant) shows as NaN
+      for (size_t i = 0; i < got.size(); ++i) {
         const double e = std::fabs(double(__bfloat162float(got[i])) - double(__bfloat162float(want[i])));
         if (!(e <= err)) err = e;
       }
       const double tf = flops / (ms * 1e-3) / 1e12;
-      std::printf("%-22s %-24s %9.3f ms %7.1f TFLOP/s %5.1f%% of peak  max |o - o_product| %.3g\n", sh.name, var.name.c_str(), ms, tf,
+      std::printf("%-22s %-24s %9.3f ms %7.1f TFLOP/s %5.1f%% of peak  max |o - o_product| %.3g\n", sh.name, name.c_str(), ms, tf,
                   100.0 * tf / hw.peak_bf16_tflops, err);
       json::Value r = json::Value::object();
       r.add("ms", json::Value::number(ms));
       r.add("tflops", json::Value::number(tf));
       r.add("max_abs_diff_vs_product", json::Value::number(err));
-      per.add(var.name, r);
+      per.add(name, r);
+    };
+    for (const Variant& var : variants) {
+      const AttnTiles& t = var.bq == 64 ? t64 : t128;
+      measure(var.name, [&] { var.launch(q.as<bf16>(), k.as<bf16>(), v.as<bf16>(), heads, t, o.as<bf16>(), hd, st); });
     }
     {  // the wgmma variant on packed heads (72 apart: the product's cuDNN layout)
       DeviceBuffer qp(size_t(L * heads * hd) * 2, "packed q"), kp(qp.bytes(), "packed k"), vp(qp.bytes(), "packed v");
       for (auto [from, to] : {std::pair{&q, &qp}, {&k, &kp}, {&v, &vp}})
         check(cudaMemcpy2D(to->get(), size_t(hd) * 2, from->get(), size_t(Dp) * 2, size_t(hd) * 2, size_t(L * heads), cudaMemcpyDeviceToDevice),
               "pack");
-      check(cudaMemset(o.get(), 0xff, o.bytes()), "NaN fill");
-      const double ms = bench::median_ms(st, [&] { launch_wgmma_dp(qp.as<bf16>(), kp.as<bf16>(), vp.as<bf16>(), heads, hd, t128, o.as<bf16>(), hd, st); });
-      check(cudaMemcpy(got.data(), o.get(), got.size() * 2, cudaMemcpyDeviceToHost), "down");
-      double err = 0;
-      for (size_t i = 0; i < got.size(); ++i) {  // NaN (not written, or a broken variant) shows as NaN
-        const double e = std::fabs(double(__bfloat162float(got[i])) - double(__bfloat162float(want[i])));
-        if (!(e <= err)) err = e;
-      }
-      const double tf = flops / (ms * 1e-3) / 1e12;
-      std::printf("%-22s %-24s %9.3f ms %7.1f TFLOP/s %5.1f%% of peak  max |o - o_product| %.3g\n", sh.name, "wgmma packed heads", ms, tf,
-                  100.0 * tf / hw.peak_bf16_tflops, err);
-      json::Value r = json::Value::object();
-      r.add("ms", json::Value::number(ms));
-      r.add("tflops", json::Value::number(tf));
-      r.add("max_abs_diff_vs_product", json::Value::number(err));
-      per.add("wgmma packed heads", r);
+      measure("wgmma packed heads", [&] { launch_wgmma_dp(qp.as<bf16>(), kp.as<bf16>(), vp.as<bf16>(), heads, hd, t128, o.as<bf16>(), hd, st); });
     }
     res.add(sh.name, per);
   }
