@@ -74,23 +74,13 @@ std::vector<uint8_t> down(const DeviceBuffer& b, size_t bytes, size_t at, cudaSt
   return h;
 }
 
-// outputs (of es bytes) that differ in any bit
-size_t differing(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t es) {
-  size_t d = 0;
-  for (size_t i = 0; i + es <= std::min(a.size(), b.size()); i += es) d += std::memcmp(&a[i], &b[i], es) != 0;
-  return d;
-}
+using bench::differing;
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  bench::Options opt;
-  if (!bench::parse_options(argc, argv, false, opt)) return 2;
-  try {
-    const HardwareLimits hw = bench::measure_and_print_hardware();
-    cudaStream_t s;
-    check(cudaStreamCreate(&s), "stream");
-    Gemm inv(s, true), any(s, false);
+  return bench::gemm_lab_main(argc, argv, "clefrt_bench_bf16", [](const bench::Options& opt, const HardwareLimits& hw, cudaStream_t s, Gemm& inv,
+                                                                        Gemm& any) {
     const std::vector<int64_t> blocks = {128, 256, 512, 1024, 2048};
     json::Value records = json::Value::array();
     for (const Shape& sh : shapes_27b()) {
@@ -160,11 +150,6 @@ int main(int argc, char** argv) {
       }
       records.arr.push_back(bench::shape_record(sh.name, n, k, std::move(points)));
     }
-    if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_bf16", std::move(records));
-    cudaStreamDestroy(s);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "clefrt_bench_bf16: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return records;
+  });
 }

@@ -133,4 +133,35 @@ inline void write_record(const std::string& path, const cuda::HardwareLimits& hw
   std::ofstream(path) << json::write(out) << "\n";
 }
 
+// Outputs (of es bytes) that differ in any bit between a and b.
+inline size_t differing(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t es) {
+  size_t d = 0;
+  for (size_t i = 0; i + es <= std::min(a.size(), b.size()); i += es) d += std::memcmp(&a[i], &b[i], es) != 0;
+  return d;
+}
+
+// A GEMM lab's main: its command line, the hardware line, a stream with the engine's
+// batch-invariant Gemm and a free one, body's records written as `name`'s JSON; an error ends the
+// run with exit 1 and the message.
+template <class Body>
+int gemm_lab_main(int argc, char** argv, const char* name, Body body) {
+  Options opt;
+  if (!parse_options(argc, argv, false, opt)) return 2;
+  try {
+    const cuda::HardwareLimits hw = measure_and_print_hardware();
+    cudaStream_t s;
+    cuda::check(cudaStreamCreate(&s), "stream");
+    {
+      cuda::Gemm inv(s, true), any(s, false);
+      json::Value records = body(opt, hw, s, inv, any);
+      if (!opt.json_out.empty()) write_record(opt.json_out, hw, opt.commit, name, std::move(records));
+    }
+    cudaStreamDestroy(s);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", name, e.what());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace clefrt::bench

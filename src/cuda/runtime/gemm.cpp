@@ -304,27 +304,87 @@ void Gemm::run_fp4(const uint8_t* x, const uint8_t* x_scales, int64_t m, int64_t
   launch(p, x, w, y, accumulate, op, alpha);
 }
 
+namespace {
+// An algorithm's configuration in words: id, tile, stages, K splits, reduction, swizzling, cluster
+Gemm::Candidate candidate_of(const cublasLtMatmulAlgo_t& algo) {
+  Gemm::Candidate c;
+  c.algo = algo;
+  int32_t id = 0, tile = 0, stages = 0, splitk = 1, swizzle = 0, cluster = 0;
+  uint32_t red = 0;
+  size_t got = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &got);
+  cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &got);
+  cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &got);
+  cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &got);
+  cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &got);
+  cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof swizzle, &got);
+  cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster, &got);
+  c.config = "algo " + std::to_string(id) + " tile " + std::to_string(tile) + " stages " + std::to_string(stages) + " splitk " +
+             std::to_string(splitk) + " reduction " + std::to_string(red) + " swizzle " + std::to_string(swizzle) + " cluster " +
+             std::to_string(cluster);
+  c.invariant = invariant_algo(c.algo);
+  return c;
+}
+
+// The uint32 array of an algorithm capability (empty: none reported)
+std::vector<uint32_t> cap_ids(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
+  size_t bytes = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, nullptr, 0, &bytes) != CUBLAS_STATUS_SUCCESS || bytes < 4) return {};
+  std::vector<uint32_t> v(bytes / 4);
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, v.data(), v.size() * 4, &bytes) != CUBLAS_STATUS_SUCCESS) return {};
+  return v;
+}
+}  // namespace
+
 std::vector<Gemm::Candidate> Gemm::candidates(bool fp8, int64_t m, int64_t n, int64_t k, OutType yt, const char* op) {
   std::vector<Candidate> out;
-  for (const auto& r : heuristics(m, n, k, k, n, yt, fp8 ? In::FP8 : In::BF16, op)) {
-    Candidate c;
-    c.algo = r.algo;
-    int32_t id = 0, tile = 0, stages = 0, splitk = 1, swizzle = 0, cluster = 0;
-    uint32_t red = 0;
+  for (const auto& r : heuristics(m, n, k, k, n, yt, fp8 ? In::FP8 : In::BF16, op)) out.push_back(candidate_of(r.algo));
+  return out;
+}
+
+std::vector<Gemm::Candidate> Gemm::search(bool fp8, int64_t m, int64_t n, int64_t k, OutType yt, const char* op, size_t max) {
+  Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), lab_.fp8_fast_accum, op);
+  const cudaDataType ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, cd = yt == OutType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+  std::vector<int> ids(256);
+  int nids = 0;
+  check(cublasLtMatmulAlgoGetIds(lt_, CUBLAS_COMPUTE_32F, CUDA_R_32F, ab, ab, cd, cd, int(ids.size()), ids.data(), &nids), op);
+  std::vector<Candidate> out;
+  const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+                               CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1};
+  for (int i = 0; i < nids && out.size() < max; ++i) {
+    cublasLtMatmulAlgo_t base;
+    if (cublasLtMatmulAlgoInit(lt_, CUBLAS_COMPUTE_32F, CUDA_R_32F, ab, ab, cd, cd, ids[size_t(i)], &base) != CUBLAS_STATUS_SUCCESS) continue;
+    std::vector<uint32_t> tiles = cap_ids(base, CUBLASLT_ALGO_CAP_TILE_IDS), stages = cap_ids(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
+    if (tiles.empty()) tiles = {CUBLASLT_MATMUL_TILE_UNDEFINED};
+    if (stages.empty()) stages = {CUBLASLT_MATMUL_STAGES_UNDEFINED};
+    uint32_t swizzle_cap = 0;
     size_t got = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof swizzle, &got);
-    cublasLtMatmulAlgoConfigGetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster, &got);
-    c.config = "algo " + std::to_string(id) + " tile " + std::to_string(tile) + " stages " + std::to_string(stages) + " splitk " +
-               std::to_string(splitk) + " reduction " + std::to_string(red) + " swizzle " + std::to_string(swizzle) + " cluster " +
-               std::to_string(cluster);
-    c.invariant = invariant_algo(c.algo);
-    out.push_back(c);
+    cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle_cap, sizeof swizzle_cap, &got);
+    for (uint32_t tile : tiles)
+      for (uint32_t stage : stages)
+        for (uint32_t swizzle = 0; swizzle <= (swizzle_cap ? 1u : 0u); ++swizzle)
+          for (uint16_t cluster : clusters) {
+            if (out.size() >= max) break;
+            cublasLtMatmulAlgo_t a = base;
+            const int32_t one = 1;
+            const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+            if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile) != CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof stage) != CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one) != CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none) != CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof swizzle) != CUBLAS_STATUS_SUCCESS)
+              continue;
+            // (an algorithm without cluster shapes refuses the attribute: AUTO only)
+            if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster) != CUBLAS_STATUS_SUCCESS &&
+                cluster != CUBLASLT_CLUSTER_SHAPE_AUTO)
+              continue;
+            cublasLtMatmulHeuristicResult_t r{};
+            if (cublasLtMatmulAlgoCheck(lt_, l.desc, l.a, l.b, l.c, l.c, &a, &r) != CUBLAS_STATUS_SUCCESS || r.workspaceSize > workspace_.bytes())
+              continue;
+            out.push_back(candidate_of(a));
+          }
   }
+  destroy(l);
   return out;
 }
 

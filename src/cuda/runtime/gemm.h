@@ -88,6 +88,10 @@ class Gemm {
     bool invariant = false;
   };
   std::vector<Candidate> candidates(bool fp8, int64_t m, int64_t n, int64_t k, OutType yt, const char* op);
+  // Beyond the heuristic: every configuration cuBLASLt's algorithms take for the shape (their
+  // tiles, stages, CTA swizzling and a few cluster shapes; one K split, no reduction scheme), each
+  // passed by cublasLtMatmulAlgoCheck with room in the workspace, at most `max`.
+  std::vector<Candidate> search(bool fp8, int64_t m, int64_t n, int64_t k, OutType yt, const char* op, size_t max);
   void run_candidate(const Candidate& c, bool fp8, const void* x, int64_t m, int64_t k, const void* w, int64_t n, void* y, OutType yt,
                      const char* op);
 
