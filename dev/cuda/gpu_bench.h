@@ -135,6 +135,7 @@ inline void write_record(const std::string& path, const cuda::HardwareLimits& hw
 
 // Outputs (of es bytes) that differ in any bit between a and b.
 inline size_t differing(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t es) {
+  if (a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0) return 0;  // the common case, at memcmp's speed
   size_t d = 0;
   for (size_t i = 0; i + es <= std::min(a.size(), b.size()); i += es) d += std::memcmp(&a[i], &b[i], es) != 0;
   return d;
