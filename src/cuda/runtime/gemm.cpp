@@ -2,6 +2,7 @@
 
 #include "cuda/runtime/check.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -348,6 +349,18 @@ std::vector<Gemm::Candidate> Gemm::search(bool fp8, int64_t m, int64_t n, int64_
   std::vector<int> ids(256);
   int nids = 0;
   check(cublasLtMatmulAlgoGetIds(lt_, CUBLAS_COMPUTE_32F, CUDA_R_32F, ab, ab, cd, cd, int(ids.size()), ids.data(), &nids), op);
+  ids.resize(size_t(nids));
+  // the algorithms the heuristic offers first (Hopper's own kernels), so that `max` is not spent
+  // on older architectures' ones
+  std::vector<int> first;
+  for (const auto& r : heuristics(m, n, k, k, n, yt, fp8 ? In::FP8 : In::BF16, op)) {
+    int32_t id = 0;
+    size_t got = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &got);
+    if (std::find(first.begin(), first.end(), id) == first.end()) first.push_back(id);
+  }
+  std::stable_partition(ids.begin(), ids.end(), [&](int id) { return std::find(first.begin(), first.end(), id) != first.end(); });
+  nids = int(ids.size());
   std::vector<Candidate> out;
   const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
                                CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1};
