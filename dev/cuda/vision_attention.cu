@@ -446,9 +446,11 @@ __global__ void __launch_bounds__(wg::THREADS, 1)
 // exact): D (64 x 72) = A (64 x K) B (K x 72), A entering as m64nK accumulators (wgmma.cuh's
 // layout) packed as the softmax packs P, B in [8-dim block][key][8 dims] with K * 16 bytes
 // between blocks (the kernel's V_BLOCK at K = 128), K / 16 accumulating steps. K = 16: one
-// instruction; K = 128: the kernel's whole tile. Tells a layout error apart from a pipeline one.
+// instruction; K = 128: the kernel's whole tile. Tells a layout error apart from a pipeline one;
+// `swapped` runs the descriptor with LBO and SBO exchanged, so that a wrong reading of the
+// MN-major no-swizzle layout names its own fix.
 template <int K>
-__global__ void lab_probe_pv_k(const float* a, const float* b, float* d) {
+__global__ void lab_probe_pv_k(const float* a, const float* b, float* d, bool swapped) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
@@ -472,7 +474,9 @@ __global__ void lab_probe_pv_k(const float* a, const float* b, float* d) {
   float o[36];
   wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < K / 16; ++ks) wgmma_rs_n72_mn(o, p + 4 * ks, wgmma_desc_interleave(vb + ks * 256, 128, block), ks > 0);
+  for (int ks = 0; ks < K / 16; ++ks)
+    wgmma_rs_n72_mn(o, p + 4 * ks, swapped ? wgmma_desc_interleave(vb + ks * 256, block, 128) : wgmma_desc_interleave(vb + ks * 256, 128, block),
+                    ks > 0);
   wgmma_commit();
   wgmma_wait<0>();
 #pragma unroll
@@ -490,7 +494,7 @@ __global__ void lab_probe_pv_k(const float* a, const float* b, float* d) {
 
 // max |D - A B| of a probe kernel (A 64 x K, B K x 72, D 64 x 72; small integers: exact) against
 // the host's products (0: the layout and the fragments are as this file reads them)
-double probe_pv(int K, void (*kernel)(const float*, const float*, float*)) {
+double probe_pv(int K, void (*kernel)(const float*, const float*, float*, bool), bool swapped = false) {
   std::vector<float> a(size_t(64 * K)), b(size_t(K * 72)), want(64 * 72, 0.0f), got(64 * 72);
   for (size_t i = 0; i < a.size(); ++i) a[i] = float(int(i * 7 % 11) - 5);
   for (size_t i = 0; i < b.size(); ++i) b[i] = float(int(i * 5 % 13) - 6);
@@ -501,7 +505,7 @@ double probe_pv(int K, void (*kernel)(const float*, const float*, float*)) {
   check(cudaMemcpy(da.get(), a.data(), a.size() * 4, cudaMemcpyHostToDevice), "up");
   check(cudaMemcpy(db.get(), b.data(), b.size() * 4, cudaMemcpyHostToDevice), "up");
   check(cudaMemset(dd.get(), 0xff, dd.bytes()), "NaN fill");
-  kernel<<<1, 128>>>(da.as<float>(), db.as<float>(), dd.as<float>());
+  kernel<<<1, 128>>>(da.as<float>(), db.as<float>(), dd.as<float>(), swapped);
   check_launch("lab wgmma probe");
   check(cudaMemcpy(got.data(), dd.get(), got.size() * 4, cudaMemcpyDeviceToHost), "down");
   double err = 0;
@@ -511,8 +515,8 @@ double probe_pv(int K, void (*kernel)(const float*, const float*, float*)) {
   }
   return err;
 }
-double probe_rs_mn() { return probe_pv(16, lab_probe_pv_k<16>); }
-double probe_pv_tile() { return probe_pv(wg::BK, lab_probe_pv_k<wg::BK>); }
+double probe_rs_mn(bool swapped = false) { return probe_pv(16, lab_probe_pv_k<16>, swapped); }
+double probe_pv_tile(bool swapped = false) { return probe_pv(wg::BK, lab_probe_pv_k<wg::BK>, swapped); }
 
 // q / k / v [tokens, heads, dp] (dp 80: dims 72..79 zero, the lab's layout; 72: packed, the
 // product's cuDNN layout), out [tokens, heads, dout]; tiles of wg::BQ queries
@@ -587,6 +591,9 @@ int main(int argc, char** argv) {
   std::printf("wgmma probe (the kernel's whole P V of one key tile: 8 k steps, V_BLOCK blocks): max |D - A B| = %g\n", probe_tile);
   std::printf("wgmma probe (P V's m64n72k16, A in registers, B MN-major without swizzle): max |D - A B| = %g%s\n", probe,
               probe == 0 ? "" : "  (a layout or fragment error: the wgmma variant's figures below mean nothing)");
+  if (probe != 0 || probe_tile != 0)  // the other reading of the descriptor's two strides
+    std::printf("wgmma probes with LBO and SBO exchanged: one step %g, the tile %g (0: exchange them in the kernel)\n", probe_rs_mn(true),
+                probe_pv_tile(true));
   const std::vector<Variant> variants = {
       {"bq64 bk64 exp2f", 64, launch_lab<64, 4, false>},   {"bq64 bk64 ex2.approx", 64, launch_lab<64, 4, true>},
       {"bq64 bk128 exp2f", 64, launch_lab<128, 4, false>}, {"bq64 bk128 ex2.approx", 64, launch_lab<128, 4, true>},
