@@ -592,8 +592,7 @@ Runner add_bench(CLI::App& app) {
     }
     Value thr = Value::array();
     if (!o->images_only) std::printf("%-12s %8s %12s %10s %10s %8s\n", "in flight", "tokens", "tokens/s", "req/s", "TFLOP/s", "of peak");
-    for (int n : {1, 4, 16, 64}) {
-      if (o->images_only) break;
+    for (int n : o->images_only ? std::vector<int>{} : std::vector<int>{1, 4, 16, 64}) {
       std::vector<Encoded> reqs;
       for (int i = 0; i < n; ++i) reqs.push_back(padded(blog, 512, 100 + uint64_t(i)));
       std::vector<const Encoded*> b;

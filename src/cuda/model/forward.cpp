@@ -354,6 +354,10 @@ void Forward::stage(const char* op) {
   if (profile_ == ProfileDetail::Stages) record(op);
 }
 
+void Forward::mark_end() {
+  if (profile_ != ProfileDetail::Off) record("end");
+}
+
 void Forward::record(const char* op) {
   if (marks_.size() >= event_pool_.size()) {
     cudaEvent_t e;
@@ -426,13 +430,13 @@ std::vector<std::vector<std::vector<double>>> Forward::run_impl(const model::Bat
     backbone(b, group);
   }
   if (group && group->end < layers()) {  // the step goes on with the next group: nothing is whole yet
-    if (profile_ != ProfileDetail::Off) record("end");
+    mark_end();
     check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
     collect_profile();
     return std::vector<std::vector<std::vector<double>>>(batch.size());
   }
   head(b);
-  if (profile_ != ProfileDetail::Off) record("end");
+  mark_end();
   std::vector<float> probs(size_t(b.O));
   if (b.O) check(cudaMemcpyAsync(probs.data(), b.logits, probs.size() * 4, cudaMemcpyDeviceToHost, stream_), "download probabilities");
   check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
@@ -458,7 +462,7 @@ std::vector<float> Forward::hidden_states(const model::Batch& batch) {
   prepare(b, batch);
   if (b.L == 0) return {};
   backbone(b);
-  if (profile_ != ProfileDetail::Off) record("end");
+  mark_end();
   std::vector<float> h(size_t(b.L * m_.c.hidden));
   check(cudaMemcpyAsync(h.data(), b.hidden, h.size() * 4, cudaMemcpyDeviceToHost, stream_), "download hidden states");
   check(cudaStreamSynchronize(stream_), "forward (set CLEFRT_CUDA_SYNC=1 to find the failing kernel)");
@@ -778,8 +782,10 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
 
   const int64_t first = group ? group->first : 0, end = group ? group->end : layers();
   if (first > 0) d2d(b.x, group->residual, size_t(L * H) * 4, "a step's residual stream in");
-  else mark("embed");
-  if (first == 0) stage("embed");
+  else {
+    mark("embed");
+    stage("embed");
+  }
   if (first == 0) embed_gather(b.d(b.off_ids), L, m_.embed, H, b.x, s);
   if (first == 0 && !b.images.empty()) stage("vision tower");
   // the images through the tower in groups that fit its scratch, their rows in place of the

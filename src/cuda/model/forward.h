@@ -192,6 +192,7 @@ class Forward {
   void head(Batch& b);
   void mark(const char* op);   // profiling (Ops): the op that starts here
   void stage(const char* op);  // profiling (Stages): the stage that starts here
+  void mark_end();             // profiling (either): the last one's end
   void collect_profile();      // after a sync: events -> totals
 
   ProfileDetail profile_ = ProfileDetail::Off;

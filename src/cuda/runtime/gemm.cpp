@@ -360,13 +360,13 @@ std::vector<Gemm::Candidate> Gemm::search(bool fp8, int64_t m, int64_t n, int64_
     if (std::find(first.begin(), first.end(), id) == first.end()) first.push_back(id);
   }
   std::stable_partition(ids.begin(), ids.end(), [&](int id) { return std::find(first.begin(), first.end(), id) != first.end(); });
-  nids = int(ids.size());
   std::vector<Candidate> out;
   const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO, CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
                                CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1};
-  for (int i = 0; i < nids && out.size() < max; ++i) {
+  for (int id : ids) {
+    if (out.size() >= max) break;
     cublasLtMatmulAlgo_t base;
-    if (cublasLtMatmulAlgoInit(lt_, CUBLAS_COMPUTE_32F, CUDA_R_32F, ab, ab, cd, cd, ids[size_t(i)], &base) != CUBLAS_STATUS_SUCCESS) continue;
+    if (cublasLtMatmulAlgoInit(lt_, CUBLAS_COMPUTE_32F, CUDA_R_32F, ab, ab, cd, cd, id, &base) != CUBLAS_STATUS_SUCCESS) continue;
     std::vector<uint32_t> tiles = cap_ids(base, CUBLASLT_ALGO_CAP_TILE_IDS), stages = cap_ids(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
     if (tiles.empty()) tiles = {CUBLASLT_MATMUL_TILE_UNDEFINED};
     if (stages.empty()) stages = {CUBLASLT_MATMUL_STAGES_UNDEFINED};
