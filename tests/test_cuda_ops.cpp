@@ -258,10 +258,16 @@ TEST(CudaOps, NormsMatchCpu) {
       for (int64_t i = 0; i < d; ++i) xa[size_t(r * d + i)] = x[size_t(r * d + i)] + add[size_t(i)];
     cpu::layer_norm(xa.data(), rows, d, w.data(), b.data(), 1e-6f, want_la.data());
     DeviceBuffer da = upload(add, "add");
+    // layer_norm_biased first: the same outputs, x left alone
+    DeviceBuffer bx = upload(x, "x"), by32(x.size() * 4), by16(x.size() * 2);
+    layer_norm_biased(bx.as<float>(), rows, d, d, da.as<float>(), dw.as<float>(), db.as<float>(), 1e-6f, by16.as<bf16>(), by32.as<float>(),
+                      nullptr);
+    EXPECT_EQ(down<float>(bx, x.size()), x) << "layer_norm_biased wrote x, d " << d;
     layer_norm_add(dx.as<float>(), rows, d, d, da.as<float>(), dw.as<float>(), db.as<float>(), 1e-6f, y16.as<bf16>(), y32.as<float>(), nullptr);
     EXPECT_EQ(down<float>(dx, x.size()), xa) << "layer_norm_add: x + add in place, d " << d;
     expect_close(down<float>(y32, x.size()), want_la, 1e-5, 1e-5, "layer_norm_add");
     expect_close(down_bf(y16, x.size()), want_la, 1e-5, 8e-3, "layer_norm_add bf16");
+    EXPECT_EQ(down<float>(by32, x.size()), down<float>(y32, x.size())) << "layer_norm_biased vs layer_norm_add, d " << d;
   }
 }
 

@@ -121,6 +121,13 @@ class Builder {
     put_bf16(t, p, t.numel(), std, 0.0f);
     return p;
   }
+  // a + b (fp32, n values), a new weight vector
+  const float* sum_vec(const float* a, const float* b, int64_t n) {
+    float* p = alloc<float>(size_t(n));
+    check(cudaMemcpy(p, a, size_t(n) * 4, cudaMemcpyDeviceToDevice), "upload weights");
+    bias_act(p, 1, n, n, b, false, nullptr);
+    return p;
+  }
   const float* host_vec(const std::vector<float>& v) {
     float* p = alloc<float>(std::max<size_t>(v.size(), 1));
     if (!v.empty()) check(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "upload weights");
@@ -463,6 +470,17 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
       d.fc2_b = b.vec(bw.fc2_b, 0.0f, 0.02f);
       v.blocks.push_back(d);
     }
+    // the biases proj and fc2 leave to the residual, summed in order for each LayerNorm that
+    // reads it (vision_tower: x + the sum, x never rewritten)
+    v.bias_before.assign(2 * v.blocks.size() + 1, nullptr);
+    const float* run = nullptr;
+    for (size_t l = 0; l < v.blocks.size(); ++l) {
+      v.bias_before[2 * l] = run;
+      run = run ? b.sum_vec(run, v.blocks[l].proj_b, vc->hidden) : v.blocks[l].proj_b;
+      v.bias_before[2 * l + 1] = run;
+      run = b.sum_vec(run, v.blocks[l].fc2_b, vc->hidden);
+    }
+    v.bias_before.back() = run;
     v.merger_norm = ln(b, vw->merger_norm);
     v.merger_fc1 = b.matrix_bf16(vw->merger_fc1_w);
     v.merger_fc2 = b.matrix_bf16(vw->merger_fc2_w);

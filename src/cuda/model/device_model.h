@@ -103,7 +103,7 @@ struct DevVisionBlock {
   DevLN norm1, norm2;
   const bf16 *qkv = nullptr, *proj = nullptr, *fc1 = nullptr, *fc2 = nullptr;  // [out, in]
   // qkv's and fc1's biases in bf16 (cuBLASLt's epilogue takes them in the output's type; a bf16
-  // release holds them so); proj's and fc2's in fp32 (layer_norm_add adds them to the residual)
+  // release holds them so); proj's and fc2's in fp32 (the residual's, DevVision::bias_before)
   const bf16 *qkv_b = nullptr, *fc1_b = nullptr;
   const float *proj_b = nullptr, *fc2_b = nullptr;
 };
@@ -113,6 +113,10 @@ struct DevVision {
   const float *patch_b = nullptr, *pos_table = nullptr;  // pos_table [num_position_embeddings, hidden] fp32
   const float* inv_freq = nullptr;                       // the 2-D rotary's hd / 4 frequencies
   std::vector<DevVisionBlock> blocks;
+  // The residual stream leaves out proj's and fc2's biases (their GEMMs accumulate into it); the
+  // LayerNorms read x + the biases of every earlier proj / fc2, in order: [2 l] before block l's
+  // norm1 (null for block 0), [2 l + 1] before its norm2, the last before the merger's norm.
+  std::vector<const float*> bias_before;
   DevLN merger_norm;
   const bf16 *merger_fc1 = nullptr, *merger_fc2 = nullptr;
   const float *merger_fc1_b = nullptr, *merger_fc2_b = nullptr;

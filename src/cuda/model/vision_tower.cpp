@@ -174,14 +174,16 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     gemm.run(s.pix, n, P, P, v.patch, H, s.x + r0 * H, OutType::F32, H, false, "vision patch_embed");
   }
   vision_embed_finish(s.x, S, H, v.patch_b, v.pos_table, s.meta, s.wt, st);
-  // The biases of proj and fc2, whose GEMMs accumulate into x, are added to x by the LayerNorm
-  // that reads x next (layer_norm_add: the same sums as a separate pass, bit for bit)
-  const float* pending = nullptr;
-  for (const DevVisionBlock& b : v.blocks) {
+  // x leaves out the biases of proj and fc2, whose GEMMs accumulate into it: each LayerNorm reads
+  // x + their sum so far (DevVision::bias_before) and never writes x back
+  if (v.bias_before.size() != 2 * v.blocks.size() + 1)
+    throw Error(Status::Internal, "internal_error", "vision tower: the bias sums do not match the blocks");
+  for (size_t l = 0; l < v.blocks.size(); ++l) {
+    const DevVisionBlock& b = v.blocks[l];
     for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
       const int64_t n = std::min(kRowBlock, S - r0);
       mark("vision norm");
-      layer_norm_add(s.x + r0 * H, n, H, H, pending, b.norm1.w, b.norm1.b, 1e-6f, s.mid, nullptr, st);
+      layer_norm_biased(s.x + r0 * H, n, H, H, v.bias_before[2 * l], b.norm1.w, b.norm1.b, 1e-6f, s.mid, nullptr, st);
       // qkv + bias in bf16 (cuBLASLt's epilogue), as the reference's bf16 Linear rounds it
       mark("vision qkv");
       bf16* qkv = reinterpret_cast<bf16*>(s.big);
@@ -209,7 +211,7 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
       const int64_t n = std::min(kRowBlock, S - r0);
       mark("vision norm");
-      layer_norm_add(s.x + r0 * H, n, H, H, b.proj_b, b.norm2.w, b.norm2.b, 1e-6f, s.mid, nullptr, st);
+      layer_norm_biased(s.x + r0 * H, n, H, H, v.bias_before[2 * l + 1], b.norm2.w, b.norm2.b, 1e-6f, s.mid, nullptr, st);
       // fc1 + bias, then GELU (tanh form), in cuBLASLt's epilogue: one rounding to bf16
       mark("vision fc1");
       bf16* act = reinterpret_cast<bf16*>(s.big);
@@ -217,12 +219,11 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
       mark("vision fc2");
       gemm.run(act, n, c.ffn, c.ffn, b.fc2, H, s.x + r0 * H, OutType::F32, H, true, "vision fc2");
     }
-    pending = b.fc2_b;
   }
   // merger: LayerNorm per patch, each merge block's m^2 rows side by side (consecutive in
   // merge-block order), fc1, exact GELU, fc2
   mark("vision merger");
-  layer_norm_add(s.x, S, H, H, pending, v.merger_norm.w, v.merger_norm.b, 1e-6f, s.q, nullptr, st);
+  layer_norm_biased(s.x, S, H, H, v.bias_before.back(), v.merger_norm.w, v.merger_norm.b, 1e-6f, s.q, nullptr, st);
   const int64_t T = S / m2, TB = kRowBlock / m2, W = m2 * H;
   for (int64_t t0 = 0; t0 < T; t0 += TB) {
     const int64_t n = std::min(TB, T - t0);

@@ -23,6 +23,10 @@ void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const floa
 // The same after x[r, :] += add in place (a GEMM's bias folded into the next LayerNorm's pass).
 void layer_norm_add(float* x, int64_t rows, int64_t d, int64_t ldx, const float* add, const float* w, const float* b, float eps, bf16* y16,
                     float* y32, cudaStream_t s);
+// The LayerNorm of x[r, :] + bias (null: none), x left as it is: the same outputs as
+// layer_norm_add, bit for bit, without its write of x.
+void layer_norm_biased(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* bias, const float* w, const float* b, float eps,
+                       bf16* y16, float* y32, cudaStream_t s);
 // act[t, j] = silu(gu[t, j]) * gu[t, ffn + j] (the fused gate|up GEMM output)
 void swiglu(const bf16* gu, int64_t L, int64_t ffn, bf16* act, cudaStream_t s);
 // The same from an FP8 gate|up GEMM output left unscaled (LinearRunner::run_fp8_unscaled): value

@@ -51,22 +51,22 @@ __global__ void rms_norm_1p_k(const float* x, int64_t d, const float* w, float e
   }
 }
 
-// add (optional): a bias the previous GEMM's output still lacks, added to x in place first (the
-// same sum bias_act would make, one pass fewer)
-__global__ void layer_norm_k(float* x, int64_t d, int64_t ldx, const float* add, const float* w, const float* b, float eps, bf16* y16,
-                             float* y32) {
+// add (optional): a bias the previous GEMM's output still lacks, normalized with x (x + add, the
+// same sum bias_act would make) and, with write_back, stored into x (one pass fewer)
+__global__ void layer_norm_k(float* x, int64_t d, int64_t ldx, const float* add, bool write_back, const float* w, const float* b, float eps,
+                             bf16* y16, float* y32) {
   __shared__ float sh[32];
   float* r = x + int64_t(blockIdx.x) * ldx;
+  auto xv = [&](int64_t i) { return add ? r[i] + add[i] : r[i]; };
   float s = 0;
-  if (add)
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) r[i] += add[i];  // each thread rereads only its own i below
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) s += r[i];
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) s += xv(i);
   const float mean = block_sum(s, sh) / float(d);
   float v = 0;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) v += (r[i] - mean) * (r[i] - mean);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) v += (xv(i) - mean) * (xv(i) - mean);
   const float inv = rsqrtf(block_sum(v, sh) / float(d) + eps);
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float o = (r[i] - mean) * inv * w[i] + b[i];
+    const float xi = xv(i), o = (xi - mean) * inv * w[i] + b[i];
+    if (add && write_back) r[i] = xi;  // each thread rewrites only the i it alone reads
     if (y16) y16[int64_t(blockIdx.x) * d + i] = __float2bfloat16(o);
     if (y32) y32[int64_t(blockIdx.x) * d + i] = o;
   }
@@ -199,7 +199,7 @@ void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float 
 void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* w, const float* b, float eps, bf16* y16, float* y32,
                 cudaStream_t s) {
   if (rows == 0) return;
-  layer_norm_k<<<unsigned(rows), d >= 1024 ? 512 : 128, 0, s>>>(const_cast<float*>(x), d, ldx, nullptr, w, b, eps, y16, y32);
+  layer_norm_k<<<unsigned(rows), d >= 1024 ? 512 : 128, 0, s>>>(const_cast<float*>(x), d, ldx, nullptr, false, w, b, eps, y16, y32);
   check_launch("layer_norm");
 }
 
@@ -208,8 +208,8 @@ namespace {
 // the block-per-row kernel reread the row for each of its passes (the vision tower's LayerNorms,
 // 3,072 x 1,152 a block, ran at a third of the copy rate).
 template <int V>
-__global__ void layer_norm_warp_k(float* x, int64_t rows, int d4, int64_t ldx, const float* add, const float* w, const float* b, float eps,
-                                  bf16* y16, float* y32) {
+__global__ void layer_norm_warp_k(float* x, int64_t rows, int d4, int64_t ldx, const float* add, bool write_back, const float* w,
+                                  const float* b, float eps, bf16* y16, float* y32) {
   const int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -226,7 +226,7 @@ __global__ void layer_norm_warp_k(float* x, int64_t rows, int d4, int64_t ldx, c
       v[i].y += a.y;
       v[i].z += a.z;
       v[i].w += a.w;
-      r[c] = v[i];
+      if (write_back) r[c] = v[i];
     }
     sum += (v[i].x + v[i].y) + (v[i].z + v[i].w);
   }
@@ -255,23 +255,35 @@ __global__ void layer_norm_warp_k(float* x, int64_t rows, int d4, int64_t ldx, c
 }
 }  // namespace
 
-void layer_norm_add(float* x, int64_t rows, int64_t d, int64_t ldx, const float* add, const float* w, const float* b, float eps, bf16* y16,
-                    float* y32, cudaStream_t s) {
+namespace {
+void launch_layer_norm(float* x, int64_t rows, int64_t d, int64_t ldx, const float* add, bool write_back, const float* w, const float* b,
+                       float eps, bf16* y16, float* y32, cudaStream_t s) {
   if (rows == 0) return;
   const bool vec = d % 4 == 0 && ldx % 4 == 0 && d <= 2048 &&
                    ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(add) | reinterpret_cast<uintptr_t>(w) |
                      reinterpret_cast<uintptr_t>(b) | reinterpret_cast<uintptr_t>(y16) | reinterpret_cast<uintptr_t>(y32)) % 16 == 0);
   if (!vec) {
-    layer_norm_k<<<unsigned(rows), d >= 1024 ? 512 : 128, 0, s>>>(x, d, ldx, add, w, b, eps, y16, y32);
+    layer_norm_k<<<unsigned(rows), d >= 1024 ? 512 : 128, 0, s>>>(x, d, ldx, add, write_back, w, b, eps, y16, y32);
   } else {
     const unsigned grid = unsigned((rows + 7) / 8);  // 8 rows (warps) a CTA
     const int d4 = int(d / 4);
-    if (d <= 512) layer_norm_warp_k<4><<<grid, 256, 0, s>>>(x, rows, d4, ldx, add, w, b, eps, y16, y32);
-    else if (d <= 1024) layer_norm_warp_k<8><<<grid, 256, 0, s>>>(x, rows, d4, ldx, add, w, b, eps, y16, y32);
-    else if (d <= 1536) layer_norm_warp_k<12><<<grid, 256, 0, s>>>(x, rows, d4, ldx, add, w, b, eps, y16, y32);
-    else layer_norm_warp_k<16><<<grid, 256, 0, s>>>(x, rows, d4, ldx, add, w, b, eps, y16, y32);
+    if (d <= 512) layer_norm_warp_k<4><<<grid, 256, 0, s>>>(x, rows, d4, ldx, add, write_back, w, b, eps, y16, y32);
+    else if (d <= 1024) layer_norm_warp_k<8><<<grid, 256, 0, s>>>(x, rows, d4, ldx, add, write_back, w, b, eps, y16, y32);
+    else if (d <= 1536) layer_norm_warp_k<12><<<grid, 256, 0, s>>>(x, rows, d4, ldx, add, write_back, w, b, eps, y16, y32);
+    else layer_norm_warp_k<16><<<grid, 256, 0, s>>>(x, rows, d4, ldx, add, write_back, w, b, eps, y16, y32);
   }
-  check_launch("layer_norm_add");
+  check_launch(write_back ? "layer_norm_add" : "layer_norm_biased");
+}
+}  // namespace
+
+void layer_norm_add(float* x, int64_t rows, int64_t d, int64_t ldx, const float* add, const float* w, const float* b, float eps, bf16* y16,
+                    float* y32, cudaStream_t s) {
+  launch_layer_norm(x, rows, d, ldx, add, true, w, b, eps, y16, y32, s);
+}
+
+void layer_norm_biased(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* bias, const float* w, const float* b, float eps,
+                       bf16* y16, float* y32, cudaStream_t s) {
+  launch_layer_norm(const_cast<float*>(x), rows, d, ldx, bias, false, w, b, eps, y16, y32, s);
 }
 
 namespace {
