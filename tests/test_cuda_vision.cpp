@@ -35,7 +35,8 @@ float bf_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
 // The rotary's packed-heads form (a warp per row, 8- and 16-byte accesses: Dp == hd) writes the
 // bits of the per-row kernel's padded layout (Dp = hd + 8) in each head's first hd dims, at the
-// 27B tower's heads (16 x 72) and at hd 16; rows offset by r0 as the tower's row blocks are.
+// 27B tower's heads (16 x 72) and at hd 16; rows offset by r0 as the tower's row blocks are. The
+// in-place form gives the packed form's q and k bits within the qkv rows and leaves v.
 TEST(CudaVision, PackedRopeEqualsPaddedRope) {
   NEED_GPU();
   for (auto [heads, hd] : {std::pair{16, 72}, {2, 16}, {3, 8}}) {
@@ -69,6 +70,26 @@ TEST(CudaVision, PackedRopeEqualsPaddedRope) {
           for (int d = 0; d < hd; ++d) differ += a[size_t((r * heads + h) * hd + d)] != b[size_t((r * heads + h) * Dp + d)];
       EXPECT_EQ(differ, 0u) << what << " at heads " << heads << " x " << hd;
     }
+    // in place (the tower's fused layout): q and k as the packed form writes them, v untouched
+    cuda::DeviceBuffer ip(qkv.size() * 2);
+    cuda::check(cudaMemcpy(ip.get(), dqkv.get(), qkv.size() * 2, cudaMemcpyDeviceToDevice), "copy");
+    cuda::vision_qkv_rope_inplace(ip.as<cuda::bf16>(), n, r0, row, col, dinv.as<float>(), heads, hd, nullptr);
+    cuda::check(cudaDeviceSynchronize(), "rope in place");
+    std::vector<uint16_t> got(qkv.size()), pqh(size_t(S) * H), pkh(size_t(S) * H);
+    cuda::check(cudaMemcpy(got.data(), ip.get(), got.size() * 2, cudaMemcpyDeviceToHost), "down");
+    cuda::check(cudaMemcpy(pqh.data(), pq.get(), pqh.size() * 2, cudaMemcpyDeviceToHost), "down");
+    cuda::check(cudaMemcpy(pkh.data(), pk.get(), pkh.size() * 2, cudaMemcpyDeviceToHost), "down");
+    size_t differ = 0;
+    for (int r = 0; r < n; ++r)
+      for (int i = 0; i < H; ++i) {
+        const size_t at = size_t(r) * 3 * H;
+        differ += got[at + size_t(i)] != pqh[size_t(r0 + r) * H + size_t(i)];
+        differ += got[at + size_t(H + i)] != pkh[size_t(r0 + r) * H + size_t(i)];
+        uint16_t v0;
+        std::memcpy(&v0, &qkv[at + size_t(2 * H + i)], 2);
+        differ += got[at + size_t(2 * H + i)] != v0;
+      }
+    EXPECT_EQ(differ, 0u) << "in place at heads " << heads << " x " << hd;
   }
 }
 

@@ -40,11 +40,13 @@ VisionScratch VisionScratch::carve(Arena& a, const model::VisionConfig& c, int64
   s.x = a.carve<float>(S * H, "vision residual");
   // the resized images and the pixel blocks live only through patch_embed, before the first
   // block writes q or a GEMM output: they share q's and big's space
-  const int64_t rgb_bytes = S * c.patch * c.patch * 3, pix = B * per_patch(c);
-  s.q = a.carve<bf16>(std::max(S * c.heads * Dp, (rgb_bytes + 1) / 2), "vision q (first the resized images)");
+  const int64_t rgb_bytes = S * c.patch * c.patch * 3, pix = B * per_patch(c), head_rows = S * c.heads * Dp;
+  // q, k, v one after another; or (tower_attention's fused layout) the qkv GEMM's [S, 3 hidden]
+  // rows, which 3 heads * Dp >= 3 hidden holds
+  s.q = a.carve<bf16>(std::max(3 * head_rows, (rgb_bytes + 1) / 2), "vision q, k, v (first the resized images)");
   s.rgb = reinterpret_cast<uint8_t*>(s.q);
-  s.k = a.carve<bf16>(S * c.heads * Dp, "vision k");
-  s.v = a.carve<bf16>(S * c.heads * Dp, "vision v");
+  s.k = s.q + head_rows;
+  s.v = s.k + head_rows;
   s.big = a.carve<float>(std::max(B * std::max({3 * H, c.ffn, m2 * H}), (pix + 1) / 2), "vision GEMM out (first the pixels; bf16 qkv, bf16 GELU)");
   s.pix = reinterpret_cast<bf16*>(s.big);
   s.mid = a.carve<bf16>(B * std::max(c.ffn, H), "vision LayerNorm out / merger GELU out");
@@ -53,9 +55,11 @@ VisionScratch VisionScratch::carve(Arena& a, const model::VisionConfig& c, int64
 
 std::unique_ptr<CudnnFrameAttention> tower_attention(const model::VisionConfig& c) {
   const int64_t hd = c.hidden / c.heads;
-  // heads packed where cuDNN takes the head dims as they are (a multiple of 8): the output is
-  // then proj's input as it stands, no pass to pack it, and rope writes no padding
-  return std::make_unique<CudnnFrameAttention>(c.heads, hd, hd % 8 == 0 ? hd : flash_attention_full_padded(hd));
+  // Where cuDNN takes the head dims as they are (a multiple of 8): q | k | v straight from the qkv
+  // GEMM's rows (3 hidden apart, rotated in place), the output over q, which proj reads as it
+  // stands: no copies of v, no pass to pack heads. Else padded heads in q, k, v of their own.
+  if (hd % 8 == 0) return std::make_unique<CudnnFrameAttention>(c.heads, hd, hd, 3 * c.hidden);
+  return std::make_unique<CudnnFrameAttention>(c.heads, hd, flash_attention_full_padded(hd));
 }
 
 void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model::ImagePatches*>& images, const VisionScratch& s,
@@ -67,6 +71,11 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   if (Dp < hd || Dp > flash_attention_full_padded(hd))  // the scratch holds heads of the padded width
     throw Error(Status::Internal, "internal_error",
                 "vision tower: cuDNN's heads " + std::to_string(Dp) + " apart for head dims " + std::to_string(hd) + " (tower_attention's layout)");
+  // tower_attention's fused layout: the qkv GEMM writes its rows into s.q (3 H apart), rope turns
+  // q and k there, attention reads q | k | v from them and writes over q
+  const bool fused = frames_attn && frames_attn->ld() == 3 * H;
+  if (frames_attn && !fused && frames_attn->ld() != heads * Dp)
+    throw Error(Status::Internal, "internal_error", "vision tower: cuDNN's rows " + std::to_string(frames_attn->ld()) + " apart (tower_attention's layout)");
   const int64_t m2 = m * m, P = per_patch(c), OH = c.out_hidden;
   int64_t S = 0;
   for (const model::ImagePatches* im : images) {
@@ -186,28 +195,32 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
       layer_norm_biased(s.x + r0 * H, n, H, H, v.bias_before[2 * l], b.norm1.w, b.norm1.b, 1e-6f, s.mid, nullptr, st);
       // qkv + bias in bf16 (cuBLASLt's epilogue), as the reference's bf16 Linear rounds it
       mark("vision qkv");
-      bf16* qkv = reinterpret_cast<bf16*>(s.big);
+      bf16* qkv = fused ? s.q + r0 * 3 * H : reinterpret_cast<bf16*>(s.big);
       gemm.run_epilogue(s.mid, n, H, H, b.qkv, 3 * H, Epilogue::Bias, b.qkv_b, qkv, 3 * H, "vision qkv");
       mark("vision rope");
-      vision_qkv_rope(qkv, n, r0, row, col, v.inv_freq, heads, hd, Dp, s.q, s.k, s.v, st);
+      if (fused) vision_qkv_rope_inplace(qkv, n, r0, row, col, v.inv_freq, heads, hd, st);
+      else vision_qkv_rope(qkv, n, r0, row, col, v.inv_freq, heads, hd, Dp, s.q, s.k, s.v, st);
     }
     mark("vision attention");
+    bf16 *q = s.q, *k = fused ? s.q + H : s.k, *vv = fused ? s.q + 2 * H : s.v;
     if (frames_attn) {
-      frames_attn->run(s.q, s.k, s.v, ragged_at(s.meta + ragged_at_int, fb), nframes, longest, st);
+      frames_attn->run(q, k, vv, ragged_at(s.meta + ragged_at_int, fb), nframes, longest, st);
       const int64_t ld = frames_attn->ld();
-      for (const auto& [f0, n] : dense) frames_attn->run_dense(s.q + f0 * ld, s.k + f0 * ld, s.v + f0 * ld, n, st);
+      for (const auto& [f0, n] : dense) frames_attn->run_dense(q + f0 * ld, k + f0 * ld, vv + f0 * ld, n, st);
     } else
       flash_attention_full(s.q, s.k, s.v, heads, hd, tiles, s.q, st);
-    // proj reads [S, hidden]: the output over q as it stands when the heads are packed, else
-    // the heads' first hd dims side by side
+    // proj reads [S, hidden]: the output over q as it stands when the heads are packed (rows 3 H
+    // apart in the fused layout), else the heads' first hd dims side by side
     const bf16* attn_out = s.q;
+    int64_t ld_out = fused ? 3 * H : H;
     if (Dp != hd) {
       mark("vision pack heads");
       vision_pack_heads(s.q, S * heads, hd, Dp, s.k, st);
       attn_out = s.k;
+      ld_out = H;
     }
     mark("vision proj");
-    gemm.run(attn_out, S, H, H, b.proj, H, s.x, OutType::F32, H, true, "vision proj");
+    gemm.run(attn_out, S, H, ld_out, b.proj, H, s.x, OutType::F32, H, true, "vision proj");
     for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
       const int64_t n = std::min(kRowBlock, S - r0);
       mark("vision norm");

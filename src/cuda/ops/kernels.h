@@ -213,6 +213,10 @@ void vision_embed_finish(float* x, int64_t S, int64_t H, const float* bias, cons
 // patch's row, hd/4 of its column, a dim d paired with d + hd/2), the padding dims zero.
 void vision_qkv_rope(const bf16* qkv, int64_t n, int64_t r0, const int32_t* row, const int32_t* col, const float* inv_freq,
                      int64_t heads, int64_t hd, int64_t Dp, bf16* q, bf16* k, bf16* v, cudaStream_t s);
+// The same rotation in place: q and k within qkv's [n, 3H] rows (hd % 8 == 0; v untouched), the
+// packed form's bits (the tower's attention then reads q | k | v from those rows).
+void vision_qkv_rope_inplace(bf16* qkv, int64_t n, int64_t r0, const int32_t* row, const int32_t* col, const float* inv_freq,
+                             int64_t heads, int64_t hd, cudaStream_t s);
 // The first hd dims of each row of src [rows, Dp] into dst [rows, hd] (the attention output over
 // its padded queries -> [patches, heads * hd] for proj); src and dst do not overlap.
 void vision_pack_heads(const bf16* src, int64_t rows, int64_t hd, int64_t Dp, bf16* dst, cudaStream_t s);

@@ -75,9 +75,11 @@ __global__ void vision_qkv_rope_k(const __nv_bfloat162* qkv, int r0, const int32
 // patch row, 8-byte and 16-byte accesses: the row's rotary angles by its lanes into the warp's
 // shared slice, then q and k in units of four dims (j..j+3 of a head's first half with their
 // partners j+half..j+half+3; half % 4 == 0 keeps both 8-byte aligned), then v as 16-byte copies.
-// The same sincosf and rotate2 as vision_qkv_rope_k: the same bits.
+// The same sincosf and rotate2 as vision_qkv_rope_k: the same bits. InPlace: q and k rotated where
+// they are in the qkv rows (q, k, v null; v stays), what the tower's attention then reads.
 constexpr int kRopeRowsPerCta = 4;
-__global__ void __launch_bounds__(32 * kRopeRowsPerCta) vision_qkv_rope_packed_k(const uint2* qkv, int n, int r0, const int32_t* row,
+template <bool InPlace>
+__global__ void __launch_bounds__(32 * kRopeRowsPerCta) vision_qkv_rope_packed_k(uint2* qkv, int n, int r0, const int32_t* row,
                                                                                  const int32_t* col, const float* inv_freq, int heads,
                                                                                  int hd, uint2* q, uint2* k, uint4* v) {
   __shared__ float sin_s[kRopeRowsPerCta][kRopeMaxHalf], cos_s[kRopeRowsPerCta][kRopeMaxHalf];
@@ -89,8 +91,9 @@ __global__ void __launch_bounds__(32 * kRopeRowsPerCta) vision_qkv_rope_packed_k
     sincosf(ang, &sin_s[w][j], &cos_s[w][j]);
   }
   __syncwarp();
-  const uint2* src = qkv + int64_t(r) * 3 * H4;  // the row's q | k | v in 4-dim units
-  const int64_t base = int64_t(r0 + r) * H4;
+  uint2* src = qkv + int64_t(r) * 3 * H4;  // the row's q | k | v in 4-dim units
+  uint2* qo = InPlace ? src : q + int64_t(r0 + r) * H4;
+  uint2* ko = InPlace ? src + H4 : k + int64_t(r0 + r) * H4;
   auto rot = [&](uint2 a, uint2 b, int j, uint2& first, uint2& second) {
     const __nv_bfloat162* a2 = reinterpret_cast<const __nv_bfloat162*>(&a);
     const __nv_bfloat162* b2 = reinterpret_cast<const __nv_bfloat162*>(&b);
@@ -105,16 +108,18 @@ __global__ void __launch_bounds__(32 * kRopeRowsPerCta) vision_qkv_rope_packed_k
     const int h = u / u_head, j4 = u - h * u_head;  // head h, dims 4 j4 .. 4 j4 + 3 of its first half
     const int c = h * (hd / 4) + j4, c2 = c + u_head;
     uint2 f, s2;
-    rot(src[c], src[c2], 4 * j4, f, s2);
-    q[base + c] = f;
-    q[base + c2] = s2;
+    rot(src[c], src[c2], 4 * j4, f, s2);  // (in place: this lane alone reads and writes units c and c2)
+    qo[c] = f;
+    qo[c2] = s2;
     rot(src[H4 + c], src[H4 + c2], 4 * j4, f, s2);
-    k[base + c] = f;
-    k[base + c2] = s2;
+    ko[c] = f;
+    ko[c2] = s2;
   }
-  const uint4* vsrc = reinterpret_cast<const uint4*>(src + 2 * H4);
-  const int H8 = H4 / 2;
-  for (int i = lane; i < H8; i += 32) v[int64_t(r0 + r) * H8 + i] = vsrc[i];
+  if constexpr (!InPlace) {
+    const uint4* vsrc = reinterpret_cast<const uint4*>(src + 2 * H4);
+    const int H8 = H4 / 2;
+    for (int i = lane; i < H8; i += 32) v[int64_t(r0 + r) * H8 + i] = vsrc[i];
+  }
 }
 
 // Four dims (8 bytes) per thread: rows of Dp / 4 in, hd / 4 out.
@@ -181,15 +186,27 @@ void vision_qkv_rope(const bf16* qkv, int64_t n, int64_t r0, const int32_t* row,
   using b2 = __nv_bfloat162;
   if (Dp == hd && hd % 8 == 0 && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(v) % 16 == 0 &&
       (reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k)) % 8 == 0) {
-    vision_qkv_rope_packed_k<<<unsigned((n + kRopeRowsPerCta - 1) / kRopeRowsPerCta), 32 * kRopeRowsPerCta, 0, s>>>(
-        reinterpret_cast<const uint2*>(qkv), int(n), int(r0), row, col, inv_freq, int(heads), int(hd), reinterpret_cast<uint2*>(q),
-        reinterpret_cast<uint2*>(k), reinterpret_cast<uint4*>(v));
+    vision_qkv_rope_packed_k<false><<<unsigned((n + kRopeRowsPerCta - 1) / kRopeRowsPerCta), 32 * kRopeRowsPerCta, 0, s>>>(
+        reinterpret_cast<uint2*>(const_cast<bf16*>(qkv)), int(n), int(r0), row, col, inv_freq, int(heads), int(hd),
+        reinterpret_cast<uint2*>(q), reinterpret_cast<uint2*>(k), reinterpret_cast<uint4*>(v));
     check_launch("vision_qkv_rope");
     return;
   }
   vision_qkv_rope_k<<<unsigned(n), 128, 0, s>>>(reinterpret_cast<const b2*>(qkv), int(r0), row, col, inv_freq, int(heads), int(hd), int(Dp),
                                                 reinterpret_cast<b2*>(q), reinterpret_cast<b2*>(k), reinterpret_cast<b2*>(v));
   check_launch("vision_qkv_rope");
+}
+
+void vision_qkv_rope_inplace(bf16* qkv, int64_t n, int64_t r0, const int32_t* row, const int32_t* col, const float* inv_freq,
+                             int64_t heads, int64_t hd, cudaStream_t s) {
+  if (n == 0) return;
+  if (hd % 8 || hd > 2 * kRopeMaxHalf || r0 + n > (int64_t(1) << 31) || heads * hd > (int64_t(1) << 20) ||
+      reinterpret_cast<uintptr_t>(qkv) % 16)
+    throw Error(Status::Internal, "internal_error",
+                "vision_qkv_rope_inplace: head dims must be a multiple of 8, at most 128, the rows 16-byte aligned");
+  vision_qkv_rope_packed_k<true><<<unsigned((n + kRopeRowsPerCta - 1) / kRopeRowsPerCta), 32 * kRopeRowsPerCta, 0, s>>>(
+      reinterpret_cast<uint2*>(qkv), int(n), int(r0), row, col, inv_freq, int(heads), int(hd), nullptr, nullptr, nullptr);
+  check_launch("vision_qkv_rope_inplace");
 }
 
 void vision_pack_heads(const bf16* src, int64_t rows, int64_t hd, int64_t Dp, bf16* dst, cudaStream_t s) {

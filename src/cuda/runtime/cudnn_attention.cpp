@@ -473,16 +473,18 @@ void CudnnAttention::run(const bf16* q, const bf16* k, const bf16* v, int64_t ld
   g->run(q, k, v, o, s, &r);
 }
 
-CudnnFrameAttention::CudnnFrameAttention(int64_t heads, int64_t d, int64_t dp) : heads_(heads), d_(d), dp_(dp) {
+CudnnFrameAttention::CudnnFrameAttention(int64_t heads, int64_t d, int64_t dp, int64_t ld)
+    : heads_(heads), d_(d), dp_(dp), ld_(ld ? ld : heads * dp) {
   if (d > dp) throw Error(Status::Internal, "internal_error", "cuDNN frame attention: head dims " + std::to_string(d) + " > padded " + std::to_string(dp));
-  if (dp % 8)  // heads 16-byte aligned, as the graph's tensors are declared
-    throw Error(Status::Internal, "internal_error", "cuDNN frame attention: heads " + std::to_string(dp) + " apart, not a multiple of 8");
+  if (dp % 8 || ld_ % 8 || ld_ < heads * dp)  // heads and rows 16-byte aligned, as the graph's tensors are declared
+    throw Error(Status::Internal, "internal_error",
+                "cuDNN frame attention: heads " + std::to_string(dp) + " apart in rows of " + std::to_string(ld_) + " (multiples of 8, rows >= heads)");
   plan(1, cudnn_bound(1));
 }
 
 // Not causal; q, k, v and o in rows of ld, head h at h * dp (o over q)
 CudnnShape CudnnFrameAttention::shape(int64_t nb, int64_t ns, bool ragged) const {
-  const int64_t ld = heads_ * dp_;
+  const int64_t ld = ld_;
   return CudnnShape{nb, ns, ns, heads_, heads_, d_, ld, dp_, ld, dp_, ld, dp_, ld, false, ragged, dp_};
 }
 

@@ -117,8 +117,9 @@ class CudnnAttention {
 };
 
 // The vision tower's attention: bidirectional within each frame (an image's patches see every
-// patch of their own frame and nothing else), q / k / v [rows, heads, dp] with d <= dp dims of each
-// head used (dp = d: heads packed, as the tower runs it where d % 8 == 0; else zero-padded),
+// patch of their own frame and nothing else), q / k / v rows `ld` elements apart (heads * dp
+// unless given: the tower hands its qkv GEMM's rows, q | k | v, 3 * hidden apart), head h's d <= dp
+// dims at h * dp (dp = d: heads packed, as the tower runs it where d % 8 == 0; else zero-padded),
 // the output written over q's rows (head stride dp).
 // Frames under kDenseFrame patches share a launch as ragged sequences (plans by (frames, longest
 // frame) bounds); a larger frame runs alone in a dense plan of its own length, which has no
@@ -134,17 +135,17 @@ class CudnnFrameAttention {
   static bool dense(int64_t frame) { return frame >= kDenseFrame; }  // run_dense's frames, else run's
   // Builds the smallest plan (one frame of 64 patches) up front: throws Error with cuDNN's reason
   // when it cannot run this shape, before any image needs it.
-  CudnnFrameAttention(int64_t heads, int64_t d, int64_t dp);
-  // `r`: ragged arrays for b frames, each under kDenseFrame patches (append_ragged with ld =
-  // heads * dp for q, k, v and o)
+  CudnnFrameAttention(int64_t heads, int64_t d, int64_t dp, int64_t ld = 0);
+  // `r`: ragged arrays for b frames, each under kDenseFrame patches (append_ragged with ld() for
+  // q, k, v and o)
   void run(bf16* q, const bf16* k, const bf16* v, const CudnnRagged& r, int64_t b, int64_t longest, cudaStream_t s);
   // One frame of n >= kDenseFrame patches: rows [0, n) of q, k, v
   void run_dense(bf16* q, const bf16* k, const bf16* v, int64_t n, cudaStream_t s);
-  int64_t ld() const { return heads_ * dp_; }
+  int64_t ld() const { return ld_; }  // the rows' stride in q, k, v and o
   int64_t dp() const { return dp_; }  // a head's stride in q, k, v and o (d: packed heads)
 
  private:
-  int64_t heads_, d_, dp_;
+  int64_t heads_, d_, dp_, ld_;
   CudnnHandle handle_;
   std::mutex mu_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<CudnnGraph>> plans_;
