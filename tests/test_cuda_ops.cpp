@@ -268,6 +268,15 @@ TEST(CudaOps, NormsMatchCpu) {
     expect_close(down<float>(y32, x.size()), want_la, 1e-5, 1e-5, "layer_norm_add");
     expect_close(down_bf(y16, x.size()), want_la, 1e-5, 8e-3, "layer_norm_add bf16");
     EXPECT_EQ(down<float>(by32, x.size()), down<float>(y32, x.size())) << "layer_norm_biased vs layer_norm_add, d " << d;
+    EXPECT_EQ(down_bf(by16, x.size()), down_bf(y16, x.size())) << "layer_norm_biased vs layer_norm_add (bf16), d " << d;
+    // no bias (block 0's norm1): the LayerNorm of x, x left alone (its kernel is layer_norm_add's,
+    // not layer_norm's: the same values summed in another order, so not layer_norm's bits)
+    std::vector<float> want_nb(x.size());
+    cpu::layer_norm(x.data(), rows, d, w.data(), b.data(), 1e-6f, want_nb.data());
+    DeviceBuffer nx = upload(x, "x");
+    layer_norm_biased(nx.as<float>(), rows, d, d, nullptr, dw.as<float>(), db.as<float>(), 1e-6f, nullptr, by32.as<float>(), nullptr);
+    EXPECT_EQ(down<float>(nx, x.size()), x) << "layer_norm_biased without a bias wrote x, d " << d;
+    expect_close(down<float>(by32, x.size()), want_nb, 1e-5, 1e-5, "layer_norm_biased without a bias");
   }
 }
 

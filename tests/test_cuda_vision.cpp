@@ -101,7 +101,7 @@ TEST(CudaVision, FullAttentionAgainstCpu) {
   for (int64_t hd : {16, 32, 72}) {
     const int64_t heads = 3, H = heads * hd, Dp = cuda::flash_attention_full_padded(hd);
     ASSERT_GT(Dp, 0);
-    const std::vector<int64_t> frames = {7, 64, 100, 300, 1};
+    const std::vector<int64_t> frames = {7, 64, 100, 300, 1, 777};  // 777: 7 key tiles of 128
     int64_t L = 0;
     for (int64_t f : frames) L += f;
     std::vector<float> q(size_t(L * H)), k(q.size()), v(q.size());
@@ -248,6 +248,23 @@ void check_tower(const model::VisionConfig& vc, const model::VisionWeights& vw, 
   cuda::DevModel dm = cuda::build_device_model(model::shape_only_text(tiny.text), model::shape_only_head(tiny.head), tiny.text, tiny.head,
                                                {}, &vw, &vc);
   ASSERT_TRUE(dm.has_vision);
+  {  // the biases the residual leaves out, summed before each LayerNorm: the host's fp32 sums in
+     // the same order, bit for bit
+    auto host = [](const model::Tensor& t) { return t.v.empty() ? model::to_f32(*t.src) : t.v; };
+    const int64_t H = vc.hidden;
+    ASSERT_EQ(dm.vision.bias_before.size(), 2 * vw.blocks.size() + 1);
+    EXPECT_EQ(dm.vision.bias_before[0], nullptr);
+    std::vector<float> run(static_cast<size_t>(H), 0.0f), got(static_cast<size_t>(H));
+    for (size_t l = 0; l < vw.blocks.size(); ++l) {
+      const std::vector<float> pb = host(vw.blocks[l].proj_b), fb = host(vw.blocks[l].fc2_b);
+      for (int64_t i = 0; i < H; ++i) run[size_t(i)] = l ? run[size_t(i)] + pb[size_t(i)] : pb[size_t(i)];
+      cuda::check(cudaMemcpy(got.data(), dm.vision.bias_before[2 * l + 1], size_t(H) * 4, cudaMemcpyDeviceToHost), "down");
+      EXPECT_EQ(got, run) << name << ": the bias sum before block " << l << "'s norm2";
+      for (int64_t i = 0; i < H; ++i) run[size_t(i)] += fb[size_t(i)];
+      cuda::check(cudaMemcpy(got.data(), dm.vision.bias_before[2 * l + 2], size_t(H) * 4, cudaMemcpyDeviceToHost), "down");
+      EXPECT_EQ(got, run) << name << ": the bias sum after block " << l;
+    }
+  }
   std::vector<model::ImagePatches> ims;
   int64_t S = 0, T = 0;
   for (size_t i = 0; i < grids.size(); ++i) {
@@ -269,7 +286,8 @@ void check_tower(const model::VisionConfig& vc, const model::VisionWeights& vw, 
     for (const auto& p : ims) all.push_back(&p);
     std::vector<std::vector<float>> want;
     for (const auto& p : ims) want.push_back(model::vision_forward(vw, vc, p));
-    // clefrt's attention, then cuDNN's where it loads (what the engine runs under --attention auto)
+    // clefrt's flash kernel (what every GPU without cuDNN runs), cuDNN's where it loads (what the
+    // engine runs under --attention auto)
     std::string why;
     std::unique_ptr<cuda::CudnnFrameAttention> cudnn;
     if (cuda::cudnn_available(&why)) cudnn = cuda::tower_attention(vc);
@@ -277,7 +295,7 @@ void check_tower(const model::VisionConfig& vc, const model::VisionWeights& vw, 
     std::vector<cuda::CudnnFrameAttention*> kernels = {nullptr};
     if (cudnn) kernels.push_back(cudnn.get());
     for (cuda::CudnnFrameAttention* att : kernels) {
-      const std::string kind = att ? "cuDNN attention" : "clefrt attention";
+      const std::string kind = att ? "cuDNN attention" : "clefrt flash attention";
       cuda::vision_tower(dm.vision, gemm, all, s, out.as<float>(), st, [](const char*) {}, att);
       const auto packed = test::down<float>(out, size_t(T * vc.out_hidden));
       int64_t row = 0;
@@ -326,7 +344,11 @@ TEST(CudaVision, TowerAt27bShapesAgainstCpuFp32) {
   vc.out_hidden = 5120;
   vc.num_position_embeddings = 2304;
   const model::VisionWeights vw = random_vision(vc, 11);
-  check_tower(vc, vw, {{48, 64}, {6, 10}, {16, 16}}, 2e-2, "27B shapes (2 blocks)");
+  // the 3,072-patch frame (cuDNN's dense plan) after another image: its pointers at a row offset
+  check_tower(vc, vw, {{6, 10}, {48, 64}, {16, 16}}, 2e-2, "27B shapes (2 blocks)");
+  // past one row block (4,096 patches): the qkv rows and the rotary of a later block, the large
+  // image at row 256 packed and at row 0 alone
+  check_tower(vc, vw, {{16, 16}, {64, 72}}, 2e-2, "27B shapes, 4,864 patches (2 blocks)");
 }
 
 // Images through the GPU engine (prepare: decode + processor; the forward: the tower with the

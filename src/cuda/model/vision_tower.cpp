@@ -74,6 +74,9 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
   // tower_attention's fused layout: the qkv GEMM writes its rows into s.q (3 H apart), rope turns
   // q and k there, attention reads q | k | v from them and writes over q
   const bool fused = frames_attn && frames_attn->ld() == 3 * H;
+  if (fused && Dp != hd)  // the qkv GEMM's rows hold the heads packed
+    throw Error(Status::Internal, "internal_error",
+                "vision tower: the fused q | k | v layout needs packed heads (" + std::to_string(Dp) + " apart for head dims " + std::to_string(hd) + ")");
   if (frames_attn && !fused && frames_attn->ld() != heads * Dp)
     throw Error(Status::Internal, "internal_error", "vision tower: cuDNN's rows " + std::to_string(frames_attn->ld()) + " apart (tower_attention's layout)");
   const int64_t m2 = m * m, P = per_patch(c), OH = c.out_hidden;
