@@ -95,6 +95,9 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     throw Error(Status::Internal, "internal_error",
                 "the batch's images hold " + std::to_string(S) + " patches; the vision scratch is planned for " + std::to_string(s.S));
 
+  // the host's part (the index arrays below, the uploads) in the per-op profile as its own op: the
+  // GPU waits on it
+  mark("vision prep");
   // ---- host index arrays: position taps, rows / columns, attention tiles (one set per frame) ----
   std::vector<int32_t> meta(size_t(S * 6));
   std::vector<float> wt(size_t(S * 4));
