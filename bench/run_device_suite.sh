@@ -29,6 +29,14 @@ export LD_LIBRARY_PATH=$PWD/.carry/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib
 # machine's is PyTorch's nvidia-cudnn-cu13
 cudnn_lib=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0] + '/lib')" 2>/dev/null)
 [ -n "$cudnn_lib" ] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$cudnn_lib
+# the records name the commit the packed clefrt was built at (its --version), whatever COMMIT says:
+# a COMMIT taken from the device's copy of the tree, or a binary swapped in for a baseline, once
+# labelled every record with another commit
+built=$([ -x .carry/clefrt ] && .carry/clefrt --version 2>/dev/null | sed -n 's/.*(commit \([0-9a-z+]*\).*/\1/p' | head -1)
+if [ -n "$built" ] && [ "$built" != "$commit" ]; then
+  echo "run_device_suite: COMMIT is $commit but .carry/clefrt was built at $built; the records say $built" >&2
+  commit=$built
+fi
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 tok=.deps/qwen3/tokenizer.json
