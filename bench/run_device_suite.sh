@@ -2,11 +2,14 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [anchors] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [anchors] [use-base | use-branch] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
 # brings back a limited number of files).
+# use-base / use-branch: the verbs between them run a baseline clefrt packed as .carry/clefrt-base
+# (BASELINE=path/to/clefrt scripts/pack_device.sh), files under $OUT/base: main and a branch
+# measured side by side in one call, e.g. `quick bf16 use-base quick bf16 use-branch anchors tar`.
 # reuse: the prefix cache's cold / warm points (27B bf16, 1,024 / 8,000 / 32,768-token states);
 # reuse-host: the same with a one-state GPU budget and a host tier, and the host tier's point.
 # interleave: blog latency while a 65,436-token request runs, per step size (27B bf16).
@@ -32,12 +35,15 @@ cudnn_lib=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0] + '/
 # the records name the commit the packed clefrt was built at (its --version), whatever COMMIT says:
 # a COMMIT taken from the device's copy of the tree, or a binary swapped in for a baseline, once
 # labelled every record with another commit
-built=$([ -x .carry/clefrt ] && .carry/clefrt --version 2>/dev/null | sed -n 's/.*(commit \([0-9a-z+]*\).*/\1/p' | head -1)
+built_at() { [ -x .carry/clefrt ] && .carry/clefrt --version 2>/dev/null | sed -n 's/.*(commit \([0-9a-z+]*\).*/\1/p' | head -1; }
+built=$(built_at)
 if [ -n "$built" ] && [ "$built" != "$commit" ]; then
   echo "run_device_suite: COMMIT is $commit but .carry/clefrt was built at $built; the records say $built" >&2
   commit=$built
 fi
+branch_commit=$commit
 OUT=${OUT:-/tmp/out}
+OUT0=$OUT
 mkdir -p "$OUT"
 tok=.deps/qwen3/tokenizer.json
 while [ $# -gt 0 ]; do
@@ -72,8 +78,20 @@ while [ $# -gt 0 ]; do
         shift
       done
       continue ;;
+    use-base)
+      # the verbs after it run the baseline clefrt packed beside this one (BASELINE=... scripts/pack_device.sh),
+      # on the same machine, their files under $OUT/base; use-branch swaps back
+      if [ ! -x .carry/clefrt-base ]; then echo "use-base: no .carry/clefrt-base (pack with BASELINE=path/to/clefrt)" >&2; exit 2; fi
+      [ -x .carry/clefrt-branch ] || mv .carry/clefrt .carry/clefrt-branch
+      cp .carry/clefrt-base .carry/clefrt
+      commit=$(built_at); commit=${commit:-base}; OUT=$OUT0/base; mkdir -p "$OUT"
+      echo "== use-base: clefrt built at $commit" ;;
+    use-branch)
+      [ -x .carry/clefrt-branch ] && mv .carry/clefrt-branch .carry/clefrt
+      commit=$branch_commit; OUT=$OUT0
+      echo "== use-branch: clefrt built at $commit" ;;
     tar)
-      (cd "$OUT" && tar czf /tmp/out.tgz . && rm -rf ./* && mv /tmp/out.tgz .) ;;
+      (cd "$OUT0" && tar czf /tmp/out.tgz . && rm -rf ./* && mv /tmp/out.tgz .) ;;
     lab-elementwise)
       .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt" ;;
     reuse)

@@ -16,6 +16,12 @@ for b in ${PACK_ONLY:-clefrt clefrt_gpu_tests clefrt_load clefrt_bench_w4a16 cle
   strip -o ".carry/$b" "build/$b"
   xz -6 -T2 ".carry/$b"
 done
+# BASELINE=path/to/clefrt: another build's clefrt (main's, say) packed as .carry/clefrt-base, for
+# the suite's use-base / use-branch (the two measured on one machine, one call)
+if [ -n "${BASELINE:-}" ]; then
+  strip -o .carry/clefrt-base "$BASELINE"
+  xz -6 -T2 .carry/clefrt-base
+fi
 for l in libsimdjson.so.14 libutf8proc.so.2 libwebp.so.7 libpng16.so.16 libjpeg.so.62 libpcre2-8.so.0 libcpp-httplib.so.0.11 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
   cp -L "/lib/x86_64-linux-gnu/$l" .carry/lib/
 done
