@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [anchors] [use-base | use-branch] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [anchors] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -25,6 +25,8 @@
 # --no-check-weights a 500 naming the layer). serve: `clefrt serve --synthetic clef-27b` under
 # clefrt_load (1, 8, 64 clients) per mode, then SIGTERM timed. anchors: ../shared/anchors'
 # kernel_anchors.py from a carried .anchors/ (fla tarball + script), per-layer fla GDN and SDPA.
+# deadline=S: once S seconds have passed since the suite began, the verbs left are skipped, all but
+# tar (a machine's call has a limit; the files of the verbs that ran still come back in one archive).
 set -uo pipefail
 commit=$1; shift
 export LD_LIBRARY_PATH=$PWD/.carry/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib CLEFRT_SOURCE_DIR=$PWD
@@ -46,8 +48,17 @@ OUT=${OUT:-/tmp/out}
 OUT0=$OUT
 mkdir -p "$OUT"
 tok=.deps/qwen3/tokenizer.json
+deadline=0
 while [ $# -gt 0 ]; do
+  if [ "$deadline" -gt 0 ] && [ "$SECONDS" -ge "$deadline" ] && [ "$1" != tar ]; then
+    echo "== deadline (${deadline} s) passed at ${SECONDS} s: skipping $1"
+    shift
+    continue
+  fi
   case $1 in
+    deadline=*)
+      deadline=${1#deadline=}
+      [[ $deadline =~ ^[0-9]+$ ]] || { echo "deadline=S: S in whole seconds, not '$deadline'" >&2; exit 2; } ;;
     tests)
       .carry/clefrt_gpu_tests 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
     tests=*)  # a gtest filter: tests=*Gdn*:*Fp8*
