@@ -10,9 +10,6 @@
 //                 prep on bf16x3 wgmmas writing U in fp32, W and A as planes, the Q / K^T planes, the
 //                 fused bf16x3 wgmma scan; Auto's choice on Hopper): it runs its own prep, timed
 //                 alone first (the last line prints both preps)
-//   wgmma scan on 3xtf32 prep  the 3xTF32 prep's W and A made planes by this file's kernel, then
-//                 the Wgmma scan: the scan's error on an fp32-level prep (its scan time includes
-//                 the conversion)
 //   fused 3xtf32  this file's copy of the 3xTF32 kernel (its bits must equal 3xtf32's)
 //   regs nwN      gdn_scan_regs.cuh: the state in registers, one warp per 16 state columns, N
 //                 warps a CTA (1, 2, 4), 3xTF32; regs tf32: 2 warps, plain TF32 products
@@ -25,7 +22,10 @@
 //   simt          the engine's CUDA-core scan
 // Measured and removed (bench/results/2026-12-04-h200-session21.md, code in git history at
 // 5181a18 / 78cb692): a mma.sync state kernel at 64 columns with a three-tile load ring
-// ("split2"), and the bf16x3 wgmma recurrence split from a wgmma output kernel ("state3 out3").
+// ("split2"), and the bf16x3 wgmma recurrence split from a wgmma output kernel ("state3 out3");
+// the Wgmma scan on the 3xTF32 prep's W and A made planes ("wgmma scan on 3xtf32 prep": within
+// 9.2e-6 of 3xtf32 where the Wgmma prep gives 1.1e-5; removed at 1f4fa1c when the Wgmma prep took
+// over making the scan's Q and K^T planes: 2026-12-05-h200-lab-gdn-1f4fa1c.txt).
 // Error is against 3xtf32's output, which the GPU tests hold to the CPU's fp32 within 2e-5
 // relative. Rates count each product once (useful FLOPs), for scale against the measured bf16
 // GEMM peak. Usage: clefrt_bench_gdn [--commit ID] [--json FILE]; CLEFRT_LAB_ONLY=NAME in the
@@ -576,22 +576,6 @@ __global__ void __launch_bounds__(256) gdn_chunk_out_tc_k(const float* mixed, in
   }
 }
 
-// ---- "wgmma scan on 3xtf32 prep": the 3xTF32 prep's fp32 W and A as the Wgmma scan's planes ----
-// grid (chunks, Hv), 256 threads: a thread a pair of W's row (128 wide) or A's (64 wide).
-__global__ void planes_from_fp32_k(GdnScratch sc) {
-  const int64_t at = int64_t(blockIdx.x) * gridDim.y + blockIdx.y;
-  const float* w = sc.w + at * C * 128;
-  const float* a = sc.aqk + at * C * C;
-  for (int e = threadIdx.x; e < C * 128 / 2; e += blockDim.x) {
-    const int row = e / 64, k = (e % 64) * 2;
-    put_pair(sc.wp + at * kTile, kTile / 2, row, k, C, w[row * 128 + k], w[row * 128 + k + 1]);
-  }
-  for (int e = threadIdx.x; e < C * C / 2; e += blockDim.x) {
-    const int row = e / 32, k = (e % 32) * 2;
-    put_pair(sc.ap + at * kSmallTile, kSmallTile / 2, row, k, C, a[row * C + k], a[row * C + k + 1]);
-  }
-}
-
 }  // namespace
 }  // namespace clefrt::cuda
 
@@ -662,9 +646,9 @@ int main(int argc, char** argv) {
       struct Variant {
         const char* name;
         std::function<void(float*)> scan;
-        // runs a prep of its own after the loop's 3xTF32 one (its Wgmma one, or the 3xTF32 one
-        // again): that prep counts in its prep + scan time, not in its scan's
-        enum { None, Wgmma, Tf32x3 } own_prep = None;
+        // runs its own (Wgmma) prep after the loop's 3xTF32 one: that prep counts in its prep +
+        // scan time, not in its scan's
+        enum { None, Wgmma } own_prep = None;
       };
       const std::vector<Variant> variants = {
           {"3xtf32", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::TensorCores); }},
@@ -715,12 +699,6 @@ int main(int argc, char** argv) {
              gdn_chunk_state_tc_k<<<sgrid, 256, StateTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>());
              gdn_chunk_out_tc_k<<<ogrid, 256, OutTcSmem::bytes(Dk), s>>>(mx, conv_dim, Hk, Hv, Dk, Dv, gg, ch, scr, h.as<float>(), out);
            }},
-          {"wgmma scan on 3xtf32 prep", [&](float* out) {  // the time includes that prep and the conversion
-             gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::TensorCores);
-             planes_from_fp32_k<<<dim3(unsigned(nc), unsigned(Hv)), 256, 0, s>>>(scr);
-             gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
-           },
-           Variant::Tf32x3},
           {"simt", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Simt); }},
       };
       const size_t N = size_t(L * Hv * Dv);

@@ -12,8 +12,8 @@
 //
 // Operands are K-major 128-byte-swizzled bf16 tiles (wgmma.cuh), "planes" of 64-element k
 // panels: W [tokens][Dk] and A [tokens][tokens] per (chunk, value head), Q [tokens][Dk] and K^T
-// [Dk][tokens] per (chunk, key head), W's and A's written by the prep (gdn_prep_wgmma_k), Q's
-// and K^T's by gdn_qk_planes_k from the conv's q and k; inside the scan S^T [state
+// [Dk][tokens] per (chunk, key head), all written by the prep (gdn_prep_wgmma_k; Q's and K^T's
+// by the first value head of each key head); inside the scan S^T [state
 // columns][Dk] and Vn^T [state columns][tokens] (gdn_tiles.cuh: the layout).
 #include <cuda_bf16.h>
 
@@ -35,31 +35,6 @@ using namespace gdn;
 
 constexpr int kDk = 128;   // the key head dim these kernels tile
 constexpr int kCols = 64;  // state columns per CTA
-
-// grid (chunks of the pass, Hk), 256 threads: Q's and K^T's planes of (chunk, key head y), a
-// thread making 16 bytes of a plane at a time (K^T: lanes take consecutive Dk, so its eight token
-// rows read coalesced). W's and A's come from the prep (gdn_prep_wgmma_k).
-__global__ void __launch_bounds__(256) gdn_qk_planes_k(const float* mixed, int64_t conv_dim, int64_t Hk, GdnChunks ch, GdnScratch sc) {
-  const int64_t ci = blockIdx.x, c = sc.c0 + ci, y = blockIdx.y;
-  const int64_t t0 = ch.chunk_start[c];
-  const int n = ch.chunk_len[c];
-  const float* q = mixed + t0 * conv_dim + y * kDk;
-  const float* k = q + Hk * kDk;
-  for (int e = threadIdx.x; e < 2 * C * kDk / 8; e += blockDim.x) {
-    float v[8];
-    if (e < C * kDk / 8) {  // Q: token i, Dk kk ..
-      const int i = e / (kDk / 8), kk = (e % (kDk / 8)) * 8;
-#pragma unroll
-      for (int m = 0; m < 8; ++m) v[m] = i < n ? q[i * conv_dim + kk + m] : 0.0f;
-      put8(sc.qp + (ci * Hk + y) * kTile, kTile / 2, kmajor_off(i, kk, C), v);
-    } else {  // K^T: Dk row x, tokens i0 ..
-      const int ee = e - C * kDk / 8, x = ee % kDk, i0 = (ee / kDk) * 8;
-#pragma unroll
-      for (int m = 0; m < 8; ++m) v[m] = i0 + m < n ? k[(i0 + m) * conv_dim + x] : 0.0f;
-      put8(sc.ktp + (ci * Hk + y) * kTile, kTile / 2, kmajor_off(x, i0, kDk), v);
-    }
-  }
-}
 
 struct ScanSmem {
   // W, Q, K^T, S^T planes (32 KiB each), A's, Vn'^T's and Vn^T's (16 KiB each), the decays;
@@ -313,6 +288,9 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
   const int64_t t0 = ch.chunk_start[c];
   const int n = ch.chunk_len[c];
   const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
+  // the first value head of each key head also writes the scan's Q and K^T planes of (chunk, key
+  // head) from the values it loads anyway (a kernel of their own read them again: ~10% of the scan)
+  const bool lead = j % (Hv / Hk) == 0;
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7, wi = warp & 3;
   const int gq = lane >> 2, tq = lane & 3;
   const float* rows = mixed + t0 * conv_dim;
@@ -344,6 +322,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
       const bool isq = e < C * Dk / 8;
       const int ee = isq ? e : e - C * Dk / 8, i = ee / (Dk / 8), kk = (ee % (Dk / 8)) * 8;
       put8(isq ? Qp : Kp, kTile / 2, kmajor_off(i, kk, C), v[q]);
+      if (isq && lead) put8(sc.qp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(i, kk, C), v[q]);  // the scan's Q
     }
   }
   fence_proxy_async();
@@ -403,6 +382,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
       const bool isk = e < C * Dk / 8;
       const int ee = isk ? e : e - C * Dk / 8, x = ee % 128, i0 = (ee / 128) * 8;
       const float* scale = isk ? sk : bs;
+      if (isk && lead) put8(sc.ktp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(x, i0, kDk), v[q]);  // the scan's K^T
 #pragma unroll
       for (int m = 0; m < 8; ++m) v[q][m] = i0 + m < n ? scale[i0 + m] * v[q][m] : 0.0f;
       put8(isk ? Ks : Vp, kTile / 2, kmajor_off(x, i0, 128), v[q]);
@@ -477,7 +457,8 @@ void require_wgmma(const char* op, int64_t Dk, int64_t Dv) {
 void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
                           const GdnChunks& ch, const GdnScratch& sc, cudaStream_t s) {
   require_wgmma("gdn_chunk_prep", Dk, Dv);
-  if (!sc.wp || !sc.ap || !sc.u) throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: the wgmma prep's W / A planes are not planned");
+  if (!sc.wp || !sc.ap || !sc.qp || !sc.ktp || !sc.u)
+    throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: the wgmma prep's W / A / Q / K^T planes are not planned");
   static const bool attr = [] {
     check(cudaFuncSetAttribute(gdn_prep_wgmma_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes())), "gdn_prep_wgmma smem");
     return true;
@@ -498,11 +479,9 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
     return true;
   }();
   (void)attr;
-  const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
+  (void)mixed;  // the prep made Q's and K^T's planes from it
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
-  gdn_qk_planes_k<<<dim3(unsigned(c1 - sc.c0), unsigned(Hk)), 256, 0, s>>>(mixed, conv_dim, Hk, ch, sc);
-  check_launch("gdn_qk_planes");
   gdn_scan_wgmma_k<<<dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / kCols)), 256, ScanSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
   check_launch("gdn_scan_wgmma");
 }
