@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "common/error.h"
 #include "common/json.h"
@@ -75,6 +76,47 @@ TEST(Quant, E4m3EncodeIsTheNearestCode) {
     const float mid = 0.5f * (e4m3_value(c) + e4m3_value(uint8_t(c + 1)));
     ASSERT_EQ(e4m3_encode(mid), nearest(mid)) << "midpoint above code " << int(c);
   }
+}
+
+// The GPU's FP8 row quantization (cuda/ops/formats.cuh, fp8_div_by_recip) divides by the row's
+// scale s = m / 448 through s's correctly rounded reciprocal and one FMA correction. Its quotient
+// may differ from x / s (subnormal x or quotients), its code may not: every row amax m >= 2^-100
+// that is a bf16 value, every bf16 x with |x| <= m.
+TEST(Quant, Fp8RowReciprocalGivesTheDivisionsCodes) {
+  auto bf16_value = [](uint32_t bits) {
+    const uint32_t u = bits << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  std::vector<float> pos;  // every positive finite bf16, ascending
+  for (uint32_t b = 1; b < 0x7f80; ++b) pos.push_back(bf16_value(b));
+  long bad[2] = {0, 0}, pairs[2] = {0, 0}, differing[2] = {0, 0};
+  auto part = [&](int w) {
+    for (size_t mi = w; mi < pos.size(); mi += 2) {
+      const float m = pos[mi];
+      if (m < 0x1p-100f) continue;
+      const float s = m / 448.0f, inv = 1.0f / s;
+      for (size_t xi = 0; xi <= mi; ++xi)
+        for (const float x : {pos[xi], -pos[xi]}) {
+          const float q0 = x * inv, q = std::fma(std::fma(-q0, s, x), inv, q0), ref = x / s;
+          ++pairs[w];
+          if (q == ref) continue;
+          ++differing[w];
+          if (e4m3_encode(q) != e4m3_encode(ref)) ++bad[w];
+        }
+    }
+  };
+  std::thread t0(part, 0), t1(part, 1);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(bad[0] + bad[1], 0);
+  EXPECT_GT(pairs[0] + pairs[1], 1000000000L);
+  EXPECT_GT(differing[0] + differing[1], 0) << "the check would not see a quotient that differs";
+  // ...and below 2^-100 the shortcut is wrong: the GPU divides there (fp8_row_recip gives 0)
+  const float m = 0x1.f4p-108f, x = 0x1.f4p-124f, s = m / 448.0f, inv = 1.0f / s;
+  const float q0 = x * inv;
+  EXPECT_NE(e4m3_encode(std::fma(std::fma(-q0, s, x), inv, q0)), e4m3_encode(x / s));
 }
 
 TEST(Quant, E2m1GridAndTiesToEven) {

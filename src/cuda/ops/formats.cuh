@@ -57,14 +57,35 @@ __device__ __forceinline__ float absmax8_bf16(uint4 v, float m) {
   }
   return m;
 }
-__device__ __forceinline__ uint2 e4m3_encode8_bf16(uint4 v, float s) {
+// x / s for an FP8 row quantization (s = m / 448, m the row's amax, a bf16 value, as every x):
+// from s's correctly rounded reciprocal and one FMA correction (Markstein) instead of a division.
+// The quotient is not always the correctly rounded one (subnormal x or quotients), but its e4m3
+// code equals that of __fdiv_rn(x, s) for every m >= 2^-100 and every bf16 x with |x| <= m: all
+// such pairs are checked on the CPU (test_quant.cpp, Fp8RowReciprocalGivesTheDivisionsCodes).
+// For a smaller or infinite m, fp8_row_recip gives 0 and the codes come from the division.
+__device__ __forceinline__ float fp8_row_recip(float m, float s) { return m >= 0x1p-100f && m <= 3.4028235e38f ? __frcp_rn(s) : 0.0f; }
+__device__ __forceinline__ float fp8_div_by_recip(float x, float s, float inv) {
+  const float q0 = __fmul_rn(x, inv);
+  return __fmaf_rn(__fmaf_rn(-q0, s, x), inv, q0);
+}
+// inv: fp8_row_recip(m, s) (0: divide)
+__device__ __forceinline__ uint2 e4m3_encode8_bf16(uint4 v, float s, float inv) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
   uint32_t w[2] = {0u, 0u};
+  if (inv != 0.0f) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 f = __bfloat1622float2(h[j]);
-    const uint32_t lo = e4m3_encode(__fdiv_rn(f.x, s)), hi = e4m3_encode(__fdiv_rn(f.y, s));
-    w[j / 2] |= (lo | hi << 8) << (16 * (j % 2));
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      const uint32_t lo = e4m3_encode(fp8_div_by_recip(f.x, s, inv)), hi = e4m3_encode(fp8_div_by_recip(f.y, s, inv));
+      w[j / 2] |= (lo | hi << 8) << (16 * (j % 2));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      const uint32_t lo = e4m3_encode(__fdiv_rn(f.x, s)), hi = e4m3_encode(__fdiv_rn(f.y, s));
+      w[j / 2] |= (lo | hi << 8) << (16 * (j % 2));
+    }
   }
   return make_uint2(w[0], w[1]);
 }

@@ -3,6 +3,7 @@
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
+#include "cuda/ops/swiglu_fp8.cuh"
 
 namespace clefrt::cuda {
 
@@ -75,21 +76,6 @@ __global__ void layer_norm_k(float* x, int64_t d, int64_t ldx, const float* add,
 // grid (L, column blocks): 8 outputs per thread, from 16-byte loads when ffn % 8 == 0 (no
 // 64-bit index division per element as in a flat grid-stride loop).
 constexpr int kSwigluThreads = 256;
-// Scaled: gate|up came from the FP8 GEMM unscaled (LinearRunner::run_fp8_unscaled); each value is
-// first rounded exactly as the FP8 epilogue would have stored it, bf16(v * rs[t] * cs(c)), with
-// cs(c) = cs_lo[c] for c < split, else cs_hi[c - split]: bit for bit the unfused result, without
-// the epilogue's pass over the [L, 2 ffn] output.
-struct GuScales {
-  const float* rs = nullptr;  // null: not scaled
-  const float* cs_lo = nullptr;
-  const float* cs_hi = nullptr;
-  int64_t split = 0;
-};
-__device__ __forceinline__ float gu_value(bf16 v, int64_t t, int64_t c, const GuScales& sc) {
-  if (!sc.rs) return __bfloat162float(v);
-  const float cs = c < sc.split ? sc.cs_lo[c] : sc.cs_hi[c - sc.split];
-  return __bfloat162float(__float2bfloat16_rn(fp8_scaled(__bfloat162float(v), sc.rs[t], cs)));
-}
 __global__ void swiglu_k(const bf16* gu, int64_t ffn, bf16* act, GuScales sc) {
   const int64_t t = blockIdx.x;
   const bf16* g = gu + t * 2 * ffn;
@@ -109,37 +95,6 @@ __global__ void swiglu_k(const bf16* gu, int64_t ffn, bf16* act, GuScales sc) {
     return;
   }
   for (int64_t j = j0; j < j0 + 8 && j < ffn; ++j) a[j] = __float2bfloat16(silu_f(gu_value(g[j], t, j, sc)) * gu_value(u[j], t, ffn + j, sc));
-}
-
-// swiglu_k's scaled values for one token row per CTA, kept in shared memory as bf16 (the bits
-// swiglu_fp8_scaled stores), then fp8_quant_rows_v_k's amax, scale and codes from them. `scale`
-// may be sc.rs itself (the forward's FP8 scratch holds gate|up's row scales, then down_proj's):
-// every read of rs[t] comes before block_max's barriers, and its one write after them.
-constexpr int kSwigluQuantThreads = 512;
-__global__ void __launch_bounds__(kSwigluQuantThreads) swiglu_fp8_quant_k(const bf16* gu, int64_t ffn, GuScales sc, uint8_t* q, int64_t kp8,
-                                                                         float* scale) {
-  extern __shared__ uint4 act_s[];  // [ffn / 8]
-  __shared__ float sh[32];
-  const int64_t t = blockIdx.x, f8 = ffn / 8;
-  const uint4* g = reinterpret_cast<const uint4*>(gu + t * 2 * ffn);
-  const uint4* u = g + f8;
-  float m = 0;
-  for (int64_t i = threadIdx.x; i < f8; i += blockDim.x) {
-    const uint4 gv = g[i], uv = u[i];
-    const bf16* gp = reinterpret_cast<const bf16*>(&gv);
-    const bf16* up = reinterpret_cast<const bf16*>(&uv);
-    uint4 ov;
-    bf16* op = reinterpret_cast<bf16*>(&ov);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16(silu_f(gu_value(gp[j], t, 8 * i + j, sc)) * gu_value(up[j], t, ffn + 8 * i + j, sc));
-    m = absmax8_bf16(ov, m);
-    act_s[i] = ov;
-  }
-  m = block_max(m, sh);  // its barriers also publish act_s
-  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f;
-  if (threadIdx.x == 0) scale[t] = s;
-  uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
-  for (int64_t i = threadIdx.x; i < kp8; i += blockDim.x) out[i] = i < f8 ? e4m3_encode8_bf16(act_s[i], s) : make_uint2(0u, 0u);
 }
 
 __global__ void bias_act_k(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu) {
@@ -302,10 +257,9 @@ void swiglu_fp8_scaled(const bf16* gu, int64_t L, int64_t ffn, const float* rs, 
   launch_swiglu(gu, L, ffn, act, GuScales{rs, cs_lo, cs_hi, split}, s);
 }
 
-// act's row in dynamic shared memory beside the kernel's 32 floats of static, within the 48 KiB a
-// block has without opting in
+// a row in at most kSwigluQuantMaxThreads threads of kSwigluQuantItems 8-value items
 bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp) {
-  return ffn > 0 && ffn % 8 == 0 && kp % 8 == 0 && kp >= ffn && ffn * 2 + 32 * int64_t(sizeof(float)) <= 48 * 1024;
+  return ffn > 0 && ffn % 8 == 0 && kp % 8 == 0 && kp >= ffn && ffn <= int64_t(8) * kSwigluQuantItems * kSwigluQuantMaxThreads;
 }
 
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
@@ -313,7 +267,7 @@ void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, c
   if (!swiglu_fp8_quant_fits(ffn, kp))
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: ffn " + std::to_string(ffn) + ", kp " + std::to_string(kp) + " do not fit");
   if (L == 0) return;
-  swiglu_fp8_quant_k<<<unsigned(L), kSwigluQuantThreads, size_t(ffn) * 2, s>>>(gu, ffn, GuScales{rs, cs_lo, cs_hi, split}, q, kp / 8, scale);
+  launch_swiglu_fp8_quant<1>(gu, L, ffn, GuScales{rs, cs_lo, cs_hi, split}, q, kp, scale, s);
   check_launch("swiglu_fp8_quant");
 }
 

@@ -1,0 +1,127 @@
+// The FP8 SwiGLU's device code, shared by kernels_basic.cu (the product) and the kernel lab
+// (dev/cuda/elementwise.cu, its variants): gate|up from the FP8 GEMM without its scales, the
+// scales applied as read, and the fused SwiGLU + FP8 row quantization of down_proj's input.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/ops/formats.cuh"
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/reduce.cuh"
+
+namespace clefrt::cuda {
+namespace {
+
+// Scaled: gate|up came from the FP8 GEMM unscaled (LinearRunner::run_fp8_unscaled); each value is
+// first rounded exactly as the FP8 epilogue would have stored it, bf16(v * rs[t] * cs(c)), with
+// cs(c) = cs_lo[c] for c < split, else cs_hi[c - split]: bit for bit the unfused result, without
+// the epilogue's pass over the [L, 2 ffn] output.
+struct GuScales {
+  const float* rs = nullptr;  // null: not scaled
+  const float* cs_lo = nullptr;
+  const float* cs_hi = nullptr;
+  int64_t split = 0;
+};
+__device__ __forceinline__ float gu_value(bf16 v, int64_t t, int64_t c, const GuScales& sc) {
+  if (!sc.rs) return __bfloat162float(v);
+  const float cs = c < sc.split ? sc.cs_lo[c] : sc.cs_hi[c - sc.split];
+  return __bfloat162float(__float2bfloat16_rn(fp8_scaled(__bfloat162float(v), sc.rs[t], cs)));
+}
+// swiglu_k's scaled values for one token row per CTA, then fp8_quant_rows_v_k's amax, scale and
+// codes from them. A thread holds up to four 16-byte items (8 values) of the row in registers from
+// its loads to its codes, so the only exchange is block_max, the four items' loads are in flight
+// together, and the block is sized to the row (ffn / 32 threads rounded up to a warp: no thread
+// idles through a last partial round). `scale` may be sc.rs itself (the forward's FP8 scratch
+// holds gate|up's row scales, then down_proj's): rs[t] is read before block_max's barriers, and
+// scale[t] written after them.
+constexpr int kSwigluQuantItems = 4;
+constexpr int kSwigluQuantMaxThreads = 576;  // ffn <= 18,432 (Clef: 12,288 and 17,408)
+// 8 consecutive column scales from column c (a multiple of 8): two 16-byte loads when the host
+// found both arrays 16-byte aligned and split a multiple of 8 (no 8-group straddles it).
+__device__ __forceinline__ void gu_scales8(const GuScales& sc, int c, bool vec, float (&cs)[8]) {
+  if (vec) {
+    const int split = int(sc.split);
+    const float4* p = reinterpret_cast<const float4*>(c < split ? sc.cs_lo + c : sc.cs_hi + (c - split));
+    const float4 a = __ldg(p), b = __ldg(p + 1);
+    cs[0] = a.x, cs[1] = a.y, cs[2] = a.z, cs[3] = a.w, cs[4] = b.x, cs[5] = b.y, cs[6] = b.z, cs[7] = b.w;
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) cs[j] = c + j < sc.split ? sc.cs_lo[c + j] : sc.cs_hi[c + j - sc.split];
+}
+// swiglu_k's 8 outputs of one item, scaled (gu_value's rounding) when rs is set
+__device__ __forceinline__ uint4 swiglu8_scaled(uint4 gv, uint4 uv, float r, const GuScales& sc, int c, int ffn, bool vec) {
+  const bf16* gp = reinterpret_cast<const bf16*>(&gv);
+  const bf16* up = reinterpret_cast<const bf16*>(&uv);
+  float g[8], u[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) g[j] = __bfloat162float(gp[j]), u[j] = __bfloat162float(up[j]);
+  if (sc.rs) {
+    float cg[8], cu[8];
+    gu_scales8(sc, c, vec, cg);
+    gu_scales8(sc, ffn + c, vec, cu);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      g[j] = __bfloat162float(__float2bfloat16_rn(fp8_scaled(g[j], r, cg[j])));
+      u[j] = __bfloat162float(__float2bfloat16_rn(fp8_scaled(u[j], r, cu[j])));
+    }
+  }
+  uint4 ov;
+  bf16* op = reinterpret_cast<bf16*>(&ov);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16(silu_f(g[j]) * u[j]);
+  return ov;
+}
+// MinBlocks: CTAs an SM the registers are capped for (1: 94 registers, no spills; 2: 56 with
+// spills), the lab's two variants (dev/cuda/elementwise.cu); the product runs 1.
+template <int MinBlocks>
+__global__ void __launch_bounds__(kSwigluQuantMaxThreads, MinBlocks) swiglu_fp8_quant_k(const bf16* gu, int64_t ffn, GuScales sc, bool vec, uint8_t* q,
+                                                                                int64_t kp8, float* scale) {
+  __shared__ float sh[32];
+  const int64_t t = blockIdx.x;
+  const int f8 = int(ffn / 8);
+  const uint4* g = reinterpret_cast<const uint4*>(gu + t * 2 * ffn);
+  const uint4* u = g + f8;
+  uint4 gv[kSwigluQuantItems], uv[kSwigluQuantItems];
+#pragma unroll
+  for (int k = 0; k < kSwigluQuantItems; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < f8) gv[k] = g[i], uv[k] = u[i];
+  }
+  const float r = sc.rs ? sc.rs[t] : 1.0f;
+  float m = 0;
+#pragma unroll
+  for (int k = 0; k < kSwigluQuantItems; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < f8) {
+      gv[k] = swiglu8_scaled(gv[k], uv[k], r, sc, 8 * i, int(ffn), vec);
+      m = absmax8_bf16(gv[k], m);
+    }
+  }
+  m = block_max(m, sh);
+  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
+  if (threadIdx.x == 0) scale[t] = s;
+  uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
+#pragma unroll
+  for (int k = 0; k < kSwigluQuantItems; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < f8) out[i] = e4m3_encode8_bf16(gv[k], s, inv);
+  }
+  for (int64_t i = f8 + threadIdx.x; i < kp8; i += blockDim.x) out[i] = make_uint2(0u, 0u);  // the GEMM's K padding
+}
+
+// One CTA a row of ceil(ffn / 8 / kSwigluQuantItems) threads rounded up to a warp; the scales'
+// 16-byte loads where both arrays are 16-byte aligned and split a multiple of 8.
+template <int MinBlocks>
+void launch_swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
+  const int64_t items = ffn / 8, per = (items + kSwigluQuantItems - 1) / kSwigluQuantItems;
+  const unsigned threads = unsigned((per + 31) / 32 * 32);
+  auto a16 = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vec = sc.split % 8 == 0 && a16(sc.cs_lo) && (sc.split >= 2 * ffn || a16(sc.cs_hi));
+  swiglu_fp8_quant_k<MinBlocks><<<unsigned(L), threads, 0, s>>>(gu, ffn, sc, vec, q, kp / 8, scale);
+}
+
+}  // namespace
+}  // namespace clefrt::cuda
