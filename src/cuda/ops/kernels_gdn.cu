@@ -126,29 +126,71 @@ __device__ __forceinline__ void gates_at(const float* b, const float* a, int64_t
 }
 
 // Clef's shape (K = 4, Dk = 128, conv_dim % 128 == 0): the conv + SiLU, the q / k norms and the
-// gates in one launch instead of three, mixed written once. A warp's 32 lanes take 128
-// consecutive channels of one token (four each), which in the q and k columns is one whole head,
-// so the norm's sum is a warp sum; items [n, n + L Hv) are the gates. The conv values are
-// conv_silu4_k's bits; the norms sum in another order than qk_norm_k (a lane's four, then the
-// warp), within fp32 rounding of it.
-__global__ void gdn_conv_prep_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t n, uint32_t c4n,
-                                uint32_t q4, float qscale, const float* w, float* y, ConvHistory hist, RowColScales xs, const float* b,
-                                const float* a, int64_t ldba, uint32_t Hv, uint32_t total, const float* negA, const float* dt_bias, float* g,
-                                float* beta) {
+// gates in one launch instead of three, mixed written once. A thread takes four consecutive
+// channels of kConvTokens consecutive tokens: the kConvTokens + 3 input rows they need are read
+// once into registers (one token a thread read each row four times). A warp's 32 lanes take 128
+// consecutive channels of the same tokens, which in the q and k columns is one whole head, so the
+// norm's sum is a warp sum; items [n, n + L Hv) are the gates. The conv values are
+// conv_silu4_k's bits (the same taps in the same order); the norms sum in another order than
+// qk_norm_k (a lane's four, then the warp), within fp32 rounding of it.
+constexpr int kConvTokens = 8;
+__global__ void gdn_conv_prep_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t L, uint32_t n,
+                                uint32_t c4n, uint32_t q4, float qscale, const float* w, float* y, ConvHistory hist, RowColScales xs,
+                                const float* b, const float* a, int64_t ldba, uint32_t Hv, uint32_t total, const float* negA,
+                                const float* dt_bias, float* g, float* beta) {
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     if (i >= n) {  // whole warps are on one side: n is a multiple of 32
       const uint32_t e = i - n, t = e / Hv;
       gates_at(b, a, ldba, t, e - t * Hv, e, negA, dt_bias, g, beta);
       continue;
     }
-    const uint32_t r = i / c4n, q = i - r * c4n, c0 = q * 4;
-    float4 v = conv4_silu_at(x, ldx, x_row0, seq_start, t0 + r, c0, c4n, w, hist, xs);
-    if (q < 2 * q4) {  // a q or k head: the whole warp (c4n and q4 are multiples of 32)
-      const float ss = warp_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w);
-      const float inv = rsqrtf(ss + 1e-6f) * (q < q4 ? qscale : 1.0f);
-      v = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+    const uint32_t grp = i / c4n, q = i - grp * c4n, c0 = q * 4, r0 = grp * kConvTokens;
+    const float4 cs4 = xs.rs ? *reinterpret_cast<const float4*>(xs.cs + c0) : make_float4(0, 0, 0, 0);
+    const float4 w0 = reinterpret_cast<const float4*>(w)[c0], w1 = reinterpret_cast<const float4*>(w)[c0 + 1],
+                 w2 = reinterpret_cast<const float4*>(w)[c0 + 2], w3 = reinterpret_cast<const float4*>(w)[c0 + 3];
+    const float k0[4] = {w0.x, w0.y, w0.z, w0.w}, k1[4] = {w1.x, w1.y, w1.z, w1.w}, k2[4] = {w2.x, w2.y, w2.z, w2.w},
+                k3[4] = {w3.x, w3.y, w3.z, w3.w};
+    // rows t0 + r0 - 3 .. t0 + r0 + kConvTokens - 1 of x, those it has (a token reads the ones
+    // of its own sequence only, below)
+    float4 win[kConvTokens + 3];
+#pragma unroll
+    for (int m = 0; m < kConvTokens + 3; ++m) {
+      const int64_t src = t0 + int64_t(r0) + m - 3;
+      win[m] = make_float4(0, 0, 0, 0);
+      if (src >= x_row0 && src < t0 + int64_t(L)) {
+        win[m] = *reinterpret_cast<const float4*>(x + (src - x_row0) * ldx + c0);
+        if (xs.rs) win[m] = fp8_scaled4(win[m], xs.rs[src - x_row0], cs4);  // the scale pass's bits, applied here instead
+      }
     }
-    *reinterpret_cast<float4*>(y + int64_t(r) * (4 * int64_t(c4n)) + c0) = v;
+#pragma unroll
+    for (int m = 0; m < kConvTokens; ++m) {
+      if (r0 + m >= L) break;  // the whole warp: its lanes share the tokens
+      const int64_t t = t0 + r0 + m, s0 = seq_start[t];
+      float a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // conv4_silu_at's taps
+        const int64_t src = t - 3 + j;
+        float4 v;
+        if (src >= s0) {
+          v = win[m + j];
+        } else {
+          const float* h = history_of(hist, t);
+          if (!h) continue;
+          v = *reinterpret_cast<const float4*>(h + hist.layer_off + (3 + (src - s0)) * (4 * int64_t(c4n)) + c0);
+        }
+        a0 += k0[j] * v.x;
+        a1 += k1[j] * v.y;
+        a2 += k2[j] * v.z;
+        a3 += k3[j] * v.w;
+      }
+      float4 v = make_float4(silu_f(a0), silu_f(a1), silu_f(a2), silu_f(a3));
+      if (q < 2 * q4) {  // a q or k head: the whole warp (c4n and q4 are multiples of 32)
+        const float ss = warp_sum(v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w);
+        const float inv = rsqrtf(ss + 1e-6f) * (q < q4 ? qscale : 1.0f);
+        v = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+      }
+      *reinterpret_cast<float4*>(y + int64_t(r0 + m) * (4 * int64_t(c4n)) + c0) = v;
+    }
   }
 }
 
@@ -744,14 +786,14 @@ void gdn_prep(float* mixed, int64_t conv_dim, int64_t L, int64_t Hk, int64_t Dk,
 }
 
 bool gdn_conv_prep_fuses(int64_t K, int64_t Dk, int64_t conv_dim, int64_t ldx, int64_t L, int64_t Hv) {
-  return K == 4 && Dk == 128 && conv_dim % 128 == 0 && ldx % 4 == 0 && L * (conv_dim / 4 + Hv) < (int64_t(1) << 31);
+  return K == 4 && Dk == 128 && conv_dim % 128 == 0 && ldx % 4 == 0 && (L + kConvTokens) * (conv_dim / 4 + Hv) < (int64_t(1) << 31);
 }
 
 void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, const float* conv_w, int64_t K,
                    int64_t conv_dim, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
                    const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist, const RowColScales& xs) {
   if (L == 0) return;
-  const int64_t n = L * conv_dim / 4, total = n + L * Hv;
+  const int64_t n = (L + kConvTokens - 1) / kConvTokens * (conv_dim / 4), total = n + L * Hv;
   if (!gdn_conv_prep_fuses(K, Dk, conv_dim, ldx, L, Hv)) {
     if (xs.rs) throw Error(Status::Internal, "internal_error", "gdn conv_prep: FP8 scales on the reader need the one-kernel form");
     conv_silu_rows(x, ldx, x_row0, seq_start, t0, L, conv_dim, conv_w, K, mixed, s, hist);
@@ -759,7 +801,7 @@ void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* s
     return;
   }
   check_conv_block(hist, x_row0, t0, "gdn conv_prep");
-  gdn_conv_prep_k<<<grid_for(total), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(n), uint32_t(conv_dim / 4), uint32_t(Hk * Dk / 4),
+  gdn_conv_prep_k<<<grid_for(total), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(L), uint32_t(n), uint32_t(conv_dim / 4), uint32_t(Hk * Dk / 4),
                                                   1.0f / sqrtf(float(Dk)), conv_w, mixed, hist, xs, b, a, ldba, uint32_t(Hv), uint32_t(total), negA,
                                                   dt_bias, g, beta);
   check_launch("gdn conv_prep");
