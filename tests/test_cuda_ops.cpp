@@ -239,7 +239,9 @@ TEST(CudaOps, HeadGemmBiasEpilogueEqualsBiasAct) {
 
 TEST(CudaOps, NormsMatchCpu) {
   NEED_GPU();
-  for (int64_t d : {16, 64, 1000, 1152, 5120, 1001}) {  // 1001: the scalar (not float4) form
+  // rms_norm_1p: a row in registers up to 8,192 (two float4 a thread), a block-per-row loop over
+  // 8,200 (float4) and 1,001 (scalar)
+  for (int64_t d : {16, 64, 1000, 1152, 4096, 5120, 8192, 8200, 1001}) {
     const int64_t rows = 37;
     auto x = randn(size_t(rows * d), 4, 3.0f), w = randn(size_t(d), 5, 0.1f), b = randn(size_t(d), 6, 0.1f);
     std::vector<float> want(x.size()), want_ln(x.size());
