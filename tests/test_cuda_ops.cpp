@@ -749,6 +749,20 @@ TEST(CudaOps, HeadMhaMatchesCpu) {
                nullptr);
     expect_close(down<float>(out, want.size()), want, 1e-5, 1e-4, "mha heads=" + std::to_string(heads));
   }
+  // per-row key ranges over a long memory (the online softmax's rescaling), one of them empty
+  const int64_t heads = 16, W = 1024, lq = 4, lk = 6000;
+  auto q = randn(size_t(lq * W), 20, 2.0f), k = randn(size_t(lk * W), 21), v = randn(size_t(lk * W), 22);
+  const std::vector<int32_t> kb = {0, 100, 5999, 40}, ke = {6000, 4100, 6000, 40};
+  std::vector<float> want(static_cast<size_t>(lq * W), 0.0f);
+  for (int64_t r = 0; r < lq; ++r)
+    if (ke[size_t(r)] > kb[size_t(r)])
+      cpu::attention_full(q.data() + r * W, 1, k.data() + int64_t(kb[size_t(r)]) * W, v.data() + int64_t(kb[size_t(r)]) * W,
+                          ke[size_t(r)] - kb[size_t(r)], W, heads, want.data() + r * W);
+  DeviceBuffer dq = upload(q, "q"), dk = upload(k, "k"), dv = upload(v, "v"), dkb = upload(kb, "kb"), dke = upload(ke, "ke"), out(want.size() * 4);
+  mha_attend(dq.as<float>(), W, lq, dk.as<float>(), W, dv.as<float>(), W, dkb.as<int32_t>(), dke.as<int32_t>(), W, heads, out.as<float>(), nullptr);
+  const auto got = down<float>(out, want.size());
+  expect_close(got, want, 1e-5, 1e-4, "mha over per-row key ranges");
+  for (int64_t i = 3 * W; i < 4 * W; ++i) ASSERT_EQ(got[size_t(i)], 0.0f) << "an empty key range gives zeros";
 }
 
 }  // namespace

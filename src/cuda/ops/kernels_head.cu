@@ -46,12 +46,15 @@ __global__ void scatter_rows_k(const float* src, int64_t d, const int32_t* idx, 
   out[int64_t(idx[i]) * d + col] = src[i * d + col];
 }
 
-// One CTA of 128 threads per (query row, head): pass 1 max/sum of exp over the keys (each
-// thread a strided subset), pass 2 the weighted sum of values, reduced through shared memory.
+// One CTA of 128 threads per (query row, head), one pass over the keys with an online softmax:
+// each thread a strided subset of the keys, its running max, sum and weighted values rescaled
+// when its max grows; the threads' partials merged through shared memory. A key's dot product
+// in four partial sums (four independent FMA chains).
 constexpr int kMhaThreads = 128;
 template <int HD>
 __global__ void __launch_bounds__(kMhaThreads) mha_k(const float* q, int64_t ldq, const float* k, int64_t ldk, const float* v, int64_t ldv,
                                                      const int32_t* kbeg, const int32_t* kend, float* out, int64_t ldo) {
+  static_assert(HD % 4 == 0, "four partial dot products");
   __shared__ float qs[HD];
   __shared__ float red[32];
   __shared__ float acc_s[kMhaThreads / 32][HD];
@@ -61,35 +64,38 @@ __global__ void __launch_bounds__(kMhaThreads) mha_k(const float* q, int64_t ldq
   __syncthreads();
   const int32_t b = kbeg[r], e = kend[r];
   const float scale = rsqrtf(float(HD));
-  float m = -INFINITY;
-  for (int32_t t = b + tid; t < e; t += blockDim.x) {
-    const float* kr = k + int64_t(t) * ldk + int64_t(h) * HD;
-    float s = 0;
-#pragma unroll
-    for (int i = 0; i < HD; ++i) s += qs[i] * kr[i];
-    m = fmaxf(m, s * scale);
-  }
-  m = block_max(m, red);
-  float l = 0;
+  float m = -INFINITY, l = 0;
   float acc[HD];
 #pragma unroll
   for (int i = 0; i < HD; ++i) acc[i] = 0;
   for (int32_t t = b + tid; t < e; t += blockDim.x) {
     const float* kr = k + int64_t(t) * ldk + int64_t(h) * HD;
-    float s = 0;
-#pragma unroll
-    for (int i = 0; i < HD; ++i) s += qs[i] * kr[i];
-    const float p = expf(s * scale - m);
-    l += p;
     const float* vr = v + int64_t(t) * ldv + int64_t(h) * HD;
+    float s4[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < HD; i += 4)
+#pragma unroll
+      for (int u = 0; u < 4; ++u) s4[u] += qs[i + u] * kr[i + u];
+    const float s = ((s4[0] + s4[1]) + (s4[2] + s4[3])) * scale;
+    if (s > m) {  // the running max grows: rescale what was summed under the old one
+      const float f = expf(m - s);
+      l *= f;
+#pragma unroll
+      for (int i = 0; i < HD; ++i) acc[i] *= f;
+      m = s;
+    }
+    const float p = expf(s - m);
+    l += p;
 #pragma unroll
     for (int i = 0; i < HD; ++i) acc[i] += p * vr[i];
   }
-  l = block_sum(l, red);
+  const float mb = block_max(m, red);
+  const float f = m == -INFINITY ? 0.0f : expf(m - mb);  // a thread without keys adds nothing
+  l = block_sum(l * f, red);
   const int lane = tid & 31, w = tid >> 5;
 #pragma unroll
   for (int i = 0; i < HD; ++i) {
-    const float s = warp_sum(acc[i]);
+    const float s = warp_sum(acc[i] * f);
     if (lane == 0) acc_s[w][i] = s;
   }
   __syncthreads();
