@@ -437,6 +437,43 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
   EXPECT_FALSE(cuda::swiglu_fp8_quant_fits(44, 48)) << "ffn not a multiple of 8";
 }
 
+// The input norm that quantizes its rows for the FP8 GEMM it feeds (rms_norm_1p_fp8) against
+// rms_norm_1p + fp8_quantize_rows byte for byte: codes, row scales, the zero padding to kp, the
+// bf16 rows when asked for, an all-zero row (scale 1); at Clef's widths, a small one and one
+// whose float4s do not fill the last warp.
+TEST(CudaQuant, Fp8RmsNormQuantEqualsNormThenQuantize) {
+  NEED_GPU();
+  for (auto [d, kp] : {std::pair<int64_t, int64_t>{5120, 5120}, {5120, 5136}, {4096, 4096}, {16, 32}, {1000, 1004}, {8192, 8192}}) {
+    const int64_t L = 7;
+    const std::string at = " at d " + std::to_string(d) + ", kp " + std::to_string(kp);
+    ASSERT_TRUE(cuda::rms_norm_1p_fp8_fits(d, kp)) << at;
+    std::mt19937 rng{uint32_t(d + kp)};
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> x(static_cast<size_t>(L * d)), w(static_cast<size_t>(d));
+    for (auto& v : x) v = nd(rng);
+    for (int64_t c = 0; c < d; ++c) x[size_t(2 * d + c)] = 0.0f;  // row 2: all zero
+    for (auto& v : w) v = 0.1f * nd(rng);
+    DeviceBuffer dx = cuda::upload(x, "x"), dw = cuda::upload(w, "w"), h1(size_t(L * d) * 2), h2(size_t(L * d) * 2), q1(size_t(L * kp)),
+                 q2(size_t(L * kp)), s1(size_t(L) * 4), s2(size_t(L) * 4);
+    cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");  // the padding must be written
+    cuda::rms_norm_1p(dx.as<float>(), L, d, dw.as<float>(), 1e-6f, h1.as<bf16>(), nullptr, nullptr);
+    cuda::fp8_quantize_rows(h1.as<bf16>(), L, d, d, q1.as<uint8_t>(), kp, s1.as<float>(), nullptr);
+    cuda::rms_norm_1p_fp8(dx.as<float>(), L, d, dw.as<float>(), 1e-6f, h2.as<bf16>(), q2.as<uint8_t>(), kp, s2.as<float>(), nullptr);
+    EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes" << at;
+    const auto sw = down<float>(s1, size_t(L));
+    EXPECT_EQ(down<float>(s2, size_t(L)), sw) << "scales" << at;
+    EXPECT_EQ(sw[2], 1.0f) << "the all-zero row's scale" << at;
+    EXPECT_EQ(down<uint16_t>(h2, size_t(L * d)), down<uint16_t>(h1, size_t(L * d))) << "bf16 rows" << at;
+    // without the bf16 rows: the same codes
+    DeviceBuffer q3(size_t(L * kp)), s3(size_t(L) * 4);
+    cuda::rms_norm_1p_fp8(dx.as<float>(), L, d, dw.as<float>(), 1e-6f, nullptr, q3.as<uint8_t>(), kp, s3.as<float>(), nullptr);
+    EXPECT_EQ(down<uint8_t>(q3, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes without the bf16 rows" << at;
+  }
+  EXPECT_FALSE(cuda::rms_norm_1p_fp8_fits(8196, 8196)) << "over 1,024 threads of two float4";
+  EXPECT_FALSE(cuda::rms_norm_1p_fp8_fits(5120, 5122)) << "kp not a multiple of 4";
+  EXPECT_FALSE(cuda::rms_norm_1p_fp8_fits(1002, 1004)) << "d not a multiple of 4";
+}
+
 // FP8 rows through the vector kernel (k, kp, ldx multiples of 8) and the scalar one (odd k / ldx),
 // against the CPU formula byte for byte.
 TEST(CudaQuant, Fp8QuantizeRowsVectorAndScalarPaths) {

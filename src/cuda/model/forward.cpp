@@ -811,15 +811,21 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
   lin_->begin(b.qs_gdn, size_t(first));
   LinearRunner& lin = *lin_;
   // The same Linears over the tokens in blocks of `block` (attention projections, MLP): each block
-  // replays the NVFP4 staging from its first Linear and norms its rows of x into `hn` first.
-  auto in_blocks = [&](int64_t block, const float* norm_w, bf16* hn, const std::function<void(int64_t, int64_t)>& body) {
+  // replays the NVFP4 staging from its first Linear and norms its rows of x into `hn` first, or,
+  // when `feeds` (the Linear the rows go to) is all FP8, straight into its FP8 input buffers
+  // (rms_norm_1p_fp8: the codes quantizing hn would give); body(t0, rows, quantized).
+  auto in_blocks = [&](int64_t block, const float* norm_w, bf16* hn, const DevLinear& feeds,
+                       const std::function<void(int64_t, int64_t, bool)>& body) {
     const size_t weights = lin.position();
+    LinearRunner::Fp8Input fin;
+    const bool quantized = lin.fp8_input(feeds, fin) && fin.k == H && rms_norm_1p_fp8_fits(H, fin.kp);
     for (int64_t t0 = 0; t0 < L; t0 += block) {
       const int64_t rows = std::min(block, L - t0);
       lin.replay_from(weights);
       mark("rms_norm");
-      rms_norm_1p(b.x + t0 * H, rows, H, norm_w, eps, hn, nullptr, s);
-      body(t0, rows);
+      if (quantized) rms_norm_1p_fp8(b.x + t0 * H, rows, H, norm_w, eps, nullptr, fin.q, fin.kp, fin.scale, s);
+      else rms_norm_1p(b.x + t0 * H, rows, H, norm_w, eps, hn, nullptr, s);
+      body(t0, rows, quantized);
     }
   };
   for (int64_t li = 0; li < end; ++li) {
@@ -922,9 +928,10 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       }
       // per block: the input norm, qkv, then q / k normed and rotated into their rows for all
       // tokens (gates and values too when blocked)
-      in_blocks(b.AB, l.input_norm, b.h_attn, [&](int64_t t0, int64_t rows) {
+      in_blocks(b.AB, l.input_norm, b.h_attn, l.qkv, [&](int64_t t0, int64_t rows, bool quantized) {
         mark("gemm attn qkv");
-        lin.run(b.h_attn, rows, H, l.qkv, b.abig, OutType::BF16, n, false, "attention qkv_proj");
+        if (quantized) lin.run_fp8_quantized(rows, l.qkv, b.abig, OutType::BF16, n, false, "attention qkv_proj");
+        else lin.run(b.h_attn, rows, H, l.qkv, b.abig, OutType::BF16, n, false, "attention qkv_proj");
         mark("attn prep");
         attn_prep(rows_before<const bf16>(b.abig, t0, n), n, L, t0, rows, Hq, Hkv, D, c.rotary_dim(), m_.inv_freq, b.d(b.off_seq_start), mrope,
                   l.q_norm, l.k_norm, eps, b.q, b.k, s, b.pfx ? b.d(b.off_kv_row) : nullptr, b.vv, b.gate);
@@ -957,12 +964,13 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       lin.run(b.aact, L, Hq * D, l.o, b.x, OutType::F32, H, true, "attention o_proj");
     }
     lin.use_scratch(b.qs_mlp);
-    in_blocks(b.MB, l.post_norm, b.h_mlp, [&](int64_t t0, int64_t rows) {
+    in_blocks(b.MB, l.post_norm, b.h_mlp, l.gate_up, [&](int64_t t0, int64_t rows, bool quantized) {
       mark("gemm mlp gate_up");
       // FP8: the GEMMs' scales are applied by the SwiGLU as it reads gate|up (same bits, one pass less)
       LinearRunner::Fp8Scales gsc;
-      const bool fp8_fused = lin.run_fp8_unscaled(b.h_mlp, rows, H, l.gate_up, b.mbig, 2 * c.ffn, "mlp gate_up_proj", gsc);
-      if (!fp8_fused) lin.run(b.h_mlp, rows, H, l.gate_up, b.mbig, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
+      const bool fp8_fused = lin.run_fp8_unscaled(b.h_mlp, rows, H, l.gate_up, b.mbig, 2 * c.ffn, "mlp gate_up_proj", gsc, quantized);
+      if (!fp8_fused && quantized) lin.run_fp8_quantized(rows, l.gate_up, b.mbig, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
+      else if (!fp8_fused) lin.run(b.h_mlp, rows, H, l.gate_up, b.mbig, OutType::BF16, 2 * c.ffn, false, "mlp gate_up_proj");
       mark("swiglu");
       // FP8 down_proj: the SwiGLU also quantizes its output into the GEMM's input buffers
       LinearRunner::Fp8Input din;

@@ -145,7 +145,7 @@ void LinearRunner::run_nvfp4(const bf16* x, int64_t m, int64_t ldx, const DevLin
 }
 
 bool LinearRunner::run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, bf16* y, int64_t ldy, const char* op,
-                                    Fp8Scales& sc) {
+                                    Fp8Scales& sc, bool x_quantized) {
   if (l.parts.empty() || l.parts.size() > 2 || !sc_.xq8) return false;
   for (const DevLinearPart& p : l.parts)
     if (p.fmt != WFormat::FP8 || !fp8_direct(p.row0, ldy, 2)) return false;
@@ -153,7 +153,9 @@ bool LinearRunner::run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const
   if (l.parts[0].row0 != 0 || l.parts.back().row0 + l.parts.back().n != l.n || (l.parts.size() == 2 && l.parts[1].row0 != l.parts[0].n))
     return false;
   if (m == 0) return false;
-  run_parts(x, m, ldx, l, y, OutType::BF16, ldy, false, op, PartsMode{false, true});
+  Fp8Input in;
+  if (x_quantized && !fp8_input(l, in)) return false;
+  run_parts(x, m, ldx, l, y, OutType::BF16, ldy, false, op, PartsMode{x_quantized, true});
   sc = Fp8Scales{sc_.xs, l.parts[0].row_scale, l.parts.size() == 2 ? l.parts[1].row_scale : nullptr, l.parts.size() == 2 ? l.parts[1].row0 : l.n};
   return true;
 }
@@ -171,14 +173,16 @@ bool LinearRunner::run_fp8_first_unscaled(const bf16* x, int64_t m, int64_t ldx,
 }
 
 bool LinearRunner::fp8_input(const DevLinear& l, Fp8Input& in) const {
-  if (l.parts.size() != 1 || l.parts[0].fmt != WFormat::FP8 || !sc_.xq8 || !sc_.xs) return false;
+  if (l.parts.empty() || !sc_.xq8 || !sc_.xs) return false;
+  for (const DevLinearPart& p : l.parts)  // the parts share one quantized input (run_parts)
+    if (p.fmt != WFormat::FP8 || p.k != l.parts[0].k || p.kp != l.parts[0].kp) return false;
   in = Fp8Input{sc_.xq8, l.parts[0].k, l.parts[0].kp, sc_.xs};
   return true;
 }
 
 void LinearRunner::run_fp8_quantized(int64_t m, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op) {
   Fp8Input in;
-  if (!fp8_input(l, in)) throw Error(Status::Internal, "internal_error", std::string(op) + ": run_fp8_quantized needs one FP8 part");
+  if (!fp8_input(l, in)) throw Error(Status::Internal, "internal_error", std::string(op) + ": run_fp8_quantized needs FP8 parts only");
   run_parts(nullptr, m, 0, l, y, yt, ldy, accumulate, op, PartsMode{true, false});
 }
 

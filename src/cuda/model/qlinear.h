@@ -77,7 +77,9 @@ class LinearRunner {
   // When every part of `l` is FP8 (at most two) and writes its bf16 output in place: quantizes x,
   // runs the GEMMs into y without the scale pass, fills `sc` and returns true (the fused SwiGLU
   // applies them: one pass over gate|up instead of two). Otherwise runs nothing, returns false.
-  bool run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, bf16* y, int64_t ldy, const char* op, Fp8Scales& sc);
+  // x_quantized: the input is already in fp8_input's buffers (x unused; rms_norm_1p_fp8).
+  bool run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, bf16* y, int64_t ldy, const char* op, Fp8Scales& sc,
+                        bool x_quantized = false);
 
   // When `l`'s first part is FP8 over exactly its first `cols` output columns (those its readers
   // scale) and writes its fp32 output in place, and the parts after it are bf16: runs them all,
@@ -86,9 +88,9 @@ class LinearRunner {
   // xs, intact until they have run. Otherwise runs nothing, returns false.
   bool run_fp8_first_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, float* y, int64_t ldy, int64_t cols,
                               const char* op, Fp8Scales& sc);
-  // Where an all-FP8 Linear of one part takes its quantized input (QuantScratch's xq8 / xs: rows
-  // kp apart, a scale per row), so that a kernel can write it there (swiglu_fp8_quant) and
-  // run_fp8_quantized skip the quantization. False for other Linears.
+  // Where an all-FP8 Linear takes its quantized input (QuantScratch's xq8 / xs: rows kp apart, a
+  // scale per row; its parts share it), so that a kernel can write it there (swiglu_fp8_quant,
+  // rms_norm_1p_fp8) and run_fp8_quantized skip the quantization. False for other Linears.
   struct Fp8Input {
     uint8_t* q = nullptr;
     int64_t k = 0, kp = 0;  // the input's columns, and its rows' stride in q

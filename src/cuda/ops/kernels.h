@@ -17,6 +17,12 @@ using bf16 = __nv_bfloat16;
 void embed_gather(const int32_t* ids, int64_t L, const bf16* table, int64_t d, float* x, cudaStream_t s);
 // y = x * rsqrt(mean(x^2) + eps) * (1 + w) per row; out bf16 and/or fp32 (either may be null).
 void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float eps, bf16* y16, float* y32, cudaStream_t s);
+// rms_norm_1p's bf16 rows quantized for an FP8 GEMM in the same kernel, where
+// rms_norm_1p_fp8_fits(d, kp): codes [rows, kp] (zeros past d) and a scale per row, the bits of
+// rms_norm_1p then fp8_quantize_rows; y16 (optional) the bf16 rows as well.
+bool rms_norm_1p_fp8_fits(int64_t d, int64_t kp);
+void rms_norm_1p_fp8(const float* x, int64_t rows, int64_t d, const float* w, float eps, bf16* y16, uint8_t* q, int64_t kp, float* scale,
+                     cudaStream_t s);
 // Affine LayerNorm per row; out bf16 and/or fp32. x rows are `ldx` apart.
 void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* w, const float* b, float eps, bf16* y16,
                 float* y32, cudaStream_t s);

@@ -49,6 +49,62 @@ __global__ void __launch_bounds__(1024) rms_norm_1p_reg_k(const float* x, int d4
   }
 }
 
+// rms_norm_1p_reg_k's bf16 rows quantized for an FP8 GEMM as fp8_quant_rows_v_k would from
+// them (amax of the bf16 values, s = amax / 448, codes of x / s, zeros to kp): the GEMM's input
+// without the bf16 rows' trip through memory, the same bits. y16 (optional): the bf16 rows too,
+// for a Linear's bf16 parts.
+__global__ void __launch_bounds__(1024) rms_norm_1p_fp8_k(const float* x, int d4, const float* w, float eps, bf16* y16, uint8_t* q, int64_t kp,
+                                                          float* scale) {
+  __shared__ float sh[32];
+  const int64_t row = blockIdx.x;
+  const float4* r4 = reinterpret_cast<const float4*>(x + row * 4 * d4);
+  float4 v[kRmsVec];
+  float ss = 0;
+#pragma unroll
+  for (int k = 0; k < kRmsVec; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    v[k] = i < d4 ? r4[i] : make_float4(0, 0, 0, 0);
+    ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+  }
+  const float inv = rsqrtf(block_sum(ss, sh) / float(4 * d4) + eps);
+  __nv_bfloat162 h[kRmsVec][2];
+  float m = 0;
+#pragma unroll
+  for (int k = 0; k < kRmsVec; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    h[k][0] = h[k][1] = __floats2bfloat162_rn(0.0f, 0.0f);
+    if (i >= d4) continue;
+    const float4 ww = reinterpret_cast<const float4*>(w)[i];
+    const float4 o = make_float4(v[k].x * inv * (1.0f + ww.x), v[k].y * inv * (1.0f + ww.y), v[k].z * inv * (1.0f + ww.z),
+                                 v[k].w * inv * (1.0f + ww.w));
+    h[k][0] = __floats2bfloat162_rn(o.x, o.y);
+    h[k][1] = __floats2bfloat162_rn(o.z, o.w);
+    if (y16) {
+      __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(y16 + row * 4 * d4 + 4 * i);
+      p[0] = h[k][0];
+      p[1] = h[k][1];
+    }
+    const float2 a = __bfloat1622float2(h[k][0]), b = __bfloat1622float2(h[k][1]);
+    m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(b.x), fabsf(b.y))));
+  }
+  m = block_max(m, sh);
+  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, rinv = fp8_row_recip(m, s);
+  if (threadIdx.x == 0) scale[row] = s;
+  uint8_t* out = q + row * kp;
+#pragma unroll
+  for (int k = 0; k < kRmsVec; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i >= d4) continue;
+    const float2 a = __bfloat1622float2(h[k][0]), b = __bfloat1622float2(h[k][1]);
+    const float f[4] = {a.x, a.y, b.x, b.y};
+    uint32_t word = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) word |= uint32_t(e4m3_encode(rinv != 0.0f ? fp8_div_by_recip(f[j], s, rinv) : __fdiv_rn(f[j], s))) << (8 * j);
+    reinterpret_cast<uint32_t*>(out)[i] = word;
+  }
+  for (int64_t c = 4 * int64_t(d4) + threadIdx.x; c < kp; c += blockDim.x) out[c] = 0;  // the GEMM's K padding
+}
+
 // Other widths: one block per row. Rows of d % 4 == 0 floats are read as float4 (16-byte loads: the scalar
 // form ran at about half the copy bandwidth on the 27B shapes).
 __global__ void rms_norm_1p_k(const float* x, int64_t d, const float* w, float eps, bf16* y16, float* y32) {
@@ -187,6 +243,18 @@ void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float 
     rms_norm_1p_k<<<unsigned(rows), d >= 1024 ? 256 : 128, 0, s>>>(x, d, w, eps, y16, y32);
   }
   check_launch("rms_norm_1p");
+}
+
+bool rms_norm_1p_fp8_fits(int64_t d, int64_t kp) { return d > 0 && d % 4 == 0 && d <= int64_t(4) * kRmsVec * 1024 && kp >= d && kp % 4 == 0; }
+
+void rms_norm_1p_fp8(const float* x, int64_t rows, int64_t d, const float* w, float eps, bf16* y16, uint8_t* q, int64_t kp, float* scale,
+                     cudaStream_t s) {
+  if (!rms_norm_1p_fp8_fits(d, kp) || reinterpret_cast<uintptr_t>(q) % 4 != 0)
+    throw Error(Status::Internal, "internal_error", "rms_norm_1p_fp8: d " + std::to_string(d) + ", kp " + std::to_string(kp) + " do not fit");
+  if (rows == 0) return;
+  const int64_t per = (d / 4 + kRmsVec - 1) / kRmsVec;
+  rms_norm_1p_fp8_k<<<unsigned(rows), unsigned((per + 31) / 32 * 32), 0, s>>>(x, int(d / 4), w, eps, y16, q, kp, scale);
+  check_launch("rms_norm_1p_fp8");
 }
 
 void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* w, const float* b, float eps, bf16* y16, float* y32,
