@@ -853,7 +853,13 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         const int64_t before = T0 - R0;
         if (before > 0) d2d(b.h_gdn, b.h_hist, size_t(before * H) * 2, "gdn normed history rows in");
         mark("rms_norm");
-        rms_norm_1p(b.x + T0 * H, rows, H, l.input_norm, eps, b.h_gdn + before * H, nullptr, s);
+        // FP8: a pass without history rows (the first) also quantizes its rows for the in_proj's
+        // FP8 part as the norm writes them (the codes its run would make; the bf16 rows still
+        // feed its bf16 parts and the next pass's history)
+        LinearRunner::Fp8Input gin;
+        const bool gdn_quantized = before == 0 && lin.fp8_shared_input(l.gdn_in, gin) && gin.k == H && rms_norm_1p_fp8_fits(H, gin.kp);
+        if (gdn_quantized) rms_norm_1p_fp8(b.x + T0 * H, rows, H, l.input_norm, eps, b.h_gdn, gin.q, gin.kp, gin.scale, s);
+        else rms_norm_1p(b.x + T0 * H, rows, H, l.input_norm, eps, b.h_gdn + before * H, nullptr, s);
         if (c1 < b.nchunks) {  // the next pass's history rows, before out_proj writes x
           const int64_t h0 = std::max<int64_t>(0, T1 - hist);
           d2d(b.h_hist, b.h_gdn + (h0 - R0) * H, size_t((T1 - h0) * H) * 2, "gdn normed history rows out");
@@ -863,7 +869,8 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         // the gated norm's z) instead of a pass over its fp32 output: the same bits
         LinearRunner::Fp8Scales isc;
         const bool in_unscaled = gdn_conv_prep_fuses(c.conv_kernel, c.k_head_dim, conv_dim, n, rows, c.v_heads) &&
-                                 lin.run_fp8_first_unscaled(b.h_gdn, T1 - R0, H, l.gdn_in, b.gtmp, n, conv_dim + value_dim, "gdn in_proj", isc);
+                                 lin.run_fp8_first_unscaled(b.h_gdn, T1 - R0, H, l.gdn_in, b.gtmp, n, conv_dim + value_dim, "gdn in_proj", isc,
+                                                            gdn_quantized);
         if (!in_unscaled) lin.run(b.h_gdn, T1 - R0, H, l.gdn_in, b.gtmp, OutType::F32, n, false, "gdn in_proj");
         mark("gdn conv+prep");
         ConvHistory from;

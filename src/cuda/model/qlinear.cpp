@@ -161,14 +161,29 @@ bool LinearRunner::run_fp8_unscaled(const bf16* x, int64_t m, int64_t ldx, const
 }
 
 bool LinearRunner::run_fp8_first_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, float* y, int64_t ldy, int64_t cols,
-                                          const char* op, Fp8Scales& sc) {
+                                          const char* op, Fp8Scales& sc, bool x_quantized) {
   if (l.parts.empty() || !sc_.xq8 || m == 0) return false;
+  Fp8Input in;
+  if (x_quantized && !fp8_shared_input(l, in)) return false;
   const DevLinearPart& p0 = l.parts[0];
   if (p0.fmt != WFormat::FP8 || p0.row0 != 0 || p0.n != cols || !fp8_direct(0, ldy, 4)) return false;
   for (size_t i = 1; i < l.parts.size(); ++i)
     if (l.parts[i].fmt != WFormat::BF16) return false;
-  run_parts(x, m, ldx, l, y, OutType::F32, ldy, false, op, PartsMode{false, true});
+  run_parts(x, m, ldx, l, y, OutType::F32, ldy, false, op, PartsMode{x_quantized, true});
   sc = Fp8Scales{sc_.xs, p0.row_scale, nullptr, p0.n};
+  return true;
+}
+
+bool LinearRunner::fp8_shared_input(const DevLinear& l, Fp8Input& in) const {
+  if (!sc_.xq8 || !sc_.xs) return false;
+  const DevLinearPart* first = nullptr;
+  for (const DevLinearPart& p : l.parts) {
+    if (p.fmt != WFormat::FP8) continue;
+    if (first && (p.k != first->k || p.kp != first->kp)) return false;
+    if (!first) first = &p;
+  }
+  if (!first) return false;
+  in = Fp8Input{sc_.xq8, first->k, first->kp, sc_.xs};
   return true;
 }
 

@@ -86,8 +86,10 @@ class LinearRunner {
   // the FP8 part without its scale pass, fills `sc` (the first part's scales, split = cols) and
   // returns true; the readers of y apply the scales (RowColScales) and need sc.rs, QuantScratch's
   // xs, intact until they have run. Otherwise runs nothing, returns false.
+  // x_quantized: its FP8 parts' input is already in fp8_shared_input's buffers (x still feeds
+  // the bf16 parts).
   bool run_fp8_first_unscaled(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, float* y, int64_t ldy, int64_t cols,
-                              const char* op, Fp8Scales& sc);
+                              const char* op, Fp8Scales& sc, bool x_quantized = false);
   // Where an all-FP8 Linear takes its quantized input (QuantScratch's xq8 / xs: rows kp apart, a
   // scale per row; its parts share it), so that a kernel can write it there (swiglu_fp8_quant,
   // rms_norm_1p_fp8) and run_fp8_quantized skip the quantization. False for other Linears.
@@ -97,6 +99,9 @@ class LinearRunner {
     float* scale = nullptr;
   };
   bool fp8_input(const DevLinear& l, Fp8Input& in) const;
+  // The same buffers for a Linear with FP8 parts among others (they share its quantized input;
+  // run_parts still gives x to the others). False without an FP8 part.
+  bool fp8_shared_input(const DevLinear& l, Fp8Input& in) const;
   // run() for such a Linear, its input [m, k] already in fp8_input's buffers.
   void run_fp8_quantized(int64_t m, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
   size_t staging_bytes() const { return slots_[0].bytes() + slots_[1].bytes(); }
