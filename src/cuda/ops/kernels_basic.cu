@@ -20,11 +20,10 @@ __global__ void embed_gather_k(const int32_t* ids, const bf16* table, int64_t d,
 // its loads are in flight before the one reduction (the grid-stride form below reads it twice,
 // and a few hundred rows leave it latency-bound). d % 4 == 0 and d <= 4 kRmsVec * 1024.
 constexpr int kRmsVec = 2;
-__global__ void __launch_bounds__(1024) rms_norm_1p_reg_k(const float* x, int d4, const float* w, float eps, bf16* y16, float* y32) {
-  __shared__ float sh[32];
-  const int64_t row = blockIdx.x;
-  const float4* r4 = reinterpret_cast<const float4*>(x + row * 4 * d4);
-  float4 v[kRmsVec];
+// Loads the block's row (thread t its float4s t, t + blockDim, ...; zeros past d4) into v and
+// returns the row's 1 / rms (every thread of the block calls it).
+__device__ __forceinline__ float rms_row_inv(const float* x, int d4, float eps, float4 (&v)[kRmsVec], float* sh) {
+  const float4* r4 = reinterpret_cast<const float4*>(x);
   float ss = 0;
 #pragma unroll
   for (int k = 0; k < kRmsVec; ++k) {
@@ -32,7 +31,13 @@ __global__ void __launch_bounds__(1024) rms_norm_1p_reg_k(const float* x, int d4
     v[k] = i < d4 ? r4[i] : make_float4(0, 0, 0, 0);
     ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
   }
-  const float inv = rsqrtf(block_sum(ss, sh) / float(4 * d4) + eps);
+  return rsqrtf(block_sum(ss, sh) / float(4 * d4) + eps);
+}
+__global__ void __launch_bounds__(1024) rms_norm_1p_reg_k(const float* x, int d4, const float* w, float eps, bf16* y16, float* y32) {
+  __shared__ float sh[32];
+  const int64_t row = blockIdx.x;
+  float4 v[kRmsVec];
+  const float inv = rms_row_inv(x + row * 4 * d4, d4, eps, v, sh);
 #pragma unroll
   for (int k = 0; k < kRmsVec; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
@@ -57,16 +62,8 @@ __global__ void __launch_bounds__(1024) rms_norm_1p_fp8_k(const float* x, int d4
                                                           float* scale) {
   __shared__ float sh[32];
   const int64_t row = blockIdx.x;
-  const float4* r4 = reinterpret_cast<const float4*>(x + row * 4 * d4);
   float4 v[kRmsVec];
-  float ss = 0;
-#pragma unroll
-  for (int k = 0; k < kRmsVec; ++k) {
-    const int i = threadIdx.x + k * blockDim.x;
-    v[k] = i < d4 ? r4[i] : make_float4(0, 0, 0, 0);
-    ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
-  }
-  const float inv = rsqrtf(block_sum(ss, sh) / float(4 * d4) + eps);
+  const float inv = rms_row_inv(x + row * 4 * d4, d4, eps, v, sh);
   __nv_bfloat162 h[kRmsVec][2];
   float m = 0;
 #pragma unroll
