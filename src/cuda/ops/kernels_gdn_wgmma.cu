@@ -256,6 +256,25 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
 //      Lm)^-1 (SIMT, gdn_tiles.cuh's, as the 3xTF32 prep), T as planes over Lm;
 //   4. U = T (beta V) (warpgroup 0) and W = T (beta e^gamma K) (warpgroup 1), 12 wgmma
 //      m64n128k16 each; U to global in fp32, W as planes.
+// Item e of the prep's plane loops, eight values of one plane row: items [0, C Dk / 8) are the
+// first matrix's, the rest the second's; row and col (a multiple of 8) in the plane's own
+// coordinates. token_item: [tokens][Dk] planes (Q, K); dim_item: [Dk or Dv][tokens] planes
+// (K, V transposed; Dv = Dk).
+struct PlaneItem {
+  bool first;
+  int row, col;
+};
+__device__ __forceinline__ PlaneItem token_item(int e) {
+  const bool first = e < C * kDk / 8;
+  const int ee = first ? e : e - C * kDk / 8;
+  return {first, ee / (kDk / 8), (ee % (kDk / 8)) * 8};
+}
+__device__ __forceinline__ PlaneItem dim_item(int e) {
+  const bool first = e < C * kDk / 8;
+  const int ee = first ? e : e - C * kDk / 8;
+  return {first, ee % kDk, (ee / kDk) * 8};
+}
+
 struct PrepSmem {
   static constexpr int ldl = C + 4;
   // R1 (64 KB): Q's and K's planes, then (beta e^gamma K)'s and (beta V)'s; Lm (fp32), then T's
@@ -309,20 +328,16 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
     float v[kPer][8];
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
-      const int e = e0 + q * 256;
-      const bool isq = e < C * Dk / 8;
-      const int ee = isq ? e : e - C * Dk / 8, i = ee / (Dk / 8), kk = (ee % (Dk / 8)) * 8;
-      const float4* src = reinterpret_cast<const float4*>(rows + (isq ? kh * Dk : key_dim + kh * Dk) + i * conv_dim + kk);
-      const float4 a = i < n ? src[0] : make_float4(0, 0, 0, 0), b = i < n ? src[1] : make_float4(0, 0, 0, 0);
+      const PlaneItem it = token_item(e0 + q * 256);  // Q's (first) or K's: token row, Dk column
+      const float4* src = reinterpret_cast<const float4*>(rows + (it.first ? kh * Dk : key_dim + kh * Dk) + it.row * conv_dim + it.col);
+      const float4 a = it.row < n ? src[0] : make_float4(0, 0, 0, 0), b = it.row < n ? src[1] : make_float4(0, 0, 0, 0);
       v[q][0] = a.x, v[q][1] = a.y, v[q][2] = a.z, v[q][3] = a.w, v[q][4] = b.x, v[q][5] = b.y, v[q][6] = b.z, v[q][7] = b.w;
     }
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
-      const int e = e0 + q * 256;
-      const bool isq = e < C * Dk / 8;
-      const int ee = isq ? e : e - C * Dk / 8, i = ee / (Dk / 8), kk = (ee % (Dk / 8)) * 8;
-      put8(isq ? Qp : Kp, kTile / 2, kmajor_off(i, kk, C), v[q]);
-      if (isq && lead) put8(sc.qp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(i, kk, C), v[q]);  // the scan's Q
+      const PlaneItem it = token_item(e0 + q * 256);
+      put8(it.first ? Qp : Kp, kTile / 2, kmajor_off(it.row, it.col, C), v[q]);
+      if (it.first && lead) put8(sc.qp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, C), v[q]);  // the scan's Q
     }
   }
   fence_proxy_async();
@@ -369,23 +384,19 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
     float v[kPer][8];
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {  // the loads first, as in 1.
-      const int e = e0 + q * 256;
-      const bool isk = e < C * Dk / 8;
-      const int ee = isk ? e : e - C * Dk / 8, x = ee % 128, i0 = (ee / 128) * 8;
-      const float* src = rows + (isk ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + x;
+      const PlaneItem it = dim_item(e0 + q * 256);  // K's (first) or V's: Dk / Dv row, first token
+      const float* src = rows + (it.first ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + it.row;
 #pragma unroll
-      for (int m = 0; m < 8; ++m) v[q][m] = i0 + m < n ? src[(i0 + m) * conv_dim] : 0.0f;
+      for (int m = 0; m < 8; ++m) v[q][m] = it.col + m < n ? src[(it.col + m) * conv_dim] : 0.0f;
     }
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
-      const int e = e0 + q * 256;
-      const bool isk = e < C * Dk / 8;
-      const int ee = isk ? e : e - C * Dk / 8, x = ee % 128, i0 = (ee / 128) * 8;
-      const float* scale = isk ? sk : bs;
-      if (isk && lead) put8(sc.ktp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(x, i0, kDk), v[q]);  // the scan's K^T
+      const PlaneItem it = dim_item(e0 + q * 256);
+      const float* scale = it.first ? sk : bs;
+      if (it.first && lead) put8(sc.ktp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, kDk), v[q]);  // the scan's K^T
 #pragma unroll
-      for (int m = 0; m < 8; ++m) v[q][m] = i0 + m < n ? scale[i0 + m] * v[q][m] : 0.0f;
-      put8(isk ? Ks : Vp, kTile / 2, kmajor_off(x, i0, 128), v[q]);
+      for (int m = 0; m < 8; ++m) v[q][m] = it.col + m < n ? scale[it.col + m] * v[q][m] : 0.0f;
+      put8(it.first ? Ks : Vp, kTile / 2, kmajor_off(it.row, it.col, 128), v[q]);
     }
   }
   invert_unit_lower(Lm, T, P, ldl, tid, nt);
