@@ -371,6 +371,10 @@ GdnScratch gdn_scratch(int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, int64_t P
   sc.ap = static_cast<uint8_t*>(buf(P * pb.a));
   sc.qp = static_cast<uint8_t*>(buf(P * pb.q));
   sc.ktp = static_cast<uint8_t*>(buf(P * pb.kt));
+  // bf16 NaNs (0xffff): a plane byte the Wgmma prep leaves unwritten (a key head without its lead
+  // value head, K^T's padding) reaches the scan's outputs as NaN
+  for (auto [p, bytes] : {std::pair{sc.wp, P * pb.w}, {sc.ap, P * pb.a}, {sc.qp, P * pb.q}, {sc.ktp, P * pb.kt}})
+    check(cudaMemset(p, 0xff, size_t(bytes)), "poison planes");
   return sc;
 }
 
@@ -512,6 +516,27 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
   check_matrix(w_w, w_t, "W");
   check_matrix(a_w, a_t, "A");
   check_matrix(down<float>(keep_w[1], size_t(P * Hv * 64 * Dv)), down<float>(keep_t[1], size_t(P * Hv * 64 * Dv)), "U");
+  // the scan's Q [tokens][Dk] and K^T [Dk][tokens] planes per (chunk, key head), written by each
+  // key head's lead value head: q and k as hi + lo (within 2^-16 relative), zero past the chunk
+  // (gdn_scratch poisoned them with NaNs)
+  const auto qp = down<uint8_t>(keep_w[5], size_t(P * pb.q)), ktp = down<uint8_t>(keep_w[6], size_t(P * pb.kt));
+  std::vector<float> q_got, q_want, k_got, k_want;
+  for (int64_t ci = 0; ci < P; ++ci) {
+    const int64_t t0 = k.cs[size_t(c0 + ci)], n = k.cl[size_t(c0 + ci)];
+    for (int64_t kh = 0; kh < Hk; ++kh) {
+      const size_t at = size_t((ci * Hk + kh) * (pb.q / Hk));
+      for (int r = 0; r < 64; ++r)
+        for (int d = 0; d < Dk; ++d) {
+          const float* row = r < n ? k.mixed.data() + (t0 + r) * k.conv_dim : nullptr;  // past the chunk: zero
+          q_want.push_back(row ? row[kh * Dk + d] : 0.0f);
+          k_want.push_back(row ? row[Hk * Dk + kh * Dk + d] : 0.0f);
+          q_got.push_back(float(plane_at(qp, at, size_t(pb.q / Hk / 2), r, d, 64)));
+          k_got.push_back(float(plane_at(ktp, at, size_t(pb.kt / Hk / 2), d, r, int(Dk))));
+        }
+    }
+  }
+  expect_close(q_got, q_want, 1e-30, 2e-5, "wgmma prep: the scan's Q planes");
+  expect_close(k_got, k_want, 1e-30, 2e-5, "wgmma prep: the scan's K^T planes");
 }
 
 // The Wgmma scan's prefix-cache paths against the 3xTF32 scan's: sequences starting from cached

@@ -484,8 +484,13 @@ TEST(CudaQuant, Fp8QuantizeRowsVectorAndScalarPaths) {
   for (Case c : {Case{4, 8, 8, 8}, Case{33, 2056, 2064, 2072}, Case{6, 37, 41, 48}, Case{3, 24, 27, 24}, Case{2, 5120, 5120, 5120}}) {
     const std::string at = " at " + std::to_string(c.rows) + " x " + std::to_string(c.k) + " ldx " + std::to_string(c.ldx);
     std::vector<float> x = test_values(size_t(c.rows * c.ldx), uint64_t(c.k * 31 + c.ldx));
-    if (c.rows > 3)  // an all-zero row: scale 1
+    if (c.rows > 3) {  // an all-zero row: scale 1
       std::fill(x.begin(), x.begin() + c.ldx, 0.0f);
+      // -0 among a row's values (code 0x80, as the division gives it), and a row whose amax is
+      // under 2^-100 (the kernels divide there instead of multiplying by the reciprocal)
+      for (int64_t j = 0; j < c.k; j += 5) x[size_t(c.ldx + j)] = -0.0f;
+      for (int64_t j = 0; j < c.ldx; ++j) x[size_t(2 * c.ldx + j)] = quant::bf16_round(x[size_t(2 * c.ldx + j)] * 1e-36f);
+    }
     DeviceBuffer dx = cuda::upload(to_bf(x), "x"), q(size_t(c.rows * c.kp)), rs(size_t(c.rows) * 4);
     cuda::check(cudaMemset(q.get(), 0xab, q.bytes()), "test");
     cuda::fp8_quantize_rows(dx.as<bf16>(), c.rows, c.k, c.ldx, q.as<uint8_t>(), c.kp, rs.as<float>(), nullptr);

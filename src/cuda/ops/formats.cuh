@@ -64,9 +64,11 @@ __device__ __forceinline__ float absmax8_bf16(uint4 v, float m) {
 // such pairs are checked on the CPU (test_quant.cpp, Fp8RowReciprocalGivesTheDivisionsCodes).
 // For a smaller or infinite m, fp8_row_recip gives 0 and the codes come from the division.
 __device__ __forceinline__ float fp8_row_recip(float m, float s) { return m >= 0x1p-100f && m <= 3.4028235e38f ? __frcp_rn(s) : 0.0f; }
+// copysignf: for x = -0 the correction sums -0 and +0, which rounds to +0 (code 0x00) where the
+// division gives -0 (0x80); every other x's quotient already carries x's sign
 __device__ __forceinline__ float fp8_div_by_recip(float x, float s, float inv) {
   const float q0 = __fmul_rn(x, inv);
-  return __fmaf_rn(__fmaf_rn(-q0, s, x), inv, q0);
+  return copysignf(__fmaf_rn(__fmaf_rn(-q0, s, x), inv, q0), x);
 }
 // inv: fp8_row_recip(m, s) (0: divide)
 __device__ __forceinline__ uint2 e4m3_encode8_bf16(uint4 v, float s, float inv) {

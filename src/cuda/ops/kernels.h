@@ -152,8 +152,8 @@ void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
                     const GdnChunks& ch, GdnScratch sc, cudaStream_t s, GdnPath path = GdnPath::Auto);
 void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
                     GdnScratch sc, float* o, cudaStream_t s, GdnPath path = GdnPath::Auto);
-// The Wgmma path's halves (kernels_gdn_wgmma.cu): the prep (U in fp32, W and A as planes), and
-// the scan (Q's and K^T's planes from q / k, then the fused recurrence and outputs). Reached
+// The Wgmma path's halves (kernels_gdn_wgmma.cu): the prep (U in fp32; W, A and the scan's Q and
+// K^T as planes), and the scan (the fused recurrence and outputs, from the planes). Reached
 // through gdn_chunk_prep / gdn_chunk_scan, which check the pass's chunk range and state buffers.
 void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
                           const GdnChunks& ch, const GdnScratch& sc, cudaStream_t s);
