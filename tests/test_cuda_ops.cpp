@@ -402,8 +402,10 @@ void gdn_in_passes(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64
 // crossing chunk boundaries, Hv > Hk, strong and weak decay.
 TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
   NEED_GPU();
-  // (the 27B model's heads, Hk 16 / Hv 48 at 128, run the Wgmma path too)
-  for (auto [Hk, Hv, Dk, Dv] : {std::tuple{2, 4, 16, 16}, {2, 6, 128, 128}, {1, 2, 64, 96}, {1, 1, 32, 24}, {16, 48, 128, 128}, {1, 3, 128, 64}}) {
+  // (the 27B model's heads, Hk 16 / Hv 48 at 128, run the Wgmma path too; at Hk = Hv every
+  // value head leads its key head and writes the scan's Q / K^T planes)
+  for (auto [Hk, Hv, Dk, Dv] :
+       {std::tuple{2, 4, 16, 16}, {2, 6, 128, 128}, {1, 2, 64, 96}, {1, 1, 32, 24}, {16, 48, 128, 128}, {1, 3, 128, 64}, {2, 2, 128, 128}}) {
     const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
     const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
     const int64_t L = k.L, key_dim = Hk * Dk, conv_dim = k.conv_dim;
