@@ -7,8 +7,9 @@
 //   gated norm     gated_norm as the product runs it (float4 form at Dv = 128) and its general
 //                  form, reached here with z's rows one float off 16-byte alignment
 //   swiglu fp8     swiglu_fp8_scaled + fp8_quantize_rows (act written in bf16, read back) and
-//                  swiglu_fp8_quant (the down_proj's FP8 input straight from gate|up), as the
-//                  product runs it and capped for two CTAs an SM; bf16's swiglu for scale
+//                  swiglu_fp8_quant (the down_proj's FP8 input straight from gate|up: the
+//                  product's, a row in shared memory) and its register variant (a row in one
+//                  CTA's registers, uncapped and capped for two CTAs an SM); bf16's swiglu for scale
 // A line: ms (CUDA-event median of 20), the rate of the step's least traffic (each input read
 // once, each output written once) and its fraction of the measured copy rate, and the check
 // against the unfused form (bits, or the largest difference where the sum order changed).
@@ -152,17 +153,20 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
     swiglu_fp8_quant(dgu.as<bf16>(), L, kFfn, rs.as<float>(), cs.as<float>(), nullptr, 2 * kFfn, q2.as<uint8_t>(), kFfn, s2.as<float>(), st);
   });
   const bool same = down_all<uint8_t>(q1) == down_all<uint8_t>(q2) && down_all<float>(s1) == down_all<float>(s2);
-  // the variant capped at 56 registers (two CTAs an SM, with spills)
-  check(cudaMemset(q2.get(), 0, q2.bytes()), "clear");
-  const double t3 = bench::median_ms(st, [&] {
-    launch_swiglu_fp8_quant<2>(dgu.as<bf16>(), L, kFfn, GuScales{rs.as<float>(), cs.as<float>(), nullptr, 2 * kFfn}, q2.as<uint8_t>(), kFfn,
-                               s2.as<float>(), st);
-  });
-  const bool same3 = down_all<uint8_t>(q1) == down_all<uint8_t>(q2) && down_all<float>(s1) == down_all<float>(s2);
+  // the register variant: uncapped (78 registers, one CTA an SM), then capped at 56 (two, spills)
+  auto regs = [&](auto run) {
+    check(cudaMemset(q2.get(), 0, q2.bytes()), "clear");
+    const double t = bench::median_ms(st, run);
+    return std::make_pair(t, down_all<uint8_t>(q1) == down_all<uint8_t>(q2) && down_all<float>(s1) == down_all<float>(s2));
+  };
+  const GuScales sc{rs.as<float>(), cs.as<float>(), nullptr, 2 * kFfn};
+  const auto [t3, same3] = regs([&] { launch_swiglu_fp8_quant_regs<1>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
+  const auto [t4, same4] = regs([&] { launch_swiglu_fp8_quant_regs<2>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
   print({"swiglu", "bf16 swiglu (the bf16 model's)", L, tb, bytes_bf16, "-"}, copy, out);
   print({"swiglu fp8", "swiglu_fp8_scaled + fp8_quantize_rows", L, t1, bytes_fp8, "reference"}, copy, out);
   print({"swiglu fp8", "swiglu_fp8_quant (1 kernel, the product)", L, t2, bytes_fp8, same ? "same bits" : "BITS DIFFER"}, copy, out);
-  print({"swiglu fp8", "swiglu_fp8_quant, 2 CTAs an SM (spills)", L, t3, bytes_fp8, same3 ? "same bits" : "BITS DIFFER"}, copy, out);
+  print({"swiglu fp8", "registers, one CTA an SM", L, t3, bytes_fp8, same3 ? "same bits" : "BITS DIFFER"}, copy, out);
+  print({"swiglu fp8", "registers, 2 CTAs an SM (spills)", L, t4, bytes_fp8, same4 ? "same bits" : "BITS DIFFER"}, copy, out);
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ void swiglu_fp8_scaled(const bf16* gu, int64_t L, int64_t ffn, const float* rs, 
                        bf16* act, cudaStream_t s);
 // swiglu_fp8_scaled followed by fp8_quantize_rows(act, L, ffn, ffn, q, kp, scale) in one kernel
 // (the down_proj's FP8 input without act's trip through memory), the same bits. Where
-// swiglu_fp8_quant_fits(ffn, kp): a row of act is held in one CTA's registers (ffn <= 18,432).
+// swiglu_fp8_quant_fits(ffn, kp): a row of act is held in shared memory.
 bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp);
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
                       uint8_t* q, int64_t kp, float* scale, cudaStream_t s);

@@ -183,6 +183,37 @@ __global__ void swiglu_k(const bf16* gu, int64_t ffn, bf16* act, GuScales sc) {
   for (int64_t j = j0; j < j0 + 8 && j < ffn; ++j) a[j] = __float2bfloat16(silu_f(gu_value(g[j], t, j, sc)) * gu_value(u[j], t, ffn + j, sc));
 }
 
+// swiglu_k's scaled values for one token row per CTA, kept in shared memory as bf16 (the bits
+// swiglu_fp8_scaled stores), then fp8_quant_rows_v_k's amax, scale and codes from them. `scale`
+// may be sc.rs itself (the forward's FP8 scratch holds gate|up's row scales, then down_proj's):
+// every read of rs[t] comes before block_max's barriers, and its one write after them.
+constexpr int kSwigluQuantThreads = 512;
+__global__ void __launch_bounds__(kSwigluQuantThreads) swiglu_fp8_quant_k(const bf16* gu, int64_t ffn, GuScales sc, uint8_t* q, int64_t kp8,
+                                                                         float* scale) {
+  extern __shared__ uint4 act_s[];  // [ffn / 8]
+  __shared__ float sh[32];
+  const int64_t t = blockIdx.x, f8 = ffn / 8;
+  const uint4* g = reinterpret_cast<const uint4*>(gu + t * 2 * ffn);
+  const uint4* u = g + f8;
+  float m = 0;
+  for (int64_t i = threadIdx.x; i < f8; i += blockDim.x) {
+    const uint4 gv = g[i], uv = u[i];
+    const bf16* gp = reinterpret_cast<const bf16*>(&gv);
+    const bf16* up = reinterpret_cast<const bf16*>(&uv);
+    uint4 ov;
+    bf16* op = reinterpret_cast<bf16*>(&ov);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16(silu_f(gu_value(gp[j], t, 8 * i + j, sc)) * gu_value(up[j], t, ffn + 8 * i + j, sc));
+    m = absmax8_bf16(ov, m);
+    act_s[i] = ov;
+  }
+  m = block_max(m, sh);  // its barriers also publish act_s
+  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
+  if (threadIdx.x == 0) scale[t] = s;
+  uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
+  for (int64_t i = threadIdx.x; i < kp8; i += blockDim.x) out[i] = i < f8 ? e4m3_encode8_bf16(act_s[i], s, inv) : make_uint2(0u, 0u);
+}
+
 __global__ void bias_act_k(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu) {
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -360,9 +391,10 @@ void swiglu_fp8_scaled(const bf16* gu, int64_t L, int64_t ffn, const float* rs, 
   launch_swiglu(gu, L, ffn, act, GuScales{rs, cs_lo, cs_hi, split}, s);
 }
 
-// a row in at most kSwigluQuantMaxThreads threads of kSwigluQuantItems 8-value items
+// act's row in dynamic shared memory beside the kernel's 32 floats of static, within the 48 KiB a
+// block has without opting in
 bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp) {
-  return ffn > 0 && ffn % 8 == 0 && kp % 8 == 0 && kp >= ffn && ffn <= int64_t(8) * kSwigluQuantItems * kSwigluQuantMaxThreads;
+  return ffn > 0 && ffn % 8 == 0 && kp % 8 == 0 && kp >= ffn && ffn * 2 + 32 * int64_t(sizeof(float)) <= 48 * 1024;
 }
 
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
@@ -370,7 +402,7 @@ void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, c
   if (!swiglu_fp8_quant_fits(ffn, kp))
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: ffn " + std::to_string(ffn) + ", kp " + std::to_string(kp) + " do not fit");
   if (L == 0) return;
-  launch_swiglu_fp8_quant<1>(gu, L, ffn, GuScales{rs, cs_lo, cs_hi, split}, q, kp, scale, s);
+  swiglu_fp8_quant_k<<<unsigned(L), kSwigluQuantThreads, size_t(ffn) * 2, s>>>(gu, ffn, GuScales{rs, cs_lo, cs_hi, split}, q, kp / 8, scale);
   check_launch("swiglu_fp8_quant");
 }
 

@@ -1,6 +1,8 @@
-// The FP8 SwiGLU's device code, shared by kernels_basic.cu (the product) and the kernel lab
-// (dev/cuda/elementwise.cu, its variants): gate|up from the FP8 GEMM without its scales, the
-// scales applied as read, and the fused SwiGLU + FP8 row quantization of down_proj's input.
+// The FP8 SwiGLU's device code: gate|up from the FP8 GEMM without its scales, the scales applied
+// as read (GuScales, gu_value: kernels_basic.cu's SwiGLU kernels), and the register variant of the
+// fused SwiGLU + FP8 row quantization (swiglu_fp8_quant_regs_k), which only the kernel lab runs
+// (dev/cuda/elementwise.cu): on an H200 the product's shared-row kernel (kernels_basic.cu) is
+// faster in the model (bench/results/2026-12-05-h200-session28.md).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -29,8 +31,8 @@ __device__ __forceinline__ float gu_value(bf16 v, int64_t t, int64_t c, const Gu
   const float cs = c < sc.split ? sc.cs_lo[c] : sc.cs_hi[c - sc.split];
   return __bfloat162float(__float2bfloat16_rn(fp8_scaled(__bfloat162float(v), sc.rs[t], cs)));
 }
-// swiglu_k's scaled values for one token row per CTA, then fp8_quant_rows_v_k's amax, scale and
-// codes from them. A thread holds up to four 16-byte items (8 values) of the row in registers from
+// The lab's variant of swiglu_fp8_quant_k (kernels_basic.cu): swiglu_k's scaled values for one
+// token row per CTA, then fp8_quant_rows_v_k's amax, scale and codes from them. A thread holds up to four 16-byte items (8 values) of the row in registers from
 // its loads to its codes, so the only exchange is block_max, the four items' loads are in flight
 // together, and the block is sized to the row (ffn / 32 threads rounded up to a warp: no thread
 // idles through a last partial round). `scale` may be sc.rs itself (the forward's FP8 scratch
@@ -75,9 +77,9 @@ __device__ __forceinline__ uint4 swiglu8_scaled(uint4 gv, uint4 uv, float r, con
   return ov;
 }
 // MinBlocks: CTAs an SM the registers are capped for (1: 78 registers, no spills; 2: 56 with
-// spills), the lab's two variants (dev/cuda/elementwise.cu); the product runs 1.
+// spills), the lab's two variants.
 template <int MinBlocks>
-__global__ void __launch_bounds__(kSwigluQuantMaxThreads, MinBlocks) swiglu_fp8_quant_k(const bf16* gu, int64_t ffn, GuScales sc, bool vec, uint8_t* q,
+__global__ void __launch_bounds__(kSwigluQuantMaxThreads, MinBlocks) swiglu_fp8_quant_regs_k(const bf16* gu, int64_t ffn, GuScales sc, bool vec, uint8_t* q,
                                                                                 int64_t kp8, float* scale) {
   __shared__ float sh[32];
   const int64_t t = blockIdx.x;
@@ -115,12 +117,12 @@ __global__ void __launch_bounds__(kSwigluQuantMaxThreads, MinBlocks) swiglu_fp8_
 // One CTA a row of ceil(ffn / 8 / kSwigluQuantItems) threads rounded up to a warp; the scales'
 // 16-byte loads where both arrays are 16-byte aligned and split a multiple of 8.
 template <int MinBlocks>
-void launch_swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
+void launch_swiglu_fp8_quant_regs(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
   const int64_t items = ffn / 8, per = (items + kSwigluQuantItems - 1) / kSwigluQuantItems;
   const unsigned threads = unsigned((per + 31) / 32 * 32);
   auto a16 = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vec = sc.split % 8 == 0 && a16(sc.cs_lo) && (sc.split >= 2 * ffn || a16(sc.cs_hi));
-  swiglu_fp8_quant_k<MinBlocks><<<unsigned(L), threads, 0, s>>>(gu, ffn, sc, vec, q, kp / 8, scale);
+  swiglu_fp8_quant_regs_k<MinBlocks><<<unsigned(L), threads, 0, s>>>(gu, ffn, sc, vec, q, kp / 8, scale);
 }
 
 }  // namespace
