@@ -70,7 +70,11 @@ __device__ __forceinline__ float fp8_div_by_recip(float x, float s, float inv) {
   const float q0 = __fmul_rn(x, inv);
   return copysignf(__fmaf_rn(__fmaf_rn(-q0, s, x), inv, q0), x);
 }
-// inv: fp8_row_recip(m, s) (0: divide)
+// x / s as the FP8 row quantizers take it: inv = fp8_row_recip(m, s), 0 meaning divide
+__device__ __forceinline__ float fp8_row_quotient(float x, float s, float inv) {
+  return inv != 0.0f ? fp8_div_by_recip(x, s, inv) : __fdiv_rn(x, s);
+}
+// inv: fp8_row_recip(m, s) (0: divide); fp8_row_quotient's choice made once for the 8 values
 __device__ __forceinline__ uint2 e4m3_encode8_bf16(uint4 v, float s, float inv) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
   uint32_t w[2] = {0u, 0u};

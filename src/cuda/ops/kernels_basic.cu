@@ -33,6 +33,11 @@ __device__ __forceinline__ float rms_row_inv(const float* x, int d4, float eps, 
   }
   return rsqrtf(block_sum(ss, sh) / float(4 * d4) + eps);
 }
+// float4 i of the normed row: v * inv * (1 + w)
+__device__ __forceinline__ float4 rms_1p4(float4 v, float inv, const float* w, int i) {
+  const float4 ww = reinterpret_cast<const float4*>(w)[i];
+  return make_float4(v.x * inv * (1.0f + ww.x), v.y * inv * (1.0f + ww.y), v.z * inv * (1.0f + ww.z), v.w * inv * (1.0f + ww.w));
+}
 __global__ void __launch_bounds__(1024) rms_norm_1p_reg_k(const float* x, int d4, const float* w, float eps, bf16* y16, float* y32) {
   __shared__ float sh[32];
   const int64_t row = blockIdx.x;
@@ -42,9 +47,7 @@ __global__ void __launch_bounds__(1024) rms_norm_1p_reg_k(const float* x, int d4
   for (int k = 0; k < kRmsVec; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i >= d4) continue;
-    const float4 ww = reinterpret_cast<const float4*>(w)[i];
-    const float4 o = make_float4(v[k].x * inv * (1.0f + ww.x), v[k].y * inv * (1.0f + ww.y), v[k].z * inv * (1.0f + ww.z),
-                                 v[k].w * inv * (1.0f + ww.w));
+    const float4 o = rms_1p4(v[k], inv, w, i);
     if (y16) {
       __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(y16 + row * 4 * d4 + 4 * i);
       p[0] = __floats2bfloat162_rn(o.x, o.y);
@@ -71,9 +74,7 @@ __global__ void __launch_bounds__(1024) rms_norm_1p_fp8_k(const float* x, int d4
     const int i = threadIdx.x + k * blockDim.x;
     h[k][0] = h[k][1] = __floats2bfloat162_rn(0.0f, 0.0f);
     if (i >= d4) continue;
-    const float4 ww = reinterpret_cast<const float4*>(w)[i];
-    const float4 o = make_float4(v[k].x * inv * (1.0f + ww.x), v[k].y * inv * (1.0f + ww.y), v[k].z * inv * (1.0f + ww.z),
-                                 v[k].w * inv * (1.0f + ww.w));
+    const float4 o = rms_1p4(v[k], inv, w, i);
     h[k][0] = __floats2bfloat162_rn(o.x, o.y);
     h[k][1] = __floats2bfloat162_rn(o.z, o.w);
     if (y16) {
@@ -96,7 +97,7 @@ __global__ void __launch_bounds__(1024) rms_norm_1p_fp8_k(const float* x, int d4
     const float f[4] = {a.x, a.y, b.x, b.y};
     uint32_t word = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) word |= uint32_t(e4m3_encode(rinv != 0.0f ? fp8_div_by_recip(f[j], s, rinv) : __fdiv_rn(f[j], s))) << (8 * j);
+    for (int j = 0; j < 4; ++j) word |= uint32_t(e4m3_encode(fp8_row_quotient(f[j], s, rinv))) << (8 * j);
     reinterpret_cast<uint32_t*>(out)[i] = word;
   }
   for (int64_t c = 4 * int64_t(d4) + threadIdx.x; c < kp; c += blockDim.x) out[c] = 0;  // the GEMM's K padding

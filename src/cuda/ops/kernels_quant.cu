@@ -79,7 +79,7 @@ __global__ void fp8_quant_rows_k(const bf16* x, int64_t k, int64_t ldx, uint8_t*
   uint8_t* out = q + int64_t(blockIdx.x) * kp;
   for (int64_t i = threadIdx.x; i < kp; i += blockDim.x) {
     const float x = i < k ? __bfloat162float(row[i]) : 0.0f;
-    out[i] = i < k ? e4m3_encode(inv != 0.0f ? fp8_div_by_recip(x, s, inv) : __fdiv_rn(x, s)) : uint8_t(0);
+    out[i] = i < k ? e4m3_encode(fp8_row_quotient(x, s, inv)) : uint8_t(0);
   }
 }
 

@@ -32,10 +32,11 @@ __device__ __forceinline__ float gu_value(bf16 v, int64_t t, int64_t c, const Gu
   return __bfloat162float(__float2bfloat16_rn(fp8_scaled(__bfloat162float(v), sc.rs[t], cs)));
 }
 // The lab's variant of swiglu_fp8_quant_k (kernels_basic.cu): swiglu_k's scaled values for one
-// token row per CTA, then fp8_quant_rows_v_k's amax, scale and codes from them. A thread holds up to four 16-byte items (8 values) of the row in registers from
-// its loads to its codes, so the only exchange is block_max, the four items' loads are in flight
-// together, and the block is sized to the row (ffn / 32 threads rounded up to a warp: no thread
-// idles through a last partial round). `scale` may be sc.rs itself (the forward's FP8 scratch
+// token row per CTA, then fp8_quant_rows_v_k's amax, scale and codes from them. A thread holds up
+// to four 16-byte items (8 values) of the row in registers from its loads to its codes, so the
+// only exchange is block_max, the four items' loads are in flight together, and the block is
+// sized to the row (ffn / 32 threads rounded up to a warp: no thread idles through a last partial
+// round). `scale` may be sc.rs itself (the forward's FP8 scratch
 // holds gate|up's row scales, then down_proj's): rs[t] is read before block_max's barriers, and
 // scale[t] written after them.
 constexpr int kSwigluQuantItems = 4;
