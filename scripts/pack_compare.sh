@@ -19,6 +19,7 @@ if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
   echo "pack_compare: the tree has uncommitted changes (it checks out $base and back): commit or stash them" >&2
   exit 2
 fi
+commit_of() { "$1" --version | sed -n 's/.*(commit \([0-9a-z+]*\).*/\1/p'; }  # the commit a clefrt says it was built at
 here=$(git symbolic-ref -q --short HEAD || git rev-parse HEAD)
 back() { git checkout -q "$here"; }
 trap back EXIT
@@ -32,4 +33,4 @@ echo "pack_compare: building $here ($(git rev-parse --short HEAD))"
 scripts/build.sh > /tmp/pack_compare_branch.log 2>&1 || { echo "pack_compare: the branch's build failed: /tmp/pack_compare_branch.log" >&2; exit 1; }
 BASELINE=/tmp/clefrt-base PACK_ONLY="$only" scripts/pack_device.sh
 mkdir -p .anchors && cp ../shared/anchors/* .anchors/
-echo "pack_compare: .carry/clefrt is $(build/clefrt --version | sed -n 's/.*(commit \([0-9a-z+]*\).*/\1/p'), .carry/clefrt-base is $(/tmp/clefrt-base --version | sed -n 's/.*(commit \([0-9a-z+]*\).*/\1/p')"
+echo "pack_compare: .carry/clefrt is $(commit_of build/clefrt), .carry/clefrt-base is $(commit_of /tmp/clefrt-base)"

@@ -397,14 +397,14 @@ TEST(CudaQuant, Fp8ScaledSwigluEqualsScaleThenSwiglu) {
 // The SwiGLU that also quantizes its output for the FP8 down_proj (swiglu_fp8_quant) against
 // swiglu_fp8_scaled + fp8_quantize_rows byte for byte: codes, the row scales, the zero padding to
 // kp, an all-zero row (scale 1), at a small ffn (one warp, one item a thread), a split not a
-// multiple of 8 (the scales read one by one), Clef 27B's ffn and the largest that fits (576
-// threads of four items).
+// multiple of 8 (the scales read one by one), Clef 27B's ffn and the largest that fits (a row of
+// act in 48 KiB of shared memory).
 TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
   NEED_GPU();
   struct Case {
     int64_t ffn, kp, split;  // a second scale array from column `split`
   };
-  for (const Case& cs_case : {Case{72, 80, 32}, Case{4104, 4112, 2052}, Case{17408, 17408, 8704}, Case{18432, 18440, 9216}}) {
+  for (const Case& cs_case : {Case{72, 80, 32}, Case{4104, 4112, 2052}, Case{17408, 17408, 8704}, Case{24512, 24520, 12256}}) {
     const int64_t ffn = cs_case.ffn, kp = cs_case.kp, split = cs_case.split, L = 9, n = 2 * ffn;
     const std::string at = " at ffn " + std::to_string(ffn);
     ASSERT_TRUE(cuda::swiglu_fp8_quant_fits(ffn, kp)) << at;
@@ -432,8 +432,8 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     EXPECT_EQ(down<uint8_t>(q3, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes, scales in place" << at;
     EXPECT_EQ(down<float>(rs_io, size_t(L)), sw) << "scales in place" << at;
   }
-  EXPECT_TRUE(cuda::swiglu_fp8_quant_fits(18432, 18432));
-  EXPECT_FALSE(cuda::swiglu_fp8_quant_fits(18440, 18448)) << "over 576 threads of four 8-value items";
+  EXPECT_TRUE(cuda::swiglu_fp8_quant_fits(24512, 24512));
+  EXPECT_FALSE(cuda::swiglu_fp8_quant_fits(24520, 24528)) << "over 48 KiB with the static 128 bytes";
   EXPECT_FALSE(cuda::swiglu_fp8_quant_fits(44, 48)) << "ffn not a multiple of 8";
 }
 
