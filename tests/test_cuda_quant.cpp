@@ -396,9 +396,9 @@ TEST(CudaQuant, Fp8ScaledSwigluEqualsScaleThenSwiglu) {
 
 // The SwiGLU that also quantizes its output for the FP8 down_proj (swiglu_fp8_quant) against
 // swiglu_fp8_scaled + fp8_quantize_rows byte for byte: codes, the row scales, the zero padding to
-// kp, an all-zero row (scale 1), at a small ffn (one warp, one item a thread), a split not a
-// multiple of 8 (the scales read one by one), Clef 27B's ffn and the largest that fits (a row of
-// act in 48 KiB of shared memory).
+// kp, an all-zero row (scale 1), at a small ffn with a split not a multiple of 8, one item past a
+// 512-thread pass (4,104), Clef 27B's ffn and the largest that fits (a row of act in 48 KiB of
+// shared memory).
 TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
   NEED_GPU();
   struct Case {
