@@ -10,6 +10,8 @@
 //                 prep on bf16x3 wgmmas writing U in fp32, W and A as planes, the Q / K^T planes, the
 //                 fused bf16x3 wgmma scan; Auto's choice on Hopper): it runs its own prep, timed
 //                 alone first (the last line prints both preps)
+//   wgmma bf16    the same two kernels with one bf16 pass per product (gdn_wgmma_one_pass_bf16:
+//                 the hi planes alone; FlashInfer's and fla's precision), its own prep timed alone
 //   fused 3xtf32  this file's copy of the 3xTF32 kernel (its bits must equal 3xtf32's)
 //   regs nwN      gdn_scan_regs.cuh: the state in registers, one warp per 16 state columns, N
 //                 warps a CTA (1, 2, 4), 3xTF32; regs tf32: 2 warps, plain TF32 products
@@ -648,7 +650,7 @@ int main(int argc, char** argv) {
         std::function<void(float*)> scan;
         // runs its own (Wgmma) prep after the loop's 3xTF32 one: that prep counts in its prep +
         // scan time, not in its scan's
-        enum { None, Wgmma } own_prep = None;
+        enum { None, Wgmma, WgmmaOnePass } own_prep = None;
       };
       const std::vector<Variant> variants = {
           {"3xtf32", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::TensorCores); }},
@@ -662,6 +664,13 @@ int main(int argc, char** argv) {
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
            },
            Variant::Wgmma},
+          {"wgmma bf16 one pass", [&](float* out) {
+             gdn_wgmma_set_one_pass_bf16(true);
+             gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
+             gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
+             gdn_wgmma_set_one_pass_bf16(false);
+           },
+           Variant::WgmmaOnePass},
           {"regs nw1", [&](float* out) {
              gdn_chunk_scan_rs_k<16, 1, true><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 16)), 32, 0, s>>>(mx, conv_dim, Hk, Hv, Dv,
                                                                                                                   gg, ch, scr, out);
@@ -714,6 +723,10 @@ int main(int argc, char** argv) {
       const bool have_wgmma = gdn_wgmma_available(Dk, Dv);
       const double t_wg_prep =
           have_wgmma ? median_ms(s, [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma); }) : 0.0;
+      gdn_wgmma_set_one_pass_bf16(true);
+      const double t_wg1_prep =
+          have_wgmma ? median_ms(s, [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma); }) : 0.0;
+      gdn_wgmma_set_one_pass_bf16(false);
       json::Value pts = json::Value::array();
       double t_ref = 0;
       for (const Variant& v : variants) {
@@ -745,7 +758,7 @@ int main(int argc, char** argv) {
           prep();
           v.scan(out);
         }) - (v.own_prep != Variant::None ? t_prep : 0.0);
-        const double own = v.own_prep == Variant::Wgmma ? t_wg_prep : t_prep;
+        const double own = v.own_prep == Variant::Wgmma ? t_wg_prep : v.own_prep == Variant::WgmmaOnePass ? t_wg1_prep : t_prep;
         const double t = whole - own;
         if (out == o_ref.as<float>()) t_ref = t;
         const double rel_max = max_ref > 0 ? max_err / max_ref : 0, rel_rms = sr > 0 ? std::sqrt(se / sr) : 0;
@@ -766,14 +779,15 @@ int main(int argc, char** argv) {
       }
       if (have_wgmma) {  // the preps alone
         const double t_tc = t_prep, t_wg = t_wg_prep;
-        std::printf("  prep alone: 3xTF32 mma.sync %7.3f ms (%.1f TFLOP/s), bf16x3 wgmma %7.3f ms (%.1f TFLOP/s, %.2fx)\n", t_tc,
-                    flop_prep / (t_tc * 1e-3) / 1e12, t_wg, flop_prep / (t_wg * 1e-3) / 1e12, t_tc / t_wg);
+        std::printf("  prep alone: 3xTF32 mma.sync %7.3f ms (%.1f TFLOP/s), bf16x3 wgmma %7.3f ms (%.1f TFLOP/s, %.2fx), bf16 one pass %7.3f ms\n",
+                    t_tc, flop_prep / (t_tc * 1e-3) / 1e12, t_wg, flop_prep / (t_wg * 1e-3) / 1e12, t_tc / t_wg, t_wg1_prep);
         json::Value r = json::Value::object();
         r.add("variant", json::Value::string("preps alone"));
         r.add("m", json::Value::integer(L));
         r.add("sequences", json::Value::integer(sh.seqs));
         r.add("prep_3xtf32_ms", json::Value::number(t_tc));
         r.add("prep_wgmma_ms", json::Value::number(t_wg));
+        r.add("prep_wgmma_one_pass_ms", json::Value::number(t_wg1_prep));
         pts.arr.push_back(std::move(r));
       }
       shapes.arr.push_back(bench::shape_record(sh.name, Hv * Dv, Dk, std::move(pts)));

@@ -297,6 +297,7 @@ std::string Forward::attention_kernel() const {
 }
 
 std::string Forward::gdn_kernel() const {
+  if (gdn_path_ == GdnPath::Wgmma && gdn_wgmma_one_pass_bf16()) return "wgmma bf16, one pass (CLEFRT_LAB_GDN_PRODUCTS)";
   return gdn_path_ == GdnPath::Wgmma ? "wgmma bf16x3" : gdn_path_ == GdnPath::TensorCores ? "mma.sync 3xTF32" : "CUDA cores";
 }
 

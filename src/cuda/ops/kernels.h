@@ -155,6 +155,13 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
 // The Wgmma path's halves (kernels_gdn_wgmma.cu): the prep (U in fp32; W, A and the scan's Q and
 // K^T as planes), and the scan (the fused recurrence and outputs, from the planes). Reached
 // through gdn_chunk_prep / gdn_chunk_scan, which check the pass's chunk range and state buffers.
+// A lab switch, not an engine option: the Wgmma path's products as one bf16 pass (the hi planes
+// alone: bf16 operands, fp32 accumulation; FlashInfer's and fla's precision) instead of bf16x3.
+// Off unless CLEFRT_LAB_GDN_PRODUCTS=bf16 when first asked (bf16x3 or unset: off; anything else
+// is a usage error), or set by gdn_wgmma_set_one_pass_bf16 (the GPU tests). For measuring what
+// one pass does to the answers and the time (docs/notes/gdn-prefill-designs.md).
+bool gdn_wgmma_one_pass_bf16();
+void gdn_wgmma_set_one_pass_bf16(bool on);
 void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
                           const GdnChunks& ch, const GdnScratch& sc, cudaStream_t s);
 void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,

@@ -17,7 +17,9 @@
 // columns][Dk] and Vn^T [state columns][tokens] (gdn_tiles.cuh: the layout).
 #include <cuda_bf16.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/ops/async_copy.cuh"
@@ -52,6 +54,7 @@ struct ScanSmem {
 //   barrier; S^T = e^gamma_C S^T + Vn'^T K (M = 64 columns, N = 64 Dk, K = 64 tokens) and
 //   O += A Vn (M = 64 tokens, N = 32 columns): 24 wgmma; O out; S^T's planes for the next chunk.
 // W and Q of the next chunk load during the second half, K^T and A during the first.
+template <bool X3>
 __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64_t Hk, int64_t Hv, int64_t Dv, GdnChunks ch, GdnScratch sc,
                                                            float* o) {
 #ifndef CLEFRT_WGMMA
@@ -176,8 +179,8 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
       const uint64_t sh = wgmma_desc(St + 32 * wg * 128 + po), sl = wgmma_desc(St + kTile / 2 + 32 * wg * 128 + po);
       const uint64_t wh = wgmma_desc(Wb + po), wl = wgmma_desc(Wb + kTile / 2 + po);
       const uint64_t qh = wgmma_desc(Qb + po), ql = wgmma_desc(Qb + kTile / 2 + po);
-      wgmma_bf16x3<32>(vacc, wh, wl, sh, sl, k > 0);
-      wgmma_bf16x3<32>(oacc, qh, ql, sh, sl, k > 0);
+      wgmma_planes<X3, 32>(vacc, wh, wl, sh, sl, k > 0);
+      wgmma_planes<X3, 32>(oacc, qh, ql, sh, sl, k > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -222,8 +225,8 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
       const uint64_t kh_ = wgmma_desc(Kb + 64 * wg * 128 + 32 * k), kl = wgmma_desc(Kb + kTile / 2 + 64 * wg * 128 + 32 * k);
       const uint64_t ah = wgmma_desc(Ab + 32 * k), al = wgmma_desc(Ab + kSmallTile / 2 + 32 * k);
       const uint64_t uh = wgmma_desc(Vu + 32 * wg * 128 + 32 * k), ul = wgmma_desc(Vu + kSmallTile / 2 + 32 * wg * 128 + 32 * k);
-      wgmma_bf16x3<64>(sacc, vh, vl, kh_, kl, true);
-      wgmma_bf16x3<32>(oacc, ah, al, uh, ul, true);
+      wgmma_planes<X3, 64>(sacc, vh, vl, kh_, kl, true);
+      wgmma_planes<X3, 32>(oacc, ah, al, uh, ul, true);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -282,6 +285,7 @@ struct PrepSmem {
   static size_t bytes() { return 1024 + 2 * size_t(kTile) + sizeof(float) * (2 * C * ldl + 3 * 256 + 2 * C) + sizeof(double) * C; }
 };
 
+template <bool X3>
 __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
                                                            const float* beta, GdnChunks ch, GdnScratch sc) {
 #ifndef CLEFRT_WGMMA
@@ -353,7 +357,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
       const int po = (k >> 2) * (C * 128) + (k & 3) * 32;
       const uint64_t ah = wgmma_desc(Ap + po), al = wgmma_desc(Ap + kTile / 2 + po);
       const uint64_t bh = wgmma_desc(Kp + po), bl = wgmma_desc(Kp + kTile / 2 + po);
-      wgmma_bf16x3<64>(acc, ah, al, bh, bl, k > 0);
+      wgmma_planes<X3, 64>(acc, ah, al, bh, bl, k > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -417,7 +421,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
     for (int k = 0; k < C / 16; ++k) {
       const uint64_t ah = wgmma_desc(Tp + 32 * k), al = wgmma_desc(Tp + kSmallTile / 2 + 32 * k);
       const uint64_t bh = wgmma_desc(Bp + 32 * k), bl = wgmma_desc(Bp + kTile / 2 + 32 * k);
-      wgmma_bf16x3<128>(acc, ah, al, bh, bl, k > 0);
+      wgmma_planes<X3, 128>(acc, ah, al, bh, bl, k > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -442,6 +446,28 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
 // 3xTF32 path and the CPU, and the lab measures it no slower at every shape it runs
 // (bench/results/2026-12-05-h200-session24.md). --portable-kernels keeps the 3xTF32 path.
 bool gdn_wgmma_default() { return true; }
+
+namespace {
+// -1: not yet read from the environment
+std::atomic<int> g_one_pass{-1};
+}  // namespace
+
+bool gdn_wgmma_one_pass_bf16() {
+  int v = g_one_pass.load();
+  if (v < 0) {
+    const char* e = std::getenv("CLEFRT_LAB_GDN_PRODUCTS");
+    const std::string want = e ? e : "";
+    if (!want.empty() && want != "bf16" && want != "bf16x3")
+      throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_GDN_PRODUCTS is '" + want + "': bf16 (one pass) or bf16x3 (the default)");
+    v = want == "bf16" ? 1 : 0;
+    int unset = -1;
+    g_one_pass.compare_exchange_strong(unset, v);
+    v = g_one_pass.load();
+  }
+  return v == 1;
+}
+
+void gdn_wgmma_set_one_pass_bf16(bool on) { g_one_pass.store(on ? 1 : 0); }
 
 bool gdn_wgmma_built(int64_t Dk, int64_t Dv) {
 #ifdef CLEFRT_SM90A
@@ -471,13 +497,18 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   if (!sc.wp || !sc.ap || !sc.qp || !sc.ktp || !sc.u)
     throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: the wgmma prep's W / A / Q / K^T planes are not planned");
   static const bool attr = [] {
-    check(cudaFuncSetAttribute(gdn_prep_wgmma_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes())), "gdn_prep_wgmma smem");
+    for (const void* k : {(const void*)gdn_prep_wgmma_k<true>, (const void*)gdn_prep_wgmma_k<false>})
+      check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes())), "gdn_prep_wgmma smem");
     return true;
   }();
   (void)attr;
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
-  gdn_prep_wgmma_k<<<dim3(unsigned(c1 - sc.c0), unsigned(Hv)), 256, PrepSmem::bytes(), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc);
+  const dim3 grid(unsigned(c1 - sc.c0), unsigned(Hv));
+  if (gdn_wgmma_one_pass_bf16())
+    gdn_prep_wgmma_k<false><<<grid, 256, PrepSmem::bytes(), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc);
+  else
+    gdn_prep_wgmma_k<true><<<grid, 256, PrepSmem::bytes(), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc);
   check_launch("gdn_prep_wgmma");
 }
 
@@ -486,14 +517,17 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   require_wgmma("gdn_chunk_scan", Dk, Dv);
   if (!sc.wp || !sc.ap || !sc.qp || !sc.ktp) throw Error(Status::Internal, "internal_error", "gdn_chunk_scan: the wgmma scan's planes are not planned");
   static const bool attr = [] {
-    check(cudaFuncSetAttribute(gdn_scan_wgmma_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanSmem::bytes())), "gdn_scan_wgmma smem");
+    for (const void* k : {(const void*)gdn_scan_wgmma_k<true>, (const void*)gdn_scan_wgmma_k<false>})
+      check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanSmem::bytes())), "gdn_scan_wgmma smem");
     return true;
   }();
   (void)attr;
   (void)mixed;  // the prep made Q's and K^T's planes from it
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
-  gdn_scan_wgmma_k<<<dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / kCols)), 256, ScanSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
+  const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / kCols));
+  if (gdn_wgmma_one_pass_bf16()) gdn_scan_wgmma_k<false><<<grid, 256, ScanSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
+  else gdn_scan_wgmma_k<true><<<grid, 256, ScanSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
   check_launch("gdn_scan_wgmma");
 }
 
