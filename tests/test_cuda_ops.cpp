@@ -710,6 +710,37 @@ TEST(CudaOps, CudnnAttentionMatchesCpuAndKeepsItsBits) {
   }
 }
 
+// attention_output_gate's two kernels (8 values a thread where rows, heads and pointers are
+// 16-byte aligned, else a pair a thread) give the same bits: the same gate values once at an
+// aligned address and once an element off it
+TEST(CudaOps, OutputGateVectorAndScalarKernelsAgree) {
+  NEED_GPU();
+  for (auto [L, Hq, D] : {std::tuple{5, 4, 256}, {33, 3, 48}, {2, 24, 256}}) {
+    const int64_t ld = Hq * 2 * D + 8, n = L * Hq * D;
+    const auto x = to_bf(rounded(randn(size_t(n), 21, 2.0f)));
+    const auto g = to_bf(rounded(randn(size_t(L * ld + 1), 22, 3.0f)));
+    std::vector<bf16> g_off(g.size() + 1);
+    for (size_t i = 0; i < g.size(); ++i) g_off[i + 1] = g[i];
+    DeviceBuffer o1 = upload(x, "out"), o2 = upload(x, "out"), dg = upload(g, "gate"), dg_off = upload(g_off, "gate, an element off");
+    attention_output_gate(o1.as<bf16>(), L, Hq, D, dg.as<bf16>() + D, ld, 2 * D, nullptr);          // aligned: 8 a thread
+    attention_output_gate(o2.as<bf16>(), L, Hq, D, dg_off.as<bf16>() + 1 + D, ld, 2 * D, nullptr);  // misaligned: a pair
+    check(cudaDeviceSynchronize(), "output gate");
+    const auto a = down<uint16_t>(o1, size_t(n)), b = down<uint16_t>(o2, size_t(n));
+    size_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+    EXPECT_EQ(differ, 0u) << "L " << L << " Hq " << Hq << " D " << D;
+    // and against the CPU: x * sigmoid(gate), rounded to bf16
+    const auto got = down_bf(o1, size_t(n));
+    std::vector<float> want(static_cast<size_t>(n));
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t i = 0; i < Hq * D; ++i) {
+        const int64_t h = i / D, d = i % D;
+        want[size_t(t * Hq * D + i)] = __bfloat162float(x[size_t(t * Hq * D + i)]) * cpu::sigmoid(__bfloat162float(g[size_t(t * ld + h * 2 * D + D + d)]));
+      }
+    expect_close(got, want, 1e-2, 1e-2, "output gate");
+  }
+}
+
 TEST(CudaOps, AttnPrepNormAndRope) {
   NEED_GPU();
   const int64_t Hq = 3, Hkv = 2, D = 64, R = 16, L = 70;
