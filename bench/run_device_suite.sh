@@ -27,7 +27,8 @@
 # kernel_anchors.py from a carried .anchors/ (fla tarball + script), per-layer fla GDN and SDPA.
 # gdn-one-pass: the experiment of docs/notes/gdn-prefill-designs.md: the GPU test of one bf16 pass
 # per GDN product against the CPU, the GDN lab (its 'wgmma bf16 one pass' line), and the bf16
-# bench with CLEFRT_LAB_GDN_PRODUCTS=bf16 (files *-gdn1*), beside a plain `quick bf16` for the time.
+# bench with CLEFRT_LAB_GDN_PRODUCTS=bf16 (files *-gdn1*); pass `quick bf16` too for the time
+# without it.
 # deadline=S: once S seconds have passed since the suite began, the verbs left are skipped, all but
 # tar (a machine's call has a limit; the files of the verbs that ran still come back in one archive).
 set -uo pipefail
@@ -109,12 +110,14 @@ while [ $# -gt 0 ]; do
     gdn-one-pass)
       .carry/clefrt_gpu_tests --gtest_filter='*OnePass*:CudaEngine.WellConditionedAtClefGdnHeads*' 2>&1 | tee "$OUT/gpu_tests-gdn1.log" \
         | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error"
-      [ -x .carry/clefrt_bench_gdn ] && .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn.json" > "$OUT/lab-gdn.txt" 2>&1
-      grep -E "^[0-9]|wgmma|prep alone" "$OUT/lab-gdn.txt" | cut -c1-200
+      if [ -x .carry/clefrt_bench_gdn ]; then
+        .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn-gdn1.json" > "$OUT/lab-gdn-gdn1.txt" 2>&1
+        echo "== lab gdn rc=$?"; grep -E "^[0-9]|wgmma|prep alone|clefrt_bench_gdn:" "$OUT/lab-gdn-gdn1.txt" | cut -c1-200
+      else echo "== lab gdn: no .carry/clefrt_bench_gdn (pack it)"; fi
       CLEFRT_LAB_GDN_PRODUCTS=bf16 .carry/clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --tokenizer $tok --reps 5 --profile \
         --commit "$commit" --command "CLEFRT_LAB_GDN_PRODUCTS=bf16 clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --reps 5 --profile" \
         --json "$OUT/bench-bf16-gdn1.json" > "$OUT/bench-bf16-gdn1.txt" 2> "$OUT/bench-bf16-gdn1.err"
-      echo "== bench bf16, GDN products one bf16 pass rc=$?"; grep -v "^{" "$OUT/bench-bf16-gdn1.txt" | head -40 ;;
+      echo "== bench bf16, GDN products one bf16 pass rc=$?"; grep -v "^{" "$OUT/bench-bf16-gdn1.txt" | head -40; tail -3 "$OUT/bench-bf16-gdn1.err" ;;
     lab-elementwise)
       .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt" ;;
     reuse)

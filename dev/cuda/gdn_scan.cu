@@ -10,7 +10,7 @@
 //                 prep on bf16x3 wgmmas writing U in fp32, W and A as planes, the Q / K^T planes, the
 //                 fused bf16x3 wgmma scan; Auto's choice on Hopper): it runs its own prep, timed
 //                 alone first (the last line prints both preps)
-//   wgmma bf16    the same two kernels with one bf16 pass per product (gdn_wgmma_one_pass_bf16:
+//   wgmma bf16 one pass  the same two kernels with one bf16 pass per product (gdn_wgmma_one_pass_bf16:
 //                 the hi planes alone; FlashInfer's and fla's precision), its own prep timed alone
 //   fused 3xtf32  this file's copy of the 3xTF32 kernel (its bits must equal 3xtf32's)
 //   regs nwN      gdn_scan_regs.cuh: the state in registers, one warp per 16 state columns, N
@@ -589,6 +589,8 @@ int main(int argc, char** argv) {
   bench::Options opt;
   if (!bench::parse_options(argc, argv, false, opt)) return 2;
   try {
+    // the variants name their precision: CLEFRT_LAB_GDN_PRODUCTS does not reach the bf16x3 lines
+    gdn_wgmma_set_one_pass_bf16(false);
     const HardwareLimits hw = bench::measure_and_print_hardware();
     for (const void* k : {(const void*)gdn_chunk_scan_tc_k<Mma::Tf32x3>, (const void*)gdn_chunk_scan_tc_k<Mma::Tf32>,
                           (const void*)gdn_chunk_scan_tc_k<Mma::Bf16>, (const void*)gdn_chunk_state_tc_k, (const void*)gdn_chunk_out_tc_k,

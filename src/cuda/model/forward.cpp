@@ -275,6 +275,8 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   if (o.gdn_pass_chunks < 0) throw Error(Status::Internal, "internal_error", "gdn_pass_chunks < 0");
   gdn_path_ = gdn_path(GdnPath::Auto, m.c.k_head_dim, m.c.v_head_dim);
   if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
+  // the lab switch's environment variable read at load: a bad value fails here, not in a forward
+  if (gdn_path_ == GdnPath::Wgmma) (void)gdn_wgmma_one_pass_bf16();
   if (o.cudnn_attention) {
     std::string why;
     if (!cudnn_available(&why)) throw load_error("--attention cudnn", why);
