@@ -95,8 +95,8 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     throw Error(Status::Internal, "internal_error",
                 "the batch's images hold " + std::to_string(S) + " patches; the vision scratch is planned for " + std::to_string(s.S));
 
-  // the host's part (the index arrays below, the uploads) in the per-op profile as its own op: the
-  // GPU waits on it
+  // the host's part in the per-op profile as two ops of its own (the GPU waits on both): the index
+  // arrays below, then their uploads and the images'
   mark("vision prep");
   // ---- host index arrays: position taps, rows / columns, attention tiles (one set per frame) ----
   std::vector<int32_t> meta(size_t(S * 6));
@@ -113,6 +113,7 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     size_t rgb_at;  // byte offset in s.rgb
   };
   std::vector<Source> sources;
+  std::vector<std::pair<const model::ImagePatches*, size_t>> rgb_up;  // (image, byte offset in s.rgb), uploaded after the arrays
   std::vector<uint16_t> pix;
   size_t rgb_bytes = 0;
   int64_t s0 = 0;
@@ -145,7 +146,7 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     }
     sources.push_back({s0, int64_t(rc.size()), im, rgb_bytes});
     if (im->pixels.empty()) {
-      check(cudaMemcpyAsync(s.rgb + rgb_bytes, im->rgb.data(), im->rgb.size(), cudaMemcpyHostToDevice, st), "upload image");
+      rgb_up.push_back({im, rgb_bytes});
       rgb_bytes += im->rgb.size();
     } else {
       if (pix.empty()) pix.resize(size_t(S * P));
@@ -165,6 +166,8 @@ void vision_tower(const DevVision& v, Gemm& gemm, const std::vector<const model:
     const int64_t ld = frames_attn->ld();
     ragged_at_int = append_ragged(meta, frames, fb, ld, ld, ld, ld);  // s.meta is 256-byte aligned: the arrays stay 16-byte aligned
   }
+  mark("vision upload");
+  for (const auto& [im, at] : rgb_up) check(cudaMemcpyAsync(s.rgb + at, im->rgb.data(), im->rgb.size(), cudaMemcpyHostToDevice, st), "upload image");
   check(cudaMemcpyAsync(s.meta, meta.data(), meta.size() * 4, cudaMemcpyHostToDevice, st), "upload vision index arrays");
   check(cudaMemcpyAsync(s.wt, wt.data(), wt.size() * 4, cudaMemcpyHostToDevice, st), "upload vision position weights");
   const int32_t *row = s.meta + 4 * S, *col = s.meta + 5 * S;
