@@ -10,6 +10,9 @@
 //                  swiglu_fp8_quant (the down_proj's FP8 input straight from gate|up: the
 //                  product's, a row in shared memory) and its register variant (a row in one
 //                  CTA's registers, uncapped and capped for two CTAs an SM); bf16's swiglu for scale
+//   output gate    attention_output_gate after cuDNN's attention (24 heads of 256, the gate from
+//                  the qkv rows): 8 values a thread, and the pair-a-thread kernel it falls back to,
+//                  reached here with the gate one element off 16-byte alignment
 // A line: ms (CUDA-event median of 20), the rate of the step's least traffic (each input read
 // once, each output written once) and its fraction of the measured copy rate, and the check
 // against the unfused form (bits, or the largest difference where the sum order changed).
@@ -169,6 +172,33 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
   print({"swiglu fp8", "registers, 2 CTAs an SM (spills)", L, t4, bytes_fp8, same4 ? "same bits" : "BITS DIFFER"}, copy, out);
 }
 
+void output_gate(int64_t L, cudaStream_t st, double copy, json::Value& out) {
+  constexpr int64_t Hq = 24, D = 256, ld = 2 * Hq * D + 2 * 4 * D;  // the 27B attention's qkv rows (q | gate per head, k, v)
+  std::vector<bf16> x(size_t(L * Hq * D)), g(size_t(L * ld + 1));
+  std::mt19937 r(11);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  for (auto& v : x) v = __float2bfloat16(d(r));
+  for (auto& v : g) v = __float2bfloat16(d(r));
+  std::vector<bf16> g_off(g.size() + 1);
+  for (size_t i = 0; i < g.size(); ++i) g_off[i + 1] = g[i];
+  DeviceBuffer x0 = upload(x, "out"), o1(x0.bytes()), o2(x0.bytes()), dg = upload(g, "gate"), dg_off = upload(g_off, "gate, an element off");
+  // each timed run gates a fresh copy of the output (the copy's time is measured and subtracted)
+  auto fresh = [&](DeviceBuffer& o) { check(cudaMemcpyAsync(o.get(), x0.get(), x0.bytes(), cudaMemcpyDeviceToDevice, st), "out copy"); };
+  const double tc = bench::median_ms(st, [&] { fresh(o1); });
+  const double t8 = bench::median_ms(st, [&] {
+    fresh(o1);
+    attention_output_gate(o1.as<bf16>(), L, Hq, D, dg.as<bf16>() + D, ld, 2 * D, st);
+  }) - tc;
+  const double t2 = bench::median_ms(st, [&] {
+    fresh(o2);
+    attention_output_gate(o2.as<bf16>(), L, Hq, D, dg_off.as<bf16>() + 1 + D, ld, 2 * D, st);
+  }) - tc;
+  const bool same = down_all<uint16_t>(o1) == down_all<uint16_t>(o2);
+  const double bytes = double(L) * Hq * D * 2 * 3;  // out read and written, the gate read
+  print({"output gate", "pair a thread (unaligned gate)", L, t2, bytes, "reference"}, copy, out);
+  print({"output gate", "8 a thread (the product where aligned)", L, t8, bytes, same ? "same bits" : "BITS DIFFER"}, copy, out);
+}
+
 }  // namespace
 }  // namespace clefrt::cuda
 
@@ -185,6 +215,7 @@ int main(int argc, char** argv) {
     conv_prep(L, st, hw.copy_gbps, lines);
     gated(L, st, hw.copy_gbps, lines);
     swiglu8(L, st, hw.copy_gbps, lines);
+    output_gate(L, st, hw.copy_gbps, lines);
   }
   if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_elementwise", std::move(lines));
   cudaStreamDestroy(st);
