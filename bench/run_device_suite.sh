@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [gdn-one-pass] [anchors] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-one-pass] [anchors] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -16,6 +16,7 @@
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
 # ncu-gdn: Nsight Compute (--clock-control none) on the Wgmma path's GDN kernels and the 3xTF32 prep.
+# ncu-gdn-source: the Wgmma prep (bf16x3 and one pass) with stall samples per SASS instruction (CSV).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
 # lab-vision-attn; every cuBLASLt configuration at the blog's and the tower's GEMMs with lab-gemm-search).
@@ -229,6 +230,18 @@ for i in range(240):
         echo "== ncu $re rc=$?"
       done
       grep -E "gdn_|Duration|Compute \(SM\) Throughput|DRAM Throughput|Registers Per|Achieved Occupancy" "$OUT/ncu-gdn.txt" | head -40 ;;
+    ncu-gdn-source)  # the Wgmma prep's hot instructions: stall samples per SASS line (Nsight Compute's source page, CSV)
+      for mode in bf16x3 bf16; do  # the lab's product runs bf16x3 (gdn_prep_wgmma_k<true>), its "one pass" variant <false>
+        x3=true; [ $mode = bf16 ] && x3=false
+        CLEFRT_LAB_ONLY="wgmma bf16" ncu --clock-control none --kernel-name-base demangled -k "regex:gdn_prep_wgmma_k<$x3>" -c 1 \
+          --section SpeedOfLight --section WarpStateStats --section SourceCounters -o "$OUT/ncu-prep-$mode" .carry/clefrt_bench_gdn \
+          > "$OUT/ncu-prep-$mode.log" 2>&1
+        echo "== ncu prep $mode rc=$?"
+        ncu -i "$OUT/ncu-prep-$mode.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-prep-$mode-sass.csv" 2> "$OUT/ncu-prep-$mode-sass.err"
+        echo "== ncu source page rc=$? ($(wc -l < "$OUT/ncu-prep-$mode-sass.csv") lines)"
+        ncu -i "$OUT/ncu-prep-$mode.ncu-rep" --page details > "$OUT/ncu-prep-$mode.txt" 2>&1
+        grep -E "Duration|Throughput|Warp Cycles Per Issued|stalled" "$OUT/ncu-prep-$mode.txt" | head -12
+      done ;;
     lab-bf16)
       # the bf16 GEMMs' invariant algorithm against cuBLASLt's candidates and fixed row blocks
       .carry/clefrt_bench_bf16 --commit "$commit" --json "$OUT/lab-bf16.json" > "$OUT/lab-bf16.txt" 2>&1; echo "== lab bf16 rc=$?"
