@@ -10,10 +10,8 @@
 //                 prep on bf16x3 wgmmas writing U in fp32, W and A as planes, the Q / K^T planes, the
 //                 fused bf16x3 wgmma scan; Auto's choice on Hopper): it runs its own prep, timed
 //                 alone first (the last line prints both preps)
-//   wgmma bf16 one pass  the same two kernels with one bf16 pass per product (gdn_wgmma_products:
+//   wgmma bf16 one pass  the same two kernels with one bf16 pass per product (gdn_wgmma_one_pass_bf16:
 //                 the hi planes alone; FlashInfer's and fla's precision), its own prep timed alone
-//   wgmma prep one pass / wgmma scan one pass  one bf16 pass in that kernel, bf16x3 in the other
-//                 (gdn_wgmma_set_products): which half's products the error comes from
 //   fused 3xtf32  this file's copy of the 3xTF32 kernel (its bits must equal 3xtf32's)
 //   regs nwN      gdn_scan_regs.cuh: the state in registers, one warp per 16 state columns, N
 //                 warps a CTA (1, 2, 4), 3xTF32; regs tf32: 2 warps, plain TF32 products
@@ -592,7 +590,7 @@ int main(int argc, char** argv) {
   if (!bench::parse_options(argc, argv, false, opt)) return 2;
   try {
     // the variants name their precision: CLEFRT_LAB_GDN_PRODUCTS does not reach the bf16x3 lines
-    gdn_wgmma_set_products({});
+    gdn_wgmma_set_one_pass_bf16(false);
     const HardwareLimits hw = bench::measure_and_print_hardware();
     for (const void* k : {(const void*)gdn_chunk_scan_tc_k<Mma::Tf32x3>, (const void*)gdn_chunk_scan_tc_k<Mma::Tf32>,
                           (const void*)gdn_chunk_scan_tc_k<Mma::Bf16>, (const void*)gdn_chunk_state_tc_k, (const void*)gdn_chunk_out_tc_k,
@@ -675,20 +673,6 @@ int main(int argc, char** argv) {
              gdn_wgmma_set_one_pass_bf16(false);
            },
            Variant::WgmmaOnePass},
-          {"wgmma prep one pass", [&](float* out) {  // the prep one bf16 pass, the scan bf16x3
-             gdn_wgmma_set_products({true, false});
-             gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
-             gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
-             gdn_wgmma_set_products({});
-           },
-           Variant::WgmmaOnePass},
-          {"wgmma scan one pass", [&](float* out) {  // the prep bf16x3, the scan one bf16 pass
-             gdn_wgmma_set_products({false, true});
-             gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
-             gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
-             gdn_wgmma_set_products({});
-           },
-           Variant::Wgmma},
           {"regs nw1", [&](float* out) {
              gdn_chunk_scan_rs_k<16, 1, true><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 16)), 32, 0, s>>>(mx, conv_dim, Hk, Hv, Dv,
                                                                                                                   gg, ch, scr, out);

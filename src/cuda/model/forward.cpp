@@ -276,7 +276,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   gdn_path_ = gdn_path(GdnPath::Auto, m.c.k_head_dim, m.c.v_head_dim);
   if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
   // the lab switch's environment variable read at load: a bad value fails here, not in a forward
-  if (gdn_path_ == GdnPath::Wgmma) (void)gdn_wgmma_products();
+  if (gdn_path_ == GdnPath::Wgmma) (void)gdn_wgmma_one_pass_bf16();
   if (o.cudnn_attention) {
     std::string why;
     if (!cudnn_available(&why)) throw load_error("--attention cudnn", why);
@@ -299,12 +299,7 @@ std::string Forward::attention_kernel() const {
 }
 
 std::string Forward::gdn_kernel() const {
-  if (gdn_path_ == GdnPath::Wgmma) {
-    const GdnProducts p = gdn_wgmma_products();
-    if (p.prep_one_pass || p.scan_one_pass)
-      return std::string("wgmma, ") + (p.prep_one_pass && p.scan_one_pass ? "one bf16 pass" : p.prep_one_pass ? "the prep one bf16 pass, the scan bf16x3" : "the prep bf16x3, the scan one bf16 pass") +
-             " (CLEFRT_LAB_GDN_PRODUCTS=" + gdn_products_name(p) + ")";
-  }
+  if (gdn_path_ == GdnPath::Wgmma && gdn_wgmma_one_pass_bf16()) return "wgmma bf16, one pass (CLEFRT_LAB_GDN_PRODUCTS)";
   return gdn_path_ == GdnPath::Wgmma ? "wgmma bf16x3" : gdn_path_ == GdnPath::TensorCores ? "mma.sync 3xTF32" : "CUDA cores";
 }
 

@@ -156,22 +156,12 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
 // K^T as planes), and the scan (the fused recurrence and outputs, from the planes). Reached
 // through gdn_chunk_prep / gdn_chunk_scan, which check the pass's chunk range and state buffers.
 // A lab switch, not an engine option: the Wgmma path's products as one bf16 pass (the hi planes
-// alone: bf16 operands, fp32 accumulation; FlashInfer's and fla's precision) instead of bf16x3, in
-// the prep, the scan, both or neither. From CLEFRT_LAB_GDN_PRODUCTS when first asked: bf16 (both
-// kernels one pass), prep-bf16 (the prep one pass, the scan bf16x3), scan-bf16 (the reverse),
-// bf16x3 or unset (neither); anything else is a usage error. gdn_wgmma_set_products sets it (the
-// GPU tests, the lab). For measuring what one pass does to the answers and the time, and which
-// kernel's products need bf16x3 (docs/notes/gdn-prefill-designs.md).
-struct GdnProducts {
-  bool prep_one_pass = false, scan_one_pass = false;
-};
-GdnProducts gdn_wgmma_products();
-void gdn_wgmma_set_products(GdnProducts p);
-// Both kernels one pass (the switch's "bf16"), and setting that or bf16x3.
+// alone: bf16 operands, fp32 accumulation; FlashInfer's and fla's precision) instead of bf16x3.
+// Off unless CLEFRT_LAB_GDN_PRODUCTS=bf16 when first asked (bf16x3 or unset: off; anything else
+// is a usage error), or set by gdn_wgmma_set_one_pass_bf16 (the GPU tests). For measuring what
+// one pass does to the answers and the time (docs/notes/gdn-prefill-designs.md).
 bool gdn_wgmma_one_pass_bf16();
 void gdn_wgmma_set_one_pass_bf16(bool on);
-// The switch's value as CLEFRT_LAB_GDN_PRODUCTS spells it.
-const char* gdn_products_name(GdnProducts p);
 void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
                           const GdnChunks& ch, const GdnScratch& sc, cudaStream_t s);
 void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,

@@ -448,42 +448,26 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
 bool gdn_wgmma_default() { return true; }
 
 namespace {
-// -1: not yet read from the environment; else bit 0 the prep one pass, bit 1 the scan
-std::atomic<int> g_products{-1};
-int products_bits(GdnProducts p) { return (p.prep_one_pass ? 1 : 0) | (p.scan_one_pass ? 2 : 0); }
+// -1: not yet read from the environment
+std::atomic<int> g_one_pass{-1};
 }  // namespace
 
-const char* gdn_products_name(GdnProducts p) {
-  static const char* names[4] = {"bf16x3", "prep-bf16", "scan-bf16", "bf16"};
-  return names[products_bits(p)];
-}
-
-GdnProducts gdn_wgmma_products() {
-  int v = g_products.load();
+bool gdn_wgmma_one_pass_bf16() {
+  int v = g_one_pass.load();
   if (v < 0) {
     const char* e = std::getenv("CLEFRT_LAB_GDN_PRODUCTS");
     const std::string want = e ? e : "";
-    v = want.empty() ? 0 : -1;
-    for (int b = 0; b < 4 && v < 0; ++b)
-      if (want == gdn_products_name({(b & 1) != 0, (b & 2) != 0})) v = b;
-    if (v < 0)
-      throw Error(Status::BadRequest, "usage",
-                  "CLEFRT_LAB_GDN_PRODUCTS is '" + want + "': bf16 (both GDN kernels one bf16 pass), prep-bf16, scan-bf16 or bf16x3 (the default)");
+    if (!want.empty() && want != "bf16" && want != "bf16x3")
+      throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_GDN_PRODUCTS is '" + want + "': bf16 (one pass) or bf16x3 (the default)");
+    v = want == "bf16" ? 1 : 0;
     int unset = -1;
-    g_products.compare_exchange_strong(unset, v);
-    v = g_products.load();
+    g_one_pass.compare_exchange_strong(unset, v);
+    v = g_one_pass.load();
   }
-  return {(v & 1) != 0, (v & 2) != 0};
+  return v == 1;
 }
 
-void gdn_wgmma_set_products(GdnProducts p) { g_products.store(products_bits(p)); }
-
-bool gdn_wgmma_one_pass_bf16() {
-  const GdnProducts p = gdn_wgmma_products();
-  return p.prep_one_pass && p.scan_one_pass;
-}
-
-void gdn_wgmma_set_one_pass_bf16(bool on) { gdn_wgmma_set_products({on, on}); }
+void gdn_wgmma_set_one_pass_bf16(bool on) { g_one_pass.store(on ? 1 : 0); }
 
 bool gdn_wgmma_built(int64_t Dk, int64_t Dv) {
 #ifdef CLEFRT_SM90A
@@ -521,7 +505,7 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
   const dim3 grid(unsigned(c1 - sc.c0), unsigned(Hv));
-  if (gdn_wgmma_products().prep_one_pass)
+  if (gdn_wgmma_one_pass_bf16())
     gdn_prep_wgmma_k<false><<<grid, 256, PrepSmem::bytes(), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc);
   else
     gdn_prep_wgmma_k<true><<<grid, 256, PrepSmem::bytes(), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc);
@@ -542,7 +526,7 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
   const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / kCols));
-  if (gdn_wgmma_products().scan_one_pass) gdn_scan_wgmma_k<false><<<grid, 256, ScanSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
+  if (gdn_wgmma_one_pass_bf16()) gdn_scan_wgmma_k<false><<<grid, 256, ScanSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
   else gdn_scan_wgmma_k<true><<<grid, 256, ScanSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
   check_launch("gdn_scan_wgmma");
 }
