@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-one-pass] [anchors] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-products] [anchors] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -26,10 +26,9 @@
 # --no-check-weights a 500 naming the layer). serve: `clefrt serve --synthetic clef-27b` under
 # clefrt_load (1, 8, 64 clients) per mode, then SIGTERM timed. anchors: ../shared/anchors'
 # kernel_anchors.py from a carried .anchors/ (fla tarball + script), per-layer fla GDN and SDPA.
-# gdn-one-pass: the experiment of docs/notes/gdn-prefill-designs.md: the GPU test of one bf16 pass
-# per GDN product against the CPU, the GDN lab (its 'wgmma bf16 one pass' line), and the bf16
-# bench with CLEFRT_LAB_GDN_PRODUCTS=bf16 (files *-gdn1*); pass `quick bf16` too for the time
-# without it.
+# gdn-products: the Wgmma GDN path's two precisions (one bf16 pass, the default, and bf16x3): the
+# GDN GPU tests, the GDN lab, and the bf16 bench with CLEFRT_GDN_PRODUCTS=bf16x3 (files *-gdnx3*);
+# pass `quick bf16` too for the default's time.
 # deadline=S: once S seconds have passed since the suite began, the verbs left are skipped, all but
 # tar (a machine's call has a limit; the files of the verbs that ran still come back in one archive).
 set -uo pipefail
@@ -108,17 +107,17 @@ while [ $# -gt 0 ]; do
       echo "== use-branch: clefrt built at $commit" ;;
     tar)
       (cd "$OUT0" && tar czf /tmp/out.tgz . && rm -rf ./* && mv /tmp/out.tgz .) ;;
-    gdn-one-pass)
-      .carry/clefrt_gpu_tests --gtest_filter='*OnePass*:CudaEngine.WellConditionedAtClefGdnHeads*' 2>&1 | tee "$OUT/gpu_tests-gdn1.log" \
+    gdn-products)
+      .carry/clefrt_gpu_tests --gtest_filter='CudaEngine.GdnProducts*:CudaEngine.WellConditionedAtClefGdnHeads*:CudaOps.Gdn*' 2>&1 | tee "$OUT/gpu_tests-gdn.log" \
         | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error"
       if [ -x .carry/clefrt_bench_gdn ]; then
-        .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn-gdn1.json" > "$OUT/lab-gdn-gdn1.txt" 2>&1
-        echo "== lab gdn rc=$?"; grep -E "^[0-9]|wgmma|prep alone|clefrt_bench_gdn:" "$OUT/lab-gdn-gdn1.txt" | cut -c1-200
+        .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn.json" > "$OUT/lab-gdn.txt" 2>&1
+        echo "== lab gdn rc=$?"; grep -E "^[0-9]|product|wgmma|prep alone|clefrt_bench_gdn:" "$OUT/lab-gdn.txt" | cut -c1-200
       else echo "== lab gdn: no .carry/clefrt_bench_gdn (pack it)"; fi
-      CLEFRT_LAB_GDN_PRODUCTS=bf16 .carry/clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --tokenizer $tok --reps 5 --profile \
-        --commit "$commit" --command "CLEFRT_LAB_GDN_PRODUCTS=bf16 clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --reps 5 --profile" \
-        --json "$OUT/bench-bf16-gdn1.json" > "$OUT/bench-bf16-gdn1.txt" 2> "$OUT/bench-bf16-gdn1.err"
-      echo "== bench bf16, GDN products one bf16 pass rc=$?"; grep -v "^{" "$OUT/bench-bf16-gdn1.txt" | head -40; tail -3 "$OUT/bench-bf16-gdn1.err" ;;
+      CLEFRT_GDN_PRODUCTS=bf16x3 .carry/clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --tokenizer $tok --reps 5 --profile \
+        --commit "$commit" --command "CLEFRT_GDN_PRODUCTS=bf16x3 clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --reps 5 --profile" \
+        --json "$OUT/bench-bf16-gdnx3.json" > "$OUT/bench-bf16-gdnx3.txt" 2> "$OUT/bench-bf16-gdnx3.err"
+      echo "== bench bf16, GDN products bf16x3 rc=$?"; grep -v "^{" "$OUT/bench-bf16-gdnx3.txt" | head -40; tail -3 "$OUT/bench-bf16-gdnx3.err" ;;
     lab-elementwise)
       .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt" ;;
     reuse)
@@ -231,9 +230,9 @@ for i in range(240):
       done
       grep -E "gdn_|Duration|Compute \(SM\) Throughput|DRAM Throughput|Registers Per|Achieved Occupancy" "$OUT/ncu-gdn.txt" | head -40 ;;
     ncu-gdn-source)  # the Wgmma prep's hot instructions: stall samples per SASS line (Nsight Compute's source page, CSV)
-      for mode in bf16x3 bf16; do  # the lab's product runs bf16x3 (gdn_prep_wgmma_k<true>), its "one pass" variant <false>
-        x3=true; [ $mode = bf16 ] && x3=false
-        CLEFRT_LAB_ONLY="wgmma bf16" ncu --clock-control none --kernel-name-base demangled -k "regex:gdn_prep_wgmma_k<$x3>" -c 1 \
+      for mode in bf16x3 bf16; do  # the lab's bf16x3 lines run gdn_prep_wgmma_k<true>, its one-pass ones <false>
+        x3=1; [ $mode = bf16 ] && x3=0  # demangled: gdn_prep_wgmma_k<(bool)1>
+        CLEFRT_LAB_ONLY="wgmma bf16" ncu --clock-control none --kernel-name-base demangled -k "regex:gdn_prep_wgmma_k<.bool.$x3>" -c 1 \
           --section SpeedOfLight --section WarpStateStats --section SourceCounters -o "$OUT/ncu-prep-$mode" .carry/clefrt_bench_gdn \
           > "$OUT/ncu-prep-$mode.log" 2>&1
         echo "== ncu prep $mode rc=$?"

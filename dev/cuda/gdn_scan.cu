@@ -589,7 +589,9 @@ int main(int argc, char** argv) {
   bench::Options opt;
   if (!bench::parse_options(argc, argv, false, opt)) return 2;
   try {
-    // the variants name their precision: CLEFRT_LAB_GDN_PRODUCTS does not reach the bf16x3 lines
+    // the variants name their precision; "product" runs the engine's (one pass unless
+    // CLEFRT_GDN_PRODUCTS=bf16x3), the others set theirs
+    const bool product_one_pass = gdn_wgmma_one_pass_bf16();
     gdn_wgmma_set_one_pass_bf16(false);
     const HardwareLimits hw = bench::measure_and_print_hardware();
     for (const void* k : {(const void*)gdn_chunk_scan_tc_k<Mma::Tf32x3>, (const void*)gdn_chunk_scan_tc_k<Mma::Tf32>,
@@ -657,10 +659,12 @@ int main(int argc, char** argv) {
       const std::vector<Variant> variants = {
           {"3xtf32", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::TensorCores); }},
           {"product", [&](float* out) {  // Auto on Wgmma: its own prep too (its time includes it)
+             gdn_wgmma_set_one_pass_bf16(product_one_pass);
              if (auto_wgmma) gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s);
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s);
+             gdn_wgmma_set_one_pass_bf16(false);
            },
-           auto_wgmma ? Variant::Wgmma : Variant::None},
+           !auto_wgmma ? Variant::None : product_one_pass ? Variant::WgmmaOnePass : Variant::Wgmma},
           {"wgmma bf16x3", [&](float* out) {  // its own prep (the planes form) again: the time includes it
              gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);

@@ -275,7 +275,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   if (o.gdn_pass_chunks < 0) throw Error(Status::Internal, "internal_error", "gdn_pass_chunks < 0");
   gdn_path_ = gdn_path(GdnPath::Auto, m.c.k_head_dim, m.c.v_head_dim);
   if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
-  // the lab switch's environment variable read at load: a bad value fails here, not in a forward
+  // CLEFRT_GDN_PRODUCTS read at load: a bad value fails here, not in a forward
   if (gdn_path_ == GdnPath::Wgmma) (void)gdn_wgmma_one_pass_bf16();
   if (o.cudnn_attention) {
     std::string why;
@@ -299,8 +299,8 @@ std::string Forward::attention_kernel() const {
 }
 
 std::string Forward::gdn_kernel() const {
-  if (gdn_path_ == GdnPath::Wgmma && gdn_wgmma_one_pass_bf16()) return "wgmma bf16, one pass (CLEFRT_LAB_GDN_PRODUCTS)";
-  return gdn_path_ == GdnPath::Wgmma ? "wgmma bf16x3" : gdn_path_ == GdnPath::TensorCores ? "mma.sync 3xTF32" : "CUDA cores";
+  if (gdn_path_ == GdnPath::Wgmma) return gdn_wgmma_one_pass_bf16() ? "wgmma bf16" : "wgmma bf16x3 (CLEFRT_GDN_PRODUCTS)";
+  return gdn_path_ == GdnPath::TensorCores ? "mma.sync 3xTF32" : "CUDA cores";
 }
 
 Forward::~Forward() {

@@ -91,28 +91,33 @@ __device__ __forceinline__ void split_pair(float x0, float x1, __nv_bfloat162& h
   lo = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
 }
 // Elements (row, k) and (row, k + 1), k even, into the hi plane at `hi` and the lo plane `plane`
-// bytes further.
-__device__ __forceinline__ void put_pair(uint8_t* hi, int plane, int row, int k, int rows, float x0, float x1) {
+// bytes further; lo false (one bf16 pass: no reader of a lo plane) leaves the lo plane alone.
+__device__ __forceinline__ void put_pair(uint8_t* hi, int plane, int row, int k, int rows, float x0, float x1, bool lo = true) {
+  const int off = kmajor_off(row, k, rows);
+  if (!lo) {
+    *reinterpret_cast<__nv_bfloat162*>(hi + off) = __floats2bfloat162_rn(x0, x1);
+    return;
+  }
   __nv_bfloat162 h, l;
   split_pair(x0, x1, h, l);
-  const int off = kmajor_off(row, k, rows);
   *reinterpret_cast<__nv_bfloat162*>(hi + off) = h;
   *reinterpret_cast<__nv_bfloat162*>(hi + plane + off) = l;
 }
 
 // Eight consecutive k of one row: 16 bytes of the hi plane at hi + off, of the lo plane `plane`
-// bytes further.
-__device__ __forceinline__ void put8(uint8_t* hi, int plane, int off, const float (&v)[8]) {
+// bytes further (lo false: the hi plane alone).
+__device__ __forceinline__ void put8(uint8_t* hi, int plane, int off, const float (&v)[8], bool lo = true) {
   uint32_t h[4], l[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     __nv_bfloat162 hh, ll;
-    split_pair(v[2 * q], v[2 * q + 1], hh, ll);
+    if (lo) split_pair(v[2 * q], v[2 * q + 1], hh, ll);
+    else hh = __floats2bfloat162_rn(v[2 * q], v[2 * q + 1]);
     h[q] = *reinterpret_cast<const uint32_t*>(&hh);
-    l[q] = *reinterpret_cast<const uint32_t*>(&ll);
+    if (lo) l[q] = *reinterpret_cast<const uint32_t*>(&ll);
   }
   *reinterpret_cast<uint4*>(hi + off) = make_uint4(h[0], h[1], h[2], h[3]);
-  *reinterpret_cast<uint4*>(hi + plane + off) = make_uint4(l[0], l[1], l[2], l[3]);
+  if (lo) *reinterpret_cast<uint4*>(hi + plane + off) = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
 // ---- tensor-core helpers ----

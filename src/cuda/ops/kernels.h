@@ -155,11 +155,12 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
 // The Wgmma path's halves (kernels_gdn_wgmma.cu): the prep (U in fp32; W, A and the scan's Q and
 // K^T as planes), and the scan (the fused recurrence and outputs, from the planes). Reached
 // through gdn_chunk_prep / gdn_chunk_scan, which check the pass's chunk range and state buffers.
-// A lab switch, not an engine option: the Wgmma path's products as one bf16 pass (the hi planes
-// alone: bf16 operands, fp32 accumulation; FlashInfer's and fla's precision) instead of bf16x3.
-// Off unless CLEFRT_LAB_GDN_PRODUCTS=bf16 when first asked (bf16x3 or unset: off; anything else
-// is a usage error), or set by gdn_wgmma_set_one_pass_bf16 (the GPU tests). For measuring what
-// one pass does to the answers and the time (docs/notes/gdn-prefill-designs.md).
+// The Wgmma path's products: one bf16 pass (the default; the hi planes alone: bf16 operands, fp32
+// accumulation, FlashInfer's and fla's precision), or bf16x3 (hi*hi + hi*lo + lo*hi: fp32-level
+// products at three times the tensor work). On the well-conditioned model at Clef's GDN heads the
+// two answer alike against the CPU (bench/results/2026-12-05-h100-session29.md); bf16x3 stays for
+// measuring that. CLEFRT_GDN_PRODUCTS=bf16 | bf16x3 when first asked (anything else is a usage
+// error); gdn_wgmma_set_one_pass_bf16 sets it (the GPU tests, the lab).
 bool gdn_wgmma_one_pass_bf16();
 void gdn_wgmma_set_one_pass_bf16(bool on);
 void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,

@@ -100,10 +100,11 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         __nv_bfloat162 hh, ll;
-        split_pair(sacc[4 * jj + 2 * h], sacc[4 * jj + 2 * h + 1], hh, ll);
+        if (X3) split_pair(sacc[4 * jj + 2 * h], sacc[4 * jj + 2 * h + 1], hh, ll);
+        else hh = __floats2bfloat162_rn(sacc[4 * jj + 2 * h], sacc[4 * jj + 2 * h + 1]);
         const int off = wg * (kCols * 128) + (16 * wi + gq + 8 * h) * 128 + ((jj ^ gq) << 4) + 4 * tq;
         *reinterpret_cast<__nv_bfloat162*>(St + off) = hh;
-        *reinterpret_cast<__nv_bfloat162*>(St + kTile / 2 + off) = ll;
+        if (X3) *reinterpret_cast<__nv_bfloat162*>(St + kTile / 2 + off) = ll;
       }
   };
   // the accumulators pinned around the wgmmas (wgmma.cuh's fence_operand)
@@ -113,16 +114,18 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
   auto copy = [&](uint8_t* dst, const uint8_t* src, int bytes) {
     for (int e = tid; e < bytes / 16; e += 256) cp_async16(dst + 16 * e, src + 16 * e, true);
   };
+  // one pass reads the hi planes alone (the first half of each tile; the prep wrote no lo plane)
+  constexpr int kLoad = X3 ? kTile : kTile / 2, kSmallLoad = X3 ? kSmallTile : kSmallTile / 2;
   auto load_wq = [&](int64_t c) {
     if (c < ce) {
-      copy(Wb, sc.wp + ((c - sc.c0) * Hv + j) * kTile, kTile);
-      copy(Qb, sc.qp + ((c - sc.c0) * Hk + kh) * kTile, kTile);
+      copy(Wb, sc.wp + ((c - sc.c0) * Hv + j) * kTile, kLoad);
+      copy(Qb, sc.qp + ((c - sc.c0) * Hk + kh) * kTile, kLoad);
     }
     cp_async_commit();
   };
   auto load_ka = [&](int64_t c) {
-    copy(Kb, sc.ktp + ((c - sc.c0) * Hk + kh) * kTile, kTile);
-    copy(Ab, sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallTile);
+    copy(Kb, sc.ktp + ((c - sc.c0) * Hk + kh) * kTile, kLoad);
+    copy(Ab, sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallLoad);
     cp_async_commit();
   };
   // warp 0 reads the next chunk's decays while this one computes: lane l holds tokens 2l, 2l + 1
@@ -201,11 +204,14 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
         const int o1 = (col + 1) * 128 + (((row >> 3) ^ (2 * tq + 1)) << 4) + 2 * gq;
         auto put_t = [&](uint8_t* plane, float x0, float x1) {  // two rows of the planes: no pair store
           __nv_bfloat162 hh, ll;
-          split_pair(x0, x1, hh, ll);
+          if (X3) split_pair(x0, x1, hh, ll);
+          else hh = __floats2bfloat162_rn(x0, x1);
           *reinterpret_cast<bf16*>(plane + o0) = __low2bfloat16(hh);
           *reinterpret_cast<bf16*>(plane + o1) = __high2bfloat16(hh);
-          *reinterpret_cast<bf16*>(plane + kSmallTile / 2 + o0) = __low2bfloat16(ll);
-          *reinterpret_cast<bf16*>(plane + kSmallTile / 2 + o1) = __high2bfloat16(ll);
+          if (X3) {
+            *reinterpret_cast<bf16*>(plane + kSmallTile / 2 + o0) = __low2bfloat16(ll);
+            *reinterpret_cast<bf16*>(plane + kSmallTile / 2 + o1) = __high2bfloat16(ll);
+          }
         };
         put_t(Vt, v0 * e, v1 * e);
         put_t(Vu, v0, v1);
@@ -340,8 +346,8 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
       const PlaneItem it = token_item(e0 + q * 256);
-      put8(it.first ? Qp : Kp, kTile / 2, kmajor_off(it.row, it.col, C), v[q]);
-      if (it.first && lead) put8(sc.qp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, C), v[q]);  // the scan's Q
+      put8(it.first ? Qp : Kp, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);
+      if (it.first && lead) put8(sc.qp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);  // the scan's Q
     }
   }
   fence_proxy_async();
@@ -376,7 +382,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
           Lm[ii * ldl + jc] = x[0];
           Lm[ii * ldl + jc + 1] = x[1];
         } else {
-          put_pair(sc.ap + (ci * Hv + j) * kSmallTile, kSmallTile / 2, ii, jc, C, x[0], x[1]);
+          put_pair(sc.ap + (ci * Hv + j) * kSmallTile, kSmallTile / 2, ii, jc, C, x[0], x[1], X3);
         }
       }
   }
@@ -397,16 +403,16 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
     for (int q = 0; q < kPer; ++q) {
       const PlaneItem it = dim_item(e0 + q * 256);
       const float* scale = it.first ? sk : bs;
-      if (it.first && lead) put8(sc.ktp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, kDk), v[q]);  // the scan's K^T
+      if (it.first && lead) put8(sc.ktp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, kDk), v[q], X3);  // the scan's K^T
 #pragma unroll
       for (int m = 0; m < 8; ++m) v[q][m] = it.col + m < n ? scale[it.col + m] * v[q][m] : 0.0f;
-      put8(it.first ? Ks : Vp, kTile / 2, kmajor_off(it.row, it.col, 128), v[q]);
+      put8(it.first ? Ks : Vp, kTile / 2, kmajor_off(it.row, it.col, 128), v[q], X3);
     }
   }
   invert_unit_lower(Lm, T, P, ldl, tid, nt);
   for (int e = tid; e < C * C / 2; e += nt) {
     const int i = e / (C / 2), k = (e % (C / 2)) * 2;
-    put_pair(Tp, kSmallTile / 2, i, k, C, T[i * ldl + k], T[i * ldl + k + 1]);
+    put_pair(Tp, kSmallTile / 2, i, k, C, T[i * ldl + k], T[i * ldl + k + 1], X3);
   }
   fence_proxy_async();
   __syncthreads();
@@ -434,7 +440,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
       for (int h = 0; h < 2; ++h) {
         const int ii = 16 * wi + gq + 8 * h, col = 8 * jj + 2 * tq;
         if (wg == 0) *reinterpret_cast<float2*>(u + ii * Dv + col) = make_float2(acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1]);
-        else put_pair(wpl, kTile / 2, ii, col, C, acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1]);
+        else put_pair(wpl, kTile / 2, ii, col, C, acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1], X3);
       }
   }
 #endif
@@ -455,11 +461,11 @@ std::atomic<int> g_one_pass{-1};
 bool gdn_wgmma_one_pass_bf16() {
   int v = g_one_pass.load();
   if (v < 0) {
-    const char* e = std::getenv("CLEFRT_LAB_GDN_PRODUCTS");
+    const char* e = std::getenv("CLEFRT_GDN_PRODUCTS");
     const std::string want = e ? e : "";
     if (!want.empty() && want != "bf16" && want != "bf16x3")
-      throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_GDN_PRODUCTS is '" + want + "': bf16 (one pass) or bf16x3 (the default)");
-    v = want == "bf16" ? 1 : 0;
+      throw Error(Status::BadRequest, "usage", "CLEFRT_GDN_PRODUCTS is '" + want + "': bf16 (one pass, the default) or bf16x3");
+    v = want == "bf16x3" ? 0 : 1;
     int unset = -1;
     g_one_pass.compare_exchange_strong(unset, v);
     v = g_one_pass.load();
