@@ -364,7 +364,7 @@ struct WgmmaProducts {
   explicit WgmmaProducts(bool one_pass) : before(gdn_wgmma_one_pass_bf16()) { gdn_wgmma_set_one_pass_bf16(one_pass); }
   ~WgmmaProducts() { gdn_wgmma_set_one_pass_bf16(before); }
 };
-// One bf16 pass rounds every operand to 8 significant bits (2^-9 relative): an output's error
+// One bf16 pass rounds every operand to 8 significant bits (up to 2^-8 relative): an output's error
 // scales with the largest terms, not with itself, so the bound is a fraction of max |want| (the
 // lab measures ~5e-3 of it on a layer at Clef's heads; a layout or pipeline error is O(1)).
 void expect_close_to_max(const std::vector<float>& got, const std::vector<float>& want, double frac, const std::string& what) {
@@ -548,7 +548,7 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
     check_matrix(down<float>(keep_w[1], size_t(P * Hv * 64 * Dv)), down<float>(keep_t[1], size_t(P * Hv * 64 * Dv)), "U");
     // the scan's Q [tokens][Dk] and K^T [Dk][tokens] planes per (chunk, key head), written by each
     // key head's lead value head: q and k as hi + lo (within 2^-16 relative; one pass: hi, within
-    // 2^-9), zero past the chunk (gdn_scratch poisoned them with NaNs)
+    // 2^-8), zero past the chunk (gdn_scratch poisoned them with NaNs)
     const auto qp = down<uint8_t>(keep_w[5], size_t(P * pb.q)), ktp = down<uint8_t>(keep_w[6], size_t(P * pb.kt));
     std::vector<float> q_got, q_want, k_got, k_want;
     for (int64_t ci = 0; ci < P; ++ci) {
@@ -565,7 +565,7 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
           }
       }
     }
-    const double rel = one_pass ? 2e-3 : 2e-5;
+    const double rel = one_pass ? 4e-3 : 2e-5;  // bf16's rounding: up to 2^-8 = 3.9e-3 relative
     expect_close(q_got, q_want, 1e-30, rel, "wgmma prep (" + mode + "): the scan's Q planes");
     expect_close(k_got, k_want, 1e-30, rel, "wgmma prep (" + mode + "): the scan's K^T planes");
   }

@@ -42,18 +42,30 @@ __device__ __forceinline__ void chunk_gamma(double* gam, const float* g, int64_t
 }
 
 // T = (I + Lm)^-1 for a strictly lower triangular C x C Lm (rows ldl floats apart; T zeroed
-// before), blocked by 16: the four diagonal blocks by substitution (a column per thread), then
-// T_ib = -T_ii sum_{k = b..i-1} Lm_ik T_kb by block distance through P [3][16][16]. The chunk
-// preps' sequential part; every thread of the block takes part (barriers inside).
+// before), blocked by 16: the four diagonal blocks by substitution (a column per thread, held in
+// registers), then T_ib = -T_ii sum_{k = b..i-1} Lm_ik T_kb by block distance through P
+// [3][16][16]. The chunk preps' sequential part; every thread of the block takes part (barriers
+// inside).
+//
+// The substitution pushes each finished row k into the rows below it, t_r -= Lm_rk t_k, in
+// registers: the longest chain is 15 dependent FMAs, and Lm's loads depend on nothing. Row r's
+// value is the same sum in the same order as -(sum_{k = col..r-1} Lm_rk T_kc) (a negated FMA
+// chain rounds alike), so the bits are the dot-product form's; that form read each T_kc back
+// from shared memory as it wrote it (Nsight Compute: the other threads' wait at the barrier
+// after it was ~11% of the wgmma prep's stall samples).
 __device__ __forceinline__ void invert_unit_lower(const float* Lm, float* T, float* P, int ldl, int tid, int nt) {
   if (tid < C) {
     const int b0 = (tid / 16) * 16, col = tid % 16;
-    T[(b0 + col) * ldl + b0 + col] = 1.0f;
-    for (int r = col + 1; r < 16; ++r) {
-      float acc = 0;
-      for (int k = col; k < r; ++k) acc += Lm[(b0 + r) * ldl + b0 + k] * T[(b0 + k) * ldl + b0 + col];
-      T[(b0 + r) * ldl + b0 + col] = -acc;
-    }
+    float t[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) t[r] = r == col ? 1.0f : 0.0f;
+#pragma unroll
+    for (int k = 0; k < 15; ++k)
+#pragma unroll
+      for (int r = k + 1; r < 16; ++r) t[r] -= Lm[(b0 + r) * ldl + b0 + k] * t[k];
+#pragma unroll
+    for (int r = 0; r < 16; ++r)
+      if (r >= col) T[(b0 + r) * ldl + b0 + col] = t[r];
   }
   __syncthreads();
   // off-diagonal blocks, by distance d between block row bi and block column bj = bi - d

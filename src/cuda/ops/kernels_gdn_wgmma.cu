@@ -61,7 +61,10 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
   __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
 #else
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // the tiles on 1024-byte boundaries (the swizzle is computed from address bits), as an offset
+  // from smem_raw: a pointer rebuilt from an integer loses its address space, and every access
+  // through it compiled to a generic load or store (ld / st, not ld.shared / st.shared)
+  uint8_t* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   uint8_t* Wb = base;              // [64 tokens][128 Dk]
   uint8_t* Qb = Wb + kTile;        // [64 tokens][128 Dk]
   uint8_t* Kb = Qb + kTile;        // [128 Dk][64 tokens]
@@ -300,7 +303,10 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
   constexpr int Dk = 128, Dv = 128, ldl = PrepSmem::ldl;
   static_assert(C * ldl * 4 >= kSmallTile && (C * ldl * 4) % 1024 == 0, "T's planes go over Lm, whose end keeps 1 KB alignment");
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // the tiles on 1024-byte boundaries (the swizzle is computed from address bits), as an offset
+  // from smem_raw: a pointer rebuilt from an integer loses its address space, and every access
+  // through it compiled to a generic load or store (ld / st, not ld.shared / st.shared)
+  uint8_t* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   uint8_t* Qp = base;                    // [64 tokens][128 Dk]
   uint8_t* Kp = Qp + kTile;              // [64 tokens][128 Dk]
   uint8_t* Ks = base;                    // after 2: (beta e^gamma K) [128 Dk][64 tokens]
