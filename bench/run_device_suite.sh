@@ -111,8 +111,9 @@ while [ $# -gt 0 ]; do
       .carry/clefrt_gpu_tests --gtest_filter='CudaEngine.GdnProducts*:CudaEngine.WellConditionedAtClefGdnHeads*:CudaOps.Gdn*' 2>&1 | tee "$OUT/gpu_tests-gdn.log" \
         | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error"
       if [ -x .carry/clefrt_bench_gdn ]; then
-        .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn.json" > "$OUT/lab-gdn.txt" 2>&1
-        echo "== lab gdn rc=$?"; grep -E "^[0-9]|product|wgmma|prep alone|clefrt_bench_gdn:" "$OUT/lab-gdn.txt" | cut -c1-200
+        anchors_arg=(); [ -s "$OUT0/kernel-anchors.json" ] && anchors_arg=(--anchors "$OUT0/kernel-anchors.json")
+        .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn.json" "${anchors_arg[@]}" > "$OUT/lab-gdn.txt" 2>&1
+        echo "== lab gdn rc=$?"; grep -E "^[0-9]|product|wgmma|prep alone|anchor|clefrt_bench_gdn:" "$OUT/lab-gdn.txt" | cut -c1-200
       else echo "== lab gdn: no .carry/clefrt_bench_gdn (pack it)"; fi
       CLEFRT_GDN_PRODUCTS=bf16x3 .carry/clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --tokenizer $tok --reps 5 --profile \
         --commit "$commit" --command "CLEFRT_GDN_PRODUCTS=bf16x3 clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --reps 5 --profile" \
@@ -216,7 +217,9 @@ for i in range(240):
         echo "== serve $extra exit $?"; grep -o '"event":"ready".*' "$OUT/ops-serve$extra.log" | head -c 700; echo
       done ;;
     lab)
-      .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn.json" 2>&1 | tee "$OUT/lab-gdn.txt"
+      # with the anchors' figures beside the product's when `anchors` ran before in this call
+      anchors_arg=(); [ -s "$OUT0/kernel-anchors.json" ] && anchors_arg=(--anchors "$OUT0/kernel-anchors.json")
+      .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn.json" "${anchors_arg[@]}" 2>&1 | tee "$OUT/lab-gdn.txt"
       if [ -x .carry/clefrt_bench_elementwise ]; then
         .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt"
       fi ;;

@@ -30,7 +30,8 @@
 // over making the scan's Q and K^T planes: 2026-12-05-h200-lab-gdn-1f4fa1c.txt).
 // Error is against 3xtf32's output, which the GPU tests hold to the CPU's fp32 within 2e-5
 // relative. Rates count each product once (useful FLOPs), for scale against the measured bf16
-// GEMM peak. Usage: clefrt_bench_gdn [--commit ID] [--json FILE]; CLEFRT_LAB_ONLY=NAME in the
+// GEMM peak. Usage: clefrt_bench_gdn [--commit ID] [--json FILE] [--anchors FILE] (kernel_anchors.py's
+// JSON from the same call: fla's time a layer printed beside the product's); CLEFRT_LAB_ONLY=NAME in the
 // environment runs 3xtf32 and the variants whose names contain NAME at 1 x 8,192 alone.
 #include <cuda_runtime.h>
 
@@ -594,6 +595,7 @@ int main(int argc, char** argv) {
     const bool product_one_pass = gdn_wgmma_one_pass_bf16();
     gdn_wgmma_set_one_pass_bf16(false);
     const HardwareLimits hw = bench::measure_and_print_hardware();
+    const json::Value anchors = bench::load_anchors(opt.anchors, hw.gpu);
     for (const void* k : {(const void*)gdn_chunk_scan_tc_k<Mma::Tf32x3>, (const void*)gdn_chunk_scan_tc_k<Mma::Tf32>,
                           (const void*)gdn_chunk_scan_tc_k<Mma::Bf16>, (const void*)gdn_chunk_state_tc_k, (const void*)gdn_chunk_out_tc_k,
                           (const void*)gdn_scan_narrow_k<16>, (const void*)gdn_scan_narrow_k<32>})
@@ -734,7 +736,7 @@ int main(int argc, char** argv) {
           have_wgmma ? median_ms(s, [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma); }) : 0.0;
       gdn_wgmma_set_one_pass_bf16(false);
       json::Value pts = json::Value::array();
-      double t_ref = 0;
+      double t_ref = 0, t_product = -1;
       for (const Variant& v : variants) {
         const bool is_ref = v.name == std::string("3xtf32");
         if (only && !is_ref && !std::strstr(v.name, only)) continue;
@@ -767,6 +769,7 @@ int main(int argc, char** argv) {
         const double own = v.own_prep == Variant::Wgmma ? t_wg_prep : v.own_prep == Variant::WgmmaOnePass ? t_wg1_prep : t_prep;
         const double t = whole - own;
         if (out == o_ref.as<float>()) t_ref = t;
+        if (v.name == std::string("product")) t_product = whole;
         const double rel_max = max_ref > 0 ? max_err / max_ref : 0, rel_rms = sr > 0 ? std::sqrt(se / sr) : 0;
         std::printf("  %-26s scan %7.3f ms (%.2fx 3xtf32's) %6.1f TFLOP/s | prep + scan %7.3f ms | vs 3xtf32: %zu of %zu bits "
                     "differ, max |err| / max |o| %.2e, rms rel %.2e\n",
@@ -794,6 +797,24 @@ int main(int argc, char** argv) {
         r.add("prep_3xtf32_ms", json::Value::number(t_tc));
         r.add("prep_wgmma_ms", json::Value::number(t_wg));
         r.add("prep_wgmma_one_pass_ms", json::Value::number(t_wg1_prep));
+        pts.arr.push_back(std::move(r));
+      }
+      // the anchor at this shape (kernel_anchors.py times 1 x 8,192 and 64 x 512, not 8 x 1,024)
+      const std::string key = sh.seqs == 1 && sh.len == 8192 ? "tok_8192" : sh.seqs == 64 && sh.len == 512 ? "64x512" : "";
+      const double fla = key.empty() ? -1 : bench::anchor_ms(anchors, "gdn_per_layer_ms", key);
+      if (!anchors.is_null() && !key.empty()) {
+        if (fla > 0 && t_product > 0) {
+          std::printf("  anchor: fla chunk_gated_delta_rule %7.3f ms a layer (same call); the product's prep + scan %7.3f ms = %.2fx fla's time\n",
+                      fla, t_product, t_product / fla);
+        } else {
+          std::printf("  anchor: fla at %s %s\n", key.c_str(), fla > 0 ? "(the product did not run)" : "absent or an error in the anchors file");
+        }
+        json::Value r = json::Value::object();
+        r.add("variant", json::Value::string("anchor fla chunk_gated_delta_rule"));
+        r.add("m", json::Value::integer(L));
+        r.add("sequences", json::Value::integer(sh.seqs));
+        if (fla > 0) r.add("ms", json::Value::number(fla));
+        if (fla > 0 && t_product > 0) r.add("product_over_anchor", json::Value::number(t_product / fla));
         pts.arr.push_back(std::move(r));
       }
       shapes.arr.push_back(bench::shape_record(sh.name, Hv * Dv, Dk, std::move(pts)));

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@ namespace clefrt::bench {
 // where the program has it, [--shape gate_up|down] (one weight shape only).
 struct Options {
   std::string commit = "unknown", json_out, only_shape;
+  std::string anchors;  // --anchors FILE: kernel_anchors.py's JSON from the same device call
   int64_t only_m = 0;
 };
 // False (with the usage on stderr) on anything else.
@@ -33,8 +36,9 @@ inline bool parse_options(int argc, char** argv, bool with_shape, Options& o) {
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) o.json_out = argv[++i];
     else if (with_shape && !std::strcmp(argv[i], "--shape") && i + 1 < argc) o.only_shape = argv[++i];
     else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) o.only_m = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--anchors") && i + 1 < argc) o.anchors = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--commit ID] [--json FILE]%s [--m M]\n", argv[0], with_shape ? " [--shape gate_up|down]" : "");
+      std::fprintf(stderr, "usage: %s [--commit ID] [--json FILE]%s [--m M] [--anchors FILE]\n", argv[0], with_shape ? " [--shape gate_up|down]" : "");
       return false;
     }
   }
@@ -46,6 +50,38 @@ inline cuda::HardwareLimits measure_and_print_hardware() {
   const cuda::HardwareLimits hw = cuda::measure_hardware();
   std::printf("%s: bf16 GEMM peak %.0f TFLOP/s, copy %.0f GB/s\n", hw.gpu.c_str(), hw.peak_bf16_tflops, hw.copy_gbps);
   return hw;
+}
+
+// The anchors (../shared/anchors' kernel_anchors.py, run in the same device call: fla's GDN and
+// PyTorch's SDPA per layer at Clef-27B shapes), to print beside a lab's product. An empty path:
+// none (a null value). A file that does not read or parse, or whose GPU is not this one, is an
+// error naming it: a figure from another card beside ours would mislead.
+inline json::Value load_anchors(const std::string& path, const std::string& gpu) {
+  if (path.empty()) return json::Value::null();
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("--anchors " + path + ": cannot read it");
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  json::Value v;
+  try {
+    v = json::parse(text);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("--anchors " + path + ": not JSON (" + e.what() + ")");
+  }
+  const json::Value* g = v.is_object() ? v.find("gpu") : nullptr;
+  if (!g || !g->is_string()) throw std::runtime_error("--anchors " + path + ": no \"gpu\" string (kernel_anchors.py's output has one)");
+  if (g->s != gpu) throw std::runtime_error("--anchors " + path + ": measured on " + g->s + ", this run is on " + gpu);
+  return v;
+}
+// One anchor figure in ms a layer (group "gdn_per_layer_ms" or "attn_per_layer_ms", key as the
+// script names it: "tok_8192", "64x512", "tok_8192/CUDNN_ATTENTION", ...); negative when absent
+// or when the script recorded an error there.
+inline double anchor_ms(const json::Value& anchors, const char* group, const std::string& key) {
+  const json::Value* g = anchors.is_object() ? anchors.find(group) : nullptr;
+  const json::Value* v = g && g->is_object() ? g->find(key) : nullptr;
+  if (!v) return -1;
+  if (v->kind == json::Value::Kind::Double) return v->d;
+  if (v->kind == json::Value::Kind::Int) return double(v->i);
+  return -1;
 }
 
 // The median of 20 runs of f (CUDA events on stream s) after 3 warm-ups, in milliseconds.
