@@ -16,7 +16,7 @@
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
 # ncu-gdn: Nsight Compute (--clock-control none) on the Wgmma path's GDN kernels and the 3xTF32 prep.
-# ncu-gdn-source: the Wgmma prep (bf16x3 and one pass) with stall samples per SASS instruction (CSV).
+# ncu-gdn-source: the Wgmma prep (bf16x3 and one pass) and the one-pass scan, stall samples per SASS instruction (CSV).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
 # lab-vision-attn; every cuBLASLt configuration at the blog's and the tower's GEMMs with lab-gemm-search).
@@ -232,17 +232,19 @@ for i in range(240):
         echo "== ncu $re rc=$?"
       done
       grep -E "gdn_|Duration|Compute \(SM\) Throughput|DRAM Throughput|Registers Per|Achieved Occupancy" "$OUT/ncu-gdn.txt" | head -40 ;;
-    ncu-gdn-source)  # the Wgmma prep's hot instructions: stall samples per SASS line (Nsight Compute's source page, CSV)
-      for mode in bf16x3 bf16; do  # the lab's bf16x3 lines run gdn_prep_wgmma_k<true>, its one-pass ones <false>
-        x3=1; [ $mode = bf16 ] && x3=0  # demangled: gdn_prep_wgmma_k<(bool)1>
-        CLEFRT_LAB_ONLY="wgmma bf16" ncu --clock-control none --kernel-name-base demangled -k "regex:gdn_prep_wgmma_k<.bool.$x3>" -c 1 \
-          --section SpeedOfLight --section WarpStateStats --section SourceCounters -o "$OUT/ncu-prep-$mode" .carry/clefrt_bench_gdn \
-          > "$OUT/ncu-prep-$mode.log" 2>&1
-        echo "== ncu prep $mode rc=$?"
-        ncu -i "$OUT/ncu-prep-$mode.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-prep-$mode-sass.csv" 2> "$OUT/ncu-prep-$mode-sass.err"
-        echo "== ncu source page rc=$? ($(wc -l < "$OUT/ncu-prep-$mode-sass.csv") lines)"
-        ncu -i "$OUT/ncu-prep-$mode.ncu-rep" --page details > "$OUT/ncu-prep-$mode.txt" 2>&1
-        grep -E "Duration|Throughput|Warp Cycles Per Issued|stalled" "$OUT/ncu-prep-$mode.txt" | head -12
+    ncu-gdn-source)  # the Wgmma prep's and scan's hot instructions: stall samples per SASS line (Nsight Compute's source page, CSV)
+      for kk in "prep bf16x3 1" "prep bf16 0" "scan bf16 0"; do  # demangled names: gdn_prep_wgmma_k<(bool)1>; bf16x3 = <true>
+        read -r kern mode x3 <<< "$kk"
+        tag=$kern-$mode
+        CLEFRT_LAB_ONLY="wgmma bf16" ncu --clock-control none --kernel-name-base demangled -k "regex:gdn_${kern}_wgmma_k<.bool.$x3>" -c 1 \
+          --section SpeedOfLight --section WarpStateStats --section SourceCounters -o "$OUT/ncu-$tag" .carry/clefrt_bench_gdn \
+          > "$OUT/ncu-$tag.log" 2>&1
+        echo "== ncu $tag rc=$?"
+        ncu -i "$OUT/ncu-$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-$tag-sass.csv" 2> "$OUT/ncu-$tag-sass.err"
+        echo "== ncu source page rc=$? ($(wc -l < "$OUT/ncu-$tag-sass.csv") lines)"
+        ncu -i "$OUT/ncu-$tag.ncu-rep" --page details > "$OUT/ncu-$tag.txt" 2>&1
+        rm -f "$OUT/ncu-$tag.ncu-rep"  # the CSV and the details page hold what is read; the report is megabytes
+        grep -E "Duration|Throughput|Warp Cycles Per Issued|stalled" "$OUT/ncu-$tag.txt" | head -12
       done ;;
     lab-bf16)
       # the bf16 GEMMs' invariant algorithm against cuBLASLt's candidates and fixed row blocks
