@@ -102,18 +102,19 @@ __device__ __forceinline__ void split_pair(float x0, float x1, __nv_bfloat162& h
   const float2 hf = __bfloat1622float2(hi);
   lo = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
 }
+// The same hi, and lo only when with_lo (one bf16 pass has no lo plane: lo is left as it was).
+__device__ __forceinline__ void split_pair(float x0, float x1, __nv_bfloat162& hi, __nv_bfloat162& lo, bool with_lo) {
+  if (with_lo) split_pair(x0, x1, hi, lo);
+  else hi = __floats2bfloat162_rn(x0, x1);
+}
 // Elements (row, k) and (row, k + 1), k even, into the hi plane at `hi` and the lo plane `plane`
 // bytes further; lo false (one bf16 pass: no reader of a lo plane) leaves the lo plane alone.
 __device__ __forceinline__ void put_pair(uint8_t* hi, int plane, int row, int k, int rows, float x0, float x1, bool lo = true) {
   const int off = kmajor_off(row, k, rows);
-  if (!lo) {
-    *reinterpret_cast<__nv_bfloat162*>(hi + off) = __floats2bfloat162_rn(x0, x1);
-    return;
-  }
   __nv_bfloat162 h, l;
-  split_pair(x0, x1, h, l);
+  split_pair(x0, x1, h, l, lo);
   *reinterpret_cast<__nv_bfloat162*>(hi + off) = h;
-  *reinterpret_cast<__nv_bfloat162*>(hi + plane + off) = l;
+  if (lo) *reinterpret_cast<__nv_bfloat162*>(hi + plane + off) = l;
 }
 
 // Eight consecutive k of one row: 16 bytes of the hi plane at hi + off, of the lo plane `plane`
@@ -123,8 +124,7 @@ __device__ __forceinline__ void put8(uint8_t* hi, int plane, int off, const floa
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     __nv_bfloat162 hh, ll;
-    if (lo) split_pair(v[2 * q], v[2 * q + 1], hh, ll);
-    else hh = __floats2bfloat162_rn(v[2 * q], v[2 * q + 1]);
+    split_pair(v[2 * q], v[2 * q + 1], hh, ll, lo);
     h[q] = *reinterpret_cast<const uint32_t*>(&hh);
     if (lo) l[q] = *reinterpret_cast<const uint32_t*>(&ll);
   }

@@ -103,8 +103,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         __nv_bfloat162 hh, ll;
-        if (X3) split_pair(sacc[4 * jj + 2 * h], sacc[4 * jj + 2 * h + 1], hh, ll);
-        else hh = __floats2bfloat162_rn(sacc[4 * jj + 2 * h], sacc[4 * jj + 2 * h + 1]);
+        split_pair(sacc[4 * jj + 2 * h], sacc[4 * jj + 2 * h + 1], hh, ll, X3);
         const int off = wg * (kCols * 128) + (16 * wi + gq + 8 * h) * 128 + ((jj ^ gq) << 4) + 4 * tq;
         *reinterpret_cast<__nv_bfloat162*>(St + off) = hh;
         if (X3) *reinterpret_cast<__nv_bfloat162*>(St + kTile / 2 + off) = ll;
@@ -207,8 +206,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
         const int o1 = (col + 1) * 128 + (((row >> 3) ^ (2 * tq + 1)) << 4) + 2 * gq;
         auto put_t = [&](uint8_t* plane, float x0, float x1) {  // two rows of the planes: no pair store
           __nv_bfloat162 hh, ll;
-          if (X3) split_pair(x0, x1, hh, ll);
-          else hh = __floats2bfloat162_rn(x0, x1);
+          split_pair(x0, x1, hh, ll, X3);
           *reinterpret_cast<bf16*>(plane + o0) = __low2bfloat16(hh);
           *reinterpret_cast<bf16*>(plane + o1) = __high2bfloat16(hh);
           if (X3) {

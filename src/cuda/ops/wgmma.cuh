@@ -129,8 +129,8 @@ __device__ __forceinline__ void wgmma_bf16x3(float* d, uint64_t ah, uint64_t al,
 }
 
 // The same step as one bf16 pass (X3 false): the hi planes alone, i.e. bf16(x) operands with fp32
-// accumulation, the precision FlashInfer's and fla's GDN kernels run at (gdn_products: a lab
-// switch, docs/notes/gdn-prefill-designs.md). X3 true: wgmma_bf16x3.
+// accumulation, the precision FlashInfer's and fla's GDN kernels run at (the GDN path's default:
+// kernels.h's gdn_wgmma_one_pass_bf16). X3 true: wgmma_bf16x3.
 template <bool X3, int N>
 __device__ __forceinline__ void wgmma_planes(float* d, uint64_t ah, uint64_t al, uint64_t bh, uint64_t bl, bool accumulate) {
   if constexpr (X3) {
