@@ -41,53 +41,6 @@ __device__ __forceinline__ void chunk_gamma(double* gam, const float* g, int64_t
   chunk_gamma_pair(g, t0, n, Hv, j, lane, gam[2 * lane], gam[2 * lane + 1]);
 }
 
-// T = (I + Lm)^-1 for a strictly lower triangular C x C Lm (rows ldl floats apart; T zeroed
-// before), blocked by 16: the four diagonal blocks by substitution (a column per thread, held in
-// registers), then T_ib = -T_ii sum_{k = b..i-1} Lm_ik T_kb by block distance through P
-// [3][16][16]. The chunk preps' sequential part; every thread of the block takes part (barriers
-// inside).
-//
-// The substitution pushes each finished row k into the rows below it, t_r -= Lm_rk t_k, in
-// registers: the longest chain is 15 dependent FMAs, and Lm's loads depend on nothing. Row r's
-// value is the same sum in the same order as -(sum_{k = col..r-1} Lm_rk T_kc) (a negated FMA
-// chain rounds alike), so the bits are the dot-product form's; that form read each T_kc back
-// from shared memory as it wrote it (Nsight Compute: the other threads' wait at the barrier
-// after it was ~11% of the wgmma prep's stall samples).
-__device__ __forceinline__ void invert_unit_lower(const float* Lm, float* T, float* P, int ldl, int tid, int nt) {
-  if (tid < C) {
-    const int b0 = (tid / 16) * 16, col = tid % 16;
-    float t[16];
-#pragma unroll
-    for (int r = 0; r < 16; ++r) t[r] = r == col ? 1.0f : 0.0f;
-#pragma unroll
-    for (int k = 0; k < 15; ++k)
-#pragma unroll
-      for (int r = k + 1; r < 16; ++r) t[r] -= Lm[(b0 + r) * ldl + b0 + k] * t[k];
-#pragma unroll
-    for (int r = 0; r < 16; ++r)
-      if (r >= col) T[(b0 + r) * ldl + b0 + col] = t[r];
-  }
-  __syncthreads();
-  // off-diagonal blocks, by distance d between block row bi and block column bj = bi - d
-  for (int d = 1; d < C / 16; ++d) {
-    const int nb = C / 16 - d;
-    for (int e = tid; e < nb * 256; e += nt) {
-      const int bj = e / 256, r = (e / 16) % 16, col = e % 16, bi = bj + d;
-      float acc = 0;
-      for (int k = 16 * bj; k < 16 * bi; ++k) acc += Lm[(16 * bi + r) * ldl + k] * T[k * ldl + 16 * bj + col];
-      P[e] = acc;
-    }
-    __syncthreads();
-    for (int e = tid; e < nb * 256; e += nt) {
-      const int bj = e / 256, r = (e / 16) % 16, col = e % 16, bi = bj + d;
-      float acc = 0;
-      for (int k = 0; k < 16; ++k) acc += T[(16 * bi + r) * ldl + 16 * bi + k] * P[bj * 256 + k * 16 + col];
-      T[(16 * bi + r) * ldl + 16 * bj + col] = -acc;
-    }
-    __syncthreads();
-  }
-}
-
 // ---- bf16x3 planes (the Wgmma path, kernels_gdn_wgmma.cu) ----
 // An fp32 matrix as two bf16 planes, hi = bf16(x) and lo = bf16(x - hi), each a K-major tile in
 // 64-element k panels with wgmma's 128-byte swizzle (wgmma.cuh): 64 x 128 tiles (W, Q, K^T,
@@ -215,6 +168,71 @@ __device__ __forceinline__ void mma_3xtf32_shared_b(float (&d)[NA][4], int na, i
   for (int q = 0; q < NA; ++q)
 #pragma unroll
     for (int i = 0; i < 4; ++i) d[q][i] += e[q][i];
+}
+
+// T = (I + Lm)^-1 for a strictly lower triangular C x C Lm (rows ldl floats apart; T zeroed
+// before), blocked by 16: the four diagonal blocks by substitution (a column per thread, held in
+// registers), then T_ib = -T_ii sum_{k = b..i-1} Lm_ik T_kb by block distance through P
+// [3][16][16] on tensor cores. The chunk preps' sequential part; the block's 256 threads all
+// take part (barriers inside).
+//
+// The substitution pushes each finished row k into the rows below it, t_r -= Lm_rk t_k, in
+// registers: the longest chain is 15 dependent FMAs, and Lm's loads depend on nothing. Row r's
+// value is the same sum in the same order as -(sum_{k = col..r-1} Lm_rk T_kc) (a negated FMA
+// chain rounds alike), the bits of the dot-product form that read each T_kc back from shared
+// memory as it wrote it (Nsight Compute: the other threads' wait at the barrier after it was
+// ~11% of the wgmma prep's stall samples).
+__device__ __forceinline__ void invert_unit_lower(const float* Lm, float* T, float* P, int ldl, int tid, int nt) {
+  if (tid < C) {
+    const int b0 = (tid / 16) * 16, col = tid % 16;
+    float t[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) t[r] = r == col ? 1.0f : 0.0f;
+#pragma unroll
+    for (int k = 0; k < 15; ++k)
+#pragma unroll
+      for (int r = k + 1; r < 16; ++r) t[r] -= Lm[(b0 + r) * ldl + b0 + k] * t[k];
+#pragma unroll
+    for (int r = 0; r < 16; ++r)
+      if (r >= col) T[(b0 + r) * ldl + b0 + col] = t[r];
+  }
+  __syncthreads();
+  // Off-diagonal blocks by distance d between block row bi and block column bj = bi - d: the sums
+  // P = Lm[bi][bj .. bi - 1] T[bj .. bi - 1][bj] (16 x 16, K = 16 d), then T_ib = -T_ii P, on
+  // 3xTF32 mma.sync (fp32-level products): warp w takes block bj = w / 2, columns 8 (w % 2) ..,
+  // 6 / 4 / 2 warps at d = 1 / 2 / 3. The SIMT form (a thread an element, a sum of 16 d products
+  // from shared memory each) was 28% of the wgmma prep's instructions (Nsight Compute).
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  if (nt < 6 * 32) __trap();  // the 6 warps of d = 1 (both preps run 256 threads)
+  for (int d = 1; d < C / 16; ++d) {
+    const int bj = warp >> 1, half = warp & 1, bi = bj + d, c0 = 8 * half;
+    const bool active = bj < C / 16 - d;
+    if (active) {
+      float acc[1][4] = {};
+      mma_3xtf32_shared_a<1>(
+          acc, 1, 16 * d, [&](int r, int k) { return Lm[(16 * bi + r) * ldl + 16 * bj + k]; },
+          [&](int, int k, int c) { return T[(16 * bj + k) * ldl + 16 * bj + c0 + c]; });
+      float* pb = P + bj * 256;
+      pb[g * 16 + c0 + 2 * t4] = acc[0][0];
+      pb[g * 16 + c0 + 2 * t4 + 1] = acc[0][1];
+      pb[(g + 8) * 16 + c0 + 2 * t4] = acc[0][2];
+      pb[(g + 8) * 16 + c0 + 2 * t4 + 1] = acc[0][3];
+    }
+    __syncthreads();
+    if (active) {
+      float acc[1][4] = {};
+      const float* pb = P + bj * 256;
+      mma_3xtf32_shared_a<1>(
+          acc, 1, 16, [&](int r, int k) { return T[(16 * bi + r) * ldl + 16 * bi + k]; },
+          [&](int, int k, int c) { return pb[k * 16 + c0 + c]; });
+      float* tb = T + 16 * bi * ldl + 16 * bj + c0 + 2 * t4;
+      tb[g * ldl] = -acc[0][0];
+      tb[g * ldl + 1] = -acc[0][1];
+      tb[(g + 8) * ldl] = -acc[0][2];
+      tb[(g + 8) * ldl + 1] = -acc[0][3];
+    }
+    __syncthreads();
+  }
 }
 
 // The chunks of sequence s in this pass, [cb, ce); false (the CTA has nothing to do) if none.

@@ -408,8 +408,12 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
       const PlaneItem it = dim_item(e0 + q * 256);
       const float* scale = it.first ? sk : bs;
       if (it.first && lead) put8(sc.ktp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, kDk), v[q], X3);  // the scan's K^T
+      // the eight tokens' scales in two 16-byte loads (it.col is a multiple of 8); past n both
+      // the value and its scale (beta) are zero, so the product is the 0 it was written as
+      const float4 s0 = *reinterpret_cast<const float4*>(scale + it.col), s1 = *reinterpret_cast<const float4*>(scale + it.col + 4);
+      const float sv[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
 #pragma unroll
-      for (int m = 0; m < 8; ++m) v[q][m] = it.col + m < n ? scale[it.col + m] * v[q][m] : 0.0f;
+      for (int m = 0; m < 8; ++m) v[q][m] = sv[m] * v[q][m];
       put8(it.first ? Ks : Vp, kTile / 2, kmajor_off(it.row, it.col, 128), v[q], X3);
     }
   }
