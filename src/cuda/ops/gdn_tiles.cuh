@@ -179,9 +179,9 @@ __device__ __forceinline__ void mma_3xtf32_shared_b(float (&d)[NA][4], int na, i
 // The substitution pushes each finished row k into the rows below it, t_r -= Lm_rk t_k, in
 // registers: the longest chain is 15 dependent FMAs, and Lm's loads depend on nothing. Row r's
 // value is the same sum in the same order as -(sum_{k = col..r-1} Lm_rk T_kc) (a negated FMA
-// chain rounds alike), the bits of the dot-product form that read each T_kc back from shared
-// memory as it wrote it (Nsight Compute: the other threads' wait at the barrier after it was
-// ~11% of the wgmma prep's stall samples).
+// chain rounds alike): the values of the dot-product form (a zero sum's sign aside: +0 here, -0
+// there), which read each T_kc back from shared memory as it wrote it (Nsight Compute: the other
+// threads' wait at the barrier after it was ~11% of the wgmma prep's stall samples).
 __device__ __forceinline__ void invert_unit_lower(const float* Lm, float* T, float* P, int ldl, int tid, int nt) {
   if (tid < C) {
     const int b0 = (tid / 16) * 16, col = tid % 16;
@@ -217,21 +217,18 @@ __device__ __forceinline__ void invert_unit_lower(const float* Lm, float* T, flo
       pb[g * 16 + c0 + 2 * t4 + 1] = acc[0][1];
       pb[(g + 8) * 16 + c0 + 2 * t4] = acc[0][2];
       pb[(g + 8) * 16 + c0 + 2 * t4 + 1] = acc[0][3];
-    }
-    __syncthreads();
-    if (active) {
-      float acc[1][4] = {};
-      const float* pb = P + bj * 256;
+      __syncwarp();  // the warp reads back only the 16 x 8 of P it wrote
+      float acc2[1][4] = {};
       mma_3xtf32_shared_a<1>(
-          acc, 1, 16, [&](int r, int k) { return T[(16 * bi + r) * ldl + 16 * bi + k]; },
+          acc2, 1, 16, [&](int r, int k) { return T[(16 * bi + r) * ldl + 16 * bi + k]; },
           [&](int, int k, int c) { return pb[k * 16 + c0 + c]; });
       float* tb = T + 16 * bi * ldl + 16 * bj + c0 + 2 * t4;
-      tb[g * ldl] = -acc[0][0];
-      tb[g * ldl + 1] = -acc[0][1];
-      tb[(g + 8) * ldl] = -acc[0][2];
-      tb[(g + 8) * ldl + 1] = -acc[0][3];
+      tb[g * ldl] = -acc2[0][0];
+      tb[g * ldl + 1] = -acc2[0][1];
+      tb[(g + 8) * ldl] = -acc2[0][2];
+      tb[(g + 8) * ldl + 1] = -acc2[0][3];
     }
-    __syncthreads();
+    __syncthreads();  // this distance's blocks whole before the next reads them
   }
 }
 

@@ -311,7 +311,8 @@ __global__ void __launch_bounds__(256) gdn_chunk_prep_k(const float* mixed, int6
 //   1. Lm = beta K K^T e^(gamma_i - gamma_j) and A = Q K^T e^(...) as 16 x 8 3xTF32 tiles (tiles
 //      wholly above the diagonal are skipped; A's are written as zeros);
 //   2. T = (I + Lm)^-1, blocked by 16: the four diagonal blocks by substitution (a column per
-//      thread), then T_ib = -T_ii sum_{k = b..i-1} Lm_ik T_kb by block distance (SIMT, small);
+//      thread, in registers), then T_ib = -T_ii sum_{k = b..i-1} Lm_ik T_kb by block distance
+//      (3xTF32 mma.sync; gdn_tiles.cuh's invert_unit_lower);
 //   3. U = T (beta V), W = T (beta e^gamma K) as 3xTF32 tiles (T is lower triangular: k stops at
 //      the tile's last row).
 // The forward substitution of the SIMT kernel walked 64 dependent rows per column; here the

@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
 //   2. K K^T (warpgroup 0) and Q K^T (warpgroup 1), 24 wgmma m64n64k16 each; gated into Lm
 //      (fp32, shared) and A (planes, global);
 //   3. (beta e^gamma K) and (beta V) as planes [Dk / Dv][tokens] over Q's and K's, T = (I +
-//      Lm)^-1 (SIMT, gdn_tiles.cuh's, as the 3xTF32 prep), T as planes over Lm;
+//      Lm)^-1 (gdn_tiles.cuh's, as the 3xTF32 prep), T as planes over Lm;
 //   4. U = T (beta V) (warpgroup 0) and W = T (beta e^gamma K) (warpgroup 1), 12 wgmma
 //      m64n128k16 each; U to global in fp32, W as planes.
 // Item e of the prep's plane loops, eight values of one plane row: items [0, C Dk / 8) are the
