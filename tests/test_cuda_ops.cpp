@@ -144,6 +144,59 @@ TEST(CudaOps, Bf16GemmRowsDoNotDependOnM) {
   bf16_rows_do_not_depend_on_m(384, 512);
 }
 
+// The head's token-row Linears on tensor cores (f32_gemm_3xtf32) against a double-precision
+// reference: within 1e-5 of each element's sum of |x w| terms (fp32-level: TF32 alone is ~1e-3),
+// every element written (NaN poison), accumulate adding to y, partial tiles in m, n and k; and a
+// row's bits the same alone as inside m = 318 (batch invariance).
+TEST(CudaOps, F32Gemm3xTf32MatchesDoubleAndIsRowInvariant) {
+  NEED_GPU();
+  for (auto [m, n, k] : {std::tuple{1, 8, 4}, {17, 2048, 1024}, {318, 100, 36}, {65, 72, 132}, {3, 1024, 5120}, {130, 64, 64}}) {
+    const std::string at = " at " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
+    auto x = randn(size_t(m * k), 21), w = randn(size_t(n * k), 22, 0.05f), y0 = randn(size_t(m * n), 23);
+    std::vector<double> want(size_t(m * n)), mag(size_t(m * n));
+    for (int r = 0; r < m; ++r)
+      for (int c = 0; c < n; ++c) {
+        double a = 0, b = 0;
+        for (int i = 0; i < k; ++i) {
+          const double p = double(x[size_t(r * k + i)]) * w[size_t(c * k + i)];
+          a += p;
+          b += std::fabs(p);
+        }
+        want[size_t(r * n + c)] = a;
+        mag[size_t(r * n + c)] = b;
+      }
+    DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), dy(size_t(m * n) * 4), dacc = upload(y0, "y0"), d1(size_t(15 * n) * 4);
+    ASSERT_TRUE(f32_gemm_3xtf32_fits(dx.as<float>(), k, k, dw.as<float>(), k)) << at;
+    check(cudaMemset(dy.get(), 0xff, size_t(m * n) * 4), "poison y");
+    f32_gemm_3xtf32(dx.as<float>(), k, m, k, dw.as<float>(), k, n, dy.as<float>(), n, false, nullptr);
+    f32_gemm_3xtf32(dx.as<float>(), k, m, k, dw.as<float>(), k, n, dacc.as<float>(), n, true, nullptr);
+    check(cudaDeviceSynchronize(), "f32_gemm_3xtf32");
+    const auto got = down<float>(dy, want.size()), got_acc = down<float>(dacc, want.size());
+    double worst = 0, worst_acc = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double e = std::fabs(double(got[i]) - want[i]) / std::max(mag[i], 1e-30);
+      const double ea = std::fabs(double(got_acc[i]) - (want[i] + y0[i])) / (mag[i] + std::fabs(double(y0[i])) + 1e-30);
+      if (!(e <= worst)) worst = e;  // NaN stays the worst
+      if (!(ea <= worst_acc)) worst_acc = ea;
+    }
+    std::printf("[ cuda    ] f32_gemm_3xtf32%s: worst |y - y_double| / sum |x w| %.3g, accumulate %.3g\n", at.c_str(), worst, worst_acc);
+    EXPECT_LE(worst, 1e-5) << at;
+    EXPECT_LE(worst_acc, 1e-5) << at;
+    // rows [r0, r0 + 15) alone (a CTA tile of their own, from another row offset) give the bits they had inside m
+    if (m >= 20) {
+      const int r0 = m / 3;
+      f32_gemm_3xtf32(dx.as<float>() + size_t(r0) * size_t(k), k, 15, k, dw.as<float>(), k, n, d1.as<float>(), n, false, nullptr);
+      const auto alone = down<float>(d1, size_t(15 * n));
+      for (int r = 0; r < 15; ++r)
+        for (int c = 0; c < n; ++c) ASSERT_EQ(alone[size_t(r * n + c)], got[size_t((r0 + r) * n + c)]) << "row " << r0 + r << " col " << c << at;
+    }
+  }
+  // what it refuses: k not a multiple of 4 (the 16-byte copies)
+  DeviceBuffer dx(64 * 4), dw(64 * 4), dy(64 * 4);
+  EXPECT_FALSE(f32_gemm_3xtf32_fits(dx.as<float>(), 6, 6, dw.as<float>(), 6));
+  EXPECT_THROW(f32_gemm_3xtf32(dx.as<float>(), 6, 2, 6, dw.as<float>(), 6, 2, dy.as<float>(), 2, false, nullptr), Error);
+}
+
 TEST(CudaOps, HeadGemmMatchesReferenceAndIsRowInvariant) {
   NEED_GPU();
   for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 64, 31}, {33, 100, 70}, {9, 37, 36}, {70, 1024, 1024}, {3, 96, 5120}}) {

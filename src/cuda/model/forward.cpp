@@ -1011,9 +1011,11 @@ void Forward::head(Batch& b) {
   cudaStream_t s = stream_;
   Gemm& G = *gemm_;
   constexpr float eps = 1e-5f;
-  // Linears over all L tokens (memory_projection and the memory keys / values): cuBLASLt's
-  // batch-invariant fp32 GEMM. Over question / option / sequence rows (a handful a request):
-  // head_gemm, whose per-row result does not depend on m either.
+  // Linears over all L tokens (memory_projection and the memory keys / values): f32_gemm_3xtf32
+  // (tensor cores, fp32-level products; cuBLASLt's batch-invariant fp32 GEMM where a head's
+  // widths do not allow its 16-byte copies, a property of the model, never of the request).
+  // Over question / option / sequence rows (a handful a request): head_gemm. Both give a row a
+  // result that does not depend on m.
   // --profile: the token-row GEMMs, the row Linears and the MHAs are timed apart from the rest
   // of their section (section: the op the time between them goes to)
   const char* section = "head inputs";
@@ -1024,7 +1026,10 @@ void Forward::head(Batch& b) {
   };
   auto lin_tokens = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char* op) {
     if (!w.w) throw Error(Status::Internal, "internal_error", std::string(op) + ": token-row head matrix not held in fp32");
-    timed("head token-row GEMMs", [&] { G.run_f32(x, m, w.k, w.k, w.w, w.n, y, w.n, acc, op); });
+    timed("head token-row GEMMs", [&] {
+      if (f32_gemm_3xtf32_fits(x, w.k, w.k, w.w, w.k)) f32_gemm_3xtf32(x, w.k, m, w.k, w.w, w.k, w.n, y, w.n, acc, s);
+      else G.run_f32(x, m, w.k, w.k, w.w, w.n, y, w.n, acc, op);
+    });
   };
   // bias (and GELU) applied by head_gemm as it writes: bias_act's bits, one launch fewer
   auto lin = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char*, const float* bias = nullptr,

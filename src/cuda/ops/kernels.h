@@ -243,6 +243,16 @@ void vision_patchify(const uint8_t* rgb, int64_t width, int64_t grid_w, int64_t 
 // GELU in cuBLASLt's epilogue: Gemm::run_epilogue).
 void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, bf16* y, cudaStream_t s);
 
+// ---- fp32 GEMM on tensor cores (kernels_f32_gemm.cu) ----
+// y[m, n] (+)= x[m, k] w[n, k]^T (rows ldx / ldw / ldy floats apart) with 3xTF32 mma.sync
+// (fp32-level products): each element summed in an order fixed by k alone, so a row's result
+// does not depend on m (batch invariance). For the head's Linears over all token rows. Needs
+// k % 4 == 0, ldx % 4 == 0, ldw % 4 == 0 and 16-byte aligned x and w (f32_gemm_3xtf32_fits;
+// else it throws).
+bool f32_gemm_3xtf32_fits(const float* x, int64_t ldx, int64_t k, const float* w, int64_t ldw);
+void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t ldw, int64_t n, float* y, int64_t ldy,
+                     bool accumulate, cudaStream_t s);
+
 // ---- joint head (kernels_head.cu) ----
 // y[m, n] (+)= x[m, k] w[n, k]^T (fp32, w rows k apart) for the head's question / option rows:
 // each element summed in an order fixed by k alone, so a row's result does not depend on m

@@ -1,0 +1,133 @@
+// y[m, n] (+)= x[m, k] w[n, k]^T in fp32 on tensor cores: TF32 mma.sync m16n8k8 with the 3xTF32
+// split (gdn_tiles.cuh's split_tf32 / mma_tf32: a_hi b_hi + a_hi b_lo + a_lo b_hi, fp32-level
+// products, as the GDN preps' 3xTF32 path), for the joint head's Linears over all token rows
+// (memory_projection, the memories' k | v). Why: cuBLASLt's batch-invariant fp32 algorithm (CUDA
+// cores) ran them at ~12 TFLOP/s at the blog size, 0.93 ms of a 34 ms request
+// (bench/results/2026-12-05-h100-session29.md).
+//
+// Batch invariance: an output element is its row's and column's dot product over k in 8-wide MMA
+// steps in k order, three accumulators (hi*hi, lo*hi, hi*lo) summed once at the end; the other
+// rows, m and the row's place in its tile change none of it.
+//
+// Tiles: a CTA of 4 warps (2 x 2) computes 64 rows x 64 columns, a warp 32 x 32 (2 m16 x 4 n8
+// MMA tiles); k in 32-wide steps through shared memory, two stages of cp.async copies. Rows of x
+// and w are 16-byte copies: k % 4 == 0 and 16-byte aligned rows (f32_gemm_3xtf32_fits).
+#include <cstdint>
+#include <string>
+
+#include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/gdn_tiles.cuh"
+#include "cuda/ops/kernels.h"
+#include "cuda/runtime/check.h"
+
+namespace clefrt::cuda {
+
+namespace {
+
+using gdn::mma_tf32;
+using gdn::split_tf32;
+
+constexpr int BM = 64, BN = 64, BK = 32;
+constexpr int LDS = BK + 4;  // a tile row in floats: fragment loads (8 rows x 4 k) hit 32 banks
+
+__global__ void __launch_bounds__(128) f32_gemm_3xtf32_k(const float* __restrict__ x, int64_t ldx, const float* __restrict__ w, int64_t ldw,
+                                                        float* __restrict__ y, int64_t ldy, int64_t m, int64_t n, int64_t k, bool accumulate) {
+  __shared__ __align__(16) float As[2][BM * LDS];
+  __shared__ __align__(16) float Bs[2][BN * LDS];
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t m0 = int64_t(blockIdx.y) * BM, n0 = int64_t(blockIdx.x) * BN;
+
+  // one stage: 64 rows x 32 floats of x and of w, 512 16-byte copies each (4 + 4 a thread); rows
+  // past m / n and k past its end zero-filled (k % 4 == 0: a copy is whole or absent)
+  auto load = [&](int stage, int64_t k0) {
+#pragma unroll
+    for (int i = 0; i < BM * BK / 4 / 128; ++i) {
+      const int c = tid + 128 * i, r = c / (BK / 4), kc = (c % (BK / 4)) * 4;
+      const bool kin = k0 + kc < k;
+      const bool xa = m0 + r < m && kin, wa = n0 + r < n && kin;
+      cp_async16(&As[stage][r * LDS + kc], xa ? x + (m0 + r) * ldx + k0 + kc : x, xa);
+      cp_async16(&Bs[stage][r * LDS + kc], wa ? w + (n0 + r) * ldw + k0 + kc : w, wa);
+    }
+    cp_async_commit();
+  };
+
+  // d: hi*hi, e1: lo*hi, e2: hi*lo, per (m16 tile i, n8 tile j)
+  float d[2][4][4] = {}, e1[2][4][4] = {}, e2[2][4][4] = {};
+  const int64_t steps = (k + BK - 1) / BK;
+  load(0, 0);
+  for (int64_t s = 0; s < steps; ++s) {
+    const int st = int(s & 1);
+    if (s + 1 < steps) load(st ^ 1, (s + 1) * BK);
+    else cp_async_commit();  // an empty group: the wait below counts the same
+    cp_async_wait<1>();
+    __syncthreads();
+    const float* A = As[st] + (32 * wm) * LDS;
+    const float* B = Bs[st] + (32 * wn) * LDS;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 8) {
+      uint32_t ah[2][4], al[2][4], bh[4][2], bl[4][2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float* a = A + (16 * i) * LDS + kk;
+        split_tf32(a[g * LDS + t], ah[i][0], al[i][0]);
+        split_tf32(a[(g + 8) * LDS + t], ah[i][1], al[i][1]);
+        split_tf32(a[g * LDS + t + 4], ah[i][2], al[i][2]);
+        split_tf32(a[(g + 8) * LDS + t + 4], ah[i][3], al[i][3]);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float* b = B + (8 * j + g) * LDS + kk;  // B(k, c) = w[c][k]: column g of the n8 tile
+        split_tf32(b[t], bh[j][0], bl[j][0]);
+        split_tf32(b[t + 4], bh[j][1], bl[j][1]);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          mma_tf32(e1[i][j], al[i], bh[j]);
+          mma_tf32(e2[i][j], ah[i], bl[j]);
+          mma_tf32(d[i][j], ah[i], bh[j]);
+        }
+    }
+    __syncthreads();  // this stage read by every warp before the next iteration's copies overwrite it
+  }
+  // d[i][j]: rows 32 wm + 16 i + g (+ 8), columns 32 wn + 8 j + 2 t (+ 1)
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t row = m0 + 32 * wm + 16 * i + g + 8 * h, col = n0 + 32 * wn + 8 * j + 2 * t;
+        if (row >= m) continue;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          if (col + c >= n) continue;
+          const float v = d[i][j][2 * h + c] + (e1[i][j][2 * h + c] + e2[i][j][2 * h + c]);
+          float* out = y + row * ldy + col + c;
+          *out = accumulate ? *out + v : v;
+        }
+      }
+}
+
+}  // namespace
+
+bool f32_gemm_3xtf32_fits(const float* x, int64_t ldx, int64_t k, const float* w, int64_t ldw) {
+  const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  return k > 0 && k % 4 == 0 && ldx % 4 == 0 && ldw % 4 == 0 && a16(x) && a16(w);
+}
+
+void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t ldw, int64_t n, float* y, int64_t ldy,
+                     bool accumulate, cudaStream_t s) {
+  if (m == 0 || n == 0) return;
+  if (!f32_gemm_3xtf32_fits(x, ldx, k, w, ldw))
+    throw Error(Status::Internal, "internal_error",
+                "f32_gemm_3xtf32: k, the row strides and the pointers must allow 16-byte copies (k " + std::to_string(k) + ", ldx " +
+                    std::to_string(ldx) + ", ldw " + std::to_string(ldw) + ")");
+  const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + BM - 1) / BM));
+  f32_gemm_3xtf32_k<<<grid, 128, 0, s>>>(x, ldx, w, ldw, y, ldy, m, n, k, accumulate);
+  check_launch("f32_gemm_3xtf32");
+}
+
+}  // namespace clefrt::cuda
