@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (wgmma, sm_90a only): shared-memory matrix descriptors and the bf16
-// m64nNk16 instructions with fp32 accumulators, both operands K-major in shared memory. PTX ISA,
-// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
+// m64nNk16 instructions with fp32 accumulators, A K-major and B K-major or N-major in shared
+// memory. PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
 //
 // Operand layout: K-major tiles of 64 bf16 (128 bytes) a row, "128-byte swizzle" (swizzle128 in
 // async_copy.cuh): row r at r * 128, its 16-byte chunk c at ((c ^ (r % 8)) * 16), tiles
@@ -21,6 +21,19 @@ __device__ __forceinline__ uint64_t wgmma_desc(const void* smem) {
   // start address, LBO 1 (unused by swizzled K-major layouts), SBO 1024 (both >> 4), layout
   // type 1 = 128-byte swizzle (bits 62-63)
   return ((a & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// An N-major B operand (the wgmma's trans-b, 16-bit types only): B (K x N) stored with N
+// contiguous, i.e. a K-major tile of the transposed matrix in the layout above with its rows as
+// B's k and its 64-element panels as 64-wide slices of N: row k of the panel holding column n at
+// (n / 64) * panel_bytes + k * 128, 16-byte chunk ((n % 64) / 8) ^ (k % 8). In the canonical
+// N-major 128-byte-swizzle form (8 16-byte units of N contiguous, then the next N slice LBO
+// bytes on; 8 rows of k 128 bytes apart, then the next 8 SBO bytes on): LBO = panel_bytes, SBO
+// = 1024. A 16-wide k step s starts 2048 s bytes in (16 rows). So a [tokens][D] plane, the A
+// operand of a product over D, is also the B operand of a product over tokens.
+__device__ __forceinline__ uint64_t wgmma_desc_nmajor(const void* smem, uint32_t panel_bytes) {
+  const uint64_t a = smem_u32(smem);
+  return ((a & 0x3FFFF) >> 4) | (uint64_t((panel_bytes >> 4) & 0x3FFF) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -57,48 +70,58 @@ __device__ __forceinline__ void fence_proxy_async() {
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
 // D (64 x N fp32, N / 2 per thread: d[4j .. 4j + 3] = rows 16 w + g and + 8, columns 8j + 2t and
-// + 1 for warp w of the warpgroup, g = lane / 4, t = lane % 4) (+)= A (64 x 16) B (16 x N), A and
-// B K-major in shared memory; accumulate false overwrites D (its old values are never read).
-template <int N>
+// + 1 for warp w of the warpgroup, g = lane / 4, t = lane % 4) (+)= A (64 x 16) B (16 x N), A
+// K-major in shared memory, B K-major (TB 0) or N-major (TB 1: wgmma_desc_nmajor); accumulate
+// false overwrites D (its old values are never read).
+template <int N, int TB = 0>
 __device__ __forceinline__ void wgmma_bf16(float* d, uint64_t da, uint64_t db, bool accumulate);
+
+// wgmma_bf16's instructions per N (a struct: the trans-b immediate is a template parameter too)
+template <int N, int TB>
+struct WgmmaBf16;
 
 #define CLEFRT_WGMMA_D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 
-template <>
-__device__ __forceinline__ void wgmma_bf16<32>(float* d, uint64_t da, uint64_t db, bool accumulate) {
+template <int TB>
+struct WgmmaBf16<32, TB> {
+  static __device__ __forceinline__ void run(float* d, uint64_t da, uint64_t db, bool accumulate) {
 #ifdef CLEFRT_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "%16, %17, p, 1, 1, 0, 0;\n}\n"
+      "%16, %17, p, 1, 1, 0, %19;\n}\n"
       : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8)
-      : "l"(da), "l"(db), "r"(int(accumulate)));
+      : "l"(da), "l"(db), "r"(int(accumulate)), "n"(TB));
 #else
   (void)d, (void)da, (void)db, (void)accumulate;
   __trap();
 #endif
-}
+  }
+};
 
-template <>
-__device__ __forceinline__ void wgmma_bf16<64>(float* d, uint64_t da, uint64_t db, bool accumulate) {
+template <int TB>
+struct WgmmaBf16<64, TB> {
+  static __device__ __forceinline__ void run(float* d, uint64_t da, uint64_t db, bool accumulate) {
 #ifdef CLEFRT_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      "%32, %33, p, 1, 1, 0, %35;\n}\n"
       : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8), CLEFRT_WGMMA_D8(16), CLEFRT_WGMMA_D8(24)
-      : "l"(da), "l"(db), "r"(int(accumulate)));
+      : "l"(da), "l"(db), "r"(int(accumulate)), "n"(TB));
 #else
   (void)d, (void)da, (void)db, (void)accumulate;
   __trap();
 #endif
-}
+  }
+};
 
-template <>
-__device__ __forceinline__ void wgmma_bf16<128>(float* d, uint64_t da, uint64_t db, bool accumulate) {
+template <int TB>
+struct WgmmaBf16<128, TB> {
+  static __device__ __forceinline__ void run(float* d, uint64_t da, uint64_t db, bool accumulate) {
 #ifdef CLEFRT_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -107,37 +130,44 @@ __device__ __forceinline__ void wgmma_bf16<128>(float* d, uint64_t da, uint64_t 
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      "%64, %65, p, 1, 1, 0, %67;\n}\n"
       : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8), CLEFRT_WGMMA_D8(16), CLEFRT_WGMMA_D8(24), CLEFRT_WGMMA_D8(32), CLEFRT_WGMMA_D8(40),
         CLEFRT_WGMMA_D8(48), CLEFRT_WGMMA_D8(56)
-      : "l"(da), "l"(db), "r"(int(accumulate)));
+      : "l"(da), "l"(db), "r"(int(accumulate)), "n"(TB));
 #else
   (void)d, (void)da, (void)db, (void)accumulate;
   __trap();
 #endif
-}
+  }
+};
 
 #undef CLEFRT_WGMMA_D8
 
+template <int N, int TB>
+__device__ __forceinline__ void wgmma_bf16(float* d, uint64_t da, uint64_t db, bool accumulate) {
+  static_assert(TB == 0 || TB == 1, "TB: B K-major (0) or N-major (1)");
+  WgmmaBf16<N, TB>::run(d, da, db, accumulate);
+}
+
 // One "bf16x3" step (gdn_tiles.cuh's planes): fp32 operands as bf16 hi + lo planes, D (+)= A B as
 // hi*hi + hi*lo + lo*hi (lo*lo dropped), three wgmmas in that order into D.
-template <int N>
+template <int N, int TB = 0>
 __device__ __forceinline__ void wgmma_bf16x3(float* d, uint64_t ah, uint64_t al, uint64_t bh, uint64_t bl, bool accumulate) {
-  wgmma_bf16<N>(d, ah, bh, accumulate);
-  wgmma_bf16<N>(d, ah, bl, true);
-  wgmma_bf16<N>(d, al, bh, true);
+  wgmma_bf16<N, TB>(d, ah, bh, accumulate);
+  wgmma_bf16<N, TB>(d, ah, bl, true);
+  wgmma_bf16<N, TB>(d, al, bh, true);
 }
 
 // The same step as one bf16 pass (X3 false): the hi planes alone, i.e. bf16(x) operands with fp32
 // accumulation, the precision FlashInfer's and fla's GDN kernels run at (the GDN path's default:
 // kernels.h's gdn_wgmma_one_pass_bf16). X3 true: wgmma_bf16x3.
-template <bool X3, int N>
+template <bool X3, int N, int TB = 0>
 __device__ __forceinline__ void wgmma_planes(float* d, uint64_t ah, uint64_t al, uint64_t bh, uint64_t bl, bool accumulate) {
   if constexpr (X3) {
-    wgmma_bf16x3<N>(d, ah, al, bh, bl, accumulate);
+    wgmma_bf16x3<N, TB>(d, ah, al, bh, bl, accumulate);
   } else {
     (void)al, (void)bl;
-    wgmma_bf16<N>(d, ah, bh, accumulate);
+    wgmma_bf16<N, TB>(d, ah, bh, accumulate);
   }
 }
 
