@@ -444,10 +444,10 @@ GdnScratch gdn_scratch(int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, int64_t P
   sc.wp = static_cast<uint8_t*>(buf(P * pb.w));
   sc.ap = static_cast<uint8_t*>(buf(P * pb.a));
   sc.qp = static_cast<uint8_t*>(buf(P * pb.q));
-  sc.ktp = static_cast<uint8_t*>(buf(P * pb.kt));
+  sc.kp = static_cast<uint8_t*>(buf(P * pb.k));
   // bf16 NaNs (0xffff): a plane byte the Wgmma prep leaves unwritten (a key head without its lead
-  // value head, K^T's padding) reaches the scan's outputs as NaN
-  for (auto [p, bytes] : {std::pair{sc.wp, P * pb.w}, {sc.ap, P * pb.a}, {sc.qp, P * pb.q}, {sc.ktp, P * pb.kt}})
+  // value head, K's padding) reaches the scan's outputs as NaN
+  for (auto [p, bytes] : {std::pair{sc.wp, P * pb.w}, {sc.ap, P * pb.a}, {sc.qp, P * pb.q}, {sc.kp, P * pb.k}})
     check(cudaMemset(p, 0xff, size_t(bytes)), "poison planes");
   return sc;
 }
@@ -477,7 +477,7 @@ void gdn_in_passes(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64
 TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
   NEED_GPU();
   // (the 27B model's heads, Hk 16 / Hv 48 at 128, run the Wgmma path too; at Hk = Hv every
-  // value head leads its key head and writes the scan's Q / K^T planes)
+  // value head leads its key head and writes the scan's Q / K planes)
   for (auto [Hk, Hv, Dk, Dv] :
        {std::tuple{2, 4, 16, 16}, {2, 6, 128, 128}, {1, 2, 64, 96}, {1, 1, 32, 24}, {16, 48, 128, 128}, {1, 3, 128, 64}, {2, 2, 128, 128}}) {
     const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
@@ -599,10 +599,10 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
     check_matrix(w_w, w_t, "W");
     check_matrix(a_w, a_t, "A");
     check_matrix(down<float>(keep_w[1], size_t(P * Hv * 64 * Dv)), down<float>(keep_t[1], size_t(P * Hv * 64 * Dv)), "U");
-    // the scan's Q [tokens][Dk] and K^T [Dk][tokens] planes per (chunk, key head), written by each
+    // the scan's Q and K [tokens][Dk] planes per (chunk, key head), written by each
     // key head's lead value head: q and k as hi + lo (within 2^-16 relative; one pass: hi, within
     // 2^-8), zero past the chunk (gdn_scratch poisoned them with NaNs)
-    const auto qp = down<uint8_t>(keep_w[5], size_t(P * pb.q)), ktp = down<uint8_t>(keep_w[6], size_t(P * pb.kt));
+    const auto qp = down<uint8_t>(keep_w[5], size_t(P * pb.q)), kp = down<uint8_t>(keep_w[6], size_t(P * pb.k));
     std::vector<float> q_got, q_want, k_got, k_want;
     for (int64_t ci = 0; ci < P; ++ci) {
       const int64_t t0 = k.cs[size_t(c0 + ci)], n = k.cl[size_t(c0 + ci)];
@@ -614,13 +614,13 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
             q_want.push_back(row ? row[kh * Dk + d] : 0.0f);
             k_want.push_back(row ? row[Hk * Dk + kh * Dk + d] : 0.0f);
             q_got.push_back(float(plane_at(qp, at, size_t(pb.q / Hk / 2), r, d, 64)));
-            k_got.push_back(float(plane_at(ktp, at, size_t(pb.kt / Hk / 2), d, r, int(Dk))));
+            k_got.push_back(float(plane_at(kp, at, size_t(pb.k / Hk / 2), r, d, 64)));
           }
       }
     }
     const double rel = one_pass ? 4e-3 : 2e-5;  // bf16's rounding: up to 2^-8 = 3.9e-3 relative
     expect_close(q_got, q_want, 1e-30, rel, "wgmma prep (" + mode + "): the scan's Q planes");
-    expect_close(k_got, k_want, 1e-30, rel, "wgmma prep (" + mode + "): the scan's K^T planes");
+    expect_close(k_got, k_want, 1e-30, rel, "wgmma prep (" + mode + "): the scan's K planes");
   }
 }
 

@@ -7,7 +7,7 @@
 //                 (fp32-level: the reference the others are compared with)
 //   product       gdn_chunk_scan as the engine runs it (Auto; on the Wgmma path with its own prep)
 //   wgmma bf16x3  gdn_chunk_prep + gdn_chunk_scan on GdnPath::Wgmma (kernels_gdn_wgmma.cu: the
-//                 prep on bf16x3 wgmmas writing U in fp32, W and A as planes, the Q / K^T planes, the
+//                 prep on bf16x3 wgmmas writing U in fp32, W and A as planes, the Q / K planes, the
 //                 fused bf16x3 wgmma scan; Auto's choice on Hopper): it runs its own prep, timed
 //                 alone first (the last line prints both preps)
 //   wgmma bf16 one pass  the same two kernels with one bf16 pass per product (gdn_wgmma_one_pass_bf16:
@@ -643,8 +643,8 @@ int main(int argc, char** argv) {
       GdnScratch scr{w.as<float>(), u.as<float>(), a.as<float>()};
       const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
       DeviceBuffer wp(size_t(nc * pb.w), "W planes"), ap(size_t(nc * pb.a), "A planes"), qp(size_t(nc * pb.q), "Q planes"),
-          ktp(size_t(nc * pb.kt), "K^T planes");
-      scr.wp = wp.as<uint8_t>(), scr.ap = ap.as<uint8_t>(), scr.qp = qp.as<uint8_t>(), scr.ktp = ktp.as<uint8_t>();
+          kp(size_t(nc * pb.k), "K planes");
+      scr.wp = wp.as<uint8_t>(), scr.ap = ap.as<uint8_t>(), scr.qp = qp.as<uint8_t>(), scr.kp = kp.as<uint8_t>();
       const float* mx = mixed.as<float>();
       const float* gg = g.as<float>();
       const dim3 sgrid(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / SW)), ogrid(unsigned(nc), unsigned(Hv), unsigned(Dv / SW));

@@ -173,14 +173,14 @@ struct Forward::Batch {
     gs.aqk = a.carve<float>(gdn_pass * c.v_heads * kChunk * kChunk, "gdn A");
     if (!o.portable_kernels && gdn_wgmma_default() && gdn_wgmma_built(c.k_head_dim, c.v_head_dim)) {
       // the Wgmma path's operands: W's and A's planes take the bytes of fp32 W and A (the prep
-      // writes one form or the other), Q's and K^T's their own
+      // writes one form or the other), Q's and K's their own
       const GdnPlaneBytes pb = gdn_plane_bytes(c.k_heads, c.v_heads);
       if (pb.w != c.v_heads * kChunk * c.k_head_dim * 4 || pb.a != c.v_heads * kChunk * kChunk * 4)
         throw Error(Status::Internal, "internal_error", "gdn planes: W / A planes and fp32 sizes differ");
       gs.wp = reinterpret_cast<uint8_t*>(gs.w);
       gs.ap = reinterpret_cast<uint8_t*>(gs.aqk);
       gs.qp = a.carve<uint8_t>(size_t(gdn_pass * pb.q), "gdn Q planes");
-      gs.ktp = a.carve<uint8_t>(size_t(gdn_pass * pb.kt), "gdn K^T planes");
+      gs.kp = a.carve<uint8_t>(size_t(gdn_pass * pb.k), "gdn K planes");
     }
     size_t phase_end = a.used();
     a.rewind(gdn_shared);

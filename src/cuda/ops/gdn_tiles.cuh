@@ -43,7 +43,7 @@ __device__ __forceinline__ void chunk_gamma(double* gam, const float* g, int64_t
 
 // ---- bf16x3 planes (the Wgmma path, kernels_gdn_wgmma.cu) ----
 // An fp32 matrix as two bf16 planes, hi = bf16(x) and lo = bf16(x - hi), each a K-major tile in
-// 64-element k panels with wgmma's 128-byte swizzle (wgmma.cuh): 64 x 128 tiles (W, Q, K^T,
+// 64-element k panels with wgmma's 128-byte swizzle (wgmma.cuh): 64 x 128 tiles (W, Q, K,
 // S^T) take kTile bytes, 64 x 64 ones (A, Vn^T) kSmallTile; the lo plane follows the hi one.
 constexpr int kTile = C * 128 * 4, kSmallTile = C * C * 4;
 // Byte offset of element (row, k) in a plane of `rows` rows.

@@ -120,13 +120,13 @@ struct GdnScratch {
   const int32_t* snap_chunk = nullptr;
   int64_t layer_off = 0;
   // The Wgmma path's operands, per chunk of the pass: bf16 hi / lo planes of W and A per value
-  // head (written by its prep instead of w and aqk, whose bytes they may share), of Q and K^T
-  // per key head (gdn_plane_bytes); null for the other paths.
-  uint8_t *wp = nullptr, *ap = nullptr, *qp = nullptr, *ktp = nullptr;
+  // head (written by its prep instead of w and aqk, whose bytes they may share), of Q and K
+  // ([tokens][Dk]) per key head (gdn_plane_bytes); null for the other paths.
+  uint8_t *wp = nullptr, *ap = nullptr, *qp = nullptr, *kp = nullptr;
 };
 // Bytes a chunk takes in each of GdnScratch's planes (times the pass's chunks).
 struct GdnPlaneBytes {
-  int64_t w, a, q, kt;
+  int64_t w, a, q, k;
 };
 GdnPlaneBytes gdn_plane_bytes(int64_t Hk, int64_t Hv);
 // Which kernels. TensorCores: mma.sync 3xTF32 products (fp32-level accuracy; Dk % 16 == 0,
@@ -153,7 +153,7 @@ void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
 void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
                     GdnScratch sc, float* o, cudaStream_t s, GdnPath path = GdnPath::Auto);
 // The Wgmma path's halves (kernels_gdn_wgmma.cu): the prep (U in fp32; W, A and the scan's Q and
-// K^T as planes), and the scan (the fused recurrence and outputs, from the planes). Reached
+// K as planes), and the scan (the fused recurrence and outputs, from the planes). Reached
 // through gdn_chunk_prep / gdn_chunk_scan, which check the pass's chunk range and state buffers.
 // The Wgmma path's products: one bf16 pass (the default; the hi planes alone: bf16 operands, fp32
 // accumulation, FlashInfer's and fla's precision), or bf16x3 (hi*hi + hi*lo + lo*hi: fp32-level

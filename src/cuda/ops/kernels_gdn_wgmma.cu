@@ -11,10 +11,12 @@
 // measures the variants).
 //
 // Operands are K-major 128-byte-swizzled bf16 tiles (wgmma.cuh), "planes" of 64-element k
-// panels: W [tokens][Dk] and A [tokens][tokens] per (chunk, value head), Q [tokens][Dk] and K^T
-// [Dk][tokens] per (chunk, key head), all written by the prep (gdn_prep_wgmma_k; Q's and K^T's
-// by the first value head of each key head); inside the scan S^T [state
-// columns][Dk] and Vn^T [state columns][tokens] (gdn_tiles.cuh: the layout).
+// panels: W [tokens][Dk] and A [tokens][tokens] per (chunk, value head), Q and K [tokens][Dk] per
+// (chunk, key head), all written by the prep (gdn_prep_wgmma_k; Q's and K's by the first value
+// head of each key head); inside the scan S^T [state columns][Dk] and Vn^T [state
+// columns][tokens] (gdn_tiles.cuh: the layout). A [tokens][D] plane is also read as the N-major B
+// of a product over tokens (wgmma_desc_nmajor: the wgmma transposes it), so no plane is written
+// transposed from global memory.
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -37,9 +39,10 @@ using namespace gdn;
 
 constexpr int kDk = 128;   // the key head dim these kernels tile
 constexpr int kCols = 64;  // state columns per CTA
+constexpr int kPanel = C * 128;  // a [tokens][D] plane's 64-wide panel: 64 token rows of 128 bytes
 
 struct ScanSmem {
-  // W, Q, K^T, S^T planes (32 KiB each), A's, Vn'^T's and Vn^T's (16 KiB each), the decays;
+  // W, Q, K, S^T planes (32 KiB each), A's, Vn'^T's and Vn^T's (16 KiB each), the decays;
   // 1 KiB to align the tiles (the swizzle is computed from address bits)
   static constexpr size_t bytes() { return 1024 + 4 * size_t(kTile) + 3 * size_t(kSmallTile) + sizeof(float) * (2 * C + 1); }
 };
@@ -51,9 +54,10 @@ struct ScanSmem {
 //   barrier; Vn = U - W S and Q S (M = 64 tokens, N = 32 columns, K = Dk: 48 wgmma m64n32k16
 //   a warpgroup, both reading S^T's planes); Vn^T's and (e^(gamma_C - gamma) Vn)^T's planes; Q S's
 //   rows times e^gamma;
-//   barrier; S^T = e^gamma_C S^T + Vn'^T K (M = 64 columns, N = 64 Dk, K = 64 tokens) and
+//   barrier; S^T = e^gamma_C S^T + Vn'^T K (M = 64 columns, N = 64 Dk, K = 64 tokens; K's plane
+//   read N-major) and
 //   O += A Vn (M = 64 tokens, N = 32 columns): 24 wgmma; O out; S^T's planes for the next chunk.
-// W and Q of the next chunk load during the second half, K^T and A during the first.
+// W and Q of the next chunk load during the second half, K and A during the first.
 template <bool X3>
 __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64_t Hk, int64_t Hv, int64_t Dv, GdnChunks ch, GdnScratch sc,
                                                            float* o) {
@@ -67,7 +71,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
   uint8_t* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   uint8_t* Wb = base;              // [64 tokens][128 Dk]
   uint8_t* Qb = Wb + kTile;        // [64 tokens][128 Dk]
-  uint8_t* Kb = Qb + kTile;        // [128 Dk][64 tokens]
+  uint8_t* Kb = Qb + kTile;        // [64 tokens][128 Dk] (B of S's update, N-major)
   uint8_t* St = Kb + kTile;        // [64 columns][128 Dk]
   uint8_t* Ab = St + kTile;        // [64 tokens][64 tokens]
   uint8_t* Vt = Ab + kSmallTile;   // (e^(gamma_C - gamma) Vn)^T [64 columns][64 tokens]
@@ -126,7 +130,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
     cp_async_commit();
   };
   auto load_ka = [&](int64_t c) {
-    copy(Kb, sc.ktp + ((c - sc.c0) * Hk + kh) * kTile, kLoad);
+    copy(Kb, sc.kp + ((c - sc.c0) * Hk + kh) * kTile, kLoad);
     copy(Ab, sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallLoad);
     cp_async_commit();
   };
@@ -217,9 +221,9 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
         put_t(Vt, v0 * e, v1 * e);
         put_t(Vu, v0, v1);
       }
-    cp_async_wait<0>();  // K^T and A
+    cp_async_wait<0>();  // K and A
     fence_proxy_async();
-    __syncthreads();  // Vn's planes whole, K^T and A visible; W, Q and S^T's planes read by all
+    __syncthreads();  // Vn's planes whole, K and A visible; W, Q and S^T's planes read by all
     load_wq(c + 1);
 #pragma unroll
     for (int i = 0; i < 32; ++i) sacc[i] *= eC;
@@ -229,10 +233,13 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
 #pragma unroll
     for (int k = 0; k < C / 16; ++k) {
       const uint64_t vh = wgmma_desc(Vt + 32 * k), vl = wgmma_desc(Vt + kSmallTile / 2 + 32 * k);
-      const uint64_t kh_ = wgmma_desc(Kb + 64 * wg * 128 + 32 * k), kl = wgmma_desc(Kb + kTile / 2 + 64 * wg * 128 + 32 * k);
+      // K [tokens][Dk] as B (k = token, n = Dk), N-major: warpgroup wg's 64 Dk are panel wg,
+      // tokens 16 k .. 2048 k bytes in
+      const uint64_t kh_ = wgmma_desc_nmajor(Kb + kPanel * wg + 2048 * k, kPanel),
+                     kl = wgmma_desc_nmajor(Kb + kTile / 2 + kPanel * wg + 2048 * k, kPanel);
       const uint64_t ah = wgmma_desc(Ab + 32 * k), al = wgmma_desc(Ab + kSmallTile / 2 + 32 * k);
       const uint64_t uh = wgmma_desc(Vu + 32 * wg * 128 + 32 * k), ul = wgmma_desc(Vu + kSmallTile / 2 + 32 * wg * 128 + 32 * k);
-      wgmma_planes<X3, 64>(sacc, vh, vl, kh_, kl, true);
+      wgmma_planes<X3, 64, 1>(sacc, vh, vl, kh_, kl, true);
       wgmma_planes<X3, 32>(oacc, ah, al, uh, ul, true);
     }
     wgmma_commit();
@@ -262,14 +269,13 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
 //   1. Q, K as planes [tokens][Dk], from global memory;
 //   2. K K^T (warpgroup 0) and Q K^T (warpgroup 1), 24 wgmma m64n64k16 each; gated into Lm
 //      (fp32, shared) and A (planes, global);
-//   3. (beta e^gamma K) and (beta V) as planes [Dk / Dv][tokens] over Q's and K's, T = (I +
-//      Lm)^-1 (gdn_tiles.cuh's, as the 3xTF32 prep), T as planes over Lm;
+//   3. (beta e^gamma K) and (beta V) as planes [tokens][Dk / Dv] over Q's and K's (row loads, as
+//      in 1.), T = (I + Lm)^-1 (gdn_tiles.cuh's, as the 3xTF32 prep), T as planes over Lm;
 //   4. U = T (beta V) (warpgroup 0) and W = T (beta e^gamma K) (warpgroup 1), 12 wgmma
-//      m64n128k16 each; U to global in fp32, W as planes.
+//      m64n128k16 each, B read N-major; U to global in fp32, W as planes.
 // Item e of the prep's plane loops, eight values of one plane row: items [0, C Dk / 8) are the
-// first matrix's, the rest the second's; row and col (a multiple of 8) in the plane's own
-// coordinates. token_item: [tokens][Dk] planes (Q, K); dim_item: [Dk or Dv][tokens] planes
-// (K, V transposed; Dv = Dk).
+// first matrix's, the rest the second's; row (the token) and col (a multiple of 8) of a
+// [tokens][Dk] plane (Q and K in step 1, beta e^gamma K and beta V in step 3; Dv = Dk).
 struct PlaneItem {
   bool first;
   int row, col;
@@ -278,11 +284,6 @@ __device__ __forceinline__ PlaneItem token_item(int e) {
   const bool first = e < C * kDk / 8;
   const int ee = first ? e : e - C * kDk / 8;
   return {first, ee / (kDk / 8), (ee % (kDk / 8)) * 8};
-}
-__device__ __forceinline__ PlaneItem dim_item(int e) {
-  const bool first = e < C * kDk / 8;
-  const int ee = first ? e : e - C * kDk / 8;
-  return {first, ee % kDk, (ee / kDk) * 8};
 }
 
 struct PrepSmem {
@@ -307,8 +308,8 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
   uint8_t* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   uint8_t* Qp = base;                    // [64 tokens][128 Dk]
   uint8_t* Kp = Qp + kTile;              // [64 tokens][128 Dk]
-  uint8_t* Ks = base;                    // after 2: (beta e^gamma K) [128 Dk][64 tokens]
-  uint8_t* Vp = base + kTile;            // after 2: (beta V) [128 Dv][64 tokens]
+  uint8_t* Ks = base;                    // after 2: (beta e^gamma K) [64 tokens][128 Dk]
+  uint8_t* Vp = base + kTile;            // after 2: (beta V) [64 tokens][128 Dv]
   float* Lm = reinterpret_cast<float*>(base + 2 * kTile);  // [C][ldl]
   uint8_t* Tp = reinterpret_cast<uint8_t*>(Lm);             // after the inverse: [64 tokens][64 tokens]
   float* T = Lm + C * ldl;                                  // [C][ldl]
@@ -321,7 +322,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
   const int64_t t0 = ch.chunk_start[c];
   const int n = ch.chunk_len[c];
   const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
-  // the first value head of each key head also writes the scan's Q and K^T planes of (chunk, key
+  // the first value head of each key head also writes the scan's Q and K planes of (chunk, key
   // head) from the values it loads anyway (a kernel of their own read them again: ~10% of the scan)
   const bool lead = j % (Hv / Hk) == 0;
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7, wi = warp & 3;
@@ -351,7 +352,7 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
     for (int q = 0; q < kPer; ++q) {
       const PlaneItem it = token_item(e0 + q * 256);
       put8(it.first ? Qp : Kp, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);
-      if (it.first && lead) put8(sc.qp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);  // the scan's Q
+      if (lead) put8((it.first ? sc.qp : sc.kp) + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);  // the scan's Q, K
     }
   }
   fence_proxy_async();
@@ -391,30 +392,28 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
       }
   }
   __syncthreads();  // Lm whole; Q's and K's planes read by both warpgroups
-  // 3. beta e^gamma K and beta V as [Dk / Dv][tokens] planes (over Q's and K's; lanes on
-  // consecutive Dk / Dv), T = (I + Lm)^-1, T's planes over Lm
-  static_assert(C * (Dk + Dv) / 8 == kItems, "K's and V's planes take as many items as Q's and K's");
+  // 3. beta e^gamma K and beta V as [tokens][Dk / Dv] planes (over Q's and K's; row loads and
+  // items as in 1.: step 4 reads them N-major), T = (I + Lm)^-1, T's planes over Lm
+  static_assert(C * (Dk + Dv) / 8 == kItems && Dv == Dk, "K's and V's planes take the items of Q's and K's");
   for (int e0 = tid; e0 < kItems; e0 += kPer * 256) {
     float v[kPer][8];
 #pragma unroll
-    for (int q = 0; q < kPer; ++q) {  // the loads first, as in 1.
-      const PlaneItem it = dim_item(e0 + q * 256);  // K's (first) or V's: Dk / Dv row, first token
-      const float* src = rows + (it.first ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + it.row;
-#pragma unroll
-      for (int m = 0; m < 8; ++m) v[q][m] = it.col + m < n ? src[(it.col + m) * conv_dim] : 0.0f;
+    for (int q = 0; q < kPer; ++q) {
+      const PlaneItem it = token_item(e0 + q * 256);  // K's (first) or V's: token row, Dk / Dv column
+      const float4* src =
+          reinterpret_cast<const float4*>(rows + (it.first ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + it.row * conv_dim + it.col);
+      const float4 a = it.row < n ? src[0] : make_float4(0, 0, 0, 0), b = it.row < n ? src[1] : make_float4(0, 0, 0, 0);
+      v[q][0] = a.x, v[q][1] = a.y, v[q][2] = a.z, v[q][3] = a.w, v[q][4] = b.x, v[q][5] = b.y, v[q][6] = b.z, v[q][7] = b.w;
     }
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
-      const PlaneItem it = dim_item(e0 + q * 256);
-      const float* scale = it.first ? sk : bs;
-      if (it.first && lead) put8(sc.ktp + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, kDk), v[q], X3);  // the scan's K^T
-      // the eight tokens' scales in two 16-byte loads (it.col is a multiple of 8); past n both
-      // the value and its scale (beta) are zero, so the product is the 0 it was written as
-      const float4 s0 = *reinterpret_cast<const float4*>(scale + it.col), s1 = *reinterpret_cast<const float4*>(scale + it.col + 4);
-      const float sv[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+      const PlaneItem it = token_item(e0 + q * 256);
+      // the token's scale; past n the values and the scale (beta) are zero: the product is the
+      // 0 they were written as
+      const float sv = (it.first ? sk : bs)[it.row];
 #pragma unroll
-      for (int m = 0; m < 8; ++m) v[q][m] = sv[m] * v[q][m];
-      put8(it.first ? Ks : Vp, kTile / 2, kmajor_off(it.row, it.col, 128), v[q], X3);
+      for (int m = 0; m < 8; ++m) v[q][m] = sv * v[q][m];
+      put8(it.first ? Ks : Vp, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);
     }
   }
   invert_unit_lower(Lm, T, P, ldl, tid, nt);
@@ -434,8 +433,9 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
 #pragma unroll
     for (int k = 0; k < C / 16; ++k) {
       const uint64_t ah = wgmma_desc(Tp + 32 * k), al = wgmma_desc(Tp + kSmallTile / 2 + 32 * k);
-      const uint64_t bh = wgmma_desc(Bp + 32 * k), bl = wgmma_desc(Bp + kTile / 2 + 32 * k);
-      wgmma_planes<X3, 128>(acc, ah, al, bh, bl, k > 0);
+      // B [tokens][Dv or Dk] N-major (k = token): tokens 16 k on, both 64-wide panels
+      const uint64_t bh = wgmma_desc_nmajor(Bp + 2048 * k, kPanel), bl = wgmma_desc_nmajor(Bp + kTile / 2 + 2048 * k, kPanel);
+      wgmma_planes<X3, 128, 1>(acc, ah, al, bh, bl, k > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -508,8 +508,8 @@ void require_wgmma(const char* op, int64_t Dk, int64_t Dv) {
 void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
                           const GdnChunks& ch, const GdnScratch& sc, cudaStream_t s) {
   require_wgmma("gdn_chunk_prep", Dk, Dv);
-  if (!sc.wp || !sc.ap || !sc.qp || !sc.ktp || !sc.u)
-    throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: the wgmma prep's W / A / Q / K^T planes are not planned");
+  if (!sc.wp || !sc.ap || !sc.qp || !sc.kp || !sc.u)
+    throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: the wgmma prep's W / A / Q / K planes are not planned");
   static const bool attr = [] {
     for (const void* k : {(const void*)gdn_prep_wgmma_k<true>, (const void*)gdn_prep_wgmma_k<false>})
       check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes())), "gdn_prep_wgmma smem");
@@ -529,14 +529,14 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
 void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,
                           const GdnScratch& sc, float* o, cudaStream_t s) {
   require_wgmma("gdn_chunk_scan", Dk, Dv);
-  if (!sc.wp || !sc.ap || !sc.qp || !sc.ktp) throw Error(Status::Internal, "internal_error", "gdn_chunk_scan: the wgmma scan's planes are not planned");
+  if (!sc.wp || !sc.ap || !sc.qp || !sc.kp) throw Error(Status::Internal, "internal_error", "gdn_chunk_scan: the wgmma scan's planes are not planned");
   static const bool attr = [] {
     for (const void* k : {(const void*)gdn_scan_wgmma_k<true>, (const void*)gdn_scan_wgmma_k<false>})
       check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanSmem::bytes())), "gdn_scan_wgmma smem");
     return true;
   }();
   (void)attr;
-  (void)mixed;  // the prep made Q's and K^T's planes from it
+  (void)mixed;  // the prep made Q's and K's planes from it
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
   const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / kCols));
