@@ -607,14 +607,14 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
     for (int64_t ci = 0; ci < P; ++ci) {
       const int64_t t0 = k.cs[size_t(c0 + ci)], n = k.cl[size_t(c0 + ci)];
       for (int64_t kh = 0; kh < Hk; ++kh) {
-        const size_t at = size_t((ci * Hk + kh) * (pb.q / Hk));
+        const size_t at = size_t((ci * Hk + kh) * (pb.q / Hk)), at_k = size_t((ci * Hk + kh) * (pb.k / Hk));
         for (int r = 0; r < 64; ++r)
           for (int d = 0; d < Dk; ++d) {
             const float* row = r < n ? k.mixed.data() + (t0 + r) * k.conv_dim : nullptr;  // past the chunk: zero
             q_want.push_back(row ? row[kh * Dk + d] : 0.0f);
             k_want.push_back(row ? row[Hk * Dk + kh * Dk + d] : 0.0f);
             q_got.push_back(float(plane_at(qp, at, size_t(pb.q / Hk / 2), r, d, 64)));
-            k_got.push_back(float(plane_at(kp, at, size_t(pb.k / Hk / 2), r, d, 64)));
+            k_got.push_back(float(plane_at(kp, at_k, size_t(pb.k / Hk / 2), r, d, 64)));
           }
       }
     }

@@ -27,7 +27,8 @@
 // ("split2"), and the bf16x3 wgmma recurrence split from a wgmma output kernel ("state3 out3");
 // the Wgmma scan on the 3xTF32 prep's W and A made planes ("wgmma scan on 3xtf32 prep": within
 // 9.2e-6 of 3xtf32 where the Wgmma prep gives 1.1e-5; removed at 1f4fa1c when the Wgmma prep took
-// over making the scan's Q and K^T planes: 2026-12-05-h200-lab-gdn-1f4fa1c.txt).
+// over making the scan's Q and K^T planes (K planes, [tokens][Dk], since session 29):
+// 2026-12-05-h200-lab-gdn-1f4fa1c.txt).
 // Error is against 3xtf32's output, which the GPU tests hold to the CPU's fp32 within 2e-5
 // relative. Rates count each product once (useful FLOPs), for scale against the measured bf16
 // GEMM peak. Usage: clefrt_bench_gdn [--commit ID] [--json FILE] [--anchors FILE] (kernel_anchors.py's
