@@ -288,13 +288,16 @@ __device__ __forceinline__ PlaneItem token_item(int e) {
 
 struct PrepSmem {
   static constexpr int ldl = C + 4;
-  // R1 (64 KB): Q's and K's planes, then (beta e^gamma K)'s and (beta V)'s; Lm (fp32), then T's
-  // planes; T (fp32); P; beta, beta e^gamma; gamma. ~103 KB and 1 KB to align: two CTAs an SM.
-  static size_t bytes() { return 1024 + 2 * size_t(kTile) + sizeof(float) * (2 * C * ldl + 3 * 256 + 2 * C) + sizeof(double) * C; }
+  // A matrix's planes in shared memory: hi and lo (bf16x3), or hi alone (one pass)
+  static constexpr int plane(bool x3) { return x3 ? kTile : kTile / 2; }
+  // R1 (two matrices' planes): Q's and K's, then (beta e^gamma K)'s and (beta V)'s; Lm (fp32),
+  // then T's planes; T (fp32); P; beta, beta e^gamma; gamma; 1 KB to align. bf16x3 ~103 KB: two
+  // CTAs an SM; one pass ~72 KB: three (the prep waits on latency: more CTAs hide more of it).
+  static size_t bytes(bool x3) { return 1024 + 2 * size_t(plane(x3)) + sizeof(float) * (2 * C * ldl + 3 * 256 + 2 * C) + sizeof(double) * C; }
 };
 
 template <bool X3>
-__global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
+__global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
                                                            const float* beta, GdnChunks ch, GdnScratch sc) {
 #ifndef CLEFRT_WGMMA
   __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
@@ -306,11 +309,12 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
   // from smem_raw: a pointer rebuilt from an integer loses its address space, and every access
   // through it compiled to a generic load or store (ld / st, not ld.shared / st.shared)
   uint8_t* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  constexpr int kPlane = PrepSmem::plane(X3);  // one matrix's planes (the lo plane, when X3, kTile / 2 after the hi)
   uint8_t* Qp = base;                    // [64 tokens][128 Dk]
-  uint8_t* Kp = Qp + kTile;              // [64 tokens][128 Dk]
+  uint8_t* Kp = Qp + kPlane;             // [64 tokens][128 Dk]
   uint8_t* Ks = base;                    // after 2: (beta e^gamma K) [64 tokens][128 Dk]
-  uint8_t* Vp = base + kTile;            // after 2: (beta V) [64 tokens][128 Dv]
-  float* Lm = reinterpret_cast<float*>(base + 2 * kTile);  // [C][ldl]
+  uint8_t* Vp = base + kPlane;           // after 2: (beta V) [64 tokens][128 Dv]
+  float* Lm = reinterpret_cast<float*>(base + 2 * kPlane);  // [C][ldl]
   uint8_t* Tp = reinterpret_cast<uint8_t*>(Lm);             // after the inverse: [64 tokens][64 tokens]
   float* T = Lm + C * ldl;                                  // [C][ldl]
   float* P = T + C * ldl;                                   // [3][16][16]
@@ -423,30 +427,33 @@ __global__ void __launch_bounds__(256, 2) gdn_prep_wgmma_k(const float* mixed, i
   }
   fence_proxy_async();
   __syncthreads();
-  // 4. U = T (beta V) (warpgroup 0), W = T (beta e^gamma K) (warpgroup 1): M = 64 tokens, N = 128,
-  // K = 64 tokens
-  {
-    float acc[64];
-    const uint8_t* Bp = wg == 0 ? Vp : Ks;
-    for (int i = 0; i < 64; ++i) fence_operand(acc[i]);
+  // 4. U = T (beta V) (warpgroup 0), W = T (beta e^gamma K) (warpgroup 1): M = 64 tokens, N = 128
+  // in two 64-wide halves (a half's accumulators, 32 a thread, are what lets one pass fit three
+  // CTAs an SM: 80 registers), K = 64 tokens
+  float* u = sc.u + (ci * Hv + j) * C * Dv;
+  uint8_t* wpl = sc.wp + (ci * Hv + j) * kTile;
+  const uint8_t* Bp = wg == 0 ? Vp : Ks;
+#pragma unroll 1
+  for (int half = 0; half < 2; ++half) {
+    float acc[32];
+    for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < C / 16; ++k) {
       const uint64_t ah = wgmma_desc(Tp + 32 * k), al = wgmma_desc(Tp + kSmallTile / 2 + 32 * k);
-      // B [tokens][Dv or Dk] N-major (k = token): tokens 16 k on, both 64-wide panels
-      const uint64_t bh = wgmma_desc_nmajor(Bp + 2048 * k, kPanel), bl = wgmma_desc_nmajor(Bp + kTile / 2 + 2048 * k, kPanel);
-      wgmma_planes<X3, 128, 1>(acc, ah, al, bh, bl, k > 0);
+      // B [tokens][Dv or Dk] N-major (k = token): tokens 16 k on, the half's 64-wide panel
+      const uint8_t* bp = Bp + kPanel * half + 2048 * k;
+      const uint64_t bh = wgmma_desc_nmajor(bp, kPanel), bl = wgmma_desc_nmajor(bp + kTile / 2, kPanel);
+      wgmma_planes<X3, 64, 1>(acc, ah, al, bh, bl, k > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
-    for (int i = 0; i < 64; ++i) fence_operand(acc[i]);
-    float* u = sc.u + (ci * Hv + j) * C * Dv;
-    uint8_t* wpl = sc.wp + (ci * Hv + j) * kTile;
+    for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
 #pragma unroll
-    for (int jj = 0; jj < 16; ++jj)
+    for (int jj = 0; jj < 8; ++jj)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int ii = 16 * wi + gq + 8 * h, col = 8 * jj + 2 * tq;
+        const int ii = 16 * wi + gq + 8 * h, col = 64 * half + 8 * jj + 2 * tq;
         if (wg == 0) *reinterpret_cast<float2*>(u + ii * Dv + col) = make_float2(acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1]);
         else put_pair(wpl, kTile / 2, ii, col, C, acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1], X3);
       }
@@ -511,8 +518,8 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   if (!sc.wp || !sc.ap || !sc.qp || !sc.kp || !sc.u)
     throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: the wgmma prep's W / A / Q / K planes are not planned");
   static const bool attr = [] {
-    for (const void* k : {(const void*)gdn_prep_wgmma_k<true>, (const void*)gdn_prep_wgmma_k<false>})
-      check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes())), "gdn_prep_wgmma smem");
+    check(cudaFuncSetAttribute(gdn_prep_wgmma_k<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(true))), "gdn_prep_wgmma smem");
+    check(cudaFuncSetAttribute(gdn_prep_wgmma_k<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(false))), "gdn_prep_wgmma smem");
     return true;
   }();
   (void)attr;
@@ -520,9 +527,9 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   if (c1 == sc.c0) return;
   const dim3 grid(unsigned(c1 - sc.c0), unsigned(Hv));
   if (gdn_wgmma_one_pass_bf16())
-    gdn_prep_wgmma_k<false><<<grid, 256, PrepSmem::bytes(), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc);
+    gdn_prep_wgmma_k<false><<<grid, 256, PrepSmem::bytes(false), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc);
   else
-    gdn_prep_wgmma_k<true><<<grid, 256, PrepSmem::bytes(), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc);
+    gdn_prep_wgmma_k<true><<<grid, 256, PrepSmem::bytes(true), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc);
   check_launch("gdn_prep_wgmma");
 }
 
