@@ -429,7 +429,7 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const float*
   __syncthreads();
   // 4. U = T (beta V) (warpgroup 0), W = T (beta e^gamma K) (warpgroup 1): M = 64 tokens, N = 128
   // in two 64-wide halves (a half's accumulators, 32 a thread, are what lets one pass fit three
-  // CTAs an SM: 80 registers), K = 64 tokens
+  // CTAs an SM: at most 80 registers; an m64n128 wgmma alone needs ~90), K = 64 tokens
   float* u = sc.u + (ci * Hv + j) * C * Dv;
   uint8_t* wpl = sc.wp + (ci * Hv + j) * kTile;
   const uint8_t* Bp = wg == 0 ? Vp : Ks;
