@@ -39,12 +39,14 @@ using namespace gdn;
 
 constexpr int kDk = 128;   // the key head dim these kernels tile
 constexpr int kCols = 64;  // state columns per CTA
-constexpr int kPanel = C * 128;  // a [tokens][D] plane's 64-wide panel: 64 token rows of 128 bytes
+[[maybe_unused]] constexpr int kPanel = C * 128;  // a [tokens][D] plane's 64-wide panel: 64 token rows of 128 bytes
 
 struct ScanSmem {
-  // W, Q, K, S^T planes (32 KiB each), A's, Vn'^T's and Vn^T's (16 KiB each), the decays;
-  // 1 KiB to align the tiles (the swizzle is computed from address bits)
-  static constexpr size_t bytes() { return 1024 + 4 * size_t(kTile) + 3 * size_t(kSmallTile) + sizeof(float) * (2 * C + 1); }
+  // W, Q, K, S^T planes (32 KiB each), A's, Vn'^T's and Vn^T's (16 KiB each), the decays of two
+  // chunks (this one's, the next one's); 1 KiB to align the tiles (the swizzle is computed from
+  // address bits)
+  static constexpr int kDecays = 2 * C + 1;  // [C] e^(gamma_C - gamma_i), e^gamma_C, [C] e^gamma_i
+  static constexpr size_t bytes() { return 1024 + 4 * size_t(kTile) + 3 * size_t(kSmallTile) + sizeof(float) * 2 * kDecays; }
 };
 
 // One CTA (two warpgroups) per (sequence, value head, 64 state columns). Warpgroup w holds S^T's
@@ -76,8 +78,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
   uint8_t* Ab = St + kTile;        // [64 tokens][64 tokens]
   uint8_t* Vt = Ab + kSmallTile;   // (e^(gamma_C - gamma) Vn)^T [64 columns][64 tokens]
   uint8_t* Vu = Vt + kSmallTile;   // Vn^T
-  float* ek = reinterpret_cast<float*>(Vu + kSmallTile);  // [C] e^(gamma_C - gamma_i), [C] e^gamma_C
-  float* eg = ek + C + 1;                                 // [C] e^gamma_i
+  float* decay_buf = reinterpret_cast<float*>(Vu + kSmallTile);  // [2][ScanSmem::kDecays]
 
   const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * kCols;
   const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
@@ -134,8 +135,27 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
     copy(Ab, sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallLoad);
     cp_async_commit();
   };
-  // warp 0 reads the next chunk's decays while this one computes: lane l holds tokens 2l, 2l + 1
+  // warp 0 reads a chunk's g ahead, lane l tokens 2l and 2l + 1, and makes its decays into buffer
+  // b while the chunk before it is on the tensor cores (between that chunk's last wgmmas and
+  // their wait): the three double-precision exps a lane and the scan's shuffles were on the
+  // serial path, every warp waiting for warp 0 at the chunk's first barrier
   float ga = 0, gb = 0;
+  auto decays = [&](int b, int n) {  // gamma in double, summed as chunk_gamma_pair does, then the decays
+    float* ek = decay_buf + b * ScanSmem::kDecays;
+    float* eg = ek + C + 1;
+    double sum = double(ga) + double(gb);
+    for (int of = 1; of < 32; of <<= 1) {
+      const double v = __shfl_up_sync(0xffffffffu, sum, of);
+      if (lane >= of) sum += v;
+    }
+    const double gam1 = sum, gam0 = sum - double(gb);
+    const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
+    ek[2 * lane] = 2 * lane < n ? float(exp(gl - gam0)) : 0.0f;
+    ek[2 * lane + 1] = 2 * lane + 1 < n ? float(exp(gl - gam1)) : 0.0f;
+    eg[2 * lane] = float(exp(gam0));
+    eg[2 * lane + 1] = float(exp(gam1));
+    if (lane == 0) ek[C] = float(exp(gl));
+  };
   auto read_g = [&](int64_t c) {
     if (warp == 0 && c < ce) {
       const int64_t t0 = ch.chunk_start[c];
@@ -146,27 +166,21 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
   };
   load_wq(cb);
   read_g(cb);
+  if (warp == 0) {
+    decays(0, ch.chunk_len[cb]);
+    read_g(cb + 1);
+  }
   write_st();
   for (int64_t c = cb; c < ce; ++c) {
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
     const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col;
     if (sc.snap_chunk && sc.snap_chunk[s] == c) store_s(sc.seq_state_out[s] + sc.layer_off);
-    if (warp == 0) {  // gamma in double, summed as chunk_gamma_pair does, then the decays
-      double sum = double(ga) + double(gb);
-      for (int of = 1; of < 32; of <<= 1) {
-        const double v = __shfl_up_sync(0xffffffffu, sum, of);
-        if (lane >= of) sum += v;
-      }
-      const double gam1 = sum, gam0 = sum - double(gb);
-      const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
-      ek[2 * lane] = 2 * lane < n ? float(exp(gl - gam0)) : 0.0f;
-      ek[2 * lane + 1] = 2 * lane + 1 < n ? float(exp(gl - gam1)) : 0.0f;
-      eg[2 * lane] = float(exp(gam0));
-      eg[2 * lane + 1] = float(exp(gam1));
-      if (lane == 0) ek[C] = float(exp(gl));
-      read_g(c + 1);
-    }
+    // this chunk's decays (made by warp 0 during the chunk before, or before the loop); buffer
+    // b ^ 1 is the next chunk's: its readers of two chunks ago are past this chunk's first barrier
+    const int b = int((c - cb) & 1);
+    const float* ek = decay_buf + b * ScanSmem::kDecays;
+    const float* eg = ek + C + 1;
     // this thread's U: Vn's tokens 16 wi + gq (+8), state columns 32 wg + 8 jj + 2 tq (+1)
     float2 ur[8];
 #pragma unroll
@@ -243,6 +257,10 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
       wgmma_planes<X3, 32>(oacc, ah, al, uh, ul, true);
     }
     wgmma_commit();
+    if (warp == 0 && c + 1 < ce) {  // the next chunk's decays while these wgmmas run (no accumulator touched)
+      decays(b ^ 1, ch.chunk_len[c + 1]);
+      read_g(c + 2);
+    }
     wgmma_wait<0>();
     fence_acc(sacc, 32);
     fence_acc(oacc, 16);
