@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
   };
   // warp 0 reads a chunk's g ahead, lane l tokens 2l and 2l + 1, and makes its decays into buffer
   // b while the chunk before it is on the tensor cores (between that chunk's last wgmmas and
-  // their wait): the three double-precision exps a lane and the scan's shuffles were on the
+  // their wait): the four double-precision exps a lane and the scan's shuffles were on the
   // serial path, every warp waiting for warp 0 at the chunk's first barrier
   float ga = 0, gb = 0;
   auto decays = [&](int b, int n) {  // gamma in double, summed as chunk_gamma_pair does, then the decays
@@ -538,6 +538,9 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   static const bool attr = [] {
     check(cudaFuncSetAttribute(gdn_prep_wgmma_k<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(true))), "gdn_prep_wgmma smem");
     check(cudaFuncSetAttribute(gdn_prep_wgmma_k<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(false))), "gdn_prep_wgmma smem");
+    // the whole carveout as shared memory: the CTAs an SM (two, three) are counted on it
+    for (const void* k : {(const void*)gdn_prep_wgmma_k<true>, (const void*)gdn_prep_wgmma_k<false>})
+      check(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)), "gdn_prep_wgmma carveout");
     return true;
   }();
   (void)attr;
