@@ -16,7 +16,7 @@
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
 # ncu-gdn: Nsight Compute (--clock-control none) on the Wgmma path's GDN kernels and the 3xTF32 prep.
-# ncu-gdn-source: the Wgmma prep (bf16x3 and one pass) and the one-pass scan, stall samples per SASS instruction (CSV).
+# ncu-gdn-source: the Wgmma prep (bf16x3 and one pass), the one-pass scan and the state-in-registers scan, stall samples per SASS instruction (CSV).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
 # lab-vision-attn; every cuBLASLt configuration at the blog's and the tower's GEMMs with lab-gemm-search).
@@ -233,10 +233,10 @@ for i in range(240):
       done
       grep -E "gdn_|Duration|Compute \(SM\) Throughput|DRAM Throughput|Registers Per|Achieved Occupancy" "$OUT/ncu-gdn.txt" | head -40 ;;
     ncu-gdn-source)  # the Wgmma prep's and scan's hot instructions: stall samples per SASS line (Nsight Compute's source page, CSV)
-      for kk in "prep bf16x3 1" "prep bf16 0" "scan bf16 0"; do  # demangled names: gdn_prep_wgmma_k<(bool)1>; bf16x3 = <true>
-        read -r kern mode x3 <<< "$kk"
-        tag=$kern-$mode
-        CLEFRT_LAB_ONLY="wgmma bf16" ncu --clock-control none --kernel-name-base demangled -k "regex:gdn_${kern}_wgmma_k<.bool.$x3>" -c 1 \
+      # (tag, demangled-name regex): gdn_prep_wgmma_k<(bool)1> is bf16x3's; gdn_scan_rs_k the state-in-registers scan where built
+      for kk in "prep-bf16x3 gdn_prep_wgmma_k<.bool.1>" "prep-bf16 gdn_prep_wgmma_k<.bool.0>" "scan-bf16 gdn_scan_wgmma_k<.bool.0>" "scan-rs gdn_scan_rs_k"; do
+        read -r tag re <<< "$kk"
+        CLEFRT_LAB_ONLY="wgmma bf16" ncu --clock-control none --kernel-name-base demangled -k "regex:$re" -c 1 \
           --section SpeedOfLight --section WarpStateStats --section SourceCounters -o "$OUT/ncu-$tag" .carry/clefrt_bench_gdn \
           > "$OUT/ncu-$tag.log" 2>&1
         echo "== ncu $tag rc=$?"

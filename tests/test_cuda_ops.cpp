@@ -411,11 +411,21 @@ GdnCase gdn_case(int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const std::vect
   return k;
 }
 
-// The Wgmma path's products for a scope (kernels.h's gdn_wgmma_set_one_pass_bf16), restored after.
+// The Wgmma path's products, and its scan with the state in registers (one pass only), for a
+// scope (kernels.h's gdn_wgmma_set_one_pass_bf16 / gdn_wgmma_set_scan_regs), restored after.
 struct WgmmaProducts {
-  bool before;
-  explicit WgmmaProducts(bool one_pass) : before(gdn_wgmma_one_pass_bf16()) { gdn_wgmma_set_one_pass_bf16(one_pass); }
-  ~WgmmaProducts() { gdn_wgmma_set_one_pass_bf16(before); }
+  bool before, regs_before;
+  explicit WgmmaProducts(bool one_pass, bool scan_regs = false)
+      : before(gdn_wgmma_one_pass_bf16()), regs_before(gdn_wgmma_scan_regs()) {
+    gdn_wgmma_set_scan_regs(false);
+    gdn_wgmma_set_one_pass_bf16(one_pass);
+    gdn_wgmma_set_scan_regs(scan_regs);
+  }
+  ~WgmmaProducts() {
+    gdn_wgmma_set_scan_regs(false);
+    gdn_wgmma_set_one_pass_bf16(before);
+    gdn_wgmma_set_scan_regs(regs_before);
+  }
 };
 // One bf16 pass rounds every operand to 8 significant bits (up to 2^-8 relative): an output's error
 // scales with the largest terms, not with itself, so the bound is a fraction of max |want| (the
@@ -505,13 +515,19 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
     DeviceBuffer dm = upload(mixed, "m"), dg = upload(g, "g"), db = upload(beta, "b"), dcs = upload(cs, "cs"), dcl = upload(cl, "cl"),
                  dsc = upload(sc, "sc"), o(want.size() * 4);
     GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
-    // (path, one bf16 pass): the Wgmma path in both of its precisions
-    std::vector<std::pair<GdnPath, bool>> paths = {{GdnPath::TensorCores, false}, {GdnPath::Simt, false}};
-    if (gdn_wgmma_available(Dk, Dv)) paths.insert(paths.end(), {{GdnPath::Wgmma, false}, {GdnPath::Wgmma, true}});
+    // (path, one bf16 pass, the scan's state in registers): the Wgmma path in both of its
+    // precisions and with its register-state scan
+    std::vector<std::tuple<GdnPath, bool, bool>> paths = {{GdnPath::TensorCores, false, false}, {GdnPath::Simt, false, false}};
+    if (gdn_wgmma_available(Dk, Dv))
+      paths.insert(paths.end(), {{GdnPath::Wgmma, false, false}, {GdnPath::Wgmma, true, false}, {GdnPath::Wgmma, true, true}});
     else if (gdn_wgmma_built(Dk, Dv)) std::printf("[ cuda    ] gdn_chunked: no Wgmma path on this GPU (Dk %d, Dv %d)\n", int(Dk), int(Dv));
-    for (auto [path, one_pass] : paths) {
-      const WgmmaProducts products(one_pass);
-      const std::string name = path == GdnPath::Simt ? "simt" : path == GdnPath::Wgmma ? one_pass ? "wgmma bf16" : "wgmma bf16x3" : "tensor cores";
+    for (auto [path, one_pass, regs] : paths) {
+      const WgmmaProducts products(one_pass, regs);
+      const std::string name = path == GdnPath::Simt            ? "simt"
+                               : path == GdnPath::TensorCores ? "tensor cores"
+                               : !one_pass                    ? "wgmma bf16x3"
+                               : regs                         ? "wgmma bf16, state in registers"
+                                                              : "wgmma bf16";
       check(cudaMemset(o.get(), 0xff, want.size() * 4), "poison o");  // NaN: every output must be written
       std::vector<DeviceBuffer> keep;
       gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, gdn_scratch(Hk, Hv, Dk, Dv, nc, keep), o.as<float>(),
@@ -679,9 +695,10 @@ TEST(CudaOps, GdnWgmmaStatesMatchTensorCores) {
   std::vector<float> want, got, got2;
   std::vector<std::vector<float>> want_s, got_s, got2_s;
   run(GdnPath::TensorCores, nc, want, want_s);
-  for (const bool one_pass : {false, true}) {
-    const WgmmaProducts products(one_pass);
-    const std::string mode = one_pass ? "wgmma bf16" : "wgmma bf16x3";
+  for (const int variant : {0, 1, 2}) {  // bf16x3, one pass, one pass with the state in registers
+    const bool one_pass = variant > 0;
+    const WgmmaProducts products(one_pass, variant == 2);
+    const std::string mode = variant == 2 ? "wgmma bf16, state in registers" : one_pass ? "wgmma bf16" : "wgmma bf16x3";
     run(GdnPath::Wgmma, nc, got, got_s);
     auto near = [&](const std::vector<float>& g, const std::vector<float>& w, const std::string& what) {
       if (one_pass) expect_close_to_max(g, w, 2e-2, mode + " vs 3xtf32 " + what);

@@ -276,7 +276,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   gdn_path_ = gdn_path(GdnPath::Auto, m.c.k_head_dim, m.c.v_head_dim);
   if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
   // CLEFRT_GDN_PRODUCTS read at load: a bad value fails here, not in a forward
-  if (gdn_path_ == GdnPath::Wgmma) (void)gdn_wgmma_one_pass_bf16();
+  if (gdn_path_ == GdnPath::Wgmma) (void)gdn_wgmma_one_pass_bf16(), (void)gdn_wgmma_scan_regs();
   if (o.cudnn_attention) {
     std::string why;
     if (!cudnn_available(&why)) throw load_error("--attention cudnn", why);
@@ -299,7 +299,10 @@ std::string Forward::attention_kernel() const {
 }
 
 std::string Forward::gdn_kernel() const {
-  if (gdn_path_ == GdnPath::Wgmma) return gdn_wgmma_one_pass_bf16() ? "wgmma bf16" : "wgmma bf16x3 (CLEFRT_GDN_PRODUCTS)";
+  if (gdn_path_ == GdnPath::Wgmma) {
+    if (!gdn_wgmma_one_pass_bf16()) return "wgmma bf16x3 (CLEFRT_GDN_PRODUCTS)";
+    return gdn_wgmma_scan_regs() ? "wgmma bf16, the state in registers (CLEFRT_GDN_SCAN)" : "wgmma bf16";
+  }
   return gdn_path_ == GdnPath::TensorCores ? "mma.sync 3xTF32" : "CUDA cores";
 }
 

@@ -281,6 +281,186 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
 #endif
 }
 
+// The scan with the state as wgmma's register operand (one bf16 pass; CLEFRT_GDN_SCAN=regs, a lab
+// switch: gdn_wgmma_scan_regs). One CTA (two warpgroups) per (sequence, value head); warpgroup w
+// holds S^T [64 state columns 64 w .. 64 w + 63][128 Dk] as an m64n128 accumulator (64 fp32 a
+// thread), and every product takes its A from registers, the previous product's output:
+//   Vn^T = U^T - S^T W^T and O^T = S^T Q^T (M = 64 columns, N = 64 tokens, K = Dk; B: W's and Q's
+//   planes, K-major); O^T's tokens times e^gamma;
+//   O^T += Vn^T A^T (K = tokens; B: A's plane) and S^T = e^gamma_C S^T + (e^(gamma_C - gamma)
+//   Vn)^T K (N = Dk, K = tokens; B: K's plane, N-major); O^T out.
+// So nothing goes through shared memory but the prep's planes (W, Q, K, A: two stages, the next
+// chunk's copies under this one's products), one barrier a chunk, 48 CTAs at 1 x 8,192 on the
+// serial path where gdn_scan_wgmma_k has 96 with three barriers and S^T's and Vn's planes written
+// and read a chunk (FlashInfer's state warpgroups work this way: docs/notes/gdn-prefill-designs.md).
+struct ScanRsSmem {
+  // a stage: W, Q, K hi planes (16 KiB each), A's hi plane (8 KiB)
+  static constexpr int kStage = 3 * (kTile / 2) + kSmallTile / 2;
+  static constexpr size_t bytes() { return 1024 + 2 * size_t(kStage) + sizeof(float) * 2 * ScanSmem::kDecays; }
+};
+
+__global__ void __launch_bounds__(256, 1) gdn_scan_rs_k(const float* g, int64_t Hk, int64_t Hv, int64_t Dv, GdnChunks ch, GdnScratch sc, float* o) {
+#ifndef CLEFRT_WGMMA
+  __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
+#else
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  float* decay_buf = reinterpret_cast<float*>(base + 2 * ScanRsSmem::kStage);  // [2][ScanSmem::kDecays]
+  auto Wb = [&](int st) { return base + st * ScanRsSmem::kStage; };  // [64 tokens][128 Dk]
+  auto Qb = [&](int st) { return Wb(st) + kTile / 2; };             // [64 tokens][128 Dk]
+  auto Kb = [&](int st) { return Qb(st) + kTile / 2; };             // [64 tokens][128 Dk] (B N-major)
+  auto Ab = [&](int st) { return Kb(st) + kTile / 2; };             // [64 tokens][64 tokens]
+
+  const int64_t s = blockIdx.x, j = blockIdx.y;
+  const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7, wi = warp & 3;
+  const int gq = lane >> 2, tq = lane & 3;
+  const int64_t c0_col = 64 * wg;  // this warpgroup's state columns
+
+  int64_t cb, ce;
+  if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
+  // sacc[4 jj + 2 h + cc]: S^T at state column c0_col + 16 wi + gq + 8 h, Dk index 8 jj + 2 tq + cc;
+  // its place in a state [Dk][Dv]
+  float sacc[64];
+  auto sidx = [&](int i) { return int64_t(8 * (i >> 2) + 2 * tq + (i & 1)) * Dv + c0_col + 16 * wi + gq + 8 * ((i >> 1) & 1); };
+  {
+    const float* from = ch.seq_chunk[s] < cb ? sc.state_in : sc.seq_state_in && sc.seq_state_in[s] ? sc.seq_state_in[s] + sc.layer_off : nullptr;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) sacc[i] = from ? from[j * kDk * Dv + sidx(i)] : 0.0f;
+  }
+  auto store_s = [&](float* to) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) to[j * kDk * Dv + sidx(i)] = sacc[i];
+  };
+  auto fence_acc = [](float* a, int n) {
+    for (int i = 0; i < n; ++i) fence_operand(a[i]);
+  };
+  auto load = [&](int64_t c, int st) {
+    if (c < ce) {
+      auto copy = [&](uint8_t* dst, const uint8_t* src, int bytes) {
+        for (int e = tid; e < bytes / 16; e += 256) cp_async16(dst + 16 * e, src + 16 * e, true);
+      };
+      copy(Wb(st), sc.wp + ((c - sc.c0) * Hv + j) * kTile, kTile / 2);
+      copy(Qb(st), sc.qp + ((c - sc.c0) * Hk + kh) * kTile, kTile / 2);
+      copy(Kb(st), sc.kp + ((c - sc.c0) * Hk + kh) * kTile, kTile / 2);
+      copy(Ab(st), sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallTile / 2);
+    }
+    cp_async_commit();
+  };
+  // the decays as gdn_scan_wgmma_k makes them (warp 0, a chunk ahead, two buffers)
+  float ga = 0, gb = 0;
+  auto read_g = [&](int64_t c) {
+    if (warp == 0 && c < ce) {
+      const int64_t t0 = ch.chunk_start[c];
+      const int n = ch.chunk_len[c], i0 = 2 * lane;
+      ga = i0 < n ? g[(t0 + i0) * Hv + j] : 0.0f;
+      gb = i0 + 1 < n ? g[(t0 + i0 + 1) * Hv + j] : 0.0f;
+    }
+  };
+  auto decays = [&](int b, int n) {
+    float* ek = decay_buf + b * ScanSmem::kDecays;
+    float* eg = ek + C + 1;
+    double sum = double(ga) + double(gb);
+    for (int of = 1; of < 32; of <<= 1) {
+      const double v = __shfl_up_sync(0xffffffffu, sum, of);
+      if (lane >= of) sum += v;
+    }
+    const double gam1 = sum, gam0 = sum - double(gb);
+    const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
+    ek[2 * lane] = 2 * lane < n ? float(exp(gl - gam0)) : 0.0f;
+    ek[2 * lane + 1] = 2 * lane + 1 < n ? float(exp(gl - gam1)) : 0.0f;
+    eg[2 * lane] = float(exp(gam0));
+    eg[2 * lane + 1] = float(exp(gam1));
+    if (lane == 0) ek[C] = float(exp(gl));
+  };
+  load(cb, 0);
+  read_g(cb);
+  if (warp == 0) {
+    decays(0, ch.chunk_len[cb]);
+    read_g(cb + 1);
+  }
+  for (int64_t c = cb; c < ce; ++c) {
+    const int st = int((c - cb) & 1);
+    const int64_t t0 = ch.chunk_start[c];
+    const int n = ch.chunk_len[c];
+    if (sc.snap_chunk && sc.snap_chunk[s] == c) store_s(sc.seq_state_out[s] + sc.layer_off);
+    // U^T into Vn^T's accumulator: vacc[4 jj + 2 h + cc] = U[token 8 jj + 2 tq + cc][column c0_col + 16 wi + gq + 8 h]
+    const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col + 16 * wi + gq;
+    float vacc[32], oacc[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) vacc[i] = u[(8 * (i >> 2) + 2 * tq + (i & 1)) * Dv + 8 * ((i >> 1) & 1)];
+    cp_async_wait<0>();  // this chunk's planes
+    fence_proxy_async();
+    __syncthreads();     // the planes and the decays visible; the other stage's readers (the last chunk) done
+    load(c + 1, st ^ 1);
+    const float* ek = decay_buf + st * ScanSmem::kDecays;
+    const float* eg = ek + C + 1;
+    // S^T as bf16 A fragments, 8 k steps over Dk
+    uint32_t sa[8][4];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) wgmma_a_from_acc(sacc, k, sa[k]);
+    fence_acc(vacc, 32);
+    fence_acc(oacc, 32);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kDk / 16; ++k) {
+      const int po = (k >> 2) * (C * 128) + (k & 3) * 32;  // Dk panel, 16-element step of the K-major W / Q planes
+      wgmma_bf16_rs<64, 0, -1>(vacc, sa[k], wgmma_desc(Wb(st) + po), true);  // U^T - S^T W^T
+      wgmma_bf16_rs<64>(oacc, sa[k], wgmma_desc(Qb(st) + po), k > 0);        // S^T Q^T
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(vacc, 32);
+    fence_acc(oacc, 32);
+    // columns of the 64 x 64 accumulators are tokens: O^T's times e^gamma, Vn's decayed copy
+    uint32_t va[4][4], vd[4][4];
+    {
+      float dec[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int tok = 8 * (i >> 2) + 2 * tq + (i & 1);
+        oacc[i] *= eg[tok];
+        dec[i] = vacc[i] * ek[tok];
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        wgmma_a_from_acc(vacc, k, va[k]);
+        wgmma_a_from_acc(dec, k, vd[k]);
+      }
+    }
+    const float eC = ek[C];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) sacc[i] *= eC;
+    fence_acc(sacc, 64);
+    fence_acc(oacc, 32);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < C / 16; ++k) {
+      wgmma_bf16_rs<64>(oacc, va[k], wgmma_desc(Ab(st) + 32 * k), true);                          // O^T += Vn^T A^T
+      wgmma_bf16_rs<128, 1>(sacc, vd[k], wgmma_desc_nmajor(Kb(st) + 2048 * k, kPanel), true);      // S^T += Vn'^T K
+    }
+    wgmma_commit();
+    if (warp == 0 && c + 1 < ce) {  // the next chunk's decays while these run (no accumulator or fragment touched)
+      decays(st ^ 1, ch.chunk_len[c + 1]);
+      read_g(c + 2);
+    }
+    wgmma_wait<0>();
+    fence_acc(sacc, 64);
+    fence_acc(oacc, 32);
+    // O^T out: oacc[4 jj + 2 h + cc] is O at token 8 jj + 2 tq + cc, column c0_col + 16 wi + gq + 8 h
+    float* orow = o + t0 * value_dim + j * Dv + c0_col + 16 * wi + gq;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int tok = 8 * (i >> 2) + 2 * tq + (i & 1);
+      if (tok < n) orow[int64_t(tok) * value_dim + 8 * ((i >> 1) & 1)] = oacc[i];
+    }
+  }
+  cp_async_wait_all();
+  if (ch.seq_chunk[s + 1] > ce) store_s(sc.state_out);
+  else if (sc.snap_chunk && sc.snap_chunk[s] == ce) store_s(sc.seq_state_out[s] + sc.layer_off);
+#endif
+}
+
 // The chunk prep on the same wgmmas (GdnPath::Wgmma's prep): the outputs of the 3xTF32 prep
 // (gdn_chunk_prep_tc_k in kernels_gdn.cu), U in fp32, W and A as planes for the scan, one CTA
 // (two warpgroups) per (chunk, value head):
@@ -508,6 +688,29 @@ bool gdn_wgmma_one_pass_bf16() {
 
 void gdn_wgmma_set_one_pass_bf16(bool on) { g_one_pass.store(on ? 1 : 0); }
 
+namespace {
+std::atomic<int> g_scan_regs{-1};
+}  // namespace
+
+bool gdn_wgmma_scan_regs() {
+  int v = g_scan_regs.load();
+  if (v < 0) {
+    const char* e = std::getenv("CLEFRT_GDN_SCAN");
+    const std::string want = e ? e : "";
+    if (!want.empty() && want != "regs" && want != "planes")
+      throw Error(Status::BadRequest, "usage", "CLEFRT_GDN_SCAN is '" + want + "': planes (the default) or regs (the state as wgmma's register operand)");
+    v = want == "regs" ? 1 : 0;
+    int unset = -1;
+    g_scan_regs.compare_exchange_strong(unset, v);
+    v = g_scan_regs.load();
+  }
+  if (v == 1 && !gdn_wgmma_one_pass_bf16())
+    throw Error(Status::BadRequest, "usage", "CLEFRT_GDN_SCAN=regs runs one bf16 pass only: not with CLEFRT_GDN_PRODUCTS=bf16x3");
+  return v == 1;
+}
+
+void gdn_wgmma_set_scan_regs(bool on) { g_scan_regs.store(on ? 1 : 0); }
+
 bool gdn_wgmma_built(int64_t Dk, int64_t Dv) {
 #ifdef CLEFRT_SM90A
   return Dk == kDk && Dv == kDk;  // the prep's U and W tiles are 128 wide
@@ -567,6 +770,16 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   (void)mixed;  // the prep made Q's and K's planes from it
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
+  if (gdn_wgmma_scan_regs()) {
+    static const bool rs_attr = [] {
+      check(cudaFuncSetAttribute(gdn_scan_rs_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanRsSmem::bytes())), "gdn_scan_rs smem");
+      return true;
+    }();
+    (void)rs_attr;
+    gdn_scan_rs_k<<<dim3(unsigned(ch.n_seqs), unsigned(Hv)), 256, ScanRsSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
+    check_launch("gdn_scan_rs");
+    return;
+  }
   const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / kCols));
   if (gdn_wgmma_one_pass_bf16()) gdn_scan_wgmma_k<false><<<grid, 256, ScanSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
   else gdn_scan_wgmma_k<true><<<grid, 256, ScanSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);

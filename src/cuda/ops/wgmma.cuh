@@ -8,6 +8,7 @@
 // tile; SBO (next 8 rows) = 1024. The swizzle spreads the 8 rows the tensor cores read together
 // over all 32 banks (the unswizzled "core matrix" layout measured 15% slower than mma.sync).
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -141,12 +142,85 @@ struct WgmmaBf16<128, TB> {
   }
 };
 
+// A from registers (wgmma's register-A form, 16-bit types): a[0..3] are this thread's bf16 pairs
+// of the 64 x 16 A tile in the accumulator's own layout, rows 16 w + g and + 8, k 2t, 2t + 1
+// and 2t + 8, 2t + 9 (wgmma_a_from_acc makes them from a 64 x N accumulator's 16 columns). SA:
+// A's scale, +1 or -1 (D += A B or D -= A B). The register operands must not change between the
+// issue and the wait.
+template <int N, int TB, int SA>
+struct WgmmaBf16Rs;
+
+template <int TB, int SA>
+struct WgmmaBf16Rs<64, TB, SA> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t (&a)[4], uint64_t db, bool accumulate) {
+#ifdef CLEFRT_WGMMA
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, %38, 1, %39;\n}\n"
+        : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8), CLEFRT_WGMMA_D8(16), CLEFRT_WGMMA_D8(24)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)), "n"(SA), "n"(TB));
+#else
+    (void)d, (void)a, (void)db, (void)accumulate;
+    __trap();
+#endif
+  }
+};
+
+template <int TB, int SA>
+struct WgmmaBf16Rs<128, TB, SA> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t (&a)[4], uint64_t db, bool accumulate) {
+#ifdef CLEFRT_WGMMA
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, %70, 1, %71;\n}\n"
+        : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8), CLEFRT_WGMMA_D8(16), CLEFRT_WGMMA_D8(24), CLEFRT_WGMMA_D8(32), CLEFRT_WGMMA_D8(40),
+          CLEFRT_WGMMA_D8(48), CLEFRT_WGMMA_D8(56)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)), "n"(SA), "n"(TB));
+#else
+    (void)d, (void)a, (void)db, (void)accumulate;
+    __trap();
+#endif
+  }
+};
+
 #undef CLEFRT_WGMMA_D8
 
 template <int N, int TB>
 __device__ __forceinline__ void wgmma_bf16(float* d, uint64_t da, uint64_t db, bool accumulate) {
   static_assert(TB == 0 || TB == 1, "TB: B K-major (0) or N-major (1)");
   WgmmaBf16<N, TB>::run(d, da, db, accumulate);
+}
+
+// D (+)= SA * A B with A (64 x 16) in registers (WgmmaBf16Rs), B in shared memory as wgmma_bf16's.
+template <int N, int TB = 0, int SA = 1>
+__device__ __forceinline__ void wgmma_bf16_rs(float* d, const uint32_t (&a)[4], uint64_t db, bool accumulate) {
+  static_assert(TB == 0 || TB == 1, "TB: B K-major (0) or N-major (1)");
+  static_assert(SA == 1 || SA == -1, "SA: A's scale, +1 or -1");
+  WgmmaBf16Rs<N, TB, SA>::run(d, a, db, accumulate);
+}
+
+// The register-A fragment of k step s (columns 16 s .. 16 s + 15) of a 64 x N fp32 accumulator d
+// (wgmma's D layout above) rounded to bf16 pairs: the accumulator layout is the A fragment's (row
+// g: d[8s], d[8s + 1] at k 2t, 2t + 1 and d[8s + 4], d[8s + 5] at k 2t + 8, 2t + 9; row g + 8:
+// d[8s + 2, 3] and d[8s + 6, 7]), so one product's output is the next one's A with no shared
+// memory between.
+__device__ __forceinline__ void wgmma_a_from_acc(const float* d, int s, uint32_t (&a)[4]) {
+  auto pack = [](float x, float y) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  };
+  a[0] = pack(d[8 * s + 0], d[8 * s + 1]);
+  a[1] = pack(d[8 * s + 2], d[8 * s + 3]);
+  a[2] = pack(d[8 * s + 4], d[8 * s + 5]);
+  a[3] = pack(d[8 * s + 6], d[8 * s + 7]);
 }
 
 // One "bf16x3" step (gdn_tiles.cuh's planes): fp32 operands as bf16 hi + lo planes, D (+)= A B as
