@@ -221,6 +221,9 @@ __device__ __forceinline__ void wgmma_a_from_acc(const float* d, int s, uint32_t
   a[1] = pack(d[8 * s + 2], d[8 * s + 3]);
   a[2] = pack(d[8 * s + 4], d[8 * s + 5]);
   a[3] = pack(d[8 * s + 6], d[8 * s + 7]);
+  // made here, before the caller's wgmma_fence (volatile asms keep their order): the compiler may
+  // not sink the conversions past it
+  asm volatile("" : "+r"(a[0]), "+r"(a[1]), "+r"(a[2]), "+r"(a[3])::"memory");
 }
 
 // One "bf16x3" step (gdn_tiles.cuh's planes): fp32 operands as bf16 hi + lo planes, D (+)= A B as
