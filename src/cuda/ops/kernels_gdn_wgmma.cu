@@ -41,6 +41,41 @@ constexpr int kDk = 128;   // the key head dim these kernels tile
 constexpr int kCols = 64;  // state columns per CTA
 [[maybe_unused]] constexpr int kPanel = C * 128;  // a [tokens][D] plane's 64-wide panel: 64 token rows of 128 bytes
 
+// The scans' per-chunk decays, made by warp 0 a chunk ahead: read() takes a chunk's g (lane l:
+// tokens 2l and 2l + 1; zeros past the chunk), make() turns the last read into a decay buffer
+// ([C] e^(gamma_C - gamma_i), e^gamma_C, [C] e^gamma_i) with gamma in double, summed as
+// chunk_gamma_pair does. The scans call make() for the next chunk between a chunk's last wgmmas
+// and their wait: the four double-precision exps a lane and the shuffles were on the serial path,
+// every warp waiting for warp 0 at the chunk's first barrier.
+struct ChunkDecays {
+  const float* g;
+  const int32_t *chunk_start, *chunk_len;  // GdnChunks' (a copy: no reference to a kernel parameter)
+  int64_t Hv, j;
+  int lane;
+  float ga = 0, gb = 0;
+  __device__ void read(int64_t c) {
+    const int64_t t0 = chunk_start[c];
+    const int n = chunk_len[c], i0 = 2 * lane;
+    ga = i0 < n ? g[(t0 + i0) * Hv + j] : 0.0f;
+    gb = i0 + 1 < n ? g[(t0 + i0 + 1) * Hv + j] : 0.0f;
+  }
+  __device__ void make(float* ek, int n) const {
+    float* eg = ek + C + 1;
+    double sum = double(ga) + double(gb);
+    for (int of = 1; of < 32; of <<= 1) {
+      const double v = __shfl_up_sync(0xffffffffu, sum, of);
+      if (lane >= of) sum += v;
+    }
+    const double gam1 = sum, gam0 = sum - double(gb);
+    const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
+    ek[2 * lane] = 2 * lane < n ? float(exp(gl - gam0)) : 0.0f;
+    ek[2 * lane + 1] = 2 * lane + 1 < n ? float(exp(gl - gam1)) : 0.0f;
+    eg[2 * lane] = float(exp(gam0));
+    eg[2 * lane + 1] = float(exp(gam1));
+    if (lane == 0) ek[C] = float(exp(gl));
+  }
+};
+
 struct ScanSmem {
   // W, Q, K, S^T planes (32 KiB each), A's, Vn'^T's and Vn^T's (16 KiB each), the decays of two
   // chunks (this one's, the next one's); 1 KiB to align the tiles (the swizzle is computed from
@@ -135,40 +170,15 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
     copy(Ab, sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallLoad);
     cp_async_commit();
   };
-  // warp 0 reads a chunk's g ahead, lane l tokens 2l and 2l + 1, and makes its decays into buffer
-  // b while the chunk before it is on the tensor cores (between that chunk's last wgmmas and
-  // their wait): the four double-precision exps a lane and the scan's shuffles were on the
-  // serial path, every warp waiting for warp 0 at the chunk's first barrier
-  float ga = 0, gb = 0;
-  auto decays = [&](int b, int n) {  // gamma in double, summed as chunk_gamma_pair does, then the decays
-    float* ek = decay_buf + b * ScanSmem::kDecays;
-    float* eg = ek + C + 1;
-    double sum = double(ga) + double(gb);
-    for (int of = 1; of < 32; of <<= 1) {
-      const double v = __shfl_up_sync(0xffffffffu, sum, of);
-      if (lane >= of) sum += v;
-    }
-    const double gam1 = sum, gam0 = sum - double(gb);
-    const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
-    ek[2 * lane] = 2 * lane < n ? float(exp(gl - gam0)) : 0.0f;
-    ek[2 * lane + 1] = 2 * lane + 1 < n ? float(exp(gl - gam1)) : 0.0f;
-    eg[2 * lane] = float(exp(gam0));
-    eg[2 * lane + 1] = float(exp(gam1));
-    if (lane == 0) ek[C] = float(exp(gl));
-  };
-  auto read_g = [&](int64_t c) {
-    if (warp == 0 && c < ce) {
-      const int64_t t0 = ch.chunk_start[c];
-      const int n = ch.chunk_len[c], i0 = 2 * lane;
-      ga = i0 < n ? g[(t0 + i0) * Hv + j] : 0.0f;
-      gb = i0 + 1 < n ? g[(t0 + i0 + 1) * Hv + j] : 0.0f;
-    }
+  ChunkDecays dec{g, ch.chunk_start, ch.chunk_len, Hv, j, lane};  // warp 0's (ChunkDecays: a chunk ahead, two buffers)
+  auto next_decays = [&](int64_t c, int b) {  // chunk c's decays into buffer b, then chunk c + 1's g
+    dec.make(decay_buf + b * ScanSmem::kDecays, ch.chunk_len[c]);
+    if (c + 1 < ce) dec.read(c + 1);
   };
   load_wq(cb);
-  read_g(cb);
   if (warp == 0) {
-    decays(0, ch.chunk_len[cb]);
-    read_g(cb + 1);
+    dec.read(cb);
+    next_decays(cb, 0);
   }
   write_st();
   for (int64_t c = cb; c < ce; ++c) {
@@ -257,10 +267,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
       wgmma_planes<X3, 32>(oacc, ah, al, uh, ul, true);
     }
     wgmma_commit();
-    if (warp == 0 && c + 1 < ce) {  // the next chunk's decays while these wgmmas run (no accumulator touched)
-      decays(b ^ 1, ch.chunk_len[c + 1]);
-      read_g(c + 2);
-    }
+    if (warp == 0 && c + 1 < ce) next_decays(c + 1, b ^ 1);  // while these wgmmas run (no accumulator touched)
     wgmma_wait<0>();
     fence_acc(sacc, 32);
     fence_acc(oacc, 16);
@@ -347,37 +354,15 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_rs_k(const float* g, int64_t 
     }
     cp_async_commit();
   };
-  // the decays as gdn_scan_wgmma_k makes them (warp 0, a chunk ahead, two buffers)
-  float ga = 0, gb = 0;
-  auto read_g = [&](int64_t c) {
-    if (warp == 0 && c < ce) {
-      const int64_t t0 = ch.chunk_start[c];
-      const int n = ch.chunk_len[c], i0 = 2 * lane;
-      ga = i0 < n ? g[(t0 + i0) * Hv + j] : 0.0f;
-      gb = i0 + 1 < n ? g[(t0 + i0 + 1) * Hv + j] : 0.0f;
-    }
-  };
-  auto decays = [&](int b, int n) {
-    float* ek = decay_buf + b * ScanSmem::kDecays;
-    float* eg = ek + C + 1;
-    double sum = double(ga) + double(gb);
-    for (int of = 1; of < 32; of <<= 1) {
-      const double v = __shfl_up_sync(0xffffffffu, sum, of);
-      if (lane >= of) sum += v;
-    }
-    const double gam1 = sum, gam0 = sum - double(gb);
-    const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
-    ek[2 * lane] = 2 * lane < n ? float(exp(gl - gam0)) : 0.0f;
-    ek[2 * lane + 1] = 2 * lane + 1 < n ? float(exp(gl - gam1)) : 0.0f;
-    eg[2 * lane] = float(exp(gam0));
-    eg[2 * lane + 1] = float(exp(gam1));
-    if (lane == 0) ek[C] = float(exp(gl));
+  ChunkDecays dec{g, ch.chunk_start, ch.chunk_len, Hv, j, lane};  // warp 0's, as gdn_scan_wgmma_k's
+  auto next_decays = [&](int64_t c, int b) {
+    dec.make(decay_buf + b * ScanSmem::kDecays, ch.chunk_len[c]);
+    if (c + 1 < ce) dec.read(c + 1);
   };
   load(cb, 0);
-  read_g(cb);
   if (warp == 0) {
-    decays(0, ch.chunk_len[cb]);
-    read_g(cb + 1);
+    dec.read(cb);
+    next_decays(cb, 0);
   }
   for (int64_t c = cb; c < ce; ++c) {
     const int st = int((c - cb) & 1);
@@ -440,10 +425,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_rs_k(const float* g, int64_t 
       wgmma_bf16_rs<128, 1>(sacc, vd[k], wgmma_desc_nmajor(Kb(st) + 2048 * k, kPanel), true);      // S^T += Vn'^T K
     }
     wgmma_commit();
-    if (warp == 0 && c + 1 < ce) {  // the next chunk's decays while these run (no accumulator or fragment touched)
-      decays(st ^ 1, ch.chunk_len[c + 1]);
-      read_g(c + 2);
-    }
+    if (warp == 0 && c + 1 < ce) next_decays(c + 1, st ^ 1);  // while these run (no accumulator or fragment touched)
     wgmma_wait<0>();
     fence_acc(sacc, 64);
     fence_acc(oacc, 32);
@@ -667,46 +649,38 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const float*
 bool gdn_wgmma_default() { return true; }
 
 namespace {
-// -1: not yet read from the environment
-std::atomic<int> g_one_pass{-1};
+// -1: not yet read from the environment, else 0 / 1
+std::atomic<int> g_one_pass{-1}, g_scan_regs{-1};
+
+// A lab switch read from the environment when first asked: `off` or `on` (unset: `dflt`),
+// anything else a usage error naming the variable and `usage`. Set later by the setters.
+bool env_switch(std::atomic<int>& cell, const char* var, const char* off, const char* on, bool dflt, const char* usage) {
+  int v = cell.load();
+  if (v < 0) {
+    const char* e = std::getenv(var);
+    const std::string want = e ? e : "";
+    if (!want.empty() && want != off && want != on) throw Error(Status::BadRequest, "usage", std::string(var) + " is '" + want + "': " + usage);
+    v = want.empty() ? int(dflt) : int(want == on);
+    int unset = -1;
+    cell.compare_exchange_strong(unset, v);
+    v = cell.load();
+  }
+  return v == 1;
+}
 }  // namespace
 
 bool gdn_wgmma_one_pass_bf16() {
-  int v = g_one_pass.load();
-  if (v < 0) {
-    const char* e = std::getenv("CLEFRT_GDN_PRODUCTS");
-    const std::string want = e ? e : "";
-    if (!want.empty() && want != "bf16" && want != "bf16x3")
-      throw Error(Status::BadRequest, "usage", "CLEFRT_GDN_PRODUCTS is '" + want + "': bf16 (one pass, the default) or bf16x3");
-    v = want == "bf16x3" ? 0 : 1;
-    int unset = -1;
-    g_one_pass.compare_exchange_strong(unset, v);
-    v = g_one_pass.load();
-  }
-  return v == 1;
+  return env_switch(g_one_pass, "CLEFRT_GDN_PRODUCTS", "bf16x3", "bf16", true, "bf16 (one pass, the default) or bf16x3");
 }
 
 void gdn_wgmma_set_one_pass_bf16(bool on) { g_one_pass.store(on ? 1 : 0); }
 
-namespace {
-std::atomic<int> g_scan_regs{-1};
-}  // namespace
-
 bool gdn_wgmma_scan_regs() {
-  int v = g_scan_regs.load();
-  if (v < 0) {
-    const char* e = std::getenv("CLEFRT_GDN_SCAN");
-    const std::string want = e ? e : "";
-    if (!want.empty() && want != "regs" && want != "planes")
-      throw Error(Status::BadRequest, "usage", "CLEFRT_GDN_SCAN is '" + want + "': planes (the default) or regs (the state as wgmma's register operand)");
-    v = want == "regs" ? 1 : 0;
-    int unset = -1;
-    g_scan_regs.compare_exchange_strong(unset, v);
-    v = g_scan_regs.load();
-  }
-  if (v == 1 && !gdn_wgmma_one_pass_bf16())
+  const bool on = env_switch(g_scan_regs, "CLEFRT_GDN_SCAN", "planes", "regs", false,
+                             "planes (the default) or regs (the state as wgmma's register operand)");
+  if (on && !gdn_wgmma_one_pass_bf16())
     throw Error(Status::BadRequest, "usage", "CLEFRT_GDN_SCAN=regs runs one bf16 pass only: not with CLEFRT_GDN_PRODUCTS=bf16x3");
-  return v == 1;
+  return on;
 }
 
 void gdn_wgmma_set_scan_regs(bool on) { g_scan_regs.store(on ? 1 : 0); }
