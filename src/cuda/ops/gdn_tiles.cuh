@@ -239,6 +239,12 @@ __device__ __forceinline__ bool scan_pass_chunks(const GdnChunks& ch, const GdnS
   ce = sc.c1 >= 0 && sc.c1 < end ? sc.c1 : end;
   return cb < ce;
 }
+// Where sequence s's state comes from as this pass begins at chunk cb: the previous pass's
+// state_in when the sequence began before it, else its cached prefix (seq_state_in, at the
+// layer's offset), else nothing (a zero state).
+__device__ __forceinline__ const float* scan_state_source(const GdnChunks& ch, const GdnScratch& sc, int64_t s, int64_t cb) {
+  return ch.seq_chunk[s] < cb ? sc.state_in : sc.seq_state_in && sc.seq_state_in[s] ? sc.seq_state_in[s] + sc.layer_off : nullptr;
+}
 // This CTA's state columns [c0_col, c0_col + sw) of value head j: from the previous pass when
 // the sequence began before it, else from its cached prefix (seq_state_in) or zero (columns
 // >= sw, padding, stay zero).

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
   float sacc[32];
   auto sidx = [&](int i) { return int64_t(64 * wg + 8 * (i >> 2) + 2 * tq + (i & 1)) * Dv + c0_col + 16 * wi + gq + 8 * ((i >> 1) & 1); };
   {
-    const float* from = ch.seq_chunk[s] < cb ? sc.state_in : sc.seq_state_in && sc.seq_state_in[s] ? sc.seq_state_in[s] + sc.layer_off : nullptr;
+    const float* from = scan_state_source(ch, sc, s, cb);
 #pragma unroll
     for (int i = 0; i < 32; ++i) sacc[i] = from ? from[j * kDk * Dv + sidx(i)] : 0.0f;
   }
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_rs_k(const float* g, int64_t 
   float sacc[64];
   auto sidx = [&](int i) { return int64_t(8 * (i >> 2) + 2 * tq + (i & 1)) * Dv + c0_col + 16 * wi + gq + 8 * ((i >> 1) & 1); };
   {
-    const float* from = ch.seq_chunk[s] < cb ? sc.state_in : sc.seq_state_in && sc.seq_state_in[s] ? sc.seq_state_in[s] + sc.layer_off : nullptr;
+    const float* from = scan_state_source(ch, sc, s, cb);
 #pragma unroll
     for (int i = 0; i < 64; ++i) sacc[i] = from ? from[j * kDk * Dv + sidx(i)] : 0.0f;
   }
