@@ -553,6 +553,17 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
         gdn_in_passes(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, P, o.as<float>(), path);
         EXPECT_EQ(down<float>(o, want.size()), whole) << name << " in passes of " << P << " chunks, Dk=" << Dk;
       }
+      // the register-state scan with one and two warpgroups a CTA (picked by shape): each
+      // warpgroup runs the same instructions either way, so the same bits
+      for (int wgs : {1, 2}) {
+        if (!regs) break;
+        gdn_wgmma_set_scan_rs_wgs(wgs);
+        check(cudaMemset(o.get(), 0xff, want.size() * 4), "poison o");
+        gdn_chunked(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, gdn_scratch(Hk, Hv, Dk, Dv, nc, keep), o.as<float>(),
+                    nullptr, path);
+        gdn_wgmma_set_scan_rs_wgs(0);
+        EXPECT_EQ(down<float>(o, want.size()), whole) << name << " with " << wgs << " warpgroups a CTA, Hv " << Hv;
+      }
     }
   }
 }

@@ -685,6 +685,28 @@ int main(int argc, char** argv) {
              gdn_wgmma_set_one_pass_bf16(false);
            },
            Variant::WgmmaOnePass},
+          {"wgmma bf16, state in regs 1wg", [&](float* out) {  // one warpgroup a CTA
+             gdn_wgmma_set_one_pass_bf16(true);
+             gdn_wgmma_set_scan_regs(true);
+             gdn_wgmma_set_scan_rs_wgs(1);
+             gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
+             gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
+             gdn_wgmma_set_scan_rs_wgs(0);
+             gdn_wgmma_set_scan_regs(false);
+             gdn_wgmma_set_one_pass_bf16(false);
+           },
+           Variant::WgmmaOnePass},
+          {"wgmma bf16, state in regs 2wg", [&](float* out) {  // two warpgroups a CTA
+             gdn_wgmma_set_one_pass_bf16(true);
+             gdn_wgmma_set_scan_regs(true);
+             gdn_wgmma_set_scan_rs_wgs(2);
+             gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
+             gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
+             gdn_wgmma_set_scan_rs_wgs(0);
+             gdn_wgmma_set_scan_regs(false);
+             gdn_wgmma_set_one_pass_bf16(false);
+           },
+           Variant::WgmmaOnePass},
           {"wgmma bf16 one pass", [&](float* out) {
              gdn_wgmma_set_one_pass_bf16(true);
              gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);

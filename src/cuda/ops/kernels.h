@@ -169,6 +169,8 @@ void gdn_wgmma_set_one_pass_bf16(bool on);
 // bf16x3 products, is a usage error. gdn_wgmma_set_scan_regs sets it (the GPU tests, the lab).
 bool gdn_wgmma_scan_regs();
 void gdn_wgmma_set_scan_regs(bool on);
+// the register-state scan's warpgroups a CTA, for the lab: 1, 2, or 0 (by shape, the default)
+void gdn_wgmma_set_scan_rs_wgs(int wgs);
 void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,
                           const GdnChunks& ch, const GdnScratch& sc, cudaStream_t s);
 void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const GdnChunks& ch,

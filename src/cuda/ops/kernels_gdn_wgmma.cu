@@ -300,29 +300,40 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
 // chunk's copies under this one's products), one barrier a chunk, 48 CTAs at 1 x 8,192 on the
 // serial path where gdn_scan_wgmma_k has 96 with three barriers and S^T's and Vn's planes written
 // and read a chunk (FlashInfer's state warpgroups work this way: docs/notes/gdn-prefill-designs.md).
+// kWgs warpgroups a CTA (1 or 2: the same instructions a warpgroup either way, so the same bits;
+// gdn_scan_rs_wgs picks): one a CTA puts twice as many CTAs on the serial path where there are
+// fewer (sequence, value head) pairs than SMs.
+template <int kWgs>
 struct ScanRsSmem {
-  // a stage: W, Q, K hi planes (16 KiB each), A's hi plane (8 KiB)
-  static constexpr int kStage = 3 * (kTile / 2) + kSmallTile / 2;
+  static constexpr int kUCols = 64 * kWgs, kULd = kUCols + 4;  // U's rows padded: a warp's reads hit 32 banks
+  // a stage: W, Q, K hi planes (16 KiB each), A's hi plane (8 KiB), U [64 tokens][kULd] fp32
+  static constexpr int kStage = 3 * (kTile / 2) + kSmallTile / 2 + C * kULd * 4;
+  static_assert(kStage % 1024 == 0, "a stage's planes on 1024-byte boundaries");
   static constexpr size_t bytes() { return 1024 + 2 * size_t(kStage) + sizeof(float) * 2 * ScanSmem::kDecays; }
 };
 
-__global__ void __launch_bounds__(256, 1) gdn_scan_rs_k(const float* g, int64_t Hk, int64_t Hv, int64_t Dv, GdnChunks ch, GdnScratch sc, float* o) {
+template <int kWgs>
+__global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, int64_t Hk, int64_t Hv, int64_t Dv, GdnChunks ch, GdnScratch sc,
+                                                                float* o) {
 #ifndef CLEFRT_WGMMA
   __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
 #else
+  using Sm = ScanRsSmem<kWgs>;
+  constexpr int kThreads = 128 * kWgs;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-  float* decay_buf = reinterpret_cast<float*>(base + 2 * ScanRsSmem::kStage);  // [2][ScanSmem::kDecays]
-  auto Wb = [&](int st) { return base + st * ScanRsSmem::kStage; };  // [64 tokens][128 Dk]
-  auto Qb = [&](int st) { return Wb(st) + kTile / 2; };             // [64 tokens][128 Dk]
-  auto Kb = [&](int st) { return Qb(st) + kTile / 2; };             // [64 tokens][128 Dk] (B N-major)
-  auto Ab = [&](int st) { return Kb(st) + kTile / 2; };             // [64 tokens][64 tokens]
+  float* decay_buf = reinterpret_cast<float*>(base + 2 * Sm::kStage);  // [2][ScanSmem::kDecays]
+  auto Wb = [&](int st) { return base + st * Sm::kStage; };  // [64 tokens][128 Dk]
+  auto Qb = [&](int st) { return Wb(st) + kTile / 2; };     // [64 tokens][128 Dk]
+  auto Kb = [&](int st) { return Qb(st) + kTile / 2; };     // [64 tokens][128 Dk] (B N-major)
+  auto Ab = [&](int st) { return Kb(st) + kTile / 2; };     // [64 tokens][64 tokens]
+  auto Ub = [&](int st) { return reinterpret_cast<float*>(Ab(st) + kSmallTile / 2); };  // [64 tokens][kULd]: the CTA's columns
 
   const int64_t s = blockIdx.x, j = blockIdx.y;
   const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7, wi = warp & 3;
   const int gq = lane >> 2, tq = lane & 3;
-  const int64_t c0_col = 64 * wg;  // this warpgroup's state columns
+  const int64_t cta_col = int64_t(blockIdx.z) * Sm::kUCols, c0_col = cta_col + 64 * wg;  // this warpgroup's state columns
 
   int64_t cb, ce;
   if (!scan_pass_chunks(ch, sc, s, cb, ce)) return;
@@ -342,15 +353,21 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_rs_k(const float* g, int64_t 
   auto fence_acc = [](float* a, int n) {
     for (int i = 0; i < n; ++i) fence_operand(a[i]);
   };
+  // a chunk's planes and U (the CTA's columns) into stage st: U's loads were on the serial path
+  // when read from global memory at the chunk's start
   auto load = [&](int64_t c, int st) {
     if (c < ce) {
       auto copy = [&](uint8_t* dst, const uint8_t* src, int bytes) {
-        for (int e = tid; e < bytes / 16; e += 256) cp_async16(dst + 16 * e, src + 16 * e, true);
+        for (int e = tid; e < bytes / 16; e += kThreads) cp_async16(dst + 16 * e, src + 16 * e, true);
       };
       copy(Wb(st), sc.wp + ((c - sc.c0) * Hv + j) * kTile, kTile / 2);
       copy(Qb(st), sc.qp + ((c - sc.c0) * Hk + kh) * kTile, kTile / 2);
       copy(Kb(st), sc.kp + ((c - sc.c0) * Hk + kh) * kTile, kTile / 2);
       copy(Ab(st), sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallTile / 2);
+      const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv + cta_col;
+      constexpr int kRow = Sm::kUCols / 4;  // 16-byte pieces a row
+      for (int e = tid; e < C * kRow; e += kThreads)
+        cp_async16(Ub(st) + (e / kRow) * Sm::kULd + 4 * (e % kRow), u + (e / kRow) * Dv + 4 * (e % kRow), true);
     }
     cp_async_commit();
   };
@@ -369,15 +386,15 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_rs_k(const float* g, int64_t 
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
     if (sc.snap_chunk && sc.snap_chunk[s] == c) store_s(sc.seq_state_out[s] + sc.layer_off);
+    cp_async_wait<0>();  // this chunk's planes and U
+    fence_proxy_async();
+    __syncthreads();     // the planes, U and the decays visible; the other stage's readers (the last chunk) done
+    load(c + 1, st ^ 1);
     // U^T into Vn^T's accumulator: vacc[4 jj + 2 h + cc] = U[token 8 jj + 2 tq + cc][column c0_col + 16 wi + gq + 8 h]
-    const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col + 16 * wi + gq;
+    const float* u = Ub(st) + 64 * wg + 16 * wi + gq;
     float vacc[32], oacc[32];
 #pragma unroll
-    for (int i = 0; i < 32; ++i) vacc[i] = u[(8 * (i >> 2) + 2 * tq + (i & 1)) * Dv + 8 * ((i >> 1) & 1)];
-    cp_async_wait<0>();  // this chunk's planes
-    fence_proxy_async();
-    __syncthreads();     // the planes and the decays visible; the other stage's readers (the last chunk) done
-    load(c + 1, st ^ 1);
+    for (int i = 0; i < 32; ++i) vacc[i] = u[(8 * (i >> 2) + 2 * tq + (i & 1)) * Sm::kULd + 8 * ((i >> 1) & 1)];
     const float* ek = decay_buf + st * ScanSmem::kDecays;
     const float* eg = ek + C + 1;
     // S^T as bf16 A fragments, 8 k steps over Dk
@@ -685,6 +702,29 @@ bool gdn_wgmma_scan_regs() {
 
 void gdn_wgmma_set_scan_regs(bool on) { g_scan_regs.store(on ? 1 : 0); }
 
+namespace {
+std::atomic<int> g_scan_rs_wgs{0};  // the lab's choice (1, 2), 0: by shape
+
+// Warpgroups a CTA of the register-state scan: one where two warpgroups a CTA would leave SMs idle
+// (fewer (sequence, value head) pairs than SMs: one a CTA runs twice as many CTAs), else two (a
+// CTA's planes loaded once for both). The same bits either way.
+int gdn_scan_rs_wgs(int64_t n_seqs, int64_t Hv) {
+  if (const int forced = g_scan_rs_wgs.load()) return forced;
+  static const int sms = [] {
+    int dev = 0, v = 0;
+    check(cudaGetDevice(&dev), "gdn_chunk_scan");
+    check(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev), "gdn_chunk_scan");
+    return v;
+  }();
+  return n_seqs * Hv < sms ? 1 : 2;
+}
+}  // namespace
+
+void gdn_wgmma_set_scan_rs_wgs(int wgs) {
+  if (wgs < 0 || wgs > 2) throw Error(Status::BadRequest, "usage", "gdn_wgmma_set_scan_rs_wgs: 0 (by shape), 1 or 2, not " + std::to_string(wgs));
+  g_scan_rs_wgs.store(wgs);
+}
+
 bool gdn_wgmma_built(int64_t Dk, int64_t Dv) {
 #ifdef CLEFRT_SM90A
   return Dk == kDk && Dv == kDk;  // the prep's U and W tiles are 128 wide
@@ -746,11 +786,15 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   if (c1 == sc.c0) return;
   if (gdn_wgmma_scan_regs()) {
     static const bool rs_attr = [] {
-      check(cudaFuncSetAttribute(gdn_scan_rs_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanRsSmem::bytes())), "gdn_scan_rs smem");
+      check(cudaFuncSetAttribute(gdn_scan_rs_k<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanRsSmem<1>::bytes())), "gdn_scan_rs smem");
+      check(cudaFuncSetAttribute(gdn_scan_rs_k<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanRsSmem<2>::bytes())), "gdn_scan_rs smem");
       return true;
     }();
     (void)rs_attr;
-    gdn_scan_rs_k<<<dim3(unsigned(ch.n_seqs), unsigned(Hv)), 256, ScanRsSmem::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
+    if (gdn_scan_rs_wgs(ch.n_seqs, Hv) == 1)
+      gdn_scan_rs_k<1><<<dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 64)), 128, ScanRsSmem<1>::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
+    else
+      gdn_scan_rs_k<2><<<dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 128)), 256, ScanRsSmem<2>::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
     check_launch("gdn_scan_rs");
     return;
   }
