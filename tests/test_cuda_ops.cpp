@@ -411,20 +411,20 @@ GdnCase gdn_case(int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const std::vect
   return k;
 }
 
-// The Wgmma path's products, and its scan with the state in registers (one pass only), for a
-// scope (kernels.h's gdn_wgmma_set_one_pass_bf16 / gdn_wgmma_set_scan_regs), restored after.
+// The Wgmma path's products and its scan's form (the state in registers: one pass only; else the
+// planes scan) for a scope (kernels.h's gdn_wgmma_set_one_pass_bf16 / gdn_wgmma_set_scan_regs);
+// after it, the products as before and the scan by the products (the default)
 struct WgmmaProducts {
-  bool before, regs_before;
-  explicit WgmmaProducts(bool one_pass, bool scan_regs = false)
-      : before(gdn_wgmma_one_pass_bf16()), regs_before(gdn_wgmma_scan_regs()) {
-    gdn_wgmma_set_scan_regs(false);
+  bool before;
+  explicit WgmmaProducts(bool one_pass, bool scan_regs = false) : before(gdn_wgmma_one_pass_bf16()) {
+    gdn_wgmma_set_scan_regs(0);
     gdn_wgmma_set_one_pass_bf16(one_pass);
-    gdn_wgmma_set_scan_regs(scan_regs);
+    gdn_wgmma_set_scan_regs(scan_regs ? 1 : 0);
   }
   ~WgmmaProducts() {
-    gdn_wgmma_set_scan_regs(false);
+    gdn_wgmma_set_scan_regs(0);
     gdn_wgmma_set_one_pass_bf16(before);
-    gdn_wgmma_set_scan_regs(regs_before);
+    gdn_wgmma_set_scan_regs(2);
   }
 };
 // One bf16 pass rounds every operand to 8 significant bits (up to 2^-8 relative): an output's error

@@ -10,11 +10,12 @@
 //                 prep on bf16x3 wgmmas writing U in fp32, W and A as planes, the Q / K planes, the
 //                 fused bf16x3 wgmma scan): it runs its own prep, timed alone first (the last
 //                 line prints both preps)
-//   wgmma bf16 one pass  the same two kernels with one bf16 pass per product (gdn_wgmma_one_pass_bf16:
-//                 the hi planes alone; FlashInfer's and fla's precision; Auto's choice on Hopper),
-//                 its own prep timed alone
+//   wgmma bf16 one pass, planes  the same two kernels with one bf16 pass per product
+//                 (gdn_wgmma_one_pass_bf16: the hi planes alone; FlashInfer's and fla's precision),
+//                 its own prep timed alone (CLEFRT_GDN_SCAN=planes)
 //   wgmma bf16, state in regs  the one-pass prep, then gdn_scan_rs_k (the state as wgmma's register
-//                 operand, one CTA a head; gdn_wgmma_set_scan_regs)
+//                 operand; Auto's choice on Hopper), one or two warpgroups a CTA by shape, or
+//                 forced (1wg, 2wg; gdn_wgmma_set_scan_rs_wgs)
 //   fused 3xtf32  this file's copy of the 3xTF32 kernel (its bits must equal 3xtf32's)
 //   regs nwN      gdn_scan_regs.cuh: the state in registers, one warp per 16 state columns, N
 //                 warps a CTA (1, 2, 4), 3xTF32; regs tf32: 2 warps, plain TF32 products
@@ -678,39 +679,41 @@ int main(int argc, char** argv) {
            Variant::Wgmma},
           {"wgmma bf16, state in regs", [&](float* out) {  // gdn_scan_rs_k after the one-pass prep
              gdn_wgmma_set_one_pass_bf16(true);
-             gdn_wgmma_set_scan_regs(true);
+             gdn_wgmma_set_scan_regs(1);
              gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
-             gdn_wgmma_set_scan_regs(false);
+             gdn_wgmma_set_scan_regs(2);
              gdn_wgmma_set_one_pass_bf16(false);
            },
            Variant::WgmmaOnePass},
           {"wgmma bf16, state in regs 1wg", [&](float* out) {  // one warpgroup a CTA
              gdn_wgmma_set_one_pass_bf16(true);
-             gdn_wgmma_set_scan_regs(true);
+             gdn_wgmma_set_scan_regs(1);
              gdn_wgmma_set_scan_rs_wgs(1);
              gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
              gdn_wgmma_set_scan_rs_wgs(0);
-             gdn_wgmma_set_scan_regs(false);
+             gdn_wgmma_set_scan_regs(2);
              gdn_wgmma_set_one_pass_bf16(false);
            },
            Variant::WgmmaOnePass},
           {"wgmma bf16, state in regs 2wg", [&](float* out) {  // two warpgroups a CTA
              gdn_wgmma_set_one_pass_bf16(true);
-             gdn_wgmma_set_scan_regs(true);
+             gdn_wgmma_set_scan_regs(1);
              gdn_wgmma_set_scan_rs_wgs(2);
              gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
              gdn_wgmma_set_scan_rs_wgs(0);
-             gdn_wgmma_set_scan_regs(false);
+             gdn_wgmma_set_scan_regs(2);
              gdn_wgmma_set_one_pass_bf16(false);
            },
            Variant::WgmmaOnePass},
-          {"wgmma bf16 one pass", [&](float* out) {
+          {"wgmma bf16 one pass, planes", [&](float* out) {  // the planes scan (CLEFRT_GDN_SCAN=planes)
              gdn_wgmma_set_one_pass_bf16(true);
+             gdn_wgmma_set_scan_regs(0);
              gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
+             gdn_wgmma_set_scan_regs(2);
              gdn_wgmma_set_one_pass_bf16(false);
            },
            Variant::WgmmaOnePass},

@@ -301,7 +301,7 @@ std::string Forward::attention_kernel() const {
 std::string Forward::gdn_kernel() const {
   if (gdn_path_ == GdnPath::Wgmma) {
     if (!gdn_wgmma_one_pass_bf16()) return "wgmma bf16x3 (CLEFRT_GDN_PRODUCTS)";
-    return gdn_wgmma_scan_regs() ? "wgmma bf16, the state in registers (CLEFRT_GDN_SCAN)" : "wgmma bf16";
+    return gdn_wgmma_scan_regs() ? "wgmma bf16, the state in registers" : "wgmma bf16, the state in planes (CLEFRT_GDN_SCAN)";
   }
   return gdn_path_ == GdnPath::TensorCores ? "mma.sync 3xTF32" : "CUDA cores";
 }

@@ -163,12 +163,14 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
 // error); gdn_wgmma_set_one_pass_bf16 sets it (the GPU tests, the lab).
 bool gdn_wgmma_one_pass_bf16();
 void gdn_wgmma_set_one_pass_bf16(bool on);
-// A lab switch: the Wgmma scan with the state as wgmma's register operand (gdn_scan_rs_k: one CTA a
-// (sequence, head), no state or Vn planes through shared memory), one bf16 pass only.
-// CLEFRT_GDN_SCAN=regs | planes (the default) when first asked; anything else, or regs with
-// bf16x3 products, is a usage error. gdn_wgmma_set_scan_regs sets it (the GPU tests, the lab).
+// The Wgmma scan's form: the state as wgmma's register operand (gdn_scan_rs_k: no state or Vn
+// planes through shared memory; one bf16 pass only, and its default) or through shared-memory
+// planes (gdn_scan_wgmma_k: bf16x3's, and one pass's with CLEFRT_GDN_SCAN=planes).
+// CLEFRT_GDN_SCAN=regs | planes when first asked (unset: by the products); anything else, or
+// regs with bf16x3 products, is a usage error. gdn_wgmma_set_scan_regs sets it (the GPU tests,
+// the lab): 0 planes, 1 regs, 2 by the products.
 bool gdn_wgmma_scan_regs();
-void gdn_wgmma_set_scan_regs(bool on);
+void gdn_wgmma_set_scan_regs(int mode);
 // the register-state scan's warpgroups a CTA, for the lab: 1, 2, or 0 (by shape, the default)
 void gdn_wgmma_set_scan_rs_wgs(int wgs);
 void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, const float* g, const float* beta,

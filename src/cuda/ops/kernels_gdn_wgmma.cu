@@ -41,12 +41,14 @@ constexpr int kDk = 128;   // the key head dim these kernels tile
 constexpr int kCols = 64;  // state columns per CTA
 [[maybe_unused]] constexpr int kPanel = C * 128;  // a [tokens][D] plane's 64-wide panel: 64 token rows of 128 bytes
 
-// The scans' per-chunk decays, made by warp 0 a chunk ahead: read() takes a chunk's g (lane l:
-// tokens 2l and 2l + 1; zeros past the chunk), make() turns the last read into a decay buffer
-// ([C] e^(gamma_C - gamma_i), e^gamma_C, [C] e^gamma_i) with gamma in double, summed as
-// chunk_gamma_pair does. The scans call make() for the next chunk between a chunk's last wgmmas
-// and their wait: the four double-precision exps a lane and the shuffles were on the serial path,
-// every warp waiting for warp 0 at the chunk's first barrier.
+// The scans' per-chunk decays: read() takes a chunk's g (lane l: tokens 2l and 2l + 1; zeros past
+// the chunk) a chunk ahead, make() turns the last read into a decay buffer ([C] e^(gamma_C -
+// gamma_i), e^gamma_C, [C] e^gamma_i) with gamma in double, summed as chunk_gamma_pair does.
+// Where they run matters: a warp's four double-precision exps a lane take longer than a chunk's
+// last wgmmas, so made there by one warp they held every warp at the next barrier (the planes
+// scan's one-pass time rose by a quarter). The planes scan makes a chunk's at its start, under
+// its U loads; the register-state scan, whose U is already in shared memory, splits them over
+// four warps (make_part) under its last wgmmas.
 struct ChunkDecays {
   const float* g;
   const int32_t *chunk_start, *chunk_len;  // GdnChunks' (a copy: no reference to a kernel parameter)
@@ -73,6 +75,29 @@ struct ChunkDecays {
     eg[2 * lane] = float(exp(gam0));
     eg[2 * lane + 1] = float(exp(gam1));
     if (lane == 0) ek[C] = float(exp(gl));
+  }
+  // make()'s values by four warps, one exp a lane (each warp read() the chunk's g and sums it
+  // alike): warps 0, 1 the e^(gamma_C - gamma_i), warps 2, 3 the e^gamma_i and e^gamma_C (token
+  // n - 1's e^gamma_i: the same double). One warp's four dependent-latency exps a lane were on
+  // the register-state scan's serial path.
+  __device__ void make_part(float* ek, int n, int w) const {
+    double sum = double(ga) + double(gb);
+    for (int of = 1; of < 32; of <<= 1) {
+      const double v = __shfl_up_sync(0xffffffffu, sum, of);
+      if (lane >= of) sum += v;
+    }
+    const double gam1 = sum, gam0 = sum - double(gb);
+    const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
+    const int t = (32 * w + lane) & (C - 1);
+    const double g0 = __shfl_sync(0xffffffffu, gam0, t >> 1), g1 = __shfl_sync(0xffffffffu, gam1, t >> 1);
+    const double gt = t & 1 ? g1 : g0;
+    if (w < 2) {
+      ek[t] = t < n ? float(exp(gl - gt)) : 0.0f;
+    } else {
+      const float e = float(exp(gt));
+      ek[C + 1 + t] = e;
+      if (t == n - 1) ek[C] = e;
+    }
   }
 };
 
@@ -170,25 +195,23 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
     copy(Ab, sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallLoad);
     cp_async_commit();
   };
-  ChunkDecays dec{g, ch.chunk_start, ch.chunk_len, Hv, j, lane};  // warp 0's (ChunkDecays: a chunk ahead, two buffers)
+  ChunkDecays dec{g, ch.chunk_start, ch.chunk_len, Hv, j, lane};  // warp 0's (ChunkDecays: g a chunk ahead, two buffers)
   auto next_decays = [&](int64_t c, int b) {  // chunk c's decays into buffer b, then chunk c + 1's g
     dec.make(decay_buf + b * ScanSmem::kDecays, ch.chunk_len[c]);
     if (c + 1 < ce) dec.read(c + 1);
   };
   load_wq(cb);
-  if (warp == 0) {
-    dec.read(cb);
-    next_decays(cb, 0);
-  }
+  if (warp == 0) dec.read(cb);
   write_st();
   for (int64_t c = cb; c < ce; ++c) {
     const int64_t t0 = ch.chunk_start[c];
     const int n = ch.chunk_len[c];
     const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col;
     if (sc.snap_chunk && sc.snap_chunk[s] == c) store_s(sc.seq_state_out[s] + sc.layer_off);
-    // this chunk's decays (made by warp 0 during the chunk before, or before the loop); buffer
-    // b ^ 1 is the next chunk's: its readers of two chunks ago are past this chunk's first barrier
+    // this chunk's decays, made by warp 0 while the others' U loads are in flight, into buffer b:
+    // its readers of two chunks ago are past the last chunk's barriers
     const int b = int((c - cb) & 1);
+    if (warp == 0) next_decays(c, b);
     const float* ek = decay_buf + b * ScanSmem::kDecays;
     const float* eg = ek + C + 1;
     // this thread's U: Vn's tokens 16 wi + gq (+8), state columns 32 wg + 8 jj + 2 tq (+1)
@@ -267,7 +290,6 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
       wgmma_planes<X3, 32>(oacc, ah, al, uh, ul, true);
     }
     wgmma_commit();
-    if (warp == 0 && c + 1 < ce) next_decays(c + 1, b ^ 1);  // while these wgmmas run (no accumulator touched)
     wgmma_wait<0>();
     fence_acc(sacc, 32);
     fence_acc(oacc, 16);
@@ -288,8 +310,8 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
 #endif
 }
 
-// The scan with the state as wgmma's register operand (one bf16 pass; CLEFRT_GDN_SCAN=regs, a lab
-// switch: gdn_wgmma_scan_regs). One CTA (two warpgroups) per (sequence, value head); warpgroup w
+// The scan with the state as wgmma's register operand (one bf16 pass's: gdn_wgmma_scan_regs;
+// CLEFRT_GDN_SCAN=planes runs gdn_scan_wgmma_k instead). One CTA (two warpgroups) per (sequence, value head); warpgroup w
 // holds S^T [64 state columns 64 w .. 64 w + 63][128 Dk] as an m64n128 accumulator (64 fp32 a
 // thread), and every product takes its A from registers, the previous product's output:
 //   Vn^T = U^T - S^T W^T and O^T = S^T Q^T (M = 64 columns, N = 64 tokens, K = Dk; B: W's and Q's
@@ -371,13 +393,15 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
     }
     cp_async_commit();
   };
-  ChunkDecays dec{g, ch.chunk_start, ch.chunk_len, Hv, j, lane};  // warp 0's, as gdn_scan_wgmma_k's
+  // warps 0 .. 3 make a chunk's decays (ChunkDecays::make_part), the next chunk's while this one's
+  // last wgmmas run; each reads g a chunk before it makes the decays
+  ChunkDecays dec{g, ch.chunk_start, ch.chunk_len, Hv, j, lane};
   auto next_decays = [&](int64_t c, int b) {
-    dec.make(decay_buf + b * ScanSmem::kDecays, ch.chunk_len[c]);
+    dec.make_part(decay_buf + b * ScanSmem::kDecays, ch.chunk_len[c], warp);
     if (c + 1 < ce) dec.read(c + 1);
   };
   load(cb, 0);
-  if (warp == 0) {
+  if (warp < 4) {
     dec.read(cb);
     next_decays(cb, 0);
   }
@@ -442,7 +466,7 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
       wgmma_bf16_rs<128, 1>(sacc, vd[k], wgmma_desc_nmajor(Kb(st) + 2048 * k, kPanel), true);      // S^T += Vn'^T K
     }
     wgmma_commit();
-    if (warp == 0 && c + 1 < ce) next_decays(c + 1, st ^ 1);  // while these run (no accumulator or fragment touched)
+    if (warp < 4 && c + 1 < ce) next_decays(c + 1, st ^ 1);  // while these run (no accumulator or fragment touched)
     wgmma_wait<0>();
     fence_acc(sacc, 64);
     fence_acc(oacc, 32);
@@ -693,14 +717,28 @@ bool gdn_wgmma_one_pass_bf16() {
 void gdn_wgmma_set_one_pass_bf16(bool on) { g_one_pass.store(on ? 1 : 0); }
 
 bool gdn_wgmma_scan_regs() {
-  const bool on = env_switch(g_scan_regs, "CLEFRT_GDN_SCAN", "planes", "regs", false,
-                             "planes (the default) or regs (the state as wgmma's register operand)");
-  if (on && !gdn_wgmma_one_pass_bf16())
+  int v = g_scan_regs.load();  // 0 planes, 1 regs, 2 by the products
+  if (v < 0) {
+    const char* e = std::getenv("CLEFRT_GDN_SCAN");
+    const std::string want = e ? e : "";
+    if (!want.empty() && want != "planes" && want != "regs")
+      throw Error(Status::BadRequest, "usage",
+                  "CLEFRT_GDN_SCAN is '" + want + "': regs (the state as wgmma's register operand, one bf16 pass's default) or planes");
+    v = want.empty() ? 2 : int(want == "regs");
+    int unset = -1;
+    g_scan_regs.compare_exchange_strong(unset, v);
+    v = g_scan_regs.load();
+  }
+  const bool one_pass = gdn_wgmma_one_pass_bf16();
+  if (v == 1 && !one_pass)
     throw Error(Status::BadRequest, "usage", "CLEFRT_GDN_SCAN=regs runs one bf16 pass only: not with CLEFRT_GDN_PRODUCTS=bf16x3");
-  return on;
+  return v == 2 ? one_pass : v == 1;
 }
 
-void gdn_wgmma_set_scan_regs(bool on) { g_scan_regs.store(on ? 1 : 0); }
+void gdn_wgmma_set_scan_regs(int mode) {
+  if (mode < 0 || mode > 2) throw Error(Status::BadRequest, "usage", "gdn_wgmma_set_scan_regs: 0 (planes), 1 (regs) or 2 (by the products), not " + std::to_string(mode));
+  g_scan_regs.store(mode);
+}
 
 namespace {
 std::atomic<int> g_scan_rs_wgs{0};  // the lab's choice (1, 2), 0: by shape
