@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-regs] [anchors] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -119,11 +119,11 @@ while [ $# -gt 0 ]; do
         --commit "$commit" --command "CLEFRT_GDN_PRODUCTS=bf16x3 clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --reps 5 --profile" \
         --json "$OUT/bench-bf16-gdnx3.json" > "$OUT/bench-bf16-gdnx3.txt" 2> "$OUT/bench-bf16-gdnx3.err"
       echo "== bench bf16, GDN products bf16x3 rc=$?"; grep -v "^{" "$OUT/bench-bf16-gdnx3.txt" | head -40; tail -3 "$OUT/bench-bf16-gdnx3.err" ;;
-    gdn-scan-regs)  # the bf16 bench with the state-in-registers GDN scan (CLEFRT_GDN_SCAN=regs; files *-scanrs*): pass `quick bf16` too for the default's time
-      CLEFRT_GDN_SCAN=regs .carry/clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --tokenizer $tok --reps 5 --profile \
-        --commit "$commit" --command "CLEFRT_GDN_SCAN=regs clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --reps 5 --profile" \
-        --json "$OUT/bench-bf16-scanrs.json" > "$OUT/bench-bf16-scanrs.txt" 2> "$OUT/bench-bf16-scanrs.err"
-      echo "== bench bf16, GDN scan state in registers rc=$?"; grep -v "^{" "$OUT/bench-bf16-scanrs.txt" | grep -E "^(blog|tok_|64 |batch|profile)|gdn chunk" | head -24; tail -3 "$OUT/bench-bf16-scanrs.err" ;;
+    gdn-scan-planes)  # the bf16 bench with the planes GDN scan (CLEFRT_GDN_SCAN=planes; files *-scanplanes*): pass `quick bf16` too for the default's (the state in registers)
+      CLEFRT_GDN_SCAN=planes .carry/clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --tokenizer $tok --reps 5 --profile \
+        --commit "$commit" --command "CLEFRT_GDN_SCAN=planes clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --reps 5 --profile" \
+        --json "$OUT/bench-bf16-scanplanes.json" > "$OUT/bench-bf16-scanplanes.txt" 2> "$OUT/bench-bf16-scanplanes.err"
+      echo "== bench bf16, GDN scan state in planes rc=$?"; grep -v "^{" "$OUT/bench-bf16-scanplanes.txt" | grep -E "^(blog|tok_|64 |batch|profile)|gdn chunk" | head -24; tail -3 "$OUT/bench-bf16-scanplanes.err" ;;
     lab-elementwise)
       .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt" ;;
     reuse)
