@@ -663,6 +663,19 @@ int main(int argc, char** argv) {
         // scan time, not in its scan's
         enum { None, Wgmma, WgmmaOnePass } own_prep = None;
       };
+      // the one-pass prep, then the register-state scan with wgs warpgroups a CTA (0: by shape)
+      auto regs_scan = [&](int wgs) {
+        return [&, wgs](float* out) {
+          gdn_wgmma_set_one_pass_bf16(true);
+          gdn_wgmma_set_scan_regs(1);
+          gdn_wgmma_set_scan_rs_wgs(wgs);
+          gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
+          gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
+          gdn_wgmma_set_scan_rs_wgs(0);
+          gdn_wgmma_set_scan_regs(2);
+          gdn_wgmma_set_one_pass_bf16(false);
+        };
+      };
       const std::vector<Variant> variants = {
           {"3xtf32", [&](float* out) { gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::TensorCores); }},
           {"product", [&](float* out) {  // Auto on Wgmma: its own prep too (its time includes it)
@@ -677,37 +690,9 @@ int main(int argc, char** argv) {
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
            },
            Variant::Wgmma},
-          {"wgmma bf16, state in regs", [&](float* out) {  // gdn_scan_rs_k after the one-pass prep
-             gdn_wgmma_set_one_pass_bf16(true);
-             gdn_wgmma_set_scan_regs(1);
-             gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
-             gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
-             gdn_wgmma_set_scan_regs(2);
-             gdn_wgmma_set_one_pass_bf16(false);
-           },
-           Variant::WgmmaOnePass},
-          {"wgmma bf16, state in regs 1wg", [&](float* out) {  // one warpgroup a CTA
-             gdn_wgmma_set_one_pass_bf16(true);
-             gdn_wgmma_set_scan_regs(1);
-             gdn_wgmma_set_scan_rs_wgs(1);
-             gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
-             gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
-             gdn_wgmma_set_scan_rs_wgs(0);
-             gdn_wgmma_set_scan_regs(2);
-             gdn_wgmma_set_one_pass_bf16(false);
-           },
-           Variant::WgmmaOnePass},
-          {"wgmma bf16, state in regs 2wg", [&](float* out) {  // two warpgroups a CTA
-             gdn_wgmma_set_one_pass_bf16(true);
-             gdn_wgmma_set_scan_regs(1);
-             gdn_wgmma_set_scan_rs_wgs(2);
-             gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
-             gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
-             gdn_wgmma_set_scan_rs_wgs(0);
-             gdn_wgmma_set_scan_regs(2);
-             gdn_wgmma_set_one_pass_bf16(false);
-           },
-           Variant::WgmmaOnePass},
+          {"wgmma bf16, state in regs", regs_scan(0), Variant::WgmmaOnePass},  // gdn_scan_rs_k after the one-pass prep
+          {"wgmma bf16, state in regs 1wg", regs_scan(1), Variant::WgmmaOnePass},  // one warpgroup a CTA
+          {"wgmma bf16, state in regs 2wg", regs_scan(2), Variant::WgmmaOnePass},  // two warpgroups a CTA
           {"wgmma bf16 one pass, planes", [&](float* out) {  // the planes scan (CLEFRT_GDN_SCAN=planes)
              gdn_wgmma_set_one_pass_bf16(true);
              gdn_wgmma_set_scan_regs(0);

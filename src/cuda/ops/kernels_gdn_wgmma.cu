@@ -61,15 +61,20 @@ struct ChunkDecays {
     ga = i0 < n ? g[(t0 + i0) * Hv + j] : 0.0f;
     gb = i0 + 1 < n ? g[(t0 + i0 + 1) * Hv + j] : 0.0f;
   }
-  __device__ void make(float* ek, int n) const {
-    float* eg = ek + C + 1;
+  // gamma at this lane's two tokens (2 lane, 2 lane + 1) and at the chunk's last, n - 1
+  __device__ void gammas(int n, double& gam0, double& gam1, double& gl) const {
     double sum = double(ga) + double(gb);
     for (int of = 1; of < 32; of <<= 1) {
       const double v = __shfl_up_sync(0xffffffffu, sum, of);
       if (lane >= of) sum += v;
     }
-    const double gam1 = sum, gam0 = sum - double(gb);
-    const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
+    gam1 = sum, gam0 = sum - double(gb);
+    gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
+  }
+  __device__ void make(float* ek, int n) const {
+    float* eg = ek + C + 1;
+    double gam0, gam1, gl;
+    gammas(n, gam0, gam1, gl);
     ek[2 * lane] = 2 * lane < n ? float(exp(gl - gam0)) : 0.0f;
     ek[2 * lane + 1] = 2 * lane + 1 < n ? float(exp(gl - gam1)) : 0.0f;
     eg[2 * lane] = float(exp(gam0));
@@ -81,13 +86,8 @@ struct ChunkDecays {
   // n - 1's e^gamma_i: the same double). One warp's four dependent-latency exps a lane were on
   // the register-state scan's serial path.
   __device__ void make_part(float* ek, int n, int w) const {
-    double sum = double(ga) + double(gb);
-    for (int of = 1; of < 32; of <<= 1) {
-      const double v = __shfl_up_sync(0xffffffffu, sum, of);
-      if (lane >= of) sum += v;
-    }
-    const double gam1 = sum, gam0 = sum - double(gb);
-    const double gl = __shfl_sync(0xffffffffu, (n - 1) & 1 ? gam1 : gam0, (n - 1) >> 1);
+    double gam0, gam1, gl;
+    gammas(n, gam0, gam1, gl);
     const int t = (32 * w + lane) & (C - 1);
     const double g0 = __shfl_sync(0xffffffffu, gam0, t >> 1), g1 = __shfl_sync(0xffffffffu, gam1, t >> 1);
     const double gt = t & 1 ? g1 : g0;
