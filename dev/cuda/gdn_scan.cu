@@ -663,11 +663,12 @@ int main(int argc, char** argv) {
         // scan time, not in its scan's
         enum { None, Wgmma, WgmmaOnePass } own_prep = None;
       };
-      // the one-pass prep, then the register-state scan with wgs warpgroups a CTA (0: by shape)
-      auto regs_scan = [&](int wgs) {
-        return [&, wgs](float* out) {
+      // the one-pass prep, then the planes scan (regs false) or the register-state scan with wgs
+      // warpgroups a CTA (0: by shape)
+      auto one_pass_scan = [&](bool regs, int wgs) {
+        return [&, regs, wgs](float* out) {
           gdn_wgmma_set_one_pass_bf16(true);
-          gdn_wgmma_set_scan_regs(1);
+          gdn_wgmma_set_scan_regs(regs ? 1 : 0);
           gdn_wgmma_set_scan_rs_wgs(wgs);
           gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
           gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
@@ -690,18 +691,10 @@ int main(int argc, char** argv) {
              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
            },
            Variant::Wgmma},
-          {"wgmma bf16, state in regs", regs_scan(0), Variant::WgmmaOnePass},  // gdn_scan_rs_k after the one-pass prep
-          {"wgmma bf16, state in regs 1wg", regs_scan(1), Variant::WgmmaOnePass},  // one warpgroup a CTA
-          {"wgmma bf16, state in regs 2wg", regs_scan(2), Variant::WgmmaOnePass},  // two warpgroups a CTA
-          {"wgmma bf16 one pass, planes", [&](float* out) {  // the planes scan (CLEFRT_GDN_SCAN=planes)
-             gdn_wgmma_set_one_pass_bf16(true);
-             gdn_wgmma_set_scan_regs(0);
-             gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma);
-             gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, scr, out, s, GdnPath::Wgmma);
-             gdn_wgmma_set_scan_regs(2);
-             gdn_wgmma_set_one_pass_bf16(false);
-           },
-           Variant::WgmmaOnePass},
+          {"wgmma bf16, state in regs", one_pass_scan(true, 0), Variant::WgmmaOnePass},  // gdn_scan_rs_k after the one-pass prep
+          {"wgmma bf16, state in regs 1wg", one_pass_scan(true, 1), Variant::WgmmaOnePass},  // one warpgroup a CTA
+          {"wgmma bf16, state in regs 2wg", one_pass_scan(true, 2), Variant::WgmmaOnePass},  // two warpgroups a CTA
+          {"wgmma bf16 one pass, planes", one_pass_scan(false, 0), Variant::WgmmaOnePass},  // CLEFRT_GDN_SCAN=planes
           {"regs nw1", [&](float* out) {
              gdn_chunk_scan_rs_k<16, 1, true><<<dim3(unsigned(sh.seqs), unsigned(Hv), unsigned(Dv / 16)), 32, 0, s>>>(mx, conv_dim, Hk, Hv, Dv,
                                                                                                                   gg, ch, scr, out);

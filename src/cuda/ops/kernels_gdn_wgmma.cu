@@ -102,11 +102,10 @@ struct ChunkDecays {
 };
 
 struct ScanSmem {
-  // W, Q, K, S^T planes (32 KiB each), A's, Vn'^T's and Vn^T's (16 KiB each), the decays of two
-  // chunks (this one's, the next one's); 1 KiB to align the tiles (the swizzle is computed from
-  // address bits)
+  // W, Q, K, S^T planes (32 KiB each), A's, Vn'^T's and Vn^T's (16 KiB each), the chunk's decays;
+  // 1 KiB to align the tiles (the swizzle is computed from address bits)
   static constexpr int kDecays = 2 * C + 1;  // [C] e^(gamma_C - gamma_i), e^gamma_C, [C] e^gamma_i
-  static constexpr size_t bytes() { return 1024 + 4 * size_t(kTile) + 3 * size_t(kSmallTile) + sizeof(float) * 2 * kDecays; }
+  static constexpr size_t bytes() { return 1024 + 4 * size_t(kTile) + 3 * size_t(kSmallTile) + sizeof(float) * kDecays; }
 };
 
 // One CTA (two warpgroups) per (sequence, value head, 64 state columns). Warpgroup w holds S^T's
@@ -138,7 +137,8 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
   uint8_t* Ab = St + kTile;        // [64 tokens][64 tokens]
   uint8_t* Vt = Ab + kSmallTile;   // (e^(gamma_C - gamma) Vn)^T [64 columns][64 tokens]
   uint8_t* Vu = Vt + kSmallTile;   // Vn^T
-  float* decay_buf = reinterpret_cast<float*>(Vu + kSmallTile);  // [2][ScanSmem::kDecays]
+  float* ek = reinterpret_cast<float*>(Vu + kSmallTile);  // the chunk's decays (ChunkDecays::make's buffer)
+  const float* eg = ek + C + 1;
 
   const int64_t s = blockIdx.x, j = blockIdx.y, c0_col = int64_t(blockIdx.z) * kCols;
   const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
@@ -195,11 +195,7 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
     copy(Ab, sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallLoad);
     cp_async_commit();
   };
-  ChunkDecays dec{g, ch.chunk_start, ch.chunk_len, Hv, j, lane};  // warp 0's (ChunkDecays: g a chunk ahead, two buffers)
-  auto next_decays = [&](int64_t c, int b) {  // chunk c's decays into buffer b, then chunk c + 1's g
-    dec.make(decay_buf + b * ScanSmem::kDecays, ch.chunk_len[c]);
-    if (c + 1 < ce) dec.read(c + 1);
-  };
+  ChunkDecays dec{g, ch.chunk_start, ch.chunk_len, Hv, j, lane};  // warp 0's (ChunkDecays: g a chunk ahead)
   load_wq(cb);
   if (warp == 0) dec.read(cb);
   write_st();
@@ -208,12 +204,12 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
     const int n = ch.chunk_len[c];
     const float* u = sc.u + ((c - sc.c0) * Hv + j) * C * Dv + c0_col;
     if (sc.snap_chunk && sc.snap_chunk[s] == c) store_s(sc.seq_state_out[s] + sc.layer_off);
-    // this chunk's decays, made by warp 0 while the others' U loads are in flight, into buffer b:
-    // its readers of two chunks ago are past the last chunk's barriers
-    const int b = int((c - cb) & 1);
-    if (warp == 0) next_decays(c, b);
-    const float* ek = decay_buf + b * ScanSmem::kDecays;
-    const float* eg = ek + C + 1;
+    // this chunk's decays, made by warp 0 while the others' U loads are in flight (the last
+    // chunk's readers are past its second barrier), then the next chunk's g
+    if (warp == 0) {
+      dec.make(ek, n);
+      if (c + 1 < ce) dec.read(c + 1);
+    }
     // this thread's U: Vn's tokens 16 wi + gq (+8), state columns 32 wg + 8 jj + 2 tq (+1)
     float2 ur[8];
 #pragma unroll
@@ -344,7 +340,7 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
   constexpr int kThreads = 128 * kWgs;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-  float* decay_buf = reinterpret_cast<float*>(base + 2 * Sm::kStage);  // [2][ScanSmem::kDecays]
+  float* decay_buf = reinterpret_cast<float*>(base + 2 * Sm::kStage);  // [2][ScanSmem::kDecays]: this chunk's, the next one's
   auto Wb = [&](int st) { return base + st * Sm::kStage; };  // [64 tokens][128 Dk]
   auto Qb = [&](int st) { return Wb(st) + kTile / 2; };     // [64 tokens][128 Dk]
   auto Kb = [&](int st) { return Qb(st) + kTile / 2; };     // [64 tokens][128 Dk] (B N-major)
@@ -693,42 +689,34 @@ namespace {
 // -1: not yet read from the environment, else 0 / 1
 std::atomic<int> g_one_pass{-1}, g_scan_regs{-1};
 
-// A lab switch read from the environment when first asked: `off` or `on` (unset: `dflt`),
-// anything else a usage error naming the variable and `usage`. Set later by the setters.
-bool env_switch(std::atomic<int>& cell, const char* var, const char* off, const char* on, bool dflt, const char* usage) {
+// A switch read from the environment when first asked: 0 for `off`, 1 for `on`, `unset` when the
+// variable is unset; anything else a usage error naming the variable and `usage`. Set later by the
+// setters.
+int env_switch(std::atomic<int>& cell, const char* var, const char* off, const char* on, int unset, const char* usage) {
   int v = cell.load();
   if (v < 0) {
     const char* e = std::getenv(var);
     const std::string want = e ? e : "";
     if (!want.empty() && want != off && want != on) throw Error(Status::BadRequest, "usage", std::string(var) + " is '" + want + "': " + usage);
-    v = want.empty() ? int(dflt) : int(want == on);
-    int unset = -1;
-    cell.compare_exchange_strong(unset, v);
+    v = want.empty() ? unset : int(want == on);
+    int unread = -1;
+    cell.compare_exchange_strong(unread, v);
     v = cell.load();
   }
-  return v == 1;
+  return v;
 }
 }  // namespace
 
 bool gdn_wgmma_one_pass_bf16() {
-  return env_switch(g_one_pass, "CLEFRT_GDN_PRODUCTS", "bf16x3", "bf16", true, "bf16 (one pass, the default) or bf16x3");
+  return env_switch(g_one_pass, "CLEFRT_GDN_PRODUCTS", "bf16x3", "bf16", 1, "bf16 (one pass, the default) or bf16x3") == 1;
 }
 
 void gdn_wgmma_set_one_pass_bf16(bool on) { g_one_pass.store(on ? 1 : 0); }
 
 bool gdn_wgmma_scan_regs() {
-  int v = g_scan_regs.load();  // 0 planes, 1 regs, 2 by the products
-  if (v < 0) {
-    const char* e = std::getenv("CLEFRT_GDN_SCAN");
-    const std::string want = e ? e : "";
-    if (!want.empty() && want != "planes" && want != "regs")
-      throw Error(Status::BadRequest, "usage",
-                  "CLEFRT_GDN_SCAN is '" + want + "': regs (the state as wgmma's register operand, one bf16 pass's default) or planes");
-    v = want.empty() ? 2 : int(want == "regs");
-    int unset = -1;
-    g_scan_regs.compare_exchange_strong(unset, v);
-    v = g_scan_regs.load();
-  }
+  // 0 planes, 1 regs, 2 by the products
+  const int v = env_switch(g_scan_regs, "CLEFRT_GDN_SCAN", "planes", "regs", 2,
+                           "regs (the state as wgmma's register operand, one bf16 pass's default) or planes");
   const bool one_pass = gdn_wgmma_one_pass_bf16();
   if (v == 1 && !one_pass)
     throw Error(Status::BadRequest, "usage", "CLEFRT_GDN_SCAN=regs runs one bf16 pass only: not with CLEFRT_GDN_PRODUCTS=bf16x3");
@@ -748,13 +736,7 @@ std::atomic<int> g_scan_rs_wgs{0};  // the lab's choice (1, 2), 0: by shape
 // CTA's planes loaded once for both). The same bits either way.
 int gdn_scan_rs_wgs(int64_t n_seqs, int64_t Hv) {
   if (const int forced = g_scan_rs_wgs.load()) return forced;
-  static const int sms = [] {
-    int dev = 0, v = 0;
-    check(cudaGetDevice(&dev), "gdn_chunk_scan");
-    check(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev), "gdn_chunk_scan");
-    return v;
-  }();
-  return n_seqs * Hv < sms ? 1 : 2;
+  return n_seqs * Hv < sm_count() ? 1 : 2;
 }
 }  // namespace
 

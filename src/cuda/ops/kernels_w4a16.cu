@@ -225,16 +225,6 @@ void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* pac
   check_launch("nvfp4_gemm");
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    check(cudaGetDevice(&dev), "nvfp4_gemm");
-    check(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev), "nvfp4_gemm");
-    return v;
-  }();
-  return n;
-}
-
 }  // namespace
 
 bool nvfp4_gemm_supports(int64_t k, int64_t ldx) { return k > 0 && k % BK == 0 && ldx % 8 == 0; }

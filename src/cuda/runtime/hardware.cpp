@@ -110,6 +110,16 @@ double gpu_used_gib() {
   return double(total - free_b) / double(1ull << 30);
 }
 
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    check(cudaGetDevice(&dev), "sm_count");
+    check(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev), "sm_count");
+    return v;
+  }();
+  return n;
+}
+
 bool sm90a_kernels_run_here() {
 #ifdef CLEFRT_SM90A
   static const bool ok = [] {

@@ -28,6 +28,8 @@ void check_device_supported(const std::string& build);
 // The build has sm_90a code (wgmma, TMA) and the current device is compute capability 9.0: the
 // W4A16 GEMM's and the GDN scan's Hopper kernels may run (queried once).
 bool sm90a_kernels_run_here();
+// The current device's SMs (queried once): the W4A16 GEMM's tile and the GDN scan's CTA shape.
+int sm_count();
 double gpu_used_gib();  // total - free, as cudaMemGetInfo reports it
 double gpu_free_bytes();  // free, as cudaMemGetInfo reports it
 
