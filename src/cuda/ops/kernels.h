@@ -266,8 +266,8 @@ void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const fl
 // ---- joint head (kernels_head.cu) ----
 // y[m, n] (+)= x[m, k] w[n, k]^T (fp32, w rows k apart) for the head's question / option rows:
 // each element summed in an order fixed by k alone, so a row's result does not depend on m
-// (batch invariance), and few rows use the whole GPU's width (k split over a CTA's warps)
-// rather than one 128-row tile. With bias,
+// (batch invariance), and few rows use the whole GPU's width (a warp per 4 columns over all of
+// k) rather than one 128-row tile. With bias,
 // then y = gelu?(y + bias) as each element is written: bias_act's bits, one launch.
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                cudaStream_t s, const float* bias = nullptr, bool gelu = false);

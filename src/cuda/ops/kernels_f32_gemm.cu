@@ -9,9 +9,12 @@
 // steps in k order, three accumulators (hi*hi, lo*hi, hi*lo) summed once at the end; the other
 // rows, m and the row's place in its tile change none of it.
 //
-// Tiles: a CTA of 4 warps (2 x 2) computes 64 rows x 64 columns, a warp 32 x 32 (2 m16 x 4 n8
-// MMA tiles); k in 32-wide steps through shared memory, two stages of cp.async copies. Rows of x
-// and w are 16-byte copies: k % 4 == 0 and 16-byte aligned rows (f32_gemm_3xtf32_fits).
+// Tiles: a CTA of 4 warps (2 x 2) computes 64 rows x BN columns (64, or 32 where 64-wide tiles
+// would leave SMs idle: the tile changes no element's operations), a warp 32 x BN / 2 (2 m16 x
+// BN / 16 n8 MMA tiles); k in 32-wide steps through shared memory, kStages stages of cp.async
+// copies in flight (with two, each step waited out a whole global load: the token-row GEMMs at
+// the blog size are latency-bound). Rows of x and w are 16-byte copies: k % 4 == 0 and 16-byte
+// aligned rows (f32_gemm_3xtf32_fits).
 #include <cstdint>
 #include <string>
 
@@ -19,6 +22,7 @@
 #include "cuda/ops/gdn_tiles.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/hardware.h"
 
 namespace clefrt::cuda {
 
@@ -27,46 +31,64 @@ namespace {
 using gdn::mma_tf32;
 using gdn::split_tf32;
 
-constexpr int BM = 64, BN = 64, BK = 32;
+constexpr int BM = 64, BK = 32, kStages = 4;
 constexpr int LDS = BK + 4;  // a tile row in floats: fragment loads (8 rows x 4 k) hit 32 banks
+template <int BN>
+constexpr size_t smem_bytes() {
+  return sizeof(float) * size_t(kStages) * (BM + BN) * LDS;
+}
 
+template <int BN>
 __global__ void __launch_bounds__(128) f32_gemm_3xtf32_k(const float* __restrict__ x, int64_t ldx, const float* __restrict__ w, int64_t ldw,
                                                         float* __restrict__ y, int64_t ldy, int64_t m, int64_t n, int64_t k, bool accumulate) {
-  __shared__ __align__(16) float As[2][BM * LDS];
-  __shared__ __align__(16) float Bs[2][BN * LDS];
+  constexpr int NJ = BN / 16;  // n8 tiles a warp
+  extern __shared__ __align__(16) float smem[];
+  float* As = smem;                          // kStages x [BM][LDS]
+  float* Bs = smem + kStages * BM * LDS;     // kStages x [BN][LDS]
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
   const int g = lane >> 2, t = lane & 3;
   const int64_t m0 = int64_t(blockIdx.y) * BM, n0 = int64_t(blockIdx.x) * BN;
+  const int64_t steps = (k + BK - 1) / BK;
 
-  // one stage: 64 rows x 32 floats of x and of w, 512 16-byte copies each (4 + 4 a thread); rows
-  // past m / n and k past its end zero-filled (k % 4 == 0: a copy is whole or absent)
-  auto load = [&](int stage, int64_t k0) {
+  // step s's tiles into their stage: BM (BN) rows x 32 floats of x (w), 16-byte copies; rows past
+  // m / n and k past its end zero-filled (k % 4 == 0: a copy is whole or absent). Past the last
+  // step an empty group, so every wait below counts the same.
+  auto load = [&](int64_t s) {
+    if (s < steps) {
+      const int stage = int(s % kStages);
+      const int64_t k0 = s * BK;
+      float* A = As + stage * BM * LDS;
+      float* B = Bs + stage * BN * LDS;
 #pragma unroll
-    for (int i = 0; i < BM * BK / 4 / 128; ++i) {
-      const int c = tid + 128 * i, r = c / (BK / 4), kc = (c % (BK / 4)) * 4;
-      const bool kin = k0 + kc < k;
-      const bool xa = m0 + r < m && kin, wa = n0 + r < n && kin;
-      cp_async16(&As[stage][r * LDS + kc], xa ? x + (m0 + r) * ldx + k0 + kc : x, xa);
-      cp_async16(&Bs[stage][r * LDS + kc], wa ? w + (n0 + r) * ldw + k0 + kc : w, wa);
+      for (int i = 0; i < BM * BK / 4 / 128; ++i) {
+        const int c = tid + 128 * i, r = c / (BK / 4), kc = (c % (BK / 4)) * 4;
+        const bool xa = m0 + r < m && k0 + kc < k;
+        cp_async16(&A[r * LDS + kc], xa ? x + (m0 + r) * ldx + k0 + kc : x, xa);
+      }
+#pragma unroll
+      for (int i = 0; i < BN * BK / 4 / 128; ++i) {
+        const int c = tid + 128 * i, r = c / (BK / 4), kc = (c % (BK / 4)) * 4;
+        const bool wa = n0 + r < n && k0 + kc < k;
+        cp_async16(&B[r * LDS + kc], wa ? w + (n0 + r) * ldw + k0 + kc : w, wa);
+      }
     }
     cp_async_commit();
   };
 
   // d: hi*hi, e1: lo*hi, e2: hi*lo, per (m16 tile i, n8 tile j)
-  float d[2][4][4] = {}, e1[2][4][4] = {}, e2[2][4][4] = {};
-  const int64_t steps = (k + BK - 1) / BK;
-  load(0, 0);
+  float d[2][NJ][4] = {}, e1[2][NJ][4] = {}, e2[2][NJ][4] = {};
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) load(s);
   for (int64_t s = 0; s < steps; ++s) {
-    const int st = int(s & 1);
-    if (s + 1 < steps) load(st ^ 1, (s + 1) * BK);
-    else cp_async_commit();  // an empty group: the wait below counts the same
-    cp_async_wait<1>();
-    __syncthreads();
-    const float* A = As[st] + (32 * wm) * LDS;
-    const float* B = Bs[st] + (32 * wn) * LDS;
+    cp_async_wait<kStages - 2>();  // step s's copies landed (this thread's)
+    __syncthreads();               // everyone's; and step s - 1's stage, read by all, is free again
+    load(s + kStages - 1);         // into that stage
+    const int st = int(s % kStages);
+    const float* A = As + st * BM * LDS + (32 * wm) * LDS;
+    const float* B = Bs + st * BN * LDS + (BN / 2 * wn) * LDS;
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 8) {
-      uint32_t ah[2][4], al[2][4], bh[4][2], bl[4][2];
+      uint32_t ah[2][4], al[2][4], bh[NJ][2], bl[NJ][2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const float* a = A + (16 * i) * LDS + kk;
@@ -76,7 +98,7 @@ __global__ void __launch_bounds__(128) f32_gemm_3xtf32_k(const float* __restrict
         split_tf32(a[(g + 8) * LDS + t + 4], ah[i][3], al[i][3]);
       }
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < NJ; ++j) {
         const float* b = B + (8 * j + g) * LDS + kk;  // B(k, c) = w[c][k]: column g of the n8 tile
         split_tf32(b[t], bh[j][0], bl[j][0]);
         split_tf32(b[t + 4], bh[j][1], bl[j][1]);
@@ -84,22 +106,22 @@ __global__ void __launch_bounds__(128) f32_gemm_3xtf32_k(const float* __restrict
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < NJ; ++j) {
           mma_tf32(e1[i][j], al[i], bh[j]);
           mma_tf32(e2[i][j], ah[i], bl[j]);
           mma_tf32(d[i][j], ah[i], bh[j]);
         }
     }
-    __syncthreads();  // this stage read by every warp before the next iteration's copies overwrite it
   }
-  // d[i][j]: rows 32 wm + 16 i + g (+ 8), columns 32 wn + 8 j + 2 t (+ 1)
+  cp_async_wait_all();  // no copy outlives the CTA (the trailing groups are empty)
+  // d[i][j]: rows 32 wm + 16 i + g (+ 8), columns BN / 2 wn + 8 j + 2 t (+ 1)
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < NJ; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int64_t row = m0 + 32 * wm + 16 * i + g + 8 * h, col = n0 + 32 * wn + 8 * j + 2 * t;
+        const int64_t row = m0 + 32 * wm + 16 * i + g + 8 * h, col = n0 + BN / 2 * wn + 8 * j + 2 * t;
         if (row >= m) continue;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
@@ -109,6 +131,20 @@ __global__ void __launch_bounds__(128) f32_gemm_3xtf32_k(const float* __restrict
           *out = accumulate ? *out + v : v;
         }
       }
+}
+
+template <int BN>
+void launch(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t ldw, int64_t n, float* y, int64_t ldy, bool accumulate,
+            cudaStream_t s) {
+  static bool attr = false;
+  if (!attr) {
+    check(cudaFuncSetAttribute(f32_gemm_3xtf32_k<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<BN>())),
+          "f32_gemm_3xtf32 smem");
+    attr = true;
+  }
+  const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + BM - 1) / BM));
+  f32_gemm_3xtf32_k<BN><<<grid, 128, smem_bytes<BN>(), s>>>(x, ldx, w, ldw, y, ldy, m, n, k, accumulate);
+  check_launch("f32_gemm_3xtf32");
 }
 
 }  // namespace
@@ -125,9 +161,10 @@ void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const fl
     throw Error(Status::Internal, "internal_error",
                 "f32_gemm_3xtf32: k, the row strides and the pointers must allow 16-byte copies (k " + std::to_string(k) + ", ldx " +
                     std::to_string(ldx) + ", ldw " + std::to_string(ldw) + ")");
-  const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + BM - 1) / BM));
-  f32_gemm_3xtf32_k<<<grid, 128, 0, s>>>(x, ldx, w, ldw, y, ldy, m, n, k, accumulate);
-  check_launch("f32_gemm_3xtf32");
+  // 32-wide column tiles where 64-wide ones would not give every SM a CTA (the same bits either way)
+  const int64_t tiles64 = ((n + 63) / 64) * ((m + BM - 1) / BM);
+  if (tiles64 < sm_count()) launch<32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
+  else launch<64>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
 }
 
 }  // namespace clefrt::cuda

@@ -3,6 +3,8 @@
 // Rows of different requests sit in one packed matrix; index arrays say which rows belong
 // together, so a batch of requests runs the head in one pass.
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "cuda/runtime/check.h"
 #include "cuda/ops/kernels.h"
@@ -51,7 +53,8 @@ __global__ void scatter_rows_k(const float* src, int64_t d, const int32_t* idx, 
 // when its max grows; the threads' partials merged through shared memory. A key's dot product
 // in four partial sums (four independent FMA chains).
 constexpr int kMhaThreads = 128;
-template <int HD>
+// Vec: 16-byte loads of the key and value rows (aligned rows); the same operations either way.
+template <int HD, bool Vec>
 __global__ void __launch_bounds__(kMhaThreads) mha_k(const float* q, int64_t ldq, const float* k, int64_t ldk, const float* v, int64_t ldv,
                                                      const int32_t* kbeg, const int32_t* kend, float* out, int64_t ldo) {
   static_assert(HD % 4 == 0, "four partial dot products");
@@ -71,11 +74,19 @@ __global__ void __launch_bounds__(kMhaThreads) mha_k(const float* q, int64_t ldq
   for (int32_t t = b + tid; t < e; t += blockDim.x) {
     const float* kr = k + int64_t(t) * ldk + int64_t(h) * HD;
     const float* vr = v + int64_t(t) * ldv + int64_t(h) * HD;
+    auto at = [&](const float* row, int i) {  // row[i .. i + 4)
+      if constexpr (Vec) return *reinterpret_cast<const float4*>(row + i);
+      else return make_float4(row[i], row[i + 1], row[i + 2], row[i + 3]);
+    };
     float s4[4] = {0, 0, 0, 0};
 #pragma unroll
-    for (int i = 0; i < HD; i += 4)
-#pragma unroll
-      for (int u = 0; u < 4; ++u) s4[u] += qs[i + u] * kr[i + u];
+    for (int i = 0; i < HD; i += 4) {
+      const float4 kv = at(kr, i);
+      s4[0] += qs[i] * kv.x;
+      s4[1] += qs[i + 1] * kv.y;
+      s4[2] += qs[i + 2] * kv.z;
+      s4[3] += qs[i + 3] * kv.w;
+    }
     const float s = ((s4[0] + s4[1]) + (s4[2] + s4[3])) * scale;
     if (s > m) {  // the running max grows: rescale what was summed under the old one
       const float f = expf(m - s);
@@ -87,7 +98,13 @@ __global__ void __launch_bounds__(kMhaThreads) mha_k(const float* q, int64_t ldq
     const float p = expf(s - m);
     l += p;
 #pragma unroll
-    for (int i = 0; i < HD; ++i) acc[i] += p * vr[i];
+    for (int i = 0; i < HD; i += 4) {
+      const float4 vv = at(vr, i);
+      acc[i] += p * vv.x;
+      acc[i + 1] += p * vv.y;
+      acc[i + 2] += p * vv.z;
+      acc[i + 3] += p * vv.w;
+    }
   }
   const float mb = block_max(m, red);
   const float f = m == -INFINITY ? 0.0f : expf(m - mb);  // a thread without keys adds nothing
@@ -201,82 +218,124 @@ __global__ void question_softmax_k(float* logits, const int32_t* opt_beg, int64_
 }
 
 // ---- the head's Linears over question / option rows ----
-// y[m, n] (+)= x[m, k] w[n, k]^T in fp32 for a handful of rows. A CTA owns 4 columns x 8 rows;
-// its 8 warps split k into 8 slices of whole 4-element chunks (the split depends on k alone),
-// a warp's lanes stride over its slice (lane l: the slice's chunks l, l + 32, ...; each chunk's
-// four terms in order), the 32 lane sums of a slice combine by a fixed reduce-scatter butterfly, and the 8
-// slices' sums add in slice order. Every element's operations depend on k only, never on m or
-// the tile: batch-invariant by construction. The k split puts n / 4 CTAs of 8 warps on the
-// weights (256 at the head's width 1,024, where a warp per 4 columns over all of k gave 32 CTAs
-// on a 132-SM GPU, each lane k / 128 iterations of loads and FMAs). Rather than 128-row cuBLASLt
-// tiles of which a request's few questions used a handful of rows (4.8 of the blog request's
-// 8 ms head) or a per-thread FMA chain over k (measured 170 us a GEMM: too few CTAs, each
-// latency-bound).
+// y[m, n] (+)= x[m, k] w[n, k]^T in fp32 for a handful of rows. A warp owns 8 rows x 4 columns
+// over the whole of k, in groups of 8 elements: lane l takes groups l, l + 32, l + 64, ... in that
+// order, each group's eight terms in order (one FMA chain per element); the 32 lane sums then
+// combine by a fixed reduce-scatter butterfly. Every element's operations depend on k only, never
+// on m or where its row sits: batch-invariant by construction. A CTA is kHgWarps independent
+// warps (no shared memory, no barrier), n / 8 of them at the head's widths, so the weights are
+// read by every SM with 16-byte loads and two groups' loads in flight a lane. The previous form
+// (8 warps splitting k, then a shared-memory sum) and the warps-a-CTA choice are compared in
+// dev/cuda/head_gemm.cu. Rather than 128-row cuBLASLt tiles of which a request's few questions
+// used a handful of rows (4.8 of the blog request's 8 ms head), or one thread's FMA chain over k
+// (170 us a GEMM: too few CTAs, each latency-bound).
 // The weights may be bf16 (the release's head is, so they are held as the file has them: half
 // the memory) and are widened exactly to fp32 as they are read: the same FMAs on the same values.
 // The Linear's bias (and the feedforward's GELU) are applied as the element is written, in
 // bias_act's order (sum, + bias, GELU): its bits without its launch.
-constexpr int kHgRows = 8, kHgCols = 4, kHgWarps = 8;
-static_assert(kHgRows * kHgCols == 32, "a lane per output element of the CTA's tile");
+constexpr int kHgRows = 8, kHgCols = 4, kHgWarps = 2, kHgGroup = 8;
+static_assert(kHgRows * kHgCols == 32, "a lane per output element of the warp's tile");
 __device__ __forceinline__ float hg_f32(float v) { return v; }
 __device__ __forceinline__ float hg_f32(bf16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float4 hg_load4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
-__device__ __forceinline__ float4 hg_load4(const bf16* p) {  // 4 bf16 (8-byte aligned), element 0 in the low half
-  const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
-  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                     __uint_as_float(u.y & 0xffff0000u));
+// a group of 8 weights raw (16 bytes of bf16, 32 of fp32; 16-byte aligned), widened at use
+template <class WT>
+struct HgRaw;
+template <>
+struct HgRaw<bf16> {
+  uint4 u;
+  __device__ __forceinline__ void load(const bf16* p) { u = __ldg(reinterpret_cast<const uint4*>(p)); }
+  __device__ __forceinline__ float operator[](int e) const {  // element e: the low half of word e / 2 first
+    const uint32_t wd = e < 2 ? u.x : e < 4 ? u.y : e < 6 ? u.z : u.w;
+    return __uint_as_float(e % 2 ? wd & 0xffff0000u : wd << 16);
+  }
+};
+template <>
+struct HgRaw<float> {
+  float4 a, b;
+  __device__ __forceinline__ void load(const float* p) {
+    a = __ldg(reinterpret_cast<const float4*>(p));
+    b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  }
+  __device__ __forceinline__ float operator[](int e) const {
+    return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : e == 3 ? a.w : e == 4 ? b.x : e == 5 ? b.y : e == 6 ? b.z : b.w;
+  }
+};
+// 8 consecutive values from p (element 8 g of a k-long row), those at or past k as 0 (scalar form)
+template <class T>
+__device__ __forceinline__ void hg_load_scalar(const T* p, int64_t left, float (&v)[kHgGroup]) {
+#pragma unroll
+  for (int e = 0; e < kHgGroup; ++e) v[e] = e < left ? hg_f32(p[e]) : 0.0f;
 }
+
 template <bool Vec, class WT>
 __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n,
                                                              float* y, int64_t ldy, bool accumulate, const float* bias,
                                                              bool gelu) {
-  __shared__ float part[kHgWarps][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t c0 = int64_t(blockIdx.x) * kHgCols, r0 = int64_t(blockIdx.y) * kHgRows;
+  const int64_t c0 = (int64_t(blockIdx.x) * kHgWarps + warp) * kHgCols, r0 = int64_t(blockIdx.y) * kHgRows;
+  if (c0 >= n) return;  // a whole warp: the warps share nothing
   const int nc = int(n - c0 < kHgCols ? n - c0 : kHgCols), nr = int(m - r0 < kHgRows ? m - r0 : kHgRows);
   float acc[kHgRows][kHgCols] = {};
-  const int64_t chunks = (k + 3) / 4, per = (chunks + kHgWarps - 1) / kHgWarps;
-  const int64_t cb = warp * per, ce = cb + per < chunks ? cb + per : chunks;
-  for (int64_t i = cb + lane; i < ce; i += 32) {
-    float4 wv[kHgCols];
+  const int64_t groups = (k + kHgGroup - 1) / kHgGroup;
+  // the columns past n read column nc - 1 again (a valid row; their sums are never written)
+  const WT* wc[kHgCols];
 #pragma unroll
-    for (int c = 0; c < kHgCols; ++c) {
-      const WT* wr = w + (c0 + (c < nc ? c : 0)) * k + 4 * i;
-      if constexpr (Vec) {
-        wv[c] = c < nc ? hg_load4(wr) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      } else {
-        const int64_t left = k - 4 * i;
-        wv[c] = c < nc ? make_float4(hg_f32(wr[0]), left > 1 ? hg_f32(wr[1]) : 0.0f, left > 2 ? hg_f32(wr[2]) : 0.0f,
-                                     left > 3 ? hg_f32(wr[3]) : 0.0f)
-                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-    }
+  for (int c = 0; c < kHgCols; ++c) wc[c] = w + (c0 + (c < nc ? c : nc - 1)) * k;
+  // one group's products into acc: wv the group's weights per column, x read here
+  auto group = [&](int64_t e0, const float (&wv)[kHgCols][kHgGroup]) {
 #pragma unroll
     for (int r = 0; r < kHgRows; ++r) {
-      float4 xv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (r < nr) {
-        const float* xr = x + (r0 + r) * ldx + 4 * i;
-        if constexpr (Vec) {
-          xv = *reinterpret_cast<const float4*>(xr);
-        } else {
-          const int64_t left = k - 4 * i;
-          xv = make_float4(xr[0], left > 1 ? xr[1] : 0.0f, left > 2 ? xr[2] : 0.0f, left > 3 ? xr[3] : 0.0f);
-        }
+      if (r >= nr) continue;
+      const float* xr = x + (r0 + r) * ldx + e0;
+      float xv[kHgGroup];
+      if constexpr (Vec) {
+        const float4 a = *reinterpret_cast<const float4*>(xr), b = *reinterpret_cast<const float4*>(xr + 4);
+        xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+      } else {
+        hg_load_scalar(xr, k - e0, xv);
       }
 #pragma unroll
       for (int c = 0; c < kHgCols; ++c) {
         float a = acc[r][c];
-        a = fmaf(xv.x, wv[c].x, a);
-        a = fmaf(xv.y, wv[c].y, a);
-        a = fmaf(xv.z, wv[c].z, a);
-        acc[r][c] = fmaf(xv.w, wv[c].w, a);
+#pragma unroll
+        for (int e = 0; e < kHgGroup; ++e) a = fmaf(xv[e], wv[c][e], a);
+        acc[r][c] = a;
       }
     }
+  };
+  if constexpr (Vec) {
+    // the next group's weights are loaded while this one's are used: two groups' loads in flight
+    HgRaw<WT> cur[kHgCols], nxt[kHgCols];
+    if (lane < groups)
+#pragma unroll
+      for (int c = 0; c < kHgCols; ++c) cur[c].load(wc[c] + int64_t(lane) * kHgGroup);
+#pragma unroll 1
+    for (int64_t g = lane; g < groups; g += 32) {
+      if (g + 32 < groups)
+#pragma unroll
+        for (int c = 0; c < kHgCols; ++c) nxt[c].load(wc[c] + (g + 32) * kHgGroup);
+      float wv[kHgCols][kHgGroup];
+#pragma unroll
+      for (int c = 0; c < kHgCols; ++c)
+#pragma unroll
+        for (int e = 0; e < kHgGroup; ++e) wv[c][e] = cur[c][e];
+      group(g * kHgGroup, wv);
+#pragma unroll
+      for (int c = 0; c < kHgCols; ++c) cur[c] = nxt[c];
+    }
+  } else {
+#pragma unroll 1
+    for (int64_t g = lane; g < groups; g += 32) {
+      float wv[kHgCols][kHgGroup];
+#pragma unroll
+      for (int c = 0; c < kHgCols; ++c) hg_load_scalar(wc[c] + g * kHgGroup, k - g * kHgGroup, wv[c]);
+      group(g * kHgGroup, wv);
+    }
   }
-  // the slice's 32 lane sums of each element by a reduce-scatter butterfly: at offset o a lane
-  // keeps half of the elements it still holds (the upper half when its bit o is set), adds its
-  // partner's copies of them and hands over the other half; 31 shuffles leave lane l with
-  // element l (row l / 4, column l % 4), in an order fixed by the lane ids alone
+  // the 32 lane sums of each element by a reduce-scatter butterfly: at offset o a lane keeps half
+  // of the elements it still holds (the upper half when its bit o is set), adds its partner's
+  // copies of them and hands over the other half; 31 shuffles leave lane l with element l (row
+  // l / 4, column l % 4), in an order fixed by the lane ids alone
   float v[32];
 #pragma unroll
   for (int r = 0; r < kHgRows; ++r)
@@ -291,16 +350,10 @@ __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int
       v[i] = keep + __shfl_xor_sync(0xffffffffu, give, o);
     }
   }
-  part[warp][lane] = v[0];
-  __syncthreads();
-  if (warp != 0) return;
   const int r = lane / kHgCols, c = lane % kHgCols;
   if (r >= nr || c >= nc) return;
-  float sum = part[0][lane];
-#pragma unroll
-  for (int s = 1; s < kHgWarps; ++s) sum += part[s][lane];
   float* out = y + (r0 + r) * ldy + c0 + c;
-  float y1 = accumulate ? *out + sum : sum;
+  float y1 = accumulate ? *out + v[0] : v[0];
   if (bias || gelu) y1 += bias ? bias[c0 + c] : 0.0f;  // as bias_act adds
   if (gelu) y1 = gelu_f(y1);
   *out = y1;
@@ -338,16 +391,23 @@ void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t
   if (nq == 0) return;
   const int64_t hd = width / heads;
   const dim3 grid{unsigned(nq), unsigned(heads), 1u};
+  const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  const bool vec = ldk % 4 == 0 && ldv % 4 == 0 && a16(k) && a16(v);  // every head's rows 16-byte aligned (hd % 4 == 0)
+  auto run = [&](auto hd_c) {
+    constexpr int HD = decltype(hd_c)::value;
+    if (vec) mha_k<HD, true><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width);
+    else mha_k<HD, false><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width);
+  };
   switch (hd) {
-    case 8: mha_k<8><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
-    case 12: mha_k<12><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
-    case 24: mha_k<24><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
-    case 48: mha_k<48><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
-    case 96: mha_k<96><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
-    case 16: mha_k<16><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
-    case 32: mha_k<32><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
-    case 64: mha_k<64><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
-    case 128: mha_k<128><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width); break;
+    case 8: run(std::integral_constant<int, 8>{}); break;
+    case 12: run(std::integral_constant<int, 12>{}); break;
+    case 16: run(std::integral_constant<int, 16>{}); break;
+    case 24: run(std::integral_constant<int, 24>{}); break;
+    case 32: run(std::integral_constant<int, 32>{}); break;
+    case 48: run(std::integral_constant<int, 48>{}); break;
+    case 64: run(std::integral_constant<int, 64>{}); break;
+    case 96: run(std::integral_constant<int, 96>{}); break;
+    case 128: run(std::integral_constant<int, 128>{}); break;
     default:
       throw Error(Status::Internal, "unsupported", "head attention: head dim " + std::to_string(hd) + " (8, 12, 16, 24, 32, 48, 64, 96 or 128)");
   }
@@ -361,10 +421,11 @@ void launch_head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W
   if (m == 0 || n == 0) return;
   if ((m + kHgRows - 1) / kHgRows > 65535)
     throw Error(Status::Internal, "internal_error", "head gemm: " + std::to_string(m) + " rows (at most 524,280 question / option rows)");
-  const dim3 grid(unsigned((n + kHgCols - 1) / kHgCols), unsigned((m + kHgRows - 1) / kHgRows));
-  // 4-element loads when every row start is aligned for them; both forms do the same operations
-  const bool vec = k % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(w) % (4 * sizeof(WT)) == 0;
+  const int64_t per_cta = int64_t(kHgWarps) * kHgCols;
+  const dim3 grid(unsigned((n + per_cta - 1) / per_cta), unsigned((m + kHgRows - 1) / kHgRows));
+  // 16-byte loads of 8-element groups when every row start is aligned for them; both forms do
+  // the same operations
+  const bool vec = k % kHgGroup == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
   if (vec) head_gemm_k<true, WT><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu);
   else head_gemm_k<false, WT><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu);
   check_launch("head gemm");
