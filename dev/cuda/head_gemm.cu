@@ -1,0 +1,253 @@
+// The joint head's small Linears (issue 20: the head is ~2 ms of the blog request): head_gemm over
+// a request's question / option rows (m = 3 and 9: the blog's questions and options; 640: 64
+// requests' options), bf16 and fp32 weights, at the head's widths (W 1,024, feedforward 4,096,
+// in_proj 3 W), and f32_gemm_3xtf32 over the token rows (memory_projection k = 5,120, the
+// memories' k | v n = 2,048, at the blog's 318 rows and 8,192).
+//   product          head_gemm as the engine runs it
+//   8 warps split k  the previous product (a CTA of 8 warps per 4 columns x 8 rows, k split over
+//                    the warps, their sums through shared memory); different bits, same bound
+//   empty            a kernel of the product's grid that does nothing: the launch's floor
+// Per line: one launch (CUDA events around it: what a forward's op costs), 20 back to back (the
+// GPU's time a launch), the weight bytes over the latter against the measured copy rate, and the
+// product's worst |y - y_double| / sum |x w|.
+// Usage: clefrt_bench_head_gemm [--commit ID] [--json FILE]
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/reduce.cuh"
+#include "cuda/runtime/buffer.h"
+#include "gpu_bench.h"
+
+namespace clefrt::cuda {
+namespace {
+
+constexpr int kOldRows = 8, kOldCols = 4, kOldWarps = 8;
+static_assert(kOldRows * kOldCols == 32, "a lane per output element of the CTA's tile");
+__device__ __forceinline__ float old_f32(float v) { return v; }
+__device__ __forceinline__ float old_f32(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float4 old_load4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+__device__ __forceinline__ float4 old_load4(const bf16* p) {  // 4 bf16 (8-byte aligned), element 0 in the low half
+  const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+template <bool Vec, class WT>
+__global__ void __launch_bounds__(kOldWarps * 32) old_head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n,
+                                                             float* y, int64_t ldy, bool accumulate, const float* bias,
+                                                             bool gelu) {
+  __shared__ float part[kOldWarps][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t c0 = int64_t(blockIdx.x) * kOldCols, r0 = int64_t(blockIdx.y) * kOldRows;
+  const int nc = int(n - c0 < kOldCols ? n - c0 : kOldCols), nr = int(m - r0 < kOldRows ? m - r0 : kOldRows);
+  float acc[kOldRows][kOldCols] = {};
+  const int64_t chunks = (k + 3) / 4, per = (chunks + kOldWarps - 1) / kOldWarps;
+  const int64_t cb = warp * per, ce = cb + per < chunks ? cb + per : chunks;
+  for (int64_t i = cb + lane; i < ce; i += 32) {
+    float4 wv[kOldCols];
+#pragma unroll
+    for (int c = 0; c < kOldCols; ++c) {
+      const WT* wr = w + (c0 + (c < nc ? c : 0)) * k + 4 * i;
+      if constexpr (Vec) {
+        wv[c] = c < nc ? old_load4(wr) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      } else {
+        const int64_t left = k - 4 * i;
+        wv[c] = c < nc ? make_float4(old_f32(wr[0]), left > 1 ? old_f32(wr[1]) : 0.0f, left > 2 ? old_f32(wr[2]) : 0.0f,
+                                     left > 3 ? old_f32(wr[3]) : 0.0f)
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kOldRows; ++r) {
+      float4 xv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (r < nr) {
+        const float* xr = x + (r0 + r) * ldx + 4 * i;
+        if constexpr (Vec) {
+          xv = *reinterpret_cast<const float4*>(xr);
+        } else {
+          const int64_t left = k - 4 * i;
+          xv = make_float4(xr[0], left > 1 ? xr[1] : 0.0f, left > 2 ? xr[2] : 0.0f, left > 3 ? xr[3] : 0.0f);
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kOldCols; ++c) {
+        float a = acc[r][c];
+        a = fmaf(xv.x, wv[c].x, a);
+        a = fmaf(xv.y, wv[c].y, a);
+        a = fmaf(xv.z, wv[c].z, a);
+        acc[r][c] = fmaf(xv.w, wv[c].w, a);
+      }
+    }
+  }
+  // the slice's 32 lane sums of each element by a reduce-scatter butterfly: at offset o a lane
+  // keeps half of the elements it still holds (the upper half when its bit o is set), adds its
+  // partner's copies of them and hands over the other half; 31 shuffles leave lane l with
+  // element l (row l / 4, column l % 4), in an order fixed by the lane ids alone
+  float v[32];
+#pragma unroll
+  for (int r = 0; r < kOldRows; ++r)
+#pragma unroll
+    for (int c = 0; c < kOldCols; ++c) v[r * kOldCols + c] = acc[r][c];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const bool up = lane & o;
+#pragma unroll
+    for (int i = 0; i < o; ++i) {
+      const float keep = up ? v[i + o] : v[i], give = up ? v[i] : v[i + o];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, give, o);
+    }
+  }
+  part[warp][lane] = v[0];
+  __syncthreads();
+  if (warp != 0) return;
+  const int r = lane / kOldCols, c = lane % kOldCols;
+  if (r >= nr || c >= nc) return;
+  float sum = part[0][lane];
+#pragma unroll
+  for (int s = 1; s < kOldWarps; ++s) sum += part[s][lane];
+  float* out = y + (r0 + r) * ldy + c0 + c;
+  float y1 = accumulate ? *out + sum : sum;
+  if (bias || gelu) y1 += bias ? bias[c0 + c] : 0.0f;  // as bias_act adds
+  if (gelu) y1 = gelu_f(y1);
+  *out = y1;
+}
+
+template <class WT>
+void old_head_gemm(const float* x, int64_t m, int64_t k, const WT* w, int64_t n, float* y, cudaStream_t s) {
+  const dim3 grid(unsigned((n + kOldCols - 1) / kOldCols), unsigned((m + kOldRows - 1) / kOldRows));
+  old_head_gemm_k<true, WT><<<grid, kOldWarps * 32, 0, s>>>(x, k, m, k, w, n, y, n, false, nullptr, false);
+  check_launch("old head gemm");
+}
+
+__global__ void empty_k() {}
+
+template <class F>
+double one_launch_ms(cudaStream_t s, F f) {
+  return bench::median_ms(s, f);
+}
+template <class F>
+double per_launch_ms(cudaStream_t s, F f) {
+  return bench::median_ms(s, [&] {
+           for (int i = 0; i < 20; ++i) f();
+         }) /
+         20.0;
+}
+
+struct Shape {
+  const char* name;
+  int64_t m, k, n;
+  bool bf16w;
+};
+
+}  // namespace
+}  // namespace clefrt::cuda
+
+int main(int argc, char** argv) {
+  using namespace clefrt;
+  using namespace clefrt::cuda;
+  bench::Options o;
+  if (!bench::parse_options(argc, argv, false, o)) return 2;
+  try {
+    const HardwareLimits hw = bench::measure_and_print_hardware();
+    cudaStream_t st = nullptr;
+    json::Value recs = json::Value::array();
+    auto line = [&](const std::string& shape, const std::string& form, double one, double per, double bytes, const std::string& note) {
+      std::printf("%-34s %-18s one %8.2f us  back to back %8.2f us  %7.0f GB/s %5.1f%% of copy  %s\n", shape.c_str(), form.c_str(), one * 1e3,
+                  per * 1e3, bytes / (per * 1e-3) / 1e9, 100.0 * bytes / (per * 1e-3) / 1e9 / hw.copy_gbps, note.c_str());
+      json::Value r = json::Value::object();
+      r.add("shape", json::Value::string(shape));
+      r.add("form", json::Value::string(form));
+      r.add("one_launch_us", json::Value::number(one * 1e3));
+      r.add("back_to_back_us", json::Value::number(per * 1e3));
+      r.add("weight_gbps", json::Value::number(bytes / (per * 1e-3) / 1e9));
+      recs.arr.push_back(r);
+    };
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    auto randv = [&](size_t n, float sd) {
+      std::vector<float> v(n);
+      for (auto& x : v) x = nd(rng) * sd;
+      return v;
+    };
+    const Shape shapes[] = {{"blog q rows W x W", 3, 1024, 1024, true},    {"blog option rows W x W", 9, 1024, 1024, true},
+                            {"blog q rows ff1 4W x W", 3, 1024, 4096, true}, {"blog q rows ff2 W x 4W", 3, 4096, 1024, true},
+                            {"blog q rows in_proj 3W x W", 3, 1024, 3072, true}, {"blog q rows d -> W (question_proj)", 3, 5120, 1024, true},
+                            {"blog options W x W, fp32", 9, 1024, 1024, false}, {"64 x 512 options W x W", 640, 1024, 1024, true},
+                            {"64 x 512 options ff1 4W x W", 640, 1024, 4096, true}};
+    for (const Shape& sh : shapes) {
+      const auto x = randv(size_t(sh.m * sh.k), 1.0f), w = randv(size_t(sh.n * sh.k), 0.03f);
+      std::vector<bf16> wb(w.size());
+      std::vector<float> wr(w.size());
+      for (size_t i = 0; i < w.size(); ++i) wb[i] = __float2bfloat16(w[i]), wr[i] = sh.bf16w ? __bfloat162float(wb[i]) : w[i];
+      DeviceBuffer dx = upload(x, "x"), dw = sh.bf16w ? upload(wb, "w") : upload(wr, "w"), dy(size_t(sh.m * sh.n) * 4),
+                   dy2(size_t(sh.m * sh.n) * 4);
+      const double bytes = double(sh.n * sh.k) * (sh.bf16w ? 2 : 4);
+      auto product = [&] {
+        if (sh.bf16w) head_gemm(dx.as<float>(), sh.k, sh.m, sh.k, dw.as<bf16>(), sh.n, dy.as<float>(), sh.n, false, st);
+        else head_gemm(dx.as<float>(), sh.k, sh.m, sh.k, dw.as<float>(), sh.n, dy.as<float>(), sh.n, false, st);
+      };
+      auto old = [&] {
+        if (sh.bf16w) old_head_gemm(dx.as<float>(), sh.m, sh.k, dw.as<bf16>(), sh.n, dy2.as<float>(), st);
+        else old_head_gemm(dx.as<float>(), sh.m, sh.k, dw.as<float>(), sh.n, dy2.as<float>(), st);
+      };
+      auto empty = [&] {
+        empty_k<<<dim3(unsigned((sh.n + 7) / 8), unsigned((sh.m + 7) / 8)), 64, 0, st>>>();
+        check_launch("empty");
+      };
+      product();
+      check(cudaDeviceSynchronize(), "product");
+      const auto got = [&] {
+        std::vector<float> v(size_t(sh.m * sh.n));
+        check(cudaMemcpy(v.data(), dy.get(), v.size() * 4, cudaMemcpyDeviceToHost), "y");
+        return v;
+      }();
+      double worst = 0;
+      for (int64_t r = 0; r < sh.m; r += std::max<int64_t>(1, sh.m / 8))
+        for (int64_t c = 0; c < sh.n; c += 7) {
+          double a = 0, s = 0;
+          for (int64_t i = 0; i < sh.k; ++i) {
+            const double p = double(x[size_t(r * sh.k + i)]) * wr[size_t(c * sh.k + i)];
+            a += p;
+            s += std::fabs(p);
+          }
+          worst = std::max(worst, std::fabs(got[size_t(r * sh.n + c)] - a) / std::max(s, 1e-30));
+        }
+      char note[96];
+      std::snprintf(note, sizeof note, "worst |y - y_double| / sum |x w| %.2g", worst);
+      const std::string name = std::string(sh.name) + " (" + std::to_string(sh.m) + ")";
+      line(name, "product", one_launch_ms(st, product), per_launch_ms(st, product), bytes, note);
+      line(name, "8 warps split k", one_launch_ms(st, old), per_launch_ms(st, old), bytes, "");
+      line(name, "empty", one_launch_ms(st, empty), per_launch_ms(st, empty), 0, "");
+    }
+    // the token-row GEMMs
+    for (auto mkn : {std::tuple<int64_t, int64_t, int64_t>{318, 5120, 1024}, {318, 1024, 2048}, {8192, 5120, 1024}, {8192, 1024, 2048}}) {
+      const int64_t m = std::get<0>(mkn), k = std::get<1>(mkn), n = std::get<2>(mkn);
+      const auto x = randv(size_t(m * k), 1.0f), w = randv(size_t(n * k), 0.03f);
+      DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), dy(size_t(m * n) * 4);
+      auto run = [&] { f32_gemm_3xtf32(dx.as<float>(), k, m, k, dw.as<float>(), k, n, dy.as<float>(), n, false, st); };
+      const double one = one_launch_ms(st, run), per = per_launch_ms(st, run);
+      const double tf = 2.0 * double(m) * double(n) * double(k) / (per * 1e-3) / 1e12;
+      std::printf("f32_gemm_3xtf32 m %lld k %lld n %lld: one %8.2f us  back to back %8.2f us  %6.1f TFLOP/s (fp32 products, 3 TF32 MMAs each)\n",
+                  (long long)m, (long long)k, (long long)n, one * 1e3, per * 1e3, tf);
+      json::Value r = json::Value::object();
+      r.add("shape", json::Value::string("f32_gemm_3xtf32 " + std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n)));
+      r.add("one_launch_us", json::Value::number(one * 1e3));
+      r.add("back_to_back_us", json::Value::number(per * 1e3));
+      r.add("tflops", json::Value::number(tf));
+      recs.arr.push_back(r);
+    }
+    if (!o.json_out.empty())
+      bench::write_record(o.json_out, hw, o.commit, "clefrt_bench_head_gemm", recs);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "clefrt_bench_head_gemm: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
