@@ -11,10 +11,12 @@
 // GPU's time a launch), the weight bytes over the latter against the measured copy rate, and the
 // product's worst |y - y_double| / sum |x w|.
 // Usage: clefrt_bench_head_gemm [--commit ID] [--json FILE]
+// CLEFRT_LAB_ONCE=1: each kernel launched once per shape, untimed (for ncu)
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -222,6 +224,12 @@ int main(int argc, char** argv) {
       char note[96];
       std::snprintf(note, sizeof note, "worst |y - y_double| / sum |x w| %.2g", worst);
       const std::string name = std::string(sh.name) + " (" + std::to_string(sh.m) + ")";
+      if (std::getenv("CLEFRT_LAB_ONCE")) {
+        old();
+        empty();
+        check(cudaDeviceSynchronize(), "once");
+        continue;
+      }
       line(name, "product", one_launch_ms(st, product), per_launch_ms(st, product), bytes, note);
       line(name, "8 warps split k", one_launch_ms(st, old), per_launch_ms(st, old), bytes, "");
       line(name, "empty", one_launch_ms(st, empty), per_launch_ms(st, empty), 0, "");
@@ -232,16 +240,27 @@ int main(int argc, char** argv) {
       const auto x = randv(size_t(m * k), 1.0f), w = randv(size_t(n * k), 0.03f);
       DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), dy(size_t(m * n) * 4);
       auto run = [&] { f32_gemm_3xtf32(dx.as<float>(), k, m, k, dw.as<float>(), k, n, dy.as<float>(), n, false, st); };
-      const double one = one_launch_ms(st, run), per = per_launch_ms(st, run);
-      const double tf = 2.0 * double(m) * double(n) * double(k) / (per * 1e-3) / 1e12;
-      std::printf("f32_gemm_3xtf32 m %lld k %lld n %lld: one %8.2f us  back to back %8.2f us  %6.1f TFLOP/s (fp32 products, 3 TF32 MMAs each)\n",
-                  (long long)m, (long long)k, (long long)n, one * 1e3, per * 1e3, tf);
-      json::Value r = json::Value::object();
-      r.add("shape", json::Value::string("f32_gemm_3xtf32 " + std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n)));
-      r.add("one_launch_us", json::Value::number(one * 1e3));
-      r.add("back_to_back_us", json::Value::number(per * 1e3));
-      r.add("tflops", json::Value::number(tf));
-      recs.arr.push_back(r);
+      if (std::getenv("CLEFRT_LAB_ONCE")) {
+        run();
+        check(cudaDeviceSynchronize(), "once");
+        continue;
+      }
+      for (int bn : {0, 32, 64}) {  // the product's choice, then each tile
+        f32_gemm_3xtf32_set_tile(bn);
+        const double one = one_launch_ms(st, run), per = per_launch_ms(st, run);
+        const double tf = 2.0 * double(m) * double(n) * double(k) / (per * 1e-3) / 1e12;
+        const std::string tile = bn == 0 ? "product" : "tile n " + std::to_string(bn);
+        std::printf("f32_gemm_3xtf32 m %lld k %lld n %lld %-10s one %8.2f us  back to back %8.2f us  %6.1f TFLOP/s (fp32 products, 3 TF32 MMAs each)\n",
+                    (long long)m, (long long)k, (long long)n, tile.c_str(), one * 1e3, per * 1e3, tf);
+        json::Value r = json::Value::object();
+        r.add("shape", json::Value::string("f32_gemm_3xtf32 " + std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n)));
+        r.add("form", json::Value::string(tile));
+        r.add("one_launch_us", json::Value::number(one * 1e3));
+        r.add("back_to_back_us", json::Value::number(per * 1e3));
+        r.add("tflops", json::Value::number(tf));
+        recs.arr.push_back(r);
+      }
+      f32_gemm_3xtf32_set_tile(0);
     }
     if (!o.json_out.empty())
       bench::write_record(o.json_out, hw, o.commit, "clefrt_bench_head_gemm", recs);

@@ -147,7 +147,15 @@ void launch(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, i
   check_launch("f32_gemm_3xtf32");
 }
 
+int g_tile = 0;  // f32_gemm_3xtf32_set_tile
+
 }  // namespace
+
+void f32_gemm_3xtf32_set_tile(int bn) {
+  if (bn != 0 && bn != 32 && bn != 64)
+    throw Error(Status::Internal, "internal_error", "f32_gemm_3xtf32_set_tile: " + std::to_string(bn) + " (0, 32 or 64)");
+  g_tile = bn;
+}
 
 bool f32_gemm_3xtf32_fits(const float* x, int64_t ldx, int64_t k, const float* w, int64_t ldw) {
   const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
@@ -161,9 +169,11 @@ void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const fl
     throw Error(Status::Internal, "internal_error",
                 "f32_gemm_3xtf32: k, the row strides and the pointers must allow 16-byte copies (k " + std::to_string(k) + ", ldx " +
                     std::to_string(ldx) + ", ldw " + std::to_string(ldw) + ")");
-  // 32-wide column tiles where 64-wide ones would not give every SM a CTA (the same bits either way)
+  // 32-wide column tiles where 64-wide ones would not give every SM two CTAs (the same bits
+  // either way)
   const int64_t tiles64 = ((n + 63) / 64) * ((m + BM - 1) / BM);
-  if (tiles64 < sm_count()) launch<32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
+  const bool narrow = g_tile == 32 || (g_tile == 0 && tiles64 < 2 * int64_t(sm_count()));
+  if (narrow) launch<32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
   else launch<64>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
 }
 

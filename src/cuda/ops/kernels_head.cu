@@ -219,21 +219,29 @@ __global__ void question_softmax_k(float* logits, const int32_t* opt_beg, int64_
 
 // ---- the head's Linears over question / option rows ----
 // y[m, n] (+)= x[m, k] w[n, k]^T in fp32 for a handful of rows. A warp owns 8 rows x 4 columns
-// over the whole of k, in groups of 8 elements: lane l takes groups l, l + 32, l + 64, ... in that
-// order, each group's eight terms in order (one FMA chain per element); the 32 lane sums then
-// combine by a fixed reduce-scatter butterfly. Every element's operations depend on k only, never
-// on m or where its row sits: batch-invariant by construction. A CTA is kHgWarps independent
-// warps (no shared memory, no barrier), n / 8 of them at the head's widths, so the weights are
-// read by every SM with 16-byte loads and two groups' loads in flight a lane. The previous form
-// (8 warps splitting k, then a shared-memory sum) and the warps-a-CTA choice are compared in
-// dev/cuda/head_gemm.cu. Rather than 128-row cuBLASLt tiles of which a request's few questions
-// used a handful of rows (4.8 of the blog request's 8 ms head), or one thread's FMA chain over k
-// (170 us a GEMM: too few CTAs, each latency-bound).
+// over one slice of k: k is cut into slices of hg_slice(k) elements (1,024, or k / 8 rounded up
+// where k is longer), in groups of 8 elements; lane l takes its slice's groups l, l + 32, ... in
+// that order, each group's eight terms in order (one FMA chain per element); the 32 lane sums
+// combine by a fixed reduce-scatter butterfly, and the slices' sums add in slice order through
+// shared memory. Every element's operations depend on k only, never on m or where its row sits:
+// batch-invariant by construction. A CTA holds one column group's slices (k > 1,024) or two
+// column groups of one slice each, so the weights are read by every SM with 16-byte loads, a lane
+// at most four groups deep (the next group's weights in flight). The previous form (8 warps
+// splitting k into 4-element chunks) and this one are compared in dev/cuda/head_gemm.cu. Rather
+// than 128-row cuBLASLt tiles of which a request's few questions used a handful of rows (4.8 of
+// the blog request's 8 ms head), or one thread's FMA chain over k (170 us a GEMM: too few CTAs,
+// each latency-bound).
 // The weights may be bf16 (the release's head is, so they are held as the file has them: half
 // the memory) and are widened exactly to fp32 as they are read: the same FMAs on the same values.
 // The Linear's bias (and the feedforward's GELU) are applied as the element is written, in
 // bias_act's order (sum, + bias, GELU): its bits without its launch.
-constexpr int kHgRows = 8, kHgCols = 4, kHgWarps = 2, kHgGroup = 8;
+constexpr int kHgRows = 8, kHgCols = 4, kHgGroup = 8, kHgMaxSlices = 8;
+constexpr int64_t kHgSlice = 1024;  // elements of k a warp sums where k allows
+// a slice's elements: a multiple of the group, depending on k alone
+inline int64_t hg_slice(int64_t k) {
+  const int64_t eighth = ((k + kHgMaxSlices - 1) / kHgMaxSlices + kHgGroup - 1) / kHgGroup * kHgGroup;
+  return eighth > kHgSlice ? eighth : kHgSlice;
+}
 static_assert(kHgRows * kHgCols == 32, "a lane per output element of the warp's tile");
 __device__ __forceinline__ float hg_f32(float v) { return v; }
 __device__ __forceinline__ float hg_f32(bf16 v) { return __bfloat162float(v); }
@@ -268,19 +276,22 @@ __device__ __forceinline__ void hg_load_scalar(const T* p, int64_t left, float (
 }
 
 template <bool Vec, class WT>
-__global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n,
-                                                             float* y, int64_t ldy, bool accumulate, const float* bias,
-                                                             bool gelu) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t c0 = (int64_t(blockIdx.x) * kHgWarps + warp) * kHgCols, r0 = int64_t(blockIdx.y) * kHgRows;
-  if (c0 >= n) return;  // a whole warp: the warps share nothing
-  const int nc = int(n - c0 < kHgCols ? n - c0 : kHgCols), nr = int(m - r0 < kHgRows ? m - r0 : kHgRows);
+__global__ void __launch_bounds__(kHgMaxSlices * 32) head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n,
+                                                                 float* y, int64_t ldy, bool accumulate, const float* bias, bool gelu,
+                                                                 int64_t slice) {
+  __shared__ float part[kHgMaxSlices][32];
+  // blockDim: x 32 lanes x column groups (2 where k is one slice, else 1), y the slices
+  const int lane = threadIdx.x & 31, sl = threadIdx.y, slices = blockDim.y;
+  const int64_t c0 = (int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5)) * kHgCols, r0 = int64_t(blockIdx.y) * kHgRows;
+  const bool live = c0 < n;  // the last CTA's second column group may fall past n
+  const int nc = !live ? 1 : int(n - c0 < kHgCols ? n - c0 : kHgCols), nr = int(m - r0 < kHgRows ? m - r0 : kHgRows);
   float acc[kHgRows][kHgCols] = {};
-  const int64_t groups = (k + kHgGroup - 1) / kHgGroup;
+  const int64_t groups = (k + kHgGroup - 1) / kHgGroup, per = slice / kHgGroup;
+  const int64_t gb = sl * per, ge = live ? (gb + per < groups ? gb + per : groups) : gb;
   // the columns past n read column nc - 1 again (a valid row; their sums are never written)
   const WT* wc[kHgCols];
 #pragma unroll
-  for (int c = 0; c < kHgCols; ++c) wc[c] = w + (c0 + (c < nc ? c : nc - 1)) * k;
+  for (int c = 0; c < kHgCols; ++c) wc[c] = w + ((live ? c0 : 0) + (c < nc ? c : nc - 1)) * k;
   // one group's products into acc: wv the group's weights per column, x read here
   auto group = [&](int64_t e0, const float (&wv)[kHgCols][kHgGroup]) {
 #pragma unroll
@@ -306,12 +317,12 @@ __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int
   if constexpr (Vec) {
     // the next group's weights are loaded while this one's are used: two groups' loads in flight
     HgRaw<WT> cur[kHgCols], nxt[kHgCols];
-    if (lane < groups)
+    if (gb + lane < ge)
 #pragma unroll
-      for (int c = 0; c < kHgCols; ++c) cur[c].load(wc[c] + int64_t(lane) * kHgGroup);
+      for (int c = 0; c < kHgCols; ++c) cur[c].load(wc[c] + (gb + lane) * kHgGroup);
 #pragma unroll 1
-    for (int64_t g = lane; g < groups; g += 32) {
-      if (g + 32 < groups)
+    for (int64_t g = gb + lane; g < ge; g += 32) {
+      if (g + 32 < ge)
 #pragma unroll
         for (int c = 0; c < kHgCols; ++c) nxt[c].load(wc[c] + (g + 32) * kHgGroup);
       float wv[kHgCols][kHgGroup];
@@ -325,7 +336,7 @@ __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int
     }
   } else {
 #pragma unroll 1
-    for (int64_t g = lane; g < groups; g += 32) {
+    for (int64_t g = gb + lane; g < ge; g += 32) {
       float wv[kHgCols][kHgGroup];
 #pragma unroll
       for (int c = 0; c < kHgCols; ++c) hg_load_scalar(wc[c] + g * kHgGroup, k - g * kHgGroup, wv[c]);
@@ -350,10 +361,17 @@ __global__ void __launch_bounds__(kHgWarps * 32) head_gemm_k(const float* x, int
       v[i] = keep + __shfl_xor_sync(0xffffffffu, give, o);
     }
   }
+  float sum = v[0];
+  if (slices > 1) {  // the slices' sums in slice order
+    part[sl][lane] = sum;  // one column group
+    __syncthreads();
+    if (sl != 0) return;
+    for (int i = 1; i < slices; ++i) sum += part[i][lane];
+  }
   const int r = lane / kHgCols, c = lane % kHgCols;
-  if (r >= nr || c >= nc) return;
+  if (!live || r >= nr || c >= nc) return;
   float* out = y + (r0 + r) * ldy + c0 + c;
-  float y1 = accumulate ? *out + v[0] : v[0];
+  float y1 = accumulate ? *out + sum : sum;
   if (bias || gelu) y1 += bias ? bias[c0 + c] : 0.0f;  // as bias_act adds
   if (gelu) y1 = gelu_f(y1);
   *out = y1;
@@ -421,13 +439,14 @@ void launch_head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W
   if (m == 0 || n == 0) return;
   if ((m + kHgRows - 1) / kHgRows > 65535)
     throw Error(Status::Internal, "internal_error", "head gemm: " + std::to_string(m) + " rows (at most 524,280 question / option rows)");
-  const int64_t per_cta = int64_t(kHgWarps) * kHgCols;
-  const dim3 grid(unsigned((n + per_cta - 1) / per_cta), unsigned((m + kHgRows - 1) / kHgRows));
+  const int64_t slice = hg_slice(k), slices = (k + slice - 1) / slice, cgroups = slices == 1 ? 2 : 1;
+  const dim3 grid(unsigned((n + cgroups * kHgCols - 1) / (cgroups * kHgCols)), unsigned((m + kHgRows - 1) / kHgRows));
+  const dim3 threads(unsigned(32 * cgroups), unsigned(slices));
   // 16-byte loads of 8-element groups when every row start is aligned for them; both forms do
   // the same operations
   const bool vec = k % kHgGroup == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  if (vec) head_gemm_k<true, WT><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu);
-  else head_gemm_k<false, WT><<<grid, kHgWarps * 32, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu);
+  if (vec) head_gemm_k<true, WT><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
+  else head_gemm_k<false, WT><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
   check_launch("head gemm");
 }
 }  // namespace
