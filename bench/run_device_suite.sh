@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -17,6 +17,7 @@
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
 # ncu-gdn: Nsight Compute (--clock-control none) on the Wgmma path's GDN kernels and the 3xTF32 prep.
 # ncu-gdn-source: the Wgmma prep (bf16x3 and one pass), the one-pass scan and the state-in-registers scan, stall samples per SASS instruction (CSV).
+# ncu-blog: every kernel's GPU time over the blog request's second forward (bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
 # lab-vision-attn; every cuBLASLt configuration at the blog's and the tower's GEMMs with lab-gemm-search).
@@ -126,6 +127,17 @@ while [ $# -gt 0 ]; do
       echo "== bench bf16, GDN scan state in planes rc=$?"; grep -v "^{" "$OUT/bench-bf16-scanplanes.txt" | grep -E "^(blog|tok_|64 |batch|profile)|gdn chunk" | head -24; tail -3 "$OUT/bench-bf16-scanplanes.err" ;;
     lab-elementwise)
       .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt" ;;
+    lab-head)
+      # the joint head's row Linears and token-row GEMMs (dev/cuda/head_gemm.cu)
+      .carry/clefrt_bench_head_gemm --commit "$commit" --json "$OUT/lab-head-gemm.json" 2>&1 | tee "$OUT/lab-head-gemm.txt" ;;
+    ncu-blog)
+      # every kernel's GPU time in the blog request's forwards (ncu, one metric pass; the random
+      # weights' fill kernels left out), summed per kernel over the second forward
+      ncu --clock-control none --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
+        --kernel-name regex:'^(?!fill_).*' --launch-count 2400 --csv --print-units base --log-file "$OUT/ncu-blog.csv" \
+        .carry/clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 2048 --no-vision --reps 1 --tokenizer $tok > /dev/null 2>&1
+      python3 bench/ncu_forward_summary.py "$OUT/ncu-blog.csv" 1 | tee "$OUT/ncu-blog-summary.txt" | head -30
+      xz -9 "$OUT/ncu-blog.csv" ;;
     reuse)
       .carry/clefrt bench --synthetic clef-27b --quant bf16 --reuse --tokenizer $tok --reps 5 --commit "$commit" \
         --command "clefrt bench --synthetic clef-27b --quant bf16 --reuse --reps 5" --json "$OUT/reuse-bf16.json" \

@@ -3,10 +3,11 @@
 // requests' options), bf16 and fp32 weights, at the head's widths (W 1,024, feedforward 4,096,
 // in_proj 3 W), and f32_gemm_3xtf32 over the token rows (memory_projection k = 5,120, the
 // memories' k | v n = 2,048, at the blog's 318 rows and 8,192).
-//   product          head_gemm as the engine runs it
+//   product          head_gemm as the engine runs it (k in slices of 1,024, a warp a slice)
 //   8 warps split k  the previous product (a CTA of 8 warps per 4 columns x 8 rows, k split over
 //                    the warps, their sums through shared memory); different bits, same bound
-//   empty            a kernel of the product's grid that does nothing: the launch's floor
+//   empty            a kernel that does nothing, n / 8 x m / 8 CTAs of 64 threads (the product's
+//                    grid where k is one slice): the launch's floor
 // Per line: one launch (CUDA events around it: what a forward's op costs), 20 back to back (the
 // GPU's time a launch), the weight bytes over the latter against the measured copy rate, and the
 // product's worst |y - y_double| / sum |x w|.
