@@ -89,25 +89,13 @@ __global__ void __launch_bounds__(kOldWarps * 32) old_head_gemm_k(const float* x
       }
     }
   }
-  // the slice's 32 lane sums of each element by a reduce-scatter butterfly: at offset o a lane
-  // keeps half of the elements it still holds (the upper half when its bit o is set), adds its
-  // partner's copies of them and hands over the other half; 31 shuffles leave lane l with
-  // element l (row l / 4, column l % 4), in an order fixed by the lane ids alone
+  // the slice's 32 lane sums of each element (warp_reduce_scatter32): lane l ends with element l
   float v[32];
 #pragma unroll
   for (int r = 0; r < kOldRows; ++r)
 #pragma unroll
     for (int c = 0; c < kOldCols; ++c) v[r * kOldCols + c] = acc[r][c];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const bool up = lane & o;
-#pragma unroll
-    for (int i = 0; i < o; ++i) {
-      const float keep = up ? v[i + o] : v[i], give = up ? v[i] : v[i + o];
-      v[i] = keep + __shfl_xor_sync(0xffffffffu, give, o);
-    }
-  }
-  part[warp][lane] = v[0];
+  part[warp][lane] = warp_reduce_scatter32(v, lane);
   __syncthreads();
   if (warp != 0) return;
   const int r = lane / kOldCols, c = lane % kOldCols;

@@ -343,25 +343,14 @@ __global__ void __launch_bounds__(kHgMaxSlices * 32) head_gemm_k(const float* x,
       group(g * kHgGroup, wv);
     }
   }
-  // the 32 lane sums of each element by a reduce-scatter butterfly: at offset o a lane keeps half
-  // of the elements it still holds (the upper half when its bit o is set), adds its partner's
-  // copies of them and hands over the other half; 31 shuffles leave lane l with element l (row
-  // l / 4, column l % 4), in an order fixed by the lane ids alone
+  // the 32 lane sums of each element (warp_reduce_scatter32): lane l ends with element l, row
+  // l / 4, column l % 4
   float v[32];
 #pragma unroll
   for (int r = 0; r < kHgRows; ++r)
 #pragma unroll
     for (int c = 0; c < kHgCols; ++c) v[r * kHgCols + c] = acc[r][c];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const bool up = lane & o;
-#pragma unroll
-    for (int i = 0; i < o; ++i) {
-      const float keep = up ? v[i + o] : v[i], give = up ? v[i] : v[i + o];
-      v[i] = keep + __shfl_xor_sync(0xffffffffu, give, o);
-    }
-  }
-  float sum = v[0];
+  float sum = warp_reduce_scatter32(v, lane);
   if (slices > 1) {  // the slices' sums in slice order
     part[sl][lane] = sum;  // one column group
     __syncthreads();

@@ -37,6 +37,24 @@ __device__ __forceinline__ float block_max(float v, float* sh) {
   return warp_max(t);
 }
 
+// The 32 lanes' sums of 32 values a lane (v[i]: the lane's part of element i) by a reduce-scatter
+// butterfly: at offset o a lane keeps half of the elements it still holds (the upper half when
+// its bit o is set), adds its partner's copies of them and hands over the other half. 31
+// shuffles leave lane l with element l's sum in v[0], in an order fixed by the lane ids alone
+// (batch-invariant reductions: the head's Linears).
+__device__ __forceinline__ float warp_reduce_scatter32(float (&v)[32], int lane) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const bool up = lane & o;
+#pragma unroll
+    for (int i = 0; i < o; ++i) {
+      const float keep = up ? v[i + o] : v[i], give = up ? v[i] : v[i + o];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, give, o);
+    }
+  }
+  return v[0];
+}
+
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 // GELU, exact (erf)
