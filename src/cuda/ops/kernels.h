@@ -12,6 +12,9 @@ namespace clefrt::cuda {
 
 using bf16 = __nv_bfloat16;
 
+// Whether p may be read with 16-byte vector loads (the launchers' choice of a kernel's vector form)
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // ---- basic (kernels_basic.cu) ----
 // x[t, :] = float(table[ids[t], :])
 void embed_gather(const int32_t* ids, int64_t L, const bf16* table, int64_t d, float* x, cudaStream_t s);
@@ -269,8 +272,8 @@ void f32_gemm_3xtf32_set_tile(int bn);
 // ---- joint head (kernels_head.cu) ----
 // y[m, n] (+)= x[m, k] w[n, k]^T (fp32, w rows k apart) for the head's question / option rows:
 // each element summed in an order fixed by k alone, so a row's result does not depend on m
-// (batch invariance), and few rows use the whole GPU's width (a warp per 4 columns over all of
-// k) rather than one 128-row tile. With bias,
+// (batch invariance), and few rows use the whole GPU's width (a warp per 4 columns and one
+// 1,024-element slice of k) rather than one 128-row tile. With bias,
 // then y = gelu?(y + bias) as each element is written: bias_act's bits, one launch.
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                cudaStream_t s, const float* bias = nullptr, bool gelu = false);

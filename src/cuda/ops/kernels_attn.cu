@@ -326,9 +326,8 @@ void attention_output_gate(bf16* out, int64_t L, int64_t Hq, int64_t D, const bf
                            cudaStream_t s) {
   const int64_t n = L * Hq * D / 2;
   if (n == 0) return;
-  auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const int64_t per = (Hq * D / 8 + kGateThreads - 1) / kGateThreads;
-  if (D % 8 == 0 && ldgate % 8 == 0 && gate_head_stride % 8 == 0 && a16(out) && a16(gate) && per <= 65535) {
+  if (D % 8 == 0 && ldgate % 8 == 0 && gate_head_stride % 8 == 0 && aligned16(out) && aligned16(gate) && per <= 65535) {
     output_gate8_k<<<dim3(unsigned(L), unsigned(per)), kGateThreads, 0, s>>>(out, int(Hq), int(D), gate, ldgate, gate_head_stride);
   } else {
     output_gate_k<<<unsigned((n + 255) / 256), 256, 0, s>>>(out, L, int(Hq), int(D), gate, ldgate, gate_head_stride);

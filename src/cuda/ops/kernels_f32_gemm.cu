@@ -158,8 +158,7 @@ void f32_gemm_3xtf32_set_tile(int bn) {
 }
 
 bool f32_gemm_3xtf32_fits(const float* x, int64_t ldx, int64_t k, const float* w, int64_t ldw) {
-  const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  return k > 0 && k % 4 == 0 && ldx % 4 == 0 && ldw % 4 == 0 && a16(x) && a16(w);
+  return k > 0 && k % 4 == 0 && ldx % 4 == 0 && ldw % 4 == 0 && aligned16(x) && aligned16(w);
 }
 
 void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t ldw, int64_t n, float* y, int64_t ldy,

@@ -398,8 +398,7 @@ void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t
   if (nq == 0) return;
   const int64_t hd = width / heads;
   const dim3 grid{unsigned(nq), unsigned(heads), 1u};
-  const auto a16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
-  const bool vec = ldk % 4 == 0 && ldv % 4 == 0 && a16(k) && a16(v);  // every head's rows 16-byte aligned (hd % 4 == 0)
+  const bool vec = ldk % 4 == 0 && ldv % 4 == 0 && aligned16(k) && aligned16(v);  // every head's rows 16-byte aligned (hd % 4 == 0)
   auto run = [&](auto hd_c) {
     constexpr int HD = decltype(hd_c)::value;
     if (vec) mha_k<HD, true><<<grid, kMhaThreads, 0, s>>>(q, ldq, k, ldk, v, ldv, kbeg, kend, out, width);
@@ -433,7 +432,7 @@ void launch_head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W
   const dim3 threads(unsigned(32 * cgroups), unsigned(slices));
   // 16-byte loads of 8-element groups when every row start is aligned for them; both forms do
   // the same operations
-  const bool vec = k % kHgGroup == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  const bool vec = k % kHgGroup == 0 && ldx % 4 == 0 && aligned16(x) && aligned16(w);
   if (vec) head_gemm_k<true, WT><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
   else head_gemm_k<false, WT><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
   check_launch("head gemm");

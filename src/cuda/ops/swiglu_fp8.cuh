@@ -121,8 +121,7 @@ template <int MinBlocks>
 void launch_swiglu_fp8_quant_regs(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
   const int64_t items = ffn / 8, per = (items + kSwigluQuantItems - 1) / kSwigluQuantItems;
   const unsigned threads = unsigned((per + 31) / 32 * 32);
-  auto a16 = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = sc.split % 8 == 0 && a16(sc.cs_lo) && (sc.split >= 2 * ffn || a16(sc.cs_hi));
+  const bool vec = sc.split % 8 == 0 && aligned16(sc.cs_lo) && (sc.split >= 2 * ffn || aligned16(sc.cs_hi));
   swiglu_fp8_quant_regs_k<MinBlocks><<<unsigned(L), threads, 0, s>>>(gu, ffn, sc, vec, q, kp / 8, scale);
 }
 
