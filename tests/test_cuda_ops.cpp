@@ -32,6 +32,26 @@ std::vector<float> randn(size_t n, uint64_t seed, float std = 1.0f, float mean =
   for (auto& x : v) x = d(r);
   return v;
 }
+// y[r, c] = sum_i x[r, i] w[c, i] in double ([m, k] times [n, k]^T, row-major), and each
+// element's sum of |terms| (the scale of its rounding)
+struct DoubleGemm {
+  std::vector<double> y, mag;
+};
+DoubleGemm gemm_double(const std::vector<float>& x, const std::vector<float>& w, int m, int n, int k) {
+  DoubleGemm g{std::vector<double>(size_t(m * n)), std::vector<double>(size_t(m * n))};
+  for (int r = 0; r < m; ++r)
+    for (int c = 0; c < n; ++c) {
+      double a = 0, b = 0;
+      for (int i = 0; i < k; ++i) {
+        const double p = double(x[size_t(r * k + i)]) * w[size_t(c * k + i)];
+        a += p;
+        b += std::fabs(p);
+      }
+      g.y[size_t(r * n + c)] = a;
+      g.mag[size_t(r * n + c)] = b;
+    }
+  return g;
+}
 float round_bf16(float f) { return __bfloat162float(__float2bfloat16(f)); }
 std::vector<float> rounded(std::vector<float> v) {
   for (auto& x : v) x = round_bf16(x);
@@ -153,18 +173,7 @@ TEST(CudaOps, F32Gemm3xTf32MatchesDoubleAndIsRowInvariant) {
   for (auto [m, n, k] : {std::tuple{1, 8, 4}, {17, 2048, 1024}, {318, 100, 36}, {65, 72, 132}, {3, 1024, 5120}, {130, 64, 64}}) {
     const std::string at = " at " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
     auto x = randn(size_t(m * k), 21), w = randn(size_t(n * k), 22, 0.05f), y0 = randn(size_t(m * n), 23);
-    std::vector<double> want(size_t(m * n)), mag(size_t(m * n));
-    for (int r = 0; r < m; ++r)
-      for (int c = 0; c < n; ++c) {
-        double a = 0, b = 0;
-        for (int i = 0; i < k; ++i) {
-          const double p = double(x[size_t(r * k + i)]) * w[size_t(c * k + i)];
-          a += p;
-          b += std::fabs(p);
-        }
-        want[size_t(r * n + c)] = a;
-        mag[size_t(r * n + c)] = b;
-      }
+    const auto [want, mag] = gemm_double(x, w, m, n, k);
     DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), dy(size_t(m * n) * 4), dacc = upload(y0, "y0"), d1(size_t(15 * n) * 4);
     ASSERT_TRUE(f32_gemm_3xtf32_fits(dx.as<float>(), k, k, dw.as<float>(), k)) << at;
     check(cudaMemset(dy.get(), 0xff, size_t(m * n) * 4), "poison y");
@@ -202,14 +211,9 @@ TEST(CudaOps, HeadGemmMatchesReferenceAndIsRowInvariant) {
   for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 64, 31}, {33, 100, 70}, {9, 37, 36}, {70, 1024, 1024}, {3, 96, 5120}}) {
     const std::string at = " at " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
     auto x = randn(size_t(m * k), 11), w = randn(size_t(n * k), 12, 0.05f), y0 = randn(size_t(m * n), 13);
-    std::vector<float> want(size_t(m * n)), want_acc(size_t(m * n));
-    for (int r = 0; r < m; ++r)
-      for (int c = 0; c < n; ++c) {
-        double a = 0;
-        for (int i = 0; i < k; ++i) a += double(x[size_t(r * k + i)]) * w[size_t(c * k + i)];
-        want[size_t(r * n + c)] = float(a);
-        want_acc[size_t(r * n + c)] = float(a + y0[size_t(r * n + c)]);
-      }
+    const std::vector<double> ref = gemm_double(x, w, m, n, k).y;
+    std::vector<float> want(ref.size()), want_acc(ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) want[i] = float(ref[i]), want_acc[i] = float(ref[i] + y0[i]);
     DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), dy(size_t(m * n) * 4), dacc = upload(y0, "y0"), d1(size_t(n) * 4);
     head_gemm(dx.as<float>(), k, m, k, dw.as<float>(), n, dy.as<float>(), n, false, nullptr);
     head_gemm(dx.as<float>(), k, m, k, dw.as<float>(), n, dacc.as<float>(), n, true, nullptr);
@@ -250,13 +254,8 @@ TEST(CudaOps, HeadGemmMatchesReferenceAndIsRowInvariant) {
     head_gemm(dxz.as<float>(), k + 1, m, k + 1, dwbp.as<bf16>(), n, dybp.as<float>(), n, false, nullptr);
     head_gemm(dxz.as<float>(), k + 1, m, k + 1, dwfp.as<float>(), n, dyfp.as<float>(), n, false, nullptr);
     EXPECT_EQ(down<float>(dybp, want.size()), down<float>(dyfp, want.size())) << "bf16 weights, scalar loads" << at;
-    std::vector<float> want_wb(size_t(m * n));
-    for (int r = 0; r < m; ++r)
-      for (int c = 0; c < n; ++c) {
-        double a = 0;
-        for (int i = 0; i < k; ++i) a += double(x[size_t(r * k + i)]) * wf[size_t(c * k + i)];
-        want_wb[size_t(r * n + c)] = float(a);
-      }
+    const std::vector<double> ref_wb = gemm_double(x, wf, m, n, k).y;
+    const std::vector<float> want_wb(ref_wb.begin(), ref_wb.end());
     expect_close(want_b, want_wb, 1e-4, 1e-4, "head_gemm bf16 weights vs double" + at);
   }
 }
