@@ -120,10 +120,6 @@ void old_head_gemm(const float* x, int64_t m, int64_t k, const WT* w, int64_t n,
 __global__ void empty_k() {}
 
 template <class F>
-double one_launch_ms(cudaStream_t s, F f) {
-  return bench::median_ms(s, f);
-}
-template <class F>
 double per_launch_ms(cudaStream_t s, F f) {
   return bench::median_ms(s, [&] {
            for (int i = 0; i < 20; ++i) f();
@@ -219,9 +215,9 @@ int main(int argc, char** argv) {
         check(cudaDeviceSynchronize(), "once");
         continue;
       }
-      line(name, "product", one_launch_ms(st, product), per_launch_ms(st, product), bytes, note);
-      line(name, "8 warps split k", one_launch_ms(st, old), per_launch_ms(st, old), bytes, "");
-      line(name, "empty", one_launch_ms(st, empty), per_launch_ms(st, empty), 0, "");
+      line(name, "product", bench::median_ms(st, product), per_launch_ms(st, product), bytes, note);
+      line(name, "8 warps split k", bench::median_ms(st, old), per_launch_ms(st, old), bytes, "");
+      line(name, "empty", bench::median_ms(st, empty), per_launch_ms(st, empty), 0, "");
     }
     // the token-row GEMMs
     for (auto mkn : {std::tuple<int64_t, int64_t, int64_t>{318, 5120, 1024}, {318, 1024, 2048}, {8192, 5120, 1024}, {8192, 1024, 2048}}) {
@@ -236,7 +232,7 @@ int main(int argc, char** argv) {
       }
       for (int bn : {0, 32, 64}) {  // the product's choice, then each tile
         f32_gemm_3xtf32_set_tile(bn);
-        const double one = one_launch_ms(st, run), per = per_launch_ms(st, run);
+        const double one = bench::median_ms(st, run), per = per_launch_ms(st, run);
         const double tf = 2.0 * double(m) * double(n) * double(k) / (per * 1e-3) / 1e12;
         const std::string tile = bn == 0 ? "product" : "tile n " + std::to_string(bn);
         std::printf("f32_gemm_3xtf32 m %lld k %lld n %lld %-10s one %8.2f us  back to back %8.2f us  %6.1f TFLOP/s (fp32 products, 3 TF32 MMAs each)\n",
