@@ -122,11 +122,16 @@ TEST(Cli, MistakesGetClearErrors) {
   r = both("inspect --model " + dir + " --max-length 100000");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("65536"), std::string::npos) << r.out;
-  for (const char* flag : {"--attention cudnn", "--w4a16-fused", "--no-batch-invariant", "--step-layers 2", "--portable-kernels"}) {
+  for (const char* flag : {"--attention cudnn", "--w4a16-fused", "--no-batch-invariant", "--step-layers 2", "--portable-kernels", "--cuda-graphs 2"}) {
     r = both("decide --model " + dir + " --device cpu " + flag + " " + blog);
     EXPECT_EQ(r.status, 2) << flag;
     const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));
     EXPECT_NE(r.out.find("clefrt: " + name), std::string::npos) << flag << ": " << r.out;
+  }
+  for (const char* n : {"1", "-2", "x"}) {  // a capture needs a shape's GEMMs tuned: its second sighting at the earliest
+    r = both("decide --model " + dir + " --cuda-graphs " + n + " " + blog);
+    EXPECT_NE(r.status, 0) << n;
+    EXPECT_NE(r.out.find("--cuda-graphs"), std::string::npos) << n << ": " << r.out;
   }
   const std::string empty = testing::TempDir() + "clefrt-not-a-model-" + std::to_string(getpid());
   std::filesystem::create_directories(empty);

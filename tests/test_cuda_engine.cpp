@@ -225,6 +225,59 @@ TEST(CudaEngine, GdnProductsAtClefGdnHeadsAgainstCpuFp32) {
   EXPECT_LT(worst_x3, 2e-3);
 }
 
+// CUDA graphs (ForwardOptions::graph_after): a shape's first forward runs eagerly, its second is
+// captured, later ones replay; every one gives the eager engine's bits, a batch of the same shape
+// with other tokens its own answers (the graph reads the new index arrays), and another shape
+// misses the cache. bf16 and FP8 Linears, clefrt's and cuDNN's attention.
+TEST(CudaEngine, GraphReplayGivesTheEagerBits) {
+  NEED_GPU();
+  const std::string dir = test::source_path("tests/fixtures/oracle/tiny-a");
+  auto cpu = EngineCore::load(dir);
+  const auto cfg = model::load_config(dir);
+  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
+  hs.add_file(dir + "/joint_head.safetensors");
+  const auto tw = model::load_text_weights(st, cfg.text);
+  const auto hw = model::load_head_weights(hs, cfg.head);
+  Fixture f = read_fixture(*cpu, "tiny-a");
+  ASSERT_GE(f.enc.size(), 3u);
+  Encoded other = f.enc[0];  // the same shape, other tokens (inside the state, away from every span's ends)
+  for (size_t i = other.input_ids.size() / 4; i < other.input_ids.size() / 2; i += 3) other.input_ids[i] = (other.input_ids[i] + 7) % cfg.text.vocab;
+  const std::vector<const Encoded*> x = {&f.enc[0], &f.enc[1]}, y = {&other, &f.enc[1]}, z = {&f.enc[2]};
+  std::string why;
+  const bool has_cudnn = cuda::cudnn_available(&why);
+  for (QuantMode q : {QuantMode::BF16, QuantMode::FP8}) {
+    cuda::BuildOptions bo;
+    bo.quant = q;
+    cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo);
+    for (bool cudnn : {false, true}) {
+      if (cudnn && !has_cudnn) {
+        std::cout << "[ cuda    ] cuDNN attention not checked: " << why << "\n";
+        continue;
+      }
+      const std::string what = std::string(quant_mode_name(q)) + (cudnn ? ", cuDNN attention" : ", clefrt attention");
+      cuda::ForwardOptions fo;
+      fo.cudnn_attention = cudnn;
+      cuda::Forward eager(dm, fo);
+      fo.graph_after = 2;
+      cuda::Forward graphed(dm, fo);
+      const auto want_x = eager.run(x), want_y = eager.run(y), want_z = eager.run(z);
+      ASSERT_NE(want_x, want_y) << what << ": the changed tokens changed nothing; the test cannot tell replay from stale";
+      EXPECT_EQ(graphed.run(x), want_x) << what << ": first sighting (eager)";
+      EXPECT_EQ(graphed.graphs_held(), 0u) << what;
+      EXPECT_EQ(graphed.run(x), want_x) << what << ": second sighting (captured, then launched)";
+      EXPECT_EQ(graphed.graphs_held(), 1u) << what;
+      EXPECT_EQ(graphed.graph_replays(), 1u) << what;
+      EXPECT_EQ(graphed.run(x), want_x) << what << ": replayed";
+      EXPECT_EQ(graphed.run(y), want_y) << what << ": replayed with other tokens";
+      EXPECT_EQ(graphed.graph_replays(), 3u) << what;
+      EXPECT_EQ(graphed.run(z), want_z) << what << ": another shape";
+      EXPECT_EQ(graphed.graph_replays(), 3u) << what << ": another shape replayed a graph";
+      EXPECT_EQ(graphed.run(x), want_x) << what << ": replayed after another shape";
+      EXPECT_EQ(graphed.graph_replays(), 4u) << what;
+    }
+  }
+}
+
 TEST(CudaEngine, RefusesBatchOverThePlan) {
   NEED_GPU();
   CoreOptions o;

@@ -251,6 +251,7 @@ Runner add_bench(CLI::App& app) {
     bool no_batch_invariant = false, profile = false, offload = false, memory_only = false, w4a16_fused = false, reuse = false, interleave = false;
     double reuse_gib = 16, reuse_host_gib = 0, gpu_limit_gib = 0;
     bool no_vision = false, images_only = false;
+    size_t cuda_graphs = 0;
     std::string attention = "auto";
   };
   auto o = std::make_shared<Opts>();
@@ -306,6 +307,9 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--baseline", o->baseline, "JSON from tools/reference/bench_reference.py to embed and compare with");
   c->add_option("--command", o->command, "the command line recorded in the JSON (default: argv)");
   c->add_flag("--profile", o->profile, "also time every op (CUDA events) for the blog, 8,192-token and 64 x 512 runs");
+  c->add_option("--cuda-graphs", o->cuda_graphs,
+                "capture a batch shape seen N times (N >= 2) into a CUDA graph and replay it (as decide / serve take it; 0: off)")
+      ->check(graph_sightings());
   c->add_flag("--no-batch-invariant", o->no_batch_invariant, "let cuBLASLt pick GEMM algorithms per batch size");
   return [o]() -> int {
     const QuantMode qm = parse_quant_mode(o->quant);
@@ -333,6 +337,7 @@ Runner add_bench(CLI::App& app) {
       out.add("offload_embeddings", Value::boolean(o->offload));
       out.add("batch_invariant", Value::boolean(!o->no_batch_invariant));
       out.add("attention", Value::string(o->attention));
+      out.add("cuda_graphs", Value::number(double(o->cuda_graphs)));
       out.add("peak_bf16_tflops", Value::number(hw.peak_bf16_tflops));
       out.add("copy_gbps", Value::number(hw.copy_gbps));
       return out;
@@ -349,6 +354,7 @@ Runner add_bench(CLI::App& app) {
       eo.max_batch_tokens = size_t(o->max_tokens);
       eo.vision = !o->no_vision;
       eo.attention = parse_attention_kernel(o->attention);
+      eo.cuda_graphs = o->cuda_graphs;
       return eo;
     };
     if (o->interleave) {

@@ -36,6 +36,7 @@ struct EngineFlags {
   double prefix_cache_host_gib = 0;
   size_t step_tokens = 0;        // 0: the engine's default
   size_t step_layers = 0;        // 0: the engine's default
+  size_t cuda_graphs = 0;
 };
 void add_engine_flags(CLI::App& c, EngineFlags& f);
 // Number checks with readable refusals ("--max-queue: must be at least 1, not 0"; CLI11's own
@@ -44,6 +45,7 @@ CLI::Validator positive();
 CLI::Validator non_negative();
 // --max-length: 1 .. kMaxContext tokens (Clef's window), refused while the flags are read
 CLI::Validator max_length_range();
+CLI::Validator graph_sightings();  // --cuda-graphs: 0 or >= 2
 
 // Every long option of `c` that has no environment variable yet gets CLEFRT_<NAME> (--max-queue:
 // CLEFRT_MAX_QUEUE), read when the option is not on the command line: services are configured

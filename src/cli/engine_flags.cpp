@@ -34,6 +34,11 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
                "else clefrt's, and the load line says why) | cudnn (refused at load without it) | clefrt (clefrt's own kernel).\n"
                "Both keep answers batch-invariant and the prefix cache's bits; they differ from each other in the last bits")
       ->check(CLI::IsMember({"auto", "cudnn", "clefrt"}));
+  c.add_option("--cuda-graphs", f.cuda_graphs,
+               "cuda: a batch shape (its requests' token counts, questions and options) seen N times (N >= 2) is captured\n"
+               "into a CUDA graph and replayed from then on, its kernels back to back (the same answers). Batches with images\n"
+               "or prefix-cache hits, and NVFP4 staging, run as always. 0 (default): off")
+      ->check(graph_sightings());
   c.add_option("--threads", f.threads, "CPU engine threads (default: all cores)")->check(non_negative());
   c.add_option("--max-length", f.max_length,
                "context length in tokens, at most 65536 (Clef's window); longer states are cut, longer schemas refused with 413\n"
@@ -85,6 +90,22 @@ CLI::Validator number_check(bool strict, const char* tag) {
 }
 }  // namespace
 
+CLI::Validator graph_sightings() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        if (in == "0") return {};
+        size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(in, &used);
+        } catch (...) {
+          return "not a whole number: " + in;
+        }
+        if (used != in.size() || v < 2) return "0 (off) or at least 2 (a shape's first forward tunes its GEMMs), not " + in;
+        return {};
+      },
+      "0|N>=2");
+}
 CLI::Validator max_length_range() { return CLI::Range(size_t(1), kMaxContext, "TOKENS"); }
 CLI::Validator positive() { return number_check(true, "POSITIVE"); }
 CLI::Validator non_negative() { return number_check(false, "NONNEGATIVE"); }
@@ -108,6 +129,7 @@ EngineOptions engine_options(const EngineFlags& f) {
   o.native_fp4 = !f.no_native_fp4;
   o.portable_kernels = f.portable_kernels;
   o.attention = parse_attention_kernel(f.attention);
+  o.cuda_graphs = f.cuda_graphs;
   o.vision = !f.no_vision;
   o.progress = true;  // the CLI's loads report their stages (decide, serve)
   // the format and offload left to the engine: it fits them to the GPU (and says which)

@@ -96,6 +96,7 @@ CoreOptions core_options(const EngineOptions& o) {
   c.native_fp4 = o.native_fp4;
   c.portable_kernels = o.portable_kernels;
   c.attention = o.attention;
+  c.cuda_graphs = int64_t(o.cuda_graphs);
   c.progress = o.progress;
   c.fit_memory = o.fit_memory;
   c.batch_invariant = o.batch_invariant;

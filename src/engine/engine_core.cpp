@@ -73,6 +73,7 @@ struct GpuBackend {
     fo.batch_invariant = opts.batch_invariant;
     fo.w4a16_fused = opts.w4a16_fused;
     fo.portable_kernels = opts.portable_kernels;
+    fo.graph_after = opts.cuda_graphs;
     // the attention kernel: cuDNN's where asked or (auto) where it loads; refused when asked and
     // absent (Forward names why); the choice and the reason are in describe()
     std::string no_cudnn;
@@ -369,6 +370,7 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
     // wrong belief about what ran
     if (opts.w4a16_fused) throw Error(Status::BadRequest, "usage", "--w4a16-fused is a CUDA option (the CPU engine dequantizes NVFP4 at load)");
     if (opts.portable_kernels) throw Error(Status::BadRequest, "usage", "--portable-kernels is a CUDA option");
+    if (opts.cuda_graphs) throw Error(Status::BadRequest, "usage", "--cuda-graphs is a CUDA option");
     if (opts.attention != AttentionKernel::Auto)
       throw Error(Status::BadRequest, "usage", "--attention picks a CUDA kernel; the CPU engine has one attention (leave --attention out)");
     if (!opts.batch_invariant)

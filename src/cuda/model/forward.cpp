@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/graph_cache.h"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/kernels_quant.h"
 #include "cuda/model/vision_tower.h"
@@ -289,6 +290,9 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
       }
     }
   }
+  if (o.graph_after < 0 || o.graph_after == 1)
+    throw Error(Status::BadRequest, "usage", "CUDA graphs: a shape is captured at its second sighting at the earliest (0: off)");
+  if (o.graph_after > 0) graphs_ = std::make_unique<GraphCache>(o.graph_after);
   arena_.reserve(plan_bytes(m, o));
 }
 
@@ -306,7 +310,11 @@ std::string Forward::gdn_kernel() const {
   return gdn_path_ == GdnPath::TensorCores ? "mma.sync 3xTF32" : "CUDA cores";
 }
 
+size_t Forward::graphs_held() const { return graphs_ ? graphs_->held() : 0; }
+size_t Forward::graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
+
 Forward::~Forward() {
+  graphs_.reset();
   for (cudaEvent_t e : event_pool_) cudaEventDestroy(e);
   gemm_.reset();
   cudnn_.reset();  // their handles have stream_ set: destroyed before the stream
@@ -429,9 +437,12 @@ std::vector<std::vector<std::vector<double>>> Forward::run_impl(const model::Bat
   Batch b;
   prepare(b, batch, prefixes);
   if (b.L == 0) return {};
+  bool whole = false;  // backbone and head enqueued together (run_graphed)
   if (hidden) {
     if (hidden->size() != size_t(b.L * m_.c.hidden)) throw Error(Status::Internal, "internal_error", "head_only: hidden has the wrong size");
     check(cudaMemcpyAsync(b.hidden, hidden->data(), hidden->size() * 4, cudaMemcpyHostToDevice, stream_), "upload hidden");
+  } else if (!group && run_graphed(b, batch)) {
+    whole = true;
   } else {
     backbone(b, group);
   }
@@ -441,7 +452,7 @@ std::vector<std::vector<std::vector<double>>> Forward::run_impl(const model::Bat
     collect_profile();
     return std::vector<std::vector<std::vector<double>>>(batch.size());
   }
-  head(b);
+  if (!whole) head(b);
   mark_end();
   std::vector<float> probs(size_t(b.O));
   if (b.O) check(cudaMemcpyAsync(probs.data(), b.logits, probs.size() * 4, cudaMemcpyDeviceToHost, stream_), "download probabilities");
@@ -505,6 +516,29 @@ int64_t Forward::first_non_finite_layer(const model::Batch& batch) {
     o_.debug_layers = saved;
     throw;
   }
+}
+
+// The batch's shape determines every launch of backbone + head when no sequence continues or
+// leaves prefix state and there are no images: the scalars in Batch (L, nseq, Q, O, chunks,
+// tiles, the cuDNN bounds), the host-side chunk starts the GDN passes split at, and the arena's
+// carve (the same addresses). The index arrays' contents differ between batches of one shape;
+// prepare() uploads them before the graph runs, and the kernels read them from there. True:
+// backbone and head are enqueued (replayed, captured and launched, or run as always).
+bool Forward::run_graphed(Batch& b, const model::Batch& batch) {
+  if (!graphs_ || b.pfx || b.snaps || !b.images.empty() || profile_ != ProfileDetail::Off || sync_each_launch() ||
+      o_.debug_layers >= 0 || lin_->staging_bytes() > 0)
+    return false;
+  std::vector<int64_t> key = {b.L, b.nseq};
+  for (const model::Sequence& e : batch) {
+    key.push_back(e.length);
+    key.push_back(int64_t(e.questions.size()));
+    for (const auto& q : e.questions) key.push_back(int64_t(q.options.size()));
+  }
+  graphs_->run(key, stream_, [&] {
+    backbone(b);
+    head(b);
+  });
+  return true;
 }
 
 void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<SeqPrefix>* prefixes) {

@@ -21,6 +21,8 @@
 
 namespace clefrt::cuda {
 
+class GraphCache;  // cuda/runtime/graph_cache.h
+
 struct ForwardOptions {
   int64_t max_tokens = 16384;  // the activation arena holds a batch of this many tokens
   int64_t max_seqs = 256;      // requests per batch
@@ -67,6 +69,13 @@ struct ForwardOptions {
   // buffer as large (up to 0.3 GiB for the processor's largest image on the 27B shapes); false:
   // one image at a time, its rows straight into the residual stream (the lean plan).
   bool vision_groups = true;
+  // CUDA graphs: a batch shape (its sequences' lengths, questions and options per question) seen
+  // this many times has its backbone + head captured into a graph then, and replayed from then on
+  // (the kernels back to back without the host's launches between them; the same bits). 0: off.
+  // At least 2: a shape's first forward tunes its GEMMs (which synchronizes; capture cannot). Only
+  // batches without images, cached prefixes or states to leave, with profiling off, CLEFRT_CUDA_SYNC
+  // unset and no NVFP4 staging (its side stream); the others run as always.
+  int64_t graph_after = 0;
   int64_t debug_layers = -1;   // tests: run only the first N backbone layers (-1: all)
 };
 
@@ -179,6 +188,10 @@ class Forward {
   static size_t gemm_workspace_bytes() { return size_t(64) << 20; }
   const ForwardOptions& options() const { return o_; }
   cudaStream_t stream() const { return stream_; }
+  // CUDA graphs (ForwardOptions::graph_after): the executable graphs held now, and the forwards
+  // that replayed one since the Forward opened (tests, bench)
+  size_t graphs_held() const;
+  size_t graph_replays() const;
 
  private:
   struct Batch;
@@ -190,6 +203,11 @@ class Forward {
                                                          const std::vector<SeqPrefix>* prefixes = nullptr, const LayerGroup* group = nullptr);
   void backbone(Batch& b, const LayerGroup* group = nullptr);
   void head(Batch& b);
+  // backbone + head through the graph cache when graphs are on and the batch qualifies: true when
+  // it enqueued them (replayed, captured, or eagerly for a shape not yet seen enough); false: the
+  // caller runs them
+  bool run_graphed(Batch& b, const model::Batch& batch);
+  std::unique_ptr<GraphCache> graphs_;
   void mark(const char* op);   // profiling (Ops): the op that starts here
   void stage(const char* op);  // profiling (Stages): the stage that starts here
   void mark_end();             // profiling (either): the last one's end

@@ -26,11 +26,23 @@ void throw_cublas(cublasStatus_t s, const char* op) {
                                                     (last != cudaSuccess ? std::string("; last CUDA error ") + cudaGetErrorName(last) : std::string()));
 }
 
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+int64_t env_count(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (*end || n < lo || n > hi)
+    throw Error(Status::BadRequest, "usage", std::string(name) + "=" + v + ": a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
+  return int64_t(n);
+}
+
 bool sync_each_launch() {
-  static const bool on = [] {
-    const char* v = std::getenv("CLEFRT_CUDA_SYNC");
-    return v && std::strcmp(v, "0") != 0 && *v;
-  }();
+  static const bool on = env_flag("CLEFRT_CUDA_SYNC");
   return on;
 }
 

@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "common/error.h"
@@ -15,6 +16,11 @@ namespace clefrt::cuda {
 [[noreturn]] void throw_cuda(cudaError_t e, const char* op);
 [[noreturn]] void throw_cublas(cublasStatus_t s, const char* op);
 bool sync_each_launch();  // CLEFRT_CUDA_SYNC=1
+// The lab's environment switches: env_flag is on for any value but "" and "0"; env_count is the
+// whole number `name` holds in [lo, hi], or `fallback` when unset (an Error naming the variable
+// for anything else).
+bool env_flag(const char* name);
+int64_t env_count(const char* name, int64_t fallback, int64_t lo, int64_t hi);
 
 inline void check(cudaError_t e, const char* op) {
   if (e != cudaSuccess) throw_cuda(e, op);

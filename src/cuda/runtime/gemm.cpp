@@ -192,6 +192,13 @@ void Gemm::run_fp8(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int
 // fastest is kept for every m of the bucket and this shape. Synchronizes the stream; once per
 // (bucket, shape). Without room for the scratch, or when an accumulating call's would pass
 // kMaxTimingScratch: the reference.
+namespace {
+Gemm::Candidate candidate_of(const cublasLtMatmulAlgo_t& algo);
+}
+
+// Lab switches, read once: CLEFRT_GEMM_TUNE_LOG=1 prints each decision (the candidates' times and
+// the pick) on stderr; CLEFRT_GEMM_TUNE_ROUNDS=N times each candidate N times (3 launches each)
+// and compares the medians, to see whether a pick is noise.
 void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx, const void* w, int64_t n, void* y, OutType yt,
                 int64_t ldy, bool acc, const char* op) {
   const int64_t rows = m < 64 ? m : 64;
@@ -243,17 +250,27 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
     check(cudaMemcpyAsync(host.data(), out.get(), bytes, cudaMemcpyDeviceToHost, stream_), op);
     check(cudaStreamSynchronize(stream_), op);
   };
+  static const bool log = env_flag("CLEFRT_GEMM_TUNE_LOG");
+  static const int64_t rounds = env_count("CLEFRT_GEMM_TUNE_ROUNDS", 1, 1, 99);
+  std::string report;
   auto time_ms = [&](const cublasLtMatmulAlgo_t& algo) {
     Plan full = p;
     full.algo = algo;
     launch(full, x, w, into, false, op);  // warm
-    check(cudaEventRecord(t0, stream_), op);
-    for (int r = 0; r < 3; ++r) launch(full, x, w, into, false, op);
-    check(cudaEventRecord(t1, stream_), op);
-    check(cudaEventSynchronize(t1), op);
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, t0, t1), op);
-    return ms / 3;
+    std::vector<float> each;
+    for (int64_t round = 0; round < rounds; ++round) {
+      check(cudaEventRecord(t0, stream_), op);
+      for (int r = 0; r < 3; ++r) launch(full, x, w, into, false, op);
+      check(cudaEventRecord(t1, stream_), op);
+      check(cudaEventSynchronize(t1), op);
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, t0, t1), op);
+      each.push_back(ms / 3);
+    }
+    std::sort(each.begin(), each.end());
+    const float ms = each[each.size() / 2];
+    if (log) report += "\n  " + std::to_string(ms * 1000) + " us  " + candidate_of(algo).config;
+    return ms;
   };
   cublasLtMatmulAlgo_t best = p.reference;
   try {
@@ -285,6 +302,9 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
   cudaEventDestroy(t1);
   destroy(l);
   if (!same_algo(best, p.reference)) ++fp8_adopted_;
+  if (log)
+    std::fprintf(stderr, "gemm tune: %s m %lld n %lld k %lld (bucket %lld, %s): picked %s%s\n", op, (long long)m, (long long)n, (long long)k,
+                 (long long)p.bucket, in == In::FP8 ? "FP8" : "bf16", candidate_of(best).config.c_str(), report.c_str());
   decide(best);
 }
 

@@ -1,0 +1,105 @@
+#include "cuda/runtime/graph_cache.h"
+
+#include <exception>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "common/log_event.h"
+#include "cuda/runtime/check.h"
+
+namespace clefrt::cuda {
+
+namespace {
+constexpr int kMaxFailures = 2;
+}
+
+GraphCache::GraphCache(int64_t after, size_t max_execs, size_t max_keys) : after_(after), max_execs_(max_execs), max_keys_(max_keys) {
+  if (after < 2) throw Error(Status::Internal, "internal_error", "CUDA graphs: a shape is captured at its second sighting at the earliest");
+  if (max_execs == 0 || max_keys < max_execs) throw Error(Status::Internal, "internal_error", "CUDA graphs: bad cache bounds");
+}
+
+GraphCache::~GraphCache() {
+  for (auto& [k, e] : entries_)
+    if (e.exec) cudaGraphExecDestroy(e.exec);
+}
+
+size_t GraphCache::held() const {
+  size_t n = 0;
+  for (const auto& [k, e] : entries_) n += e.exec != nullptr;
+  return n;
+}
+
+void GraphCache::evict_exec() {
+  Entry* old = nullptr;
+  for (auto& [k, e] : entries_)
+    if (e.exec && (!old || e.used < old->used)) old = &e;
+  if (!old) return;
+  cudaGraphExecDestroy(old->exec);
+  old->exec = nullptr;
+}
+
+void GraphCache::evict_key() {  // the least recently used key without a graph (there is one: max_keys > max_execs)
+  auto old = entries_.end();
+  for (auto it = entries_.begin(); it != entries_.end(); ++it)
+    if (!it->second.exec && (old == entries_.end() || it->second.used < old->second.used)) old = it;
+  if (old != entries_.end()) entries_.erase(old);
+}
+
+bool GraphCache::capture(Entry& e, cudaStream_t s, const std::function<void()>& work) {
+  auto fail = [&](const std::string& why) {
+    cudaGetLastError();  // capture's errors are not sticky; leave none behind for the next check
+    e.refused = true;
+    if (++failures_ == 1 || failures_ == kMaxFailures)
+      log_event("\"event\":\"cuda_graphs\",\"capture\":\"failed\",\"why\":" + json::write(json::Value::string(why)) +
+                (failures_ >= kMaxFailures ? ",\"cuda_graphs\":\"off\"" : ""));
+    failure_ = why;
+    return false;
+  };
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "CUDA graph capture");
+  std::string thrown;
+  try {
+    work();
+  } catch (const std::exception& ex) {
+    thrown = ex.what();
+  }
+  cudaGraph_t g = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s, &g);
+  if (!thrown.empty() || end != cudaSuccess || !g) {
+    if (g) cudaGraphDestroy(g);
+    return fail(thrown.empty() ? std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end) : thrown);
+  }
+  if (held() >= max_execs_) evict_exec();
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  if (inst != cudaSuccess) return fail(std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst));
+  e.exec = exec;
+  return true;
+}
+
+bool GraphCache::run(const std::vector<int64_t>& key, cudaStream_t s, const std::function<void()>& work) {
+  if (failures_ >= kMaxFailures) {
+    work();
+    return false;
+  }
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    if (entries_.size() >= max_keys_) evict_key();
+    it = entries_.emplace(key, Entry{}).first;
+  }
+  Entry& e = it->second;
+  e.used = ++clock_;
+  if (!e.exec && (e.refused || ++e.seen < after_)) {
+    work();
+    return false;
+  }
+  if (!e.exec && !capture(e, s, work)) {
+    work();  // what the capture recorded did not run: now it does
+    return false;
+  }
+  check(cudaGraphLaunch(e.exec, s), "CUDA graph launch");
+  ++replays_;
+  return true;
+}
+
+}  // namespace clefrt::cuda

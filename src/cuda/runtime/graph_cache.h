@@ -1,0 +1,61 @@
+// CUDA graphs of repeated work: the same launches, with the same arguments and addresses, keyed
+// by what determines them (for the forward: the batch's shape). A key's first sightings run the
+// work as it is; at the `after`-th it is captured into a graph, and from then on the graph is
+// replayed, its kernels back to back without the host's launch calls between them.
+//
+// The caller guarantees that the key determines every launch's arguments and every device
+// address the work touches (the arena is carved the same way for the same shape), and that the
+// work neither synchronizes nor reads host memory asynchronously (capture refuses the first and
+// would freeze the second's address).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace clefrt::cuda {
+
+class GraphCache {
+ public:
+  // after >= 2: a key is captured at its after-th sighting (its first ran eagerly, which is when
+  // the GEMMs tune themselves). At most `max_execs` executable graphs are held (the least
+  // recently used goes) and `max_keys` keys counted.
+  explicit GraphCache(int64_t after, size_t max_execs = 16, size_t max_keys = 256);
+  ~GraphCache();
+  GraphCache(const GraphCache&) = delete;
+  GraphCache& operator=(const GraphCache&) = delete;
+
+  // Runs `work` on stream s: eagerly, or captured and launched, or replayed. True when a graph
+  // ran it. A capture that fails (work did something capture cannot record) is ended and the
+  // work runs eagerly; its reason is logged once and the key is not captured again; after two
+  // failures no key is. An Error thrown by work during capture is rethrown by the eager run.
+  bool run(const std::vector<int64_t>& key, cudaStream_t s, const std::function<void()>& work);
+
+  size_t held() const;                     // executable graphs held
+  size_t replays() const { return replays_; }
+  const std::string& last_failure() const { return failure_; }
+
+ private:
+  struct Entry {
+    int64_t seen = 0;
+    cudaGraphExec_t exec = nullptr;
+    uint64_t used = 0;
+    bool refused = false;  // its capture failed: eager from now on
+  };
+  bool capture(Entry& e, cudaStream_t s, const std::function<void()>& work);
+  void evict_exec();
+  void evict_key();
+
+  int64_t after_;
+  size_t max_execs_, max_keys_;
+  std::map<std::vector<int64_t>, Entry> entries_;
+  uint64_t clock_ = 0;
+  size_t replays_ = 0;
+  int failures_ = 0;
+  std::string failure_;
+};
+
+}  // namespace clefrt::cuda
