@@ -122,7 +122,7 @@ TEST(Cli, MistakesGetClearErrors) {
   r = both("inspect --model " + dir + " --max-length 100000");
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("65536"), std::string::npos) << r.out;
-  for (const char* flag : {"--attention cudnn", "--w4a16-fused", "--no-batch-invariant", "--step-layers 2", "--portable-kernels", "--cuda-graphs 2"}) {
+  for (const char* flag : {"--attention cudnn", "--w4a16-fused", "--no-batch-invariant", "--step-layers 2", "--portable-kernels", "--cuda-graphs 3"}) {
     r = both("decide --model " + dir + " --device cpu " + flag + " " + blog);
     EXPECT_EQ(r.status, 2) << flag;
     const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));

@@ -262,12 +262,22 @@ TEST(CudaEngine, GraphReplayGivesTheEagerBits) {
       cuda::Forward graphed(dm, fo);
       const auto want_x = eager.run(x), want_y = eager.run(y), want_z = eager.run(z);
       ASSERT_NE(want_x, want_y) << what << ": the changed tokens changed nothing; the test cannot tell replay from stale";
-      EXPECT_EQ(graphed.run(x), want_x) << what << ": first sighting (eager)";
+      auto timed = [](auto&& f) {
+        const auto t0 = std::chrono::steady_clock::now();
+        auto r = f();
+        return std::make_pair(r, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      };
+      auto [first, first_ms] = timed([&] { return graphed.run(x); });
+      EXPECT_EQ(first, want_x) << what << ": first sighting (eager)";
       EXPECT_EQ(graphed.graphs_held(), 0u) << what;
-      EXPECT_EQ(graphed.run(x), want_x) << what << ": second sighting (captured, then launched)";
+      auto [second, capture_ms] = timed([&] { return graphed.run(x); });
+      EXPECT_EQ(second, want_x) << what << ": second sighting (captured, then launched)";
       EXPECT_EQ(graphed.graphs_held(), 1u) << what;
       EXPECT_EQ(graphed.graph_replays(), 1u) << what;
-      EXPECT_EQ(graphed.run(x), want_x) << what << ": replayed";
+      auto [third, replay_ms] = timed([&] { return graphed.run(x); });
+      EXPECT_EQ(third, want_x) << what << ": replayed";
+      std::cout << "[ cuda    ] " << what << ": ms a forward, eager (first sighting) " << first_ms << ", captured " << capture_ms << ", replayed "
+                << replay_ms << "\n";
       EXPECT_EQ(graphed.run(y), want_y) << what << ": replayed with other tokens";
       EXPECT_EQ(graphed.graph_replays(), 3u) << what;
       EXPECT_EQ(graphed.run(z), want_z) << what << ": another shape";

@@ -98,6 +98,9 @@ enum class Confidence {
 };
 Confidence parse_confidence(const std::string& name);  // "reference", "purity", "jev"; throws otherwise
 
+// EngineOptions::cuda_graphs' default: a shape's second forward is captured (its first tunes the GEMMs)
+constexpr size_t kCudaGraphsAfter = 2;
+
 struct EngineOptions {
   // --- where and how the model runs. The options marked CUDA / GPU are refused (Error, "usage")
   // by an engine that runs on the CPU when set away from their defaults: an option that would
@@ -124,10 +127,11 @@ struct EngineOptions {
                                        // runs: mma.sync for the W4A16 GEMM instead of wgmma / TMA, W4A4
                                        // emulated; to check them against the fast ones on Hopper / Blackwell
   AttentionKernel attention = AttentionKernel::Auto;  // CUDA: the backbone's attention kernel (above)
-  size_t cuda_graphs = 0;              // CUDA: a batch shape (sequence lengths, questions, options per question)
+  size_t cuda_graphs = kCudaGraphsAfter;  // CUDA: a batch shape (sequence lengths, questions, options per question)
                                        // seen this many times (>= 2) is captured into a CUDA graph and replayed
                                        // from then on: its kernels back to back, the same bits. Batches with
-                                       // images or cached prefixes, and NVFP4 staging, run as always. 0: off
+                                       // images or that use the prefix cache, and NVFP4 staging, run as
+                                       // always. 0: off
   int threads = 0;                     // CPU engine threads (0: all cores)
   bool batch_invariant = true;         // a request's answer does not depend on its batch (CUDA: GEMM
                                        // algorithms fixed per shape class; CPU: one forward per request)

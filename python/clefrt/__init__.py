@@ -60,7 +60,7 @@ class Clef:
          check_weights=True, batch_invariant=True, max_batch_tokens=16384,
          max_batch_requests=64, w4a16_fused=False, native_fp4=True, portable_kernels=False, progress=False,
          prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True,
-         attention="auto")
+         attention="auto", cuda_graphs=2)
 
     path: a Clef / Clef-flash release folder (config.json, tokenizer.json, sharded safetensors in
         bf16 / f16 / f32, NVFP4 or FP8 compressed-tensors, joint_head.*).
@@ -90,6 +90,10 @@ class Clef:
     attention: CUDA: the attention kernel (backbone and vision tower): "auto" (cuDNN's fused attention where
         libcudnn.so.9, 9.5 or newer, loads, else clefrt's), "cudnn" (refused without it) or
         "clefrt". Both keep answers batch-invariant and the prefix cache exact.
+    cuda_graphs: CUDA: a batch shape (its requests' token counts, questions and options) seen this
+        many times (at least 2) is captured into a CUDA graph and replayed from then on, its
+        kernels back to back (the same answers). Batches with images or that use the prefix
+        cache run as always. 0: off.
     progress: loading reports its stages on stderr (a line per stage).
     prefix_cache_gib: the prefix cache's budget: a request whose ids start with a cached system
         prompt + state computes only the rest, with the same answer bit for bit (decide()'s
@@ -115,7 +119,7 @@ class Clef:
                  parse_special=False, require_instructions=False, threads=0, check_weights=True, batch_invariant=True,
                  max_batch_tokens=16384, max_batch_requests=64, w4a16_fused=False, native_fp4=True,
                  portable_kernels=False, progress=False, prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True,
-                 attention="auto"):
+                 attention="auto", cuda_graphs=2):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
         if confidence not in ("reference", "purity", "jev"):
@@ -131,7 +135,7 @@ class Clef:
             "native_fp4": native_fp4, "portable_kernels": portable_kernels, "progress": progress,
             "prefix_cache_gib": prefix_cache_gib, "prefix_cache_host_gib": prefix_cache_host_gib,
             "step_tokens": step_tokens, "step_layers": step_layers,
-            "vision": vision, "attention": str(attention),
+            "vision": vision, "attention": str(attention), "cuda_graphs": cuda_graphs,
         })
 
     def encode(self, record):

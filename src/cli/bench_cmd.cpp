@@ -251,7 +251,7 @@ Runner add_bench(CLI::App& app) {
     bool no_batch_invariant = false, profile = false, offload = false, memory_only = false, w4a16_fused = false, reuse = false, interleave = false;
     double reuse_gib = 16, reuse_host_gib = 0, gpu_limit_gib = 0;
     bool no_vision = false, images_only = false;
-    size_t cuda_graphs = 0;
+    size_t cuda_graphs = kCudaGraphsAfter;
     std::string attention = "auto";
   };
   auto o = std::make_shared<Opts>();
@@ -308,7 +308,7 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--command", o->command, "the command line recorded in the JSON (default: argv)");
   c->add_flag("--profile", o->profile, "also time every op (CUDA events) for the blog, 8,192-token and 64 x 512 runs");
   c->add_option("--cuda-graphs", o->cuda_graphs,
-                "capture a batch shape seen N times (N >= 2) into a CUDA graph and replay it (as decide / serve take it; 0: off)")
+                "capture a batch shape seen N times (N >= 2) into a CUDA graph and replay it (as decide / serve take it; 0: off; default 2)")
       ->check(graph_sightings());
   c->add_flag("--no-batch-invariant", o->no_batch_invariant, "let cuBLASLt pick GEMM algorithms per batch size");
   return [o]() -> int {

@@ -36,7 +36,7 @@ struct EngineFlags {
   double prefix_cache_host_gib = 0;
   size_t step_tokens = 0;        // 0: the engine's default
   size_t step_layers = 0;        // 0: the engine's default
-  size_t cuda_graphs = 0;
+  size_t cuda_graphs = kCudaGraphsAfter;
 };
 void add_engine_flags(CLI::App& c, EngineFlags& f);
 // Number checks with readable refusals ("--max-queue: must be at least 1, not 0"; CLI11's own

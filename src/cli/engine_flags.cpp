@@ -37,7 +37,7 @@ void add_engine_flags(CLI::App& c, EngineFlags& f) {
   c.add_option("--cuda-graphs", f.cuda_graphs,
                "cuda: a batch shape (its requests' token counts, questions and options) seen N times (N >= 2) is captured\n"
                "into a CUDA graph and replayed from then on, its kernels back to back (the same answers). Batches with images\n"
-               "or prefix-cache hits, and NVFP4 staging, run as always. 0 (default): off")
+               "or that use the prefix cache, and NVFP4 staging, run as always. 0: off (default 2)")
       ->check(graph_sightings());
   c.add_option("--threads", f.threads, "CPU engine threads (default: all cores)")->check(non_negative());
   c.add_option("--max-length", f.max_length,

@@ -129,6 +129,7 @@ SchedulerOptions scheduler_options(const EngineOptions& o) {
 void check_options(const EngineOptions& o) {
   auto bad = [](const std::string& m) { throw Error(Status::BadRequest, "usage", m); };
   if (o.max_length == 0) bad("max_length must be at least 1 token");
+  if (o.cuda_graphs == 1) bad("cuda_graphs: 0 (off) or at least 2 (a shape's first forward tunes its GEMMs, which a capture cannot hold)");
   if (o.max_length > kMaxContext)
     bad("max_length is at most " + std::to_string(kMaxContext) + " tokens (Clef's context window), not " + std::to_string(o.max_length));
   if (!(o.prefix_cache_gib >= 0 || o.prefix_cache_gib == -1)) bad("prefix_cache_gib must be 0 (off), a budget in GiB, or -1 (the default)");

@@ -49,7 +49,7 @@ struct CoreOptions {
   // CUDA: the kernels every supported GPU runs (clefrt::EngineOptions::portable_kernels).
   bool portable_kernels = false;
   // CUDA graphs of repeated batch shapes (clefrt::EngineOptions::cuda_graphs; 0: off).
-  int64_t cuda_graphs = 0;
+  int64_t cuda_graphs = int64_t(kCudaGraphsAfter);
   // CUDA: the backbone's attention kernel (clefrt::EngineOptions::attention).
   AttentionKernel attention = AttentionKernel::Auto;
   // Loading reports its stages on stderr (common/progress.h).

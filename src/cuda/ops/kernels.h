@@ -16,6 +16,9 @@ using bf16 = __nv_bfloat16;
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // ---- basic (kernels_basic.cu) ----
+// The lab's: one thread busy for `us` microseconds, so the host's launches behind it get ahead of
+// the GPU (CLEFRT_LAB_TOWER_LEAD_US: is the tower's time the GPU's or the host's enqueue?)
+void gpu_wait_us(int64_t us, cudaStream_t s);
 // x[t, :] = float(table[ids[t], :])
 void embed_gather(const int32_t* ids, int64_t L, const bf16* table, int64_t d, float* x, cudaStream_t s);
 // y = x * rsqrt(mean(x^2) + eps) * (1 + w) per row; out bf16 and/or fp32 (either may be null).

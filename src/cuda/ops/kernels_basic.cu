@@ -10,6 +10,14 @@ namespace clefrt::cuda {
 namespace {
 
 
+__global__ void gpu_wait_k(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
 __global__ void embed_gather_k(const int32_t* ids, const bf16* table, int64_t d, float* x) {
   const int64_t t = blockIdx.x;
   const bf16* row = table + int64_t(ids[t]) * d;
@@ -439,6 +447,11 @@ bool kernels_have_image(std::string* why) {
   cudaGetLastError();  // clear it: the caller reports
   if (why) *why = cudaGetErrorString(e);
   return false;
+}
+
+void gpu_wait_us(int64_t us, cudaStream_t s) {
+  gpu_wait_k<<<1, 1, 0, s>>>((unsigned long long)us * 1000ull);
+  check_launch("gpu_wait_us");
 }
 
 }  // namespace clefrt::cuda
