@@ -61,15 +61,34 @@ void check_folder(const std::string& name) {
 
 // The backbone's hidden states and the head's probabilities, each against the CPU engine on
 // the same inputs, so a failure says which half is wrong.
+// An oracle folder as these tests load it: the CPU engine, and the config and weights a device
+// model is built from (their stores kept open: a weight's `src` points into them).
+struct OracleFolder {
+  std::unique_ptr<EngineCore> cpu;
+  model::ModelConfig cfg;
+  io::TensorStore st, hs;
+  model::TextWeights tw;
+  model::HeadWeights hw;
+};
+OracleFolder open_oracle(const std::string& name) {
+  const std::string dir = test::source_path("tests/fixtures/oracle/" + name);
+  OracleFolder o;
+  o.cpu = EngineCore::load(dir);
+  o.cfg = model::load_config(dir);
+  o.st = io::TensorStore::open_folder(dir);
+  o.hs.add_file(dir + "/joint_head.safetensors");
+  o.tw = model::load_text_weights(o.st, o.cfg.text);
+  o.hw = model::load_head_weights(o.hs, o.cfg.head);
+  return o;
+}
+
 void check_halves(const std::string& name, bool batch_invariant) {
   NEED_GPU();
-  const std::string dir = test::source_path("tests/fixtures/oracle/" + name);
-  auto cpu = EngineCore::load(dir);
-  const auto cfg = model::load_config(dir);
-  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
-  hs.add_file(dir + "/joint_head.safetensors");
-  const auto tw = model::load_text_weights(st, cfg.text);
-  const auto hw = model::load_head_weights(hs, cfg.head);
+  const OracleFolder o = open_oracle(name);
+  const auto& cpu = o.cpu;
+  const auto& cfg = o.cfg;
+  const auto& tw = o.tw;
+  const auto& hw = o.hw;
   cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head);
   cuda::ForwardOptions fo;
   fo.batch_invariant = batch_invariant;
@@ -231,14 +250,11 @@ TEST(CudaEngine, GdnProductsAtClefGdnHeadsAgainstCpuFp32) {
 // misses the cache. bf16 and FP8 Linears, clefrt's and cuDNN's attention.
 TEST(CudaEngine, GraphReplayGivesTheEagerBits) {
   NEED_GPU();
-  const std::string dir = test::source_path("tests/fixtures/oracle/tiny-a");
-  auto cpu = EngineCore::load(dir);
-  const auto cfg = model::load_config(dir);
-  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
-  hs.add_file(dir + "/joint_head.safetensors");
-  const auto tw = model::load_text_weights(st, cfg.text);
-  const auto hw = model::load_head_weights(hs, cfg.head);
-  Fixture f = read_fixture(*cpu, "tiny-a");
+  const OracleFolder o = open_oracle("tiny-a");
+  const auto& cfg = o.cfg;
+  const auto& tw = o.tw;
+  const auto& hw = o.hw;
+  Fixture f = read_fixture(*o.cpu, "tiny-a");
   ASSERT_GE(f.enc.size(), 3u);
   Encoded other = f.enc[0];  // the same shape, other tokens (inside the state, away from every span's ends)
   for (size_t i = other.input_ids.size() / 4; i < other.input_ids.size() / 2; i += 3) other.input_ids[i] = (other.input_ids[i] + 7) % cfg.text.vocab;
