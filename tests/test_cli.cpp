@@ -128,6 +128,8 @@ TEST(Cli, MistakesGetClearErrors) {
     const std::string name = std::string(flag).substr(0, std::string(flag).find(' '));
     EXPECT_NE(r.out.find("clefrt: " + name), std::string::npos) << flag << ": " << r.out;
   }
+  r = both("decide --model " + dir + " --device cpu --cuda-graphs 0 " + blog);
+  EXPECT_EQ(r.status, 0) << "--cuda-graphs 0 (off) is what the CPU engine does: " << r.out;
   for (const char* n : {"1", "-2", "x"}) {  // a capture needs a shape's GEMMs tuned: its second sighting at the earliest
     r = both("decide --model " + dir + " --cuda-graphs " + n + " " + blog);
     EXPECT_NE(r.status, 0) << n;

@@ -1,6 +1,7 @@
 // The engine options `decide` and `serve` share, as flags, and their translation into the
 // public clefrt::EngineOptions.
 #include <cctype>
+#include <stdexcept>
 
 #include "cli/commands.h"
 
@@ -93,15 +94,17 @@ CLI::Validator number_check(bool strict, const char* tag) {
 CLI::Validator graph_sightings() {
   return CLI::Validator(
       [](std::string& in) -> std::string {
-        if (in == "0") return {};
         size_t used = 0;
         long long v = 0;
         try {
           v = std::stoll(in, &used);
+        } catch (const std::out_of_range&) {
+          return "out of range: " + in;
         } catch (...) {
           return "not a whole number: " + in;
         }
-        if (used != in.size() || v < 2) return "0 (off) or at least 2 (a shape's first forward tunes its GEMMs), not " + in;
+        if (used != in.size()) return "not a whole number: " + in;
+        if (v != 0 && v < 2) return "0 (off) or at least 2 (a shape's first forward tunes its GEMMs), not " + in;
         return {};
       },
       "0|N>=2");

@@ -370,7 +370,9 @@ std::unique_ptr<EngineCore> EngineCore::load(const std::string& dir, CoreOptions
     // wrong belief about what ran
     if (opts.w4a16_fused) throw Error(Status::BadRequest, "usage", "--w4a16-fused is a CUDA option (the CPU engine dequantizes NVFP4 at load)");
     if (opts.portable_kernels) throw Error(Status::BadRequest, "usage", "--portable-kernels is a CUDA option");
-    if (opts.cuda_graphs != int64_t(kCudaGraphsAfter)) throw Error(Status::BadRequest, "usage", "--cuda-graphs is a CUDA option");
+    // 0 (off) is what the CPU engine does anyway; another count asks for graphs it has none of
+    if (opts.cuda_graphs != 0 && opts.cuda_graphs != int64_t(kCudaGraphsAfter))
+      throw Error(Status::BadRequest, "usage", "--cuda-graphs is a CUDA option");
     if (opts.attention != AttentionKernel::Auto)
       throw Error(Status::BadRequest, "usage", "--attention picks a CUDA kernel; the CPU engine has one attention (leave --attention out)");
     if (!opts.batch_invariant)

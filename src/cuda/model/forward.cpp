@@ -528,7 +528,8 @@ bool Forward::run_graphed(Batch& b, const model::Batch& batch) {
   if (!graphs_ || b.pfx || b.snaps || !b.images.empty() || profile_ != ProfileDetail::Off || sync_each_launch() ||
       o_.debug_layers >= 0 || lin_->staging_bytes() > 0)
     return false;
-  std::vector<int64_t> key = {b.L, b.nseq};
+  // mrope: its rows shift the index arrays after them (only with images or prefix state today)
+  std::vector<int64_t> key = {b.L, b.nseq, b.mrope};
   for (const model::Sequence& e : batch) {
     key.push_back(e.length);
     key.push_back(int64_t(e.questions.size()));

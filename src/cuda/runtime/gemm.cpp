@@ -201,6 +201,12 @@ Gemm::Candidate candidate_of(const cublasLtMatmulAlgo_t& algo);
 // and compares the medians, to see whether a pick is noise.
 void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx, const void* w, int64_t n, void* y, OutType yt,
                 int64_t ldy, bool acc, const char* op) {
+  // a CUDA graph's capture cannot hold the timing (it synchronizes and allocates): refused, so the
+  // capture fails and the forward runs eagerly and tunes, rather than settling on the reference
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream_, &capturing), op);
+  if (capturing != cudaStreamCaptureStatusNone)
+    throw Error(Status::Internal, "internal_error", std::string(op) + ": a GEMM shape first met inside a CUDA graph capture");
   const int64_t rows = m < 64 ? m : 64;
   const size_t es = yt == OutType::F32 ? 4 : 2, bytes = size_t(rows) * size_t(ldy) * es;
   constexpr size_t kMaxTimingScratch = size_t(256) << 20;

@@ -15,7 +15,7 @@ constexpr int kMaxFailures = 2;
 
 GraphCache::GraphCache(int64_t after, size_t max_execs, size_t max_keys) : after_(after), max_execs_(max_execs), max_keys_(max_keys) {
   if (after < 2) throw Error(Status::Internal, "internal_error", "CUDA graphs: a shape is captured at its second sighting at the earliest");
-  if (max_execs == 0 || max_keys < max_execs) throw Error(Status::Internal, "internal_error", "CUDA graphs: bad cache bounds");
+  if (max_execs == 0 || max_keys <= max_execs) throw Error(Status::Internal, "internal_error", "CUDA graphs: bad cache bounds");
 }
 
 GraphCache::~GraphCache() {
@@ -38,43 +38,63 @@ void GraphCache::evict_exec() {
   old->exec = nullptr;
 }
 
-void GraphCache::evict_key() {  // the least recently used key without a graph (there is one: max_keys > max_execs)
+// The least recently used key without a graph, a refused one only when every such key is (there
+// is one without a graph: max_keys > max_execs), so that a refused shape stays refused while it
+// is seen
+void GraphCache::evict_key() {
   auto old = entries_.end();
+  auto older = [&](std::map<std::vector<int64_t>, Entry>::iterator it) {
+    if (old == entries_.end()) return true;
+    if (it->second.refused != old->second.refused) return !it->second.refused;
+    return it->second.used < old->second.used;
+  };
   for (auto it = entries_.begin(); it != entries_.end(); ++it)
-    if (!it->second.exec && (old == entries_.end() || it->second.used < old->second.used)) old = it;
+    if (!it->second.exec && older(it)) old = it;
   if (old != entries_.end()) entries_.erase(old);
 }
 
-bool GraphCache::capture(Entry& e, cudaStream_t s, const std::function<void()>& work) {
-  auto fail = [&](const std::string& why) {
-    cudaGetLastError();  // capture's errors are not sticky; leave none behind for the next check
-    e.refused = true;
-    if (++failures_ == 1 || failures_ == kMaxFailures)
-      log_event("\"event\":\"cuda_graphs\",\"capture\":\"failed\",\"why\":" + json::write(json::Value::string(why)) +
-                (failures_ >= kMaxFailures ? ",\"cuda_graphs\":\"off\"" : ""));
-    failure_ = why;
-    return false;
-  };
+void GraphCache::refuse(Entry& e, const std::string& why) {
+  e.refused = true;
+  failure_ = why;
+  if (++failures_ == 1 || failures_ == kMaxFailures)
+    log_event("\"event\":\"cuda_graphs\",\"capture\":\"failed\",\"why\":" + json::write(json::Value::string(why)) +
+              (failures_ >= kMaxFailures ? ",\"cuda_graphs\":\"off\"" : ""));
+  if (failures_ >= kMaxFailures)  // off: the graphs held go too
+    for (auto& [k, other] : entries_)
+      if (other.exec) {
+        cudaGraphExecDestroy(other.exec);
+        other.exec = nullptr;
+      }
+}
+
+// A graph of work, or why not: empty on success (e.exec set)
+std::string GraphCache::capture(Entry& e, cudaStream_t s, const std::function<void()>& work) {
   check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "CUDA graph capture");
   std::string thrown;
   try {
     work();
   } catch (const std::exception& ex) {
     thrown = ex.what();
+  } catch (...) {
+    thrown = "an exception of an unknown type";
   }
   cudaGraph_t g = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(s, &g);
+  const cudaError_t end = cudaStreamEndCapture(s, &g);  // ends the capture whatever happened in it
+  cudaGetLastError();  // capture's errors are not sticky; leave none behind for the next check
   if (!thrown.empty() || end != cudaSuccess || !g) {
     if (g) cudaGraphDestroy(g);
-    return fail(thrown.empty() ? std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end) : thrown);
+    return thrown.empty() ? std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end) : thrown;
   }
   if (held() >= max_execs_) evict_exec();
   cudaGraphExec_t exec = nullptr;
   const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
   cudaGraphDestroy(g);
-  if (inst != cudaSuccess) return fail(std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst));
+  if (inst != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
+  }
   e.exec = exec;
-  return true;
+  return {};
 }
 
 bool GraphCache::run(const std::vector<int64_t>& key, cudaStream_t s, const std::function<void()>& work) {
@@ -89,13 +109,18 @@ bool GraphCache::run(const std::vector<int64_t>& key, cudaStream_t s, const std:
   }
   Entry& e = it->second;
   e.used = ++clock_;
-  if (!e.exec && (e.refused || ++e.seen < after_)) {
+  if (!e.exec && (e.refused || e.seen + 1 < after_)) {
     work();
+    ++e.seen;  // only a forward that completed counts: the capture relies on its tuned GEMMs and built plans
     return false;
   }
-  if (!e.exec && !capture(e, s, work)) {
-    work();  // what the capture recorded did not run: now it does
-    return false;
+  if (!e.exec) {
+    const std::string why = capture(e, s, work);
+    if (!why.empty()) {
+      work();  // what the capture recorded did not run: now it does (rethrowing an error of the work's own)
+      refuse(e, why);  // the work runs eagerly, so the capture was at fault
+      return false;
+    }
   }
   check(cudaGraphLaunch(e.exec, s), "CUDA graph launch");
   ++replays_;

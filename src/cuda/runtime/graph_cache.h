@@ -20,18 +20,24 @@ namespace clefrt::cuda {
 
 class GraphCache {
  public:
-  // after >= 2: a key is captured at its after-th sighting (its first ran eagerly, which is when
-  // the GEMMs tune themselves). At most `max_execs` executable graphs are held (the least
-  // recently used goes) and `max_keys` keys counted.
+  // after >= 2: a key is captured at its after-th sighting (the ones before ran eagerly to the
+  // end, which is when the GEMMs tune themselves and cuDNN builds its plans). At most `max_execs`
+  // executable graphs are held (the least recently used goes) and `max_keys` (> max_execs) keys
+  // counted.
+  //
+  // A graph replays the kernels its capture chose: process-wide switches that pick kernels (the
+  // labs' setters, e.g. gdn_wgmma_set_*, f32_gemm_3xtf32_set_tile) changed after a capture do not
+  // reach its replays (tests that flip them open an engine per setting).
   explicit GraphCache(int64_t after, size_t max_execs = 16, size_t max_keys = 256);
   ~GraphCache();
   GraphCache(const GraphCache&) = delete;
   GraphCache& operator=(const GraphCache&) = delete;
 
   // Runs `work` on stream s: eagerly, or captured and launched, or replayed. True when a graph
-  // ran it. A capture that fails (work did something capture cannot record) is ended and the
-  // work runs eagerly; its reason is logged once and the key is not captured again; after two
-  // failures no key is. An Error thrown by work during capture is rethrown by the eager run.
+  // ran it. A capture that fails is ended and the work runs eagerly: an error of the work's own
+  // is thrown again there (and is not the capture's fault); otherwise the capture was at fault
+  // (work did something capture cannot record): the reason is logged, the key is not captured
+  // again, and after two such failures no key is (the graphs held are freed).
   bool run(const std::vector<int64_t>& key, cudaStream_t s, const std::function<void()>& work);
 
   size_t held() const;                     // executable graphs held
@@ -45,7 +51,8 @@ class GraphCache {
     uint64_t used = 0;
     bool refused = false;  // its capture failed: eager from now on
   };
-  bool capture(Entry& e, cudaStream_t s, const std::function<void()>& work);
+  std::string capture(Entry& e, cudaStream_t s, const std::function<void()>& work);
+  void refuse(Entry& e, const std::string& why);
   void evict_exec();
   void evict_key();
 
