@@ -290,9 +290,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
       }
     }
   }
-  if (o.graph_after < 0 || o.graph_after == 1)
-    throw Error(Status::BadRequest, "usage", "CUDA graphs: a shape is captured at its second sighting at the earliest (0: off)");
-  if (o.graph_after > 0) graphs_ = std::make_unique<GraphCache>(o.graph_after);
+  if (o.graph_after != 0) graphs_ = std::make_unique<GraphCache>(o.graph_after);  // which refuses under 2
   arena_.reserve(plan_bytes(m, o));
 }
 

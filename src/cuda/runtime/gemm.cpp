@@ -184,6 +184,10 @@ void Gemm::run_fp8(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int
   launch(p, x, w, y, false, op);
 }
 
+namespace {
+Gemm::Candidate candidate_of(const cublasLtMatmulAlgo_t& algo);  // (below: the GEMM labs' list)
+}
+
 // The first call of an m bucket and shape picks the bucket's algorithm: the reference and the
 // heuristic's batch-invariant candidates at this m (up to 8 more) each run the call's first
 // min(m, 64) rows into a scratch, and a candidate that differs from the reference in any output
@@ -192,10 +196,6 @@ void Gemm::run_fp8(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int
 // fastest is kept for every m of the bucket and this shape. Synchronizes the stream; once per
 // (bucket, shape). Without room for the scratch, or when an accumulating call's would pass
 // kMaxTimingScratch: the reference.
-namespace {
-Gemm::Candidate candidate_of(const cublasLtMatmulAlgo_t& algo);
-}
-
 // Lab switches, read once: CLEFRT_GEMM_TUNE_LOG=1 prints each decision (the candidates' times and
 // the pick) on stderr; CLEFRT_GEMM_TUNE_ROUNDS=N times each candidate N times (3 launches each)
 // and compares the medians, to see whether a pick is noise.

@@ -55,7 +55,6 @@ void GraphCache::evict_key() {
 
 void GraphCache::refuse(Entry& e, const std::string& why) {
   e.refused = true;
-  failure_ = why;
   if (++failures_ == 1 || failures_ == kMaxFailures)
     log_event("\"event\":\"cuda_graphs\",\"capture\":\"failed\",\"why\":" + json::write(json::Value::string(why)) +
               (failures_ >= kMaxFailures ? ",\"cuda_graphs\":\"off\"" : ""));

@@ -42,7 +42,6 @@ class GraphCache {
 
   size_t held() const;                     // executable graphs held
   size_t replays() const { return replays_; }
-  const std::string& last_failure() const { return failure_; }
 
  private:
   struct Entry {
@@ -62,7 +61,6 @@ class GraphCache {
   uint64_t clock_ = 0;
   size_t replays_ = 0;
   int failures_ = 0;
-  std::string failure_;
 };
 
 }  // namespace clefrt::cuda
