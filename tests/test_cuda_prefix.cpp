@@ -253,6 +253,66 @@ TEST(CudaPrefix, ForwardContinuesAndLeavesStatesExactly) {
   }
 }
 
+// CUDA graphs over batches that continue cached prefixes (ForwardOptions::graph_after): the
+// graphed Forward gives the eager one's bits at every replay, each replay continuing other state
+// buffers (a replay points the graph's copies at them: with the states swapped between the
+// sequences the answers change as the eager ones do); a batch leaving a state is not graphed.
+TEST(CudaPrefix, GraphReplayContinuesOtherStatesExactly) {
+  NEED_GPU();
+  const std::string dir = small_dir();
+  auto core = EngineCore::load(dir, CoreOptions{});
+  const Encoded e = core->encoder().encode(parse_request(body(state_text(1800, 31), 0)));
+  const Encoded f = core->encoder().encode(parse_request(body(state_text(1800, 32), 1)));
+  ASSERT_GT(e.state_span.end, 1100);
+  ASSERT_GT(f.state_span.end, 1100);
+  const auto cfg = model::load_config(dir);
+  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
+  hs.add_file(dir + "/joint_head.safetensors");
+  const auto tw = model::load_text_weights(st, cfg.text);
+  const auto hw = model::load_head_weights(hs, cfg.head);
+  const cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head);
+  const int64_t n = 1024;
+  auto state = [&] {
+    cuda::DevPrefixState s;
+    s.capacity = n;
+    s.buf = cuda::DeviceBuffer(cuda::PrefixLayout::of(dm, n).bytes, "test prefix state");
+    return s;
+  };
+  cuda::ForwardOptions fo;
+  cuda::Forward eager(dm, fo);
+  fo.graph_after = 2;
+  cuda::Forward graphed(dm, fo);
+  const model::Batch be = model::batch_of({&e}), bf = model::batch_of({&f}), both = model::batch_of({&e, &f});
+  std::vector<cuda::DevPrefixState> se, sf;  // three buffers each of e's and f's state at n tokens
+  se.reserve(3);
+  sf.reserve(3);
+  for (int k = 0; k < 3; ++k) {
+    se.push_back(state());
+    sf.push_back(state());
+    eager.run(be, {{nullptr, &se.back(), n}});
+    eager.run(bf, {{nullptr, &sf.back(), n}});
+  }
+  const auto want = eager.run(both, {{&se[0], nullptr, 0}, {&sf[0], nullptr, 0}});
+  EXPECT_EQ(want, eager.run(both)) << "continuing the states gives the cold answers";
+  for (int k = 0; k < 3; ++k)
+    EXPECT_EQ(graphed.run(both, {{&se[k], nullptr, 0}, {&sf[k], nullptr, 0}}), want) << "run " << k << " (eager, captured, replayed)";
+  EXPECT_EQ(graphed.graph_replays(), 2u);
+  const auto swapped_want = eager.run(both, {{&sf[1], nullptr, 0}, {&se[2], nullptr, 0}});
+  ASSERT_NE(swapped_want, want) << "the swapped states change nothing: the test cannot tell";
+  EXPECT_EQ(graphed.run(both, {{&sf[1], nullptr, 0}, {&se[2], nullptr, 0}}), swapped_want) << "replayed with the states swapped";
+  EXPECT_EQ(graphed.graph_replays(), 3u);
+  EXPECT_EQ(graphed.run(both, {{&se[2], nullptr, 0}, {&sf[1], nullptr, 0}}), want) << "replayed again";
+  EXPECT_EQ(graphed.graph_replays(), 4u);
+  // leaving a state: eager every time, the same bits
+  const auto cold_e = eager.run(be);
+  for (int k = 0; k < 3; ++k) {
+    cuda::DevPrefixState left = state();
+    EXPECT_EQ(graphed.run(be, {{nullptr, &left, n}}), cold_e) << "leaving a state, run " << k;
+    EXPECT_EQ(graphed.run(be, {{&left, nullptr, 0}}), cold_e) << "continuing the state left in run " << k;
+  }
+  EXPECT_EQ(graphed.graph_replays(), 6u) << "the continuing batch's second and third sightings run its graph, the leaving ones none";
+}
+
 // A long request in steps on the GPU (EngineCore::start / step / finish, what the scheduler runs)
 // gives the bits of one forward, for step sizes from one chunk up, with and without the cache;
 // with the cache its state goes there at the boundary and the next question set continues it.

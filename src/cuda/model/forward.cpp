@@ -29,6 +29,13 @@ template <class T>
 T* rows_before(T* p, int64_t r0, int64_t ld) {
   return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(p) - uintptr_t(r0) * uintptr_t(ld) * sizeof(T));
 }
+
+// A prefix state's copy into the batch's rows: through the graph cache when there is one (a
+// capture notes its node, which a replay points at the next batch's cache entry)
+void prefix_copy(GraphCache* graphs, const GraphCache::Copy& c, cudaStream_t s) {
+  if (graphs) graphs->copy(c, s);
+  else check(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, s), "prefix state copy");
+}
 }
 
 // Everything one forward needs: the host-side index arrays and the device buffers carved from
@@ -56,6 +63,11 @@ struct Forward::Batch {
   };
   std::vector<Prefix> pre;
   bool pfx = false, snaps = false;
+  // pfx: the copies of the continued states into this batch's rows, in the order the forward
+  // issues them: per attention layer (i-th: [i * pin_layer, (i + 1) * pin_layer)) each continuing
+  // sequence's keys then values, then each one's memory rows (prefix_in_copies)
+  std::vector<GraphCache::Copy> pin;
+  size_t pin_layer = 0;
   int64_t Lm = 0;
   size_t off_kv_row = 0, off_seq_of = 0, off_snap_chunk = 0, off_tile_delta = 0;
   // cuDNN's attention: its ragged arrays (cudnn_attention.h) for ragged_b sequences (the plan's
@@ -291,6 +303,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
     }
   }
   if (o.graph_after != 0) graphs_ = std::make_unique<GraphCache>(o.graph_after);  // which refuses under 2
+  for (const DevLayer& l : m.layers) n_attn_ += l.type == LayerType::LinearAttention ? 0 : 1;
   arena_.reserve(plan_bytes(m, o));
 }
 
@@ -516,27 +529,34 @@ int64_t Forward::first_non_finite_layer(const model::Batch& batch) {
   }
 }
 
-// The batch's shape determines every launch of backbone + head when no sequence continues or
-// leaves prefix state and there are no images: the scalars in Batch (L, nseq, Q, O, chunks,
-// tiles, the cuDNN bounds), the host-side chunk starts the GDN passes split at, and the arena's
-// carve (the same addresses). The index arrays' contents differ between batches of one shape;
+// The batch's shape determines every launch of backbone + head when no sequence leaves prefix
+// state and there are no images: the scalars in Batch (L, nseq, Q, O, chunks, tiles, the cuDNN
+// bounds), the host-side chunk starts the GDN passes split at, and the arena's carve (the same
+// addresses). A sequence continuing a cached prefix adds its length to the shape; its state's
+// GDN blocks are read through device pointer tables (b.dptrs) and its keys, values and memory
+// rows come by the copies in b.pin, whose addresses a replay sets. The index arrays' contents differ between batches of one shape;
 // prepare() uploads them before the graph runs, and the kernels read them from there. True:
 // backbone and head are enqueued (replayed, captured and launched, or run as always).
 bool Forward::run_graphed(Batch& b, const model::Batch& batch) {
-  if (!graphs_ || b.pfx || b.snaps || !b.images.empty() || profile_ != ProfileDetail::Off || sync_each_launch() ||
-      o_.debug_layers >= 0 || lin_->staging_bytes() > 0)
+  if (!graphs_ || b.snaps || !b.images.empty() || profile_ != ProfileDetail::Off || sync_each_launch() || o_.debug_layers >= 0 ||
+      lin_->staging_bytes() > 0)
     return false;
-  // mrope: its rows shift the index arrays after them (only with images or prefix state today)
-  std::vector<int64_t> key = {b.L, b.nseq, b.mrope};
-  for (const model::Sequence& e : batch) {
+  // mrope: its rows shift the index arrays after them (with images or prefix state)
+  std::vector<int64_t> key = {b.L, b.nseq, b.mrope, b.pfx};
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const model::Sequence& e = batch[i];
     key.push_back(e.length);
+    key.push_back(b.pre[i].from);
     key.push_back(int64_t(e.questions.size()));
     for (const auto& q : e.questions) key.push_back(int64_t(q.options.size()));
   }
-  graphs_->run(key, stream_, [&] {
-    backbone(b);
-    head(b);
-  });
+  graphs_->run(
+      key, stream_,
+      [&] {
+        backbone(b);
+        head(b);
+      },
+      b.pin);
   return true;
 }
 
@@ -777,6 +797,21 @@ void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<Seq
     b.ragged_b = cudnn_bound(b.nseq, 1);
     b.off_ragged = append_ragged(v, rs, b.ragged_b, Hq * D, kvw, b.vv ? kvw : qkv_width(), Hq * D);
   }
+  if (b.pfx) {  // the continued states' copies (their order: Batch::pin)
+    const int64_t kvw = m_.c.kv_heads * m_.c.head_dim, W = m_.hc.width;
+    const size_t row_bytes = size_t(kvw) * 2;
+    b.pin.clear();
+    for (const Batch::Prefix& pr : b.pre) b.pin_layer += pr.in ? 2 : 0;
+    for (int64_t ai = 0; ai < n_attn_; ++ai)
+      for (const Batch::Prefix& pr : b.pre) {
+        if (!pr.in) continue;
+        const uint8_t* st = pr.in->buf.as<uint8_t>();
+        b.pin.push_back({b.k + pr.mrow * kvw, st + pr.lin.k_at(ai), size_t(pr.from) * row_bytes});
+        b.pin.push_back({b.vv + pr.mrow * kvw, st + pr.lin.v_at(ai), size_t(pr.from) * row_bytes});
+      }
+    for (const Batch::Prefix& pr : b.pre)
+      if (pr.in) b.pin.push_back({b.M + pr.mrow * W, pr.in->buf.as<uint8_t>() + pr.lin.memory_at, size_t(pr.from * W) * 4});
+  }
   if (v.size() > b.meta_capacity()) throw Error(Status::Internal, "internal_error", "batch index arrays exceed their plan");
   check(cudaMemcpyAsync(b.dmeta, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream_), "upload batch indices");
   if (b.pfx || b.snaps) {  // the states' GDN blocks: state in, conv history in, state out
@@ -970,12 +1005,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       const size_t row_bytes = size_t(kvw) * 2;
       if (b.pfx) {  // keys / values in their own rows: the cached ones, then this batch's after them
         mark("prefix state in");
-        for (const Batch::Prefix& pr : b.pre) {
-          if (!pr.in) continue;
-          const PrefixLayout& lay = pr.lin;
-          d2d(b.k + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.k_at(ai), size_t(pr.from) * row_bytes, "prefix state: keys in");
-          d2d(b.vv + pr.mrow * kvw, pr.in->buf.as<uint8_t>() + lay.v_at(ai), size_t(pr.from) * row_bytes, "prefix state: values in");
-        }
+        for (size_t i = size_t(ai) * b.pin_layer; i < size_t(ai + 1) * b.pin_layer; ++i) prefix_copy(graphs_.get(), b.pin[i], s);
       }
       // per block: the input norm, qkv, then q / k normed and rotated into their rows for all
       // tokens (gates and values too when blocked)
@@ -1091,11 +1121,7 @@ void Forward::head(Batch& b) {
   if (b.pfx) {  // this batch's memory rows after each sequence's cached ones
     lin_tokens(b.Hn, L, h.memory_proj, b.mem, false, "head memory_projection");
     scatter_rows(b.mem, W, b.d(b.off_kv_row), L, b.M, s);
-    for (const Batch::Prefix& pr : b.pre)
-      if (pr.in)
-        check(cudaMemcpyAsync(b.M + pr.mrow * W, pr.in->buf.as<uint8_t>() + pr.lin.memory_at,
-                              size_t(pr.from * W) * 4, cudaMemcpyDeviceToDevice, s),
-              "prefix state: memory rows in");
+    for (size_t i = size_t(n_attn_) * b.pin_layer; i < b.pin.size(); ++i) prefix_copy(graphs_.get(), b.pin[i], s);
   } else {
     lin_tokens(b.Hn, L, h.memory_proj, b.M, false, "head memory_projection");
   }

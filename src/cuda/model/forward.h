@@ -208,6 +208,7 @@ class Forward {
   // caller runs them
   bool run_graphed(Batch& b, const model::Batch& batch);
   std::unique_ptr<GraphCache> graphs_;
+  int64_t n_attn_ = 0;  // the backbone's full-attention layers
   void mark(const char* op);   // profiling (Ops): the op that starts here
   void stage(const char* op);  // profiling (Stages): the stage that starts here
   void mark_end();             // profiling (either): the last one's end

@@ -19,8 +19,30 @@ GraphCache::GraphCache(int64_t after, size_t max_execs, size_t max_keys) : after
 }
 
 GraphCache::~GraphCache() {
-  for (auto& [k, e] : entries_)
-    if (e.exec) cudaGraphExecDestroy(e.exec);
+  for (auto& [k, e] : entries_) drop_exec(e);
+}
+
+void GraphCache::drop_exec(Entry& e) {
+  if (e.exec) cudaGraphExecDestroy(e.exec);
+  if (e.graph) cudaGraphDestroy(e.graph);
+  e.exec = nullptr;
+  e.graph = nullptr;
+  e.copy_nodes.clear();
+}
+
+void GraphCache::copy(const Copy& c, cudaStream_t s) {
+  check(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, s), "prefix state copy");
+  if (!capturing_) return;
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t n = 0;
+  const cudaError_t e = cudaStreamGetCaptureInfo(s, &st, nullptr, nullptr, &deps, nullptr, &n);
+  if (e != cudaSuccess || st != cudaStreamCaptureStatusActive || n != 1) {  // the copy's node is the stream's one frontier
+    if (note_error_.empty())
+      note_error_ = std::string("a copy's graph node: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "not the capture's one frontier");
+    return;
+  }
+  noted_.push_back(deps[0]);
 }
 
 size_t GraphCache::held() const {
@@ -33,9 +55,7 @@ void GraphCache::evict_exec() {
   Entry* old = nullptr;
   for (auto& [k, e] : entries_)
     if (e.exec && (!old || e.used < old->used)) old = &e;
-  if (!old) return;
-  cudaGraphExecDestroy(old->exec);
-  old->exec = nullptr;
+  if (old) drop_exec(*old);
 }
 
 // The least recently used key without a graph, a refused one only when every such key is (there
@@ -59,16 +79,15 @@ void GraphCache::refuse(Entry& e, const std::string& why) {
     log_event("\"event\":\"cuda_graphs\",\"capture\":\"failed\",\"why\":" + json::write(json::Value::string(why)) +
               (failures_ >= kMaxFailures ? ",\"cuda_graphs\":\"off\"" : ""));
   if (failures_ >= kMaxFailures)  // off: the graphs held go too
-    for (auto& [k, other] : entries_)
-      if (other.exec) {
-        cudaGraphExecDestroy(other.exec);
-        other.exec = nullptr;
-      }
+    for (auto& [k, other] : entries_) drop_exec(other);
 }
 
 // A graph of work, or why not: empty on success (e.exec set)
-std::string GraphCache::capture(Entry& e, cudaStream_t s, const std::function<void()>& work) {
+std::string GraphCache::capture(Entry& e, cudaStream_t s, const std::function<void()>& work, size_t copies) {
   check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "CUDA graph capture");
+  capturing_ = true;
+  noted_.clear();
+  note_error_.clear();
   std::string thrown;
   try {
     work();
@@ -77,9 +96,12 @@ std::string GraphCache::capture(Entry& e, cudaStream_t s, const std::function<vo
   } catch (...) {
     thrown = "an exception of an unknown type";
   }
+  capturing_ = false;
   cudaGraph_t g = nullptr;
   const cudaError_t end = cudaStreamEndCapture(s, &g);  // ends the capture whatever happened in it
   cudaGetLastError();  // capture's errors are not sticky; leave none behind for the next check
+  if (thrown.empty() && end == cudaSuccess && g && noted_.size() != copies)
+    thrown = note_error_.empty() ? "the work issued " + std::to_string(noted_.size()) + " copies of " + std::to_string(copies) : note_error_;
   if (!thrown.empty() || end != cudaSuccess || !g) {
     if (g) cudaGraphDestroy(g);
     return thrown.empty() ? std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end) : thrown;
@@ -87,16 +109,22 @@ std::string GraphCache::capture(Entry& e, cudaStream_t s, const std::function<vo
   if (held() >= max_execs_) evict_exec();
   cudaGraphExec_t exec = nullptr;
   const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
-  cudaGraphDestroy(g);
   if (inst != cudaSuccess) {
+    cudaGraphDestroy(g);
     cudaGetLastError();
     return std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
   }
   e.exec = exec;
+  if (copies) {  // the nodes are the graph's: it stays while the exec does
+    e.graph = g;
+    e.copy_nodes = noted_;
+  } else {
+    cudaGraphDestroy(g);
+  }
   return {};
 }
 
-bool GraphCache::run(const std::vector<int64_t>& key, cudaStream_t s, const std::function<void()>& work) {
+bool GraphCache::run(const std::vector<int64_t>& key, cudaStream_t s, const std::function<void()>& work, const std::vector<Copy>& copies) {
   if (failures_ >= kMaxFailures) {
     work();
     return false;
@@ -114,12 +142,19 @@ bool GraphCache::run(const std::vector<int64_t>& key, cudaStream_t s, const std:
     return false;
   }
   if (!e.exec) {
-    const std::string why = capture(e, s, work);
+    const std::string why = capture(e, s, work, copies.size());
     if (!why.empty()) {
       work();  // what the capture recorded did not run: now it does (rethrowing an error of the work's own)
       refuse(e, why);  // the work runs eagerly, so the capture was at fault
       return false;
     }
+  } else {  // this batch's copies: the same sizes, other addresses
+    if (copies.size() != e.copy_nodes.size())
+      throw Error(Status::Internal, "internal_error", "CUDA graph replay: " + std::to_string(copies.size()) + " copies for a graph of " +
+                                                          std::to_string(e.copy_nodes.size()));
+    for (size_t i = 0; i < copies.size(); ++i)
+      check(cudaGraphExecMemcpyNodeSetParams1D(e.exec, e.copy_nodes[i], copies[i].dst, copies[i].src, copies[i].bytes, cudaMemcpyDeviceToDevice),
+            "CUDA graph replay: a prefix state copy");
   }
   check(cudaGraphLaunch(e.exec, s), "CUDA graph launch");
   ++replays_;
