@@ -19,6 +19,7 @@
 #include "cuda/model/device_model.h"
 #include "cuda/model/forward.h"
 #include "cuda/runtime/gemm.h"
+#include "cuda/runtime/hardware.h"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/kernels_quant.h"
 #include "cuda/model/qlinear.h"
@@ -394,11 +395,11 @@ TEST(CudaQuant, Fp8ScaledSwigluEqualsScaleThenSwiglu) {
   }
 }
 
-// The SwiGLU that also quantizes its output for the FP8 down_proj (swiglu_fp8_quant) against
-// swiglu_fp8_scaled + fp8_quantize_rows byte for byte: codes, the row scales, the zero padding to
-// kp, an all-zero row (scale 1), at a small ffn with a split not a multiple of 8, one item past a
-// 512-thread pass (4,104), Clef 27B's ffn and the largest that fits (a row of act in 48 KiB of
-// shared memory).
+// The SwiGLU that also quantizes its output for the FP8 down_proj (swiglu_fp8_quant, and each of
+// its forms) against swiglu_fp8_scaled + fp8_quantize_rows byte for byte: codes, the row scales,
+// the zero padding to kp, an all-zero row (scale 1), at a small ffn (72, split 32), one item past
+// a 512-thread pass with a split not a multiple of 8 (4,104: the scales' scalar reads), Clef
+// 27B's ffn and the largest that fits (a row of act in 48 KiB of shared memory).
 TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
   NEED_GPU();
   struct Case {
@@ -426,6 +427,18 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     const auto sw = down<float>(s1, size_t(L)), sg = down<float>(s2, size_t(L));
     EXPECT_EQ(sg, sw) << "scales" << at;
     EXPECT_EQ(sg[3], 1.0f) << "the all-zero row's scale" << at;
+    // every form: the shared-row kernel, and where clusters run a row over 1-8 CTAs of 1, 2 or 4
+    // items a thread (CTAs with no items at the small ffn, a partial last CTA elsewhere)
+    std::vector<cuda::SwigluFp8Form> forms{{0, 1}};
+    if (cuda::device_info().major >= 9) forms.insert(forms.end(), {{8, 1}, {3, 1}, {4, 2}, {2, 4}, {1, 4}, {8, 4}});
+    for (const cuda::SwigluFp8Form& f : forms) {
+      const std::string form = at + ", cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread";
+      cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");
+      cuda::check(cudaMemset(s2.get(), 0xab, size_t(L) * 4), "poison");
+      cuda::swiglu_fp8_quant_as(f, dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp, s2.as<float>(), nullptr);
+      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes" << form;
+      EXPECT_EQ(down<float>(s2, size_t(L)), sw) << "scales" << form;
+    }
     // as the forward calls it: the row scales read from and written to the same buffer
     DeviceBuffer q3(size_t(L * kp)), rs_io = cuda::upload(rs, "rs in place");
     cuda::swiglu_fp8_quant(dgu.as<bf16>(), L, ffn, rs_io.as<float>(), dcs.as<float>(), hi, split, q3.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
@@ -472,6 +485,63 @@ TEST(CudaQuant, Fp8RmsNormQuantEqualsNormThenQuantize) {
   EXPECT_FALSE(cuda::rms_norm_1p_fp8_fits(8196, 8196)) << "over 1,024 threads of two float4";
   EXPECT_FALSE(cuda::rms_norm_1p_fp8_fits(5120, 5122)) << "kp not a multiple of 4";
   EXPECT_FALSE(cuda::rms_norm_1p_fp8_fits(1002, 1004)) << "d not a multiple of 4";
+}
+
+// The gated norm that quantizes its rows for the FP8 out_proj (gated_norm_fp8: a token's heads
+// over a thread block cluster) against gated_norm + fp8_quantize_rows byte for byte: codes, row
+// scales, the K padding, an all-zero row (o and z zero: scale 1), z plain and z unscaled with its
+// scales applied on read, and those row scales overwritten in place by the codes' (the forward's
+// shared FP8 scratch), at 8, 48 (Clef) and 64 value heads.
+TEST(CudaQuant, Fp8GatedNormQuantEqualsGatedNormThenQuantize) {
+  NEED_GPU();
+  if (cuda::device_info().major < 9) {
+    EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 128, 6144)) << "no thread block clusters below compute capability 9.0";
+    GTEST_SKIP() << "thread block clusters need compute capability 9.0";
+  }
+  // K padding of 16 bytes to 512 (over two ranks' threads, several passes at one rank), and
+  // 6,148 (not a multiple of 8: fp8_quantize_rows' scalar kernel is the reference there)
+  for (auto [Hv, kp] : {std::pair<int64_t, int64_t>{48, 6144}, {8, 1040}, {8, 1536}, {16, 2560}, {64, 8192}, {48, 6160}, {48, 6148}}) {
+    const int64_t L = 9, Dv = 128, d = Hv * Dv, ldz = d + 24;
+    const std::string at = " at Hv " + std::to_string(Hv) + ", kp " + std::to_string(kp);
+    ASSERT_TRUE(cuda::gated_norm_fp8_fits(Hv, Dv, kp)) << at;
+    std::mt19937 rng{uint32_t(Hv + kp)};
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    std::vector<float> o(static_cast<size_t>(L * d)), w(static_cast<size_t>(Dv)), z(static_cast<size_t>(L * ldz)), rs(static_cast<size_t>(L)),
+        cs(static_cast<size_t>(d));
+    for (auto& v : o) v = nd(rng);
+    for (auto& v : w) v = 0.5f + 0.1f * nd(rng);
+    for (auto& v : z) v = quant::bf16_round(nd(rng));
+    for (int64_t i = 0; i < d; ++i) o[size_t(4 * d + i)] = 0.0f, z[size_t(4 * ldz + i)] = 0.0f;  // row 4: all zero
+    for (auto& v : rs) v = std::fabs(nd(rng)) * 1e-2f + 1e-3f;
+    for (auto& v : cs) v = std::fabs(nd(rng)) * 1e-1f + 1e-2f;
+    DeviceBuffer dO = cuda::upload(o, "o"), dw = cuda::upload(w, "w"), dz = cuda::upload(z, "z"), drs = cuda::upload(rs, "rs"), dcs = cuda::upload(cs, "cs"),
+                 act(size_t(L * d) * 2), q1(size_t(L * kp)), q2(size_t(L * kp)), s1(size_t(L) * 4), s2(size_t(L) * 4);
+    for (const bool scaled : {false, true}) {
+      const std::string how = at + (scaled ? ", z scaled on read" : ", z plain");
+      const cuda::RowColScales zs = scaled ? cuda::RowColScales{drs.as<float>(), dcs.as<float>()} : cuda::RowColScales{};
+      cuda::gated_norm(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz, act.as<bf16>(), nullptr, zs);
+      cuda::fp8_quantize_rows(act.as<bf16>(), L, d, d, q1.as<uint8_t>(), kp, s1.as<float>(), nullptr);
+      cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");  // the padding must be written
+      cuda::check(cudaMemset(s2.get(), 0xab, size_t(L) * 4), "poison");
+      cuda::gated_norm_fp8(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz, zs, q2.as<uint8_t>(), kp, s2.as<float>(), nullptr);
+      const auto want = down<uint8_t>(q1, size_t(L * kp));
+      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), want) << "codes" << how;
+      const auto sw = down<float>(s1, size_t(L));
+      EXPECT_EQ(down<float>(s2, size_t(L)), sw) << "scales" << how;
+      EXPECT_EQ(sw[4], 1.0f) << "the all-zero row's scale" << how;
+      if (!scaled) continue;
+      // as the forward calls it: z's row scales read from and the codes' written to one buffer
+      DeviceBuffer rs_io = cuda::upload(rs, "rs in place"), q3(size_t(L * kp));
+      cuda::gated_norm_fp8(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz, cuda::RowColScales{rs_io.as<float>(), dcs.as<float>()},
+                           q3.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
+      EXPECT_EQ(down<uint8_t>(q3, size_t(L * kp)), want) << "codes, scales in place" << how;
+      EXPECT_EQ(down<float>(rs_io, size_t(L)), sw) << "scales in place" << how;
+    }
+  }
+  EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 64, 3072)) << "Dv not 128";
+  EXPECT_FALSE(cuda::gated_norm_fp8_fits(44, 128, 5632)) << "Hv not a multiple of 8";
+  EXPECT_FALSE(cuda::gated_norm_fp8_fits(72, 128, 9216)) << "over 8 CTAs a cluster";
+  EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 128, 6146)) << "kp not a multiple of 4";
 }
 
 // FP8 rows through the vector kernel (k, kp, ldx multiples of 8) and the scalar one (odd k / ldx),

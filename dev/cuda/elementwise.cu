@@ -5,11 +5,15 @@
 //                  under FP8 the in_proj's scale pass + gdn_conv_prep against gdn_conv_prep
 //                  applying the scales as it reads
 //   gated norm     gated_norm as the product runs it (float4 form at Dv = 128) and its general
-//                  form, reached here with z's rows one float off 16-byte alignment
+//                  form, reached here with z's rows one float off 16-byte alignment; for the FP8
+//                  out_proj, gated_norm + fp8_quantize_rows against gated_norm_fp8 (one kernel)
 //   swiglu fp8     swiglu_fp8_scaled + fp8_quantize_rows (act written in bf16, read back) and
-//                  swiglu_fp8_quant (the down_proj's FP8 input straight from gate|up: the
-//                  product's, a row in shared memory) and its register variant (a row in one
-//                  CTA's registers, uncapped and capped for two CTAs an SM); bf16's swiglu for scale
+//                  swiglu_fp8_quant's forms (the down_proj's FP8 input straight from gate|up): a
+//                  row in one CTA's shared memory (the product's while the cluster form is
+//                  unmeasured, and below compute capability 9.0), a row in one CTA's registers
+//                  (uncapped and capped for two CTAs an SM), and a row over a cluster of CTAs,
+//                  per cluster size and items a thread (compute capability 9.0 on; the one
+//                  CLEFRT_LAB_SWIGLU_CLUSTER / _IPT select marked); bf16's swiglu for scale
 //   output gate    attention_output_gate after cuDNN's attention (24 heads of 256, the gate from
 //                  the qkv rows): 8 values a thread, and the pair-a-thread kernel it falls back to,
 //                  reached here with the gate one element off 16-byte alignment
@@ -23,12 +27,14 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/kernels_quant.h"
 #include "cuda/ops/swiglu_fp8.cuh"
 #include "cuda/runtime/buffer.h"
+#include "cuda/runtime/hardware.h"
 #include "gpu_bench.h"
 
 namespace clefrt::cuda {
@@ -137,6 +143,21 @@ void gated(int64_t L, cudaStream_t st, double copy, json::Value& out) {
   for (size_t i = 0; i < v1.size(); ++i) f1[i] = __bfloat162float(v1[i]), f2[i] = __bfloat162float(v2[i]);
   print({"gated norm", "general form (z rows unaligned)", L, t2, bytes, "reference"}, copy, out);
   print({"gated norm", "float4 form (the product at Dv 128)", L, t1, bytes, max_diff(f1, f2)}, copy, out);
+  // FP8 out_proj's input: the float4 form + fp8_quantize_rows against gated_norm_fp8 (a token's
+  // heads over a thread block cluster, compute capability 9.0 on)
+  if (!gated_norm_fp8_fits(kHv, kDv, vd)) return;
+  DeviceBuffer q1(size_t(L * vd)), q2(size_t(L * vd)), s1(size_t(L) * 4), s2(size_t(L) * 4);
+  const double bytes8 = double(L) * vd * (4 + 4 + 1);
+  const double t3 = bench::median_ms(st, [&] {
+    gated_norm(o.as<float>(), L, kHv, kDv, w.as<float>(), 1e-6f, z.as<float>() + kConv, kInProj, a1.as<bf16>(), st);
+    fp8_quantize_rows(a1.as<bf16>(), L, vd, vd, q1.as<uint8_t>(), vd, s1.as<float>(), st);
+  });
+  const double t4 = bench::median_ms(st, [&] {
+    gated_norm_fp8(o.as<float>(), L, kHv, kDv, w.as<float>(), 1e-6f, z.as<float>() + kConv, kInProj, RowColScales{}, q2.as<uint8_t>(), vd, s2.as<float>(), st);
+  });
+  const bool same = down_all<uint8_t>(q1) == down_all<uint8_t>(q2) && down_all<float>(s1) == down_all<float>(s2);
+  print({"gated norm fp8", "float4 form + fp8_quantize_rows", L, t3, bytes8, "reference"}, copy, out);
+  print({"gated norm fp8", "gated_norm_fp8 (a row over a cluster)", L, t4, bytes8, same ? "same bits" : "BITS DIFFER"}, copy, out);
 }
 
 void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
@@ -152,9 +173,8 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
     swiglu_fp8_scaled(dgu.as<bf16>(), L, kFfn, rs.as<float>(), cs.as<float>(), nullptr, 2 * kFfn, act.as<bf16>(), st);
     fp8_quantize_rows(act.as<bf16>(), L, kFfn, kFfn, q1.as<uint8_t>(), kFfn, s1.as<float>(), st);
   });
-  const double t2 = bench::median_ms(st, [&] {
-    swiglu_fp8_quant(dgu.as<bf16>(), L, kFfn, rs.as<float>(), cs.as<float>(), nullptr, 2 * kFfn, q2.as<uint8_t>(), kFfn, s2.as<float>(), st);
-  });
+  const GuScales sc{rs.as<float>(), cs.as<float>(), nullptr, 2 * kFfn};
+  const double t2 = bench::median_ms(st, [&] { launch_swiglu_fp8_quant_rows(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
   const bool same = down_all<uint8_t>(q1) == down_all<uint8_t>(q2) && down_all<float>(s1) == down_all<float>(s2);
   // the register variant: uncapped (78 registers, one CTA an SM), then capped at 56 (two, spills)
   auto regs = [&](auto run) {
@@ -162,14 +182,29 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
     const double t = bench::median_ms(st, run);
     return std::make_pair(t, down_all<uint8_t>(q1) == down_all<uint8_t>(q2) && down_all<float>(s1) == down_all<float>(s2));
   };
-  const GuScales sc{rs.as<float>(), cs.as<float>(), nullptr, 2 * kFfn};
   const auto [t3, same3] = regs([&] { launch_swiglu_fp8_quant_regs<1>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
   const auto [t4, same4] = regs([&] { launch_swiglu_fp8_quant_regs<2>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
   print({"swiglu", "bf16 swiglu (the bf16 model's)", L, tb, bytes_bf16, "-"}, copy, out);
   print({"swiglu fp8", "swiglu_fp8_scaled + fp8_quantize_rows", L, t1, bytes_fp8, "reference"}, copy, out);
-  print({"swiglu fp8", "swiglu_fp8_quant (1 kernel, the product)", L, t2, bytes_fp8, same ? "same bits" : "BITS DIFFER"}, copy, out);
+  print({"swiglu fp8", "a row in one CTA's shared memory", L, t2, bytes_fp8, same ? "same bits" : "BITS DIFFER"}, copy, out);
   print({"swiglu fp8", "registers, one CTA an SM", L, t3, bytes_fp8, same3 ? "same bits" : "BITS DIFFER"}, copy, out);
   print({"swiglu fp8", "registers, 2 CTAs an SM (spills)", L, t4, bytes_fp8, same4 ? "same bits" : "BITS DIFFER"}, copy, out);
+  // the cluster form (compute capability 9.0 on): a row over `cl` CTAs, `ipt` items a thread
+  if (device_info().major >= 9) {
+    const SwigluFp8Form product = swiglu_fp8_form();
+    for (const std::pair<int, int> form : {std::pair{8, 1}, std::pair{4, 1}, std::pair{4, 2}, std::pair{2, 2}, std::pair{2, 4}, std::pair{1, 4}}) {
+      const int cl = form.first, ipt = form.second;
+      const auto [tc, samec] = regs([&] {
+        if (ipt == 1) launch_swiglu_fp8_quant_cluster<1>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), cl, st);
+        else if (ipt == 2) launch_swiglu_fp8_quant_cluster<2>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), cl, st);
+        else launch_swiglu_fp8_quant_cluster<4>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), cl, st);
+        check_launch("swiglu_fp8_quant_cluster");
+      });
+      const std::string name = "cluster of " + std::to_string(cl) + ", " + std::to_string(ipt) + " items a thread" +
+                               (product.cluster == cl && product.ipt == ipt ? " (the model's now)" : "");
+      print({"swiglu fp8", name, L, tc, bytes_fp8, samec ? "same bits" : "BITS DIFFER"}, copy, out);
+    }
+  }
 }
 
 void output_gate(int64_t L, cudaStream_t st, double copy, json::Value& out) {

@@ -994,10 +994,23 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s,
                        gdn_path_);
         mark("gdn gated_norm");
-        gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s,
-                   in_unscaled ? RowColScales{isc.rs + (T0 - R0), isc.cs_lo + conv_dim} : RowColScales{});
-        mark("gemm gdn out_proj");
-        lin.run(b.gact, rows, value_dim, l.gdn_out, b.x + T0 * H, OutType::F32, H, true, "gdn out_proj");
+        const RowColScales zs = in_unscaled ? RowColScales{isc.rs + (T0 - R0), isc.cs_lo + conv_dim} : RowColScales{};
+        // FP8 out_proj: the norm quantizes its rows into the GEMM's input buffers, whose row scales
+        // are the in_proj's too (isc.rs), read here for z: only where both index the same rows
+        LinearRunner::Fp8Input oin;
+        // lab switch, off until measured on a GPU (written in session 33 with no device time
+        // left): CLEFRT_LAB_GATED_NORM_FP8=1 fuses
+        static const bool fuse_out = env_count("CLEFRT_LAB_GATED_NORM_FP8", 0, 0, 1) == 1;
+        if (fuse_out && (!in_unscaled || T0 == R0) && lin.fp8_input(l.gdn_out, oin) && oin.k == value_dim &&
+            gated_norm_fp8_fits(c.v_heads, c.v_head_dim, oin.kp) && gated_norm_fp8_aligned(b.gdn_o, l.gdn_norm, own + conv_dim, n, zs, oin.q)) {
+          gated_norm_fp8(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, zs, oin.q, oin.kp, oin.scale, s);
+          mark("gemm gdn out_proj");
+          lin.run_fp8_quantized(rows, l.gdn_out, b.x + T0 * H, OutType::F32, H, true, "gdn out_proj");
+        } else {
+          gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s, zs);
+          mark("gemm gdn out_proj");
+          lin.run(b.gact, rows, value_dim, l.gdn_out, b.x + T0 * H, OutType::F32, H, true, "gdn out_proj");
+        }
       }
     } else {
       const int64_t n = l.qkv.n;

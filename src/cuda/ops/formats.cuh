@@ -96,6 +96,20 @@ __device__ __forceinline__ uint2 e4m3_encode8_bf16(uint4 v, float s, float inv) 
   return make_uint2(w[0], w[1]);
 }
 
+// The same for 4 values (the fused gated norm's lane), first value in the lowest byte
+__device__ __forceinline__ uint32_t e4m3_encode4_bf16(uint2 v, float s, float inv) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+  uint32_t w = 0u;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const float2 f = __bfloat1622float2(h[j]);
+    const uint32_t lo = e4m3_encode(inv != 0.0f ? fp8_div_by_recip(f.x, s, inv) : __fdiv_rn(f.x, s));
+    const uint32_t hi = e4m3_encode(inv != 0.0f ? fp8_div_by_recip(f.y, s, inv) : __fdiv_rn(f.y, s));
+    w |= (lo | hi << 8) << (16 * j);
+  }
+  return w;
+}
+
 // The FP8 GEMM's scales: v * rs[r] * cs[c], multiplied in that order and never contracted into
 // an FMA (kernels_quant.cu's epilogues and swiglu_fp8_scaled round the same value).
 __device__ __forceinline__ float fp8_scaled(float v, float r, float c) { return __fmul_rn(__fmul_rn(v, r), c); }

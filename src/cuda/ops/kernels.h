@@ -52,6 +52,17 @@ void swiglu_fp8_scaled(const bf16* gu, int64_t L, int64_t ffn, const float* rs, 
 bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp);
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
                       uint8_t* q, int64_t kp, float* scale, cudaStream_t s);
+// The form swiglu_fp8_quant runs (queried once): a row over a cluster of `cluster` CTAs (1-8),
+// `ipt` 16-byte items a thread (1, 2 or 4; compute capability 9.0 on), or cluster 0: a row in one
+// CTA's shared memory, the default until the cluster form is measured on a GPU. Lab switches
+// CLEFRT_LAB_SWIGLU_CLUSTER (0-8) and CLEFRT_LAB_SWIGLU_IPT pick another for A/B runs.
+// swiglu_fp8_quant_as runs a given form (the GPU tests: all give the same bits).
+struct SwigluFp8Form {
+  int cluster = 0, ipt = 1;
+};
+SwigluFp8Form swiglu_fp8_form();
+void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi,
+                         int64_t split, uint8_t* q, int64_t kp, float* scale, cudaStream_t s);
 // y[r, :] (+)= bias, then gelu (erf) if asked; y fp32 [rows, n] with row stride ldy.
 void bias_act(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu, cudaStream_t s);
 void f32_to_bf16_rows(const float* x, int64_t rows, int64_t d, int64_t ldx, bf16* y, int64_t ldy, cudaStream_t s);
@@ -187,6 +198,16 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
 // FP8 output (rs by t, cs by j*Dv + i)
 void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, bf16* act,
                 cudaStream_t s, const RowColScales& zs = {});
+// gated_norm followed by fp8_quantize_rows(act, L, Hv Dv, Hv Dv, q, kp, scale) in one kernel (the
+// FP8 out_proj's input without act's trip through memory), the same codes and scales. Where
+// gated_norm_fp8_fits(Hv, Dv, kp) (Dv 128, Hv a multiple of 8 up to 64: a token's heads over a
+// thread block cluster; compute capability 9.0 on, with the kernel's code in the binary) and
+// gated_norm_fp8_aligned (the float4 form's operands). `scale` may be zs.rs only when both
+// index the same rows.
+bool gated_norm_fp8_fits(int64_t Hv, int64_t Dv, int64_t kp);
+bool gated_norm_fp8_aligned(const float* o, const float* w, const float* z, int64_t ldz, const RowColScales& zs, const uint8_t* q);
+void gated_norm_fp8(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, const RowColScales& zs,
+                    uint8_t* q, int64_t kp, float* scale, cudaStream_t s);
 
 // ---- gated attention (kernels_attn.cu) ----
 // From the fused q|gate, k, v GEMM output qkv (row t at qkv + t * ldqkv) of tokens [t0, t0 +

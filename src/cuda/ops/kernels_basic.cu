@@ -1,5 +1,8 @@
 // Embedding gather, norms, SwiGLU, bias/GELU, casts and the synthetic-weight fill.
+#include <array>
+
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/hardware.h"
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
@@ -192,37 +195,6 @@ __global__ void swiglu_k(const bf16* gu, int64_t ffn, bf16* act, GuScales sc) {
   for (int64_t j = j0; j < j0 + 8 && j < ffn; ++j) a[j] = __float2bfloat16(silu_f(gu_value(g[j], t, j, sc)) * gu_value(u[j], t, ffn + j, sc));
 }
 
-// swiglu_k's scaled values for one token row per CTA, kept in shared memory as bf16 (the bits
-// swiglu_fp8_scaled stores), then fp8_quant_rows_v_k's amax, scale and codes from them. `scale`
-// may be sc.rs itself (the forward's FP8 scratch holds gate|up's row scales, then down_proj's):
-// every read of rs[t] comes before block_max's barriers, and its one write after them.
-constexpr int kSwigluQuantThreads = 512;
-__global__ void __launch_bounds__(kSwigluQuantThreads) swiglu_fp8_quant_k(const bf16* gu, int64_t ffn, GuScales sc, uint8_t* q, int64_t kp8,
-                                                                         float* scale) {
-  extern __shared__ uint4 act_s[];  // [ffn / 8]
-  __shared__ float sh[32];
-  const int64_t t = blockIdx.x, f8 = ffn / 8;
-  const uint4* g = reinterpret_cast<const uint4*>(gu + t * 2 * ffn);
-  const uint4* u = g + f8;
-  float m = 0;
-  for (int64_t i = threadIdx.x; i < f8; i += blockDim.x) {
-    const uint4 gv = g[i], uv = u[i];
-    const bf16* gp = reinterpret_cast<const bf16*>(&gv);
-    const bf16* up = reinterpret_cast<const bf16*>(&uv);
-    uint4 ov;
-    bf16* op = reinterpret_cast<bf16*>(&ov);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16(silu_f(gu_value(gp[j], t, 8 * i + j, sc)) * gu_value(up[j], t, ffn + 8 * i + j, sc));
-    m = absmax8_bf16(ov, m);
-    act_s[i] = ov;
-  }
-  m = block_max(m, sh);  // its barriers also publish act_s
-  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
-  if (threadIdx.x == 0) scale[t] = s;
-  uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
-  for (int64_t i = threadIdx.x; i < kp8; i += blockDim.x) out[i] = i < f8 ? e4m3_encode8_bf16(act_s[i], s, inv) : make_uint2(0u, 0u);
-}
-
 __global__ void bias_act_k(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu) {
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -406,13 +378,68 @@ bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp) {
   return ffn > 0 && ffn % 8 == 0 && kp % 8 == 0 && kp >= ffn && ffn * 2 + 32 * int64_t(sizeof(float)) <= 48 * 1024;
 }
 
+// The cluster kernel of `ipt` items a thread: its most threads a CTA as compiled, 0 where it
+// cannot run (no thread block clusters, or no code of it for this device: a JIT of older PTX
+// would run its trapping body)
+static int swiglu_cluster_max_threads(int ipt) {
+  static const std::array<int, 3> most = [] {
+    const auto one = [](auto kernel) {
+      cudaFuncAttributes a{};
+      const bool ok = cudaFuncGetAttributes(&a, kernel) == cudaSuccess && a.binaryVersion >= 90;
+      cudaGetLastError();  // a missing image is an answer here, not an error for the next launch
+      return ok ? a.maxThreadsPerBlock : 0;
+    };
+    if (device_info().major < 9) return std::array<int, 3>{0, 0, 0};
+    return std::array<int, 3>{one(swiglu_fp8_quant_cluster_k<1>), one(swiglu_fp8_quant_cluster_k<2>), one(swiglu_fp8_quant_cluster_k<4>)};
+  }();
+  return most[ipt == 1 ? 0 : ipt == 2 ? 1 : 2];
+}
+
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
                       uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
+  SwigluFp8Form f = swiglu_fp8_form();
+  if (f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt)) f.cluster = 0;  // the row does not fit it
+  swiglu_fp8_quant_as(f, gu, L, ffn, rs, cs_lo, cs_hi, split, q, kp, scale, s);
+}
+
+void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi,
+                         int64_t split, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
   if (!swiglu_fp8_quant_fits(ffn, kp))
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: ffn " + std::to_string(ffn) + ", kp " + std::to_string(kp) + " do not fit");
+  if (f.cluster < 0 || f.cluster > 8 || (f.ipt != 1 && f.ipt != 2 && f.ipt != 4))
+    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: no form of cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread");
+  if (f.cluster > 0 && swiglu_cluster_max_threads(f.ipt) == 0)
+    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: the cluster form needs compute capability 9.0 and its code in the binary");
+  if (f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt))
+    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: ffn " + std::to_string(ffn) + " over a cluster of " + std::to_string(f.cluster) +
+                                                       " CTAs of " + std::to_string(f.ipt) + " items a thread needs more threads a CTA than the kernel takes (" +
+                                                       std::to_string(swiglu_cluster_max_threads(f.ipt)) + ")");
   if (L == 0) return;
-  swiglu_fp8_quant_k<<<unsigned(L), kSwigluQuantThreads, size_t(ffn) * 2, s>>>(gu, ffn, GuScales{rs, cs_lo, cs_hi, split}, q, kp / 8, scale);
+  const GuScales sc{rs, cs_lo, cs_hi, split};
+  if (f.cluster == 0) {
+    launch_swiglu_fp8_quant_rows(gu, L, ffn, sc, q, kp, scale, s);
+  } else if (f.ipt == 1) {
+    launch_swiglu_fp8_quant_cluster<1>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
+  } else if (f.ipt == 2) {
+    launch_swiglu_fp8_quant_cluster<2>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
+  } else {
+    launch_swiglu_fp8_quant_cluster<4>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
+  }
   check_launch("swiglu_fp8_quant");
+}
+
+SwigluFp8Form swiglu_fp8_form() {
+  static const SwigluFp8Form f = [] {
+    SwigluFp8Form d;
+    if (swiglu_cluster_max_threads(1) == 0) return d;  // no thread block clusters here: the shared-row kernel
+    // the cluster form is off until measured against the shared-row kernel on a GPU (written in
+    // session 33 with no device time left): CLEFRT_LAB_SWIGLU_CLUSTER=8 turns it on
+    d.cluster = int(env_count("CLEFRT_LAB_SWIGLU_CLUSTER", 0, 0, 8));
+    d.ipt = int(env_count("CLEFRT_LAB_SWIGLU_IPT", 1, 1, 4));
+    if (d.ipt == 3) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_IPT is 3: 1, 2 or 4 items a thread");
+    return d;
+  }();
+  return f;
 }
 
 void bias_act(float* y, int64_t rows, int64_t n, int64_t ldy, const float* bias, bool gelu, cudaStream_t s) {

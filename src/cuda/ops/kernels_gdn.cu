@@ -13,6 +13,8 @@
 // which is what makes the split exact. Each has a tensor-core form (3xTF32 mma.sync) and a
 // CUDA-core form; on Hopper the prep and scan run on wgmma instead (kernels_gdn_wgmma.cu; GdnPath
 // in kernels.h).
+#include <cooperative_groups.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -21,6 +23,7 @@
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/gdn_tiles.cuh"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/hardware.h"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
 
@@ -744,6 +747,48 @@ __global__ void gated_norm128_k(const float4* o, int64_t rows, const float4* w, 
   act[wid * 32 + lane] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
 }
 
+// gated_norm128_k quantizing its output rows for the FP8 out_proj: the codes and row scales
+// fp8_quantize_rows makes of gated_norm128_k's bf16 rows, without those rows' trip through
+// memory. A token's Hv heads (a warp each, as there) over a cluster of Hv / 8 CTAs of 8 warps
+// (compute capability 9.0 on); the row's amax is each CTA's block max, then the cluster's through
+// distributed shared memory (max is exact in any order). `scale` may be zs.rs when both index the
+// same rows: every CTA of row t reads zs.rs[t] before the cluster barrier, rank 0 writes scale[t]
+// after it.
+__global__ void gated_norm128_fp8_k(const float4* o, const float4* w, float eps, const float* z, int64_t ldz, int64_t Hv, RowColScales zs,
+                                    uint8_t* q, int64_t kp, float* scale) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  __shared__ float sh[32];
+  __shared__ float cta_max;
+  const cg::cluster_group cl = cg::this_cluster();
+  const int rank = int(cl.block_rank()), ncl = int(cl.num_blocks()), lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.x / ncl, j = int64_t(rank) * 8 + (threadIdx.x >> 5), wid = t * Hv + j;
+  const float4 x = o[wid * 32 + lane], ww = w[lane];
+  float4 zz = *reinterpret_cast<const float4*>(z + t * ldz + j * 128 + 4 * lane);
+  if (zs.rs) zz = fp8_scaled4(zz, zs.rs[t], *reinterpret_cast<const float4*>(zs.cs + j * 128 + 4 * lane));
+  const float inv_rms = rsqrtf(warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w) / 128.0f + eps);
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(x.x * inv_rms * ww.x * silu_f(zz.x), x.y * inv_rms * ww.y * silu_f(zz.y));
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(x.z * inv_rms * ww.z * silu_f(zz.z), x.w * inv_rms * ww.w * silu_f(zz.w));
+  const float2 fl = __bfloat1622float2(lo), fh = __bfloat1622float2(hi);
+  float m = fmaxf(0.0f, fmaxf(fmaxf(fabsf(fl.x), fabsf(fl.y)), fmaxf(fabsf(fh.x), fabsf(fh.y))));  // from 0, as fp8_quantize_rows
+  m = block_max(m, sh);
+  if (threadIdx.x == 0) cta_max = m;
+  cl.sync();  // every CTA's max published (and every zs.rs[t] read)
+#pragma unroll 1
+  for (int r = 0; r < ncl; ++r) m = fmaxf(m, *cl.map_shared_rank(&cta_max, r));
+  cl.barrier_arrive();  // done with the others' shared memory: they may exit after the wait below
+  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
+  if (rank == 0 && threadIdx.x == 0) scale[t] = s;
+  uint8_t* row = q + t * kp;
+  *reinterpret_cast<uint32_t*>(row + j * 128 + 4 * lane) =
+      e4m3_encode4_bf16(make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi)), s, inv);
+  for (int64_t i = Hv * 128 + int64_t(rank) * blockDim.x + threadIdx.x; i < kp; i += int64_t(ncl) * blockDim.x) row[i] = 0;  // the GEMM's K padding
+  cl.barrier_wait();
+#else
+  __trap();  // never launched below compute capability 9.0 (gated_norm_fp8_fits)
+#endif
+}
+
 }  // namespace
 
 GdnPath gdn_path(GdnPath path, int64_t Dk, int64_t Dv) {
@@ -887,6 +932,47 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
   else
     gated_norm_k<<<unsigned((rows * 32 + 255) / 256), 256, 0, s>>>(o, rows, Dv, w, eps, z, ldz, Hv, act, zs);
   check_launch("gdn gated_norm");
+}
+
+bool gated_norm_fp8_fits(int64_t Hv, int64_t Dv, int64_t kp) {
+  // the device has thread block clusters and the binary has the kernel's code for it (not a
+  // JIT of older PTX, whose body would trap)
+  static const bool runs = [] {
+    cudaFuncAttributes a{};
+    const bool ok = device_info().major >= 9 && cudaFuncGetAttributes(&a, gated_norm128_fp8_k) == cudaSuccess && a.binaryVersion >= 90;
+    cudaGetLastError();  // a missing image is an answer here, not an error for the next launch
+    return ok;
+  }();
+  return runs && Dv == 128 && Hv % 8 == 0 && Hv / 8 >= 1 && Hv / 8 <= 8 && kp >= Hv * Dv && kp % 4 == 0;
+}
+
+bool gated_norm_fp8_aligned(const float* o, const float* w, const float* z, int64_t ldz, const RowColScales& zs, const uint8_t* q) {
+  const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
+  return ldz % 4 == 0 && aligned(o, 16) && aligned(w, 16) && aligned(z, 16) && aligned(q, 4) && (!zs.rs || aligned(zs.cs, 16));
+}
+
+void gated_norm_fp8(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, const RowColScales& zs,
+                    uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
+  if (!gated_norm_fp8_fits(Hv, Dv, kp) || !gated_norm_fp8_aligned(o, w, z, ldz, zs, q))
+    throw Error(Status::Internal, "internal_error", "gdn gated_norm_fp8: Hv " + std::to_string(Hv) + ", Dv " + std::to_string(Dv) + ", kp " +
+                                                       std::to_string(kp) + " or the operands' alignment do not fit its kernel");
+  if (L == 0) return;
+  const int ncl = int(Hv / 8);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(L * ncl));
+  cfg.blockDim = dim3(256);
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = unsigned(ncl);
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  check(cudaLaunchKernelEx(&cfg, gated_norm128_fp8_k, reinterpret_cast<const float4*>(o), reinterpret_cast<const float4*>(w), eps, z, ldz, Hv, zs, q, kp,
+                           scale),
+        "gdn gated_norm_fp8");
+  check_launch("gdn gated_norm_fp8");
 }
 
 }  // namespace clefrt::cuda

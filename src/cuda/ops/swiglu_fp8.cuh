@@ -1,9 +1,12 @@
 // The FP8 SwiGLU's device code: gate|up from the FP8 GEMM without its scales, the scales applied
-// as read (GuScales, gu_value: kernels_basic.cu's SwiGLU kernels), and the register variant of the
-// fused SwiGLU + FP8 row quantization (swiglu_fp8_quant_regs_k), which only the kernel lab runs
-// (dev/cuda/elementwise.cu): on an H200 the product's shared-row kernel (kernels_basic.cu) is
-// faster in the model (bench/results/2026-12-05-h200-session28.md).
+// as read (GuScales, gu_value: kernels_basic.cu's SwiGLU kernels); the fused SwiGLU + FP8 row
+// quantization's cluster form (swiglu_fp8_quant_cluster_k: compute capability 9.0 on, where
+// kernels_basic.cu's swiglu_fp8_quant runs it) and its register variant (swiglu_fp8_quant_regs_k),
+// which only the kernel lab runs (dev/cuda/elementwise.cu): one CTA a row, one CTA an SM, it was
+// slower in the model than the shared-row kernel (bench/results/2026-12-05-h200-session28.md),
+// which stays the product's below compute capability 9.0.
 #pragma once
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -12,6 +15,7 @@
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
+#include "cuda/runtime/check.h"
 
 namespace clefrt::cuda {
 namespace {
@@ -31,7 +35,41 @@ __device__ __forceinline__ float gu_value(bf16 v, int64_t t, int64_t c, const Gu
   const float cs = c < sc.split ? sc.cs_lo[c] : sc.cs_hi[c - sc.split];
   return __bfloat162float(__float2bfloat16_rn(fp8_scaled(__bfloat162float(v), sc.rs[t], cs)));
 }
-// The lab's variant of swiglu_fp8_quant_k (kernels_basic.cu): swiglu_k's scaled values for one
+// swiglu_k's scaled values for one token row per CTA, kept in shared memory as bf16 (the bits
+// swiglu_fp8_scaled stores), then fp8_quant_rows_v_k's amax, scale and codes from them. `scale`
+// may be sc.rs itself (the forward's FP8 scratch holds gate|up's row scales, then down_proj's):
+// every read of rs[t] comes before block_max's barriers, and its one write after them.
+constexpr int kSwigluQuantThreads = 512;
+__global__ void __launch_bounds__(kSwigluQuantThreads) swiglu_fp8_quant_k(const bf16* gu, int64_t ffn, GuScales sc, uint8_t* q, int64_t kp8,
+                                                                         float* scale) {
+  extern __shared__ uint4 act_s[];  // [ffn / 8]
+  __shared__ float sh[32];
+  const int64_t t = blockIdx.x, f8 = ffn / 8;
+  const uint4* g = reinterpret_cast<const uint4*>(gu + t * 2 * ffn);
+  const uint4* u = g + f8;
+  float m = 0;
+  for (int64_t i = threadIdx.x; i < f8; i += blockDim.x) {
+    const uint4 gv = g[i], uv = u[i];
+    const bf16* gp = reinterpret_cast<const bf16*>(&gv);
+    const bf16* up = reinterpret_cast<const bf16*>(&uv);
+    uint4 ov;
+    bf16* op = reinterpret_cast<bf16*>(&ov);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16(silu_f(gu_value(gp[j], t, 8 * i + j, sc)) * gu_value(up[j], t, ffn + 8 * i + j, sc));
+    m = absmax8_bf16(ov, m);
+    act_s[i] = ov;
+  }
+  m = block_max(m, sh);  // its barriers also publish act_s
+  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
+  if (threadIdx.x == 0) scale[t] = s;
+  uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
+  for (int64_t i = threadIdx.x; i < kp8; i += blockDim.x) out[i] = i < f8 ? e4m3_encode8_bf16(act_s[i], s, inv) : make_uint2(0u, 0u);
+}
+inline void launch_swiglu_fp8_quant_rows(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
+  swiglu_fp8_quant_k<<<unsigned(L), kSwigluQuantThreads, size_t(ffn) * 2, s>>>(gu, ffn, sc, q, kp / 8, scale);
+}
+
+// The lab's variant of swiglu_fp8_quant_k: swiglu_k's scaled values for one
 // token row per CTA, then fp8_quant_rows_v_k's amax, scale and codes from them. A thread holds up
 // to four 16-byte items (8 values) of the row in registers from its loads to its codes, so the
 // only exchange is block_max, the four items' loads are in flight together, and the block is
@@ -123,6 +161,89 @@ void launch_swiglu_fp8_quant_regs(const bf16* gu, int64_t L, int64_t ffn, const 
   const unsigned threads = unsigned((per + 31) / 32 * 32);
   const bool vec = sc.split % 8 == 0 && aligned16(sc.cs_lo) && (sc.split >= 2 * ffn || aligned16(sc.cs_hi));
   swiglu_fp8_quant_regs_k<MinBlocks><<<unsigned(L), threads, 0, s>>>(gu, ffn, sc, vec, q, kp / 8, scale);
+}
+
+// The cluster form: a row over a cluster of CTAs (thread block clusters, compute capability 9.0
+// on), CTA r of it taking the row's 16-byte items [r per, r per + per), a thread IPT of them in
+// registers from its loads to its codes. The row's amax is each CTA's block max, then the
+// cluster's through distributed shared memory: one exchange, no trip of the values through shared
+// memory, and as many threads on a row as its items (the blog's 318 rows fill the GPU, where one
+// CTA a row left most of it idle through each row's serial loads and barriers). The same values,
+// amax, scale and codes as swiglu_fp8_quant_k: max is exact in any order. `scale` may be sc.rs
+// itself: every CTA of the row reads rs[t] before the cluster barrier, and rank 0 writes scale[t]
+// after it.
+template <int IPT>
+__global__ void swiglu_fp8_quant_cluster_k(const bf16* gu, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale, int per) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  __shared__ float sh[32];
+  __shared__ float cta_max;
+  const cg::cluster_group cl = cg::this_cluster();
+  const int rank = int(cl.block_rank()), ncl = int(cl.num_blocks());
+  const int64_t t = blockIdx.x / ncl;
+  const int f8 = int(ffn / 8), i0 = rank * per, i1 = min(i0 + per, f8);
+  const uint4* g = reinterpret_cast<const uint4*>(gu + t * 2 * ffn);
+  const uint4* u = g + f8;
+  uint4 gv[IPT], uv[IPT];
+#pragma unroll
+  for (int k = 0; k < IPT; ++k) {
+    const int i = i0 + threadIdx.x + k * blockDim.x;
+    if (i < i1) gv[k] = g[i], uv[k] = u[i];
+  }
+  const float r = sc.rs ? sc.rs[t] : 1.0f;
+  float m = 0;
+#pragma unroll
+  for (int k = 0; k < IPT; ++k) {
+    const int i = i0 + threadIdx.x + k * blockDim.x;
+    if (i < i1) {
+      gv[k] = swiglu8_scaled(gv[k], uv[k], r, sc, 8 * i, int(ffn), vec);
+      m = absmax8_bf16(gv[k], m);
+    }
+  }
+  m = block_max(m, sh);
+  if (threadIdx.x == 0) cta_max = m;
+  cl.sync();  // every CTA's max published (and every rs[t] read)
+#pragma unroll 1
+  for (int o = 0; o < ncl; ++o) m = fmaxf(m, *cl.map_shared_rank(&cta_max, o));
+  cl.barrier_arrive();  // done with the others' shared memory: they may exit after the wait below
+  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
+  if (rank == 0 && threadIdx.x == 0) scale[t] = s;
+  uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
+#pragma unroll
+  for (int k = 0; k < IPT; ++k) {
+    const int i = i0 + threadIdx.x + k * blockDim.x;
+    if (i < i1) out[i] = e4m3_encode8_bf16(gv[k], s, inv);
+  }
+  for (int64_t i = f8 + int64_t(rank) * blockDim.x + threadIdx.x; i < kp8; i += int64_t(ncl) * blockDim.x) out[i] = make_uint2(0u, 0u);
+  cl.barrier_wait();
+#else
+  __trap();  // never launched below compute capability 9.0 (swiglu_fp8_quant picks)
+#endif
+}
+
+// A row over `cl` CTAs (1..8, the portable cluster size) of `ipt` items a thread: a CTA's
+// threads, its items over ipt rounded up to a warp (the launch needs <= 1024).
+inline int64_t swiglu_cluster_threads(int64_t ffn, int cl, int ipt) {
+  const int64_t per = (ffn / 8 + cl - 1) / cl;
+  return ((per + ipt - 1) / ipt + 31) / 32 * 32;
+}
+template <int IPT>
+void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, int cl,
+                                     cudaStream_t s) {
+  const int64_t per = (ffn / 8 + cl - 1) / cl, threads = swiglu_cluster_threads(ffn, cl, IPT);
+  const bool vec = sc.split % 8 == 0 && aligned16(sc.cs_lo) && (sc.split >= 2 * ffn || aligned16(sc.cs_hi));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(L * cl));
+  cfg.blockDim = dim3(unsigned(threads));
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = unsigned(cl);
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  check(cudaLaunchKernelEx(&cfg, swiglu_fp8_quant_cluster_k<IPT>, gu, ffn, sc, vec, q, kp / 8, scale, int(per)), "swiglu_fp8_quant");
 }
 
 }  // namespace
