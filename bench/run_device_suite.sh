@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -30,6 +30,8 @@
 # gdn-products: the Wgmma GDN path's two precisions (one bf16 pass, the default, and bf16x3): the
 # GDN GPU tests, the GDN lab, and the bf16 bench with CLEFRT_GDN_PRODUCTS=bf16x3 (files *-gdnx3*);
 # pass `quick bf16` too for the default's time.
+# env:NAME=VALUE / unset:NAME: a lab switch set for the verbs after it (an A/B of one binary), named
+# in the bench records' command; a mode benched again writes bench-MODE-runN.*.
 # deadline=S: once S seconds have passed since the suite began, the verbs left are skipped, all but
 # tar (a machine's call has a limit; the files of the verbs that ran still come back in one archive).
 set -uo pipefail
@@ -54,6 +56,7 @@ OUT0=$OUT
 mkdir -p "$OUT"
 tok=.deps/qwen3/tokenizer.json
 deadline=0
+lab_env=""
 while [ $# -gt 0 ]; do
   if [ "$deadline" -gt 0 ] && [ "$SECONDS" -ge "$deadline" ] && [ "$1" != tar ]; then
     echo "== deadline (${deadline} s) passed at ${SECONDS} s: skipping $1"
@@ -61,6 +64,12 @@ while [ $# -gt 0 ]; do
     continue
   fi
   case $1 in
+    env:*=*)
+      # a lab switch for the verbs after it (A/B runs of one binary: env:CLEFRT_LAB_SWIGLU_CLUSTER=8
+      # quick fp8 unset:CLEFRT_LAB_SWIGLU_CLUSTER quick fp8); the bench records name it
+      v=${1#env:}; export "${v?}"; lab_env="${lab_env:+$lab_env }$v"; echo "== env $v" ;;
+    unset:*)
+      v=${1#unset:}; unset "$v"; lab_env=$(tr ' ' '\n' <<< "$lab_env" | grep -v "^$v=" | tr '\n' ' ' | sed 's/ *$//'); echo "== unset $v" ;;
     deadline=*)
       deadline=${1#deadline=}
       [[ $deadline =~ ^[0-9]+$ ]] || { echo "deadline=S: S in whole seconds, not '$deadline'" >&2; exit 2; } ;;
@@ -74,11 +83,12 @@ while [ $# -gt 0 ]; do
       extra=""; [ "$1" = quick ] && extra="--max-tokens 16384 --no-vision"
       shift
       while [ $# -gt 0 ] && [[ $1 =~ ^(auto|bf16|fp8|nvfp4|nvfp4-w4a16)$ ]]; do
-        m=$1
+        m=$1 f=bench-$1 k=2
+        while [ -e "$OUT/$f.json" ]; do f=bench-$m-run$k; k=$((k + 1)); done  # a mode's later runs (A/B) keep their own files
         .carry/clefrt bench --synthetic clef-27b --quant "$m" $extra --tokenizer $tok --reps 5 --profile --commit "$commit" \
-          --command "clefrt bench --synthetic clef-27b --quant $m${extra:+ $extra} --reps 5 --profile" --json "$OUT/bench-$m.json" \
-          > "$OUT/bench-$m.txt" 2> "$OUT/bench-$m.err"
-        echo "== bench $m${extra:+ $extra} rc=$?"; grep -v "^{" "$OUT/bench-$m.txt" | head -60; tail -3 "$OUT/bench-$m.err"
+          --command "${lab_env:+$lab_env }clefrt bench --synthetic clef-27b --quant $m${extra:+ $extra} --reps 5 --profile" --json "$OUT/$f.json" \
+          > "$OUT/$f.txt" 2> "$OUT/$f.err"
+        echo "== bench $m${extra:+ $extra}${lab_env:+ ($lab_env)} rc=$? -> $f"; grep -v "^{" "$OUT/$f.txt" | head -60; tail -3 "$OUT/$f.err"
         shift
       done
       continue ;;
