@@ -40,6 +40,23 @@ const std::string& small_dir() {
   return d;
 }
 
+// The folder's weights on the GPU as a bare cuda::Forward takes them, and a prefix state buffer
+// of n tokens for it.
+cuda::DevModel device_model_of(const std::string& dir) {
+  const auto cfg = model::load_config(dir);
+  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
+  hs.add_file(dir + "/joint_head.safetensors");
+  const auto tw = model::load_text_weights(st, cfg.text);
+  const auto hw = model::load_head_weights(hs, cfg.head);
+  return cuda::build_device_model(tw, hw, cfg.text, cfg.head);
+}
+cuda::DevPrefixState prefix_state(const cuda::DevModel& dm, int64_t n) {
+  cuda::DevPrefixState s;
+  s.capacity = n;
+  s.buf = cuda::DeviceBuffer(cuda::PrefixLayout::of(dm, n).bytes, "test prefix state");
+  return s;
+}
+
 std::unique_ptr<Engine> open_gpu(double cache_gib, bool lean = false) {
   EngineOptions o;
   o.device = Device::Cuda;
@@ -199,18 +216,8 @@ TEST(CudaPrefix, ForwardContinuesAndLeavesStatesExactly) {
   const Encoded f = core->encoder().encode(parse_request(body(state_text(1800, 22), 1)));
   ASSERT_GT(e.state_span.end, 2200);
   ASSERT_GT(f.state_span.end, 2200);
-  const auto cfg = model::load_config(dir);
-  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
-  hs.add_file(dir + "/joint_head.safetensors");
-  const auto tw = model::load_text_weights(st, cfg.text);
-  const auto hw = model::load_head_weights(hs, cfg.head);
-  const cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head);
-  auto state = [&](int64_t n) {
-    cuda::DevPrefixState s;
-    s.capacity = n;
-    s.buf = cuda::DeviceBuffer(cuda::PrefixLayout::of(dm, n).bytes, "test prefix state");
-    return s;
-  };
+  const cuda::DevModel dm = device_model_of(dir);
+  auto state = [&](int64_t n) { return prefix_state(dm, n); };
   for (const int64_t pass : {int64_t(16), int64_t(0)}) {
     cuda::ForwardOptions fo;
     fo.gdn_pass_chunks = pass;
@@ -265,19 +272,9 @@ TEST(CudaPrefix, GraphReplayContinuesOtherStatesExactly) {
   const Encoded f = core->encoder().encode(parse_request(body(state_text(1800, 32), 1)));
   ASSERT_GT(e.state_span.end, 1100);
   ASSERT_GT(f.state_span.end, 1100);
-  const auto cfg = model::load_config(dir);
-  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
-  hs.add_file(dir + "/joint_head.safetensors");
-  const auto tw = model::load_text_weights(st, cfg.text);
-  const auto hw = model::load_head_weights(hs, cfg.head);
-  const cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head);
+  const cuda::DevModel dm = device_model_of(dir);
   const int64_t n = 1024;
-  auto state = [&] {
-    cuda::DevPrefixState s;
-    s.capacity = n;
-    s.buf = cuda::DeviceBuffer(cuda::PrefixLayout::of(dm, n).bytes, "test prefix state");
-    return s;
-  };
+  auto state = [&] { return prefix_state(dm, n); };
   cuda::ForwardOptions fo;
   cuda::Forward eager(dm, fo);
   fo.graph_after = 2;

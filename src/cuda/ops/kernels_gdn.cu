@@ -20,6 +20,7 @@
 #include <string>
 
 #include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/cluster_launch.cuh"
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/gdn_tiles.cuh"
 #include "cuda/runtime/check.h"
@@ -730,21 +731,26 @@ __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const flo
   }
 }
 
-// gated_norm_k at Dv = 128 (Clef): a lane's four o, z and w as float4, all loaded before the
-// warp sum. The sum's order differs from gated_norm_k's (within fp32 rounding of it).
-__global__ void gated_norm128_k(const float4* o, int64_t rows, const float4* w, float eps, const float* z, int64_t ldz, int64_t Hv,
-                                uint2* act, RowColScales zs) {
-  const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (wid >= rows) return;  // whole warps
-  const int64_t t = wid / Hv, j = wid - t * Hv;
+// gated_norm_k at Dv = 128 (Clef), one lane's part: its four o, z and w as float4, all loaded
+// before the warp sum (whose order differs from gated_norm_k's, within fp32 rounding of it); the
+// four outputs as bf16 in 8 bytes. Token t, value head j, the warp's row wid = t Hv + j.
+__device__ __forceinline__ uint2 gated_norm128_lane(const float4* o, const float4* w, float eps, const float* z, int64_t ldz, const RowColScales& zs,
+                                                    int64_t t, int64_t j, int64_t wid, int lane) {
   const float4 x = o[wid * 32 + lane], ww = w[lane];
   float4 zz = *reinterpret_cast<const float4*>(z + t * ldz + j * 128 + 4 * lane);
   if (zs.rs) zz = fp8_scaled4(zz, zs.rs[t], *reinterpret_cast<const float4*>(zs.cs + j * 128 + 4 * lane));
   const float inv = rsqrtf(warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w) / 128.0f + eps);
   const __nv_bfloat162 lo = __floats2bfloat162_rn(x.x * inv * ww.x * silu_f(zz.x), x.y * inv * ww.y * silu_f(zz.y));
   const __nv_bfloat162 hi = __floats2bfloat162_rn(x.z * inv * ww.z * silu_f(zz.z), x.w * inv * ww.w * silu_f(zz.w));
-  act[wid * 32 + lane] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  return make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+}
+__global__ void gated_norm128_k(const float4* o, int64_t rows, const float4* w, float eps, const float* z, int64_t ldz, int64_t Hv,
+                                uint2* act, RowColScales zs) {
+  const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (wid >= rows) return;  // whole warps
+  const int64_t t = wid / Hv, j = wid - t * Hv;
+  act[wid * 32 + lane] = gated_norm128_lane(o, w, eps, z, ldz, zs, t, j, wid, lane);
 }
 
 // gated_norm128_k quantizing its output rows for the FP8 out_proj: the codes and row scales
@@ -763,13 +769,8 @@ __global__ void gated_norm128_fp8_k(const float4* o, const float4* w, float eps,
   const cg::cluster_group cl = cg::this_cluster();
   const int rank = int(cl.block_rank()), ncl = int(cl.num_blocks()), lane = threadIdx.x & 31;
   const int64_t t = blockIdx.x / ncl, j = int64_t(rank) * 8 + (threadIdx.x >> 5), wid = t * Hv + j;
-  const float4 x = o[wid * 32 + lane], ww = w[lane];
-  float4 zz = *reinterpret_cast<const float4*>(z + t * ldz + j * 128 + 4 * lane);
-  if (zs.rs) zz = fp8_scaled4(zz, zs.rs[t], *reinterpret_cast<const float4*>(zs.cs + j * 128 + 4 * lane));
-  const float inv_rms = rsqrtf(warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w) / 128.0f + eps);
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(x.x * inv_rms * ww.x * silu_f(zz.x), x.y * inv_rms * ww.y * silu_f(zz.y));
-  const __nv_bfloat162 hi = __floats2bfloat162_rn(x.z * inv_rms * ww.z * silu_f(zz.z), x.w * inv_rms * ww.w * silu_f(zz.w));
-  const float2 fl = __bfloat1622float2(lo), fh = __bfloat1622float2(hi);
+  const uint2 v = gated_norm128_lane(o, w, eps, z, ldz, zs, t, j, wid, lane);  // gated_norm128_k's bf16 values
+  const float2 fl = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x)), fh = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
   float m = fmaxf(0.0f, fmaxf(fmaxf(fabsf(fl.x), fabsf(fl.y)), fmaxf(fabsf(fh.x), fabsf(fh.y))));  // from 0, as fp8_quantize_rows
   m = block_max(m, sh);
   if (threadIdx.x == 0) cta_max = m;
@@ -780,8 +781,7 @@ __global__ void gated_norm128_fp8_k(const float4* o, const float4* w, float eps,
   const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
   if (rank == 0 && threadIdx.x == 0) scale[t] = s;
   uint8_t* row = q + t * kp;
-  *reinterpret_cast<uint32_t*>(row + j * 128 + 4 * lane) =
-      e4m3_encode4_bf16(make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi)), s, inv);
+  *reinterpret_cast<uint32_t*>(row + j * 128 + 4 * lane) = e4m3_encode4_bf16(v, s, inv);
   for (int64_t i = Hv * 128 + int64_t(rank) * blockDim.x + threadIdx.x; i < kp; i += int64_t(ncl) * blockDim.x) row[i] = 0;  // the GEMM's K padding
   cl.barrier_wait();
 #else
@@ -958,19 +958,8 @@ void gated_norm_fp8(const float* o, int64_t L, int64_t Hv, int64_t Dv, const flo
                                                        std::to_string(kp) + " or the operands' alignment do not fit its kernel");
   if (L == 0) return;
   const int ncl = int(Hv / 8);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(L * ncl));
-  cfg.blockDim = dim3(256);
-  cfg.stream = s;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = unsigned(ncl);
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  check(cudaLaunchKernelEx(&cfg, gated_norm128_fp8_k, reinterpret_cast<const float4*>(o), reinterpret_cast<const float4*>(w), eps, z, ldz, Hv, zs, q, kp,
-                           scale),
+  check(launch_on_clusters(gated_norm128_fp8_k, unsigned(L * ncl), 256, unsigned(ncl), s, reinterpret_cast<const float4*>(o),
+                           reinterpret_cast<const float4*>(w), eps, z, ldz, Hv, zs, q, kp, scale),
         "gdn gated_norm_fp8");
   check_launch("gdn gated_norm_fp8");
 }

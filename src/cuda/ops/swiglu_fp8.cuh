@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "cuda/ops/cluster_launch.cuh"
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
@@ -232,18 +233,9 @@ void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, con
                                      cudaStream_t s) {
   const int64_t per = (ffn / 8 + cl - 1) / cl, threads = swiglu_cluster_threads(ffn, cl, IPT);
   const bool vec = sc.split % 8 == 0 && aligned16(sc.cs_lo) && (sc.split >= 2 * ffn || aligned16(sc.cs_hi));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(L * cl));
-  cfg.blockDim = dim3(unsigned(threads));
-  cfg.stream = s;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = unsigned(cl);
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  check(cudaLaunchKernelEx(&cfg, swiglu_fp8_quant_cluster_k<IPT>, gu, ffn, sc, vec, q, kp / 8, scale, int(per)), "swiglu_fp8_quant");
+  check(launch_on_clusters(swiglu_fp8_quant_cluster_k<IPT>, unsigned(L * cl), unsigned(threads), unsigned(cl), s, gu, ffn, sc, vec, q, kp / 8, scale,
+                           int(per)),
+        "swiglu_fp8_quant");
 }
 
 }  // namespace
