@@ -34,8 +34,9 @@ namespace {
 
 constexpr int kOldRows = 8, kOldCols = 4, kOldWarps = 8;
 static_assert(kOldRows * kOldCols == 32, "a lane per output element of the CTA's tile");
-__device__ __forceinline__ float old_f32(float v) { return v; }
-__device__ __forceinline__ float old_f32(bf16 v) { return __bfloat162float(v); }
+// maybe_unused: only the scalar (Vec = false) form reads them, and the lab launches the vector one
+[[maybe_unused]] __device__ __forceinline__ float old_f32(float v) { return v; }
+[[maybe_unused]] __device__ __forceinline__ float old_f32(bf16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float4 old_load4(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
 __device__ __forceinline__ float4 old_load4(const bf16* p) {  // 4 bf16 (8-byte aligned), element 0 in the low half
   const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
