@@ -294,7 +294,9 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--gpu-limit-gib", o->gpu_limit_gib,
                 "run as on a card of this many GiB: the memory beyond it is allocated first and held (the figures\n"
                 "reported leave it out); with --memory-only, whether the request fits a 16 GiB card (--gpu-limit-gib 16)");
-  c->add_option("--reuse-cache-gib", o->reuse_gib, "--reuse: the prefix cache's budget in GPU memory (default 16)");
+  c->add_option("--reuse-cache-gib", o->reuse_gib,
+                "--reuse: the prefix cache's budget in GPU memory (default 16; at most half of what the weights leave:\n"
+                "8 on an 80 GB card at clef-27b bf16)");
   c->add_option("--reuse-host-gib", o->reuse_host_gib,
                 "--reuse: a host tier of this many GiB too, and its point (an 8,000-token state evicted to it by another,\n"
                 "then asked again: it comes back by a copy); give --reuse-cache-gib room for one such state (~0.6 GiB at 27B\n"

@@ -306,7 +306,7 @@ void check_host_tier_budget(size_t bytes) {
   const double avail = host_memory_available();
   if (bytes == 0 || avail < 0 || double(bytes) <= avail / 2) return;
   throw Error(Status::Unavailable, "insufficient_memory",
-              "--prefix-cache-host-gib " + std::to_string(double(bytes) / double(size_t(1) << 30)) +
+              "--prefix-cache-host-gib " + json::float_repr(double(bytes) / double(size_t(1) << 30)) +
                   " is over half of the host memory available (" + std::to_string(int64_t(avail / double(1 << 20))) + " MiB): ask for less");
 }
 }  // namespace
@@ -446,7 +446,7 @@ void EngineCore::make_prefix_cache(double avail, const char* where, int64_t gran
     const std::string left = std::to_string(int64_t(avail / double(1 << 20))) + " MiB";
     if (!opts_.prefix_cache_default)
       throw Error(Status::Unavailable, "insufficient_memory",
-                  "--prefix-cache-gib " + std::to_string(double(budget) / double(size_t(1) << 30)) + " is over half of the " + where +
+                  "--prefix-cache-gib " + json::float_repr(double(budget) / double(size_t(1) << 30)) + " is over half of the " + where +
                       " left after the weights (" + left + "): ask for less, or 0 to turn the cache off");
     budget = size_t(avail / 2);
     if (opts_.progress)
