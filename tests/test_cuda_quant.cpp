@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -544,6 +545,52 @@ TEST(CudaQuant, Fp8GatedNormQuantEqualsGatedNormThenQuantize) {
   EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 128, 6146)) << "kp not a multiple of 4";
 }
 
+// The norms that first take a pending FP8 residual add (rms_norm_1p_add / rms_norm_1p_fp8_add:
+// ForwardOptions::fp8_residual_in_norm) against scale_rows_cols_acc then the plain norm, byte for
+// byte: x after, the bf16 rows, the codes, row scales and K padding; the add's output rows wider
+// than d (the FP8 scratch's stride), a row whose sum is all zero, threads past the row's end.
+TEST(CudaQuant, NormTakingAPendingFp8AddEqualsThePassThenTheNorm) {
+  NEED_GPU();
+  const int64_t L = 7, d = 5000, ldt = 5008, kp = 5008;  // d / 4 not a multiple of the block: threads past the row
+  std::mt19937 rng{77};
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> x(static_cast<size_t>(L * d)), t(static_cast<size_t>(L * ldt)), rs(static_cast<size_t>(L)), cs(static_cast<size_t>(d)),
+      w(static_cast<size_t>(d));
+  for (auto& v : x) v = nd(rng);
+  for (auto& v : t) v = std::round(nd(rng) * 300.0f);  // an FP8 GEMM's sums
+  for (auto& v : rs) v = std::fabs(nd(rng)) * 1e-2f + 1e-3f;
+  for (auto& v : cs) v = std::fabs(nd(rng)) * 1e-3f + 1e-4f;
+  for (auto& v : w) v = 0.1f * nd(rng);
+  for (int64_t c = 0; c < d; ++c) x[size_t(3 * d + c)] = 0.0f, t[size_t(3 * ldt + c)] = 0.0f;  // row 3: x + add all zero
+  DeviceBuffer dt = cuda::upload(t, "t"), drs = cuda::upload(rs, "rs"), dcs = cuda::upload(cs, "cs"), dw = cuda::upload(w, "w");
+  const cuda::ResidualFp8 add{dt.as<float>(), ldt, drs.as<float>(), dcs.as<float>()};
+  ASSERT_TRUE(cuda::residual_fp8_fits(d, add));
+  for (const bool fp8 : {false, true}) {
+    const std::string what = fp8 ? " (FP8 codes)" : " (bf16 rows)";
+    DeviceBuffer x1 = cuda::upload(x, "x"), x2 = cuda::upload(x, "x"), h1(size_t(L * d) * 2), h2(size_t(L * d) * 2), q1(size_t(L * kp)),
+                 q2(size_t(L * kp)), s1(size_t(L) * 4), s2(size_t(L) * 4);
+    cuda::check(cudaMemset(h2.get(), 0xab, h2.bytes()), "poison");
+    cuda::check(cudaMemset(q2.get(), 0xab, q2.bytes()), "poison");
+    cuda::scale_rows_cols_acc(dt.as<float>(), L, d, ldt, drs.as<float>(), dcs.as<float>(), x1.as<float>(), d, nullptr);
+    if (fp8) {
+      cuda::rms_norm_1p_fp8(x1.as<float>(), L, d, dw.as<float>(), 1e-6f, h1.as<bf16>(), q1.as<uint8_t>(), kp, s1.as<float>(), nullptr);
+      cuda::rms_norm_1p_fp8_add(x2.as<float>(), L, d, add, dw.as<float>(), 1e-6f, h2.as<bf16>(), q2.as<uint8_t>(), kp, s2.as<float>(), nullptr);
+      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes" << what;
+      EXPECT_EQ(down<float>(s2, size_t(L)), down<float>(s1, size_t(L))) << "row scales" << what;
+    } else {
+      cuda::rms_norm_1p(x1.as<float>(), L, d, dw.as<float>(), 1e-6f, h1.as<bf16>(), nullptr, nullptr);
+      cuda::rms_norm_1p_add(x2.as<float>(), L, d, add, dw.as<float>(), 1e-6f, h2.as<bf16>(), nullptr);
+    }
+    const auto want_x = down<float>(x1, size_t(L * d));
+    EXPECT_EQ(down<float>(x2, size_t(L * d)), want_x) << "x after the add" << what;
+    EXPECT_NE(want_x, x) << "the add changed nothing: the test cannot tell";
+    EXPECT_EQ(down<uint16_t>(h2, size_t(L * d)), down<uint16_t>(h1, size_t(L * d))) << "bf16 rows" << what;
+  }
+  EXPECT_FALSE(cuda::residual_fp8_fits(d, cuda::ResidualFp8{dt.as<float>(), ldt - 2, drs.as<float>(), dcs.as<float>()})) << "rows not 16-byte aligned";
+  EXPECT_FALSE(cuda::residual_fp8_fits(d, cuda::ResidualFp8{dt.as<float>(), d - 4, drs.as<float>(), dcs.as<float>()})) << "rows narrower than d";
+  EXPECT_FALSE(cuda::residual_fp8_fits(d, cuda::ResidualFp8{})) << "no add";
+}
+
 // FP8 rows through the vector kernel (k, kp, ldx multiples of 8) and the scalar one (odd k / ldx),
 // against the CPU formula byte for byte.
 TEST(CudaQuant, Fp8QuantizeRowsVectorAndScalarPaths) {
@@ -924,6 +971,86 @@ TEST(CudaQuant, Fp8AtClefGdnHeadsAgainstCpu) {
             << ", batch of 12 vs alone " << batch_worst << "\n";
   EXPECT_LT(worst, 0.05);
   EXPECT_EQ(batch_worst, 0.0);
+}
+
+// ForwardOptions::fp8_residual_in_norm (the down_proj's scale pass taken by the next layer's
+// norm) gives the bits of the forward without it: one pass and one block (the norms take the
+// adds: counted), GDN passes and attention blocks with the MLP whole (the adds deferred, then run
+// as passes: none taken), the lean plan (MLP blocks: none deferred), a batch leaving and
+// continuing cached prefixes (their copies come before the attention norm: flushed first),
+// debug_layers (the loop leaves early), and with CUDA graphs replaying it.
+TEST(CudaQuant, Fp8ResidualInNormGivesTheSameBits) {
+  NEED_GPU();
+  unsetenv("CLEFRT_LAB_FP8_RESIDUAL_IN_NORM");  // the "off" Forwards must not fuse
+  const std::string dir = quantized_folder(test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f), "small-gdn128-fp8", "fp8");
+  auto cpu = EngineCore::load(dir);
+  std::vector<Encoded> enc;
+  for (const auto& text : test::corpus_requests(6)) enc.push_back(cpu->encoder().encode(parse_request(text)));
+  std::vector<const Encoded*> batch;
+  int64_t tokens = 0;
+  for (const auto& e : enc) batch.push_back(&e), tokens += int64_t(e.input_ids.size());
+  const auto cfg = model::load_config(dir);
+  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
+  hs.add_file(dir + "/joint_head.safetensors");
+  model::QuantActivations qa;
+  qa.fp8_dynamic = true;
+  const auto tw = model::load_text_weights(st, cfg.text, model::LoadMode::Lazy, qa);
+  const auto hw = model::load_head_weights(hs, cfg.head, model::LoadMode::Lazy);
+  const cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head);
+  ASSERT_TRUE(dm.has_fp8);
+  cuda::ForwardOptions plain;
+  plain.max_tokens = tokens;
+  plain.max_seqs = int64_t(batch.size());
+  plain.gdn_pass_chunks = 0;
+  plain.mlp_block_tokens = 0;
+  cuda::ForwardOptions passes = plain;  // the MLP whole (adds deferred), their consumers partial
+  passes.attn_block_tokens = 72;
+  passes.gdn_pass_chunks = 1;
+  cuda::ForwardOptions lean = passes;
+  lean.mlp_block_tokens = 40;
+  struct Plan {
+    std::string what;
+    cuda::ForwardOptions o;
+    bool fuses;
+  };
+  for (const Plan& plan : {Plan{"one pass, one block", plain, true}, Plan{"GDN passes, attention blocks", passes, false}, Plan{"lean plan", lean, false}}) {
+    const std::string& what = plan.what;
+    const cuda::ForwardOptions& base = plan.o;
+    cuda::ForwardOptions on = base;
+    on.fp8_residual_in_norm = true;
+    cuda::Forward off_f(dm, base), on_f(dm, on);
+    const model::Batch all = model::batch_of(batch), first = model::batch_of({batch[0]});
+    const auto want = off_f.run(all);
+    EXPECT_EQ(on_f.run(all), want) << what;
+    if (plan.fuses) EXPECT_GT(on_f.residual_adds_taken(), 0u) << what << ": no norm took an add: the test cannot tell";
+    else EXPECT_EQ(on_f.residual_adds_taken(), 0u) << what;
+    EXPECT_EQ(off_f.residual_adds_taken(), 0u) << what;
+    EXPECT_EQ(on_f.run(first), off_f.run(first)) << what << ", one request";
+    cuda::ForwardOptions part = base, part_on = on;
+    part.debug_layers = part_on.debug_layers = 3;
+    cuda::Forward off_p(dm, part), on_p(dm, part_on);
+    EXPECT_EQ(on_p.run(all), off_p.run(all)) << what << ", the first 3 layers";
+    cuda::ForwardOptions graphed = on;
+    graphed.graph_after = 2;
+    cuda::Forward on_g(dm, graphed);
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(on_g.run(all), want) << what << ", graphed run " << k;
+    EXPECT_EQ(on_g.graph_replays(), 2u) << what << ": captured, then replayed";
+  }
+  // a request continuing its cached prefix (the attention layers' prefix copies)
+  const Encoded& e = enc[0];
+  const int64_t n = int64_t(e.input_ids.size()) / 64 * 64;
+  ASSERT_GE(n, 64);
+  cuda::ForwardOptions on = plain;
+  on.fp8_residual_in_norm = true;
+  cuda::Forward off_f(dm, plain), on_f(dm, on);
+  cuda::DevPrefixState sa, sb;
+  sa.capacity = sb.capacity = n;
+  sa.buf = cuda::DeviceBuffer(cuda::PrefixLayout::of(dm, n).bytes, "state");
+  sb.buf = cuda::DeviceBuffer(cuda::PrefixLayout::of(dm, n).bytes, "state");
+  const model::Batch be = model::batch_of({&e});
+  const auto left_off = off_f.run(be, {{nullptr, &sa, n}}), left_on = on_f.run(be, {{nullptr, &sb, n}});
+  EXPECT_EQ(left_on, left_off) << "leaving a state";
+  EXPECT_EQ(on_f.run(be, {{&sb, nullptr, 0}}), off_f.run(be, {{&sa, nullptr, 0}})) << "continuing it";
 }
 
 // The portable kernels (EngineOptions::portable_kernels: what an Ampere / Ada GPU runs) against

@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
+#include <optional>
+#include <utility>
 
 #include "common/error.h"
 #include "cuda/runtime/check.h"
@@ -286,6 +289,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
                                         o.w4a16_fused ? W4A16Kernel::Fused : W4A16Kernel::Staged,
                                         o.portable_kernels ? W4A16Gemm::MmaSync : W4A16Gemm::Auto);
   if (o.gdn_pass_chunks < 0) throw Error(Status::Internal, "internal_error", "gdn_pass_chunks < 0");
+  residual_in_norm_ = m.has_fp8 && (o.fp8_residual_in_norm || env_count("CLEFRT_LAB_FP8_RESIDUAL_IN_NORM", 0, 0, 1) == 1);
   gdn_path_ = gdn_path(GdnPath::Auto, m.c.k_head_dim, m.c.v_head_dim);
   if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
   // CLEFRT_GDN_PRODUCTS read at load: a bad value fails here, not in a forward
@@ -893,6 +897,28 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
   // replays the NVFP4 staging from its first Linear and norms its rows of x into `hn` first, or,
   // when `feeds` (the Linear the rows go to) is all FP8, straight into its FP8 input buffers
   // (rms_norm_1p_fp8: the codes quantizing hn would give); body(t0, rows, quantized).
+  // A pending FP8 residual add (ForwardOptions::fp8_residual_in_norm: the last down_proj's scale
+  // pass) for the norm over x's rows [t0, t0 + rows): taken where it covers exactly the rows the
+  // add does and none of the norm's outputs (`outs`: pointer, bytes) overlaps the add's buffers
+  // (a race between rows: the phases share arena space); otherwise its pass runs now, as always.
+  auto take_add = [&](int64_t t0, int64_t rows, std::initializer_list<std::pair<const void*, size_t>> outs) -> std::optional<ResidualFp8> {
+    if (!lin.has_pending()) return std::nullopt;
+    const LinearRunner::PendingResidual p = lin.pending();
+    const auto overlaps = [](const void* a, size_t an, const void* c, size_t cn) {
+      const auto pa = reinterpret_cast<uintptr_t>(a), pc = reinterpret_cast<uintptr_t>(c);
+      return a && c && an && cn && pa < pc + cn && pc < pa + an;
+    };
+    bool ok = p.y == b.x + t0 * H && p.rows == rows && p.n == H && p.ldy == H && residual_fp8_fits(H, p.add);
+    for (const auto& [o, bytes] : outs)
+      ok = ok && !overlaps(o, bytes, p.add.t, size_t(p.rows * p.add.ldt) * 4) && !overlaps(o, bytes, p.add.rs, size_t(p.rows) * 4);
+    if (!ok) {
+      lin.flush_pending();
+      return std::nullopt;
+    }
+    lin.take_pending();
+    ++adds_taken_;
+    return p.add;
+  };
   auto in_blocks = [&](int64_t block, const float* norm_w, bf16* hn, const DevLinear& feeds,
                        const std::function<void(int64_t, int64_t, bool)>& body) {
     const size_t weights = lin.position();
@@ -902,7 +928,11 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       const int64_t rows = std::min(block, L - t0);
       lin.replay_from(weights);
       mark("rms_norm");
-      if (quantized) rms_norm_1p_fp8(b.x + t0 * H, rows, H, norm_w, eps, nullptr, fin.q, fin.kp, fin.scale, s);
+      const std::optional<ResidualFp8> add = quantized ? take_add(t0, rows, {{fin.q, size_t(rows * fin.kp)}, {fin.scale, size_t(rows) * 4}})
+                                                       : take_add(t0, rows, {{hn, size_t(rows * H) * 2}});
+      if (add && quantized) rms_norm_1p_fp8_add(b.x + t0 * H, rows, H, *add, norm_w, eps, nullptr, fin.q, fin.kp, fin.scale, s);
+      else if (add) rms_norm_1p_add(b.x + t0 * H, rows, H, *add, norm_w, eps, hn, s);
+      else if (quantized) rms_norm_1p_fp8(b.x + t0 * H, rows, H, norm_w, eps, nullptr, fin.q, fin.kp, fin.scale, s);
       else rms_norm_1p(b.x + t0 * H, rows, H, norm_w, eps, hn, nullptr, s);
       body(t0, rows, quantized);
     }
@@ -937,7 +967,12 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         // feed its bf16 parts and the next pass's history)
         LinearRunner::Fp8Input gin;
         const bool gdn_quantized = before == 0 && lin.fp8_shared_input(l.gdn_in, gin) && gin.k == H && rms_norm_1p_fp8_fits(H, gin.kp);
-        if (gdn_quantized) rms_norm_1p_fp8(b.x + T0 * H, rows, H, l.input_norm, eps, b.h_gdn, gin.q, gin.kp, gin.scale, s);
+        const std::optional<ResidualFp8> add =
+            gdn_quantized ? take_add(T0, rows, {{b.h_gdn, size_t(rows * H) * 2}, {gin.q, size_t(rows * gin.kp)}, {gin.scale, size_t(rows) * 4}})
+                          : take_add(T0, rows, {{b.h_gdn + before * H, size_t(rows * H) * 2}});
+        if (add && gdn_quantized) rms_norm_1p_fp8_add(b.x + T0 * H, rows, H, *add, l.input_norm, eps, b.h_gdn, gin.q, gin.kp, gin.scale, s);
+        else if (add) rms_norm_1p_add(b.x + T0 * H, rows, H, *add, l.input_norm, eps, b.h_gdn + before * H, s);
+        else if (gdn_quantized) rms_norm_1p_fp8(b.x + T0 * H, rows, H, l.input_norm, eps, b.h_gdn, gin.q, gin.kp, gin.scale, s);
         else rms_norm_1p(b.x + T0 * H, rows, H, l.input_norm, eps, b.h_gdn + before * H, nullptr, s);
         if (c1 < b.nchunks) {  // the next pass's history rows, before out_proj writes x
           const int64_t h0 = std::max<int64_t>(0, T1 - hist);
@@ -1016,6 +1051,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       const int64_t n = l.qkv.n;
       lin.use_scratch(b.qs_attn);
       const size_t row_bytes = size_t(kvw) * 2;
+      if (b.pfx) lin.flush_pending();  // the copies below write arena rows the pending add may read
       if (b.pfx) {  // keys / values in their own rows: the cached ones, then this batch's after them
         mark("prefix state in");
         for (size_t i = size_t(ai) * b.pin_layer; i < size_t(ai + 1) * b.pin_layer; ++i) prefix_copy(graphs_.get(), b.pin[i], s);
@@ -1058,6 +1094,9 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       lin.run(b.aact, L, Hq * D, l.o, b.x, OutType::F32, H, true, "attention o_proj");
     }
     lin.use_scratch(b.qs_mlp);
+    // the down_proj of one block over every token leaves its scale pass to the next layer's norm
+    // (ForwardOptions::fp8_residual_in_norm); the last layer of the call runs it
+    const bool defer_down = residual_in_norm_ && b.MB >= L && li + 1 < end && (o_.debug_layers < 0 || li + 1 < o_.debug_layers);
     in_blocks(b.MB, l.post_norm, b.h_mlp, l.gate_up, [&](int64_t t0, int64_t rows, bool quantized) {
       mark("gemm mlp gate_up");
       // FP8: the GEMMs' scales are applied by the SwiGLU as it reads gate|up (same bits, one pass less)
@@ -1071,15 +1110,18 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       if (fp8_fused && lin.fp8_input(l.down, din) && din.k == c.ffn && swiglu_fp8_quant_fits(c.ffn, din.kp)) {
         swiglu_fp8_quant(b.mbig, rows, c.ffn, gsc.rs, gsc.cs_lo, gsc.cs_hi, gsc.split, din.q, din.kp, din.scale, s);
         mark("gemm mlp down");
+        if (defer_down) lin.defer_next_accumulate();
         lin.run_fp8_quantized(rows, l.down, b.x + t0 * H, OutType::F32, H, true, "mlp down_proj");
         return;
       }
       if (fp8_fused) swiglu_fp8_scaled(b.mbig, rows, c.ffn, gsc.rs, gsc.cs_lo, gsc.cs_hi, gsc.split, b.mact, s);
       else swiglu(b.mbig, rows, c.ffn, b.mact, s);
       mark("gemm mlp down");
+      if (defer_down) lin.defer_next_accumulate();
       lin.run(b.mact, rows, c.ffn, l.down, b.x + t0 * H, OutType::F32, H, true, "mlp down_proj");
     });
   }
+  lin.flush_pending();  // a down_proj's add that no norm took (the loop left early: debug_layers)
   if (end < layers()) {  // the next group goes on from here
     d2d(group->residual, b.x, size_t(L * H) * 4, "a step's residual stream out");
     return;

@@ -76,6 +76,13 @@ struct ForwardOptions {
   // batches without images, cached prefixes or states to leave, with profiling off, CLEFRT_CUDA_SYNC
   // unset and no NVFP4 staging (its side stream); the others run as always.
   int64_t graph_after = 0;
+  // FP8: the MLP's down_proj leaves its scale pass (x += its scaled output) to the next layer's
+  // input norm, which adds it to the row as it reads it (rms_norm_1p_add / _fp8_add: one read of
+  // x less, the same bits), where that norm takes every row in one call, its outputs do not
+  // overlap the pending output's buffers, and no prefix copy comes between; elsewhere the pass
+  // runs as always. Off until measured on a GPU (session 33 wrote it with no device time left);
+  // CLEFRT_LAB_FP8_RESIDUAL_IN_NORM=1 turns it on too.
+  bool fp8_residual_in_norm = false;
   int64_t debug_layers = -1;   // tests: run only the first N backbone layers (-1: all)
 };
 
@@ -192,6 +199,8 @@ class Forward {
   // that replayed one since the Forward opened (tests, bench)
   size_t graphs_held() const;
   size_t graph_replays() const;
+  // Pending FP8 residual adds a norm took (ForwardOptions::fp8_residual_in_norm), since load.
+  size_t residual_adds_taken() const { return adds_taken_; }
 
  private:
   struct Batch;
@@ -231,6 +240,8 @@ class Forward {
   // The GDN prep's and scan's path (one for both: the Wgmma prep writes the planes its scan
   // reads): Auto's choice, with --portable-kernels the mma.sync one where Auto picks Wgmma
   GdnPath gdn_path_ = GdnPath::Auto;
+  bool residual_in_norm_ = false;  // ForwardOptions::fp8_residual_in_norm or its lab switch
+  size_t adds_taken_ = 0;
   int64_t qkv_width() const;  // the attention layers' q | gate, k, v GEMM output row  // the backbone's attention when ForwardOptions::cudnn_attention
   Arena arena_;
 };

@@ -90,6 +90,8 @@ LinearRunner::~LinearRunner() {
 void LinearRunner::begin(const QuantScratch& sc, size_t layer) {
   if (layer >= layer_chunk_.size()) throw Error(Status::Internal, "internal_error", "NVFP4 staging: begin past the last layer");
   sc_ = sc;
+  defer_ = false;  // nothing left over from a forward that threw
+  pending_ = {};
   cursor_ = layer_chunk_[layer];
   if (cursor_ >= chunks_.size()) return;
   // Both slots are free once what the main stream has queued so far is done.
@@ -206,8 +208,19 @@ void LinearRunner::run(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l
   run_parts(x, m, ldx, l, y, yt, ldy, accumulate, op, PartsMode{});
 }
 
+void LinearRunner::flush_pending() {
+  if (!has_pending()) return;
+  const PendingResidual p = pending_;
+  pending_ = {};
+  scale_rows_cols_acc(p.add.t, p.rows, p.n, p.add.ldt, p.add.rs, p.add.cs, p.y, p.ldy, s_);
+}
+
 void LinearRunner::run_parts(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate,
                              const char* op, PartsMode mode) {
+  const bool defer = defer_;
+  defer_ = false;  // a request for this run only
+  if (has_pending())  // it reads this scratch's acc / xs, which this run may overwrite
+    throw Error(Status::Internal, "internal_error", std::string(op) + ": a residual add is pending; the norm after it must take it first");
   if (m == 0) return;
   const size_t es = yt == OutType::F32 ? 4 : 2;
   bool fp8_ready = mode.x_quantized;
@@ -238,6 +251,11 @@ void LinearRunner::run_parts(const bf16* x, int64_t m, int64_t ldx, const DevLin
           if (yt != OutType::F32 || scratch_ld(p.n) > fp8_cols_)
             throw Error(Status::Internal, "internal_error", std::string(op) + ": FP8 accumulation is planned for the residual stream only");
           gemm_.run_fp8(sc_.xq8, m, p.kp, p.w8, p.n, sc_.acc, OutType::F32, scratch_ld(p.n), op);
+          if (defer && l.parts.size() == 1) {  // the next norm adds it (defer_next_accumulate)
+            if (has_pending()) throw Error(Status::Internal, "internal_error", std::string(op) + ": a residual add is already pending");
+            pending_ = PendingResidual{ResidualFp8{sc_.acc, scratch_ld(p.n), sc_.xs, p.row_scale}, reinterpret_cast<float*>(yp), m, p.n, ldy};
+            break;
+          }
           scale_rows_cols_acc(sc_.acc, m, p.n, scratch_ld(p.n), sc_.xs, p.row_scale, reinterpret_cast<float*>(yp), ldy, s_);
         } else if (!fp8_direct(p.row0, ldy, es)) {
           if (scratch_ld(p.n) > fp8_cols_) throw Error(Status::Internal, "internal_error", std::string(op) + ": FP8 scratch too small");

@@ -22,6 +22,7 @@
 
 #include "cuda/runtime/buffer.h"
 #include "cuda/model/device_model.h"
+#include "cuda/ops/kernels.h"
 #include "cuda/ops/kernels_quant.h"
 #include "cuda/runtime/gemm.h"
 
@@ -106,6 +107,22 @@ class LinearRunner {
   void run_fp8_quantized(int64_t m, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
   size_t staging_bytes() const { return slots_[0].bytes() + slots_[1].bytes(); }
 
+  // An accumulating FP8 Linear's scale pass left for the norm that reads the residual stream next
+  // (Forward's ForwardOptions::fp8_residual_in_norm). defer_next_accumulate(): the next run of an
+  // all-FP8 single-part Linear accumulating into fp32 y records its scale pass here instead of
+  // running it (other runs clear the request). The add reads QuantScratch's acc and xs as they
+  // were then: nothing may write them before it is taken (take_pending) or run (flush_pending).
+  struct PendingResidual {
+    ResidualFp8 add;
+    float* y = nullptr;  // the rows of the residual stream it adds to
+    int64_t rows = 0, n = 0, ldy = 0;
+  };
+  void defer_next_accumulate() { defer_ = true; }
+  bool has_pending() const { return pending_.y != nullptr; }
+  const PendingResidual& pending() const { return pending_; }
+  void take_pending() { pending_ = {}; }  // a norm applied it
+  void flush_pending();                   // runs the scale pass (scale_rows_cols_acc) now
+
   // Columns of QuantScratch::acc: the hidden size, or a wider FP8 part whose output rows are not
   // 16-byte aligned (small test models).
   static int64_t fp8_scratch_cols(const DevModel& m);
@@ -146,6 +163,8 @@ class LinearRunner {
   std::vector<size_t> layer_chunk_;  // per layer (and one past the last): its first chunk
   size_t cursor_ = 0;
   QuantScratch sc_{};
+  bool defer_ = false;
+  PendingResidual pending_{};
 };
 
 }  // namespace clefrt::cuda

@@ -29,6 +29,21 @@ void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float 
 bool rms_norm_1p_fp8_fits(int64_t d, int64_t kp);
 void rms_norm_1p_fp8(const float* x, int64_t rows, int64_t d, const float* w, float eps, bf16* y16, uint8_t* q, int64_t kp, float* scale,
                      cudaStream_t s);
+// A pending FP8 residual add: x[r, :] += fp8_scaled(t[r, :], rs[r], cs) as scale_rows_cols_acc
+// adds an accumulating FP8 Linear's unscaled output, left for the norm that reads x next
+// (rms_norm_1p_add / rms_norm_1p_fp8_add: x updated in place, then normed; the same bits as the
+// pass and the plain norm). Where residual_fp8_fits(d, add): the norms' register form, t's rows
+// and cs 16-byte aligned.
+struct ResidualFp8 {
+  const float* t = nullptr;
+  int64_t ldt = 0;
+  const float* rs = nullptr;
+  const float* cs = nullptr;
+};
+bool residual_fp8_fits(int64_t d, const ResidualFp8& add);
+void rms_norm_1p_add(float* x, int64_t rows, int64_t d, const ResidualFp8& add, const float* w, float eps, bf16* y16, cudaStream_t s);
+void rms_norm_1p_fp8_add(float* x, int64_t rows, int64_t d, const ResidualFp8& add, const float* w, float eps, bf16* y16, uint8_t* q, int64_t kp,
+                         float* scale, cudaStream_t s);
 // Affine LayerNorm per row; out bf16 and/or fp32. x rows are `ldx` apart.
 void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* w, const float* b, float eps, bf16* y16,
                 float* y32, cudaStream_t s);

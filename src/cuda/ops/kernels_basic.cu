@@ -44,16 +44,43 @@ __device__ __forceinline__ float rms_row_inv(const float* x, int d4, float eps, 
   }
   return rsqrtf(block_sum(ss, sh) / float(4 * d4) + eps);
 }
+// rms_row_inv after x's row takes a pending FP8 residual add (ResidualFp8): v = x + fp8_scaled(t,
+// rs[row], cs), each sum as scale_rows_cols_acc rounds it, written back to the row of x (xw)
+// before the norm reads it, so the same bits as that pass followed by the plain norm.
+__device__ __forceinline__ float rms_row_inv_add(const float* x, float* xw, const ResidualFp8& ra, int64_t row, int d4, float eps,
+                                                 float4 (&v)[kRmsVec], float* sh) {
+  const float4* r4 = reinterpret_cast<const float4*>(x);
+  const float4* t4 = reinterpret_cast<const float4*>(ra.t + row * ra.ldt);
+  const float r = ra.rs[row];
+  float ss = 0;
+#pragma unroll
+  for (int k = 0; k < kRmsVec; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    v[k] = make_float4(0, 0, 0, 0);
+    if (i < d4) {
+      const float4 a = r4[i], sc = fp8_scaled4(t4[i], r, reinterpret_cast<const float4*>(ra.cs)[i]);
+      v[k] = make_float4(__fadd_rn(a.x, sc.x), __fadd_rn(a.y, sc.y), __fadd_rn(a.z, sc.z), __fadd_rn(a.w, sc.w));
+      reinterpret_cast<float4*>(xw)[i] = v[k];
+    }
+    ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+  }
+  return rsqrtf(block_sum(ss, sh) / float(4 * d4) + eps);
+}
 // float4 i of the normed row: v * inv * (1 + w)
 __device__ __forceinline__ float4 rms_1p4(float4 v, float inv, const float* w, int i) {
   const float4 ww = reinterpret_cast<const float4*>(w)[i];
   return make_float4(v.x * inv * (1.0f + ww.x), v.y * inv * (1.0f + ww.y), v.z * inv * (1.0f + ww.z), v.w * inv * (1.0f + ww.w));
 }
-__global__ void __launch_bounds__(1024) rms_norm_1p_reg_k(const float* x, int d4, const float* w, float eps, bf16* y16, float* y32) {
+// Add: the row first takes a pending FP8 residual add (rms_row_inv_add; x written back).
+template <bool Add>
+__global__ void __launch_bounds__(1024) rms_norm_1p_reg_k(const float* x, int d4, const float* w, float eps, bf16* y16, float* y32,
+                                                          ResidualFp8 ra) {
   __shared__ float sh[32];
   const int64_t row = blockIdx.x;
   float4 v[kRmsVec];
-  const float inv = rms_row_inv(x + row * 4 * d4, d4, eps, v, sh);
+  float inv;
+  if constexpr (Add) inv = rms_row_inv_add(x + row * 4 * d4, const_cast<float*>(x) + row * 4 * d4, ra, row, d4, eps, v, sh);
+  else inv = rms_row_inv(x + row * 4 * d4, d4, eps, v, sh);
 #pragma unroll
   for (int k = 0; k < kRmsVec; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
@@ -72,12 +99,15 @@ __global__ void __launch_bounds__(1024) rms_norm_1p_reg_k(const float* x, int d4
 // them (amax of the bf16 values, s = amax / 448, codes of x / s, zeros to kp): the GEMM's input
 // without the bf16 rows' trip through memory, the same bits. y16 (optional): the bf16 rows too,
 // for a Linear's bf16 parts.
+template <bool Add>
 __global__ void __launch_bounds__(1024) rms_norm_1p_fp8_k(const float* x, int d4, const float* w, float eps, bf16* y16, uint8_t* q, int64_t kp,
-                                                          float* scale) {
+                                                          float* scale, ResidualFp8 ra) {
   __shared__ float sh[32];
   const int64_t row = blockIdx.x;
   float4 v[kRmsVec];
-  const float inv = rms_row_inv(x + row * 4 * d4, d4, eps, v, sh);
+  float inv;
+  if constexpr (Add) inv = rms_row_inv_add(x + row * 4 * d4, const_cast<float*>(x) + row * 4 * d4, ra, row, d4, eps, v, sh);
+  else inv = rms_row_inv(x + row * 4 * d4, d4, eps, v, sh);
   __nv_bfloat162 h[kRmsVec][2];
   float m = 0;
 #pragma unroll
@@ -247,7 +277,7 @@ void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float 
   if (rows == 0) return;
   if (d % 4 == 0 && d <= int64_t(4) * kRmsVec * 1024) {
     const int64_t per = (d / 4 + kRmsVec - 1) / kRmsVec;
-    rms_norm_1p_reg_k<<<unsigned(rows), unsigned((per + 31) / 32 * 32), 0, s>>>(x, int(d / 4), w, eps, y16, y32);
+    rms_norm_1p_reg_k<false><<<unsigned(rows), unsigned((per + 31) / 32 * 32), 0, s>>>(x, int(d / 4), w, eps, y16, y32, ResidualFp8{});
   } else {
     rms_norm_1p_k<<<unsigned(rows), d >= 1024 ? 256 : 128, 0, s>>>(x, d, w, eps, y16, y32);
   }
@@ -262,8 +292,34 @@ void rms_norm_1p_fp8(const float* x, int64_t rows, int64_t d, const float* w, fl
     throw Error(Status::Internal, "internal_error", "rms_norm_1p_fp8: d " + std::to_string(d) + ", kp " + std::to_string(kp) + " do not fit");
   if (rows == 0) return;
   const int64_t per = (d / 4 + kRmsVec - 1) / kRmsVec;
-  rms_norm_1p_fp8_k<<<unsigned(rows), unsigned((per + 31) / 32 * 32), 0, s>>>(x, int(d / 4), w, eps, y16, q, kp, scale);
+  rms_norm_1p_fp8_k<false><<<unsigned(rows), unsigned((per + 31) / 32 * 32), 0, s>>>(x, int(d / 4), w, eps, y16, q, kp, scale, ResidualFp8{});
   check_launch("rms_norm_1p_fp8");
+}
+
+bool residual_fp8_fits(int64_t d, const ResidualFp8& add) {
+  const auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return add.t && add.rs && add.cs && d % 4 == 0 && d <= int64_t(4) * kRmsVec * 1024 && add.ldt % 4 == 0 && add.ldt >= d && a16(add.t) &&
+         a16(add.cs);
+}
+
+void rms_norm_1p_add(float* x, int64_t rows, int64_t d, const ResidualFp8& add, const float* w, float eps, bf16* y16, cudaStream_t s) {
+  if (!residual_fp8_fits(d, add) || reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    throw Error(Status::Internal, "internal_error", "rms_norm_1p_add: d " + std::to_string(d) + " or the pending add's layout do not fit");
+  if (rows == 0) return;
+  const int64_t per = (d / 4 + kRmsVec - 1) / kRmsVec;
+  rms_norm_1p_reg_k<true><<<unsigned(rows), unsigned((per + 31) / 32 * 32), 0, s>>>(x, int(d / 4), w, eps, y16, nullptr, add);
+  check_launch("rms_norm_1p_add");
+}
+
+void rms_norm_1p_fp8_add(float* x, int64_t rows, int64_t d, const ResidualFp8& add, const float* w, float eps, bf16* y16, uint8_t* q, int64_t kp,
+                         float* scale, cudaStream_t s) {
+  if (!residual_fp8_fits(d, add) || !rms_norm_1p_fp8_fits(d, kp) || reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(q) % 4 != 0)
+    throw Error(Status::Internal, "internal_error",
+                "rms_norm_1p_fp8_add: d " + std::to_string(d) + ", kp " + std::to_string(kp) + " or the pending add's layout do not fit");
+  if (rows == 0) return;
+  const int64_t per = (d / 4 + kRmsVec - 1) / kRmsVec;
+  rms_norm_1p_fp8_k<true><<<unsigned(rows), unsigned((per + 31) / 32 * 32), 0, s>>>(x, int(d / 4), w, eps, y16, q, kp, scale, add);
+  check_launch("rms_norm_1p_fp8_add");
 }
 
 void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* w, const float* b, float eps, bf16* y16, float* y32,
