@@ -973,6 +973,21 @@ TEST(CudaQuant, Fp8AtClefGdnHeadsAgainstCpu) {
   EXPECT_EQ(batch_worst, 0.0);
 }
 
+// The folder's weights on the GPU as a bare cuda::Forward takes them (FP8 activations quantized
+// per token at run time, as the engine loads them), the Linears converted to `q` at load.
+cuda::DevModel device_model_of(const std::string& dir, QuantMode q = QuantMode::Auto) {
+  const auto cfg = model::load_config(dir);
+  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
+  hs.add_file(dir + "/joint_head.safetensors");
+  model::QuantActivations qa;
+  qa.fp8_dynamic = true;
+  const auto tw = model::load_text_weights(st, cfg.text, model::LoadMode::Lazy, qa);
+  const auto hw = model::load_head_weights(hs, cfg.head, model::LoadMode::Lazy);
+  cuda::BuildOptions bo;
+  bo.quant = q;
+  return cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo);
+}
+
 // ForwardOptions::fp8_residual_in_norm (the down_proj's scale pass taken by the next layer's
 // norm) gives the bits of the forward without it: one pass and one block (the norms take the
 // adds: counted), GDN passes and attention blocks with the MLP whole (the adds deferred, then run
@@ -989,14 +1004,7 @@ TEST(CudaQuant, Fp8ResidualInNormGivesTheSameBits) {
   std::vector<const Encoded*> batch;
   int64_t tokens = 0;
   for (const auto& e : enc) batch.push_back(&e), tokens += int64_t(e.input_ids.size());
-  const auto cfg = model::load_config(dir);
-  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
-  hs.add_file(dir + "/joint_head.safetensors");
-  model::QuantActivations qa;
-  qa.fp8_dynamic = true;
-  const auto tw = model::load_text_weights(st, cfg.text, model::LoadMode::Lazy, qa);
-  const auto hw = model::load_head_weights(hs, cfg.head, model::LoadMode::Lazy);
-  const cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head);
+  const cuda::DevModel dm = device_model_of(dir);
   ASSERT_TRUE(dm.has_fp8);
   cuda::ForwardOptions plain;
   plain.max_tokens = tokens;
@@ -1097,16 +1105,7 @@ TEST(CudaQuant, PortableKernelsAgainstTheFastOnes) {
 TEST(CudaQuant, LeanPlanGivesTheSameBits) {
   NEED_GPU();
   auto same_bits = [](const std::string& what, const std::string& dir, QuantMode q, bool fused, const std::vector<const Encoded*>& batch) {
-    const auto cfg = model::load_config(dir);
-    io::TensorStore st = io::TensorStore::open_folder(dir), hs;
-    hs.add_file(dir + "/joint_head.safetensors");
-    model::QuantActivations qa;
-    qa.fp8_dynamic = true;
-    const auto tw = model::load_text_weights(st, cfg.text, model::LoadMode::Lazy, qa);
-    const auto hw = model::load_head_weights(hs, cfg.head, model::LoadMode::Lazy);
-    cuda::BuildOptions bo;
-    bo.quant = q;
-    cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo);
+    cuda::DevModel dm = device_model_of(dir, q);
     int64_t tokens = 0;
     for (const Encoded* e : batch) tokens += int64_t(e->input_ids.size());
     cuda::ForwardOptions plain;
