@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -1045,9 +1046,9 @@ TEST(CudaQuant, Fp8ResidualInNormGivesTheSameBits) {
     EXPECT_EQ(on_g.graph_replays(), 2u) << what << ": captured, then replayed";
   }
   // a request continuing its cached prefix (the attention layers' prefix copies)
-  const Encoded& e = enc[0];
-  const int64_t n = int64_t(e.input_ids.size()) / 64 * 64;
-  ASSERT_GE(n, 64);
+  const Encoded& e = *std::max_element(enc.begin(), enc.end(), [](const Encoded& a, const Encoded& c) { return a.state_span.end < c.state_span.end; });
+  const int64_t n = int64_t(e.state_span.end) / 64 * 64;  // within the state: the questions come after it
+  ASSERT_GE(n, 64) << "no corpus request has a state of 64 tokens";
   cuda::ForwardOptions on = plain;
   on.fp8_residual_in_norm = true;
   cuda::Forward off_f(dm, plain), on_f(dm, on);

@@ -9,8 +9,8 @@
 //                  out_proj, gated_norm + fp8_quantize_rows against gated_norm_fp8 (one kernel)
 //   swiglu fp8     swiglu_fp8_scaled + fp8_quantize_rows (act written in bf16, read back) and
 //                  swiglu_fp8_quant's forms (the down_proj's FP8 input straight from gate|up): a
-//                  row in one CTA's shared memory (the product's while the cluster form is
-//                  unmeasured, and below compute capability 9.0), a row in one CTA's registers
+//                  row in one CTA's shared memory (the product's below compute capability
+//                  9.0), a row in one CTA's registers
 //                  (uncapped and capped for two CTAs an SM), and a row over a cluster of CTAs,
 //                  per cluster size and items a thread (compute capability 9.0 on; the one
 //                  CLEFRT_LAB_SWIGLU_CLUSTER / _IPT select marked); bf16's swiglu for scale

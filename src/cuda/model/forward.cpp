@@ -1033,8 +1033,9 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         // FP8 out_proj: the norm quantizes its rows into the GEMM's input buffers, whose row scales
         // are the in_proj's too (isc.rs), read here for z: only where both index the same rows
         LinearRunner::Fp8Input oin;
-        // lab switch, off until measured on a GPU (written in session 33 with no device time
-        // left): CLEFRT_LAB_GATED_NORM_FP8=1 fuses
+        // lab switch, off: measured slower than gated_norm + fp8_quantize_rows in the lab (318
+        // and 8,192 rows) and in the model (bench/results/2026-12-05-h100-session33.md);
+        // CLEFRT_LAB_GATED_NORM_FP8=1 fuses
         static const bool fuse_out = env_count("CLEFRT_LAB_GATED_NORM_FP8", 0, 0, 1) == 1;
         if (fuse_out && (!in_unscaled || T0 == R0) && lin.fp8_input(l.gdn_out, oin) && oin.k == value_dim &&
             gated_norm_fp8_fits(c.v_heads, c.v_head_dim, oin.kp) && gated_norm_fp8_aligned(b.gdn_o, l.gdn_norm, own + conv_dim, n, zs, oin.q)) {

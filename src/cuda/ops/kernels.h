@@ -68,9 +68,9 @@ bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp);
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
                       uint8_t* q, int64_t kp, float* scale, cudaStream_t s);
 // The form swiglu_fp8_quant runs (queried once): a row over a cluster of `cluster` CTAs (1-8),
-// `ipt` 16-byte items a thread (1, 2 or 4; compute capability 9.0 on), or cluster 0: a row in one
-// CTA's shared memory, the default until the cluster form is measured on a GPU. Lab switches
-// CLEFRT_LAB_SWIGLU_CLUSTER (0-8) and CLEFRT_LAB_SWIGLU_IPT pick another for A/B runs.
+// `ipt` 16-byte items a thread (1, 2 or 4; compute capability 9.0 on; 2 and 4 by default), or
+// cluster 0: a row in one CTA's shared memory (below 9.0). Lab switches CLEFRT_LAB_SWIGLU_CLUSTER
+// (0-8) and CLEFRT_LAB_SWIGLU_IPT pick another for A/B runs.
 // swiglu_fp8_quant_as runs a given form (the GPU tests: all give the same bits).
 struct SwigluFp8Form {
   int cluster = 0, ipt = 1;

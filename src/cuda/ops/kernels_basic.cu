@@ -488,10 +488,11 @@ SwigluFp8Form swiglu_fp8_form() {
   static const SwigluFp8Form f = [] {
     SwigluFp8Form d;
     if (swiglu_cluster_max_threads(1) == 0) return d;  // no thread block clusters here: the shared-row kernel
-    // the cluster form is off until measured against the shared-row kernel on a GPU (written in
-    // session 33 with no device time left): CLEFRT_LAB_SWIGLU_CLUSTER=8 turns it on
-    d.cluster = int(env_count("CLEFRT_LAB_SWIGLU_CLUSTER", 0, 0, 8));
-    d.ipt = int(env_count("CLEFRT_LAB_SWIGLU_IPT", 1, 1, 4));
+    // a row over 2 CTAs of 4 items a thread: the fastest form in the lab at 318 and 8,192 rows and
+    // in the model (bench/results/2026-12-05-h100-session33.md); CLEFRT_LAB_SWIGLU_CLUSTER=0 runs
+    // the shared-row kernel
+    d.cluster = int(env_count("CLEFRT_LAB_SWIGLU_CLUSTER", 2, 0, 8));
+    d.ipt = int(env_count("CLEFRT_LAB_SWIGLU_IPT", 4, 1, 4));
     if (d.ipt == 3) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_IPT is 3: 1, 2 or 4 items a thread");
     return d;
   }();
