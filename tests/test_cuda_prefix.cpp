@@ -29,6 +29,7 @@ namespace {
 
 using test::Answer;
 using test::body;
+using test::device_model_of;
 using test::run;
 using test::run_batch;
 using test::state_text;
@@ -40,16 +41,7 @@ const std::string& small_dir() {
   return d;
 }
 
-// The folder's weights on the GPU as a bare cuda::Forward takes them, and a prefix state buffer
-// of n tokens for it.
-cuda::DevModel device_model_of(const std::string& dir) {
-  const auto cfg = model::load_config(dir);
-  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
-  hs.add_file(dir + "/joint_head.safetensors");
-  const auto tw = model::load_text_weights(st, cfg.text);
-  const auto hw = model::load_head_weights(hs, cfg.head);
-  return cuda::build_device_model(tw, hw, cfg.text, cfg.head);
-}
+// A prefix state buffer of n tokens for the device model.
 cuda::DevPrefixState prefix_state(const cuda::DevModel& dm, int64_t n) {
   cuda::DevPrefixState s;
   s.capacity = n;

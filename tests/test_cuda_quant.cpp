@@ -39,6 +39,7 @@ namespace {
 
 using cuda::bf16;
 using cuda::DeviceBuffer;
+using test::device_model_of;
 using test::down;
 using test::down_bf;
 using test::to_bf;
@@ -972,21 +973,6 @@ TEST(CudaQuant, Fp8AtClefGdnHeadsAgainstCpu) {
             << ", batch of 12 vs alone " << batch_worst << "\n";
   EXPECT_LT(worst, 0.05);
   EXPECT_EQ(batch_worst, 0.0);
-}
-
-// The folder's weights on the GPU as a bare cuda::Forward takes them (FP8 activations quantized
-// per token at run time, as the engine loads them), the Linears converted to `q` at load.
-cuda::DevModel device_model_of(const std::string& dir, QuantMode q = QuantMode::Auto) {
-  const auto cfg = model::load_config(dir);
-  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
-  hs.add_file(dir + "/joint_head.safetensors");
-  model::QuantActivations qa;
-  qa.fp8_dynamic = true;
-  const auto tw = model::load_text_weights(st, cfg.text, model::LoadMode::Lazy, qa);
-  const auto hw = model::load_head_weights(hs, cfg.head, model::LoadMode::Lazy);
-  cuda::BuildOptions bo;
-  bo.quant = q;
-  return cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo);
 }
 
 // ForwardOptions::fp8_residual_in_norm (the down_proj's scale pass taken by the next layer's

@@ -14,7 +14,10 @@
 #include "cuda/model/forward.h"
 #include "cuda/ops/kernels.h"
 #include "engine/engine_core.h"
+#include "io/safetensors.h"
+#include "model/config.h"
 #include "model/forward.h"
+#include "model/weights.h"
 #include "schema/request.h"
 #include "test_util.h"
 
@@ -25,6 +28,21 @@
   } while (0)
 
 namespace clefrt::test {
+
+// A folder's weights on the GPU as a bare cuda::Forward takes them (FP8 activations quantized per
+// token at run time, as the engine loads them), the Linears converted to `q` at load.
+inline cuda::DevModel device_model_of(const std::string& dir, QuantMode q = QuantMode::Auto) {
+  const auto cfg = model::load_config(dir);
+  io::TensorStore st = io::TensorStore::open_folder(dir), hs;
+  hs.add_file(dir + "/joint_head.safetensors");
+  model::QuantActivations qa;
+  qa.fp8_dynamic = true;
+  const auto tw = model::load_text_weights(st, cfg.text, model::LoadMode::Lazy, qa);
+  const auto hw = model::load_head_weights(hs, cfg.head, model::LoadMode::Lazy);
+  cuda::BuildOptions bo;
+  bo.quant = q;
+  return cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo);
+}
 
 inline std::vector<cuda::bf16> to_bf(const std::vector<float>& v) {
   std::vector<cuda::bf16> b(v.size());

@@ -919,6 +919,19 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
     ++adds_taken_;
     return p.add;
   };
+  // The (1+w) RMSNorm of x's rows [t0, t0 + rows): into the FP8 input buffers `fin` when given
+  // (and bf16 rows into y16 as well when y16 is not null), else into y16; a pending residual add
+  // taken first where take_add allows.
+  auto norm_rows = [&](int64_t t0, int64_t rows, const float* w, bf16* y16, const LinearRunner::Fp8Input* fin) {
+    const size_t y16_bytes = y16 ? size_t(rows * H) * 2 : 0;
+    const std::optional<ResidualFp8> add =
+        fin ? take_add(t0, rows, {{y16, y16_bytes}, {fin->q, size_t(rows * fin->kp)}, {fin->scale, size_t(rows) * 4}}) : take_add(t0, rows, {{y16, y16_bytes}});
+    float* x = b.x + t0 * H;
+    if (add && fin) rms_norm_1p_fp8_add(x, rows, H, *add, w, eps, y16, fin->q, fin->kp, fin->scale, s);
+    else if (add) rms_norm_1p_add(x, rows, H, *add, w, eps, y16, s);
+    else if (fin) rms_norm_1p_fp8(x, rows, H, w, eps, y16, fin->q, fin->kp, fin->scale, s);
+    else rms_norm_1p(x, rows, H, w, eps, y16, nullptr, s);
+  };
   auto in_blocks = [&](int64_t block, const float* norm_w, bf16* hn, const DevLinear& feeds,
                        const std::function<void(int64_t, int64_t, bool)>& body) {
     const size_t weights = lin.position();
@@ -928,12 +941,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       const int64_t rows = std::min(block, L - t0);
       lin.replay_from(weights);
       mark("rms_norm");
-      const std::optional<ResidualFp8> add = quantized ? take_add(t0, rows, {{fin.q, size_t(rows * fin.kp)}, {fin.scale, size_t(rows) * 4}})
-                                                       : take_add(t0, rows, {{hn, size_t(rows * H) * 2}});
-      if (add && quantized) rms_norm_1p_fp8_add(b.x + t0 * H, rows, H, *add, norm_w, eps, nullptr, fin.q, fin.kp, fin.scale, s);
-      else if (add) rms_norm_1p_add(b.x + t0 * H, rows, H, *add, norm_w, eps, hn, s);
-      else if (quantized) rms_norm_1p_fp8(b.x + t0 * H, rows, H, norm_w, eps, nullptr, fin.q, fin.kp, fin.scale, s);
-      else rms_norm_1p(b.x + t0 * H, rows, H, norm_w, eps, hn, nullptr, s);
+      norm_rows(t0, rows, norm_w, quantized ? nullptr : hn, quantized ? &fin : nullptr);
       body(t0, rows, quantized);
     }
   };
@@ -967,13 +975,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         // feed its bf16 parts and the next pass's history)
         LinearRunner::Fp8Input gin;
         const bool gdn_quantized = before == 0 && lin.fp8_shared_input(l.gdn_in, gin) && gin.k == H && rms_norm_1p_fp8_fits(H, gin.kp);
-        const std::optional<ResidualFp8> add =
-            gdn_quantized ? take_add(T0, rows, {{b.h_gdn, size_t(rows * H) * 2}, {gin.q, size_t(rows * gin.kp)}, {gin.scale, size_t(rows) * 4}})
-                          : take_add(T0, rows, {{b.h_gdn + before * H, size_t(rows * H) * 2}});
-        if (add && gdn_quantized) rms_norm_1p_fp8_add(b.x + T0 * H, rows, H, *add, l.input_norm, eps, b.h_gdn, gin.q, gin.kp, gin.scale, s);
-        else if (add) rms_norm_1p_add(b.x + T0 * H, rows, H, *add, l.input_norm, eps, b.h_gdn + before * H, s);
-        else if (gdn_quantized) rms_norm_1p_fp8(b.x + T0 * H, rows, H, l.input_norm, eps, b.h_gdn, gin.q, gin.kp, gin.scale, s);
-        else rms_norm_1p(b.x + T0 * H, rows, H, l.input_norm, eps, b.h_gdn + before * H, nullptr, s);
+        norm_rows(T0, rows, l.input_norm, b.h_gdn + before * H, gdn_quantized ? &gin : nullptr);  // gdn_quantized: before == 0
         if (c1 < b.nchunks) {  // the next pass's history rows, before out_proj writes x
           const int64_t h0 = std::max<int64_t>(0, T1 - hist);
           d2d(b.h_hist, b.h_gdn + (h0 - R0) * H, size_t((T1 - h0) * H) * 2, "gdn normed history rows out");
@@ -1029,31 +1031,17 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s,
                        gdn_path_);
         mark("gdn gated_norm");
-        const RowColScales zs = in_unscaled ? RowColScales{isc.rs + (T0 - R0), isc.cs_lo + conv_dim} : RowColScales{};
-        // FP8 out_proj: the norm quantizes its rows into the GEMM's input buffers, whose row scales
-        // are the in_proj's too (isc.rs), read here for z: only where both index the same rows
-        LinearRunner::Fp8Input oin;
-        // lab switch, off: measured slower than gated_norm + fp8_quantize_rows in the lab (318
-        // and 8,192 rows) and in the model (bench/results/2026-12-05-h100-session33.md);
-        // CLEFRT_LAB_GATED_NORM_FP8=1 fuses
-        static const bool fuse_out = env_count("CLEFRT_LAB_GATED_NORM_FP8", 0, 0, 1) == 1;
-        if (fuse_out && (!in_unscaled || T0 == R0) && lin.fp8_input(l.gdn_out, oin) && oin.k == value_dim &&
-            gated_norm_fp8_fits(c.v_heads, c.v_head_dim, oin.kp) && gated_norm_fp8_aligned(b.gdn_o, l.gdn_norm, own + conv_dim, n, zs, oin.q)) {
-          gated_norm_fp8(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, zs, oin.q, oin.kp, oin.scale, s);
-          mark("gemm gdn out_proj");
-          lin.run_fp8_quantized(rows, l.gdn_out, b.x + T0 * H, OutType::F32, H, true, "gdn out_proj");
-        } else {
-          gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s, zs);
-          mark("gemm gdn out_proj");
-          lin.run(b.gact, rows, value_dim, l.gdn_out, b.x + T0 * H, OutType::F32, H, true, "gdn out_proj");
-        }
+        gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s,
+                   in_unscaled ? RowColScales{isc.rs + (T0 - R0), isc.cs_lo + conv_dim} : RowColScales{});
+        mark("gemm gdn out_proj");
+        lin.run(b.gact, rows, value_dim, l.gdn_out, b.x + T0 * H, OutType::F32, H, true, "gdn out_proj");
       }
     } else {
       const int64_t n = l.qkv.n;
       lin.use_scratch(b.qs_attn);
       const size_t row_bytes = size_t(kvw) * 2;
-      if (b.pfx) lin.flush_pending();  // the copies below write arena rows the pending add may read
       if (b.pfx) {  // keys / values in their own rows: the cached ones, then this batch's after them
+        lin.flush_pending();  // these copies write arena rows a pending residual add may read
         mark("prefix state in");
         for (size_t i = size_t(ai) * b.pin_layer; i < size_t(ai + 1) * b.pin_layer; ++i) prefix_copy(graphs_.get(), b.pin[i], s);
       }

@@ -1,13 +1,27 @@
-// A kernel launched on thread block clusters (compute capability 9.0 on): `grid` CTAs along x in
-// clusters of `cl` along x (grid a multiple of cl, cl at most 8: the portable size), through
-// cudaLaunchKernelEx. Its error is returned for check().
+// Kernels on thread block clusters (compute capability 9.0 on): whether one can run here, and
+// its launch.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <utility>
 
+#include "cuda/runtime/hardware.h"
+
 namespace clefrt::cuda {
 
+// The most threads a CTA of `kernel` takes as compiled; 0 where it cannot run here: no thread
+// block clusters, or no code of it for this device (a JIT of older PTX would run the body such
+// kernels compile below sm_90, a trap).
+inline int cluster_kernel_max_threads(const void* kernel) {
+  if (device_info().major < 9) return 0;
+  cudaFuncAttributes a{};
+  const bool ok = cudaFuncGetAttributes(&a, kernel) == cudaSuccess && a.binaryVersion >= 90;
+  cudaGetLastError();  // a missing image is an answer here, not an error for the next launch
+  return ok ? a.maxThreadsPerBlock : 0;
+}
+
+// `grid` CTAs along x in clusters of `cl` along x (grid a multiple of cl, cl at most 8: the
+// portable size), through cudaLaunchKernelEx. Its error is returned for check().
 template <class... Params, class... Args>
 cudaError_t launch_on_clusters(void (*kernel)(Params...), unsigned grid, unsigned block, unsigned cl, cudaStream_t s, Args&&... args) {
   cudaLaunchConfig_t cfg{};

@@ -66,6 +66,11 @@ __device__ __forceinline__ float rms_row_inv_add(const float* x, float* xw, cons
   }
   return rsqrtf(block_sum(ss, sh) / float(4 * d4) + eps);
 }
+// The register kernels' CTA: kRmsVec float4 of the row a thread, rounded up to a warp
+unsigned rms_reg_threads(int64_t d) {
+  const int64_t per = (d / 4 + kRmsVec - 1) / kRmsVec;
+  return unsigned((per + 31) / 32 * 32);
+}
 // float4 i of the normed row: v * inv * (1 + w)
 __device__ __forceinline__ float4 rms_1p4(float4 v, float inv, const float* w, int i) {
   const float4 ww = reinterpret_cast<const float4*>(w)[i];
@@ -276,8 +281,7 @@ void embed_gather(const int32_t* ids, int64_t L, const bf16* table, int64_t d, f
 void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float eps, bf16* y16, float* y32, cudaStream_t s) {
   if (rows == 0) return;
   if (d % 4 == 0 && d <= int64_t(4) * kRmsVec * 1024) {
-    const int64_t per = (d / 4 + kRmsVec - 1) / kRmsVec;
-    rms_norm_1p_reg_k<false><<<unsigned(rows), unsigned((per + 31) / 32 * 32), 0, s>>>(x, int(d / 4), w, eps, y16, y32, ResidualFp8{});
+    rms_norm_1p_reg_k<false><<<unsigned(rows), rms_reg_threads(d), 0, s>>>(x, int(d / 4), w, eps, y16, y32, ResidualFp8{});
   } else {
     rms_norm_1p_k<<<unsigned(rows), d >= 1024 ? 256 : 128, 0, s>>>(x, d, w, eps, y16, y32);
   }
@@ -291,8 +295,7 @@ void rms_norm_1p_fp8(const float* x, int64_t rows, int64_t d, const float* w, fl
   if (!rms_norm_1p_fp8_fits(d, kp) || reinterpret_cast<uintptr_t>(q) % 4 != 0)
     throw Error(Status::Internal, "internal_error", "rms_norm_1p_fp8: d " + std::to_string(d) + ", kp " + std::to_string(kp) + " do not fit");
   if (rows == 0) return;
-  const int64_t per = (d / 4 + kRmsVec - 1) / kRmsVec;
-  rms_norm_1p_fp8_k<false><<<unsigned(rows), unsigned((per + 31) / 32 * 32), 0, s>>>(x, int(d / 4), w, eps, y16, q, kp, scale, ResidualFp8{});
+  rms_norm_1p_fp8_k<false><<<unsigned(rows), rms_reg_threads(d), 0, s>>>(x, int(d / 4), w, eps, y16, q, kp, scale, ResidualFp8{});
   check_launch("rms_norm_1p_fp8");
 }
 
@@ -306,8 +309,7 @@ void rms_norm_1p_add(float* x, int64_t rows, int64_t d, const ResidualFp8& add, 
   if (!residual_fp8_fits(d, add) || reinterpret_cast<uintptr_t>(x) % 16 != 0)
     throw Error(Status::Internal, "internal_error", "rms_norm_1p_add: d " + std::to_string(d) + " or the pending add's layout do not fit");
   if (rows == 0) return;
-  const int64_t per = (d / 4 + kRmsVec - 1) / kRmsVec;
-  rms_norm_1p_reg_k<true><<<unsigned(rows), unsigned((per + 31) / 32 * 32), 0, s>>>(x, int(d / 4), w, eps, y16, nullptr, add);
+  rms_norm_1p_reg_k<true><<<unsigned(rows), rms_reg_threads(d), 0, s>>>(x, int(d / 4), w, eps, y16, nullptr, add);
   check_launch("rms_norm_1p_add");
 }
 
@@ -317,8 +319,7 @@ void rms_norm_1p_fp8_add(float* x, int64_t rows, int64_t d, const ResidualFp8& a
     throw Error(Status::Internal, "internal_error",
                 "rms_norm_1p_fp8_add: d " + std::to_string(d) + ", kp " + std::to_string(kp) + " or the pending add's layout do not fit");
   if (rows == 0) return;
-  const int64_t per = (d / 4 + kRmsVec - 1) / kRmsVec;
-  rms_norm_1p_fp8_k<true><<<unsigned(rows), unsigned((per + 31) / 32 * 32), 0, s>>>(x, int(d / 4), w, eps, y16, q, kp, scale, add);
+  rms_norm_1p_fp8_k<true><<<unsigned(rows), rms_reg_threads(d), 0, s>>>(x, int(d / 4), w, eps, y16, q, kp, scale, add);
   check_launch("rms_norm_1p_fp8_add");
 }
 
@@ -434,20 +435,11 @@ bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp) {
   return ffn > 0 && ffn % 8 == 0 && kp % 8 == 0 && kp >= ffn && ffn * 2 + 32 * int64_t(sizeof(float)) <= 48 * 1024;
 }
 
-// The cluster kernel of `ipt` items a thread: its most threads a CTA as compiled, 0 where it
-// cannot run (no thread block clusters, or no code of it for this device: a JIT of older PTX
-// would run its trapping body)
+// The cluster kernel of `ipt` items a thread: cluster_kernel_max_threads (queried once)
 static int swiglu_cluster_max_threads(int ipt) {
-  static const std::array<int, 3> most = [] {
-    const auto one = [](auto kernel) {
-      cudaFuncAttributes a{};
-      const bool ok = cudaFuncGetAttributes(&a, kernel) == cudaSuccess && a.binaryVersion >= 90;
-      cudaGetLastError();  // a missing image is an answer here, not an error for the next launch
-      return ok ? a.maxThreadsPerBlock : 0;
-    };
-    if (device_info().major < 9) return std::array<int, 3>{0, 0, 0};
-    return std::array<int, 3>{one(swiglu_fp8_quant_cluster_k<1>), one(swiglu_fp8_quant_cluster_k<2>), one(swiglu_fp8_quant_cluster_k<4>)};
-  }();
+  static const std::array<int, 3> most = {cluster_kernel_max_threads((const void*)swiglu_fp8_quant_cluster_k<1>),
+                                          cluster_kernel_max_threads((const void*)swiglu_fp8_quant_cluster_k<2>),
+                                          cluster_kernel_max_threads((const void*)swiglu_fp8_quant_cluster_k<4>)};
   return most[ipt == 1 ? 0 : ipt == 2 ? 1 : 2];
 }
 

@@ -935,14 +935,7 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
 }
 
 bool gated_norm_fp8_fits(int64_t Hv, int64_t Dv, int64_t kp) {
-  // the device has thread block clusters and the binary has the kernel's code for it (not a
-  // JIT of older PTX, whose body would trap)
-  static const bool runs = [] {
-    cudaFuncAttributes a{};
-    const bool ok = device_info().major >= 9 && cudaFuncGetAttributes(&a, gated_norm128_fp8_k) == cudaSuccess && a.binaryVersion >= 90;
-    cudaGetLastError();  // a missing image is an answer here, not an error for the next launch
-    return ok;
-  }();
+  static const bool runs = cluster_kernel_max_threads((const void*)gated_norm128_fp8_k) >= 256;  // its CTA: 8 warps
   return runs && Dv == 128 && Hv % 8 == 0 && Hv / 8 >= 1 && Hv / 8 <= 8 && kp >= Hv * Dv && kp % 4 == 0;
 }
 

@@ -80,6 +80,11 @@ inline void launch_swiglu_fp8_quant_rows(const bf16* gu, int64_t L, int64_t ffn,
 // scale[t] written after them.
 constexpr int kSwigluQuantItems = 4;
 constexpr int kSwigluQuantMaxThreads = 576;  // ffn <= 18,432 (Clef: 12,288 and 17,408)
+// Whether gu_scales8 may take its 16-byte loads: both scale arrays 16-byte aligned and split a
+// multiple of 8 (no 8-group straddles it).
+inline bool gu_scales_vec(const GuScales& sc, int64_t ffn) {
+  return sc.split % 8 == 0 && aligned16(sc.cs_lo) && (sc.split >= 2 * ffn || aligned16(sc.cs_hi));
+}
 // 8 consecutive column scales from column c (a multiple of 8): two 16-byte loads when the host
 // found both arrays 16-byte aligned and split a multiple of 8 (no 8-group straddles it).
 __device__ __forceinline__ void gu_scales8(const GuScales& sc, int c, bool vec, float (&cs)[8]) {
@@ -160,7 +165,7 @@ template <int MinBlocks>
 void launch_swiglu_fp8_quant_regs(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
   const int64_t items = ffn / 8, per = (items + kSwigluQuantItems - 1) / kSwigluQuantItems;
   const unsigned threads = unsigned((per + 31) / 32 * 32);
-  const bool vec = sc.split % 8 == 0 && aligned16(sc.cs_lo) && (sc.split >= 2 * ffn || aligned16(sc.cs_hi));
+  const bool vec = gu_scales_vec(sc, ffn);
   swiglu_fp8_quant_regs_k<MinBlocks><<<unsigned(L), threads, 0, s>>>(gu, ffn, sc, vec, q, kp / 8, scale);
 }
 
@@ -232,7 +237,7 @@ template <int IPT>
 void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, int cl,
                                      cudaStream_t s) {
   const int64_t per = (ffn / 8 + cl - 1) / cl, threads = swiglu_cluster_threads(ffn, cl, IPT);
-  const bool vec = sc.split % 8 == 0 && aligned16(sc.cs_lo) && (sc.split >= 2 * ffn || aligned16(sc.cs_hi));
+  const bool vec = gu_scales_vec(sc, ffn);
   check(launch_on_clusters(swiglu_fp8_quant_cluster_k<IPT>, unsigned(L * cl), unsigned(threads), unsigned(cl), s, gu, ffn, sc, vec, q, kp / 8, scale,
                            int(per)),
         "swiglu_fp8_quant");
