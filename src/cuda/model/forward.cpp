@@ -289,7 +289,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
                                         o.w4a16_fused ? W4A16Kernel::Fused : W4A16Kernel::Staged,
                                         o.portable_kernels ? W4A16Gemm::MmaSync : W4A16Gemm::Auto);
   if (o.gdn_pass_chunks < 0) throw Error(Status::Internal, "internal_error", "gdn_pass_chunks < 0");
-  residual_in_norm_ = m.has_fp8 && (o.fp8_residual_in_norm || env_count("CLEFRT_LAB_FP8_RESIDUAL_IN_NORM", 0, 0, 1) == 1);
+  residual_in_norm_ = m.has_fp8 && env_count("CLEFRT_LAB_FP8_RESIDUAL_IN_NORM", o.fp8_residual_in_norm ? 1 : 0, 0, 1) == 1;
   gdn_path_ = gdn_path(GdnPath::Auto, m.c.k_head_dim, m.c.v_head_dim);
   if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
   // CLEFRT_GDN_PRODUCTS read at load: a bad value fails here, not in a forward

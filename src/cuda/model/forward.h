@@ -80,10 +80,10 @@ struct ForwardOptions {
   // input norm, which adds it to the row as it reads it (rms_norm_1p_add / _fp8_add: one read of
   // x less, the same bits), where that norm takes every row in one call, its outputs do not
   // overlap the pending output's buffers, and no prefix copy comes between; elsewhere the pass
-  // runs as always. Off until its GPU test's prefix-cache part has run (its other parts passed;
-  // with the SwiGLU's cluster form it measured -7 ms at 8,192 tokens on an H100:
-  // bench/results/2026-12-05-h100-session33.md); CLEFRT_LAB_FP8_RESIDUAL_IN_NORM=1 turns it on too.
-  bool fp8_residual_in_norm = false;
+  // runs as always. On by default since its GPU tests passed, prefix cache included
+  // (bench/results/2026-12-05-h100-session34.md); CLEFRT_LAB_FP8_RESIDUAL_IN_NORM=0 or 1 overrides
+  // this field either way (the lab's A/B of one binary).
+  bool fp8_residual_in_norm = true;
   int64_t debug_layers = -1;   // tests: run only the first N backbone layers (-1: all)
 };
 
