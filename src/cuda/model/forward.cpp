@@ -216,12 +216,14 @@ struct Forward::Batch {
     aact = q;
     qs_attn = carve_qs(a, m, L, std::max(H, attn_dim));
     phase_end = std::max(phase_end, a.used());
-    // MLP block
+    // MLP block: its quantization scratch first, below the GDN and attention phases' FP8 GEMM
+    // outputs (acc), which an FP8 out_proj / o_proj leaves pending for this phase's norm to add
+    // (ForwardOptions::fp8_residual_in_norm; Forward's take_add still checks the ranges)
     a.rewind(phase_from);
+    qs_mlp = carve_qs(a, m, MB, std::max(H, c.ffn));
     h_mlp = a.carve<bf16>(MB * H, "mlp normed");
     mbig = a.carve<bf16>(MB * 2 * c.ffn, "mlp gate|up");
     mact = a.carve<bf16>(MB * c.ffn, "mlp act");
-    qs_mlp = carve_qs(a, m, MB, std::max(H, c.ffn));
     phase_end = std::max(phase_end, a.used());
     const size_t backbone_end = phase_end;
     a.rewind(shared_from);
@@ -1034,6 +1036,8 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s,
                    in_unscaled ? RowColScales{isc.rs + (T0 - R0), isc.cs_lo + conv_dim} : RowColScales{});
         mark("gemm gdn out_proj");
+        // one pass over every token: its scale pass is left to the MLP's norm (fp8_residual_in_norm)
+        if (residual_in_norm_ && T0 == 0 && rows == L && b.MB >= L) lin.defer_next_accumulate();
         lin.run(b.gact, rows, value_dim, l.gdn_out, b.x + T0 * H, OutType::F32, H, true, "gdn out_proj");
       }
     } else {
@@ -1080,11 +1084,13 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         flash_attention(b.q, keys, values, ldv, b.abig + D, n, 2 * D, Hq, Hkv, D, tiles, b.aact, s);
       }
       mark("gemm attn o_proj");
+      if (residual_in_norm_ && b.MB >= L) lin.defer_next_accumulate();  // the MLP's norm adds it
       lin.run(b.aact, L, Hq * D, l.o, b.x, OutType::F32, H, true, "attention o_proj");
     }
     lin.use_scratch(b.qs_mlp);
     // the down_proj of one block over every token leaves its scale pass to the next layer's norm
-    // (ForwardOptions::fp8_residual_in_norm); the last layer of the call runs it
+    // (ForwardOptions::fp8_residual_in_norm); the last layer of the call runs it. An out_proj's /
+    // o_proj's pending pass is taken by this phase's norm (in_blocks), or run there first.
     const bool defer_down = residual_in_norm_ && b.MB >= L && li + 1 < end && (o_.debug_layers < 0 || li + 1 < o_.debug_layers);
     in_blocks(b.MB, l.post_norm, b.h_mlp, l.gate_up, [&](int64_t t0, int64_t rows, bool quantized) {
       mark("gemm mlp gate_up");
