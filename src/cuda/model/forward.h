@@ -76,11 +76,12 @@ struct ForwardOptions {
   // batches without images, cached prefixes or states to leave, with profiling off, CLEFRT_CUDA_SYNC
   // unset and no NVFP4 staging (its side stream); the others run as always.
   int64_t graph_after = 0;
-  // FP8: the MLP's down_proj leaves its scale pass (x += its scaled output) to the next layer's
-  // input norm, which adds it to the row as it reads it (rms_norm_1p_add / _fp8_add: one read of
-  // x less, the same bits), where that norm takes every row in one call, its outputs do not
-  // overlap the pending output's buffers, and no prefix copy comes between; elsewhere the pass
-  // runs as always. On by default since its GPU tests passed, prefix cache included
+  // FP8: the accumulating Linears leave their scale pass (x += the scaled output) to the norm
+  // that reads x next (rms_norm_1p_add / _fp8_add: one read of x less, the same bits): down_proj
+  // to the next layer's input norm, the GDN out_proj and the attention o_proj to their layer's
+  // MLP norm; where the Linear and the norm each take every row in one call, the norm's outputs
+  // do not overlap the pending output's buffers, and no prefix copy comes between; elsewhere the
+  // pass runs as always. On by default since its GPU tests passed, prefix cache included
   // (bench/results/2026-12-05-h100-session34.md); CLEFRT_LAB_FP8_RESIDUAL_IN_NORM=0 or 1 overrides
   // this field either way (the lab's A/B of one binary).
   bool fp8_residual_in_norm = true;
