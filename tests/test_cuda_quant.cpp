@@ -402,16 +402,14 @@ TEST(CudaQuant, Fp8ScaledSwigluEqualsScaleThenSwiglu) {
 // its forms) against swiglu_fp8_scaled + fp8_quantize_rows byte for byte: codes, the row scales,
 // the zero padding to kp, an all-zero row (scale 1), at a small ffn (72, split 32), one item past
 // a 512-thread pass with a split not a multiple of 8 (4,104: the scales' scalar reads), Clef
-// 27B's ffn (1,100 rows: more than the loop form's clusters, so each loops) and the largest that
-// fits (a row of act in 48 KiB of shared memory).
+// 27B's ffn and the largest that fits (a row of act in 48 KiB of shared memory).
 TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
   NEED_GPU();
   struct Case {
     int64_t ffn, kp, split;  // a second scale array from column `split`
-    int64_t L;               // 27B's case: more rows than the loop form's clusters (each loops)
   };
-  for (const Case& cs_case : {Case{72, 80, 32, 9}, Case{4104, 4112, 2052, 9}, Case{17408, 17408, 8704, 1100}, Case{24512, 24520, 12256, 9}}) {
-    const int64_t ffn = cs_case.ffn, kp = cs_case.kp, split = cs_case.split, L = cs_case.L, n = 2 * ffn;
+  for (const Case& cs_case : {Case{72, 80, 32}, Case{4104, 4112, 2052}, Case{17408, 17408, 8704}, Case{24512, 24520, 12256}}) {
+    const int64_t ffn = cs_case.ffn, kp = cs_case.kp, split = cs_case.split, L = 9, n = 2 * ffn;
     const std::string at = " at ffn " + std::to_string(ffn);
     ASSERT_TRUE(cuda::swiglu_fp8_quant_fits(ffn, kp)) << at;
     std::mt19937 rng{uint32_t(ffn)};
@@ -435,10 +433,9 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     // every form: the shared-row kernel, and where clusters run a row over 1-8 CTAs of 1, 2 or 4
     // items a thread (CTAs with no items at the small ffn, a partial last CTA elsewhere)
     std::vector<cuda::SwigluFp8Form> forms{{0, 1}};
-    if (cuda::device_info().major >= 9)
-      forms.insert(forms.end(), {{8, 1}, {3, 1}, {4, 2}, {2, 4}, {1, 4}, {8, 4}, {8, 1, true}, {3, 1, true}, {2, 4, true}, {1, 4, true}});
+    if (cuda::device_info().major >= 9) forms.insert(forms.end(), {{8, 1}, {3, 1}, {4, 2}, {2, 4}, {1, 4}, {8, 4}});
     for (const cuda::SwigluFp8Form& f : forms) {
-      const std::string form = at + ", cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread" + (f.loop ? ", loop" : "");
+      const std::string form = at + ", cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread";
       cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");
       cuda::check(cudaMemset(s2.get(), 0xab, size_t(L) * 4), "poison");
       cuda::swiglu_fp8_quant_as(f, dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp, s2.as<float>(), nullptr);

@@ -436,20 +436,17 @@ bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp) {
 }
 
 // The cluster kernel of `ipt` items a thread: cluster_kernel_max_threads (queried once)
-static int swiglu_cluster_max_threads(int ipt, bool loop = false) {
-  static const std::array<int, 6> most = {cluster_kernel_max_threads((const void*)swiglu_fp8_quant_cluster_k<1>),
+static int swiglu_cluster_max_threads(int ipt) {
+  static const std::array<int, 3> most = {cluster_kernel_max_threads((const void*)swiglu_fp8_quant_cluster_k<1>),
                                           cluster_kernel_max_threads((const void*)swiglu_fp8_quant_cluster_k<2>),
-                                          cluster_kernel_max_threads((const void*)swiglu_fp8_quant_cluster_k<4>),
-                                          cluster_kernel_max_threads((const void*)swiglu_fp8_quant_cluster_loop_k<1>),
-                                          cluster_kernel_max_threads((const void*)swiglu_fp8_quant_cluster_loop_k<2>),
-                                          cluster_kernel_max_threads((const void*)swiglu_fp8_quant_cluster_loop_k<4>)};
-  return most[(loop ? 3 : 0) + (ipt == 1 ? 0 : ipt == 2 ? 1 : 2)];
+                                          cluster_kernel_max_threads((const void*)swiglu_fp8_quant_cluster_k<4>)};
+  return most[ipt == 1 ? 0 : ipt == 2 ? 1 : 2];
 }
 
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
                       uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
   SwigluFp8Form f = swiglu_fp8_form();
-  if (f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt, f.loop)) f.cluster = 0;  // the row does not fit it
+  if (f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt)) f.cluster = 0;  // the row does not fit it
   swiglu_fp8_quant_as(f, gu, L, ffn, rs, cs_lo, cs_hi, split, q, kp, scale, s);
 }
 
@@ -459,21 +456,16 @@ void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int6
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: ffn " + std::to_string(ffn) + ", kp " + std::to_string(kp) + " do not fit");
   if (f.cluster < 0 || f.cluster > 8 || (f.ipt != 1 && f.ipt != 2 && f.ipt != 4))
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: no form of cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread");
-  if (f.loop && f.cluster == 0) throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: the loop form is a cluster form (cluster 1-8)");
-  if (f.cluster > 0 && swiglu_cluster_max_threads(f.ipt, f.loop) == 0)
+  if (f.cluster > 0 && swiglu_cluster_max_threads(f.ipt) == 0)
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: the cluster form needs compute capability 9.0 and its code in the binary");
-  if (f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt, f.loop))
+  if (f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt))
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: ffn " + std::to_string(ffn) + " over a cluster of " + std::to_string(f.cluster) +
                                                        " CTAs of " + std::to_string(f.ipt) + " items a thread needs more threads a CTA than the kernel takes (" +
-                                                       std::to_string(swiglu_cluster_max_threads(f.ipt, f.loop)) + ")");
+                                                       std::to_string(swiglu_cluster_max_threads(f.ipt)) + ")");
   if (L == 0) return;
   const GuScales sc{rs, cs_lo, cs_hi, split};
   if (f.cluster == 0) {
     launch_swiglu_fp8_quant_rows(gu, L, ffn, sc, q, kp, scale, s);
-  } else if (f.loop) {
-    if (f.ipt == 1) launch_swiglu_fp8_quant_cluster_loop<1>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
-    else if (f.ipt == 2) launch_swiglu_fp8_quant_cluster_loop<2>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
-    else launch_swiglu_fp8_quant_cluster_loop<4>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
   } else if (f.ipt == 1) {
     launch_swiglu_fp8_quant_cluster<1>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
   } else if (f.ipt == 2) {
@@ -493,7 +485,6 @@ SwigluFp8Form swiglu_fp8_form() {
     // the shared-row kernel
     d.cluster = int(env_count("CLEFRT_LAB_SWIGLU_CLUSTER", 2, 0, 8));
     d.ipt = int(env_count("CLEFRT_LAB_SWIGLU_IPT", 4, 1, 4));
-    d.loop = d.cluster > 0 && env_count("CLEFRT_LAB_SWIGLU_LOOP", 0, 0, 1) == 1;  // the loop form: measured in the lab only so far
     if (d.ipt == 3) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_IPT is 3: 1, 2 or 4 items a thread");
     return d;
   }();

@@ -265,10 +265,12 @@ void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, con
 }
 
 
-// The cluster form's loop variant: a cluster takes rows t, t + G, t + 2G, ... (G clusters, as
-// many as fit the GPU at once), each thread the same columns in every row, so their scales are
-// loaded once into registers instead of once a row (the cluster form reads two scales a value it
-// reads, from L1 or L2). The row's work is the cluster form's: the same values, amax, scale and
+// The cluster form's loop variant, which only the kernel lab runs: a cluster takes rows t, t + G,
+// t + 2G, ... (G clusters, as many as fit the GPU at once), each thread the same columns in every
+// row, so their scales are loaded once into registers instead of once a row (the cluster form
+// reads two scales a value it reads, from L1 or L2). At 2 CTAs of 4 items a thread it takes 148
+// registers, one CTA an SM: the swiglu op measured 34.1 -> 55.4 ms at 8,192 tokens in the model
+// (bench/results/2026-12-05-h100-session34.md), so the product keeps the cluster form. The row's work is the cluster form's: the same values, amax, scale and
 // codes. cta_max alternates between two slots: a CTA writes row j + 1's slot while others may
 // still read row j's, and row j + 2's only after the cluster barrier of row j + 1, which every
 // reader of row j has passed. `scale` may be sc.rs: a row's rs[t] is read only by its cluster,
