@@ -13,9 +13,7 @@
 //                  9.0), a row in one CTA's registers
 //                  (uncapped and capped for two CTAs an SM), and a row over a cluster of CTAs,
 //                  per cluster size and items a thread (compute capability 9.0 on; the one
-//                  CLEFRT_LAB_SWIGLU_CLUSTER / _IPT select marked), and the loop form of each
-//                  (clusters that fit at once, each over rows, the columns' scales in registers;
-//                  the lab's only); bf16's swiglu for scale
+//                  CLEFRT_LAB_SWIGLU_CLUSTER / _IPT select marked); bf16's swiglu for scale
 //   output gate    attention_output_gate after cuDNN's attention (24 heads of 256, the gate from
 //                  the qkv rows): 8 values a thread, and the pair-a-thread kernel it falls back to,
 //                  reached here with the gate one element off 16-byte alignment
@@ -204,28 +202,6 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
       });
       const std::string name = "cluster of " + std::to_string(cl) + ", " + std::to_string(ipt) + " items a thread" +
                                (product.cluster == cl && product.ipt == ipt ? " (the model's now)" : "");
-      print({"swiglu fp8", name, L, tc, bytes_fp8, samec ? "same bits" : "BITS DIFFER"}, copy, out);
-    }
-    // the loop form (swiglu_fp8_quant_cluster_loop_k, the lab's only): as many clusters as fit at
-    // once, each over rows, its columns' scales in registers; a form whose CTA does not fit an SM
-    // (its registers) is named, not run
-    for (const std::pair<int, int> form : {std::pair{8, 1}, std::pair{4, 1}, std::pair{4, 2}, std::pair{2, 2}, std::pair{2, 4}, std::pair{1, 4}}) {
-      const int cl = form.first, ipt = form.second;
-      const std::string name = "loop, cluster of " + std::to_string(cl) + ", " + std::to_string(ipt) + " items a thread";
-      const void* k = ipt == 1 ? (const void*)swiglu_fp8_quant_cluster_loop_k<1>
-                      : ipt == 2 ? (const void*)swiglu_fp8_quant_cluster_loop_k<2>
-                                 : (const void*)swiglu_fp8_quant_cluster_loop_k<4>;
-      if (swiglu_cluster_threads(kFfn, cl, ipt) > cluster_kernel_max_threads(k)) {
-        std::printf("%-16s %-46s does not fit: %lld threads a CTA, the kernel takes %d\n", "swiglu fp8", name.c_str(),
-                    static_cast<long long>(swiglu_cluster_threads(kFfn, cl, ipt)), cluster_kernel_max_threads(k));
-        continue;
-      }
-      const auto [tc, samec] = regs([&] {
-        if (ipt == 1) launch_swiglu_fp8_quant_cluster_loop<1>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), cl, st);
-        else if (ipt == 2) launch_swiglu_fp8_quant_cluster_loop<2>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), cl, st);
-        else launch_swiglu_fp8_quant_cluster_loop<4>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), cl, st);
-        check_launch("swiglu_fp8_quant_cluster_loop");
-      });
       print({"swiglu fp8", name, L, tc, bytes_fp8, samec ? "same bits" : "BITS DIFFER"}, copy, out);
     }
   }

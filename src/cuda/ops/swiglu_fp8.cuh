@@ -10,9 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <string>
 
 #include "cuda/ops/cluster_launch.cuh"
 #include "cuda/ops/formats.cuh"
@@ -121,25 +119,6 @@ __device__ __forceinline__ uint4 swiglu8_scaled(uint4 gv, uint4 uv, float r, con
   bf16* op = reinterpret_cast<bf16*>(&ov);
 #pragma unroll
   for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16(silu_f(g[j]) * u[j]);
-  return ov;
-}
-// swiglu8_scaled with the columns' scales already in registers (the loop form), the same
-// operations value by value. A copy rather than swiglu8_scaled calling it: that refactor changed
-// the measured cluster kernel's code (its PTX), this leaves it as measured.
-__device__ __forceinline__ uint4 swiglu8_given(uint4 gv, uint4 uv, float r, bool scaled, const float (&cg)[8], const float (&cu)[8]) {
-  const bf16* gp = reinterpret_cast<const bf16*>(&gv);
-  const bf16* up = reinterpret_cast<const bf16*>(&uv);
-  uint4 ov;
-  bf16* op = reinterpret_cast<bf16*>(&ov);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    float g = __bfloat162float(gp[j]), u = __bfloat162float(up[j]);
-    if (scaled) {
-      g = __bfloat162float(__float2bfloat16_rn(fp8_scaled(g, r, cg[j])));
-      u = __bfloat162float(__float2bfloat16_rn(fp8_scaled(u, r, cu[j])));
-    }
-    op[j] = __float2bfloat16(silu_f(g) * u);
-  }
   return ov;
 }
 // MinBlocks: CTAs an SM the registers are capped for (1: 78 registers, no spills; 2: 56 with
@@ -261,98 +240,6 @@ void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, con
   const bool vec = gu_scales_vec(sc, ffn);
   check(launch_on_clusters(swiglu_fp8_quant_cluster_k<IPT>, unsigned(L * cl), unsigned(threads), unsigned(cl), s, gu, ffn, sc, vec, q, kp / 8, scale,
                            int(per)),
-        "swiglu_fp8_quant");
-}
-
-
-// The cluster form's loop variant, which only the kernel lab runs: a cluster takes rows t, t + G,
-// t + 2G, ... (G clusters, as many as fit the GPU at once), each thread the same columns in every
-// row, so their scales are loaded once into registers instead of once a row (the cluster form
-// reads two scales a value it reads, from L1 or L2). At 2 CTAs of 4 items a thread it takes 148
-// registers, one CTA an SM: the swiglu op measured 34.1 -> 55.4 ms at 8,192 tokens in the model
-// (bench/results/2026-12-05-h100-session34.md), so the product keeps the cluster form. The row's work is the cluster form's: the same values, amax, scale and
-// codes. cta_max alternates between two slots: a CTA writes row j + 1's slot while others may
-// still read row j's, and row j + 2's only after the cluster barrier of row j + 1, which every
-// reader of row j has passed. `scale` may be sc.rs: a row's rs[t] is read only by its cluster,
-// before that row's barrier, and written after it.
-template <int IPT>
-__global__ void swiglu_fp8_quant_cluster_loop_k(const bf16* gu, int64_t L, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale,
-                                                int per) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  __shared__ float sh[32];
-  __shared__ float cta_max[2];
-  const cg::cluster_group cl = cg::this_cluster();
-  const int rank = int(cl.block_rank()), ncl = int(cl.num_blocks());
-  const int64_t clusters = gridDim.x / ncl;
-  const int f8 = int(ffn / 8), i0 = rank * per, i1 = min(i0 + per, f8);
-  float cgs[IPT][8], cus[IPT][8];
-#pragma unroll
-  for (int k = 0; k < IPT; ++k) {
-    const int i = i0 + threadIdx.x + k * blockDim.x;
-    if (sc.rs && i < i1) gu_scales8(sc, 8 * i, vec, cgs[k]), gu_scales8(sc, int(ffn) + 8 * i, vec, cus[k]);
-  }
-  int slot = 0;
-  for (int64_t t = blockIdx.x / ncl; t < L; t += clusters, slot ^= 1) {
-    const uint4* g = reinterpret_cast<const uint4*>(gu + t * 2 * ffn);
-    const uint4* u = g + f8;
-    uint4 gv[IPT], uv[IPT];
-#pragma unroll
-    for (int k = 0; k < IPT; ++k) {
-      const int i = i0 + threadIdx.x + k * blockDim.x;
-      if (i < i1) gv[k] = g[i], uv[k] = u[i];
-    }
-    const float r = sc.rs ? sc.rs[t] : 1.0f;
-    float m = 0;
-#pragma unroll
-    for (int k = 0; k < IPT; ++k) {
-      const int i = i0 + threadIdx.x + k * blockDim.x;
-      if (i < i1) {
-        gv[k] = swiglu8_given(gv[k], uv[k], r, sc.rs != nullptr, cgs[k], cus[k]);
-        m = absmax8_bf16(gv[k], m);
-      }
-    }
-    m = block_max(m, sh);
-    if (threadIdx.x == 0) cta_max[slot] = m;
-    cl.sync();  // every CTA's max of row t published (and its rs[t] read)
-#pragma unroll 1
-    for (int o = 0; o < ncl; ++o) m = fmaxf(m, *cl.map_shared_rank(&cta_max[slot], o));
-    const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
-    if (rank == 0 && threadIdx.x == 0) scale[t] = s;
-    uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
-#pragma unroll
-    for (int k = 0; k < IPT; ++k) {
-      const int i = i0 + threadIdx.x + k * blockDim.x;
-      if (i < i1) out[i] = e4m3_encode8_bf16(gv[k], s, inv);
-    }
-    for (int64_t i = f8 + int64_t(rank) * blockDim.x + threadIdx.x; i < kp8; i += int64_t(ncl) * blockDim.x) out[i] = make_uint2(0u, 0u);
-  }
-  cl.sync();  // the others' last reads of this CTA's cta_max come before it exits
-#else
-  __trap();  // never launched below compute capability 9.0 (swiglu_fp8_quant picks)
-#endif
-}
-
-// As many clusters as are resident at once (at most one a row), each looping over its rows.
-template <int IPT>
-void launch_swiglu_fp8_quant_cluster_loop(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, int cl,
-                                          cudaStream_t s) {
-  const int64_t per = (ffn / 8 + cl - 1) / cl, threads = swiglu_cluster_threads(ffn, cl, IPT);
-  const bool vec = gu_scales_vec(sc, ffn);
-  int fit = 0;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(cl));
-  cfg.blockDim = dim3(unsigned(threads));
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim = {unsigned(cl), 1u, 1u};
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  check(cudaOccupancyMaxActiveClusters(&fit, swiglu_fp8_quant_cluster_loop_k<IPT>, &cfg), "swiglu_fp8_quant: clusters that fit");
-  if (fit < 1) throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: no cluster of " + std::to_string(cl) + " CTAs fits an SM's resources");
-  const int64_t clusters = std::min<int64_t>(L, fit);
-  check(launch_on_clusters(swiglu_fp8_quant_cluster_loop_k<IPT>, unsigned(clusters * cl), unsigned(threads), unsigned(cl), s, gu, L, ffn, sc, vec, q,
-                           kp / 8, scale, int(per)),
         "swiglu_fp8_quant");
 }
 
