@@ -899,8 +899,9 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
   // replays the NVFP4 staging from its first Linear and norms its rows of x into `hn` first, or,
   // when `feeds` (the Linear the rows go to) is all FP8, straight into its FP8 input buffers
   // (rms_norm_1p_fp8: the codes quantizing hn would give); body(t0, rows, quantized).
-  // A pending FP8 residual add (ForwardOptions::fp8_residual_in_norm: the last down_proj's scale
-  // pass) for the norm over x's rows [t0, t0 + rows): taken where it covers exactly the rows the
+  // A pending FP8 residual add (ForwardOptions::fp8_residual_in_norm: the scale pass of the last
+  // down_proj, GDN out_proj or attention o_proj) for the norm over x's rows [t0, t0 + rows): taken
+  // where it covers exactly the rows the
   // add does and none of the norm's outputs (`outs`: pointer, bytes) overlaps the add's buffers
   // (a race between rows: the phases share arena space); otherwise its pass runs now, as always.
   auto take_add = [&](int64_t t0, int64_t rows, std::initializer_list<std::pair<const void*, size_t>> outs) -> std::optional<ResidualFp8> {
@@ -1116,7 +1117,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       lin.run(b.mact, rows, c.ffn, l.down, b.x + t0 * H, OutType::F32, H, true, "mlp down_proj");
     });
   }
-  lin.flush_pending();  // a down_proj's add that no norm took (the loop left early: debug_layers)
+  lin.flush_pending();  // a safety net: the deferring sites leave nothing past the loop (defer_down excludes the last layer and debug_layers)
   if (end < layers()) {  // the next group goes on from here
     d2d(group->residual, b.x, size_t(L * H) * 4, "a step's residual stream out");
     return;
