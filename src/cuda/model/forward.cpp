@@ -540,8 +540,9 @@ int64_t Forward::first_non_finite_layer(const model::Batch& batch) {
 // bounds), the host-side chunk starts the GDN passes split at, and the arena's carve (the same
 // addresses). A sequence continuing a cached prefix adds its length to the shape; its state's
 // GDN blocks are read through device pointer tables (b.dptrs) and its keys, values and memory
-// rows come by the copies in b.pin, whose addresses a replay sets. The index arrays' contents differ between batches of one shape;
-// prepare() uploads them before the graph runs, and the kernels read them from there. True:
+// rows come by the copies in b.pin, whose addresses a replay sets. The index arrays' contents
+// differ between batches of one shape; prepare() uploads them before the graph runs, and the
+// kernels read them from there. True:
 // backbone and head are enqueued (replayed, captured and launched, or run as always).
 bool Forward::run_graphed(Batch& b, const model::Batch& batch) {
   if (!graphs_ || b.snaps || !b.images.empty() || profile_ != ProfileDetail::Off || sync_each_launch() || o_.debug_layers >= 0 ||
@@ -807,7 +808,7 @@ void Forward::prepare(Batch& b, const model::Batch& batch, const std::vector<Seq
     const int64_t kvw = m_.c.kv_heads * m_.c.head_dim, W = m_.hc.width;
     const size_t row_bytes = size_t(kvw) * 2;
     b.pin.clear();
-    for (const Batch::Prefix& pr : b.pre) b.pin_layer += pr.in ? 2 : 0;
+    b.pin_layer = 2 * size_t(std::count_if(b.pre.begin(), b.pre.end(), [](const Batch::Prefix& pr) { return pr.in != nullptr; }));
     for (int64_t ai = 0; ai < n_attn_; ++ai)
       for (const Batch::Prefix& pr : b.pre) {
         if (!pr.in) continue;
@@ -901,9 +902,9 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
   // (rms_norm_1p_fp8: the codes quantizing hn would give); body(t0, rows, quantized).
   // A pending FP8 residual add (ForwardOptions::fp8_residual_in_norm: the scale pass of the last
   // down_proj, GDN out_proj or attention o_proj) for the norm over x's rows [t0, t0 + rows): taken
-  // where it covers exactly the rows the
-  // add does and none of the norm's outputs (`outs`: pointer, bytes) overlaps the add's buffers
-  // (a race between rows: the phases share arena space); otherwise its pass runs now, as always.
+  // where it covers exactly the rows the add does and none of the norm's outputs (`outs`:
+  // pointer, bytes) overlaps the add's buffers (a race between rows: the phases share arena
+  // space); otherwise its pass runs now, as always.
   auto take_add = [&](int64_t t0, int64_t rows, std::initializer_list<std::pair<const void*, size_t>> outs) -> std::optional<ResidualFp8> {
     if (!lin.has_pending()) return std::nullopt;
     const LinearRunner::PendingResidual p = lin.pending();

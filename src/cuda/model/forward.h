@@ -73,8 +73,10 @@ struct ForwardOptions {
   // this many times has its backbone + head captured into a graph then, and replayed from then on
   // (the kernels back to back without the host's launches between them; the same bits). 0: off.
   // At least 2: a shape's first forward tunes its GEMMs (which synchronizes; capture cannot). Only
-  // batches without images, cached prefixes or states to leave, with profiling off, CLEFRT_CUDA_SYNC
-  // unset and no NVFP4 staging (its side stream); the others run as always.
+  // batches without images or states to leave, with profiling off, CLEFRT_CUDA_SYNC unset and no
+  // NVFP4 staging (its side stream); the others run as always. A batch continuing cached prefixes
+  // is graphed too: the cached lengths are part of its shape, and each replay points the graph's
+  // copies of the states at that batch's cache entries.
   int64_t graph_after = 0;
   // FP8: the accumulating Linears leave their scale pass (x += the scaled output) to the norm
   // that reads x next (rms_norm_1p_add / _fp8_add: one read of x less, the same bits): down_proj
