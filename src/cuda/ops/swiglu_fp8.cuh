@@ -178,8 +178,16 @@ void launch_swiglu_fp8_quant_regs(const bf16* gu, int64_t L, int64_t ffn, const 
 // amax, scale and codes as swiglu_fp8_quant_k: max is exact in any order. `scale` may be sc.rs
 // itself: every CTA of the row reads rs[t] before the cluster barrier, and rank 0 writes scale[t]
 // after it.
-template <int IPT>
-__global__ void swiglu_fp8_quant_cluster_k(const bf16* gu, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale, int per) {
+// Stream (the lab's variant): gate|up loaded with the evict-first hint (ld.global.cs), so that the
+// streamed rows do not push the column scales, which every row reads again, out of L1.
+template <bool Stream>
+__device__ __forceinline__ uint4 gu_load(const uint4* p) {
+  if constexpr (Stream) return __ldcs(p);
+  else return *p;
+}
+template <int IPT, bool Stream>
+__device__ __forceinline__ void swiglu_fp8_quant_cluster_row(const bf16* gu, int64_t ffn, const GuScales& sc, bool vec, uint8_t* q, int64_t kp8,
+                                                             float* scale, int per) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   __shared__ float sh[32];
@@ -194,7 +202,7 @@ __global__ void swiglu_fp8_quant_cluster_k(const bf16* gu, int64_t ffn, GuScales
 #pragma unroll
   for (int k = 0; k < IPT; ++k) {
     const int i = i0 + threadIdx.x + k * blockDim.x;
-    if (i < i1) gv[k] = g[i], uv[k] = u[i];
+    if (i < i1) gv[k] = gu_load<Stream>(g + i), uv[k] = gu_load<Stream>(u + i);
   }
   const float r = sc.rs ? sc.rs[t] : 1.0f;
   float m = 0;
@@ -226,6 +234,18 @@ __global__ void swiglu_fp8_quant_cluster_k(const bf16* gu, int64_t ffn, GuScales
   __trap();  // never launched below compute capability 9.0 (swiglu_fp8_quant picks)
 #endif
 }
+template <int IPT>
+__global__ void swiglu_fp8_quant_cluster_k(const bf16* gu, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale, int per) {
+  swiglu_fp8_quant_cluster_row<IPT, false>(gu, ffn, sc, vec, q, kp8, scale, per);
+}
+// The lab's variants of the product's form (a row over 2 CTAs of 4 items a thread: 288 threads):
+// registers capped for MinBlocks CTAs an SM, and / or the streamed loads.
+constexpr int kSwigluClusterLabThreads = 288;
+template <int MinBlocks, bool Stream>
+__global__ void __launch_bounds__(kSwigluClusterLabThreads, MinBlocks)
+    swiglu_fp8_quant_cluster_lab_k(const bf16* gu, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale, int per) {
+  swiglu_fp8_quant_cluster_row<4, Stream>(gu, ffn, sc, vec, q, kp8, scale, per);
+}
 
 // A row over `cl` CTAs (1..8, the portable cluster size) of `ipt` items a thread: a CTA's
 // threads, its items over ipt rounded up to a warp (the launch needs <= 1024).
@@ -241,6 +261,15 @@ void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, con
   check(launch_on_clusters(swiglu_fp8_quant_cluster_k<IPT>, unsigned(L * cl), unsigned(threads), unsigned(cl), s, gu, ffn, sc, vec, q, kp / 8, scale,
                            int(per)),
         "swiglu_fp8_quant");
+}
+template <int MinBlocks, bool Stream>
+void launch_swiglu_fp8_quant_cluster_lab(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale,
+                                         cudaStream_t s) {
+  const int64_t per = (ffn / 8 + 1) / 2, threads = swiglu_cluster_threads(ffn, 2, 4);
+  if (threads > kSwigluClusterLabThreads) throw Error(Status::Internal, "internal_error", "swiglu lab: ffn " + std::to_string(ffn) + " over 288 threads");
+  check(launch_on_clusters(swiglu_fp8_quant_cluster_lab_k<MinBlocks, Stream>, unsigned(L * 2), unsigned(threads), 2u, s, gu, ffn, sc,
+                           gu_scales_vec(sc, ffn), q, kp / 8, scale, int(per)),
+        "swiglu_fp8_quant (lab)");
 }
 
 }  // namespace
