@@ -137,7 +137,7 @@ while [ $# -gt 0 ]; do
         --json "$OUT/bench-bf16-scanplanes.json" > "$OUT/bench-bf16-scanplanes.txt" 2> "$OUT/bench-bf16-scanplanes.err"
       echo "== bench bf16, GDN scan state in planes rc=$?"; grep -v "^{" "$OUT/bench-bf16-scanplanes.txt" | grep -E "^(blog|tok_|64 |batch|profile)|gdn chunk" | head -24; tail -3 "$OUT/bench-bf16-scanplanes.err" ;;
     lab-elementwise)
-      .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt" ;;
+      timeout 180 .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt" ;;
     lab-head)
       # the joint head's row Linears and token-row GEMMs (dev/cuda/head_gemm.cu)
       .carry/clefrt_bench_head_gemm --commit "$commit" --json "$OUT/lab-head-gemm.json" 2>&1 | tee "$OUT/lab-head-gemm.txt" ;;
@@ -252,7 +252,7 @@ for i in range(240):
         .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt"
       fi ;;
     ncu-swiglu)  # Nsight Compute on the FP8 SwiGLU's product form (a row over 2 CTAs of 4 items) at 8,192 rows, in the elementwise lab
-      ncu --clock-control none --kernel-name-base demangled -k "regex:swiglu_fp8_quant_cluster_k<4>" -c 1 --section SpeedOfLight \
+      timeout 240 ncu --clock-control none --kernel-name-base demangled -k "regex:swiglu_fp8_quant_cluster_k<4>" -c 1 --section SpeedOfLight \
         --section WarpStateStats --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
         --section LaunchStats .carry/clefrt_bench_elementwise --m 8192 > "$OUT/ncu-swiglu.txt" 2>&1
       echo "== ncu swiglu rc=$?"
