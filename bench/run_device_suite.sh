@@ -15,7 +15,7 @@
 # interleave: blog latency while a 65,436-token request runs, per step size (27B bf16).
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
-# ncu-swiglu: Nsight Compute on the FP8 SwiGLU's product kernel at 8,192 rows (the elementwise lab's run).
+# ncu-swiglu: Nsight Compute on the FP8 SwiGLU's product kernel and the lab's pipelined form (cluster of 4, 2 items) at 8,192 rows.
 # ncu-gdn: Nsight Compute (--clock-control none) on the Wgmma path's GDN kernels and the 3xTF32 prep.
 # ncu-gdn-source: the Wgmma prep (bf16x3 and one pass), the one-pass scan and the state-in-registers scan, stall samples per SASS instruction (CSV).
 # ncu-blog: every kernel's GPU time over the blog request's second forward (bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
@@ -256,7 +256,11 @@ for i in range(240):
         --section WarpStateStats --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
         --section LaunchStats .carry/clefrt_bench_elementwise --m 8192 > "$OUT/ncu-swiglu.txt" 2>&1
       echo "== ncu swiglu rc=$?"
-      grep -E "Duration|Throughput|Hit Rate|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Block Limit" "$OUT/ncu-swiglu.txt" | head -30 ;;
+      timeout 240 ncu --clock-control none --kernel-name-base demangled -k "regex:swiglu_fp8_quant_pipe_k<2, 4>" -c 1 --section SpeedOfLight \
+        --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis --section LaunchStats .carry/clefrt_bench_elementwise --m 8192 \
+        > "$OUT/ncu-swiglu-pipe.txt" 2>&1
+      echo "== ncu swiglu pipe rc=$?"
+      grep -E "Duration|Throughput|Hit Rate|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Block Limit" "$OUT/ncu-swiglu.txt" "$OUT/ncu-swiglu-pipe.txt" | head -50 ;;
     ncu-gdn)  # Nsight Compute on the first launch of the 3xTF32 prep and of each Wgmma kernel at 1 x 8,192
       for k in "gdn_chunk_prep_tc_k 1" "gdn_prep_wgmma_k 1" "gdn_scan_wgmma_k 1"; do
         read -r re n <<< "$k"
