@@ -446,7 +446,7 @@ static int swiglu_cluster_max_threads(int ipt) {
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
                       uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
   SwigluFp8Form f = swiglu_fp8_form();
-  if (f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt)) f.cluster = 0;  // the row does not fit it
+  if (f.stages == 0 && f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt)) f.cluster = 0;  // the row does not fit it
   swiglu_fp8_quant_as(f, gu, L, ffn, rs, cs_lo, cs_hi, split, q, kp, scale, s);
 }
 
@@ -458,13 +458,26 @@ void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int6
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: no form of cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread");
   if (f.cluster > 0 && swiglu_cluster_max_threads(f.ipt) == 0)
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: the cluster form needs compute capability 9.0 and its code in the binary");
-  if (f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt))
+  if (f.stages == 0 && f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt))
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: ffn " + std::to_string(ffn) + " over a cluster of " + std::to_string(f.cluster) +
                                                        " CTAs of " + std::to_string(f.ipt) + " items a thread needs more threads a CTA than the kernel takes (" +
                                                        std::to_string(swiglu_cluster_max_threads(f.ipt)) + ")");
+  if (f.stages != 0 && (f.cluster < 1 || (f.stages != 2 && f.stages != 4)))
+    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: no pipelined form of cluster " + std::to_string(f.cluster) + ", " +
+                                                       std::to_string(f.stages) + " stages (2 or 4 over a cluster of 1-8)");
+  if (f.stages != 0 && swiglu_cluster_max_threads(f.ipt) == 0)
+    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: the pipelined form needs compute capability 9.0 and its code in the binary");
   if (L == 0) return;
   const GuScales sc{rs, cs_lo, cs_hi, split};
-  if (f.cluster == 0) {
+  if (f.stages == 2) {
+    if (f.ipt == 1) launch_swiglu_fp8_quant_pipe<1, 2>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
+    else if (f.ipt == 2) launch_swiglu_fp8_quant_pipe<2, 2>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
+    else launch_swiglu_fp8_quant_pipe<4, 2>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
+  } else if (f.stages == 4) {
+    if (f.ipt == 1) launch_swiglu_fp8_quant_pipe<1, 4>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
+    else if (f.ipt == 2) launch_swiglu_fp8_quant_pipe<2, 4>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
+    else launch_swiglu_fp8_quant_pipe<4, 4>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
+  } else if (f.cluster == 0) {
     launch_swiglu_fp8_quant_rows(gu, L, ffn, sc, q, kp, scale, s);
   } else if (f.ipt == 1) {
     launch_swiglu_fp8_quant_cluster<1>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
@@ -486,6 +499,9 @@ SwigluFp8Form swiglu_fp8_form() {
     d.cluster = int(env_count("CLEFRT_LAB_SWIGLU_CLUSTER", 2, 0, 8));
     d.ipt = int(env_count("CLEFRT_LAB_SWIGLU_IPT", 4, 1, 4));
     if (d.ipt == 3) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_IPT is 3: 1, 2 or 4 items a thread");
+    d.stages = int(env_count("CLEFRT_LAB_SWIGLU_STAGES", 0, 0, 4));
+    if (d.stages == 1 || d.stages == 3) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_STAGES is " + std::to_string(d.stages) + ": 0 (off), 2 or 4");
+    if (d.stages > 0 && d.cluster == 0) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_STAGES needs CLEFRT_LAB_SWIGLU_CLUSTER 1-8");
     return d;
   }();
   return f;

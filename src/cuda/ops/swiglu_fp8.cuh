@@ -288,8 +288,9 @@ void launch_swiglu_fp8_quant_cluster_lab(const bf16* gu, int64_t L, int64_t ffn,
 // bulk copies S rows ahead (mbarriers), so the loads never wait behind the row's reduction; the
 // cluster's amax exchange is split (arrive, then the previous row's codes, then wait), so a row's
 // codes are written while the next row's exchange is in flight. The same values, amax, scale and
-// codes as swiglu_fp8_quant_k. Dynamic shared memory: swiglu_pipe_smem.
-template <int IPT, int S>
+// codes as swiglu_fp8_quant_k. Dynamic shared memory: swiglu_pipe_smem. Selected by
+// CLEFRT_LAB_SWIGLU_STAGES (swiglu_fp8_form) and run by the elementwise lab.
+template <int S>
 __host__ __device__ constexpr size_t swiglu_pipe_smem(int per) {
   return size_t(per) * 64 /* scales */ + size_t(S) * per * 32 /* stages */ + S * 8 /* mbarriers */;
 }
@@ -405,7 +406,23 @@ void launch_swiglu_fp8_quant_pipe(const bf16* gu, int64_t L, int64_t ffn, const 
                                   cudaStream_t s) {
   const int per = int((ffn / 8 + cl - 1) / cl);
   const int threads = ((per + IPT - 1) / IPT + 31) / 32 * 32;
-  const size_t smem = swiglu_pipe_smem<IPT, S>(per);
+  const size_t smem = swiglu_pipe_smem<S>(per);
+  const std::string form = "swiglu_fp8_quant: ffn " + std::to_string(ffn) + " over the pipelined form's cluster of " + std::to_string(cl) + " CTAs of " +
+                           std::to_string(IPT) + " items a thread, " + std::to_string(S) + " stages";
+  static const int optin = [] {
+    int v = 0, dev = 0;
+    check(cudaGetDevice(&dev), "device");
+    check(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "shared memory a CTA");
+    return v;
+  }();
+  static const int most = [] {  // the kernel's threads a CTA at its registers
+    cudaFuncAttributes a{};
+    check(cudaFuncGetAttributes(&a, swiglu_fp8_quant_pipe_k<IPT, S>), "swiglu pipe attributes");
+    return a.maxThreadsPerBlock;
+  }();
+  if (threads > most) throw Error(Status::Internal, "internal_error", form + " needs " + std::to_string(threads) + " threads a CTA (" + std::to_string(most) + " at its registers)");
+  if (smem > size_t(optin))
+    throw Error(Status::Internal, "internal_error", form + " needs " + std::to_string(smem) + " bytes of shared memory a CTA (" + std::to_string(optin) + " here)");
   static int smem_set = 0;  // the attribute and the cluster count queried once per size (host time in the lab's timed loop)
   static int fit = 0;
   cudaLaunchConfig_t cfg{};
