@@ -379,7 +379,7 @@ __global__ void swiglu_fp8_quant_pipe_k(const bf16* gu, int64_t L, int64_t ffn, 
     m = warp_max(lane < nw ? wmax[b][lane] : 0.0f);
     if (threadIdx.x == 0) {
       cta_max[b] = m;
-      if (k + S < rows) issue(k + S);
+      if (n > 0 && k + S < rows) issue(k + S);  // a CTA with no items has no barriers
     }
     cl.barrier_arrive();  // release: cta_max[b] (and every read of rs[t]) before the peers' wait
     if (prev_t >= 0) store(prev_t, prev, prev_s, prev_inv);
