@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [ncu-swiglu] [gdn-products] [gdn-scan-planes] [anchors] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -15,7 +15,6 @@
 # interleave: blog latency while a 65,436-token request runs, per step size (27B bf16).
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
-# ncu-swiglu: Nsight Compute on the FP8 SwiGLU's product kernel and the lab's pipelined form (cluster of 4, 2 items) at 8,192 rows.
 # ncu-gdn: Nsight Compute (--clock-control none) on the Wgmma path's GDN kernels and the 3xTF32 prep.
 # ncu-gdn-source: the Wgmma prep (bf16x3 and one pass), the one-pass scan and the state-in-registers scan, stall samples per SASS instruction (CSV).
 # ncu-blog: every kernel's GPU time over the blog request's second forward (bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
@@ -251,16 +250,6 @@ for i in range(240):
       if [ -x .carry/clefrt_bench_elementwise ]; then
         .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt"
       fi ;;
-    ncu-swiglu)  # Nsight Compute on the FP8 SwiGLU's product form (a row over 2 CTAs of 4 items) at 8,192 rows, in the elementwise lab
-      timeout 240 ncu --clock-control none --kernel-name-base demangled -k "regex:swiglu_fp8_quant_cluster_k<4>" -c 1 --section SpeedOfLight \
-        --section WarpStateStats --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
-        --section LaunchStats .carry/clefrt_bench_elementwise --m 8192 > "$OUT/ncu-swiglu.txt" 2>&1
-      echo "== ncu swiglu rc=$?"
-      timeout 240 ncu --clock-control none --kernel-name-base demangled -k "regex:swiglu_fp8_quant_pipe_k<2, 4>" -c 1 --section SpeedOfLight \
-        --section WarpStateStats --section Occupancy --section MemoryWorkloadAnalysis --section LaunchStats .carry/clefrt_bench_elementwise --m 8192 \
-        > "$OUT/ncu-swiglu-pipe.txt" 2>&1
-      echo "== ncu swiglu pipe rc=$?"
-      grep -E "Duration|Throughput|Hit Rate|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Block Limit" "$OUT/ncu-swiglu.txt" "$OUT/ncu-swiglu-pipe.txt" | head -50 ;;
     ncu-gdn)  # Nsight Compute on the first launch of the 3xTF32 prep and of each Wgmma kernel at 1 x 8,192
       for k in "gdn_chunk_prep_tc_k 1" "gdn_prep_wgmma_k 1" "gdn_scan_wgmma_k 1"; do
         read -r re n <<< "$k"

@@ -434,12 +434,21 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     // items a thread (CTAs with no items at the small ffn, a partial last CTA elsewhere)
     std::vector<cuda::SwigluFp8Form> forms{{0, 1}};
     if (cuda::device_info().major >= 9) forms.insert(forms.end(), {{8, 1}, {3, 1}, {4, 2}, {2, 4}, {1, 4}, {8, 4}});
-    // the pipelined form (persistent clusters, rows staged by bulk copies): CTAs with no items at
-    // the small ffn, a partial last CTA, fewer rows than clusters and rows left over
-    if (cuda::device_info().major >= 9) forms.insert(forms.end(), {{4, 2, 4}, {2, 4, 2}, {8, 1, 4}, {3, 2, 2}, {4, 4, 4}});
+    // the register-capped forms: a row in one CTA's registers (2 CTAs an SM) and the cluster of
+    // 2 of 4 items capped for 4; neither takes ffn 24,512, which must be refused by name
+    forms.push_back({0, 4, 2});
+    if (cuda::device_info().major >= 9) forms.push_back({2, 4, 4});
     for (const cuda::SwigluFp8Form& f : forms) {
       const std::string form = at + ", cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread" +
-                               (f.stages ? ", pipelined over " + std::to_string(f.stages) + " stages" : "");
+                               (f.min_blocks ? ", capped for " + std::to_string(f.min_blocks) + " CTAs an SM" : "");
+      if (f.min_blocks != 0) EXPECT_EQ(cuda::swiglu_fp8_form_fits(f, ffn), ffn <= 18432) << form;
+      if (!cuda::swiglu_fp8_form_fits(f, ffn)) {
+        EXPECT_THROW(cuda::swiglu_fp8_quant_as(f, dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp,
+                                               s2.as<float>(), nullptr),
+                     Error)
+            << form;
+        continue;
+      }
       cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");
       cuda::check(cudaMemset(s2.get(), 0xab, size_t(L) * 4), "poison");
       cuda::swiglu_fp8_quant_as(f, dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp, s2.as<float>(), nullptr);
@@ -451,36 +460,6 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     cuda::swiglu_fp8_quant(dgu.as<bf16>(), L, ffn, rs_io.as<float>(), dcs.as<float>(), hi, split, q3.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
     EXPECT_EQ(down<uint8_t>(q3, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes, scales in place" << at;
     EXPECT_EQ(down<float>(rs_io, size_t(L)), sw) << "scales in place" << at;
-  }
-  // the pipelined form over many more rows than clusters: each cluster's stages wrap several
-  // times (the mbarriers' parities, the amax slots' reuse), rows left over for some clusters
-  if (cuda::device_info().major >= 9) {
-    const int64_t ffn = 4104, kp = 4112, split = 2052, L = 1531, n = 2 * ffn;
-    std::mt19937 rng{77};
-    std::normal_distribution<float> nd(0.0f, 20.0f);
-    std::vector<float> gu(static_cast<size_t>(L * n)), rs(static_cast<size_t>(L)), cs(static_cast<size_t>(n));
-    for (auto& v : gu) v = quant::bf16_round(nd(rng));
-    for (auto& v : rs) v = std::fabs(nd(rng)) * 1e-2f + 1e-3f;
-    for (auto& v : cs) v = std::fabs(nd(rng)) * 1e-3f + 1e-4f;
-    DeviceBuffer dgu = cuda::upload(to_bf(gu), "gu"), drs = cuda::upload(rs, "rs"), dcs = cuda::upload(cs, "cs"), act(size_t(L * ffn) * 2),
-                 q1(size_t(L * kp)), q2(size_t(L * kp)), s1(size_t(L) * 4), s2(size_t(L) * 4);
-    const float* hi = dcs.as<float>() + split;
-    cuda::swiglu_fp8_scaled(dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, act.as<bf16>(), nullptr);
-    cuda::fp8_quantize_rows(act.as<bf16>(), L, ffn, ffn, q1.as<uint8_t>(), kp, s1.as<float>(), nullptr);
-    const auto want_q = down<uint8_t>(q1, size_t(L * kp));
-    const auto want_s = down<float>(s1, size_t(L));
-    for (const cuda::SwigluFp8Form f : {cuda::SwigluFp8Form{4, 2, 4}, {2, 4, 2}, {8, 1, 4}}) {
-      const std::string form = " over " + std::to_string(L) + " rows, cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.stages) + " stages";
-      cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");
-      cuda::check(cudaMemset(s2.get(), 0xab, size_t(L) * 4), "poison");
-      cuda::swiglu_fp8_quant_as(f, dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp, s2.as<float>(), nullptr);
-      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), want_q) << "codes" << form;
-      EXPECT_EQ(down<float>(s2, size_t(L)), want_s) << "scales" << form;
-    }
-    EXPECT_THROW(cuda::swiglu_fp8_quant_as(cuda::SwigluFp8Form{2, 4, 3}, dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split,
-                                           q2.as<uint8_t>(), kp, s2.as<float>(), nullptr),
-                 Error)
-        << "3 stages";
   }
   EXPECT_TRUE(cuda::swiglu_fp8_quant_fits(24512, 24512));
   EXPECT_FALSE(cuda::swiglu_fp8_quant_fits(24520, 24528)) << "over 48 KiB with the static 128 bytes";

@@ -15,9 +15,7 @@
 //                  per cluster size and items a thread (compute capability 9.0 on; the one
 //                  CLEFRT_LAB_SWIGLU_CLUSTER / _IPT select marked); the product's form capped
 //                  for 4 CTAs an SM, with streamed gate|up loads, and without its scales (their
-//                  cost); the pipelined form (persistent clusters, the scales in shared memory,
-//                  rows staged by bulk copies) per cluster, items a thread and stages; bf16's
-//                  swiglu for scale
+//                  cost); bf16's swiglu for scale
 //   output gate    attention_output_gate after cuDNN's attention (24 heads of 256, the gate from
 //                  the qkv rows): 8 values a thread, and the pair-a-thread kernel it falls back to,
 //                  reached here with the gate one element off 16-byte alignment
@@ -221,12 +219,6 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
     lab("2 x 4, capped for 4 CTAs an SM", [&] { launch_swiglu_fp8_quant_cluster_lab<4, false>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
     lab("2 x 4, streamed loads", [&] { launch_swiglu_fp8_quant_cluster_lab<1, true>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
     lab("2 x 4, streamed, capped for 4", [&] { launch_swiglu_fp8_quant_cluster_lab<4, true>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
-    // the pipelined form: persistent clusters, scales in shared memory, rows staged S ahead by bulk copies
-    lab("pipe, cluster of 2, 4 items, 2 stages", [&] { launch_swiglu_fp8_quant_pipe<4, 2>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), 2, st); });
-    lab("pipe, cluster of 4, 2 items, 4 stages", [&] { launch_swiglu_fp8_quant_pipe<2, 4>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), 4, st); });
-    lab("pipe, cluster of 4, 4 items, 4 stages", [&] { launch_swiglu_fp8_quant_pipe<4, 4>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), 4, st); });
-    lab("pipe, cluster of 8, 1 item, 4 stages", [&] { launch_swiglu_fp8_quant_pipe<1, 4>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), 8, st); });
-    lab("pipe, cluster of 8, 2 items, 6 stages", [&] { launch_swiglu_fp8_quant_pipe<2, 6>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), 8, st); });
     const double tu = bench::median_ms(st, [&] { launch_swiglu_fp8_quant_cluster<4>(dgu.as<bf16>(), L, kFfn, GuScales{}, q2.as<uint8_t>(), kFfn, s2.as<float>(), 2, st); });
     print({"swiglu fp8", "2 x 4 unscaled (what the scales cost)", L, tu, bytes_fp8, "not the product's bits"}, copy, out);
   }

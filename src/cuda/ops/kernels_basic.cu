@@ -446,37 +446,40 @@ static int swiglu_cluster_max_threads(int ipt) {
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
                       uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
   SwigluFp8Form f = swiglu_fp8_form();
-  if (f.stages == 0 && f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt)) f.cluster = 0;  // the row does not fit it
+  if (!swiglu_fp8_form_fits(f, ffn)) f = SwigluFp8Form{};  // the row does not fit it: the shared-row kernel
   swiglu_fp8_quant_as(f, gu, L, ffn, rs, cs_lo, cs_hi, split, q, kp, scale, s);
+}
+
+bool swiglu_fp8_form_fits(const SwigluFp8Form& f, int64_t ffn) {
+  if (f.min_blocks == 2) return f.cluster == 0 && f.ipt == 4 && (ffn / 8 + 3) / 4 <= kSwigluQuantMaxThreads;
+  if (f.min_blocks == 4)
+    return f.cluster == 2 && f.ipt == 4 && swiglu_cluster_max_threads(4) > 0 && swiglu_cluster_threads(ffn, 2, 4) <= kSwigluClusterLabThreads;
+  if (f.min_blocks != 0 || f.cluster < 0 || f.cluster > 8 || (f.ipt != 1 && f.ipt != 2 && f.ipt != 4)) return false;
+  return f.cluster == 0 || (swiglu_cluster_max_threads(f.ipt) > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) <= swiglu_cluster_max_threads(f.ipt));
 }
 
 void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi,
                          int64_t split, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
   if (!swiglu_fp8_quant_fits(ffn, kp))
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: ffn " + std::to_string(ffn) + ", kp " + std::to_string(kp) + " do not fit");
+  if (f.min_blocks != 0 && !swiglu_fp8_form_fits(f, ffn))
+    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: no form of cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) +
+                                                       " items a thread capped for " + std::to_string(f.min_blocks) + " CTAs an SM at ffn " + std::to_string(ffn) +
+                                                       " (2: cluster 0, 4 items, ffn <= 18,432; 4: cluster 2, 4 items, ffn <= 18,432, compute capability 9.0)");
   if (f.cluster < 0 || f.cluster > 8 || (f.ipt != 1 && f.ipt != 2 && f.ipt != 4))
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: no form of cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread");
   if (f.cluster > 0 && swiglu_cluster_max_threads(f.ipt) == 0)
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: the cluster form needs compute capability 9.0 and its code in the binary");
-  if (f.stages == 0 && f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt))
+  if (f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt))
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: ffn " + std::to_string(ffn) + " over a cluster of " + std::to_string(f.cluster) +
                                                        " CTAs of " + std::to_string(f.ipt) + " items a thread needs more threads a CTA than the kernel takes (" +
                                                        std::to_string(swiglu_cluster_max_threads(f.ipt)) + ")");
-  if (f.stages != 0 && (f.cluster < 1 || (f.stages != 2 && f.stages != 4)))
-    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: no pipelined form of cluster " + std::to_string(f.cluster) + ", " +
-                                                       std::to_string(f.stages) + " stages (2 or 4 over a cluster of 1-8)");
-  if (f.stages != 0 && swiglu_cluster_max_threads(f.ipt) == 0)
-    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: the pipelined form needs compute capability 9.0 and its code in the binary");
   if (L == 0) return;
   const GuScales sc{rs, cs_lo, cs_hi, split};
-  if (f.stages == 2) {
-    if (f.ipt == 1) launch_swiglu_fp8_quant_pipe<1, 2>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
-    else if (f.ipt == 2) launch_swiglu_fp8_quant_pipe<2, 2>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
-    else launch_swiglu_fp8_quant_pipe<4, 2>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
-  } else if (f.stages == 4) {
-    if (f.ipt == 1) launch_swiglu_fp8_quant_pipe<1, 4>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
-    else if (f.ipt == 2) launch_swiglu_fp8_quant_pipe<2, 4>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
-    else launch_swiglu_fp8_quant_pipe<4, 4>(gu, L, ffn, sc, q, kp, scale, f.cluster, s);
+  if (f.min_blocks == 2) {
+    launch_swiglu_fp8_quant_regs<2>(gu, L, ffn, sc, q, kp, scale, s);
+  } else if (f.min_blocks == 4) {
+    launch_swiglu_fp8_quant_cluster_lab<4, false>(gu, L, ffn, sc, q, kp, scale, s);
   } else if (f.cluster == 0) {
     launch_swiglu_fp8_quant_rows(gu, L, ffn, sc, q, kp, scale, s);
   } else if (f.ipt == 1) {
@@ -499,9 +502,11 @@ SwigluFp8Form swiglu_fp8_form() {
     d.cluster = int(env_count("CLEFRT_LAB_SWIGLU_CLUSTER", 2, 0, 8));
     d.ipt = int(env_count("CLEFRT_LAB_SWIGLU_IPT", 4, 1, 4));
     if (d.ipt == 3) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_IPT is 3: 1, 2 or 4 items a thread");
-    d.stages = int(env_count("CLEFRT_LAB_SWIGLU_STAGES", 0, 0, 4));
-    if (d.stages == 1 || d.stages == 3) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_STAGES is " + std::to_string(d.stages) + ": 0 (off), 2 or 4");
-    if (d.stages > 0 && d.cluster == 0) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_STAGES needs CLEFRT_LAB_SWIGLU_CLUSTER 1-8");
+    d.min_blocks = int(env_count("CLEFRT_LAB_SWIGLU_MIN_BLOCKS", 0, 0, 4));
+    if (d.min_blocks == 2 && d.cluster != 0) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_MIN_BLOCKS=2 is the one-CTA register form: CLEFRT_LAB_SWIGLU_CLUSTER=0 with it");
+    if (d.min_blocks == 4 && (d.cluster != 2 || d.ipt != 4)) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_MIN_BLOCKS=4 is the cluster of 2 of 4 items");
+    if (d.min_blocks == 1 || d.min_blocks == 3) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_MIN_BLOCKS is " + std::to_string(d.min_blocks) + ": 0, 2 or 4");
+    if (d.min_blocks == 2) d.ipt = 4;
     return d;
   }();
   return f;

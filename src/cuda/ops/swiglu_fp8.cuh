@@ -10,15 +10,12 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <string>
 
 #include "cuda/ops/cluster_launch.cuh"
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
-#include "cuda/ops/tma.cuh"
 #include "cuda/runtime/check.h"
 
 namespace clefrt::cuda {
@@ -101,34 +98,27 @@ __device__ __forceinline__ void gu_scales8(const GuScales& sc, int c, bool vec, 
 #pragma unroll
   for (int j = 0; j < 8; ++j) cs[j] = c + j < sc.split ? sc.cs_lo[c + j] : sc.cs_hi[c + j - sc.split];
 }
-// swiglu_k's 8 outputs of one item from its gate and up column scales (gu_value's rounding)
-__device__ __forceinline__ uint4 swiglu8_with(uint4 gv, uint4 uv, float r, const float (&cg)[8], const float (&cu)[8]) {
-  const bf16* gp = reinterpret_cast<const bf16*>(&gv);
-  const bf16* up = reinterpret_cast<const bf16*>(&uv);
-  uint4 ov;
-  bf16* op = reinterpret_cast<bf16*>(&ov);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float g = __bfloat162float(__float2bfloat16_rn(fp8_scaled(__bfloat162float(gp[j]), r, cg[j])));
-    const float u = __bfloat162float(__float2bfloat16_rn(fp8_scaled(__bfloat162float(up[j]), r, cu[j])));
-    op[j] = __float2bfloat16(silu_f(g) * u);
-  }
-  return ov;
-}
 // swiglu_k's 8 outputs of one item, scaled (gu_value's rounding) when rs is set
 __device__ __forceinline__ uint4 swiglu8_scaled(uint4 gv, uint4 uv, float r, const GuScales& sc, int c, int ffn, bool vec) {
+  const bf16* gp = reinterpret_cast<const bf16*>(&gv);
+  const bf16* up = reinterpret_cast<const bf16*>(&uv);
+  float g[8], u[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) g[j] = __bfloat162float(gp[j]), u[j] = __bfloat162float(up[j]);
   if (sc.rs) {
     float cg[8], cu[8];
     gu_scales8(sc, c, vec, cg);
     gu_scales8(sc, ffn + c, vec, cu);
-    return swiglu8_with(gv, uv, r, cg, cu);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      g[j] = __bfloat162float(__float2bfloat16_rn(fp8_scaled(g[j], r, cg[j])));
+      u[j] = __bfloat162float(__float2bfloat16_rn(fp8_scaled(u[j], r, cu[j])));
+    }
   }
-  const bf16* gp = reinterpret_cast<const bf16*>(&gv);
-  const bf16* up = reinterpret_cast<const bf16*>(&uv);
   uint4 ov;
   bf16* op = reinterpret_cast<bf16*>(&ov);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16(silu_f(__bfloat162float(gp[j])) * __bfloat162float(up[j]));
+  for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16(silu_f(g[j]) * u[j]);
   return ov;
 }
 // MinBlocks: CTAs an SM the registers are capped for (1: 78 registers, no spills; 2: 56 with
@@ -280,172 +270,6 @@ void launch_swiglu_fp8_quant_cluster_lab(const bf16* gu, int64_t L, int64_t ffn,
   check(launch_on_clusters(swiglu_fp8_quant_cluster_lab_k<MinBlocks, Stream>, unsigned(L * 2), unsigned(threads), 2u, s, gu, ffn, sc,
                            gu_scales_vec(sc, ffn), q, kp / 8, scale, int(per)),
         "swiglu_fp8_quant (lab)");
-}
-
-// The pipelined form (lab): persistent clusters of `ncl` CTAs, CTA r of each owning the row's
-// items [r per, r per + per) for every row the cluster takes (rows c, c + clusters, ...). Its
-// columns' scales are loaded into shared memory once; each row's gate and up slices arrive by
-// bulk copies S rows ahead (mbarriers), so the loads never wait behind the row's reduction; the
-// cluster's amax exchange is split (arrive, then the previous row's codes, then wait), so a row's
-// codes are written while the next row's exchange is in flight. The same values, amax, scale and
-// codes as swiglu_fp8_quant_k. Dynamic shared memory: swiglu_pipe_smem. Selected by
-// CLEFRT_LAB_SWIGLU_STAGES (swiglu_fp8_form) and run by the elementwise lab.
-template <int S>
-__host__ __device__ constexpr size_t swiglu_pipe_smem(int per) {
-  return size_t(per) * 64 /* scales */ + size_t(S) * per * 32 /* stages */ + S * 8 /* mbarriers */;
-}
-template <int IPT, int S>
-__global__ void swiglu_fp8_quant_pipe_k(const bf16* gu, int64_t L, int64_t ffn, GuScales sc, uint8_t* q, int64_t kp8, float* scale, int per) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  namespace cg = cooperative_groups;
-  extern __shared__ __align__(128) unsigned char pipe_smem[];
-  __shared__ float wmax[2][32];
-  __shared__ float cta_max[2];
-  const cg::cluster_group cl = cg::this_cluster();
-  const int rank = int(cl.block_rank()), ncl = int(cl.num_blocks());
-  const int f8 = int(ffn / 8), i0 = rank * per, n = max(0, min(per, f8 - i0));
-  const int64_t clusters = gridDim.x / ncl, cid = blockIdx.x / ncl;
-  const int64_t rows = cid < L ? (L - cid + clusters - 1) / clusters : 0;  // the same for every CTA of the cluster
-  float* csg = reinterpret_cast<float*>(pipe_smem);
-  float* csu = csg + size_t(per) * 8;
-  uint4* stage = reinterpret_cast<uint4*>(csu + size_t(per) * 8);  // stage s: gate at stage + 2 s per, up at + per
-  uint64_t* full = reinterpret_cast<uint64_t*>(stage + size_t(S) * 2 * per);
-  const uint32_t bytes = uint32_t(n) * 16;
-  auto issue = [&](int64_t k) {  // row k of this cluster's into stage k % S (one thread)
-    const int s = int(k % S);
-    const int64_t t = cid + k * clusters;
-    const uint4* g = reinterpret_cast<const uint4*>(gu + t * 2 * ffn) + i0;
-    mbar_arrive_expect_tx(&full[s], 2 * bytes);
-    bulk_load(stage + size_t(s) * 2 * per, g, bytes, &full[s]);
-    bulk_load(stage + size_t(s) * 2 * per + per, g + f8, bytes, &full[s]);
-  };
-  if (threadIdx.x == 0 && n > 0) {
-    for (int s = 0; s < S; ++s) mbar_init(&full[s], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    for (int64_t k = 0; k < min(rows, int64_t(S)); ++k) issue(k);
-  }
-  if (sc.rs) {
-    for (int j = threadIdx.x; j < 8 * n; j += blockDim.x) {
-      const int64_t c = int64_t(8) * i0 + j, cu = ffn + c;
-      csg[j] = c < sc.split ? sc.cs_lo[c] : sc.cs_hi[c - sc.split];
-      csu[j] = cu < sc.split ? sc.cs_lo[cu] : sc.cs_hi[cu - sc.split];
-    }
-  }
-  __syncthreads();
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = int(blockDim.x + 31) >> 5;
-  uint4 prev[IPT];
-  float prev_s = 1.0f, prev_inv = 0.0f;
-  int64_t prev_t = -1;
-  auto store = [&](int64_t t, const uint4 (&v)[IPT], float s, float inv) {
-    uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
-#pragma unroll
-    for (int k = 0; k < IPT; ++k) {
-      const int li = threadIdx.x + k * int(blockDim.x);
-      if (li < n) out[i0 + li] = e4m3_encode8_bf16(v[k], s, inv);
-    }
-    for (int64_t i = f8 + int64_t(rank) * blockDim.x + threadIdx.x; i < kp8; i += int64_t(ncl) * blockDim.x) out[i] = make_uint2(0u, 0u);
-  };
-  for (int64_t k = 0; k < rows; ++k) {
-    const int s = int(k % S), b = int(k & 1);
-    const int64_t t = cid + k * clusters;
-    const float r = sc.rs ? sc.rs[t] : 1.0f;
-    uint4 cur[IPT];
-    float m = 0;
-    if (n > 0) mbar_wait(&full[s], uint32_t((k / S) & 1));
-    const uint4* gs = stage + size_t(s) * 2 * per;
-#pragma unroll
-    for (int j = 0; j < IPT; ++j) {
-      const int li = threadIdx.x + j * int(blockDim.x);
-      if (li < n) {
-        const uint4 gv = gs[li], uv = gs[per + li];
-        if (sc.rs) {
-          float cgs[8], cus[8];
-          const float4* pg = reinterpret_cast<const float4*>(csg + 8 * li);
-          const float4* pu = reinterpret_cast<const float4*>(csu + 8 * li);
-          const float4 a = pg[0], a2 = pg[1], c = pu[0], c2 = pu[1];
-          cgs[0] = a.x, cgs[1] = a.y, cgs[2] = a.z, cgs[3] = a.w, cgs[4] = a2.x, cgs[5] = a2.y, cgs[6] = a2.z, cgs[7] = a2.w;
-          cus[0] = c.x, cus[1] = c.y, cus[2] = c.z, cus[3] = c.w, cus[4] = c2.x, cus[5] = c2.y, cus[6] = c2.z, cus[7] = c2.w;
-          cur[j] = swiglu8_with(gv, uv, r, cgs, cus);
-        } else {
-          cur[j] = swiglu8_scaled(gv, uv, r, sc, 0, int(ffn), false);
-        }
-        m = absmax8_bf16(cur[j], m);
-      }
-    }
-    // the CTA's max: wmax double-buffered, so the next row's writes never meet this row's reads
-    m = warp_max(m);
-    if (lane == 0) wmax[b][w] = m;
-    __syncthreads();  // also: every thread is done with stage s
-    m = warp_max(lane < nw ? wmax[b][lane] : 0.0f);
-    if (threadIdx.x == 0) {
-      cta_max[b] = m;
-      if (n > 0 && k + S < rows) issue(k + S);  // a CTA with no items has no barriers
-    }
-    cl.barrier_arrive();  // release: cta_max[b] (and every read of rs[t]) before the peers' wait
-    if (prev_t >= 0) store(prev_t, prev, prev_s, prev_inv);
-    cl.barrier_wait();
-#pragma unroll 1
-    for (int o = 0; o < ncl; ++o) m = fmaxf(m, *cl.map_shared_rank(&cta_max[b], o));
-    prev_s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f;
-    prev_inv = fp8_row_recip(m, prev_s);
-    if (rank == 0 && threadIdx.x == 0) scale[t] = prev_s;
-#pragma unroll
-    for (int j = 0; j < IPT; ++j) prev[j] = cur[j];
-    prev_t = t;
-  }
-  if (prev_t >= 0) store(prev_t, prev, prev_s, prev_inv);
-  cl.sync();  // no CTA leaves while a peer may still read its cta_max
-#else
-  __trap();  // never launched below compute capability 9.0
-#endif
-}
-// The pipelined form over clusters of `cl` CTAs of `threads` threads: as many clusters as fit at
-// once (cudaOccupancyMaxActiveClusters), at most one a row.
-template <int IPT, int S>
-void launch_swiglu_fp8_quant_pipe(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, int cl,
-                                  cudaStream_t s) {
-  const int per = int((ffn / 8 + cl - 1) / cl);
-  const int threads = ((per + IPT - 1) / IPT + 31) / 32 * 32;
-  const size_t smem = swiglu_pipe_smem<S>(per);
-  const std::string form = "swiglu_fp8_quant: ffn " + std::to_string(ffn) + " over the pipelined form's cluster of " + std::to_string(cl) + " CTAs of " +
-                           std::to_string(IPT) + " items a thread, " + std::to_string(S) + " stages";
-  static const int optin = [] {
-    int v = 0, dev = 0;
-    check(cudaGetDevice(&dev), "device");
-    check(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "shared memory a CTA");
-    return v;
-  }();
-  static const int most = [] {  // the kernel's threads a CTA at its registers
-    cudaFuncAttributes a{};
-    check(cudaFuncGetAttributes(&a, swiglu_fp8_quant_pipe_k<IPT, S>), "swiglu pipe attributes");
-    return a.maxThreadsPerBlock;
-  }();
-  if (threads > most) throw Error(Status::Internal, "internal_error", form + " needs " + std::to_string(threads) + " threads a CTA (" + std::to_string(most) + " at its registers)");
-  if (smem > size_t(optin))
-    throw Error(Status::Internal, "internal_error", form + " needs " + std::to_string(smem) + " bytes of shared memory a CTA (" + std::to_string(optin) + " here)");
-  static int smem_set = 0;  // the attribute and the cluster count queried once per size (host time in the lab's timed loop)
-  static int fit = 0;
-  cudaLaunchConfig_t cfg{};
-  cfg.blockDim = dim3(unsigned(threads));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = unsigned(cl);
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  cfg.gridDim = dim3(unsigned(cl) * 1024u);
-  if (smem_set != int(smem) * 16 + cl) {
-    check(cudaFuncSetAttribute(swiglu_fp8_quant_pipe_k<IPT, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), "swiglu pipe smem");
-    check(cudaOccupancyMaxActiveClusters(&fit, swiglu_fp8_quant_pipe_k<IPT, S>, &cfg), "swiglu pipe clusters");
-    smem_set = int(smem) * 16 + cl;
-  }
-  if (fit <= 0) throw Error(Status::Internal, "internal_error", "swiglu pipe: no cluster of " + std::to_string(cl) + " fits");
-  cfg.gridDim = dim3(unsigned(std::min<int64_t>(fit, L) * cl));
-  if (L == 0) return;
-  check(cudaLaunchKernelEx(&cfg, swiglu_fp8_quant_pipe_k<IPT, S>, gu, L, ffn, sc, q, kp / 8, scale, per), "swiglu_fp8_quant (pipe)");
 }
 
 }  // namespace

@@ -54,14 +54,4 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
 #endif
 }
 
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) of contiguous global memory into
-// this CTA's shared memory at dst, completing on bar (cp.async.bulk: no tensor map, one thread).
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-#ifdef CLEFRT_TMA
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_u32(dst)),
-               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(smem_u32(bar))
-               : "memory");
-#endif
-}
-
 }  // namespace clefrt::cuda
