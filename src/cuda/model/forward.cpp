@@ -211,7 +211,10 @@ struct Forward::Batch {
     // a batch continuing cached prefixes keeps keys and values in rows of their own, Lm of them
     // (values also when the qkv output is blocked)
     k = a.carve<bf16>((pfx ? Lm : L) * c.kv_heads * c.head_dim, "attn k");
-    if (pfx || AB < L) vv = a.carve<bf16>((pfx ? Lm : L) * c.kv_heads * c.head_dim, "attn values in the keys' rows");
+    // (CLEFRT_LAB_ATTN_PACKED_VALUES=1: always, for an A/B of cuDNN's attention reading packed
+    // values against values at the qkv rows' stride)
+    static const bool packed_values = env_count("CLEFRT_LAB_ATTN_PACKED_VALUES", 0, 0, 1) == 1;
+    if (pfx || AB < L || packed_values) vv = a.carve<bf16>((pfx ? Lm : L) * c.kv_heads * c.head_dim, "attn values in the keys' rows");
     // flash attention writes each (query tile, head)'s output over the queries it loaded first
     aact = q;
     qs_attn = carve_qs(a, m, L, std::max(H, attn_dim));
