@@ -1,10 +1,12 @@
 // The FP8 SwiGLU's device code: gate|up from the FP8 GEMM without its scales, the scales applied
 // as read (GuScales, gu_value: kernels_basic.cu's SwiGLU kernels); the fused SwiGLU + FP8 row
 // quantization's cluster form (swiglu_fp8_quant_cluster_k: compute capability 9.0 on, where
-// kernels_basic.cu's swiglu_fp8_quant runs it) and its register variant (swiglu_fp8_quant_regs_k),
-// which only the kernel lab runs (dev/cuda/elementwise.cu): one CTA a row, one CTA an SM, it was
-// slower in the model than the shared-row kernel (bench/results/2026-12-05-h200-session28.md),
-// which stays the product's below compute capability 9.0.
+// kernels_basic.cu's swiglu_fp8_quant runs it) and its register variant (swiglu_fp8_quant_regs_k):
+// one CTA a row; uncapped (one CTA an SM) it was slower in the model than the shared-row kernel
+// (bench/results/2026-12-05-h200-session28.md), which stays the product's below compute
+// capability 9.0. Capped for 2 CTAs an SM it is the elementwise lab's fastest form
+// (bench/results/2026-12-06-h100-session35.md), selectable for the model's A/B
+// (CLEFRT_LAB_SWIGLU_MIN_BLOCKS=2), as is the cluster form capped for 4 CTAs (=4).
 #pragma once
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -70,7 +72,8 @@ inline void launch_swiglu_fp8_quant_rows(const bf16* gu, int64_t L, int64_t ffn,
   swiglu_fp8_quant_k<<<unsigned(L), kSwigluQuantThreads, size_t(ffn) * 2, s>>>(gu, ffn, sc, q, kp / 8, scale);
 }
 
-// The lab's variant of swiglu_fp8_quant_k: swiglu_k's scaled values for one
+// The register variant of swiglu_fp8_quant_k (the lab's, and CLEFRT_LAB_SWIGLU_MIN_BLOCKS=2's capped
+// for 2 CTAs an SM): swiglu_k's scaled values for one
 // token row per CTA, then fp8_quant_rows_v_k's amax, scale and codes from them. A thread holds up
 // to four 16-byte items (8 values) of the row in registers from its loads to its codes, so the
 // only exchange is block_max, the four items' loads are in flight together, and the block is
@@ -238,7 +241,8 @@ template <int IPT>
 __global__ void swiglu_fp8_quant_cluster_k(const bf16* gu, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale, int per) {
   swiglu_fp8_quant_cluster_row<IPT, false>(gu, ffn, sc, vec, q, kp8, scale, per);
 }
-// The lab's variants of the product's form (a row over 2 CTAs of 4 items a thread: 288 threads):
+// Variants of the product's form (a row over 2 CTAs of 4 items a thread: 288 threads), the lab's
+// and CLEFRT_LAB_SWIGLU_MIN_BLOCKS=4's:
 // registers capped for MinBlocks CTAs an SM, and / or the streamed loads.
 constexpr int kSwigluClusterLabThreads = 288;
 template <int MinBlocks, bool Stream>
