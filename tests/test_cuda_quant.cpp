@@ -461,6 +461,34 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     EXPECT_EQ(down<uint8_t>(q3, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes, scales in place" << at;
     EXPECT_EQ(down<float>(rs_io, size_t(L)), sw) << "scales in place" << at;
   }
+  // the product's choice by rows: the cluster form below 2,048 rows, the register form from there
+  // (CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS unset); the same bits either way
+  if (cuda::device_info().major >= 9 && !std::getenv("CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS") && !std::getenv("CLEFRT_LAB_SWIGLU_MIN_BLOCKS") &&
+      !std::getenv("CLEFRT_LAB_SWIGLU_CLUSTER")) {
+    EXPECT_EQ(cuda::swiglu_fp8_form(2047).min_blocks, 0);
+    EXPECT_EQ(cuda::swiglu_fp8_form(2047).cluster, 2);
+    EXPECT_EQ(cuda::swiglu_fp8_form(2048).min_blocks, 2);
+    EXPECT_EQ(cuda::swiglu_fp8_form(2048).cluster, 0);
+    const int64_t ffn = 4104, kp = 4112, split = 2052, n = 2 * ffn;
+    for (const int64_t L : {int64_t(2047), int64_t(2048), int64_t(2600)}) {
+      const std::string at = " at " + std::to_string(L) + " rows";
+      std::mt19937 rng{uint32_t(L)};
+      std::normal_distribution<float> nd(0.0f, 20.0f);
+      std::vector<float> gu(static_cast<size_t>(L * n)), rs(static_cast<size_t>(L)), cs(static_cast<size_t>(n));
+      for (auto& v : gu) v = quant::bf16_round(nd(rng));
+      for (auto& v : rs) v = std::fabs(nd(rng)) * 1e-2f + 1e-3f;
+      for (auto& v : cs) v = std::fabs(nd(rng)) * 1e-3f + 1e-4f;
+      DeviceBuffer dgu = cuda::upload(to_bf(gu), "gu"), dcs = cuda::upload(cs, "cs"), act(size_t(L * ffn) * 2), q1(size_t(L * kp)), q2(size_t(L * kp)),
+                   s1(size_t(L) * 4), rs_io = cuda::upload(rs, "rs in place"), drs = cuda::upload(rs, "rs");
+      const float* hi = dcs.as<float>() + split;
+      cuda::swiglu_fp8_scaled(dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, act.as<bf16>(), nullptr);
+      cuda::fp8_quantize_rows(act.as<bf16>(), L, ffn, ffn, q1.as<uint8_t>(), kp, s1.as<float>(), nullptr);
+      cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");
+      cuda::swiglu_fp8_quant(dgu.as<bf16>(), L, ffn, rs_io.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
+      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes" << at;
+      EXPECT_EQ(down<float>(rs_io, size_t(L)), down<float>(s1, size_t(L))) << "scales in place" << at;
+    }
+  }
   EXPECT_TRUE(cuda::swiglu_fp8_quant_fits(24512, 24512));
   EXPECT_FALSE(cuda::swiglu_fp8_quant_fits(24520, 24528)) << "over 48 KiB with the static 128 bytes";
   EXPECT_FALSE(cuda::swiglu_fp8_quant_fits(44, 48)) << "ffn not a multiple of 8";

@@ -190,10 +190,13 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
   print({"swiglu fp8", "swiglu_fp8_scaled + fp8_quantize_rows", L, t1, bytes_fp8, "reference"}, copy, out);
   print({"swiglu fp8", "a row in one CTA's shared memory", L, t2, bytes_fp8, same ? "same bits" : "BITS DIFFER"}, copy, out);
   print({"swiglu fp8", "registers, one CTA an SM", L, t3, bytes_fp8, same3 ? "same bits" : "BITS DIFFER"}, copy, out);
-  print({"swiglu fp8", "registers, 2 CTAs an SM (spills)", L, t4, bytes_fp8, same4 ? "same bits" : "BITS DIFFER"}, copy, out);
+  const bool regs_now = swiglu_fp8_form(L).min_blocks == 2;
+  print({"swiglu fp8", std::string("registers, 2 CTAs an SM (spills)") + (regs_now ? " (the model's now)" : ""), L, t4, bytes_fp8,
+         same4 ? "same bits" : "BITS DIFFER"},
+        copy, out);
   // the cluster form (compute capability 9.0 on): a row over `cl` CTAs, `ipt` items a thread
   if (device_info().major >= 9) {
-    const SwigluFp8Form product = swiglu_fp8_form();
+    const SwigluFp8Form product = swiglu_fp8_form(L);
     for (const std::pair<int, int> form : {std::pair{8, 1}, std::pair{4, 1}, std::pair{4, 2}, std::pair{2, 2}, std::pair{2, 4}, std::pair{1, 4}}) {
       const int cl = form.first, ipt = form.second;
       const auto [tc, samec] = regs([&] {
@@ -203,7 +206,7 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
         check_launch("swiglu_fp8_quant_cluster");
       });
       const std::string name = "cluster of " + std::to_string(cl) + ", " + std::to_string(ipt) + " items a thread" +
-                               (product.cluster == cl && product.ipt == ipt ? " (the model's now)" : "");
+                               (product.min_blocks == 0 && product.cluster == cl && product.ipt == ipt ? " (the model's now)" : "");
       print({"swiglu fp8", name, L, tc, bytes_fp8, samec ? "same bits" : "BITS DIFFER"}, copy, out);
     }
     // the product's form (2 CTAs of 4 items) with its registers capped for more CTAs an SM, and / or

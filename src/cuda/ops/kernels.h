@@ -67,9 +67,11 @@ void swiglu_fp8_scaled(const bf16* gu, int64_t L, int64_t ffn, const float* rs, 
 bool swiglu_fp8_quant_fits(int64_t ffn, int64_t kp);
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
                       uint8_t* q, int64_t kp, float* scale, cudaStream_t s);
-// The form swiglu_fp8_quant runs (queried once): a row over a cluster of `cluster` CTAs (1-8),
-// `ipt` 16-byte items a thread (1, 2 or 4; compute capability 9.0 on; 2 and 4 by default), or
-// cluster 0: a row in one CTA's shared memory (below 9.0). Lab switches CLEFRT_LAB_SWIGLU_CLUSTER
+// The form swiglu_fp8_quant runs for L rows (the switches read once): a row over a cluster of
+// `cluster` CTAs (1-8), `ipt` 16-byte items a thread (1, 2 or 4; compute capability 9.0 on; 2
+// and 4 by default), from 2,048 rows a row in one CTA's registers capped for 2 CTAs an SM
+// (CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS moves that bound, 0: never), or cluster 0: a row in one
+// CTA's shared memory (below 9.0). Every form gives the same bits. Lab switches CLEFRT_LAB_SWIGLU_CLUSTER
 // (0-8) and CLEFRT_LAB_SWIGLU_IPT pick another for A/B runs; CLEFRT_LAB_SWIGLU_MIN_BLOCKS the
 // register-capped forms: 2 with cluster 0 (a row in one CTA's registers, 4 items a thread,
 // registers capped for 2 CTAs an SM), 4 with a cluster of 2 of 4 items (capped for 4 CTAs).
@@ -80,7 +82,7 @@ struct SwigluFp8Form {
   int min_blocks = 0;  // 0: uncapped; 2 (cluster 0, ipt 4) or 4 (cluster 2, ipt 4): the capped forms
 };
 bool swiglu_fp8_form_fits(const SwigluFp8Form& f, int64_t ffn);
-SwigluFp8Form swiglu_fp8_form();
+SwigluFp8Form swiglu_fp8_form(int64_t L);
 void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi,
                          int64_t split, uint8_t* q, int64_t kp, float* scale, cudaStream_t s);
 // y[r, :] (+)= bias, then gelu (erf) if asked; y fp32 [rows, n] with row stride ldy.

@@ -445,8 +445,9 @@ static int swiglu_cluster_max_threads(int ipt) {
 
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
                       uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
-  SwigluFp8Form f = swiglu_fp8_form();
-  if (!swiglu_fp8_form_fits(f, ffn)) f = SwigluFp8Form{};  // the row does not fit it: the shared-row kernel
+  SwigluFp8Form f = swiglu_fp8_form(L);
+  if (!swiglu_fp8_form_fits(f, ffn)) f = swiglu_fp8_form(0);  // the row does not fit the register form: the cluster one
+  if (!swiglu_fp8_form_fits(f, ffn)) f = SwigluFp8Form{};     // nor that: the shared-row kernel
   swiglu_fp8_quant_as(f, gu, L, ffn, rs, cs_lo, cs_hi, split, q, kp, scale, s);
 }
 
@@ -492,7 +493,12 @@ void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int6
   check_launch("swiglu_fp8_quant");
 }
 
-SwigluFp8Form swiglu_fp8_form() {
+SwigluFp8Form swiglu_fp8_form(int64_t L) {
+  // from 2,048 rows the register form capped for 2 CTAs an SM (one CTA a row, no cluster exchange):
+  // faster in the model at 2,048, 8,192, 16,384 and 32,768 rows, slower at 318, 512 and 1,024
+  // (bench/results/2026-12-06-h100-session35.md); CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS=N moves the
+  // bound, 0 never takes it (and an explicit CLEFRT_LAB_SWIGLU_MIN_BLOCKS form is kept at every L)
+  static const int64_t regs_from = env_count("CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS", 2048, 0, int64_t(1) << 40);
   static const SwigluFp8Form f = [] {
     SwigluFp8Form d;
     if (swiglu_cluster_max_threads(1) == 0) return d;  // no thread block clusters here: the shared-row kernel
@@ -509,6 +515,7 @@ SwigluFp8Form swiglu_fp8_form() {
     if (d.min_blocks == 2) d.ipt = 4;
     return d;
   }();
+  if (regs_from > 0 && L >= regs_from && f.min_blocks == 0 && f.cluster > 0) return SwigluFp8Form{0, 4, 2};
   return f;
 }
 

@@ -4,9 +4,9 @@
 // kernels_basic.cu's swiglu_fp8_quant runs it) and its register variant (swiglu_fp8_quant_regs_k):
 // one CTA a row; uncapped (one CTA an SM) it was slower in the model than the shared-row kernel
 // (bench/results/2026-12-05-h200-session28.md), which stays the product's below compute
-// capability 9.0. Capped for 2 CTAs an SM it is the elementwise lab's fastest form
-// (bench/results/2026-12-06-h100-session35.md), selectable for the model's A/B
-// (CLEFRT_LAB_SWIGLU_MIN_BLOCKS=2), as is the cluster form capped for 4 CTAs (=4).
+// capability 9.0. Capped for 2 CTAs an SM it is the product's form from 2,048 rows
+// (swiglu_fp8_form; bench/results/2026-12-06-h100-session35.md); the cluster form capped for 4
+// CTAs is a lab switch (CLEFRT_LAB_SWIGLU_MIN_BLOCKS=4).
 #pragma once
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -72,8 +72,8 @@ inline void launch_swiglu_fp8_quant_rows(const bf16* gu, int64_t L, int64_t ffn,
   swiglu_fp8_quant_k<<<unsigned(L), kSwigluQuantThreads, size_t(ffn) * 2, s>>>(gu, ffn, sc, q, kp / 8, scale);
 }
 
-// The register variant of swiglu_fp8_quant_k (the lab's, and CLEFRT_LAB_SWIGLU_MIN_BLOCKS=2's capped
-// for 2 CTAs an SM): swiglu_k's scaled values for one
+// The register variant of swiglu_fp8_quant_k (capped for 2 CTAs an SM: the product's from 2,048
+// rows; uncapped: the lab's): swiglu_k's scaled values for one
 // token row per CTA, then fp8_quant_rows_v_k's amax, scale and codes from them. A thread holds up
 // to four 16-byte items (8 values) of the row in registers from its loads to its codes, so the
 // only exchange is block_max, the four items' loads are in flight together, and the block is
