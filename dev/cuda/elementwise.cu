@@ -3,7 +3,8 @@
 //   gdn conv+prep  conv_silu_rows + gdn_prep (q / k norms, gates): three kernels, mixed written
 //                  then read and written again; gdn_conv_prep: one kernel at Clef's shape; and
 //                  under FP8 the in_proj's scale pass + gdn_conv_prep against gdn_conv_prep
-//                  applying the scales as it reads
+//                  applying the scales as it reads; the one kernel with its registers capped
+//                  for 3 CTAs an SM (CLEFRT_LAB_CONV_PREP_MIN_BLOCKS)
 //   gated norm     gated_norm as the product runs it (float4 form at Dv = 128) and its general
 //                  form, reached here with z's rows one float off 16-byte alignment; for the FP8
 //                  out_proj, gated_norm + fp8_quantize_rows against gated_norm_fp8 (one kernel)
@@ -128,6 +129,22 @@ void conv_prep(int64_t L, cudaStream_t st, double copy, json::Value& out) {
   const bool same = down_all<float>(m2) == down_all<float>(m3);
   print({"gdn conv+prep fp8", "scale pass + gdn_conv_prep (less the copy)", L, t3 - tc, bytes, "reference"}, copy, out);
   print({"gdn conv+prep fp8", "gdn_conv_prep scaling as it reads", L, t4, bytes, same ? "same bits" : "BITS DIFFER"}, copy, out);
+  // the one kernel with its registers capped for 3 CTAs an SM (uncapped: 2), bf16 and FP8 reads
+  const auto m3_bits = down_all<float>(m3);
+  for (const int mb : {3}) {
+    DeviceBuffer m4(size_t(L * kConv) * 4), m5(size_t(L * kConv) * 4);
+    const double tb = bench::median_ms(st, [&] {
+      gdn_conv_prep(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
+                    negA.as<float>(), dt.as<float>(), m4.as<float>(), g2.as<float>(), b2.as<float>(), st, {}, {}, mb);
+    });
+    const double tf = bench::median_ms(st, [&] {
+      gdn_conv_prep(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
+                    negA.as<float>(), dt.as<float>(), m5.as<float>(), g1.as<float>(), b1.as<float>(), st, {}, RowColScales{rs.as<float>(), cs.as<float>()}, mb);
+    });
+    const std::string capped = "gdn_conv_prep capped for " + std::to_string(mb) + " CTAs an SM";
+    print({"gdn conv+prep", capped, L, tb, bytes, max_diff(down_all<float>(m4), down_all<float>(m1))}, copy, out);
+    print({"gdn conv+prep fp8", capped, L, tf, bytes, down_all<float>(m5) == m3_bits ? "same bits" : "BITS DIFFER"}, copy, out);
+  }
 }
 
 void gated(int64_t L, cudaStream_t st, double copy, json::Value& out) {

@@ -124,12 +124,14 @@ struct RowColScales {
 // conv_silu_rows into mixed, then gdn_prep on it: one kernel at Clef's shape
 // (gdn_conv_prep_fuses), the two calls otherwise. b / a: the block's own rows (row 0 = token
 // t0). xs (one-kernel form only): x's conv columns unscaled FP8 output, rs indexed by x's row
-// (row 0 = token x_row0); cached history rows are scaled already.
+// (row 0 = token x_row0); cached history rows are scaled already. min_blocks (the one-kernel
+// form): 3 runs it with its registers capped for 3 CTAs an SM, 0 uncapped, -1 as the lab switch
+// CLEFRT_LAB_CONV_PREP_MIN_BLOCKS says (unset: uncapped); the same bits.
 bool gdn_conv_prep_fuses(int64_t K, int64_t Dk, int64_t conv_dim, int64_t ldx, int64_t L, int64_t Hv);
 void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, const float* conv_w, int64_t K,
                    int64_t conv_dim, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
                    const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist = {},
-                   const RowColScales& xs = {});
+                   const RowColScales& xs = {}, int min_blocks = -1);
 
 // The chunked GDN prefill (chunk 64). Chunks never cross a sequence: chunk c covers tokens
 // [chunk_start[c], chunk_start[c] + chunk_len[c]). Sequence s owns chunks

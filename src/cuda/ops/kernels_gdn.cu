@@ -138,10 +138,11 @@ __device__ __forceinline__ void gates_at(const float* b, const float* a, int64_t
 // conv_silu4_k's bits (the same taps in the same order); the norms sum in another order than
 // qk_norm_k (a lane's four, then the warp), within fp32 rounding of it.
 constexpr int kConvTokens = 8;
-__global__ void gdn_conv_prep_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t L, uint32_t n,
-                                uint32_t c4n, uint32_t q4, float qscale, const float* w, float* y, ConvHistory hist, RowColScales xs,
-                                const float* b, const float* a, int64_t ldba, uint32_t Hv, uint32_t total, const float* negA,
-                                const float* dt_bias, float* g, float* beta) {
+constexpr int kConvPrepThreads = 256;
+__device__ __forceinline__ void gdn_conv_prep_body(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t L,
+                                                   uint32_t n, uint32_t c4n, uint32_t q4, float qscale, const float* w, float* y,
+                                                   const ConvHistory& hist, const RowColScales& xs, const float* b, const float* a, int64_t ldba,
+                                                   uint32_t Hv, uint32_t total, const float* negA, const float* dt_bias, float* g, float* beta) {
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     if (i >= n) {  // whole warps are on one side: n is a multiple of 32
       const uint32_t e = i - n, t = e / Hv;
@@ -196,6 +197,23 @@ __global__ void gdn_conv_prep_k(const float* x, int64_t ldx, int64_t x_row0, con
       *reinterpret_cast<float4*>(y + int64_t(r0 + m) * (4 * int64_t(c4n)) + c0) = v;
     }
   }
+}
+__global__ void gdn_conv_prep_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t L, uint32_t n,
+                                uint32_t c4n, uint32_t q4, float qscale, const float* w, float* y, ConvHistory hist, RowColScales xs,
+                                const float* b, const float* a, int64_t ldba, uint32_t Hv, uint32_t total, const float* negA,
+                                const float* dt_bias, float* g, float* beta) {
+  gdn_conv_prep_body(x, ldx, x_row0, seq_start, t0, L, n, c4n, q4, qscale, w, y, hist, xs, b, a, ldba, Hv, total, negA, dt_bias, g, beta);
+}
+// The lab's variant (CLEFRT_LAB_CONV_PREP_MIN_BLOCKS=3): registers capped for 3 CTAs an SM (the
+// kernel above holds a thread's 11 input rows of 4 channels in 96 registers: 2 CTAs an SM). The
+// cap spills a few registers (ptxas warns); whether the third CTA's loads pay for them is the
+// lab's question. Capped for 4 it spilled 668 bytes and was not kept.
+template <int MinBlocks>
+__global__ void __launch_bounds__(kConvPrepThreads, MinBlocks)
+    gdn_conv_prep_capped_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t L, uint32_t n, uint32_t c4n,
+                           uint32_t q4, float qscale, const float* w, float* y, ConvHistory hist, RowColScales xs, const float* b, const float* a,
+                           int64_t ldba, uint32_t Hv, uint32_t total, const float* negA, const float* dt_bias, float* g, float* beta) {
+  gdn_conv_prep_body(x, ldx, x_row0, seq_start, t0, L, n, c4n, q4, qscale, w, y, hist, xs, b, a, ldba, Hv, total, negA, dt_bias, g, beta);
 }
 
 __global__ void gates_k(const float* b, const float* a, int64_t ldba, int64_t L, int64_t Hv, const float* negA, const float* dt_bias,
@@ -837,7 +855,8 @@ bool gdn_conv_prep_fuses(int64_t K, int64_t Dk, int64_t conv_dim, int64_t ldx, i
 
 void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, const float* conv_w, int64_t K,
                    int64_t conv_dim, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
-                   const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist, const RowColScales& xs) {
+                   const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist, const RowColScales& xs,
+                   int min_blocks) {
   if (L == 0) return;
   const int64_t n = (L + kConvTokens - 1) / kConvTokens * (conv_dim / 4), total = n + L * Hv;
   if (!gdn_conv_prep_fuses(K, Dk, conv_dim, ldx, L, Hv)) {
@@ -847,9 +866,17 @@ void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* s
     return;
   }
   check_conv_block(hist, x_row0, t0, "gdn conv_prep");
-  gdn_conv_prep_k<<<grid_for(total), 256, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(L), uint32_t(n), uint32_t(conv_dim / 4), uint32_t(Hk * Dk / 4),
-                                                  1.0f / sqrtf(float(Dk)), conv_w, mixed, hist, xs, b, a, ldba, uint32_t(Hv), uint32_t(total), negA,
-                                                  dt_bias, g, beta);
+  static const int64_t capped = env_count("CLEFRT_LAB_CONV_PREP_MIN_BLOCKS", 0, 0, 3);
+  if (min_blocks < 0) min_blocks = int(capped);
+  if (min_blocks != 0 && min_blocks != 3)
+    throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_CONV_PREP_MIN_BLOCKS is " + std::to_string(min_blocks) + ": 0 (uncapped) or 3");
+  auto launch = [&](auto kernel) {
+    kernel<<<grid_for(total), kConvPrepThreads, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(L), uint32_t(n), uint32_t(conv_dim / 4), uint32_t(Hk * Dk / 4),
+                                                        1.0f / sqrtf(float(Dk)), conv_w, mixed, hist, xs, b, a, ldba, uint32_t(Hv), uint32_t(total), negA,
+                                                        dt_bias, g, beta);
+  };
+  if (min_blocks == 3) launch(gdn_conv_prep_capped_k<3>);
+  else launch(gdn_conv_prep_k);
   check_launch("gdn conv_prep");
 }
 
