@@ -15,8 +15,7 @@
 //                  (uncapped and capped for two CTAs an SM), and a row over a cluster of CTAs,
 //                  per cluster size and items a thread (compute capability 9.0 on; the one
 //                  CLEFRT_LAB_SWIGLU_CLUSTER / _IPT select marked); the product's form capped
-//                  for 4 CTAs an SM, with streamed gate|up loads, and without its scales (their
-//                  cost); bf16's swiglu for scale
+//                  for 4 CTAs an SM, and without its scales (their cost); bf16's swiglu for scale
 //   output gate    attention_output_gate after cuDNN's attention (24 heads of 256, the gate from
 //                  the qkv rows): 8 values a thread, and the pair-a-thread kernel it falls back to,
 //                  reached here with the gate one element off 16-byte alignment
@@ -226,9 +225,8 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
                                (product.min_blocks == 0 && product.cluster == cl && product.ipt == ipt ? " (the model's now)" : "");
       print({"swiglu fp8", name, L, tc, bytes_fp8, samec ? "same bits" : "BITS DIFFER"}, copy, out);
     }
-    // the product's form (2 CTAs of 4 items) with its registers capped for more CTAs an SM, and / or
-    // its gate|up loads streamed (evict-first: the column scales stay in L1); then without the
-    // scales at all, which is what they cost (not the product's bits)
+    // the product's form (2 CTAs of 4 items) with its registers capped for a fourth CTA an SM; then
+    // without the scales at all, which is what they cost (not the product's bits)
     auto lab = [&](const char* name, auto run) {
       const auto [tl, samel] = regs([&] {
         run();
@@ -236,9 +234,7 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
       });
       print({"swiglu fp8", name, L, tl, bytes_fp8, samel ? "same bits" : "BITS DIFFER"}, copy, out);
     };
-    lab("2 x 4, capped for 4 CTAs an SM", [&] { launch_swiglu_fp8_quant_cluster_lab<4, false>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
-    lab("2 x 4, streamed loads", [&] { launch_swiglu_fp8_quant_cluster_lab<1, true>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
-    lab("2 x 4, streamed, capped for 4", [&] { launch_swiglu_fp8_quant_cluster_lab<4, true>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
+    lab("2 x 4, capped for 4 CTAs an SM", [&] { launch_swiglu_fp8_quant_cluster_lab<4>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
     const double tu = bench::median_ms(st, [&] { launch_swiglu_fp8_quant_cluster<4>(dgu.as<bf16>(), L, kFfn, GuScales{}, q2.as<uint8_t>(), kFfn, s2.as<float>(), 2, st); });
     print({"swiglu fp8", "2 x 4 unscaled (what the scales cost)", L, tu, bytes_fp8, "not the product's bits"}, copy, out);
   }

@@ -480,7 +480,7 @@ void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int6
   if (f.min_blocks == 2) {
     launch_swiglu_fp8_quant_regs<2>(gu, L, ffn, sc, q, kp, scale, s);
   } else if (f.min_blocks == 4) {
-    launch_swiglu_fp8_quant_cluster_lab<4, false>(gu, L, ffn, sc, q, kp, scale, s);
+    launch_swiglu_fp8_quant_cluster_lab<4>(gu, L, ffn, sc, q, kp, scale, s);
   } else if (f.cluster == 0) {
     launch_swiglu_fp8_quant_rows(gu, L, ffn, sc, q, kp, scale, s);
   } else if (f.ipt == 1) {

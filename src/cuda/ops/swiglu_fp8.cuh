@@ -181,14 +181,7 @@ void launch_swiglu_fp8_quant_regs(const bf16* gu, int64_t L, int64_t ffn, const 
 // amax, scale and codes as swiglu_fp8_quant_k: max is exact in any order. `scale` may be sc.rs
 // itself: every CTA of the row reads rs[t] before the cluster barrier, and rank 0 writes scale[t]
 // after it.
-// Stream (the lab's variant): gate|up loaded with the evict-first hint (ld.global.cs), so that the
-// streamed rows do not push the column scales, which every row reads again, out of L1.
-template <bool Stream>
-__device__ __forceinline__ uint4 gu_load(const uint4* p) {
-  if constexpr (Stream) return __ldcs(p);
-  else return *p;
-}
-template <int IPT, bool Stream>
+template <int IPT>
 __device__ __forceinline__ void swiglu_fp8_quant_cluster_row(const bf16* gu, int64_t ffn, const GuScales& sc, bool vec, uint8_t* q, int64_t kp8,
                                                              float* scale, int per) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -205,7 +198,7 @@ __device__ __forceinline__ void swiglu_fp8_quant_cluster_row(const bf16* gu, int
 #pragma unroll
   for (int k = 0; k < IPT; ++k) {
     const int i = i0 + threadIdx.x + k * blockDim.x;
-    if (i < i1) gv[k] = gu_load<Stream>(g + i), uv[k] = gu_load<Stream>(u + i);
+    if (i < i1) gv[k] = g[i], uv[k] = u[i];
   }
   const float r = sc.rs ? sc.rs[t] : 1.0f;
   float m = 0;
@@ -239,16 +232,17 @@ __device__ __forceinline__ void swiglu_fp8_quant_cluster_row(const bf16* gu, int
 }
 template <int IPT>
 __global__ void swiglu_fp8_quant_cluster_k(const bf16* gu, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale, int per) {
-  swiglu_fp8_quant_cluster_row<IPT, false>(gu, ffn, sc, vec, q, kp8, scale, per);
+  swiglu_fp8_quant_cluster_row<IPT>(gu, ffn, sc, vec, q, kp8, scale, per);
 }
-// Variants of the product's form (a row over 2 CTAs of 4 items a thread: 288 threads), the lab's
-// and CLEFRT_LAB_SWIGLU_MIN_BLOCKS=4's:
-// registers capped for MinBlocks CTAs an SM, and / or the streamed loads.
+// The product's form (a row over 2 CTAs of 4 items a thread: 288 threads) with its registers
+// capped for MinBlocks CTAs an SM: the lab's and CLEFRT_LAB_SWIGLU_MIN_BLOCKS=4's. (Its gate|up
+// loads streamed with the evict-first hint, to keep the scales in L1, measured no different:
+// bench/results/2026-12-06-h100-session35.md; in git at 7a76c9e.)
 constexpr int kSwigluClusterLabThreads = 288;
-template <int MinBlocks, bool Stream>
+template <int MinBlocks>
 __global__ void __launch_bounds__(kSwigluClusterLabThreads, MinBlocks)
     swiglu_fp8_quant_cluster_lab_k(const bf16* gu, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale, int per) {
-  swiglu_fp8_quant_cluster_row<4, Stream>(gu, ffn, sc, vec, q, kp8, scale, per);
+  swiglu_fp8_quant_cluster_row<4>(gu, ffn, sc, vec, q, kp8, scale, per);
 }
 
 // A row over `cl` CTAs (1..8, the portable cluster size) of `ipt` items a thread: a CTA's
@@ -266,12 +260,12 @@ void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, con
                            int(per)),
         "swiglu_fp8_quant");
 }
-template <int MinBlocks, bool Stream>
+template <int MinBlocks>
 void launch_swiglu_fp8_quant_cluster_lab(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale,
                                          cudaStream_t s) {
   const int64_t per = (ffn / 8 + 1) / 2, threads = swiglu_cluster_threads(ffn, 2, 4);
   if (threads > kSwigluClusterLabThreads) throw Error(Status::Internal, "internal_error", "swiglu lab: ffn " + std::to_string(ffn) + " over 288 threads");
-  check(launch_on_clusters(swiglu_fp8_quant_cluster_lab_k<MinBlocks, Stream>, unsigned(L * 2), unsigned(threads), 2u, s, gu, ffn, sc,
+  check(launch_on_clusters(swiglu_fp8_quant_cluster_lab_k<MinBlocks>, unsigned(L * 2), unsigned(threads), 2u, s, gu, ffn, sc,
                            gu_scales_vec(sc, ffn), q, kp / 8, scale, int(per)),
         "swiglu_fp8_quant (lab)");
 }
