@@ -398,6 +398,35 @@ TEST(CudaQuant, Fp8ScaledSwigluEqualsScaleThenSwiglu) {
   }
 }
 
+// A SwiGLU's inputs on the GPU (gate|up rounded to bf16, row scales, column scales with the
+// second array from column `split`; row `zero_row` all zero where >= 0) and the unfused
+// reference's FP8 codes and row scales (swiglu_fp8_scaled, then fp8_quantize_rows).
+struct SwigluFp8Inputs {
+  DeviceBuffer gu, rs, cs;
+  std::vector<float> rs_host;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+SwigluFp8Inputs swiglu_fp8_inputs(int64_t L, int64_t ffn, int64_t kp, int64_t split, uint32_t seed, int64_t zero_row) {
+  const int64_t n = 2 * ffn;
+  std::mt19937 rng{seed};
+  std::normal_distribution<float> nd(0.0f, 20.0f);
+  std::vector<float> gu(static_cast<size_t>(L * n)), rs(static_cast<size_t>(L)), cs(static_cast<size_t>(n));
+  for (auto& v : gu) v = quant::bf16_round(nd(rng));
+  if (zero_row >= 0)
+    for (int64_t c = 0; c < n; ++c) gu[size_t(zero_row * n + c)] = 0.0f;
+  for (auto& v : rs) v = std::fabs(nd(rng)) * 1e-2f + 1e-3f;
+  for (auto& v : cs) v = std::fabs(nd(rng)) * 1e-3f + 1e-4f;
+  SwigluFp8Inputs in{cuda::upload(to_bf(gu), "gu"), cuda::upload(rs, "rs"), cuda::upload(cs, "cs"), rs, {}, {}};
+  DeviceBuffer act(size_t(L * ffn) * 2), q(size_t(L * kp)), s(size_t(L) * 4);
+  const float* hi = in.cs.as<float>() + split;
+  cuda::swiglu_fp8_scaled(in.gu.as<bf16>(), L, ffn, in.rs.as<float>(), in.cs.as<float>(), hi, split, act.as<bf16>(), nullptr);
+  cuda::fp8_quantize_rows(act.as<bf16>(), L, ffn, ffn, q.as<uint8_t>(), kp, s.as<float>(), nullptr);
+  in.codes = down<uint8_t>(q, size_t(L * kp));
+  in.scales = down<float>(s, size_t(L));
+  return in;
+}
+
 // The SwiGLU that also quantizes its output for the FP8 down_proj (swiglu_fp8_quant, and each of
 // its forms) against swiglu_fp8_scaled + fp8_quantize_rows byte for byte: codes, the row scales,
 // the zero padding to kp, an all-zero row (scale 1), at a small ffn (72, split 32), one item past
@@ -409,25 +438,19 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     int64_t ffn, kp, split;  // a second scale array from column `split`
   };
   for (const Case& cs_case : {Case{72, 80, 32}, Case{4104, 4112, 2052}, Case{17408, 17408, 8704}, Case{24512, 24520, 12256}}) {
-    const int64_t ffn = cs_case.ffn, kp = cs_case.kp, split = cs_case.split, L = 9, n = 2 * ffn;
+    const int64_t ffn = cs_case.ffn, kp = cs_case.kp, split = cs_case.split, L = 9;
     const std::string at = " at ffn " + std::to_string(ffn);
     ASSERT_TRUE(cuda::swiglu_fp8_quant_fits(ffn, kp)) << at;
-    std::mt19937 rng{uint32_t(ffn)};
-    std::normal_distribution<float> nd(0.0f, 20.0f);
-    std::vector<float> gu(static_cast<size_t>(L * n)), rs(static_cast<size_t>(L)), cs(static_cast<size_t>(n));
-    for (auto& v : gu) v = quant::bf16_round(nd(rng));
-    for (int64_t c = 0; c < n; ++c) gu[size_t(3 * n + c)] = 0.0f;  // row 3: all zero
-    for (auto& v : rs) v = std::fabs(nd(rng)) * 1e-2f + 1e-3f;
-    for (auto& v : cs) v = std::fabs(nd(rng)) * 1e-3f + 1e-4f;
-    DeviceBuffer dgu = cuda::upload(to_bf(gu), "gu"), drs = cuda::upload(rs, "rs"), dcs = cuda::upload(cs, "cs"), act(size_t(L * ffn) * 2),
-                 q1(size_t(L * kp)), q2(size_t(L * kp)), s1(size_t(L) * 4), s2(size_t(L) * 4);
+    const SwigluFp8Inputs in = swiglu_fp8_inputs(L, ffn, kp, split, uint32_t(ffn), 3);  // row 3: all zero
+    const DeviceBuffer &dgu = in.gu, &drs = in.rs, &dcs = in.cs;
+    const std::vector<uint8_t>& want = in.codes;
+    DeviceBuffer q2(size_t(L * kp)), s2(size_t(L) * 4);
     cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");  // the padding must be written
     const float* hi = dcs.as<float>() + split;
-    cuda::swiglu_fp8_scaled(dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, act.as<bf16>(), nullptr);
-    cuda::fp8_quantize_rows(act.as<bf16>(), L, ffn, ffn, q1.as<uint8_t>(), kp, s1.as<float>(), nullptr);
     cuda::swiglu_fp8_quant(dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp, s2.as<float>(), nullptr);
-    EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes" << at;
-    const auto sw = down<float>(s1, size_t(L)), sg = down<float>(s2, size_t(L));
+    EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), want) << "codes" << at;
+    const auto& sw = in.scales;
+    const auto sg = down<float>(s2, size_t(L));
     EXPECT_EQ(sg, sw) << "scales" << at;
     EXPECT_EQ(sg[3], 1.0f) << "the all-zero row's scale" << at;
     // every form: the shared-row kernel, and where clusters run a row over 1-8 CTAs of 1, 2 or 4
@@ -452,13 +475,13 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
       cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");
       cuda::check(cudaMemset(s2.get(), 0xab, size_t(L) * 4), "poison");
       cuda::swiglu_fp8_quant_as(f, dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp, s2.as<float>(), nullptr);
-      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes" << form;
+      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), want) << "codes" << form;
       EXPECT_EQ(down<float>(s2, size_t(L)), sw) << "scales" << form;
     }
     // as the forward calls it: the row scales read from and written to the same buffer
-    DeviceBuffer q3(size_t(L * kp)), rs_io = cuda::upload(rs, "rs in place");
+    DeviceBuffer q3(size_t(L * kp)), rs_io = cuda::upload(in.rs_host, "rs in place");
     cuda::swiglu_fp8_quant(dgu.as<bf16>(), L, ffn, rs_io.as<float>(), dcs.as<float>(), hi, split, q3.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
-    EXPECT_EQ(down<uint8_t>(q3, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes, scales in place" << at;
+    EXPECT_EQ(down<uint8_t>(q3, size_t(L * kp)), want) << "codes, scales in place" << at;
     EXPECT_EQ(down<float>(rs_io, size_t(L)), sw) << "scales in place" << at;
   }
   // the product's choice by rows: the cluster form below 2,048 rows, the register form from there
@@ -469,24 +492,16 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     EXPECT_EQ(cuda::swiglu_fp8_form(2047).cluster, 2);
     EXPECT_EQ(cuda::swiglu_fp8_form(2048).min_blocks, 2);
     EXPECT_EQ(cuda::swiglu_fp8_form(2048).cluster, 0);
-    const int64_t ffn = 4104, kp = 4112, split = 2052, n = 2 * ffn;
+    const int64_t ffn = 4104, kp = 4112, split = 2052;
     for (const int64_t L : {int64_t(2047), int64_t(2048), int64_t(2600)}) {
       const std::string at = " at " + std::to_string(L) + " rows";
-      std::mt19937 rng{uint32_t(L)};
-      std::normal_distribution<float> nd(0.0f, 20.0f);
-      std::vector<float> gu(static_cast<size_t>(L * n)), rs(static_cast<size_t>(L)), cs(static_cast<size_t>(n));
-      for (auto& v : gu) v = quant::bf16_round(nd(rng));
-      for (auto& v : rs) v = std::fabs(nd(rng)) * 1e-2f + 1e-3f;
-      for (auto& v : cs) v = std::fabs(nd(rng)) * 1e-3f + 1e-4f;
-      DeviceBuffer dgu = cuda::upload(to_bf(gu), "gu"), dcs = cuda::upload(cs, "cs"), act(size_t(L * ffn) * 2), q1(size_t(L * kp)), q2(size_t(L * kp)),
-                   s1(size_t(L) * 4), rs_io = cuda::upload(rs, "rs in place"), drs = cuda::upload(rs, "rs");
-      const float* hi = dcs.as<float>() + split;
-      cuda::swiglu_fp8_scaled(dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, act.as<bf16>(), nullptr);
-      cuda::fp8_quantize_rows(act.as<bf16>(), L, ffn, ffn, q1.as<uint8_t>(), kp, s1.as<float>(), nullptr);
+      const SwigluFp8Inputs in = swiglu_fp8_inputs(L, ffn, kp, split, uint32_t(L), -1);
+      DeviceBuffer q2(size_t(L * kp)), rs_io = cuda::upload(in.rs_host, "rs in place");
+      const float* hi = in.cs.as<float>() + split;
       cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");
-      cuda::swiglu_fp8_quant(dgu.as<bf16>(), L, ffn, rs_io.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
-      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes" << at;
-      EXPECT_EQ(down<float>(rs_io, size_t(L)), down<float>(s1, size_t(L))) << "scales in place" << at;
+      cuda::swiglu_fp8_quant(in.gu.as<bf16>(), L, ffn, rs_io.as<float>(), in.cs.as<float>(), hi, split, q2.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
+      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), in.codes) << "codes" << at;
+      EXPECT_EQ(down<float>(rs_io, size_t(L)), in.scales) << "scales in place" << at;
     }
   }
   EXPECT_TRUE(cuda::swiglu_fp8_quant_fits(24512, 24512));

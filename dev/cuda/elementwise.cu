@@ -129,21 +129,18 @@ void conv_prep(int64_t L, cudaStream_t st, double copy, json::Value& out) {
   print({"gdn conv+prep fp8", "scale pass + gdn_conv_prep (less the copy)", L, t3 - tc, bytes, "reference"}, copy, out);
   print({"gdn conv+prep fp8", "gdn_conv_prep scaling as it reads", L, t4, bytes, same ? "same bits" : "BITS DIFFER"}, copy, out);
   // the one kernel with its registers capped for 3 CTAs an SM (uncapped: 2), bf16 and FP8 reads
-  const auto m3_bits = down_all<float>(m3);
-  for (const int mb : {3}) {
-    DeviceBuffer m4(size_t(L * kConv) * 4), m5(size_t(L * kConv) * 4);
-    const double tb = bench::median_ms(st, [&] {
-      gdn_conv_prep(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
-                    negA.as<float>(), dt.as<float>(), m4.as<float>(), g2.as<float>(), b2.as<float>(), st, {}, {}, mb);
-    });
-    const double tf = bench::median_ms(st, [&] {
-      gdn_conv_prep(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
-                    negA.as<float>(), dt.as<float>(), m5.as<float>(), g1.as<float>(), b1.as<float>(), st, {}, RowColScales{rs.as<float>(), cs.as<float>()}, mb);
-    });
-    const std::string capped = "gdn_conv_prep capped for " + std::to_string(mb) + " CTAs an SM";
-    print({"gdn conv+prep", capped, L, tb, bytes, max_diff(down_all<float>(m4), down_all<float>(m1))}, copy, out);
-    print({"gdn conv+prep fp8", capped, L, tf, bytes, down_all<float>(m5) == m3_bits ? "same bits" : "BITS DIFFER"}, copy, out);
-  }
+  DeviceBuffer m4(size_t(L * kConv) * 4), m5(size_t(L * kConv) * 4);
+  const double tb = bench::median_ms(st, [&] {
+    gdn_conv_prep(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
+                  negA.as<float>(), dt.as<float>(), m4.as<float>(), g2.as<float>(), b2.as<float>(), st, {}, {}, 3);
+  });
+  const double tf = bench::median_ms(st, [&] {
+    gdn_conv_prep(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
+                  negA.as<float>(), dt.as<float>(), m5.as<float>(), g1.as<float>(), b1.as<float>(), st, {}, RowColScales{rs.as<float>(), cs.as<float>()}, 3);
+  });
+  print({"gdn conv+prep", "gdn_conv_prep capped for 3 CTAs an SM", L, tb, bytes, max_diff(down_all<float>(m4), down_all<float>(m1))}, copy, out);
+  print({"gdn conv+prep fp8", "gdn_conv_prep capped for 3 CTAs an SM", L, tf, bytes, down_all<float>(m5) == down_all<float>(m3) ? "same bits" : "BITS DIFFER"},
+        copy, out);
 }
 
 void gated(int64_t L, cudaStream_t st, double copy, json::Value& out) {
@@ -227,14 +224,8 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
     }
     // the product's form (2 CTAs of 4 items) with its registers capped for a fourth CTA an SM; then
     // without the scales at all, which is what they cost (not the product's bits)
-    auto lab = [&](const char* name, auto run) {
-      const auto [tl, samel] = regs([&] {
-        run();
-        check_launch("swiglu_fp8_quant_cluster_lab");
-      });
-      print({"swiglu fp8", name, L, tl, bytes_fp8, samel ? "same bits" : "BITS DIFFER"}, copy, out);
-    };
-    lab("2 x 4, capped for 4 CTAs an SM", [&] { launch_swiglu_fp8_quant_cluster_lab<4>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
+    const auto [tl, samel] = regs([&] { launch_swiglu_fp8_quant_cluster_lab<4>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
+    print({"swiglu fp8", "2 x 4, capped for 4 CTAs an SM", L, tl, bytes_fp8, samel ? "same bits" : "BITS DIFFER"}, copy, out);
     const double tu = bench::median_ms(st, [&] { launch_swiglu_fp8_quant_cluster<4>(dgu.as<bf16>(), L, kFfn, GuScales{}, q2.as<uint8_t>(), kFfn, s2.as<float>(), 2, st); });
     print({"swiglu fp8", "2 x 4 unscaled (what the scales cost)", L, tu, bytes_fp8, "not the product's bits"}, copy, out);
   }

@@ -451,30 +451,36 @@ void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, c
   swiglu_fp8_quant_as(f, gu, L, ffn, rs, cs_lo, cs_hi, split, q, kp, scale, s);
 }
 
-bool swiglu_fp8_form_fits(const SwigluFp8Form& f, int64_t ffn) {
-  if (f.min_blocks == 2) return f.cluster == 0 && f.ipt == 4 && (ffn / 8 + 3) / 4 <= kSwigluQuantMaxThreads;
-  if (f.min_blocks == 4)
-    return f.cluster == 2 && f.ipt == 4 && swiglu_cluster_max_threads(4) > 0 && swiglu_cluster_threads(ffn, 2, 4) <= kSwigluClusterLabThreads;
-  if (f.min_blocks != 0 || f.cluster < 0 || f.cluster > 8 || (f.ipt != 1 && f.ipt != 2 && f.ipt != 4)) return false;
-  return f.cluster == 0 || (swiglu_cluster_max_threads(f.ipt) > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) <= swiglu_cluster_max_threads(f.ipt));
+// Why form f cannot run a row of ffn (empty: it can): swiglu_fp8_form_fits' answer and
+// swiglu_fp8_quant_as' refusal, from one set of checks (the text built only for a refusal: the
+// forward asks at every MLP).
+static std::string swiglu_form_misfit(const SwigluFp8Form& f, int64_t ffn) {
+  auto form = [&] { return "cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread"; };
+  if (f.min_blocks != 0) {
+    const bool fits = f.min_blocks == 2   ? f.cluster == 0 && f.ipt == 4 && (ffn / 8 + 3) / 4 <= kSwigluQuantMaxThreads
+                      : f.min_blocks == 4 ? f.cluster == 2 && f.ipt == 4 && swiglu_cluster_max_threads(4) > 0 &&
+                                                swiglu_cluster_threads(ffn, 2, 4) <= kSwigluClusterLabThreads
+                                          : false;
+    if (fits) return "";
+    return "no form of " + form() + " capped for " + std::to_string(f.min_blocks) + " CTAs an SM at ffn " + std::to_string(ffn) +
+           " (2: cluster 0, 4 items, ffn <= 18,432; 4: cluster 2, 4 items, ffn <= 18,432, compute capability 9.0)";
+  }
+  if (f.cluster < 0 || f.cluster > 8 || (f.ipt != 1 && f.ipt != 2 && f.ipt != 4)) return "no form of " + form();
+  if (f.cluster == 0) return "";
+  if (swiglu_cluster_max_threads(f.ipt) == 0) return "the cluster form needs compute capability 9.0 and its code in the binary";
+  if (swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt))
+    return "ffn " + std::to_string(ffn) + " over a cluster of " + std::to_string(f.cluster) + " CTAs of " + std::to_string(f.ipt) +
+           " items a thread needs more threads a CTA than the kernel takes (" + std::to_string(swiglu_cluster_max_threads(f.ipt)) + ")";
+  return "";
 }
+
+bool swiglu_fp8_form_fits(const SwigluFp8Form& f, int64_t ffn) { return swiglu_form_misfit(f, ffn).empty(); }
 
 void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi,
                          int64_t split, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
   if (!swiglu_fp8_quant_fits(ffn, kp))
     throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: ffn " + std::to_string(ffn) + ", kp " + std::to_string(kp) + " do not fit");
-  if (f.min_blocks != 0 && !swiglu_fp8_form_fits(f, ffn))
-    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: no form of cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) +
-                                                       " items a thread capped for " + std::to_string(f.min_blocks) + " CTAs an SM at ffn " + std::to_string(ffn) +
-                                                       " (2: cluster 0, 4 items, ffn <= 18,432; 4: cluster 2, 4 items, ffn <= 18,432, compute capability 9.0)");
-  if (f.cluster < 0 || f.cluster > 8 || (f.ipt != 1 && f.ipt != 2 && f.ipt != 4))
-    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: no form of cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread");
-  if (f.cluster > 0 && swiglu_cluster_max_threads(f.ipt) == 0)
-    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: the cluster form needs compute capability 9.0 and its code in the binary");
-  if (f.cluster > 0 && swiglu_cluster_threads(ffn, f.cluster, f.ipt) > swiglu_cluster_max_threads(f.ipt))
-    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: ffn " + std::to_string(ffn) + " over a cluster of " + std::to_string(f.cluster) +
-                                                       " CTAs of " + std::to_string(f.ipt) + " items a thread needs more threads a CTA than the kernel takes (" +
-                                                       std::to_string(swiglu_cluster_max_threads(f.ipt)) + ")");
+  if (const std::string why = swiglu_form_misfit(f, ffn); !why.empty()) throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: " + why);
   if (L == 0) return;
   const GuScales sc{rs, cs_lo, cs_hi, split};
   if (f.min_blocks == 2) {

@@ -208,8 +208,7 @@ __global__ void gdn_conv_prep_k(const float* x, int64_t ldx, int64_t x_row0, con
 // kernel above holds a thread's 11 input rows of 4 channels in 96 registers: 2 CTAs an SM). The
 // cap spills a few registers (ptxas warns); whether the third CTA's loads pay for them is the
 // lab's question. Capped for 4 it spilled 668 bytes and was not kept.
-template <int MinBlocks>
-__global__ void __launch_bounds__(kConvPrepThreads, MinBlocks)
+__global__ void __launch_bounds__(kConvPrepThreads, 3)
     gdn_conv_prep_capped_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t L, uint32_t n, uint32_t c4n,
                            uint32_t q4, float qscale, const float* w, float* y, ConvHistory hist, RowColScales xs, const float* b, const float* a,
                            int64_t ldba, uint32_t Hv, uint32_t total, const float* negA, const float* dt_bias, float* g, float* beta) {
@@ -867,15 +866,17 @@ void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* s
   }
   check_conv_block(hist, x_row0, t0, "gdn conv_prep");
   static const int64_t capped = env_count("CLEFRT_LAB_CONV_PREP_MIN_BLOCKS", 0, 0, 3);
-  if (min_blocks < 0) min_blocks = int(capped);
+  const bool from_env = min_blocks < 0;
+  if (from_env) min_blocks = int(capped);
   if (min_blocks != 0 && min_blocks != 3)
-    throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_CONV_PREP_MIN_BLOCKS is " + std::to_string(min_blocks) + ": 0 (uncapped) or 3");
+    throw Error(Status::BadRequest, "usage", std::string(from_env ? "CLEFRT_LAB_CONV_PREP_MIN_BLOCKS" : "gdn_conv_prep's min_blocks") + " is " +
+                                                 std::to_string(min_blocks) + ": 0 (uncapped) or 3");
   auto launch = [&](auto kernel) {
     kernel<<<grid_for(total), kConvPrepThreads, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(L), uint32_t(n), uint32_t(conv_dim / 4), uint32_t(Hk * Dk / 4),
                                                         1.0f / sqrtf(float(Dk)), conv_w, mixed, hist, xs, b, a, ldba, uint32_t(Hv), uint32_t(total), negA,
                                                         dt_bias, g, beta);
   };
-  if (min_blocks == 3) launch(gdn_conv_prep_capped_k<3>);
+  if (min_blocks == 3) launch(gdn_conv_prep_capped_k);
   else launch(gdn_conv_prep_k);
   check_launch("gdn conv_prep");
 }

@@ -251,23 +251,27 @@ inline int64_t swiglu_cluster_threads(int64_t ffn, int cl, int ipt) {
   const int64_t per = (ffn / 8 + cl - 1) / cl;
   return ((per + ipt - 1) / ipt + 31) / 32 * 32;
 }
-template <int IPT>
-void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, int cl,
-                                     cudaStream_t s) {
-  const int64_t per = (ffn / 8 + cl - 1) / cl, threads = swiglu_cluster_threads(ffn, cl, IPT);
-  const bool vec = gu_scales_vec(sc, ffn);
-  check(launch_on_clusters(swiglu_fp8_quant_cluster_k<IPT>, unsigned(L * cl), unsigned(threads), unsigned(cl), s, gu, ffn, sc, vec, q, kp / 8, scale,
+// `kernel` (a cluster form's, `ipt` items a thread) over clusters of `cl` CTAs, one a row.
+template <class Kernel>
+void launch_swiglu_cluster_form(Kernel kernel, int ipt, const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp,
+                                float* scale, int cl, cudaStream_t s) {
+  const int64_t per = (ffn / 8 + cl - 1) / cl, threads = swiglu_cluster_threads(ffn, cl, ipt);
+  check(launch_on_clusters(kernel, unsigned(L * cl), unsigned(threads), unsigned(cl), s, gu, ffn, sc, gu_scales_vec(sc, ffn), q, kp / 8, scale,
                            int(per)),
         "swiglu_fp8_quant");
 }
+template <int IPT>
+void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, int cl,
+                                     cudaStream_t s) {
+  launch_swiglu_cluster_form(swiglu_fp8_quant_cluster_k<IPT>, IPT, gu, L, ffn, sc, q, kp, scale, cl, s);
+}
+// The product's form capped for MinBlocks CTAs an SM: a cluster of 2 of 4 items, at most 288 threads.
 template <int MinBlocks>
 void launch_swiglu_fp8_quant_cluster_lab(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale,
                                          cudaStream_t s) {
-  const int64_t per = (ffn / 8 + 1) / 2, threads = swiglu_cluster_threads(ffn, 2, 4);
-  if (threads > kSwigluClusterLabThreads) throw Error(Status::Internal, "internal_error", "swiglu lab: ffn " + std::to_string(ffn) + " over 288 threads");
-  check(launch_on_clusters(swiglu_fp8_quant_cluster_lab_k<MinBlocks>, unsigned(L * 2), unsigned(threads), 2u, s, gu, ffn, sc,
-                           gu_scales_vec(sc, ffn), q, kp / 8, scale, int(per)),
-        "swiglu_fp8_quant (lab)");
+  if (swiglu_cluster_threads(ffn, 2, 4) > kSwigluClusterLabThreads)
+    throw Error(Status::Internal, "internal_error", "swiglu lab: ffn " + std::to_string(ffn) + " over 288 threads");
+  launch_swiglu_cluster_form(swiglu_fp8_quant_cluster_lab_k<MinBlocks>, 4, gu, L, ffn, sc, q, kp, scale, 2, s);
 }
 
 }  // namespace
