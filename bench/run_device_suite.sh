@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -32,6 +32,9 @@
 # pass `quick bf16` too for the default's time.
 # env:NAME=VALUE / unset:NAME: a lab switch set for the verbs after it (an A/B of one binary), named
 # in the bench records' command; a mode benched again writes bench-MODE-runN.*.
+# clocks: from here on, nvidia-smi samples the SM / memory clocks, power and throttle reasons every
+# 100 ms into clocks.csv, and verbs.log stamps each verb's start (is a kernel slower in the model
+# than in a lab or an anchor because the card clocks down under the GEMMs' power?); stopped before tar.
 # deadline=S: once S seconds have passed since the suite began, the verbs left are skipped, all but
 # tar (a machine's call has a limit; the files of the verbs that ran still come back in one archive).
 set -uo pipefail
@@ -63,7 +66,14 @@ while [ $# -gt 0 ]; do
     shift
     continue
   fi
+  [ -n "${clocks_pid:-}" ] && echo "$(date +%s.%N) $1" >> "$OUT0/verbs.log"
   case $1 in
+    clocks)
+      reasons=clocks_event_reasons.active  # the older drivers' name: clocks_throttle_reasons.active
+      nvidia-smi --help-query-gpu 2>/dev/null | grep -q "$reasons" || reasons=clocks_throttle_reasons.active
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons --format=csv,nounits -lms 100 \
+        > "$OUT0/clocks.csv" 2> "$OUT0/clocks.err" &
+      clocks_pid=$!; echo "$(date +%s.%N) clocks" >> "$OUT0/verbs.log"; echo "== clocks: sampling (pid $clocks_pid)" ;;
     env:*=*)
       # a lab switch for the verbs after it (A/B runs of one binary: env:CLEFRT_LAB_SWIGLU_CLUSTER=8
       # quick fp8 unset:CLEFRT_LAB_SWIGLU_CLUSTER quick fp8); the bench records name it
@@ -117,6 +127,7 @@ while [ $# -gt 0 ]; do
       commit=$branch_commit; OUT=$OUT0
       echo "== use-branch: clefrt built at $commit" ;;
     tar)
+      [ -n "${clocks_pid:-}" ] && { kill "$clocks_pid" 2>/dev/null; wait "$clocks_pid" 2>/dev/null; clocks_pid=""; }
       (cd "$OUT0" && tar czf /tmp/out.tgz . && rm -rf ./* && mv /tmp/out.tgz .) ;;
     gdn-products)
       .carry/clefrt_gpu_tests --gtest_filter='CudaEngine.GdnProducts*:CudaEngine.WellConditionedAtClefGdnHeads*:CudaOps.Gdn*' 2>&1 | tee "$OUT/gpu_tests-gdn.log" \
