@@ -546,23 +546,23 @@ TEST(CudaQuant, Fp8RmsNormQuantEqualsNormThenQuantize) {
   EXPECT_FALSE(cuda::rms_norm_1p_fp8_fits(1002, 1004)) << "d not a multiple of 4";
 }
 
-// The gated norm that quantizes its rows for the FP8 out_proj (gated_norm_fp8: a token's heads
-// over a thread block cluster) against gated_norm + fp8_quantize_rows byte for byte: codes, row
-// scales, the K padding, an all-zero row (o and z zero: scale 1), z plain and z unscaled with its
-// scales applied on read, and those row scales overwritten in place by the codes' (the forward's
-// shared FP8 scratch), at 8, 48 (Clef) and 64 value heads.
+// The gated norm that quantizes its rows for the FP8 out_proj (gated_norm_fp8, each form: a
+// token's heads over a thread block cluster, or in one CTA at 1, 2, 3, 4, 6 or 8 heads a warp)
+// against gated_norm + fp8_quantize_rows byte for byte: codes, row scales, the K padding, an
+// all-zero row (o and z zero: scale 1), z plain and z unscaled with its scales applied on read,
+// and those row scales overwritten in place by the codes' (the forward's shared FP8 scratch), at
+// 8, 16, 48 (Clef) and 64 value heads.
 TEST(CudaQuant, Fp8GatedNormQuantEqualsGatedNormThenQuantize) {
   NEED_GPU();
-  if (cuda::device_info().major < 9) {
-    EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 128, 6144)) << "no thread block clusters below compute capability 9.0";
-    GTEST_SKIP() << "thread block clusters need compute capability 9.0";
-  }
+  const bool clusters = cuda::device_info().major >= 9;
+  if (!clusters) EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 128, 6144, 0)) << "no thread block clusters below compute capability 9.0";
+  int forms_run = 0;
   // K padding of 16 bytes to 512 (over two ranks' threads, several passes at one rank), and
   // 6,148 (not a multiple of 8: fp8_quantize_rows' scalar kernel is the reference there)
   for (auto [Hv, kp] : {std::pair<int64_t, int64_t>{48, 6144}, {8, 1040}, {8, 1536}, {16, 2560}, {64, 8192}, {48, 6160}, {48, 6148}}) {
     const int64_t L = 9, Dv = 128, d = Hv * Dv, ldz = d + 24;
     const std::string at = " at Hv " + std::to_string(Hv) + ", kp " + std::to_string(kp);
-    ASSERT_TRUE(cuda::gated_norm_fp8_fits(Hv, Dv, kp)) << at;
+    ASSERT_TRUE(cuda::gated_norm_fp8_fits(Hv, Dv, kp, 2)) << at;
     std::mt19937 rng{uint32_t(Hv + kp)};
     std::normal_distribution<float> nd(0.0f, 2.0f);
     std::vector<float> o(static_cast<size_t>(L * d)), w(static_cast<size_t>(Dv)), z(static_cast<size_t>(L * ldz)), rs(static_cast<size_t>(L)),
@@ -573,34 +573,46 @@ TEST(CudaQuant, Fp8GatedNormQuantEqualsGatedNormThenQuantize) {
     for (int64_t i = 0; i < d; ++i) o[size_t(4 * d + i)] = 0.0f, z[size_t(4 * ldz + i)] = 0.0f;  // row 4: all zero
     for (auto& v : rs) v = std::fabs(nd(rng)) * 1e-2f + 1e-3f;
     for (auto& v : cs) v = std::fabs(nd(rng)) * 1e-1f + 1e-2f;
-    DeviceBuffer dO = cuda::upload(o, "o"), dw = cuda::upload(w, "w"), dz = cuda::upload(z, "z"), drs = cuda::upload(rs, "rs"), dcs = cuda::upload(cs, "cs"),
-                 act(size_t(L * d) * 2), q1(size_t(L * kp)), q2(size_t(L * kp)), s1(size_t(L) * 4), s2(size_t(L) * 4);
-    for (const bool scaled : {false, true}) {
-      const std::string how = at + (scaled ? ", z scaled on read" : ", z plain");
-      const cuda::RowColScales zs = scaled ? cuda::RowColScales{drs.as<float>(), dcs.as<float>()} : cuda::RowColScales{};
-      cuda::gated_norm(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz, act.as<bf16>(), nullptr, zs);
-      cuda::fp8_quantize_rows(act.as<bf16>(), L, d, d, q1.as<uint8_t>(), kp, s1.as<float>(), nullptr);
-      cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");  // the padding must be written
-      cuda::check(cudaMemset(s2.get(), 0xab, size_t(L) * 4), "poison");
-      cuda::gated_norm_fp8(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz, zs, q2.as<uint8_t>(), kp, s2.as<float>(), nullptr);
-      const auto want = down<uint8_t>(q1, size_t(L * kp));
-      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), want) << "codes" << how;
-      const auto sw = down<float>(s1, size_t(L));
-      EXPECT_EQ(down<float>(s2, size_t(L)), sw) << "scales" << how;
-      EXPECT_EQ(sw[4], 1.0f) << "the all-zero row's scale" << how;
-      if (!scaled) continue;
-      // as the forward calls it: z's row scales read from and the codes' written to one buffer
-      DeviceBuffer rs_io = cuda::upload(rs, "rs in place"), q3(size_t(L * kp));
-      cuda::gated_norm_fp8(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz, cuda::RowColScales{rs_io.as<float>(), dcs.as<float>()},
-                           q3.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
-      EXPECT_EQ(down<uint8_t>(q3, size_t(L * kp)), want) << "codes, scales in place" << how;
-      EXPECT_EQ(down<float>(rs_io, size_t(L)), sw) << "scales in place" << how;
+    DeviceBuffer dO = cuda::upload(o, "o"), dw = cuda::upload(w, "w"), dz = cuda::upload(z, "z"), drs = cuda::upload(rs, "rs"),
+                 dcs = cuda::upload(cs, "cs"), act(size_t(L * d) * 2), q1(size_t(L * kp)), q2(size_t(L * kp)), s1(size_t(L) * 4), s2(size_t(L) * 4);
+    for (const int hpw : {0, 1, 2, 3, 4, 6, 8}) {
+      if (!cuda::gated_norm_fp8_fits(Hv, Dv, kp, hpw)) continue;
+      ++forms_run;
+      for (const bool scaled : {false, true}) {
+        const std::string how = at + ", heads a warp " + std::to_string(hpw) + (scaled ? ", z scaled on read" : ", z plain");
+        const cuda::RowColScales zs = scaled ? cuda::RowColScales{drs.as<float>(), dcs.as<float>()} : cuda::RowColScales{};
+        cuda::gated_norm(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz, act.as<bf16>(), nullptr, zs);
+        cuda::fp8_quantize_rows(act.as<bf16>(), L, d, d, q1.as<uint8_t>(), kp, s1.as<float>(), nullptr);
+        cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");  // the padding must be written
+        cuda::check(cudaMemset(s2.get(), 0xab, size_t(L) * 4), "poison");
+        cuda::gated_norm_fp8(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz, zs, q2.as<uint8_t>(), kp, s2.as<float>(), nullptr,
+                             hpw);
+        const auto want = down<uint8_t>(q1, size_t(L * kp));
+        EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), want) << "codes" << how;
+        const auto sw = down<float>(s1, size_t(L));
+        EXPECT_EQ(down<float>(s2, size_t(L)), sw) << "scales" << how;
+        EXPECT_EQ(sw[4], 1.0f) << "the all-zero row's scale" << how;
+        if (!scaled) continue;
+        // as the forward calls it: z's row scales read from and the codes' written to one buffer
+        DeviceBuffer rs_io = cuda::upload(rs, "rs in place"), q3(size_t(L * kp));
+        cuda::gated_norm_fp8(dO.as<float>(), L, Hv, Dv, dw.as<float>(), 1e-6f, dz.as<float>(), ldz,
+                             cuda::RowColScales{rs_io.as<float>(), dcs.as<float>()}, q3.as<uint8_t>(), kp, rs_io.as<float>(), nullptr, hpw);
+        EXPECT_EQ(down<uint8_t>(q3, size_t(L * kp)), want) << "codes, scales in place" << how;
+        EXPECT_EQ(down<float>(rs_io, size_t(L)), sw) << "scales in place" << how;
+      }
     }
   }
-  EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 64, 3072)) << "Dv not 128";
-  EXPECT_FALSE(cuda::gated_norm_fp8_fits(44, 128, 5632)) << "Hv not a multiple of 8";
-  EXPECT_FALSE(cuda::gated_norm_fp8_fits(72, 128, 9216)) << "over 8 CTAs a cluster";
-  EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 128, 6146)) << "kp not a multiple of 4";
+  // per (Hv, kp): 48 five one-CTA forms (1 head a warp: 48 warps, too many), 8 and 16 four, 64
+  // three (2, 4, 8); each with the cluster form where clusters run
+  EXPECT_EQ(forms_run, clusters ? 37 : 30) << "forms run";
+  EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 64, 3072, 4)) << "Dv not 128";
+  EXPECT_FALSE(cuda::gated_norm_fp8_fits(44, 128, 5632, 0)) << "cluster form: Hv not a multiple of 8";
+  EXPECT_FALSE(cuda::gated_norm_fp8_fits(72, 128, 9216, 0)) << "cluster form: over 8 CTAs a cluster";
+  EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 128, 6144, 5)) << "5 heads a warp: no such form";
+  EXPECT_FALSE(cuda::gated_norm_fp8_fits(44, 128, 5632, 8)) << "8 heads a warp: Hv 44 does not split";
+  EXPECT_FALSE(cuda::gated_norm_fp8_fits(256, 128, 32768, 4)) << "64 warps a CTA";
+  EXPECT_TRUE(cuda::gated_norm_fp8_fits(72, 128, 9216, 4)) << "the one-CTA form at 72 heads";
+  EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 128, 6146, 4)) << "kp not a multiple of 4";
 }
 
 // The norms that first take a pending FP8 residual add (rms_norm_1p_add / rms_norm_1p_fp8_add:
@@ -1113,6 +1125,53 @@ TEST(CudaQuant, Fp8ResidualInNormGivesTheSameBits) {
   const auto left_off = off_f.run(be, {{nullptr, &sa, n}}), left_on = on_f.run(be, {{nullptr, &sb, n}});
   EXPECT_EQ(left_on, left_off) << "leaving a state";
   EXPECT_EQ(on_f.run(be, {{&sb, nullptr, 0}}), off_f.run(be, {{&sa, nullptr, 0}})) << "continuing it";
+}
+
+// ForwardOptions::fp8_gated_norm_quantizes (the GDN gated norm writing the FP8 out_proj's input
+// codes and scales, gated_norm_fp8) gives the bits of the forward without it: one pass over every
+// token (every GDN layer's norm quantizes: counted), GDN passes of one chunk (a later pass's z
+// row scales start 3 history rows into the buffer the codes' scales go to: those passes keep the
+// two kernels), the first request alone, and with CUDA graphs replaying it.
+TEST(CudaQuant, Fp8GatedNormQuantizingGivesTheSameBits) {
+  NEED_GPU();
+  unsetenv("CLEFRT_LAB_GATED_NORM_FP8");  // the "off" Forwards must not fuse
+  const std::string dir = quantized_folder(test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f), "small-gdn128-fp8", "fp8");
+  auto cpu = EngineCore::load(dir);
+  std::vector<Encoded> enc;
+  for (const auto& text : test::corpus_requests(6)) enc.push_back(cpu->encoder().encode(parse_request(text)));
+  std::vector<const Encoded*> batch;
+  int64_t tokens = 0;
+  for (const auto& e : enc) batch.push_back(&e), tokens += int64_t(e.input_ids.size());
+  const cuda::DevModel dm = device_model_of(dir);
+  ASSERT_TRUE(dm.has_fp8);
+  const size_t gdn_layers = size_t(std::count_if(dm.layers.begin(), dm.layers.end(), [](const cuda::DevLayer& l) { return l.type == model::LayerType::LinearAttention; }));
+  ASSERT_GT(gdn_layers, 0u);
+  cuda::ForwardOptions plain;
+  plain.max_tokens = tokens;
+  plain.max_seqs = int64_t(batch.size());
+  plain.gdn_pass_chunks = 0;
+  plain.mlp_block_tokens = 0;
+  cuda::ForwardOptions passes = plain;
+  passes.gdn_pass_chunks = 1;
+  const model::Batch all = model::batch_of(batch), first = model::batch_of({batch[0]});
+  for (const auto& [what, base] : {std::pair<std::string, cuda::ForwardOptions>{"one pass", plain}, {"GDN passes of one chunk", passes}}) {
+    cuda::ForwardOptions on = base;
+    on.fp8_gated_norm_quantizes = true;
+    cuda::Forward off_f(dm, base), on_f(dm, on);
+    const auto want = off_f.run(all);
+    EXPECT_EQ(on_f.run(all), want) << what;
+    std::cout << "[ cuda    ] " << what << ": " << on_f.gated_norms_quantized() << " gated norms quantized the out_proj's input, "
+              << gdn_layers << " GDN layers\n";
+    if (what == "one pass") EXPECT_EQ(on_f.gated_norms_quantized(), gdn_layers) << what;
+    else EXPECT_GE(on_f.gated_norms_quantized(), gdn_layers) << what << ": each layer's first pass";
+    EXPECT_EQ(off_f.gated_norms_quantized(), 0u) << what;
+    EXPECT_EQ(on_f.run(first), off_f.run(first)) << what << ", one request";
+    cuda::ForwardOptions graphed = on;
+    graphed.graph_after = 2;
+    cuda::Forward on_g(dm, graphed);
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(on_g.run(all), want) << what << ", graphed run " << k;
+    EXPECT_EQ(on_g.graph_replays(), 2u) << what << ": captured, then replayed";
+  }
 }
 
 // The portable kernels (EngineOptions::portable_kernels: what an Ampere / Ada GPU runs) against

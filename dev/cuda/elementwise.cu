@@ -7,7 +7,9 @@
 //                  for 3 CTAs an SM (CLEFRT_LAB_CONV_PREP_MIN_BLOCKS)
 //   gated norm     gated_norm as the product runs it (float4 form at Dv = 128) and its general
 //                  form, reached here with z's rows one float off 16-byte alignment; for the FP8
-//                  out_proj, gated_norm + fp8_quantize_rows against gated_norm_fp8 (one kernel)
+//                  out_proj (z unscaled, its FP8 scales applied as read), gated_norm +
+//                  fp8_quantize_rows against gated_norm_fp8's forms (a token's heads over a
+//                  cluster; one CTA a token, 2 / 3 / 4 / 6 / 8 heads a warp)
 //   swiglu fp8     swiglu_fp8_scaled + fp8_quantize_rows (act written in bf16, read back) and
 //                  swiglu_fp8_quant's forms (the down_proj's FP8 input straight from gate|up): a
 //                  row in one CTA's shared memory (the product's below compute capability
@@ -158,21 +160,31 @@ void gated(int64_t L, cudaStream_t st, double copy, json::Value& out) {
   for (size_t i = 0; i < v1.size(); ++i) f1[i] = __bfloat162float(v1[i]), f2[i] = __bfloat162float(v2[i]);
   print({"gated norm", "general form (z rows unaligned)", L, t2, bytes, "reference"}, copy, out);
   print({"gated norm", "float4 form (the product at Dv 128)", L, t1, bytes, max_diff(f1, f2)}, copy, out);
-  // FP8 out_proj's input: the float4 form + fp8_quantize_rows against gated_norm_fp8 (a token's
-  // heads over a thread block cluster, compute capability 9.0 on)
-  if (!gated_norm_fp8_fits(kHv, kDv, vd)) return;
-  DeviceBuffer q1(size_t(L * vd)), q2(size_t(L * vd)), s1(size_t(L) * 4), s2(size_t(L) * 4);
-  const double bytes8 = double(L) * vd * (4 + 4 + 1);
+  // FP8 out_proj's input, z an unscaled FP8 in_proj output as in the model (its row and column
+  // scales applied as read): the float4 form + fp8_quantize_rows against gated_norm_fp8's forms
+  // (hpw 0: a token's heads over a thread block cluster; else one CTA, hpw heads a warp)
+  const int64_t vd8 = vd;
+  DeviceBuffer zrs = random_f32(size_t(L), 11, 1e-3f, 1e-2f), zcs = random_f32(size_t(kInProj), 12, 1e-2f, 1e-1f);
+  const RowColScales zs{zrs.as<float>(), zcs.as<float>() + kConv};
+  DeviceBuffer q1(size_t(L * vd8)), q2(size_t(L * vd8)), s1(size_t(L) * 4), s2(size_t(L) * 4);
+  const double bytes8 = double(L) * vd8 * (4 + 4 + 1);
   const double t3 = bench::median_ms(st, [&] {
-    gated_norm(o.as<float>(), L, kHv, kDv, w.as<float>(), 1e-6f, z.as<float>() + kConv, kInProj, a1.as<bf16>(), st);
-    fp8_quantize_rows(a1.as<bf16>(), L, vd, vd, q1.as<uint8_t>(), vd, s1.as<float>(), st);
+    gated_norm(o.as<float>(), L, kHv, kDv, w.as<float>(), 1e-6f, z.as<float>() + kConv, kInProj, a1.as<bf16>(), st, zs);
+    fp8_quantize_rows(a1.as<bf16>(), L, vd8, vd8, q1.as<uint8_t>(), vd8, s1.as<float>(), st);
   });
-  const double t4 = bench::median_ms(st, [&] {
-    gated_norm_fp8(o.as<float>(), L, kHv, kDv, w.as<float>(), 1e-6f, z.as<float>() + kConv, kInProj, RowColScales{}, q2.as<uint8_t>(), vd, s2.as<float>(), st);
-  });
-  const bool same = down_all<uint8_t>(q1) == down_all<uint8_t>(q2) && down_all<float>(s1) == down_all<float>(s2);
-  print({"gated norm fp8", "float4 form + fp8_quantize_rows", L, t3, bytes8, "reference"}, copy, out);
-  print({"gated norm fp8", "gated_norm_fp8 (a row over a cluster)", L, t4, bytes8, same ? "same bits" : "BITS DIFFER"}, copy, out);
+  print({"gated norm fp8", "float4 form + fp8_quantize_rows (the product)", L, t3, bytes8, "reference"}, copy, out);
+  const auto ref_q = down_all<uint8_t>(q1);
+  const auto ref_s = down_all<float>(s1);
+  for (int hpw : {0, 2, 3, 4, 6, 8}) {
+    if (!gated_norm_fp8_fits(kHv, kDv, vd8, hpw)) continue;
+    check(cudaMemset(q2.get(), 0xff, q2.bytes()), "q2");
+    const double t4 = bench::median_ms(st, [&] {
+      gated_norm_fp8(o.as<float>(), L, kHv, kDv, w.as<float>(), 1e-6f, z.as<float>() + kConv, kInProj, zs, q2.as<uint8_t>(), vd8, s2.as<float>(), st, hpw);
+    });
+    const bool same = down_all<uint8_t>(q2) == ref_q && down_all<float>(s2) == ref_s;
+    const std::string name = hpw == 0 ? "gated_norm_fp8, a row over a cluster" : "gated_norm_fp8, one CTA, " + std::to_string(hpw) + " heads a warp";
+    print({"gated norm fp8", name.c_str(), L, t4, bytes8, same ? "same bits" : "BITS DIFFER"}, copy, out);
+  }
 }
 
 void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {

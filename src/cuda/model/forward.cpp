@@ -39,6 +39,12 @@ void prefix_copy(GraphCache* graphs, const GraphCache::Copy& c, cudaStream_t s) 
   if (graphs) graphs->copy(c, s);
   else check(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, s), "prefix state copy");
 }
+
+// Whether a kernel reading row scales `in` [rows] may write `out` [rows] as it goes: the same rows
+// (each read before its own write) or none shared
+bool scales_may_share(const float* in, const float* out, int64_t rows) {
+  return !in || in == out || in + rows <= out || out + rows <= in;
+}
 }
 
 // Everything one forward needs: the host-side index arrays and the device buffers carved from
@@ -295,6 +301,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
                                         o.portable_kernels ? W4A16Gemm::MmaSync : W4A16Gemm::Auto);
   if (o.gdn_pass_chunks < 0) throw Error(Status::Internal, "internal_error", "gdn_pass_chunks < 0");
   residual_in_norm_ = m.has_fp8 && env_count("CLEFRT_LAB_FP8_RESIDUAL_IN_NORM", o.fp8_residual_in_norm ? 1 : 0, 0, 1) == 1;
+  gated_norm_quantizes_ = m.has_fp8 && env_count("CLEFRT_LAB_GATED_NORM_FP8", o.fp8_gated_norm_quantizes ? 1 : 0, 0, 1) == 1;
   gdn_path_ = gdn_path(GdnPath::Auto, m.c.k_head_dim, m.c.v_head_dim);
   if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
   // CLEFRT_GDN_PRODUCTS read at load: a bad value fails here, not in a forward
@@ -1038,12 +1045,26 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s,
                        gdn_path_);
         mark("gdn gated_norm");
-        gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s,
-                   in_unscaled ? RowColScales{isc.rs + (T0 - R0), isc.cs_lo + conv_dim} : RowColScales{});
+        const RowColScales zs = in_unscaled ? RowColScales{isc.rs + (T0 - R0), isc.cs_lo + conv_dim} : RowColScales{};
+        // FP8 out_proj (ForwardOptions::fp8_gated_norm_quantizes): the gated norm quantizes its rows
+        // into the GEMM's input buffers (the codes and scales the GEMM's own quantization makes)
+        LinearRunner::Fp8Input oin;
+        const bool norm_quantizes = gated_norm_quantizes_ && lin.fp8_input(l.gdn_out, oin) && oin.k == value_dim &&
+                                    gated_norm_fp8_fits(c.v_heads, c.v_head_dim, oin.kp) &&
+                                    gated_norm_fp8_aligned(b.gdn_o, l.gdn_norm, own + conv_dim, n, zs, oin.q) &&
+                                    scales_may_share(zs.rs, oin.scale, rows);
+        if (norm_quantizes) {
+          lin.flush_pending();  // a pending add reads the scales this kernel writes
+          gated_norm_fp8(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, zs, oin.q, oin.kp, oin.scale, s);
+          ++norms_quantized_;
+        } else {
+          gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s, zs);
+        }
         mark("gemm gdn out_proj");
         // one pass over every token: its scale pass is left to the MLP's norm (fp8_residual_in_norm)
         if (residual_in_norm_ && T0 == 0 && rows == L && b.MB >= L) lin.defer_next_accumulate();
-        lin.run(b.gact, rows, value_dim, l.gdn_out, b.x + T0 * H, OutType::F32, H, true, "gdn out_proj");
+        if (norm_quantizes) lin.run_fp8_quantized(rows, l.gdn_out, b.x + T0 * H, OutType::F32, H, true, "gdn out_proj");
+        else lin.run(b.gact, rows, value_dim, l.gdn_out, b.x + T0 * H, OutType::F32, H, true, "gdn out_proj");
       }
     } else {
       const int64_t n = l.qkv.n;

@@ -87,6 +87,11 @@ struct ForwardOptions {
   // (bench/results/2026-12-05-h100-session34.md); CLEFRT_LAB_FP8_RESIDUAL_IN_NORM=0 or 1 overrides
   // this field either way (the lab's A/B of one binary).
   bool fp8_residual_in_norm = true;
+  // FP8: the GDN gated norm quantizes its rows into the out_proj's FP8 input buffers
+  // (gated_norm_fp8, one CTA a token) instead of writing bf16 rows the GEMM's quantization reads
+  // back: the same codes and scales. Off until measured in the model; CLEFRT_LAB_GATED_NORM_FP8=0
+  // or 1 overrides this field either way.
+  bool fp8_gated_norm_quantizes = false;
   int64_t debug_layers = -1;   // tests: run only the first N backbone layers (-1: all)
 };
 
@@ -205,6 +210,9 @@ class Forward {
   size_t graph_replays() const;
   // Pending FP8 residual adds a norm took (ForwardOptions::fp8_residual_in_norm), since load.
   size_t residual_adds_taken() const { return adds_taken_; }
+  // GDN gated norms that quantized the out_proj's input (ForwardOptions::fp8_gated_norm_quantizes),
+  // since load (host-side: a replayed graph does not count).
+  size_t gated_norms_quantized() const { return norms_quantized_; }
 
  private:
   struct Batch;
@@ -245,6 +253,8 @@ class Forward {
   // reads): Auto's choice, with --portable-kernels the mma.sync one where Auto picks Wgmma
   GdnPath gdn_path_ = GdnPath::Auto;
   bool residual_in_norm_ = false;  // ForwardOptions::fp8_residual_in_norm or its lab switch
+  bool gated_norm_quantizes_ = false;  // ForwardOptions::fp8_gated_norm_quantizes or its lab switch
+  size_t norms_quantized_ = 0;
   size_t adds_taken_ = 0;
   int64_t qkv_width() const;  // the attention layers' q | gate, k, v GEMM output row  // the backbone's attention when ForwardOptions::cudnn_attention
   Arena arena_;

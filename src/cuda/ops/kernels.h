@@ -224,15 +224,17 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
                 cudaStream_t s, const RowColScales& zs = {});
 // gated_norm followed by fp8_quantize_rows(act, L, Hv Dv, Hv Dv, q, kp, scale) in one kernel (the
 // FP8 out_proj's input without act's trip through memory), the same codes and scales. Where
-// gated_norm_fp8_fits(Hv, Dv, kp) (Dv 128, Hv a multiple of 8 up to 64: a token's heads over a
-// thread block cluster; compute capability 9.0 on, with the kernel's code in the binary) and
-// gated_norm_fp8_aligned (the float4 form's operands). `scale` may be zs.rs only when both
-// index the same rows. Measured slower than the two kernels on an H100 (session 33), so the
-// forward does not call it; the elementwise lab and its GPU test do.
-bool gated_norm_fp8_fits(int64_t Hv, int64_t Dv, int64_t kp);
+// gated_norm_fp8_fits(Hv, Dv, kp, hpw) (Dv 128) and gated_norm_fp8_aligned (the float4 form's
+// operands). Two forms: a token's heads in one CTA, hpw heads a warp (1, 2, 3, 4, 6 or 8 dividing
+// Hv, Hv / hpw warps up to 32), or hpw 0, a token's heads over a thread block cluster (Hv a
+// multiple of 8 up to 64; compute capability 9.0 on, with the kernel's code in the binary; measured
+// slower than the two kernels on an H100 in session 33). hpw -1: CLEFRT_LAB_GATED_NORM_FP8_HPW, else
+// 4. `scale` may be zs.rs only when both index the same rows. The forward calls it only under
+// CLEFRT_LAB_GATED_NORM_FP8=1 until the one-CTA form is measured in the model.
+bool gated_norm_fp8_fits(int64_t Hv, int64_t Dv, int64_t kp, int hpw = -1);
 bool gated_norm_fp8_aligned(const float* o, const float* w, const float* z, int64_t ldz, const RowColScales& zs, const uint8_t* q);
 void gated_norm_fp8(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, const RowColScales& zs,
-                    uint8_t* q, int64_t kp, float* scale, cudaStream_t s);
+                    uint8_t* q, int64_t kp, float* scale, cudaStream_t s, int hpw = -1);
 
 // ---- gated attention (kernels_attn.cu) ----
 // From the fused q|gate, k, v GEMM output qkv (row t at qkv + t * ldqkv) of tokens [t0, t0 +

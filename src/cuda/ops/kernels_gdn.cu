@@ -806,6 +806,34 @@ __global__ void gated_norm128_fp8_k(const float4* o, const float4* w, float eps,
 #endif
 }
 
+// gated_norm128_fp8_k's codes and scales with a token's heads in one CTA: Hv / kHpw warps, kHpw
+// heads a warp (each head gated_norm128_lane's, its loads issued together), the row's amax one
+// block max, no cluster. `scale` may be zs.rs when both index the same rows: every thread reads
+// zs.rs[t] before block_max's barriers, thread 0 writes scale[t] after them.
+template <int kHpw>
+__global__ void __launch_bounds__(1024) gated_norm128_fp8_row_k(const float4* o, const float4* w, float eps, const float* z, int64_t ldz, int64_t Hv,
+                                                                RowColScales zs, uint8_t* q, int64_t kp, float* scale) {
+  __shared__ float sh[32];
+  const int lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.x, j0 = int64_t(threadIdx.x >> 5) * kHpw;
+  uint2 v[kHpw];
+  float m = 0.0f;  // from 0, as fp8_quantize_rows
+#pragma unroll
+  for (int h = 0; h < kHpw; ++h) {
+    v[h] = gated_norm128_lane(o, w, eps, z, ldz, zs, t, j0 + h, t * Hv + j0 + h, lane);
+    const float2 fl = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[h].x));
+    const float2 fh = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[h].y));
+    m = fmaxf(m, fmaxf(fmaxf(fabsf(fl.x), fabsf(fl.y)), fmaxf(fabsf(fh.x), fabsf(fh.y))));
+  }
+  m = block_max(m, sh);
+  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
+  if (threadIdx.x == 0) scale[t] = s;
+  uint8_t* row = q + t * kp;
+#pragma unroll
+  for (int h = 0; h < kHpw; ++h) *reinterpret_cast<uint32_t*>(row + (j0 + h) * 128 + 4 * lane) = e4m3_encode4_bf16(v[h], s, inv);
+  for (int64_t i = Hv * 128 + threadIdx.x; i < kp; i += blockDim.x) row[i] = 0;  // the GEMM's K padding
+}
+
 }  // namespace
 
 GdnPath gdn_path(GdnPath path, int64_t Dk, int64_t Dv) {
@@ -962,9 +990,21 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
   check_launch("gdn gated_norm");
 }
 
-bool gated_norm_fp8_fits(int64_t Hv, int64_t Dv, int64_t kp) {
+// The one-CTA form's heads a warp: `hpw` where given (0: the cluster form), else
+// CLEFRT_LAB_GATED_NORM_FP8_HPW, else the default; -1 where Hv does not split into that many.
+static int gated_norm_fp8_form(int64_t Hv, int hpw) {
+  static const int64_t from_env = env_count("CLEFRT_LAB_GATED_NORM_FP8_HPW", 4, 0, 8);
+  const int h = hpw >= 0 ? hpw : int(from_env);
+  if (h == 0) return 0;
+  return (h == 1 || h == 2 || h == 3 || h == 4 || h == 6 || h == 8) && Hv % h == 0 && Hv / h <= 32 ? h : -1;
+}
+
+bool gated_norm_fp8_fits(int64_t Hv, int64_t Dv, int64_t kp, int hpw) {
+  if (Dv != 128 || kp < Hv * Dv || kp % 4 != 0) return false;
+  const int form = gated_norm_fp8_form(Hv, hpw);
+  if (form > 0) return true;
   static const bool runs = cluster_kernel_max_threads((const void*)gated_norm128_fp8_k) >= 256;  // its CTA: 8 warps
-  return runs && Dv == 128 && Hv % 8 == 0 && Hv / 8 >= 1 && Hv / 8 <= 8 && kp >= Hv * Dv && kp % 4 == 0;
+  return form == 0 && runs && Hv % 8 == 0 && Hv / 8 >= 1 && Hv / 8 <= 8;
 }
 
 bool gated_norm_fp8_aligned(const float* o, const float* w, const float* z, int64_t ldz, const RowColScales& zs, const uint8_t* q) {
@@ -973,15 +1013,31 @@ bool gated_norm_fp8_aligned(const float* o, const float* w, const float* z, int6
 }
 
 void gated_norm_fp8(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, const RowColScales& zs,
-                    uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
-  if (!gated_norm_fp8_fits(Hv, Dv, kp) || !gated_norm_fp8_aligned(o, w, z, ldz, zs, q))
+                    uint8_t* q, int64_t kp, float* scale, cudaStream_t s, int hpw) {
+  if (!gated_norm_fp8_fits(Hv, Dv, kp, hpw) || !gated_norm_fp8_aligned(o, w, z, ldz, zs, q))
     throw Error(Status::Internal, "internal_error", "gdn gated_norm_fp8: Hv " + std::to_string(Hv) + ", Dv " + std::to_string(Dv) + ", kp " +
-                                                       std::to_string(kp) + " or the operands' alignment do not fit its kernel");
+                                                       std::to_string(kp) + ", heads a warp " + std::to_string(hpw) +
+                                                       " (CLEFRT_LAB_GATED_NORM_FP8_HPW where -1) or the operands' alignment do not fit its kernel");
   if (L == 0) return;
-  const int ncl = int(Hv / 8);
-  check(launch_on_clusters(gated_norm128_fp8_k, unsigned(L * ncl), 256, unsigned(ncl), s, reinterpret_cast<const float4*>(o),
-                           reinterpret_cast<const float4*>(w), eps, z, ldz, Hv, zs, q, kp, scale),
-        "gdn gated_norm_fp8");
+  const int form = gated_norm_fp8_form(Hv, hpw);
+  const float4 *o4 = reinterpret_cast<const float4*>(o), *w4 = reinterpret_cast<const float4*>(w);
+  auto row_form = [&](auto kernel) {
+    kernel<<<unsigned(L), unsigned(Hv / form * 32), 0, s>>>(o4, w4, eps, z, ldz, Hv, zs, q, kp, scale);
+  };
+  switch (form) {
+    case 0: {
+      const int ncl = int(Hv / 8);
+      check(launch_on_clusters(gated_norm128_fp8_k, unsigned(L * ncl), 256, unsigned(ncl), s, o4, w4, eps, z, ldz, Hv, zs, q, kp, scale),
+            "gdn gated_norm_fp8");
+      break;
+    }
+    case 1: row_form(gated_norm128_fp8_row_k<1>); break;
+    case 2: row_form(gated_norm128_fp8_row_k<2>); break;
+    case 3: row_form(gated_norm128_fp8_row_k<3>); break;
+    case 4: row_form(gated_norm128_fp8_row_k<4>); break;
+    case 6: row_form(gated_norm128_fp8_row_k<6>); break;
+    default: row_form(gated_norm128_fp8_row_k<8>); break;
+  }
   check_launch("gdn gated_norm_fp8");
 }
 
