@@ -615,6 +615,50 @@ TEST(CudaQuant, Fp8GatedNormQuantEqualsGatedNormThenQuantize) {
   EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 128, 6146, 4)) << "kp not a multiple of 4";
 }
 
+// The output gate that quantizes its rows for the FP8 o_proj (attention_output_gate_fp8) against
+// attention_output_gate + fp8_quantize_rows byte for byte: codes, row scales, the K padding, an
+// all-zero row (scale 1), the gate in rows of its own and inside the qkv rows (after its head's q),
+// 1 to 4 groups of 8 values a thread (Clef: 24 heads of 256, 3), out left as it was.
+TEST(CudaQuant, Fp8OutputGateQuantEqualsGateThenQuantize) {
+  NEED_GPU();
+  struct Shape {
+    int64_t Hq, D, kp;
+  };
+  for (const Shape sh : {Shape{24, 256, 6144}, Shape{4, 64, 256}, Shape{2, 8, 16}, Shape{16, 128, 2064}, Shape{32, 256, 8192}, Shape{24, 256, 6160}}) {
+    for (const bool own_rows : {true, false}) {
+      const int64_t L = 7, Hq = sh.Hq, D = sh.D, d = Hq * D, kp = sh.kp;
+      const int64_t ldg = own_rows ? d : 2 * d + 64, hs = own_rows ? D : 2 * D;
+      const std::string at = " at Hq " + std::to_string(Hq) + ", D " + std::to_string(D) + ", kp " + std::to_string(kp) + (own_rows ? ", gate rows" : ", qkv rows");
+      ASSERT_TRUE(cuda::attention_output_gate_fp8_fits(Hq, D, ldg, hs, kp)) << at;
+      std::mt19937 rng{uint32_t(d + kp + (own_rows ? 1 : 0))};
+      std::normal_distribution<float> nd(0.0f, 3.0f);
+      std::vector<bf16> o(size_t(L * d)), g(size_t(L * ldg));
+      for (auto& v : o) v = __float2bfloat16(nd(rng));
+      for (auto& v : g) v = __float2bfloat16(nd(rng));
+      for (int64_t i = 0; i < d; ++i) o[size_t(3 * d + i)] = __float2bfloat16(0.0f);  // row 3: all zero
+      const int64_t g0 = own_rows ? 0 : D;  // the gate after its head's q in the qkv rows
+      DeviceBuffer dO = cuda::upload(o, "out"), dO2 = cuda::upload(o, "out 2"), dG = cuda::upload(g, "gate"), q1(size_t(L * kp)), q2(size_t(L * kp)),
+                   s1(size_t(L) * 4), s2(size_t(L) * 4);
+      cuda::attention_output_gate(dO.as<bf16>(), L, Hq, D, dG.as<bf16>() + g0, ldg, hs, nullptr);
+      cuda::fp8_quantize_rows(dO.as<bf16>(), L, d, d, q1.as<uint8_t>(), kp, s1.as<float>(), nullptr);
+      cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");  // the padding must be written
+      cuda::check(cudaMemset(s2.get(), 0xab, size_t(L) * 4), "poison");
+      cuda::attention_output_gate_fp8(dO2.as<bf16>(), L, Hq, D, dG.as<bf16>() + g0, ldg, hs, q2.as<uint8_t>(), kp, s2.as<float>(), nullptr);
+      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), down<uint8_t>(q1, size_t(L * kp))) << "codes" << at;
+      const auto sw = down<float>(s1, size_t(L));
+      EXPECT_EQ(down<float>(s2, size_t(L)), sw) << "scales" << at;
+      EXPECT_EQ(sw[3], 1.0f) << "the all-zero row's scale" << at;
+      EXPECT_EQ(down<uint16_t>(dO2, size_t(L * d)), std::vector<uint16_t>(reinterpret_cast<const uint16_t*>(o.data()), reinterpret_cast<const uint16_t*>(o.data()) + o.size()))
+          << "out left as it was" << at;
+    }
+  }
+  EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(24, 252, 6048, 252, 6048)) << "D not a multiple of 8";
+  EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(40, 256, 10240, 256, 10240)) << "5 groups a thread";
+  EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(24, 256, 6148, 256, 6148)) << "the gate rows' stride not a multiple of 8";
+  EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(24, 256, 6144, 256, 6148)) << "kp not a multiple of 8";
+  EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(24, 256, 6144, 256, 6136)) << "kp under the row";
+}
+
 // The norms that first take a pending FP8 residual add (rms_norm_1p_add / rms_norm_1p_fp8_add:
 // ForwardOptions::fp8_residual_in_norm) against scale_rows_cols_acc then the plain norm, byte for
 // byte: x after, the bf16 rows, the codes, row scales and K padding; the add's output rows wider
@@ -1127,14 +1171,20 @@ TEST(CudaQuant, Fp8ResidualInNormGivesTheSameBits) {
   EXPECT_EQ(on_f.run(be, {{&sb, nullptr, 0}}), off_f.run(be, {{&sa, nullptr, 0}})) << "continuing it";
 }
 
-// ForwardOptions::fp8_gated_norm_quantizes (the GDN gated norm writing the FP8 out_proj's input
-// codes and scales, gated_norm_fp8) gives the bits of the forward without it: one pass over every
-// token (every GDN layer's norm quantizes: counted), GDN passes of one chunk (a later pass's z
-// row scales start 3 history rows into the buffer the codes' scales go to: those passes keep the
-// two kernels), the first request alone, and with CUDA graphs replaying it.
-TEST(CudaQuant, Fp8GatedNormQuantizingGivesTheSameBits) {
+// ForwardOptions::fp8_gated_norm_quantizes and fp8_output_gate_quantizes (the GDN gated norm and
+// the output gate after cuDNN's attention writing the FP8 out_proj's / o_proj's input codes and
+// scales: gated_norm_fp8, attention_output_gate_fp8) give the bits of the forward without them:
+// one pass over every token (every GDN layer's norm and every attention layer's gate quantizes:
+// counted), GDN passes of one chunk with attention blocks (a later pass's z row scales start 3
+// history rows into the buffer the codes' scales go to: those passes keep the two kernels), the
+// first request alone, and with CUDA graphs replaying it.
+TEST(CudaQuant, Fp8ProducersQuantizingGiveTheSameBits) {
   NEED_GPU();
   unsetenv("CLEFRT_LAB_GATED_NORM_FP8");  // the "off" Forwards must not fuse
+  unsetenv("CLEFRT_LAB_OUTPUT_GATE_FP8");
+  std::string why;
+  const bool has_cudnn = cuda::cudnn_available(&why);
+  if (!has_cudnn) std::cout << "[ cuda    ] the output gate's quantization not checked (it follows cuDNN's attention only): " << why << "\n";
   const std::string dir = quantized_folder(test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f), "small-gdn128-fp8", "fp8");
   auto cpu = EngineCore::load(dir);
   std::vector<Encoded> enc;
@@ -1144,27 +1194,34 @@ TEST(CudaQuant, Fp8GatedNormQuantizingGivesTheSameBits) {
   for (const auto& e : enc) batch.push_back(&e), tokens += int64_t(e.input_ids.size());
   const cuda::DevModel dm = device_model_of(dir);
   ASSERT_TRUE(dm.has_fp8);
-  const size_t gdn_layers = size_t(std::count_if(dm.layers.begin(), dm.layers.end(), [](const cuda::DevLayer& l) { return l.type == model::LayerType::LinearAttention; }));
+  const auto count = [&](model::LayerType t) {
+    return size_t(std::count_if(dm.layers.begin(), dm.layers.end(), [&](const cuda::DevLayer& l) { return l.type == t; }));
+  };
+  const size_t gdn_layers = count(model::LayerType::LinearAttention), attn_layers = count(model::LayerType::FullAttention);
   ASSERT_GT(gdn_layers, 0u);
+  ASSERT_GT(attn_layers, 0u);
   cuda::ForwardOptions plain;
   plain.max_tokens = tokens;
   plain.max_seqs = int64_t(batch.size());
   plain.gdn_pass_chunks = 0;
   plain.mlp_block_tokens = 0;
+  plain.cudnn_attention = has_cudnn;
   cuda::ForwardOptions passes = plain;
   passes.gdn_pass_chunks = 1;
+  passes.attn_block_tokens = 72;
   const model::Batch all = model::batch_of(batch), first = model::batch_of({batch[0]});
-  for (const auto& [what, base] : {std::pair<std::string, cuda::ForwardOptions>{"one pass", plain}, {"GDN passes of one chunk", passes}}) {
+  for (const auto& [what, base] : {std::pair<std::string, cuda::ForwardOptions>{"one pass", plain}, {"GDN passes of one chunk, attention blocks", passes}}) {
     cuda::ForwardOptions on = base;
-    on.fp8_gated_norm_quantizes = true;
+    on.fp8_gated_norm_quantizes = on.fp8_output_gate_quantizes = true;
     cuda::Forward off_f(dm, base), on_f(dm, on);
     const auto want = off_f.run(all);
     EXPECT_EQ(on_f.run(all), want) << what;
-    std::cout << "[ cuda    ] " << what << ": " << on_f.gated_norms_quantized() << " gated norms quantized the out_proj's input, "
-              << gdn_layers << " GDN layers\n";
+    std::cout << "[ cuda    ] " << what << ": " << on_f.gated_norms_quantized() << " gated norms of " << gdn_layers << " GDN layers and "
+              << on_f.output_gates_quantized() << " output gates of " << attn_layers << " attention layers quantized the next Linear's input\n";
     if (what == "one pass") EXPECT_EQ(on_f.gated_norms_quantized(), gdn_layers) << what;
     else EXPECT_GE(on_f.gated_norms_quantized(), gdn_layers) << what << ": each layer's first pass";
-    EXPECT_EQ(off_f.gated_norms_quantized(), 0u) << what;
+    EXPECT_EQ(on_f.output_gates_quantized(), has_cudnn ? attn_layers : 0u) << what;
+    EXPECT_EQ(off_f.gated_norms_quantized() + off_f.output_gates_quantized(), 0u) << what;
     EXPECT_EQ(on_f.run(first), off_f.run(first)) << what << ", one request";
     cuda::ForwardOptions graphed = on;
     graphed.graph_after = 2;

@@ -20,7 +20,8 @@
 //                  for 4 CTAs an SM, and without its scales (their cost); bf16's swiglu for scale
 //   output gate    attention_output_gate after cuDNN's attention (24 heads of 256, the gate from
 //                  the qkv rows): 8 values a thread, and the pair-a-thread kernel it falls back to,
-//                  reached here with the gate one element off 16-byte alignment
+//                  reached here with the gate one element off 16-byte alignment; for the FP8
+//                  o_proj, the gate + fp8_quantize_rows against attention_output_gate_fp8
 // A line: ms (CUDA-event median of 20), the rate of the step's least traffic (each input read
 // once, each output written once) and its fraction of the measured copy rate, and the check
 // against the unfused form (bits, or the largest difference where the sum order changed).
@@ -268,6 +269,20 @@ void output_gate(int64_t L, cudaStream_t st, double copy, json::Value& out) {
   const double bytes = double(L) * Hq * D * 2 * 3;  // out read and written, the gate read
   print({"output gate", "pair a thread (unaligned gate)", L, t2, bytes, "reference"}, copy, out);
   print({"output gate", "8 a thread (the product where aligned)", L, t8, bytes, same ? "same bits" : "BITS DIFFER"}, copy, out);
+  // the FP8 o_proj's input: the gate + fp8_quantize_rows against attention_output_gate_fp8
+  const int64_t n = Hq * D;
+  DeviceBuffer q1(size_t(L * n)), q2(size_t(L * n)), s1(size_t(L) * 4), s2(size_t(L) * 4);
+  const double t3 = bench::median_ms(st, [&] {
+    fresh(o1);
+    attention_output_gate(o1.as<bf16>(), L, Hq, D, dg.as<bf16>() + D, ld, 2 * D, st);
+    fp8_quantize_rows(o1.as<bf16>(), L, n, n, q1.as<uint8_t>(), n, s1.as<float>(), st);
+  }) - tc;
+  const double t4 = bench::median_ms(st, [&] {
+    attention_output_gate_fp8(x0.as<bf16>(), L, Hq, D, dg.as<bf16>() + D, ld, 2 * D, q2.as<uint8_t>(), n, s2.as<float>(), st);
+  });
+  const bool same8 = down_all<uint8_t>(q1) == down_all<uint8_t>(q2) && down_all<float>(s1) == down_all<float>(s2);
+  print({"output gate fp8", "8 a thread + fp8_quantize_rows (the product)", L, t3, double(L) * n * (2 * 2 + 1), "reference"}, copy, out);
+  print({"output gate fp8", "attention_output_gate_fp8 (a row a CTA)", L, t4, double(L) * n * (2 * 2 + 1), same8 ? "same bits" : "BITS DIFFER"}, copy, out);
 }
 
 }  // namespace

@@ -302,6 +302,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   if (o.gdn_pass_chunks < 0) throw Error(Status::Internal, "internal_error", "gdn_pass_chunks < 0");
   residual_in_norm_ = m.has_fp8 && env_count("CLEFRT_LAB_FP8_RESIDUAL_IN_NORM", o.fp8_residual_in_norm ? 1 : 0, 0, 1) == 1;
   gated_norm_quantizes_ = m.has_fp8 && env_count("CLEFRT_LAB_GATED_NORM_FP8", o.fp8_gated_norm_quantizes ? 1 : 0, 0, 1) == 1;
+  gate_quantizes_ = m.has_fp8 && env_count("CLEFRT_LAB_OUTPUT_GATE_FP8", o.fp8_output_gate_quantizes ? 1 : 0, 0, 1) == 1;
   gdn_path_ = gdn_path(GdnPath::Auto, m.c.k_head_dim, m.c.v_head_dim);
   if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
   // CLEFRT_GDN_PRODUCTS read at load: a bad value fails here, not in a forward
@@ -1099,11 +1100,23 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
               "prefix state: values out");
       }
       mark("flash attention");
+      bool gate_quantized = false;  // the o_proj's FP8 input written by the gate (ForwardOptions::fp8_output_gate_quantizes)
       if (cudnn_) {  // cuDNN's attention, then the gate (q | gate rows: the gate after its head's q)
         if (n != qkv_width()) throw Error(Status::Internal, "internal_error", "attention qkv_proj width differs from the ragged arrays' plan");
         cudnn_->run(b.q, keys, values, ldv, b.aact, ragged_at(b.d(b.off_ragged), b.ragged_b), b.nseq, b.max_kv, s);
-        if (b.gate) attention_output_gate(b.aact, L, Hq, D, b.gate, Hq * D, D, s);
-        else attention_output_gate(b.aact, L, Hq, D, b.abig + D, n, 2 * D, s);
+        const bf16* gate = b.gate ? b.gate : b.abig + D;
+        const int64_t ldg = b.gate ? Hq * D : n, gate_hs = b.gate ? D : 2 * D;
+        LinearRunner::Fp8Input oin;
+        gate_quantized = gate_quantizes_ && lin.fp8_input(l.o, oin) && oin.k == Hq * D &&
+                         attention_output_gate_fp8_fits(Hq, D, ldg, gate_hs, oin.kp) && aligned16(b.aact) && aligned16(gate) &&
+                         reinterpret_cast<uintptr_t>(oin.q) % 8 == 0;
+        if (gate_quantized) {
+          lin.flush_pending();  // a pending add reads the scales this kernel writes
+          attention_output_gate_fp8(b.aact, L, Hq, D, gate, ldg, gate_hs, oin.q, oin.kp, oin.scale, s);
+          ++gates_quantized_;
+        } else {
+          attention_output_gate(b.aact, L, Hq, D, gate, ldg, gate_hs, s);
+        }
       } else if (b.gate) {
         flash_attention(b.q, keys, values, ldv, b.gate, Hq * D, D, Hq, Hkv, D, tiles, b.aact, s);
       } else {
@@ -1111,7 +1124,8 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       }
       mark("gemm attn o_proj");
       if (residual_in_norm_ && b.MB >= L) lin.defer_next_accumulate();  // the MLP's norm adds it
-      lin.run(b.aact, L, Hq * D, l.o, b.x, OutType::F32, H, true, "attention o_proj");
+      if (gate_quantized) lin.run_fp8_quantized(L, l.o, b.x, OutType::F32, H, true, "attention o_proj");
+      else lin.run(b.aact, L, Hq * D, l.o, b.x, OutType::F32, H, true, "attention o_proj");
     }
     lin.use_scratch(b.qs_mlp);
     // the down_proj of one block over every token leaves its scale pass to the next layer's norm

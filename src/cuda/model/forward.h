@@ -92,6 +92,11 @@ struct ForwardOptions {
   // back: the same codes and scales. Off until measured in the model; CLEFRT_LAB_GATED_NORM_FP8=0
   // or 1 overrides this field either way.
   bool fp8_gated_norm_quantizes = false;
+  // FP8, cuDNN's attention: the output gate after it quantizes the gated rows into the o_proj's
+  // FP8 input buffers (attention_output_gate_fp8) instead of writing them back in bf16 for the
+  // GEMM's quantization to read: the same codes and scales. Off until measured in the model;
+  // CLEFRT_LAB_OUTPUT_GATE_FP8=0 or 1 overrides this field either way.
+  bool fp8_output_gate_quantizes = false;
   int64_t debug_layers = -1;   // tests: run only the first N backbone layers (-1: all)
 };
 
@@ -213,6 +218,8 @@ class Forward {
   // GDN gated norms that quantized the out_proj's input (ForwardOptions::fp8_gated_norm_quantizes),
   // since load (host-side: a replayed graph does not count).
   size_t gated_norms_quantized() const { return norms_quantized_; }
+  // The same for the attention output gate (ForwardOptions::fp8_output_gate_quantizes).
+  size_t output_gates_quantized() const { return gates_quantized_; }
 
  private:
   struct Batch;
@@ -255,6 +262,8 @@ class Forward {
   bool residual_in_norm_ = false;  // ForwardOptions::fp8_residual_in_norm or its lab switch
   bool gated_norm_quantizes_ = false;  // ForwardOptions::fp8_gated_norm_quantizes or its lab switch
   size_t norms_quantized_ = 0;
+  bool gate_quantizes_ = false;  // ForwardOptions::fp8_output_gate_quantizes or its lab switch
+  size_t gates_quantized_ = 0;
   size_t adds_taken_ = 0;
   int64_t qkv_width() const;  // the attention layers' q | gate, k, v GEMM output row  // the backbone's attention when ForwardOptions::cudnn_attention
   Arena arena_;

@@ -270,6 +270,14 @@ bool flash_attention_supports(int64_t D);
 // gate after an attention that does not fuse it (cuDNN's)
 void attention_output_gate(bf16* out, int64_t L, int64_t Hq, int64_t D, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,
                            cudaStream_t s);
+// attention_output_gate then fp8_quantize_rows(out, L, Hq D, Hq D, q, kp, scale) in one kernel (the
+// FP8 o_proj's input without the gated rows' trip through memory; out itself is left as it was),
+// the same codes and scales. Where attention_output_gate_fp8_fits (D, ldgate and the head
+// stride multiples of 8, Hq D up to 8,192, kp >= Hq D a multiple of 8) and out, gate 16-byte
+// and q 8-byte aligned.
+bool attention_output_gate_fp8_fits(int64_t Hq, int64_t D, int64_t ldgate, int64_t gate_head_stride, int64_t kp);
+void attention_output_gate_fp8(const bf16* out, int64_t L, int64_t Hq, int64_t D, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,
+                               uint8_t* q, int64_t kp, float* scale, cudaStream_t s);
 // Bidirectional attention within each tile's sequence [seq0, end) (the vision tower's frames), no
 // gate, scale 1 / sqrt(dout): q, k, v [L, heads, Dp] bf16 with the head dims zero-padded to
 // Dp = flash_attention_full_padded(dout) (0: unsupported); out [L, heads, dout] bf16 disjoint

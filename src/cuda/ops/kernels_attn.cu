@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/formats.cuh"
 #include "cuda/runtime/check.h"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/mma.cuh"
@@ -320,7 +321,74 @@ __global__ void output_gate8_k(bf16* out, int Hq, int D, const bf16* gate, int64
   }
   *o = ov;
 }
+// output_gate8_k's gated values quantized for the FP8 o_proj as fp8_quantize_rows would from them
+// (amax of the bf16 values from 0, s = amax / 448, codes of x / s, zeros to kp): a token's row in
+// one CTA, kG groups of 8 values a thread, held in registers across the row's block max. `out` is
+// only read.
+template <int kG>
+__global__ void __launch_bounds__(kGateThreads) output_gate8_fp8_k(const bf16* out, int Hq, int D, const bf16* gate, int64_t ldgate, int64_t gate_hs,
+                                                                  uint8_t* q, int64_t kp, float* scale) {
+  __shared__ float sh[32];
+  const int64_t t = blockIdx.x;
+  const int n = Hq * D;
+  uint4 v[kG];
+  float m = 0.0f;
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    const int c = (g * kGateThreads + int(threadIdx.x)) * 8;
+    v[g] = make_uint4(0u, 0u, 0u, 0u);
+    if (c >= n) continue;
+    const int h = c / D, d = c - h * D;
+    const uint4 gv = *reinterpret_cast<const uint4*>(gate + t * ldgate + h * gate_hs + d);
+    v[g] = *reinterpret_cast<const uint4*>(out + t * int64_t(n) + c);
+    __nv_bfloat162* op = reinterpret_cast<__nv_bfloat162*>(&v[g]);
+    const __nv_bfloat162* gp = reinterpret_cast<const __nv_bfloat162*>(&gv);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 x = __bfloat1622float2(op[j]), gg = __bfloat1622float2(gp[j]);
+      op[j] = __floats2bfloat162_rn(x.x * sigmoid_f(gg.x), x.y * sigmoid_f(gg.y));
+      const float2 r = __bfloat1622float2(op[j]);
+      m = fmaxf(m, fmaxf(fabsf(r.x), fabsf(r.y)));
+    }
+  }
+  m = block_max(m, sh);
+  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
+  if (threadIdx.x == 0) scale[t] = s;
+  uint8_t* row = q + t * kp;
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    const int c = (g * kGateThreads + int(threadIdx.x)) * 8;
+    if (c >= n) continue;
+    *reinterpret_cast<uint2*>(row + c) = make_uint2(e4m3_encode4_bf16(make_uint2(v[g].x, v[g].y), s, inv), e4m3_encode4_bf16(make_uint2(v[g].z, v[g].w), s, inv));
+  }
+  for (int64_t i = n + threadIdx.x; i < kp; i += kGateThreads) row[i] = 0;  // the GEMM's K padding
+}
 }  // namespace
+
+bool attention_output_gate_fp8_fits(int64_t Hq, int64_t D, int64_t ldgate, int64_t gate_head_stride, int64_t kp) {
+  const int64_t groups = Hq * D / 8, per = (groups + kGateThreads - 1) / kGateThreads;
+  return D % 8 == 0 && ldgate % 8 == 0 && gate_head_stride % 8 == 0 && per >= 1 && per <= 4 && kp >= Hq * D && kp % 8 == 0;
+}
+
+void attention_output_gate_fp8(const bf16* out, int64_t L, int64_t Hq, int64_t D, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,
+                               uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
+  if (!attention_output_gate_fp8_fits(Hq, D, ldgate, gate_head_stride, kp) || !aligned16(out) || !aligned16(gate) ||
+      reinterpret_cast<uintptr_t>(q) % 8 != 0)
+    throw Error(Status::Internal, "internal_error", "attention_output_gate_fp8: Hq " + std::to_string(Hq) + ", D " + std::to_string(D) + ", kp " +
+                                                       std::to_string(kp) + " or the operands' alignment do not fit its kernel");
+  if (L == 0) return;
+  const int64_t per = (Hq * D / 8 + kGateThreads - 1) / kGateThreads;
+  auto launch = [&](auto kernel) {
+    kernel<<<unsigned(L), kGateThreads, 0, s>>>(out, int(Hq), int(D), gate, ldgate, gate_head_stride, q, kp, scale);
+  };
+  switch (per) {
+    case 1: launch(output_gate8_fp8_k<1>); break;
+    case 2: launch(output_gate8_fp8_k<2>); break;
+    case 3: launch(output_gate8_fp8_k<3>); break;
+    default: launch(output_gate8_fp8_k<4>); break;
+  }
+  check_launch("attention_output_gate_fp8");
+}
 
 void attention_output_gate(bf16* out, int64_t L, int64_t Hq, int64_t D, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,
                            cudaStream_t s) {
