@@ -1201,6 +1201,7 @@ TEST(CudaQuant, Fp8ProducersQuantizingGiveTheSameBits) {
   ASSERT_GT(gdn_layers, 0u);
   ASSERT_GT(attn_layers, 0u);
   cuda::ForwardOptions plain;
+  plain.fp8_gated_norm_quantizes = plain.fp8_output_gate_quantizes = false;  // on by default: the "off" side of every pair
   plain.max_tokens = tokens;
   plain.max_seqs = int64_t(batch.size());
   plain.gdn_pass_chunks = 0;

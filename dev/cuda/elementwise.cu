@@ -4,7 +4,7 @@
 //                  then read and written again; gdn_conv_prep: one kernel at Clef's shape; and
 //                  under FP8 the in_proj's scale pass + gdn_conv_prep against gdn_conv_prep
 //                  applying the scales as it reads; the one kernel with its registers capped
-//                  for 3 CTAs an SM (CLEFRT_LAB_CONV_PREP_MIN_BLOCKS)
+//                  for 3 CTAs an SM (the product's) against uncapped (CLEFRT_LAB_CONV_PREP_MIN_BLOCKS=0)
 //   gated norm     gated_norm as the product runs it (float4 form at Dv = 128) and its general
 //                  form, reached here with z's rows one float off 16-byte alignment; for the FP8
 //                  out_proj (z unscaled, its FP8 scales applied as read), gated_norm +
@@ -106,11 +106,11 @@ void conv_prep(int64_t L, cudaStream_t st, double copy, json::Value& out) {
   });
   const double t2 = bench::median_ms(st, [&] {
     gdn_conv_prep(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
-                  negA.as<float>(), dt.as<float>(), m2.as<float>(), g2.as<float>(), b2.as<float>(), st);
+                  negA.as<float>(), dt.as<float>(), m2.as<float>(), g2.as<float>(), b2.as<float>(), st, {}, {}, 0);
   });
   const bool gates_same = down_all<float>(g1) == down_all<float>(g2) && down_all<float>(b1) == down_all<float>(b2);
   print({"gdn conv+prep", "conv_silu_rows + gdn_prep (3 kernels)", L, t1, bytes, "reference"}, copy, out);
-  print({"gdn conv+prep", "gdn_conv_prep (1 kernel)", L, t2, bytes,
+  print({"gdn conv+prep", "gdn_conv_prep (1 kernel, uncapped)", L, t2, bytes,
          max_diff(down_all<float>(m2), down_all<float>(m1)) + (gates_same ? ", gates same bits" : ", GATES DIFFER")},
         copy, out);
   // FP8: the in_proj's scale pass over its q|k|v|z columns, then the conv, against the conv
@@ -126,12 +126,13 @@ void conv_prep(int64_t L, cudaStream_t st, double copy, json::Value& out) {
   const double tc = bench::median_ms(st, [&] { check(cudaMemcpyAsync(xs.get(), x.get(), x.bytes(), cudaMemcpyDeviceToDevice, st), "x copy"); });
   const double t4 = bench::median_ms(st, [&] {
     gdn_conv_prep(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
-                  negA.as<float>(), dt.as<float>(), m3.as<float>(), g1.as<float>(), b1.as<float>(), st, {}, RowColScales{rs.as<float>(), cs.as<float>()});
+                  negA.as<float>(), dt.as<float>(), m3.as<float>(), g1.as<float>(), b1.as<float>(), st, {}, RowColScales{rs.as<float>(), cs.as<float>()}, 0);
   });
   const bool same = down_all<float>(m2) == down_all<float>(m3);
   print({"gdn conv+prep fp8", "scale pass + gdn_conv_prep (less the copy)", L, t3 - tc, bytes, "reference"}, copy, out);
-  print({"gdn conv+prep fp8", "gdn_conv_prep scaling as it reads", L, t4, bytes, same ? "same bits" : "BITS DIFFER"}, copy, out);
-  // the one kernel with its registers capped for 3 CTAs an SM (uncapped: 2), bf16 and FP8 reads
+  print({"gdn conv+prep fp8", "gdn_conv_prep scaling as it reads, uncapped", L, t4, bytes, same ? "same bits" : "BITS DIFFER"}, copy, out);
+  // the one kernel with its registers capped for 3 CTAs an SM (uncapped: 2; the product's), bf16
+  // and FP8 reads
   DeviceBuffer m4(size_t(L * kConv) * 4), m5(size_t(L * kConv) * 4);
   const double tb = bench::median_ms(st, [&] {
     gdn_conv_prep(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
@@ -141,8 +142,8 @@ void conv_prep(int64_t L, cudaStream_t st, double copy, json::Value& out) {
     gdn_conv_prep(x.as<float>(), kInProj, 0, ds.as<int32_t>(), 0, L, w.as<float>(), 4, kConv, kHk, kDk, bcol, bcol + kHv, kInProj, kHv,
                   negA.as<float>(), dt.as<float>(), m5.as<float>(), g1.as<float>(), b1.as<float>(), st, {}, RowColScales{rs.as<float>(), cs.as<float>()}, 3);
   });
-  print({"gdn conv+prep", "gdn_conv_prep capped for 3 CTAs an SM", L, tb, bytes, max_diff(down_all<float>(m4), down_all<float>(m1))}, copy, out);
-  print({"gdn conv+prep fp8", "gdn_conv_prep capped for 3 CTAs an SM", L, tf, bytes, down_all<float>(m5) == down_all<float>(m3) ? "same bits" : "BITS DIFFER"},
+  print({"gdn conv+prep", "gdn_conv_prep capped for 3 (the product)", L, tb, bytes, max_diff(down_all<float>(m4), down_all<float>(m1))}, copy, out);
+  print({"gdn conv+prep fp8", "gdn_conv_prep capped for 3 (the product)", L, tf, bytes, down_all<float>(m5) == down_all<float>(m3) ? "same bits" : "BITS DIFFER"},
         copy, out);
 }
 

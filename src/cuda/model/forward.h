@@ -89,14 +89,16 @@ struct ForwardOptions {
   bool fp8_residual_in_norm = true;
   // FP8: the GDN gated norm quantizes its rows into the out_proj's FP8 input buffers
   // (gated_norm_fp8, one CTA a token) instead of writing bf16 rows the GEMM's quantization reads
-  // back: the same codes and scales. Off until measured in the model; CLEFRT_LAB_GATED_NORM_FP8=0
-  // or 1 overrides this field either way.
-  bool fp8_gated_norm_quantizes = false;
+  // back: the same codes and scales. On by default since measured in the model
+  // (bench/results/2026-12-06-h100-session36.md); CLEFRT_LAB_GATED_NORM_FP8=0 or 1 overrides this
+  // field either way.
+  bool fp8_gated_norm_quantizes = true;
   // FP8, cuDNN's attention: the output gate after it quantizes the gated rows into the o_proj's
   // FP8 input buffers (attention_output_gate_fp8) instead of writing them back in bf16 for the
-  // GEMM's quantization to read: the same codes and scales. Off until measured in the model;
-  // CLEFRT_LAB_OUTPUT_GATE_FP8=0 or 1 overrides this field either way.
-  bool fp8_output_gate_quantizes = false;
+  // GEMM's quantization to read: the same codes and scales. On by default since measured in the
+  // model (bench/results/2026-12-06-h100-session36.md); CLEFRT_LAB_OUTPUT_GATE_FP8=0 or 1
+  // overrides this field either way.
+  bool fp8_output_gate_quantizes = true;
   int64_t debug_layers = -1;   // tests: run only the first N backbone layers (-1: all)
 };
 

@@ -126,7 +126,7 @@ struct RowColScales {
 // t0). xs (one-kernel form only): x's conv columns unscaled FP8 output, rs indexed by x's row
 // (row 0 = token x_row0); cached history rows are scaled already. min_blocks (the one-kernel
 // form): 3 runs it with its registers capped for 3 CTAs an SM, 0 uncapped, -1 as the lab switch
-// CLEFRT_LAB_CONV_PREP_MIN_BLOCKS says (unset: uncapped); the same bits.
+// CLEFRT_LAB_CONV_PREP_MIN_BLOCKS says (unset: 3, the product's); the same bits.
 bool gdn_conv_prep_fuses(int64_t K, int64_t Dk, int64_t conv_dim, int64_t ldx, int64_t L, int64_t Hv);
 void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, const float* conv_w, int64_t K,
                    int64_t conv_dim, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
@@ -229,8 +229,8 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
 // Hv, Hv / hpw warps up to 32), or hpw 0, a token's heads over a thread block cluster (Hv a
 // multiple of 8 up to 64; compute capability 9.0 on, with the kernel's code in the binary; measured
 // slower than the two kernels on an H100 in session 33). hpw -1: CLEFRT_LAB_GATED_NORM_FP8_HPW, else
-// 4. `scale` may be zs.rs only when both index the same rows. The forward calls it only under
-// CLEFRT_LAB_GATED_NORM_FP8=1 until the one-CTA form is measured in the model.
+// 2 (the lab's fastest at 8,192 rows). `scale` may be zs.rs only when both index the same rows.
+// The forward's under ForwardOptions::fp8_gated_norm_quantizes.
 bool gated_norm_fp8_fits(int64_t Hv, int64_t Dv, int64_t kp, int hpw = -1);
 bool gated_norm_fp8_aligned(const float* o, const float* w, const float* z, int64_t ldz, const RowColScales& zs, const uint8_t* q);
 void gated_norm_fp8(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, const RowColScales& zs,

@@ -204,10 +204,10 @@ __global__ void gdn_conv_prep_k(const float* x, int64_t ldx, int64_t x_row0, con
                                 const float* dt_bias, float* g, float* beta) {
   gdn_conv_prep_body(x, ldx, x_row0, seq_start, t0, L, n, c4n, q4, qscale, w, y, hist, xs, b, a, ldba, Hv, total, negA, dt_bias, g, beta);
 }
-// The lab's variant (CLEFRT_LAB_CONV_PREP_MIN_BLOCKS=3): registers capped for 3 CTAs an SM (the
-// kernel above holds a thread's 11 input rows of 4 channels in 96 registers: 2 CTAs an SM). The
-// cap spills a few registers (ptxas warns); whether the third CTA's loads pay for them is the
-// lab's question. Capped for 4 it spilled 668 bytes and was not kept.
+// The product's form: registers capped for 3 CTAs an SM (the kernel above holds a thread's 11
+// input rows of 4 channels in 96 registers: 2 CTAs an SM; CLEFRT_LAB_CONV_PREP_MIN_BLOCKS=0 runs
+// it). The cap spills a few registers (ptxas warns); the third CTA's loads pay for them
+// (bench/results/2026-12-06-h100-session36.md). Capped for 4 it spilled 668 bytes and was not kept.
 __global__ void __launch_bounds__(kConvPrepThreads, 3)
     gdn_conv_prep_capped_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t L, uint32_t n, uint32_t c4n,
                            uint32_t q4, float qscale, const float* w, float* y, ConvHistory hist, RowColScales xs, const float* b, const float* a,
@@ -893,7 +893,7 @@ void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* s
     return;
   }
   check_conv_block(hist, x_row0, t0, "gdn conv_prep");
-  static const int64_t capped = env_count("CLEFRT_LAB_CONV_PREP_MIN_BLOCKS", 0, 0, 3);
+  static const int64_t capped = env_count("CLEFRT_LAB_CONV_PREP_MIN_BLOCKS", 3, 0, 3);
   const bool from_env = min_blocks < 0;
   if (from_env) min_blocks = int(capped);
   if (min_blocks != 0 && min_blocks != 3)
@@ -993,7 +993,7 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
 // The one-CTA form's heads a warp: `hpw` where given (0: the cluster form), else
 // CLEFRT_LAB_GATED_NORM_FP8_HPW, else the default; -1 where Hv does not split into that many.
 static int gated_norm_fp8_form(int64_t Hv, int hpw) {
-  static const int64_t from_env = env_count("CLEFRT_LAB_GATED_NORM_FP8_HPW", 4, 0, 8);
+  static const int64_t from_env = env_count("CLEFRT_LAB_GATED_NORM_FP8_HPW", 2, 0, 8);
   const int h = hpw >= 0 ? hpw : int(from_env);
   if (h == 0) return 0;
   return (h == 1 || h == 2 || h == 3 || h == 4 || h == 6 || h == 8) && Hv % h == 0 && Hv / h <= 32 ? h : -1;
