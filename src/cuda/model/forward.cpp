@@ -295,7 +295,11 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   if (m.head.scorer0.n > 4 * m.hc.width)
     throw load_error("joint_head.safetensors", "residual_scorer hidden size above 4 x width is not supported by the CUDA head");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  gemm_ = std::make_unique<Gemm>(stream_, o.batch_invariant, gemm_workspace_bytes());
+  // CLEFRT_LAB_FP8_FAST_ACCUM=1: the FP8 GEMMs without fp32 promotion of their partial sums (other
+  // answers: a lab A/B of what the promotion costs in the model, never the product's)
+  GemmLab gemm_lab;
+  gemm_lab.fp8_fast_accum = env_count("CLEFRT_LAB_FP8_FAST_ACCUM", 0, 0, 1) == 1;
+  gemm_ = std::make_unique<Gemm>(stream_, o.batch_invariant, gemm_workspace_bytes(), gemm_lab);
   lin_ = std::make_unique<LinearRunner>(m, *gemm_, stream_, LinearRunner::kStageBytes,
                                         o.w4a16_fused ? W4A16Kernel::Fused : W4A16Kernel::Staged,
                                         o.portable_kernels ? W4A16Gemm::MmaSync : W4A16Gemm::Auto);
