@@ -34,7 +34,8 @@
 # in the bench records' command; a mode benched again writes bench-MODE-runN.*.
 # clocks: from here on, nvidia-smi samples the SM / memory clocks, power and throttle reasons every
 # 100 ms into clocks.csv, and verbs.log stamps each verb's start (is a kernel slower in the model
-# than in a lab or an anchor because the card clocks down under the GEMMs' power?); stopped before tar.
+# than in a lab or an anchor because the card clocks down under the GEMMs' power?); stopped before tar,
+# which prints bench/clocks_summary.py's table (clocks-summary.txt).
 # deadline=S: once S seconds have passed since the suite began, the verbs left are skipped, all but
 # tar (a machine's call has a limit; the files of the verbs that ran still come back in one archive).
 set -uo pipefail
@@ -127,7 +128,10 @@ while [ $# -gt 0 ]; do
       commit=$branch_commit; OUT=$OUT0
       echo "== use-branch: clefrt built at $commit" ;;
     tar)
-      [ -n "${clocks_pid:-}" ] && { kill "$clocks_pid" 2>/dev/null; wait "$clocks_pid" 2>/dev/null; clocks_pid=""; }
+      if [ -n "${clocks_pid:-}" ]; then
+        kill "$clocks_pid" 2>/dev/null; wait "$clocks_pid" 2>/dev/null; clocks_pid=""
+        python3 bench/clocks_summary.py "$OUT0" | tee "$OUT0/clocks-summary.txt"
+      fi
       (cd "$OUT0" && tar czf /tmp/out.tgz . && rm -rf ./* && mv /tmp/out.tgz .) ;;
     gdn-products)
       .carry/clefrt_gpu_tests --gtest_filter='CudaEngine.GdnProducts*:CudaEngine.WellConditionedAtClefGdnHeads*:CudaOps.Gdn*' 2>&1 | tee "$OUT/gpu_tests-gdn.log" \
