@@ -628,7 +628,8 @@ TEST(CudaQuant, Fp8OutputGateQuantEqualsGateThenQuantize) {
     for (const bool own_rows : {true, false}) {
       const int64_t L = 7, Hq = sh.Hq, D = sh.D, d = Hq * D, kp = sh.kp;
       const int64_t ldg = own_rows ? d : 2 * d + 64, hs = own_rows ? D : 2 * D;
-      const std::string at = " at Hq " + std::to_string(Hq) + ", D " + std::to_string(D) + ", kp " + std::to_string(kp) + (own_rows ? ", gate rows" : ", qkv rows");
+      const std::string at =
+          " at Hq " + std::to_string(Hq) + ", D " + std::to_string(D) + ", kp " + std::to_string(kp) + (own_rows ? ", gate rows" : ", qkv rows");
       ASSERT_TRUE(cuda::attention_output_gate_fp8_fits(Hq, D, ldg, hs, kp)) << at;
       std::mt19937 rng{uint32_t(d + kp + (own_rows ? 1 : 0))};
       std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -648,7 +649,8 @@ TEST(CudaQuant, Fp8OutputGateQuantEqualsGateThenQuantize) {
       const auto sw = down<float>(s1, size_t(L));
       EXPECT_EQ(down<float>(s2, size_t(L)), sw) << "scales" << at;
       EXPECT_EQ(sw[3], 1.0f) << "the all-zero row's scale" << at;
-      EXPECT_EQ(down<uint16_t>(dO2, size_t(L * d)), std::vector<uint16_t>(reinterpret_cast<const uint16_t*>(o.data()), reinterpret_cast<const uint16_t*>(o.data()) + o.size()))
+      const uint16_t* o16 = reinterpret_cast<const uint16_t*>(o.data());
+      EXPECT_EQ(down<uint16_t>(dO2, size_t(L * d)), std::vector<uint16_t>(o16, o16 + o.size()))
           << "out left as it was" << at;
     }
   }
@@ -1087,6 +1089,43 @@ TEST(CudaQuant, Fp8AtClefGdnHeadsAgainstCpu) {
   EXPECT_EQ(batch_worst, 0.0);
 }
 
+// The FP8 small-gdn128 folder on the GPU and the corpus's first 6 requests as one batch: the
+// common ground of the tests that hold a ForwardOptions switch to the bits without it
+struct Fp8Corpus {
+  std::vector<Encoded> enc;
+  std::vector<const Encoded*> batch;  // into enc
+  int64_t tokens = 0;
+  cuda::DevModel dm;
+  // the batch planned whole: one GDN pass, one MLP block
+  cuda::ForwardOptions one_pass() const {
+    cuda::ForwardOptions o;
+    o.max_tokens = tokens;
+    o.max_seqs = int64_t(batch.size());
+    o.gdn_pass_chunks = 0;
+    o.mlp_block_tokens = 0;
+    return o;
+  }
+};
+std::unique_ptr<Fp8Corpus> fp8_corpus() {
+  const std::string dir = quantized_folder(test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f), "small-gdn128-fp8", "fp8");
+  auto cpu = EngineCore::load(dir);
+  auto c = std::make_unique<Fp8Corpus>();
+  for (const auto& text : test::corpus_requests(6)) c->enc.push_back(cpu->encoder().encode(parse_request(text)));
+  for (const auto& e : c->enc) c->batch.push_back(&e), c->tokens += int64_t(e.input_ids.size());
+  c->dm = device_model_of(dir);
+  return c;
+}
+
+// A Forward with options o under CUDA graphs (captured on the second run, replayed after): the
+// bits `want` on each of three runs of batch b
+void expect_graphed_bits(const cuda::DevModel& dm, cuda::ForwardOptions o, const model::Batch& b, const std::vector<std::vector<std::vector<double>>>& want,
+                         const std::string& what) {
+  o.graph_after = 2;
+  cuda::Forward f(dm, o);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(f.run(b), want) << what << ", graphed run " << k;
+  EXPECT_EQ(f.graph_replays(), 2u) << what << ": captured, then replayed";
+}
+
 // ForwardOptions::fp8_residual_in_norm (the scale passes of down_proj, the GDN out_proj and the
 // attention o_proj taken by the norm after them) gives the bits of the forward without it: one
 // pass and one block (the norms take the adds: counted), GDN passes and attention blocks with the
@@ -1097,21 +1136,13 @@ TEST(CudaQuant, Fp8AtClefGdnHeadsAgainstCpu) {
 TEST(CudaQuant, Fp8ResidualInNormGivesTheSameBits) {
   NEED_GPU();
   unsetenv("CLEFRT_LAB_FP8_RESIDUAL_IN_NORM");  // the "off" Forwards must not fuse
-  const std::string dir = quantized_folder(test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f), "small-gdn128-fp8", "fp8");
-  auto cpu = EngineCore::load(dir);
-  std::vector<Encoded> enc;
-  for (const auto& text : test::corpus_requests(6)) enc.push_back(cpu->encoder().encode(parse_request(text)));
-  std::vector<const Encoded*> batch;
-  int64_t tokens = 0;
-  for (const auto& e : enc) batch.push_back(&e), tokens += int64_t(e.input_ids.size());
-  const cuda::DevModel dm = device_model_of(dir);
+  const auto corpus = fp8_corpus();
+  const std::vector<Encoded>& enc = corpus->enc;
+  const std::vector<const Encoded*>& batch = corpus->batch;
+  const cuda::DevModel& dm = corpus->dm;
   ASSERT_TRUE(dm.has_fp8);
-  cuda::ForwardOptions plain;
+  cuda::ForwardOptions plain = corpus->one_pass();
   plain.fp8_residual_in_norm = false;  // on by default: the "off" side of every pair
-  plain.max_tokens = tokens;
-  plain.max_seqs = int64_t(batch.size());
-  plain.gdn_pass_chunks = 0;
-  plain.mlp_block_tokens = 0;
   cuda::ForwardOptions passes = plain;  // the MLP whole (adds deferred), their consumers partial
   passes.attn_block_tokens = 72;
   passes.gdn_pass_chunks = 1;
@@ -1148,11 +1179,7 @@ TEST(CudaQuant, Fp8ResidualInNormGivesTheSameBits) {
     part.debug_layers = part_on.debug_layers = 3;
     cuda::Forward off_p(dm, part), on_p(dm, part_on);
     EXPECT_EQ(on_p.run(all), off_p.run(all)) << what << ", the first 3 layers";
-    cuda::ForwardOptions graphed = on;
-    graphed.graph_after = 2;
-    cuda::Forward on_g(dm, graphed);
-    for (int k = 0; k < 3; ++k) EXPECT_EQ(on_g.run(all), want) << what << ", graphed run " << k;
-    EXPECT_EQ(on_g.graph_replays(), 2u) << what << ": captured, then replayed";
+    expect_graphed_bits(dm, on, all, want, what);
   }
   // a request continuing its cached prefix (the attention layers' prefix copies)
   const Encoded& e = *std::max_element(enc.begin(), enc.end(), [](const Encoded& a, const Encoded& c) { return a.state_span.end < c.state_span.end; });
@@ -1185,14 +1212,8 @@ TEST(CudaQuant, Fp8ProducersQuantizingGiveTheSameBits) {
   std::string why;
   const bool has_cudnn = cuda::cudnn_available(&why);
   if (!has_cudnn) std::cout << "[ cuda    ] the output gate's quantization not checked (it follows cuDNN's attention only): " << why << "\n";
-  const std::string dir = quantized_folder(test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f), "small-gdn128-fp8", "fp8");
-  auto cpu = EngineCore::load(dir);
-  std::vector<Encoded> enc;
-  for (const auto& text : test::corpus_requests(6)) enc.push_back(cpu->encoder().encode(parse_request(text)));
-  std::vector<const Encoded*> batch;
-  int64_t tokens = 0;
-  for (const auto& e : enc) batch.push_back(&e), tokens += int64_t(e.input_ids.size());
-  const cuda::DevModel dm = device_model_of(dir);
+  const auto corpus = fp8_corpus();
+  const cuda::DevModel& dm = corpus->dm;
   ASSERT_TRUE(dm.has_fp8);
   const auto count = [&](model::LayerType t) {
     return size_t(std::count_if(dm.layers.begin(), dm.layers.end(), [&](const cuda::DevLayer& l) { return l.type == t; }));
@@ -1200,17 +1221,13 @@ TEST(CudaQuant, Fp8ProducersQuantizingGiveTheSameBits) {
   const size_t gdn_layers = count(model::LayerType::LinearAttention), attn_layers = count(model::LayerType::FullAttention);
   ASSERT_GT(gdn_layers, 0u);
   ASSERT_GT(attn_layers, 0u);
-  cuda::ForwardOptions plain;
+  cuda::ForwardOptions plain = corpus->one_pass();
   plain.fp8_gated_norm_quantizes = plain.fp8_output_gate_quantizes = false;  // on by default: the "off" side of every pair
-  plain.max_tokens = tokens;
-  plain.max_seqs = int64_t(batch.size());
-  plain.gdn_pass_chunks = 0;
-  plain.mlp_block_tokens = 0;
   plain.cudnn_attention = has_cudnn;
   cuda::ForwardOptions passes = plain;
   passes.gdn_pass_chunks = 1;
   passes.attn_block_tokens = 72;
-  const model::Batch all = model::batch_of(batch), first = model::batch_of({batch[0]});
+  const model::Batch all = model::batch_of(corpus->batch), first = model::batch_of({corpus->batch[0]});
   for (const auto& [what, base] : {std::pair<std::string, cuda::ForwardOptions>{"one pass", plain}, {"GDN passes of one chunk, attention blocks", passes}}) {
     cuda::ForwardOptions on = base;
     on.fp8_gated_norm_quantizes = on.fp8_output_gate_quantizes = true;
@@ -1224,11 +1241,7 @@ TEST(CudaQuant, Fp8ProducersQuantizingGiveTheSameBits) {
     EXPECT_EQ(on_f.output_gates_quantized(), has_cudnn ? attn_layers : 0u) << what;
     EXPECT_EQ(off_f.gated_norms_quantized() + off_f.output_gates_quantized(), 0u) << what;
     EXPECT_EQ(on_f.run(first), off_f.run(first)) << what << ", one request";
-    cuda::ForwardOptions graphed = on;
-    graphed.graph_after = 2;
-    cuda::Forward on_g(dm, graphed);
-    for (int k = 0; k < 3; ++k) EXPECT_EQ(on_g.run(all), want) << what << ", graphed run " << k;
-    EXPECT_EQ(on_g.graph_replays(), 2u) << what << ": captured, then replayed";
+    expect_graphed_bits(dm, on, all, want, what);
   }
 }
 

@@ -64,6 +64,15 @@ __device__ __forceinline__ float absmax8_bf16(uint4 v, float m) {
 // such pairs are checked on the CPU (test_quant.cpp, Fp8RowReciprocalGivesTheDivisionsCodes).
 // For a smaller or infinite m, fp8_row_recip gives 0 and the codes come from the division.
 __device__ __forceinline__ float fp8_row_recip(float m, float s) { return m >= 0x1p-100f && m <= 3.4028235e38f ? __frcp_rn(s) : 0.0f; }
+// A row's FP8 scale from its amax m, fp8_quantize_rows' rule (m / 448; 1 for an all-zero row), and
+// the reciprocal its codes are taken with (fp8_row_recip)
+struct Fp8RowScale {
+  float s, inv;
+};
+__device__ __forceinline__ Fp8RowScale fp8_row_scale(float m) {
+  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f;
+  return {s, fp8_row_recip(m, s)};
+}
 // copysignf: for x = -0 the correction sums -0 and +0, which rounds to +0 (code 0x00) where the
 // division gives -0 (0x80); every other x's quotient already carries x's sign
 __device__ __forceinline__ float fp8_div_by_recip(float x, float s, float inv) {

@@ -347,19 +347,16 @@ __global__ void __launch_bounds__(kGateThreads) output_gate8_fp8_k(const bf16* o
     for (int j = 0; j < 4; ++j) {
       const float2 x = __bfloat1622float2(op[j]), gg = __bfloat1622float2(gp[j]);
       op[j] = __floats2bfloat162_rn(x.x * sigmoid_f(gg.x), x.y * sigmoid_f(gg.y));
-      const float2 r = __bfloat1622float2(op[j]);
-      m = fmaxf(m, fmaxf(fabsf(r.x), fabsf(r.y)));
     }
+    m = absmax8_bf16(v[g], m);
   }
-  m = block_max(m, sh);
-  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
-  if (threadIdx.x == 0) scale[t] = s;
+  const Fp8RowScale rs = fp8_row_scale(block_max(m, sh));
+  if (threadIdx.x == 0) scale[t] = rs.s;
   uint8_t* row = q + t * kp;
 #pragma unroll
   for (int g = 0; g < kG; ++g) {
     const int c = (g * kGateThreads + int(threadIdx.x)) * 8;
-    if (c >= n) continue;
-    *reinterpret_cast<uint2*>(row + c) = make_uint2(e4m3_encode4_bf16(make_uint2(v[g].x, v[g].y), s, inv), e4m3_encode4_bf16(make_uint2(v[g].z, v[g].w), s, inv));
+    if (c < n) *reinterpret_cast<uint2*>(row + c) = e4m3_encode8_bf16(v[g], rs.s, rs.inv);
   }
   for (int64_t i = n + threadIdx.x; i < kp; i += kGateThreads) row[i] = 0;  // the GEMM's K padding
 }

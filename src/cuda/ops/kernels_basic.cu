@@ -131,8 +131,8 @@ __global__ void __launch_bounds__(1024) rms_norm_1p_fp8_k(const float* x, int d4
     const float2 a = __bfloat1622float2(h[k][0]), b = __bfloat1622float2(h[k][1]);
     m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(b.x), fabsf(b.y))));
   }
-  m = block_max(m, sh);
-  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, rinv = fp8_row_recip(m, s);
+  const Fp8RowScale rsc = fp8_row_scale(block_max(m, sh));
+  const float s = rsc.s, rinv = rsc.inv;
   if (threadIdx.x == 0) scale[row] = s;
   uint8_t* out = q + row * kp;
 #pragma unroll

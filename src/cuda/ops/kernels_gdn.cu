@@ -825,12 +825,11 @@ __global__ void __launch_bounds__(1024) gated_norm128_fp8_row_k(const float4* o,
     const float2 fh = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[h].y));
     m = fmaxf(m, fmaxf(fmaxf(fabsf(fl.x), fabsf(fl.y)), fmaxf(fabsf(fh.x), fabsf(fh.y))));
   }
-  m = block_max(m, sh);
-  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
-  if (threadIdx.x == 0) scale[t] = s;
+  const Fp8RowScale rs = fp8_row_scale(block_max(m, sh));
+  if (threadIdx.x == 0) scale[t] = rs.s;
   uint8_t* row = q + t * kp;
 #pragma unroll
-  for (int h = 0; h < kHpw; ++h) *reinterpret_cast<uint32_t*>(row + (j0 + h) * 128 + 4 * lane) = e4m3_encode4_bf16(v[h], s, inv);
+  for (int h = 0; h < kHpw; ++h) *reinterpret_cast<uint32_t*>(row + (j0 + h) * 128 + 4 * lane) = e4m3_encode4_bf16(v[h], rs.s, rs.inv);
   for (int64_t i = Hv * 128 + threadIdx.x; i < kp; i += blockDim.x) row[i] = 0;  // the GEMM's K padding
 }
 
