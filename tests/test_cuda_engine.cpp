@@ -346,3 +346,21 @@ TEST(CudaEngine, PlanOverTheFreeMemoryIsRefusedBeforeLoading) {
 
 }  // namespace
 }  // namespace clefrt
+// gpu_power on a GPU: the driver's NVML answers (a machine with a CUDA GPU has the driver that
+// ships it), the energy counter does not run backwards over a second of work, and the clock and
+// draw are plausible.
+TEST(CudaEngine, GpuPowerReadsTheDriversCounters) {
+  NEED_GPU();
+  const clefrt::GpuPower a = clefrt::gpu_power();
+  ASSERT_TRUE(a.available) << a.why;
+  EXPECT_GT(a.energy_j, 0.0);
+  EXPECT_GT(a.sm_clock_mhz, 100.0);
+  EXPECT_LT(a.sm_clock_mhz, 5000.0);
+  EXPECT_GT(a.power_w, 1.0);
+  const clefrt::Hardware hw = clefrt::measure_hardware();  // about a second of GEMMs and copies
+  const clefrt::GpuPower b = clefrt::gpu_power();
+  ASSERT_TRUE(b.available) << b.why;
+  EXPECT_GT(b.energy_j, a.energy_j) << "the GEMMs of measure_hardware (" << hw.peak_bf16_tflops << " TFLOP/s) took no energy";
+  std::cout << "[ cuda    ] " << b.energy_j - a.energy_j << " J over measure_hardware, SM " << b.sm_clock_mhz << " MHz, " << b.power_w << " W"
+            << (b.power_capped ? ", power-capped" : "") << "\n";
+}

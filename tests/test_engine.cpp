@@ -197,3 +197,15 @@ TEST(Engine, LoadErrorsNameFileAndTensor) {
 
 }  // namespace
 }  // namespace clefrt
+
+// gpu_power without a GPU (or without CUDA in the build): not available, never a throw, and it
+// says why (`clefrt bench` prints that line instead of its energy table). The GPU side is
+// CudaEngine.GpuPowerReadsTheDriversCounters.
+TEST(Engine, GpuPowerSaysWhyWithoutAGpu) {
+  std::string why;
+  if (clefrt::cuda_available(&why)) GTEST_SKIP() << "a GPU is here: CudaEngine.GpuPowerReadsTheDriversCounters covers it";
+  const clefrt::GpuPower g = clefrt::gpu_power();
+  EXPECT_FALSE(g.available);
+  EXPECT_FALSE(g.why.empty());
+  EXPECT_EQ(g.energy_j, 0.0);
+}

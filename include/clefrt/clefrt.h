@@ -326,6 +326,19 @@ struct GpuInfo {
   double memory_gib = 0;
 };
 GpuInfo gpu_info();
+// The GPU's energy counter and clocks, read through the driver's NVML (opened at run time): for
+// benchmarks, since a card under sustained load may run at its power cap, below its boost clock.
+// Never throws: available is false (why says what was missing) without CUDA, NVML or an energy
+// counter (NVML has one from Volta on).
+struct GpuPower {
+  bool available = false;
+  std::string why;
+  double energy_j = 0;        // joules since the driver loaded: two readings' difference is a run's energy
+  double sm_clock_mhz = 0;    // the SM clock now
+  double power_w = 0;         // the draw now
+  bool power_capped = false;  // the driver holds the clock down for power now (software power cap)
+};
+GpuPower gpu_power();
 // GPU memory in use on the device (total - free), CUDA context included; 0 without CUDA.
 double gpu_memory_in_use_gib();
 // Makes device 0 look like a card of `card_gib` GiB: allocates everything free beyond that (what

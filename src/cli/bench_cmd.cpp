@@ -63,6 +63,47 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A timed point's energy and clock from the driver (gpu_power: NVML's energy counter) read before
+// its reps, after each and after all: joules a forward and a token, the mean draw over the reps'
+// wall time, the SM clock at the reps' ends (mean) and the share of them the power cap held down.
+// Under sustained load a card may run at its power cap, where its clock, not a kernel, sets the
+// time (bench/results/2026-12-06-h100-session36.md).
+class PointEnergy {
+ public:
+  PointEnergy() : e0_(gpu_power()), t0_(std::chrono::steady_clock::now()) {}
+  void rep() {
+    const GpuPower g = gpu_power();
+    mhz_ += g.sm_clock_mhz;
+    capped_ += g.power_capped ? 1 : 0;
+    ++reps_;
+  }
+  void end() {  // after the last rep
+    e1_ = gpu_power();
+    seconds_ = ms_since(t0_) * 1e-3;
+  }
+  // The point's figures (tokens: a forward's), printed as a row of the energy table and returned
+  // for the JSON; a null Value where the driver gave no energy counter
+  json::Value report(const std::string& name, double tokens) const {
+    if (!e0_.available || !e1_.available || reps_ == 0 || seconds_ <= 0) return json::Value();
+    const double j = e1_.energy_j - e0_.energy_j;
+    json::Value v = json::Value::object();
+    v.add("joules_per_forward", json::Value::number(j / reps_));
+    v.add("joules_per_token", json::Value::number(j / reps_ / tokens));
+    v.add("mean_watts", json::Value::number(j / seconds_));
+    v.add("sm_clock_mhz", json::Value::number(mhz_ / reps_));
+    v.add("power_capped_share", json::Value::number(double(capped_) / reps_));
+    std::printf("%-12s %12.3f %10.4f %8.0f %8.0f %8.0f%%\n", name.c_str(), j / reps_, j / reps_ / tokens, j / seconds_, mhz_ / reps_,
+                100.0 * capped_ / reps_);
+    return v;
+  }
+
+ private:
+  GpuPower e0_, e1_;
+  std::chrono::steady_clock::time_point t0_;
+  double seconds_ = 0, mhz_ = 0;
+  int capped_ = 0, reps_ = 0;
+};
+
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -259,7 +300,9 @@ Runner add_bench(CLI::App& app) {
                                    "GPU benchmark on random weights created in GPU memory at a preset's real shapes (no files).\n"
                                    "Measures the card's bf16 GEMM peak and copy bandwidth, then: latency (p50/p95) of the blog\n"
                                    "request and of 1,024-, 8,192- and 16,384-token requests; throughput of batches of 512-token\n"
-                                   "requests at 1, 4, 16 and 64 in flight; achieved TFLOP/s against the measured peak.");
+                                   "requests at 1, 4, 16 and 64 in flight; achieved TFLOP/s against the measured peak; each\n"
+                                   "point's energy from the driver's NVML (J a forward and a token, mean W, SM clock, the share\n"
+                                   "of reps the power cap held down), or a line saying why not.");
   c->add_option("--synthetic", o->synthetic, "clef-27b | clef-flash | small | tiny")->check(CLI::IsMember({"clef-27b", "clef-flash", "small", "tiny"}));
   c->add_option("--quant", o->quant,
                 "bf16 | fp8 | nvfp4 | nvfp4-w4a16: what the Linears run in (random weights quantized on the GPU;\n"
@@ -457,6 +500,12 @@ Runner add_bench(CLI::App& app) {
       return ms_since(t0);
     };
     Value lat = Value::object();
+    struct EnergyRow {
+      std::string name;
+      double tokens;  // a forward's
+      PointEnergy pe;
+    };
+    std::vector<EnergyRow> energy_rows;  // printed after the throughput table
     if (!o->images_only) std::printf("%-12s %8s %10s %10s %10s\n", "latency", "tokens", "p50 ms", "p95 ms", "TFLOP/s");
     struct Point {
       const char* name;
@@ -473,7 +522,13 @@ Runner add_bench(CLI::App& app) {
       Encoded e = p.tokens ? padded(blog, p.tokens, 7) : blog;
       for (int w = 0; w < 2; ++w) time_ms({&e});
       std::vector<double> t;
-      for (int r = 0; r < p.reps; ++r) t.push_back(time_ms({&e}));
+      PointEnergy pe;
+      for (int r = 0; r < p.reps; ++r) {
+        t.push_back(time_ms({&e}));
+        pe.rep();
+      }
+      pe.end();
+      energy_rows.push_back({p.name, double(e.input_ids.size()), pe});
       const double p50 = percentile(t, 0.5), p95 = percentile(t, 0.95);
       const double tf = engine->forward_flops({int64_t(e.input_ids.size())}) / (p50 * 1e-3) / 1e12;
       std::printf("%-12s %8zu %10.2f %10.2f %10.1f\n", p.name, e.input_ids.size(), p50, p95, tf);
@@ -616,7 +671,13 @@ Runner add_bench(CLI::App& app) {
       for (int w = 0; w < 2; ++w) time_ms(b);
       std::vector<double> t;
       const int reps = std::max(3, o->reps / (n >= 16 ? 4 : 1));
-      for (int r = 0; r < reps; ++r) t.push_back(time_ms(b));
+      PointEnergy pe;
+      for (int r = 0; r < reps; ++r) {
+        t.push_back(time_ms(b));
+        pe.rep();
+      }
+      pe.end();
+      energy_rows.push_back({"in_flight_" + std::to_string(n), double(n) * 512.0, pe});
       const double ms = percentile(t, 0.5);
       const double tokens = double(n) * 512.0, tf = engine->forward_flops(lens) / (ms * 1e-3) / 1e12;
       std::printf("%-12d %8.0f %12.0f %10.1f %10.1f %7.1f%%\n", n, tokens, tokens / (ms * 1e-3), n / (ms * 1e-3), tf,
@@ -629,6 +690,19 @@ Runner add_bench(CLI::App& app) {
       v.add("tflops", Value::number(tf));
       v.add("fraction_of_peak", Value::number(tf / hw.peak_bf16_tflops));
       thr.arr.push_back(v);
+    }
+    // each point's energy and clock (the driver's counters; see PointEnergy)
+    Value energy = Value::object();
+    if (!energy_rows.empty()) {
+      const GpuPower g = gpu_power();
+      if (g.available) {
+        std::printf("%-12s %12s %10s %8s %8s %9s\n", "energy", "J/forward", "J/token", "mean W", "SM MHz", "capped");
+        for (const EnergyRow& r : energy_rows)
+          if (Value v = r.pe.report(r.name, r.tokens); v.is_object()) energy.add(r.name, v);
+      } else {
+        std::printf("energy: not measured (%s)\n", g.why.c_str());
+        energy.add("why_not", Value::string(g.why));
+      }
     }
     Value prof = Value::object();
     if (o->profile && !o->images_only) {
@@ -672,6 +746,7 @@ Runner add_bench(CLI::App& app) {
     out.add("latency_ms", lat);
     out.add("images", images);
     out.add("throughput", thr);
+    out.add("energy", energy);
     if (o->profile) out.add("profile_ms", prof);
     Value base = Value::object();
     if (!o->baseline.empty()) base = json::parse(read_file(o->baseline));

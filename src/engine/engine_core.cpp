@@ -27,6 +27,7 @@
 #include "cuda/ops/kernels_quant.h"
 #include "cuda/runtime/cudnn_attention.h"
 #include "cuda/runtime/hardware.h"
+#include "cuda/runtime/power.h"
 #endif
 
 namespace clefrt {
@@ -137,6 +138,27 @@ GpuInfo gpu_info() {
 #else
   throw Error(Status::Unavailable, "device_unavailable", "this build has no CUDA backend");
 #endif
+}
+
+GpuPower gpu_power() {
+  GpuPower out;
+#ifdef CLEFRT_HAVE_CUDA
+  std::string why;
+  if (!cuda_available(&why)) {
+    out.why = why;
+    return out;
+  }
+  const cuda::PowerReading r = cuda::read_power();
+  out.available = r.available;
+  out.why = r.why;
+  out.energy_j = r.energy_j;
+  out.sm_clock_mhz = r.sm_clock_mhz;
+  out.power_w = r.power_w;
+  out.power_capped = (r.reasons & 0x4ull) != 0;  // nvmlClocksEventReasonSwPowerCap
+#else
+  out.why = "this build has no CUDA backend";
+#endif
+  return out;
 }
 
 Hardware measure_hardware() {
