@@ -26,7 +26,9 @@ def main(d):
         rows = list(csv.reader(f))
     for r in rows[1:]:
         try:
-            t = datetime.datetime.strptime(r[0].strip(), "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=datetime.timezone.utc).timestamp()
+            # nvidia-smi stamps local time; verbs.log holds epoch seconds (a naive datetime's
+            # timestamp() reads it as local time)
+            t = datetime.datetime.strptime(r[0].strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
             samples.append((t, float(r[1]), float(r[3]), int(r[5].strip(), 16)))
         except (ValueError, IndexError):
             continue  # a header repeated or a field nvidia-smi could not read ([N/A])

@@ -70,11 +70,13 @@ while [ $# -gt 0 ]; do
   [ -n "${clocks_pid:-}" ] && echo "$(date +%s.%N) $1" >> "$OUT0/verbs.log"
   case $1 in
     clocks)
+      [ -n "${clocks_pid:-}" ] && { echo "== clocks: already sampling"; shift; continue; }
       reasons=clocks_event_reasons.active  # the older drivers' name: clocks_throttle_reasons.active
       nvidia-smi --help-query-gpu 2>/dev/null | grep -q "$reasons" || reasons=clocks_throttle_reasons.active
       nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons --format=csv,nounits -lms 100 \
         > "$OUT0/clocks.csv" 2> "$OUT0/clocks.err" &
-      clocks_pid=$!; echo "$(date +%s.%N) clocks" >> "$OUT0/verbs.log"; echo "== clocks: sampling (pid $clocks_pid)" ;;
+      clocks_pid=$!; echo "$(date +%s.%N) clocks" >> "$OUT0/verbs.log"; echo "== clocks: sampling (pid $clocks_pid)"
+      trap '[ -n "${clocks_pid:-}" ] && kill "$clocks_pid" 2>/dev/null' EXIT ;;  # a run without tar stops it too
     env:*=*)
       # a lab switch for the verbs after it (A/B runs of one binary: env:CLEFRT_LAB_SWIGLU_CLUSTER=8
       # quick fp8 unset:CLEFRT_LAB_SWIGLU_CLUSTER quick fp8); the bench records name it

@@ -618,13 +618,13 @@ TEST(CudaQuant, Fp8GatedNormQuantEqualsGatedNormThenQuantize) {
 // The output gate that quantizes its rows for the FP8 o_proj (attention_output_gate_fp8) against
 // attention_output_gate + fp8_quantize_rows byte for byte: codes, row scales, the K padding, an
 // all-zero row (scale 1), the gate in rows of its own and inside the qkv rows (after its head's q),
-// 1 to 4 groups of 8 values a thread (Clef: 24 heads of 256, 3), out left as it was.
+// 1 to 4 groups of 8 values a thread (Clef: 24 heads of 256, 3; 16 of 256: 2), out left as it was.
 TEST(CudaQuant, Fp8OutputGateQuantEqualsGateThenQuantize) {
   NEED_GPU();
   struct Shape {
     int64_t Hq, D, kp;
   };
-  for (const Shape sh : {Shape{24, 256, 6144}, Shape{4, 64, 256}, Shape{2, 8, 16}, Shape{16, 128, 2064}, Shape{32, 256, 8192}, Shape{24, 256, 6160}}) {
+  for (const Shape sh : {Shape{24, 256, 6144}, Shape{4, 64, 256}, Shape{2, 8, 16}, Shape{16, 128, 2064}, Shape{16, 256, 4096}, Shape{32, 256, 8192}, Shape{24, 256, 6160}}) {
     for (const bool own_rows : {true, false}) {
       const int64_t L = 7, Hq = sh.Hq, D = sh.D, d = Hq * D, kp = sh.kp;
       const int64_t ldg = own_rows ? d : 2 * d + 64, hs = own_rows ? D : 2 * D;
@@ -654,9 +654,11 @@ TEST(CudaQuant, Fp8OutputGateQuantEqualsGateThenQuantize) {
           << "out left as it was" << at;
     }
   }
-  EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(24, 252, 6048, 252, 6048)) << "D not a multiple of 8";
+  EXPECT_TRUE(cuda::attention_output_gate_fp8_fits(24, 256, 6144, 256, 6144)) << "Clef's shape (the cases below change one thing each)";
+  EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(24, 252, 6048, 256, 6048)) << "D not a multiple of 8";
   EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(40, 256, 10240, 256, 10240)) << "5 groups a thread";
-  EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(24, 256, 6148, 256, 6148)) << "the gate rows' stride not a multiple of 8";
+  EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(24, 256, 6148, 256, 6144)) << "the gate rows' stride not a multiple of 8";
+  EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(24, 256, 6144, 260, 6144)) << "the gate's head stride not a multiple of 8";
   EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(24, 256, 6144, 256, 6148)) << "kp not a multiple of 8";
   EXPECT_FALSE(cuda::attention_output_gate_fp8_fits(24, 256, 6144, 256, 6136)) << "kp under the row";
 }

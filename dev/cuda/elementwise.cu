@@ -174,7 +174,7 @@ void gated(int64_t L, cudaStream_t st, double copy, json::Value& out) {
     gated_norm(o.as<float>(), L, kHv, kDv, w.as<float>(), 1e-6f, z.as<float>() + kConv, kInProj, a1.as<bf16>(), st, zs);
     fp8_quantize_rows(a1.as<bf16>(), L, vd8, vd8, q1.as<uint8_t>(), vd8, s1.as<float>(), st);
   });
-  print({"gated norm fp8", "float4 form + fp8_quantize_rows (the product)", L, t3, bytes8, "reference"}, copy, out);
+  print({"gated norm fp8", "float4 form + fp8_quantize_rows (unfused)", L, t3, bytes8, "reference"}, copy, out);
   const auto ref_q = down_all<uint8_t>(q1);
   const auto ref_s = down_all<float>(s1);
   for (int hpw : {0, 2, 3, 4, 6, 8}) {
@@ -184,7 +184,7 @@ void gated(int64_t L, cudaStream_t st, double copy, json::Value& out) {
       gated_norm_fp8(o.as<float>(), L, kHv, kDv, w.as<float>(), 1e-6f, z.as<float>() + kConv, kInProj, zs, q2.as<uint8_t>(), vd8, s2.as<float>(), st, hpw);
     });
     const bool same = down_all<uint8_t>(q2) == ref_q && down_all<float>(s2) == ref_s;
-    const std::string name = hpw == 0 ? "gated_norm_fp8, a row over a cluster" : "gated_norm_fp8, one CTA, " + std::to_string(hpw) + " heads a warp";
+    const std::string name = hpw == 0 ? "gated_norm_fp8, a row over a cluster" : "gated_norm_fp8, one CTA, " + std::to_string(hpw) + " heads a warp" + (hpw == 2 ? " (the product)" : "");
     print({"gated norm fp8", name.c_str(), L, t4, bytes8, same ? "same bits" : "BITS DIFFER"}, copy, out);
   }
 }
@@ -282,8 +282,8 @@ void output_gate(int64_t L, cudaStream_t st, double copy, json::Value& out) {
     attention_output_gate_fp8(x0.as<bf16>(), L, Hq, D, dg.as<bf16>() + D, ld, 2 * D, q2.as<uint8_t>(), n, s2.as<float>(), st);
   });
   const bool same8 = down_all<uint8_t>(q1) == down_all<uint8_t>(q2) && down_all<float>(s1) == down_all<float>(s2);
-  print({"output gate fp8", "8 a thread + fp8_quantize_rows (the product)", L, t3, double(L) * n * (2 * 2 + 1), "reference"}, copy, out);
-  print({"output gate fp8", "attention_output_gate_fp8 (a row a CTA)", L, t4, double(L) * n * (2 * 2 + 1), same8 ? "same bits" : "BITS DIFFER"}, copy, out);
+  print({"output gate fp8", "8 a thread + fp8_quantize_rows (unfused)", L, t3, double(L) * n * (2 * 2 + 1), "reference"}, copy, out);
+  print({"output gate fp8", "attention_output_gate_fp8 (the product)", L, t4, double(L) * n * (2 * 2 + 1), same8 ? "same bits" : "BITS DIFFER"}, copy, out);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <thread>
 
 #include "cli/commands.h"
 #include "common/file.h"
@@ -64,45 +65,73 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // A timed point's energy and clock from the driver (gpu_power: NVML's energy counter) read before
-// its reps, after each and after all: joules a forward and a token, the mean draw over the reps'
-// wall time, the SM clock at the reps' ends (mean) and the share of them the power cap held down.
-// Under sustained load a card may run at its power cap, where its clock, not a kernel, sets the
-// time (bench/results/2026-12-06-h100-session36.md).
+// its reps and after them: joules a forward and a token and the mean draw over the reps' wall
+// time; the SM clock and the power cap sampled every 5 ms by a thread of its own while the reps
+// run (the host's waits between reps are not sampled). Under sustained load a card may run at
+// its power cap, where its clock, not a kernel, sets the time
+// (bench/results/2026-12-06-h100-session36.md).
+struct EnergyFigures {
+  bool measured = false;
+  double joules = 0, seconds = 0, sm_mhz = 0, capped_share = 0;
+  int reps = 0;
+};
 class PointEnergy {
  public:
-  PointEnergy() : e0_(gpu_power()), t0_(std::chrono::steady_clock::now()) {}
-  void rep() {
-    const GpuPower g = gpu_power();
-    mhz_ += g.sm_clock_mhz;
-    capped_ += g.power_capped ? 1 : 0;
-    ++reps_;
+  PointEnergy() : e0_(gpu_power()), t0_(std::chrono::steady_clock::now()) {
+    if (e0_.available)
+      sampler_ = std::thread([this] {
+        while (!stop_.load()) {
+          const GpuPower g = gpu_power();
+          if (g.available) {
+            mhz_ += g.sm_clock_mhz;
+            capped_ += g.power_capped ? 1 : 0;
+            ++samples_;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      });
   }
-  void end() {  // after the last rep
-    e1_ = gpu_power();
-    seconds_ = ms_since(t0_) * 1e-3;
-  }
-  // The point's figures (tokens: a forward's), printed as a row of the energy table and returned
-  // for the JSON; a null Value where the driver gave no energy counter
-  json::Value report(const std::string& name, double tokens) const {
-    if (!e0_.available || !e1_.available || reps_ == 0 || seconds_ <= 0) return json::Value();
-    const double j = e1_.energy_j - e0_.energy_j;
-    json::Value v = json::Value::object();
-    v.add("joules_per_forward", json::Value::number(j / reps_));
-    v.add("joules_per_token", json::Value::number(j / reps_ / tokens));
-    v.add("mean_watts", json::Value::number(j / seconds_));
-    v.add("sm_clock_mhz", json::Value::number(mhz_ / reps_));
-    v.add("power_capped_share", json::Value::number(double(capped_) / reps_));
-    std::printf("%-12s %12.3f %10.4f %8.0f %8.0f %8.0f%%\n", name.c_str(), j / reps_, j / reps_ / tokens, j / seconds_, mhz_ / reps_,
-                100.0 * capped_ / reps_);
-    return v;
+  ~PointEnergy() { stop(); }
+  PointEnergy(const PointEnergy&) = delete;
+  PointEnergy& operator=(const PointEnergy&) = delete;
+  EnergyFigures end(int reps) {  // after the last rep
+    const double seconds = ms_since(t0_) * 1e-3;
+    const GpuPower e1 = gpu_power();
+    stop();
+    EnergyFigures f;
+    if (!e0_.available || !e1.available || reps <= 0 || seconds <= 0) return f;
+    f.measured = true;
+    f.joules = e1.energy_j - e0_.energy_j;
+    f.seconds = seconds;
+    f.reps = reps;
+    if (samples_ > 0) f.sm_mhz = mhz_ / samples_, f.capped_share = double(capped_) / samples_;
+    return f;
   }
 
  private:
-  GpuPower e0_, e1_;
+  void stop() {
+    stop_.store(true);
+    if (sampler_.joinable()) sampler_.join();
+  }
+  GpuPower e0_;
   std::chrono::steady_clock::time_point t0_;
-  double seconds_ = 0, mhz_ = 0;
-  int capped_ = 0, reps_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread sampler_;
+  double mhz_ = 0;  // the sampler's, read after its join
+  int capped_ = 0, samples_ = 0;
 };
+// A point's row of the energy table (tokens: a forward's), and its JSON
+json::Value energy_row(const std::string& name, double tokens, const EnergyFigures& f) {
+  const double jf = f.joules / f.reps;
+  json::Value v = json::Value::object();
+  v.add("joules_per_forward", json::Value::number(jf));
+  v.add("joules_per_token", json::Value::number(jf / tokens));
+  v.add("mean_watts", json::Value::number(f.joules / f.seconds));
+  v.add("sm_clock_mhz", json::Value::number(f.sm_mhz));
+  v.add("power_capped_share", json::Value::number(f.capped_share));
+  std::printf("%-12s %12.3f %10.4f %8.0f %8.0f %8.0f%%\n", name.c_str(), jf, jf / tokens, f.joules / f.seconds, f.sm_mhz, 100.0 * f.capped_share);
+  return v;
+}
 
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
@@ -503,7 +532,7 @@ Runner add_bench(CLI::App& app) {
     struct EnergyRow {
       std::string name;
       double tokens;  // a forward's
-      PointEnergy pe;
+      EnergyFigures f;
     };
     std::vector<EnergyRow> energy_rows;  // printed after the throughput table
     if (!o->images_only) std::printf("%-12s %8s %10s %10s %10s\n", "latency", "tokens", "p50 ms", "p95 ms", "TFLOP/s");
@@ -523,12 +552,8 @@ Runner add_bench(CLI::App& app) {
       for (int w = 0; w < 2; ++w) time_ms({&e});
       std::vector<double> t;
       PointEnergy pe;
-      for (int r = 0; r < p.reps; ++r) {
-        t.push_back(time_ms({&e}));
-        pe.rep();
-      }
-      pe.end();
-      energy_rows.push_back({p.name, double(e.input_ids.size()), pe});
+      for (int r = 0; r < p.reps; ++r) t.push_back(time_ms({&e}));
+      energy_rows.push_back({p.name, double(e.input_ids.size()), pe.end(p.reps)});
       const double p50 = percentile(t, 0.5), p95 = percentile(t, 0.95);
       const double tf = engine->forward_flops({int64_t(e.input_ids.size())}) / (p50 * 1e-3) / 1e12;
       std::printf("%-12s %8zu %10.2f %10.2f %10.1f\n", p.name, e.input_ids.size(), p50, p95, tf);
@@ -672,12 +697,8 @@ Runner add_bench(CLI::App& app) {
       std::vector<double> t;
       const int reps = std::max(3, o->reps / (n >= 16 ? 4 : 1));
       PointEnergy pe;
-      for (int r = 0; r < reps; ++r) {
-        t.push_back(time_ms(b));
-        pe.rep();
-      }
-      pe.end();
-      energy_rows.push_back({"in_flight_" + std::to_string(n), double(n) * 512.0, pe});
+      for (int r = 0; r < reps; ++r) t.push_back(time_ms(b));
+      energy_rows.push_back({"in_flight_" + std::to_string(n), double(n) * 512.0, pe.end(reps)});
       const double ms = percentile(t, 0.5);
       const double tokens = double(n) * 512.0, tf = engine->forward_flops(lens) / (ms * 1e-3) / 1e12;
       std::printf("%-12d %8.0f %12.0f %10.1f %10.1f %7.1f%%\n", n, tokens, tokens / (ms * 1e-3), n / (ms * 1e-3), tf,
@@ -698,7 +719,7 @@ Runner add_bench(CLI::App& app) {
       if (g.available) {
         std::printf("%-12s %12s %10s %8s %8s %9s\n", "energy", "J/forward", "J/token", "mean W", "SM MHz", "capped");
         for (const EnergyRow& r : energy_rows)
-          if (Value v = r.pe.report(r.name, r.tokens); v.is_object()) energy.add(r.name, v);
+          if (r.f.measured) energy.add(r.name, energy_row(r.name, r.tokens, r.f));
       } else {
         std::printf("energy: not measured (%s)\n", g.why.c_str());
         energy.add("why_not", Value::string(g.why));

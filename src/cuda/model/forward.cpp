@@ -43,7 +43,8 @@ void prefix_copy(GraphCache* graphs, const GraphCache::Copy& c, cudaStream_t s) 
 // Whether a kernel reading row scales `in` [rows] may write `out` [rows] as it goes: the same rows
 // (each read before its own write) or none shared
 bool scales_may_share(const float* in, const float* out, int64_t rows) {
-  return !in || in == out || in + rows <= out || out + rows <= in;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out), n = uintptr_t(rows) * sizeof(float);
+  return !in || a == b || a + n <= b || b + n <= a;
 }
 }
 

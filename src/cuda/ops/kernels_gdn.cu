@@ -995,7 +995,7 @@ static int gated_norm_fp8_form(int64_t Hv, int hpw) {
   static const int64_t from_env = env_count("CLEFRT_LAB_GATED_NORM_FP8_HPW", 2, 0, 8);
   const int h = hpw >= 0 ? hpw : int(from_env);
   if (h == 0) return 0;
-  return (h == 1 || h == 2 || h == 3 || h == 4 || h == 6 || h == 8) && Hv % h == 0 && Hv / h <= 32 ? h : -1;
+  return (h == 1 || h == 2 || h == 3 || h == 4 || h == 6 || h == 8) && Hv >= h && Hv % h == 0 && Hv / h <= 32 ? h : -1;
 }
 
 bool gated_norm_fp8_fits(int64_t Hv, int64_t Dv, int64_t kp, int hpw) {
