@@ -611,6 +611,7 @@ TEST(CudaQuant, Fp8GatedNormQuantEqualsGatedNormThenQuantize) {
   EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 128, 6144, 5)) << "5 heads a warp: no such form";
   EXPECT_FALSE(cuda::gated_norm_fp8_fits(44, 128, 5632, 8)) << "8 heads a warp: Hv 44 does not split";
   EXPECT_FALSE(cuda::gated_norm_fp8_fits(256, 128, 32768, 4)) << "64 warps a CTA";
+  EXPECT_FALSE(cuda::gated_norm_fp8_fits(0, 128, 0, 2)) << "no heads: no CTA to launch";
   EXPECT_TRUE(cuda::gated_norm_fp8_fits(72, 128, 9216, 4)) << "the one-CTA form at 72 heads";
   EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 128, 6146, 4)) << "kp not a multiple of 4";
 }
