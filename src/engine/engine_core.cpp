@@ -154,7 +154,7 @@ GpuPower gpu_power() {
   out.energy_j = r.energy_j;
   out.sm_clock_mhz = r.sm_clock_mhz;
   out.power_w = r.power_w;
-  out.power_capped = (r.reasons & 0x4ull) != 0;  // nvmlClocksEventReasonSwPowerCap
+  out.power_capped = r.power_capped;
 #else
   out.why = "this build has no CUDA backend";
 #endif

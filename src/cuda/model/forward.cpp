@@ -218,10 +218,7 @@ struct Forward::Batch {
     // a batch continuing cached prefixes keeps keys and values in rows of their own, Lm of them
     // (values also when the qkv output is blocked)
     k = a.carve<bf16>((pfx ? Lm : L) * c.kv_heads * c.head_dim, "attn k");
-    // (CLEFRT_LAB_ATTN_PACKED_VALUES=1: always, for an A/B of cuDNN's attention reading packed
-    // values against values at the qkv rows' stride)
-    static const bool packed_values = env_count("CLEFRT_LAB_ATTN_PACKED_VALUES", 0, 0, 1) == 1;
-    if (pfx || AB < L || packed_values) vv = a.carve<bf16>((pfx ? Lm : L) * c.kv_heads * c.head_dim, "attn values in the keys' rows");
+    if (pfx || AB < L) vv = a.carve<bf16>((pfx ? Lm : L) * c.kv_heads * c.head_dim, "attn values in the keys' rows");
     // flash attention writes each (query tile, head)'s output over the queries it loaded first
     aact = q;
     qs_attn = carve_qs(a, m, L, std::max(H, attn_dim));
@@ -1113,8 +1110,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         const int64_t ldg = b.gate ? Hq * D : n, gate_hs = b.gate ? D : 2 * D;
         LinearRunner::Fp8Input oin;
         gate_quantized = gate_quantizes_ && lin.fp8_input(l.o, oin) && oin.k == Hq * D &&
-                         attention_output_gate_fp8_fits(Hq, D, ldg, gate_hs, oin.kp) && aligned16(b.aact) && aligned16(gate) &&
-                         reinterpret_cast<uintptr_t>(oin.q) % 8 == 0;
+                         attention_output_gate_fp8_fits(Hq, D, ldg, gate_hs, oin.kp) && attention_output_gate_fp8_aligned(b.aact, gate, oin.q);
         if (gate_quantized) {
           lin.flush_pending();  // a pending add reads the scales this kernel writes
           attention_output_gate_fp8(b.aact, L, Hq, D, gate, ldg, gate_hs, oin.q, oin.kp, oin.scale, s);

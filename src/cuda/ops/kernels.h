@@ -276,6 +276,7 @@ void attention_output_gate(bf16* out, int64_t L, int64_t Hq, int64_t D, const bf
 // stride multiples of 8, Hq D up to 8,192, kp >= Hq D a multiple of 8) and out, gate 16-byte
 // and q 8-byte aligned.
 bool attention_output_gate_fp8_fits(int64_t Hq, int64_t D, int64_t ldgate, int64_t gate_head_stride, int64_t kp);
+bool attention_output_gate_fp8_aligned(const bf16* out, const bf16* gate, const uint8_t* q);
 void attention_output_gate_fp8(const bf16* out, int64_t L, int64_t Hq, int64_t D, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,
                                uint8_t* q, int64_t kp, float* scale, cudaStream_t s);
 // Bidirectional attention within each tile's sequence [seq0, end) (the vision tower's frames), no

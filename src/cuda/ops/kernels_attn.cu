@@ -367,10 +367,13 @@ bool attention_output_gate_fp8_fits(int64_t Hq, int64_t D, int64_t ldgate, int64
   return D % 8 == 0 && ldgate % 8 == 0 && gate_head_stride % 8 == 0 && per >= 1 && per <= 4 && kp >= Hq * D && kp % 8 == 0;
 }
 
+bool attention_output_gate_fp8_aligned(const bf16* out, const bf16* gate, const uint8_t* q) {
+  return aligned16(out) && aligned16(gate) && reinterpret_cast<uintptr_t>(q) % 8 == 0;
+}
+
 void attention_output_gate_fp8(const bf16* out, int64_t L, int64_t Hq, int64_t D, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,
                                uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
-  if (!attention_output_gate_fp8_fits(Hq, D, ldgate, gate_head_stride, kp) || !aligned16(out) || !aligned16(gate) ||
-      reinterpret_cast<uintptr_t>(q) % 8 != 0)
+  if (!attention_output_gate_fp8_fits(Hq, D, ldgate, gate_head_stride, kp) || !attention_output_gate_fp8_aligned(out, gate, q))
     throw Error(Status::Internal, "internal_error", "attention_output_gate_fp8: Hq " + std::to_string(Hq) + ", D " + std::to_string(D) + ", kp " +
                                                        std::to_string(kp) + " or the operands' alignment do not fit its kernel");
   if (L == 0) return;

@@ -787,8 +787,7 @@ __global__ void gated_norm128_fp8_k(const float4* o, const float4* w, float eps,
   const int rank = int(cl.block_rank()), ncl = int(cl.num_blocks()), lane = threadIdx.x & 31;
   const int64_t t = blockIdx.x / ncl, j = int64_t(rank) * 8 + (threadIdx.x >> 5), wid = t * Hv + j;
   const uint2 v = gated_norm128_lane(o, w, eps, z, ldz, zs, t, j, wid, lane);  // gated_norm128_k's bf16 values
-  const float2 fl = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x)), fh = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
-  float m = fmaxf(0.0f, fmaxf(fmaxf(fabsf(fl.x), fabsf(fl.y)), fmaxf(fabsf(fh.x), fabsf(fh.y))));  // from 0, as fp8_quantize_rows
+  float m = absmax4_bf16(v, 0.0f);  // from 0, as fp8_quantize_rows
   m = block_max(m, sh);
   if (threadIdx.x == 0) cta_max = m;
   cl.sync();  // every CTA's max published (and every zs.rs[t] read)
@@ -821,9 +820,7 @@ __global__ void __launch_bounds__(1024) gated_norm128_fp8_row_k(const float4* o,
 #pragma unroll
   for (int h = 0; h < kHpw; ++h) {
     v[h] = gated_norm128_lane(o, w, eps, z, ldz, zs, t, j0 + h, t * Hv + j0 + h, lane);
-    const float2 fl = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[h].x));
-    const float2 fh = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[h].y));
-    m = fmaxf(m, fmaxf(fmaxf(fabsf(fl.x), fabsf(fl.y)), fmaxf(fabsf(fh.x), fabsf(fh.y))));
+    m = absmax4_bf16(v[h], m);
   }
   const Fp8RowScale rs = fp8_row_scale(block_max(m, sh));
   if (threadIdx.x == 0) scale[t] = rs.s;

@@ -81,7 +81,7 @@ PowerReading read_power() {
   p.energy_j = double(mj) * 1e-3;
   if (n.clock(n.dev, 1, &mhz) == 0) p.sm_clock_mhz = mhz;
   if (n.power(n.dev, &mw) == 0) p.power_w = double(mw) * 1e-3;
-  if (n.reasons && n.reasons(n.dev, &reasons) == 0) p.reasons = reasons;
+  if (n.reasons && n.reasons(n.dev, &reasons) == 0) p.power_capped = (reasons & 0x4ull) != 0;  // nvmlClocksEventReasonSwPowerCap
   return p;
 }
 

@@ -14,7 +14,7 @@ struct PowerReading {
   double energy_j = 0;         // since the driver loaded (nvmlDeviceGetTotalEnergyConsumption)
   double sm_clock_mhz = 0;     // now
   double power_w = 0;          // now (nvmlDeviceGetPowerUsage)
-  unsigned long long reasons = 0;  // nvmlDeviceGetCurrentClocksEventReasons' bit mask (0x4: software power cap)
+  bool power_capped = false;   // the clock held down for power now (clock-event reason: software power cap)
 };
 // The current CUDA device's reading (its NVML handle found by PCI bus id once).
 PowerReading read_power();
