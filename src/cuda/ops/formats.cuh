@@ -48,17 +48,7 @@ __device__ __forceinline__ uint8_t e4m3_encode(float x) {
 // An activation row's FP8 quantization over 16-byte chunks of 8 bf16 (fp8_quant_rows_v_k, the
 // FP8 SwiGLU): the running max of |x|, then the chunk's 8 codes of x / s in 8 bytes, first value
 // in the lowest byte.
-__device__ __forceinline__ float absmax8_bf16(uint4 v, float m) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float2 f = __bfloat1622float2(h[j]);
-    m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
-  }
-  return m;
-}
-// The same over 4 bf16 in 8 bytes (the gated norm's lane)
-__device__ __forceinline__ float absmax4_bf16(uint2 v, float m) {
+__device__ __forceinline__ float absmax4_bf16(uint2 v, float m) {  // 4 bf16 in 8 bytes (the gated norm's lane)
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
@@ -66,6 +56,9 @@ __device__ __forceinline__ float absmax4_bf16(uint2 v, float m) {
     m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
   }
   return m;
+}
+__device__ __forceinline__ float absmax8_bf16(uint4 v, float m) {
+  return absmax4_bf16(make_uint2(v.z, v.w), absmax4_bf16(make_uint2(v.x, v.y), m));
 }
 // x / s for an FP8 row quantization (s = m / 448, m the row's amax, a bf16 value, as every x):
 // from s's correctly rounded reciprocal and one FMA correction (Markstein) instead of a division.
