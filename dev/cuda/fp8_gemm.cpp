@@ -10,10 +10,18 @@
 //                  configuration; "inv" marks the batch-invariant ones (no split-K / reduction);
 //                  and how many of its outputs differ in any bit from the engine's algorithm
 //                  (0 everywhere would mean it could replace it at this m without changing answers)
+//   accuracy       per shape, at m = 256, the promoted and the fast-accumulation GEMM (fp32 out)
+//                  against the exact sum of the same e4m3 products (fp64 on the host) over 64 rows
+//                  x 512 columns: RMS error / RMS of the exact outputs, the worst such error, and
+//                  the bias (least-squares slope of output on exact, minus 1: a shrink toward zero
+//                  shows as negative), on normal activations and on activations with 16 outlier
+//                  channels 40x the others (what real hidden states carry). Quantization's own
+//                  error is not in these figures: both sides take the same codes.
 // Random inputs. Usage: clefrt_bench_fp8 [--commit ID] [--json FILE] [--m M]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -26,11 +34,97 @@
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/kernels_quant.h"
 #include "gpu_bench.h"
+#include "quant/formats.h"
 
 using namespace clefrt;
 using namespace clefrt::cuda;
 
 using bench::median_ms;
+
+namespace {
+
+// Error of fp32-output FP8 GEMMs against the exact sum of their e4m3 products (see the header).
+struct AccuracyFigures {
+  double rms_rel = 0, worst_rel = 0, bias = 0;
+};
+AccuracyFigures accuracy_of(const std::vector<float>& y, const std::vector<double>& exact) {
+  double se = 0, sx = 0, sxy = 0, worst = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double d = double(y[i]) - exact[i];
+    se += d * d;
+    sx += exact[i] * exact[i];
+    sxy += double(y[i]) * exact[i];
+    worst = std::max(worst, std::fabs(d));
+  }
+  const double rms_exact = std::sqrt(sx / double(y.size()));
+  return {std::sqrt(se / double(y.size())) / rms_exact, worst / rms_exact, sxy / sx - 1.0};
+}
+
+json::Value accuracy_record(const char* data, const AccuracyFigures& promoted, const AccuracyFigures& fast) {
+  json::Value r = json::Value::object();
+  r.add("activations", json::Value::string(data));
+  for (auto [name, f] : {std::pair{"promoted", promoted}, {"fast_accum", fast}}) {
+    json::Value v = json::Value::object();
+    v.add("rms_rel", json::Value::number(f.rms_rel));
+    v.add("worst_rel", json::Value::number(f.worst_rel));
+    v.add("bias", json::Value::number(f.bias));
+    r.add(name, std::move(v));
+  }
+  return r;
+}
+
+// rows x cols outputs, the first rows of x8 [., k] against cols columns of w8 [n, k] spread over n
+// (stride n / cols), fp32 out, promoted and fast
+json::Value measure_accuracy(Gemm& inv, Gemm& fast, const DeviceBuffer& x8, const DeviceBuffer& w8, int64_t n, int64_t k, const char* data,
+                             cudaStream_t s) {
+  const int64_t m = 256, rows = 64, cols = 512, stride = n / cols;
+  DeviceBuffer y(size_t(m * n) * 4, "y fp32");
+  std::vector<uint8_t> hx(size_t(rows * k)), hw(size_t(n * k));
+  check(cudaMemcpyAsync(hx.data(), x8.get(), hx.size(), cudaMemcpyDeviceToHost, s), "accuracy");
+  check(cudaMemcpyAsync(hw.data(), w8.get(), hw.size(), cudaMemcpyDeviceToHost, s), "accuracy");
+  check(cudaStreamSynchronize(s), "accuracy");
+  double value[256];
+  for (int b = 0; b < 256; ++b) value[b] = double(quant::e4m3_value(uint8_t(b)));  // 0x7f / 0xff (NaN) never occur in codes
+  std::vector<double> exact(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      double acc = 0;
+      const uint8_t* xr = hx.data() + r * k;
+      const uint8_t* wr = hw.data() + c * stride * k;
+      for (int64_t i = 0; i < k; ++i) acc += value[xr[i]] * value[wr[i]];
+      exact[size_t(r * cols + c)] = acc;
+    }
+  auto run = [&](Gemm& g) {
+    g.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::F32, n, "accuracy");
+    std::vector<float> all(size_t(rows * n)), out(size_t(rows * cols));
+    check(cudaMemcpyAsync(all.data(), y.get(), all.size() * 4, cudaMemcpyDeviceToHost, s), "accuracy");
+    check(cudaStreamSynchronize(s), "accuracy");
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = all[size_t(r * n + c * stride)];
+    return accuracy_of(out, exact);
+  };
+  const AccuracyFigures p = run(inv), f = run(fast);
+  std::printf("accuracy (%s activations, m %lld, %lld x %lld outputs vs the exact e4m3 sums): promoted rms %.2e worst %.2e bias %+.2e | "
+              "fast accum rms %.2e worst %.2e bias %+.2e\n",
+              data, (long long)m, (long long)rows, (long long)cols, p.rms_rel, p.worst_rel, p.bias, f.rms_rel, f.worst_rel, f.bias);
+  return accuracy_record(data, p, f);
+}
+
+// x [rows, k] bf16: `count` columns spread over k multiplied by `factor` (on the host: a few rows)
+void scale_columns_of_first_rows(bf16* x, int64_t rows, int64_t k, int64_t count, float factor, cudaStream_t s) {
+  std::vector<bf16> h(size_t(rows * k));
+  check(cudaMemcpyAsync(h.data(), x, h.size() * 2, cudaMemcpyDeviceToHost, s), "outliers");
+  check(cudaStreamSynchronize(s), "outliers");
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < count; ++j) {
+      bf16& v = h[size_t(r * k + j * (k / count))];
+      v = __float2bfloat16(__bfloat162float(v) * factor);
+    }
+  check(cudaMemcpyAsync(x, h.data(), h.size() * 2, cudaMemcpyHostToDevice, s), "outliers");
+  check(cudaStreamSynchronize(s), "outliers");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   bench::Options opt;
@@ -86,7 +180,15 @@ int main(int argc, char** argv) {
         r.add("fp8_candidates", std::move(cands));
         rows.arr.push_back(std::move(r));
       }
-      shapes.arr.push_back(bench::shape_record(sh.name, n, k, std::move(rows)));
+      json::Value acc = json::Value::array();
+      acc.arr.push_back(measure_accuracy(inv, fast, x8, w8, n, k, "normal", s));
+      // 16 outlier channels at 40x: the row's scale follows them, the other codes shrink
+      scale_columns_of_first_rows(x.as<bf16>(), 256, k, 16, 40.0f, s);
+      fp8_quantize_rows(x.as<bf16>(), 256, k, k, x8.as<uint8_t>(), k, xs.as<float>(), s);
+      acc.arr.push_back(measure_accuracy(inv, fast, x8, w8, n, k, "outlier", s));
+      json::Value rec = bench::shape_record(sh.name, n, k, std::move(rows));
+      rec.add("accuracy", std::move(acc));
+      shapes.arr.push_back(std::move(rec));
     }
     if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_fp8", std::move(shapes));
     cudaStreamDestroy(s);

@@ -133,6 +133,24 @@ json::Value energy_row(const std::string& name, double tokens, const EnergyFigur
   return v;
 }
 
+// A batch's answers as JSON: per request, per question, the options' probabilities
+json::Value answers_json(const std::vector<Probs>& all) {
+  json::Value reqs = json::Value::array();
+  for (const Probs& p : all) {
+    json::Value qs = json::Value::array();
+    for (const auto& q : p) {
+      json::Value opts = json::Value::array();
+      for (double v : q) opts.arr.push_back(json::Value::number(v));
+      qs.arr.push_back(std::move(opts));
+    }
+    reqs.arr.push_back(std::move(qs));
+  }
+  json::Value v = json::Value::object();
+  v.add("requests", json::Value::string("the blog request, then 63 of 512 tokens (padded with seeds 500..562), as one batch"));
+  v.add("probs", std::move(reqs));
+  return v;
+}
+
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -665,6 +683,9 @@ Runner add_bench(CLI::App& app) {
     // Batch invariance at the real shapes: the blog request alone, first in a batch of 16 and of
     // 64 (other requests 512 tokens: other GEMM m buckets), bit for bit.
     Value inv = Value::object();
+    // the batch of 64's answers: two runs' (another mode, a lab switch, another build) compared
+    // by bench/compare_answers.py
+    Value answers = Value::object();
     if (!o->images_only) {
       std::vector<Encoded> others;
       for (int i = 0; i < 63; ++i) others.push_back(padded(blog, 512, 500 + uint64_t(i)));
@@ -673,7 +694,9 @@ Runner add_bench(CLI::App& app) {
       for (int n : {16, 64}) {
         std::vector<const Encoded*> b = {&blog};
         for (int i = 0; i + 1 < n; ++i) b.push_back(&others[size_t(i)]);
-        auto together = run(b)[0];
+        const auto all = run(b);
+        const auto& together = all[0];
+        if (n == 64) answers = answers_json(all);
         double w = 0;
         for (size_t q = 0; q < alone.size(); ++q)
           for (size_t j = 0; j < alone[q].size(); ++j) w = std::max(w, std::fabs(alone[q][j] - together[q][j]));
@@ -761,6 +784,7 @@ Runner add_bench(CLI::App& app) {
     }());
     out.add("engine", Value::string(engine->summary()));  // the kernels it runs (attention, the tower's) and its memory
     out.add("invariance", inv);
+    out.add("answers", answers);
     out.add("gpu_mem_gib", Value::number(mem));
     out.add("weights_gib", Value::number(double(mu.weights) / gib));
     out.add("flops_per_token_gflop", Value::number(engine->forward_flops({1}) / 1e9));
