@@ -28,6 +28,7 @@ struct Options {
   std::string commit = "unknown", json_out, only_shape;
   std::string anchors;  // --anchors FILE: kernel_anchors.py's JSON from the same device call
   int64_t only_m = 0;
+  bool sustained = false;  // --sustained: the GEMM search's best configurations again under load (gemm_search.cpp)
 };
 // False (with the usage on stderr) on anything else.
 inline bool parse_options(int argc, char** argv, bool with_shape, Options& o) {
@@ -37,8 +38,10 @@ inline bool parse_options(int argc, char** argv, bool with_shape, Options& o) {
     else if (with_shape && !std::strcmp(argv[i], "--shape") && i + 1 < argc) o.only_shape = argv[++i];
     else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) o.only_m = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--anchors") && i + 1 < argc) o.anchors = argv[++i];
+    else if (!std::strcmp(argv[i], "--sustained")) o.sustained = true;
     else {
-      std::fprintf(stderr, "usage: %s [--commit ID] [--json FILE]%s [--m M] [--anchors FILE]\n", argv[0], with_shape ? " [--shape gate_up|down]" : "");
+      std::fprintf(stderr, "usage: %s [--commit ID] [--json FILE]%s [--m M] [--anchors FILE] [--sustained]\n", argv[0],
+                   with_shape ? " [--shape gate_up|down]" : "");
       return false;
     }
   }
