@@ -71,34 +71,43 @@ std::vector<Shape> shapes_27b() {
 }
 
 // f run back to back for `seconds` after `warm` seconds of the same: ms and joules a call, the SM
-// clock (mean of the readings taken between chunks of launches)
+// clock (mean of the readings taken between chunks). One chunk of launches stays queued while the
+// host waits on the one before it and reads the driver, so the GPU never idles between chunks.
 struct Sustained {
   double ms = 0, joules = 0, sm_mhz = 0;
 };
 template <class F>
 Sustained sustained(cudaStream_t s, F f, double warm, double seconds) {
   using clock = std::chrono::steady_clock;
-  auto run_for = [&](double sec, int64_t* calls, double* mhz_sum, int* readings) {
+  constexpr int kChunk = 20;
+  cudaEvent_t done[2];
+  for (cudaEvent_t& e : done) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "sustained");
+  int64_t calls = 0;
+  double mhz = 0, wall = 0;
+  int readings = 0;
+  GpuPower p0;
+  for (int phase = 0; phase < 2; ++phase) {  // 0: warm, 1: measured
+    const double sec = phase == 0 ? warm : seconds;
+    int64_t chunks = 0;
+    check(cudaStreamSynchronize(s), "sustained");
+    if (phase == 1) p0 = gpu_power();
     const auto t0 = clock::now();
     while (std::chrono::duration<double>(clock::now() - t0).count() < sec) {
-      for (int i = 0; i < 10; ++i) f();
-      check(cudaStreamSynchronize(s), "sustained");
-      if (calls) *calls += 10;
-      if (mhz_sum) {
+      for (int i = 0; i < kChunk; ++i) f();
+      check(cudaEventRecord(done[chunks % 2], s), "sustained");
+      if (chunks > 0) check(cudaEventSynchronize(done[(chunks - 1) % 2]), "sustained");  // the one before: this one stays queued
+      ++chunks;
+      if (phase == 1) {
+        calls += kChunk;
         const GpuPower g = gpu_power();
-        if (g.available) *mhz_sum += g.sm_clock_mhz, ++*readings;
+        if (g.available) mhz += g.sm_clock_mhz, ++readings;
       }
     }
-  };
-  run_for(warm, nullptr, nullptr, nullptr);
-  int64_t calls = 0;
-  double mhz = 0;
-  int readings = 0;
-  const GpuPower p0 = gpu_power();
-  const auto t0 = clock::now();
-  run_for(seconds, &calls, &mhz, &readings);
-  const double wall = std::chrono::duration<double>(clock::now() - t0).count();
+    check(cudaStreamSynchronize(s), "sustained");
+    if (phase == 1) wall = std::chrono::duration<double>(clock::now() - t0).count();
+  }
   const GpuPower p1 = gpu_power();
+  for (cudaEvent_t& e : done) cudaEventDestroy(e);
   Sustained r;
   r.ms = wall * 1e3 / double(calls);
   r.joules = p0.available && p1.available ? (p1.energy_j - p0.energy_j) / double(calls) : 0;
