@@ -461,13 +461,10 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     // 2 of 4 items capped for 4; neither takes ffn 24,512, which must be refused by name
     forms.push_back({0, 4, 2});
     if (cuda::device_info().major >= 9) forms.push_back({2, 4, 4});
-    // the streaming form (persistent CTAs: at 9 rows each of 9 CTAs takes one row; the column
-    // scales in shared memory, so the split's scalar rule is its own copy loop's)
-    forms.push_back({0, 3, 0, true});
     for (const cuda::SwigluFp8Form& f : forms) {
       const std::string form = at + ", cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread" +
-                               (f.min_blocks ? ", capped for " + std::to_string(f.min_blocks) + " CTAs an SM" : "") + (f.stream ? ", streaming" : "");
-      if (f.min_blocks != 0 || f.stream) EXPECT_EQ(cuda::swiglu_fp8_form_fits(f, ffn), ffn <= 18432) << form;
+                               (f.min_blocks ? ", capped for " + std::to_string(f.min_blocks) + " CTAs an SM" : "");
+      if (f.min_blocks != 0) EXPECT_EQ(cuda::swiglu_fp8_form_fits(f, ffn), ffn <= 18432) << form;
       if (!cuda::swiglu_fp8_form_fits(f, ffn)) {
         EXPECT_THROW(cuda::swiglu_fp8_quant_as(f, dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp,
                                                s2.as<float>(), nullptr),
@@ -490,7 +487,7 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
   // the product's choice by rows: the cluster form below 2,048 rows, the register form from there
   // (CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS unset); the same bits either way
   if (cuda::device_info().major >= 9 && !std::getenv("CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS") && !std::getenv("CLEFRT_LAB_SWIGLU_MIN_BLOCKS") &&
-      !std::getenv("CLEFRT_LAB_SWIGLU_CLUSTER") && !std::getenv("CLEFRT_LAB_SWIGLU_STREAM")) {
+      !std::getenv("CLEFRT_LAB_SWIGLU_CLUSTER")) {
     EXPECT_EQ(cuda::swiglu_fp8_form(2047).min_blocks, 0);
     EXPECT_EQ(cuda::swiglu_fp8_form(2047).cluster, 2);
     EXPECT_EQ(cuda::swiglu_fp8_form(2048).min_blocks, 2);
@@ -506,19 +503,6 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
       EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), in.codes) << "codes" << at;
       EXPECT_EQ(down<float>(rs_io, size_t(L)), in.scales) << "scales in place" << at;
     }
-  }
-  // the streaming form over more rows than SMs (each CTA's loop takes many rows, the next one's
-  // loads in flight), the row scales read from and written to the same buffer, an all-zero row
-  for (const auto& [L, ffn, kp, split] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{2600, 4104, 4112, 2052}, {700, 17408, 17408, 8704}}) {
-    const std::string at = " at " + std::to_string(L) + " rows, ffn " + std::to_string(ffn) + ", streaming";
-    const SwigluFp8Inputs in = swiglu_fp8_inputs(L, ffn, kp, split, uint32_t(L + ffn), 201);
-    DeviceBuffer q2(size_t(L * kp)), rs_io = cuda::upload(in.rs_host, "rs in place");
-    const float* hi = in.cs.as<float>() + split;
-    cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");
-    cuda::swiglu_fp8_quant_as({0, 3, 0, true}, in.gu.as<bf16>(), L, ffn, rs_io.as<float>(), in.cs.as<float>(), hi, split, q2.as<uint8_t>(), kp,
-                              rs_io.as<float>(), nullptr);
-    EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), in.codes) << "codes" << at;
-    EXPECT_EQ(down<float>(rs_io, size_t(L)), in.scales) << "scales in place" << at;
   }
   EXPECT_TRUE(cuda::swiglu_fp8_quant_fits(24512, 24512));
   EXPECT_FALSE(cuda::swiglu_fp8_quant_fits(24520, 24528)) << "over 48 KiB with the static 128 bytes";

@@ -221,12 +221,6 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
   print({"swiglu fp8", std::string("registers, 2 CTAs an SM (spills)") + (regs_now ? " (the model's now)" : ""), L, t4, bytes_fp8,
          same4 ? "same bits" : "BITS DIFFER"},
         copy, out);
-  // the streaming form: a persistent CTA an SM, the column scales in shared memory, the next row's
-  // loads in flight through a row's exchange
-  const auto [t5, same5] = regs([&] { launch_swiglu_fp8_quant_stream(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
-  print({"swiglu fp8", std::string("streaming, a CTA an SM, scales in shared memory") + (swiglu_fp8_form(L).stream ? " (the model's now)" : ""), L,
-         t5, bytes_fp8, same5 ? "same bits" : "BITS DIFFER"},
-        copy, out);
   // the cluster form (compute capability 9.0 on): a row over `cl` CTAs, `ipt` items a thread
   if (device_info().major >= 9) {
     const SwigluFp8Form product = swiglu_fp8_form(L);

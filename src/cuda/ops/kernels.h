@@ -80,11 +80,6 @@ void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, c
 struct SwigluFp8Form {
   int cluster = 0, ipt = 1;
   int min_blocks = 0;  // 0: uncapped; 2 (cluster 0, ipt 4) or 4 (cluster 2, ipt 4): the capped forms
-  // the streaming form (cluster 0, ipt 3, min_blocks 0): one persistent CTA an SM, the column
-  // scales in shared memory (2 ffn floats: ffn <= 18,432 where the device lets a CTA have them),
-  // the next row's loads in flight while a row is reduced; CLEFRT_LAB_SWIGLU_STREAM=1 takes it
-  // where the register form would run
-  bool stream = false;
 };
 bool swiglu_fp8_form_fits(const SwigluFp8Form& f, int64_t ffn);
 SwigluFp8Form swiglu_fp8_form(int64_t L);

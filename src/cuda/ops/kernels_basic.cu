@@ -456,20 +456,6 @@ void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, c
 // forward asks at every MLP).
 static std::string swiglu_form_misfit(const SwigluFp8Form& f, int64_t ffn) {
   auto form = [&] { return "cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread"; };
-  if (f.stream) {
-    if (f.cluster != 0 || f.ipt != kSwigluStreamItems || f.min_blocks != 0) return "no streaming form of " + form() + " (it is cluster 0, 3 items)";
-    static const int smem_max = [] {
-      int dev = 0, v = 0;
-      cudaGetDevice(&dev);
-      return cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess ? v : 0;
-    }();
-    if (swiglu_stream_threads(ffn) > kSwigluStreamMaxThreads) return "the streaming form takes ffn <= 18,432, not " + std::to_string(ffn);
-    // its static shared memory (block_max's 32 floats) beside the scales
-    if (swiglu_stream_smem(ffn) + 128 > size_t(smem_max))
-      return "the streaming form's column scales (" + std::to_string(swiglu_stream_smem(ffn)) + " bytes at ffn " + std::to_string(ffn) +
-             ") do not fit a CTA's shared memory here (" + std::to_string(smem_max) + ")";
-    return "";
-  }
   if (f.min_blocks != 0) {
     const bool fits = f.min_blocks == 2   ? f.cluster == 0 && f.ipt == 4 && (ffn / 8 + 3) / 4 <= kSwigluQuantMaxThreads
                       : f.min_blocks == 4 ? f.cluster == 2 && f.ipt == 4 && swiglu_cluster_max_threads(4) > 0 &&
@@ -497,9 +483,7 @@ void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int6
   if (const std::string why = swiglu_form_misfit(f, ffn); !why.empty()) throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: " + why);
   if (L == 0) return;
   const GuScales sc{rs, cs_lo, cs_hi, split};
-  if (f.stream) {
-    launch_swiglu_fp8_quant_stream(gu, L, ffn, sc, q, kp, scale, s);
-  } else if (f.min_blocks == 2) {
+  if (f.min_blocks == 2) {
     launch_swiglu_fp8_quant_regs<2>(gu, L, ffn, sc, q, kp, scale, s);
   } else if (f.min_blocks == 4) {
     launch_swiglu_fp8_quant_cluster_lab<4>(gu, L, ffn, sc, q, kp, scale, s);
@@ -537,9 +521,7 @@ SwigluFp8Form swiglu_fp8_form(int64_t L) {
     if (d.min_blocks == 2) d.ipt = 4;
     return d;
   }();
-  // CLEFRT_LAB_SWIGLU_STREAM=1: the streaming form where the register form would run (an A/B)
-  static const bool stream = env_count("CLEFRT_LAB_SWIGLU_STREAM", 0, 0, 1) == 1;
-  if (regs_from > 0 && L >= regs_from && f.min_blocks == 0 && f.cluster > 0) return stream ? SwigluFp8Form{0, kSwigluStreamItems, 0, true} : SwigluFp8Form{0, 4, 2};
+  if (regs_from > 0 && L >= regs_from && f.min_blocks == 0 && f.cluster > 0) return SwigluFp8Form{0, 4, 2};
   return f;
 }
 

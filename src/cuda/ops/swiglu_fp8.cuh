@@ -12,7 +12,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "cuda/ops/cluster_launch.cuh"
@@ -20,7 +19,6 @@
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
 #include "cuda/runtime/check.h"
-#include "cuda/runtime/hardware.h"
 
 namespace clefrt::cuda {
 namespace {
@@ -103,15 +101,17 @@ __device__ __forceinline__ void gu_scales8(const GuScales& sc, int c, bool vec, 
 #pragma unroll
   for (int j = 0; j < 8; ++j) cs[j] = c + j < sc.split ? sc.cs_lo[c + j] : sc.cs_hi[c + j - sc.split];
 }
-// swiglu_k's 8 outputs of one item, scaled (gu_value's rounding) by row scale r and the column
-// scales cg (gate) / cu (up) when `scaled`
-__device__ __forceinline__ uint4 swiglu8_with(uint4 gv, uint4 uv, bool scaled, float r, const float (&cg)[8], const float (&cu)[8]) {
+// swiglu_k's 8 outputs of one item, scaled (gu_value's rounding) when rs is set
+__device__ __forceinline__ uint4 swiglu8_scaled(uint4 gv, uint4 uv, float r, const GuScales& sc, int c, int ffn, bool vec) {
   const bf16* gp = reinterpret_cast<const bf16*>(&gv);
   const bf16* up = reinterpret_cast<const bf16*>(&uv);
   float g[8], u[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) g[j] = __bfloat162float(gp[j]), u[j] = __bfloat162float(up[j]);
-  if (scaled) {
+  if (sc.rs) {
+    float cg[8], cu[8];
+    gu_scales8(sc, c, vec, cg);
+    gu_scales8(sc, ffn + c, vec, cu);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       g[j] = __bfloat162float(__float2bfloat16_rn(fp8_scaled(g[j], r, cg[j])));
@@ -123,15 +123,6 @@ __device__ __forceinline__ uint4 swiglu8_with(uint4 gv, uint4 uv, bool scaled, f
 #pragma unroll
   for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16(silu_f(g[j]) * u[j]);
   return ov;
-}
-// ... with the column scales read from sc (item at column c of the gate half)
-__device__ __forceinline__ uint4 swiglu8_scaled(uint4 gv, uint4 uv, float r, const GuScales& sc, int c, int ffn, bool vec) {
-  float cg[8] = {}, cu[8] = {};
-  if (sc.rs) {
-    gu_scales8(sc, c, vec, cg);
-    gu_scales8(sc, ffn + c, vec, cu);
-  }
-  return swiglu8_with(gv, uv, sc.rs != nullptr, r, cg, cu);
 }
 // MinBlocks: CTAs an SM the registers are capped for (1: 78 registers, no spills; 2: 56 with
 // spills), the lab's two variants.
@@ -181,83 +172,9 @@ void launch_swiglu_fp8_quant_regs(const bf16* gu, int64_t L, int64_t ffn, const 
   swiglu_fp8_quant_regs_k<MinBlocks><<<unsigned(L), threads, 0, s>>>(gu, ffn, sc, vec, q, kp / 8, scale);
 }
 
-// The streaming form: one CTA an SM, persistent over rows (blockIdx.x, + gridDim.x, ...), with
-// the 2 ffn column scales in shared memory for all of its rows (the one-row-a-CTA forms read them
-// from L1 / L2 for every row: as many bytes as the row's gate|up) and the next row's gate|up
-// loads issued before the current row is computed, reduced and written, so they are in flight
-// through the row's exchange (block_max) that the one-row-a-CTA forms wait on. kSwigluStreamItems
-// items a thread. The same values, amax, scale and codes as swiglu_fp8_quant_k. `scale` may be
-// sc.rs itself: a row is one CTA's, which reads rs[t] before its barriers and writes scale[t]
-// after them.
-constexpr int kSwigluStreamItems = 3;
-constexpr int kSwigluStreamMaxThreads = 768;  // ffn <= 18,432
-__global__ void __launch_bounds__(kSwigluStreamMaxThreads, 1) swiglu_fp8_quant_stream_k(const bf16* gu, int64_t L, int64_t ffn, GuScales sc,
-                                                                                        uint8_t* q, int64_t kp8, float* scale) {
-  extern __shared__ float4 cs_raw[];  // [2 ffn] floats: cs(c), gate then up
-  __shared__ float sh[32];
-  float* cs = reinterpret_cast<float*>(cs_raw);
-  const int f8 = int(ffn / 8);
-  const bool scaled = sc.rs != nullptr;
-  if (scaled)
-    for (int64_t c = threadIdx.x; c < 2 * ffn; c += blockDim.x) cs[c] = c < sc.split ? sc.cs_lo[c] : sc.cs_hi[c - sc.split];
-  __syncthreads();
-  uint4 gv[kSwigluStreamItems], uv[kSwigluStreamItems], gn[kSwigluStreamItems], un[kSwigluStreamItems];
-  auto load = [&](int64_t row, uint4(&g_)[kSwigluStreamItems], uint4(&u_)[kSwigluStreamItems]) {
-    const uint4* g = reinterpret_cast<const uint4*>(gu + row * 2 * ffn);
-    const uint4* u = g + f8;
-#pragma unroll
-    for (int k = 0; k < kSwigluStreamItems; ++k) {
-      const int i = threadIdx.x + k * blockDim.x;
-      if (i < f8) g_[k] = g[i], u_[k] = u[i];
-    }
-  };
-  int64_t t = blockIdx.x;
-  if (t < L) load(t, gv, uv);
-  for (; t < L; t += gridDim.x) {
-    if (t + gridDim.x < L) load(t + gridDim.x, gn, un);  // the next row's, in flight from here
-    const float r = scaled ? sc.rs[t] : 1.0f;
-    float m = 0;
-#pragma unroll
-    for (int k = 0; k < kSwigluStreamItems; ++k) {
-      const int i = threadIdx.x + k * blockDim.x;
-      if (i < f8) {
-        float cg[8], cu[8];
-        const float4* pg = reinterpret_cast<const float4*>(cs + 8 * i);
-        const float4* pu = reinterpret_cast<const float4*>(cs + ffn + 8 * i);
-        const float4 a = pg[0], b = pg[1], c = pu[0], d = pu[1];
-        cg[0] = a.x, cg[1] = a.y, cg[2] = a.z, cg[3] = a.w, cg[4] = b.x, cg[5] = b.y, cg[6] = b.z, cg[7] = b.w;
-        cu[0] = c.x, cu[1] = c.y, cu[2] = c.z, cu[3] = c.w, cu[4] = d.x, cu[5] = d.y, cu[6] = d.z, cu[7] = d.w;
-        gv[k] = swiglu8_with(gv[k], uv[k], scaled, r, cg, cu);
-        m = absmax8_bf16(gv[k], m);
-      }
-    }
-    m = block_max(m, sh);
-    const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
-    if (threadIdx.x == 0) scale[t] = s;
-    uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
-#pragma unroll
-    for (int k = 0; k < kSwigluStreamItems; ++k) {
-      const int i = threadIdx.x + k * blockDim.x;
-      if (i < f8) out[i] = e4m3_encode8_bf16(gv[k], s, inv);
-    }
-    for (int64_t i = f8 + threadIdx.x; i < kp8; i += blockDim.x) out[i] = make_uint2(0u, 0u);  // the GEMM's K padding
-#pragma unroll
-    for (int k = 0; k < kSwigluStreamItems; ++k) gv[k] = gn[k], uv[k] = un[k];
-  }
-}
-// Its threads for ffn (items over kSwigluStreamItems, rounded up to a warp) and shared memory
-inline int64_t swiglu_stream_threads(int64_t ffn) { return ((ffn / 8 + kSwigluStreamItems - 1) / kSwigluStreamItems + 31) / 32 * 32; }
-inline size_t swiglu_stream_smem(int64_t ffn) { return size_t(2 * ffn) * sizeof(float); }
-// One CTA an SM (at most one a row), persistent; the caller checked the form fits
-// (swiglu_fp8_form_fits: threads and shared memory).
-inline void launch_swiglu_fp8_quant_stream(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale,
-                                           cudaStream_t s) {
-  const size_t smem = swiglu_stream_smem(ffn);
-  check(cudaFuncSetAttribute(swiglu_fp8_quant_stream_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)), "swiglu_fp8_quant stream");
-  const int64_t grid = std::min<int64_t>(L, sm_count());
-  swiglu_fp8_quant_stream_k<<<unsigned(grid), unsigned(swiglu_stream_threads(ffn)), smem, s>>>(gu, L, ffn, sc, q, kp / 8, scale);
-}
-
+// (A streaming form, one persistent CTA an SM with the column scales in shared memory and the next
+// row's loads in flight through a row's exchange, gave the same bits and was slower in the lab and
+// in the model: bench/results/2026-12-06-h100-session37.md; in git at 3d76c78.)
 // The cluster form: a row over a cluster of CTAs (thread block clusters, compute capability 9.0
 // on), CTA r of it taking the row's 16-byte items [r per, r per + per), a thread IPT of them in
 // registers from its loads to its codes. The row's amax is each CTA's block max, then the
