@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -20,7 +20,8 @@
 # ncu-blog: every kernel's GPU time over the blog request's second forward (bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
-# lab-vision-attn; every cuBLASLt configuration at the blog's and the tower's GEMMs with lab-gemm-search).
+# lab-vision-attn; every cuBLASLt configuration at the blog's and the tower's GEMMs with lab-gemm-search;
+# our FP8 wgmma GEMM beside cuBLASLt's with lab-fp8-wgmma).
 # ops: --version, the architectures in the binary (cuobjdump), the ready line and /health of a
 # served synthetic model, with the fast and the portable kernels.
 # nan: a tiny folder with NaN weights through the CUDA engine (refused at load; with
@@ -308,6 +309,10 @@ for i in range(240):
       # every cuBLASLt configuration at the blog's and the tower's GEMMs beside the engine's (bits and ms)
       .carry/clefrt_bench_gemm_search --commit "$commit" --json "$OUT/lab-gemm-search.json" > "$OUT/lab-gemm-search.txt" 2>&1
       echo "== lab gemm-search rc=$?"; grep -E "^[a-z]|engine|same bits" "$OUT/lab-gemm-search.txt" | head -80 ;;
+    lab-fp8-wgmma)
+      # our FP8 wgmma GEMM (docs/notes/fp8-gemm-design.md, step 1) beside cuBLASLt's: ms, error, row bits
+      .carry/clefrt_bench_fp8_wgmma --commit "$commit" --json "$OUT/lab-fp8-wgmma.json" > "$OUT/lab-fp8-wgmma.txt" 2>&1
+      echo "== lab fp8-wgmma rc=$?"; grep -E "^[a-z]|^m |ours|cuBLASLt" "$OUT/lab-fp8-wgmma.txt" | head -60 ;;
     lab-gemm)
       .carry/clefrt_bench_w4a16 --commit "$commit" --json "$OUT/lab-w4a16.json" > "$OUT/lab-w4a16.txt" 2>&1; echo "== lab w4a16 rc=$?"
       .carry/clefrt_bench_fp8 --commit "$commit" --json "$OUT/lab-fp8.json" > "$OUT/lab-fp8.txt" 2>&1; echo "== lab fp8 rc=$?" ;;
