@@ -270,7 +270,8 @@ int main(int argc, char** argv) {
     json::Value shapes = json::Value::array();
     for (Shape sh : {Shape{"mlp gate_up", 34816, 5120}, Shape{"mlp down", 5120, 17408}, Shape{"gdn in_proj", 16480, 5120},
                      Shape{"gdn out_proj", 5120, 6144}}) {
-      const int64_t n = sh.n, k = sh.k, mmax = *std::max_element(ms.begin(), ms.end());
+      // at least the accuracy lines' 64 rows (--m below 64 would read and write past x8 and y)
+      const int64_t n = sh.n, k = sh.k, mmax = std::max<int64_t>(64, *std::max_element(ms.begin(), ms.end()));
       DeviceBuffer w(size_t(n * k) * 2, "W"), w8(size_t(n * k), "W fp8"), ws(size_t(n) * 4, "W scales"), x(size_t(mmax * k) * 2, "x"),
           x8(size_t(mmax * k), "x fp8"), xs(size_t(mmax) * 4, "x scales"), y(size_t(mmax * n) * 4, "y"), y2(size_t(mmax * n) * 4, "y2");
       fill_normal_bf16(w.as<bf16>(), n * k, 11, 0.0f, 0.02f, s);
@@ -335,15 +336,19 @@ int main(int argc, char** argv) {
         json::Value vs = json::Value::array();
         for (const Variant& v : kVariants) {
           const double t = bench::median_ms(s, [&] { v.run(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, xs.as<float>(), ws.as<float>(), y.get(), n, Out::BF16, s); });
-          // batch invariance: rows [0, 64) of this m against the same rows run alone as m = 64 and as
-          // m = 1 (row 0), scaled bf16 out, bit for bit
+          // batch invariance, scaled bf16 out, bit for bit: rows [0, 64) of this m against the same
+          // rows run alone as m = 64 and row 0 as m = 1; and, where m has them, rows [64, 128) (the
+          // second warpgroup's in the batch) and row m - 1 (the last tile's) run alone from an
+          // offset x, where they sit in the first warpgroup of the first tile
           v.run(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, xs.as<float>(), ws.as<float>(), y.get(), n, Out::BF16, s);
-          const std::vector<uint16_t> in_batch = down<uint16_t>(y, size_t(std::min<int64_t>(m, 64) * n), s);
-          v.run(x8.as<uint8_t>(), std::min<int64_t>(m, 64), k, w8.as<uint8_t>(), n, xs.as<float>(), ws.as<float>(), y2.get(), n, Out::BF16, s);
-          const std::vector<uint16_t> alone64 = down<uint16_t>(y2, size_t(std::min<int64_t>(m, 64) * n), s);
-          v.run(x8.as<uint8_t>(), 1, k, w8.as<uint8_t>(), n, xs.as<float>(), ws.as<float>(), y2.get(), n, Out::BF16, s);
-          const std::vector<uint16_t> alone1 = down<uint16_t>(y2, size_t(n), s);
-          const bool same = in_batch == alone64 && std::equal(alone1.begin(), alone1.end(), in_batch.begin());
+          const std::vector<uint16_t> in_batch = down<uint16_t>(y, size_t(m * n), s);
+          auto alone = [&](int64_t r0, int64_t rows) {
+            v.run(x8.as<uint8_t>() + r0 * k, rows, k, w8.as<uint8_t>(), n, xs.as<float>() + r0, ws.as<float>(), y2.get(), n, Out::BF16, s);
+            const std::vector<uint16_t> got = down<uint16_t>(y2, size_t(rows * n), s);
+            return std::equal(got.begin(), got.end(), in_batch.begin() + r0 * n);
+          };
+          bool same = alone(0, std::min<int64_t>(m, 64)) && alone(0, 1) && alone(m - 1, 1);
+          if (m >= 128) same = same && alone(64, 64);
           std::printf("         %-66s %8.3f ms %6.0f TF/s (%.2fx promoted + scale pass)  rows alone vs in the batch: %s\n", v.name, t, tf(t),
                       (t_p + t_sc) / t, same ? "same bits" : "BITS DIFFER");
           json::Value e = json::Value::object();
