@@ -311,7 +311,8 @@ for i in range(240):
       echo "== lab gemm-search rc=$?"; grep -E "^[a-z]|engine|same bits" "$OUT/lab-gemm-search.txt" | head -80 ;;
     lab-fp8-wgmma)
       # our FP8 wgmma GEMM (docs/notes/fp8-gemm-design.md, step 1) beside cuBLASLt's: ms, error, row bits
-      .carry/clefrt_bench_fp8_wgmma --commit "$commit" --json "$OUT/lab-fp8-wgmma.json" > "$OUT/lab-fp8-wgmma.txt" 2>&1
+      # (a kernel never run before may hang: 240 s at most)
+      timeout 240 .carry/clefrt_bench_fp8_wgmma --commit "$commit" --json "$OUT/lab-fp8-wgmma.json" > "$OUT/lab-fp8-wgmma.txt" 2>&1
       echo "== lab fp8-wgmma rc=$?"; grep -E "^[a-z]|^m |ours|cuBLASLt" "$OUT/lab-fp8-wgmma.txt" | head -60 ;;
     lab-gemm)
       .carry/clefrt_bench_w4a16 --commit "$commit" --json "$OUT/lab-w4a16.json" > "$OUT/lab-w4a16.txt" 2>&1; echo "== lab w4a16 rc=$?"

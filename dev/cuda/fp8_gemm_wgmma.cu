@@ -17,6 +17,8 @@
 // A row's result is its own k steps in increasing order whatever m and the tile walk are (no split
 // of k), so it does not depend on the batch: checked bit for bit below.
 //
+// fp8_gemm_ws_k below is step 2 (a producer warpgroup, persistent 256 x 128 tiles).
+//
 // The bench, per shape of the 27B model at m = 318 and 8,192: ms and TFLOP/s beside cuBLASLt's
 // promoted and fast-accumulation GEMMs (the engine's batch-invariant Gemm, unscaled output: its
 // scale pass is timed apart); the error of each against the exact sum of the same e4m3 products
@@ -175,9 +177,123 @@ __global__ void __launch_bounds__(THREADS, 1)
 #endif
 }
 
+// Step 2 of the plan: warp-specialized and persistent. 384 threads: warpgroup 0 the producer (one
+// thread issues every TMA copy; its registers cut to 40 by setmaxnreg), warpgroups 1 and 2 the
+// math (raised to 232), each 128 rows of a 256 x 128 tile as two m64n128 waves a k step (one step
+// accumulator shared by the waves, two fp32 totals: DeepGEMM's 256 x 128 shape). The stage ring
+// runs on across tiles: full barriers (the producer's expect-tx) and empty ones (each math warp's
+// arrival once its wgmmas on the stage are done: 8 a stage). One CTA an SM walks the tiles
+// blockIdx.x, + gridDim.x, ..., each N block's M blocks in a row (the weight tile stays in L2).
+// The same promotion (every 128 k, after a wait) and epilogue as step 1: the same bits.
+constexpr int WS_BM = 256, WS_THREADS = 384;
+template <int STAGES>
+struct WsCfg {
+  static constexpr int a_bytes = WS_BM * BK, b_bytes = BN * BK, stage_bytes = a_bytes + b_bytes;
+  static constexpr int bar_base = STAGES * stage_bytes;
+  static constexpr int bytes = bar_base + 2 * STAGES * 8 + 1024;
+  static_assert(bytes <= 232448, "shared memory a CTA");
+};
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#ifdef CLEFRT_TMA
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
+
+template <int STAGES>
+__global__ void __launch_bounds__(WS_THREADS, 1)
+    fp8_gemm_ws_k(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap, int m, int n, int k,
+                  const float* __restrict__ rs, const float* __restrict__ cs, void* y, int64_t ldy, Out out) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  using C = WsCfg<STAGES>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7;
+  uint64_t* const full = reinterpret_cast<uint64_t*>(smem + C::bar_base);
+  uint64_t* const empty = full + STAGES;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], 8);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();  // the last barrier of the block: the warpgroups part here
+  const int mt = (m + WS_BM - 1) / WS_BM, nt = (n + BN - 1) / BN, tiles = mt * nt, ktiles = (k + BK - 1) / BK;
+  auto atile = [&](int s) { return smem + s * C::stage_bytes; };
+  auto btile = [&](int s) { return smem + s * C::stage_bytes + C::a_bytes; };
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (tid != 0) return;
+    int it = 0;  // k steps issued, over all tiles: stage it % STAGES, its round it / STAGES
+    for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
+      const int m0 = (tile % mt) * WS_BM, n0 = (tile / mt) * BN;
+      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int s = it % STAGES;
+        mbar_wait(&empty[s], uint32_t(((it / STAGES) & 1) ^ 1));  // a fresh barrier passes parity 1 at once
+        mbar_arrive_expect_tx(&full[s], C::stage_bytes);
+        tma_load_2d(atile(s), &xmap, kt * BK, m0, &full[s]);
+        tma_load_2d(btile(s), &wmap, kt * BK, n0, &full[s]);
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int cw = wg - 1, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+  float total[2][64], acc[64];
+  int it = 0;
+  for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
+    const int m0 = (tile % mt) * WS_BM, n0 = (tile / mt) * BN;
+#pragma unroll
+    for (int w = 0; w < 2; ++w)
+#pragma unroll
+      for (int i = 0; i < 64; ++i) total[w][i] = 0.0f;
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const int s = it % STAGES;
+      mbar_wait(&full[s], uint32_t((it / STAGES) & 1));
+      const unsigned char* bt = btile(s);
+#pragma unroll
+      for (int w = 0; w < 2; ++w) {
+        const unsigned char* at = atile(s) + (cw * 128 + w * 64) * 128;
+#pragma unroll
+        for (int i = 0; i < 64; ++i) fence_operand(acc[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int q = 0; q < BK / 32; ++q) wgmma_e4m3_n128(acc, wgmma_desc(at + 32 * q), wgmma_desc(bt + 32 * q), q > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+          fence_operand(acc[i]);
+          total[w][i] += acc[i];
+        }
+      }
+      if (lane == 0) mbar_arrive(&empty[s]);  // this warp's wgmmas on stage s are done
+    }
+#pragma unroll
+    for (int w = 0; w < 2; ++w)
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = m0 + cw * 128 + w * 64 + warp * 16 + g + h * 8;
+          if (r >= m) continue;
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int col = n0 + j * 8 + t * 2 + c;
+            if (col >= n) continue;
+            const float v = rs ? fp8_scaled(total[w][j * 4 + h * 2 + c], rs[r], cs[col]) : total[w][j * 4 + h * 2 + c];
+            if (out == Out::BF16) static_cast<bf16*>(y)[int64_t(r) * ldy + col] = __float2bfloat16_rn(v);
+            else if (out == Out::F32) static_cast<float*>(y)[int64_t(r) * ldy + col] = v;
+            else static_cast<float*>(y)[int64_t(r) * ldy + col] += v;
+          }
+        }
+  }
+#endif
+}
+
 // An e4m3 matrix [rows, k] (rows k bytes apart) as a TMA tensor map: boxes of 128 bytes of k x
-// 128 rows, 128-byte swizzle (wgmma_desc's layout), out-of-bounds elements zero
-CUtensorMap fp8_tensor_map(const uint8_t* p, int64_t rows, int64_t k) {
+// box_rows rows, 128-byte swizzle (wgmma_desc's layout), out-of-bounds elements zero
+CUtensorMap fp8_tensor_map(const uint8_t* p, int64_t rows, int64_t k, int box_rows = BM) {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
@@ -188,7 +304,7 @@ CUtensorMap fp8_tensor_map(const uint8_t* p, int64_t rows, int64_t k) {
   if (k % 16 != 0) throw Error(Status::Internal, "internal_error", "fp8 gemm (wgmma): k " + std::to_string(k) + " is not a multiple of 16");
   CUtensorMap map{};
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k)};
-  const cuuint32_t box[2] = {cuuint32_t(BK), cuuint32_t(BM)}, elem[2] = {1, 1};
+  const cuuint32_t box[2] = {cuuint32_t(BK), cuuint32_t(box_rows)}, elem[2] = {1, 1};
   const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(p), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
@@ -213,6 +329,22 @@ void fp8_gemm_wgmma(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, in
   check_launch("fp8 gemm (wgmma)");
 }
 
+template <int STAGES>
+void fp8_gemm_ws(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, const float* rs, const float* cs, void* y, int64_t ldy,
+                 Out out, cudaStream_t s) {
+  using C = WsCfg<STAGES>;
+  static const bool configured = [] {
+    check(cudaFuncSetAttribute(fp8_gemm_ws_k<STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "fp8 gemm (warp-specialized)");
+    return true;
+  }();
+  (void)configured;
+  const CUtensorMap xmap = fp8_tensor_map(x, m, k, WS_BM), wmap = fp8_tensor_map(w, n, k);
+  const int64_t tiles = ((m + WS_BM - 1) / WS_BM) * ((n + BN - 1) / BN);
+  fp8_gemm_ws_k<STAGES><<<unsigned(std::min<int64_t>(tiles, sm_count())), WS_THREADS, C::bytes, s>>>(xmap, wmap, int(m), int(n), int(k), rs, cs, y,
+                                                                                                      ldy, out);
+  check_launch("fp8 gemm (warp-specialized)");
+}
+
 struct Variant {
   const char* name;
   void (*run)(const uint8_t*, int64_t, int64_t, const uint8_t*, int64_t, const float*, const float*, void*, int64_t, Out, cudaStream_t);
@@ -221,6 +353,7 @@ const Variant kVariants[] = {
     {"ours, 4 stages", fp8_gemm_wgmma<4>},
     {"ours, 5 stages", fp8_gemm_wgmma<5>},
     {"ours, 6 stages", fp8_gemm_wgmma<6>},
+    {"ours, warp-specialized, persistent, 256 x 128, 4 stages", fp8_gemm_ws<4>},
 };
 
 // fp32 outputs of rows [0, 64) x 512 columns spread over n against the exact e4m3 sums: RMS and
