@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -1090,6 +1091,106 @@ TEST(CudaQuant, Fp8AtClefGdnHeadsAgainstCpu) {
             << ", batch of 12 vs alone " << batch_worst << "\n";
   EXPECT_LT(worst, 0.05);
   EXPECT_EQ(batch_worst, 0.0);
+}
+
+// The FP8 GEMM of our own (fp8_gemm_own, both forms) at a shape whose m, n and k are no multiples
+// of its tiles (k: a zero-filled last 128-wide step): fp32 out against the exact sum of the same
+// e4m3 products (fp64) within the promoted cuBLASLt GEMM's measured error (1.3e-4 of the outputs'
+// RMS, 7.4e-4 worst, at k = 5,120), the two forms' bits equal, bf16 out the fp32 out rounded, and
+// rows run alone from an offset x (another tile and warpgroup than in the batch) bit for bit.
+TEST(CudaQuant, Fp8OwnGemmAgainstExactSumsAndBatchInvariant) {
+  NEED_GPU();
+  if (!cuda::fp8_gemm_own_available()) GTEST_SKIP() << "the FP8 GEMM of our own needs an sm_90a build on compute capability 9.0";
+  const int64_t m = 300, n = 264, k = 1040;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> xf(size_t(m * k)), wf(size_t(n * k));
+  for (auto& v : xf) v = quant::bf16_round(nd(rng));
+  for (auto& v : wf) v = quant::bf16_round(0.02f * nd(rng));
+  DeviceBuffer x = cuda::upload(to_bf(xf), "x"), w = cuda::upload(to_bf(wf), "w"), x8(size_t(m * k)), w8(size_t(n * k)), xs(size_t(m) * 4),
+               ws(size_t(n) * 4);
+  cuda::fp8_quantize_rows(x.as<bf16>(), m, k, k, x8.as<uint8_t>(), k, xs.as<float>(), nullptr);
+  cuda::fp8_quantize_rows(w.as<bf16>(), n, k, k, w8.as<uint8_t>(), k, ws.as<float>(), nullptr);
+  const std::vector<uint8_t> hx = down<uint8_t>(x8, size_t(m * k)), hw = down<uint8_t>(w8, size_t(n * k));
+  std::vector<double> exact(size_t(m * n));
+  double sx = 0;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      double a = 0;
+      for (int64_t i = 0; i < k; ++i) a += double(quant::e4m3_value(hx[size_t(r * k + i)])) * double(quant::e4m3_value(hw[size_t(c * k + i)]));
+      exact[size_t(r * n + c)] = a;
+      sx += a * a;
+    }
+  const double rms = std::sqrt(sx / double(m * n));
+  DeviceBuffer y(size_t(m * n) * 4), y16(size_t(m * n) * 2), y1(size_t(m * n) * 4);
+  std::vector<float> first;
+  for (int form : {1, 2}) {
+    const std::string at = " (form " + std::to_string(form) + ")";
+    cuda::check(cudaMemset(y.get(), 0xff, y.bytes()), "poison");  // every output must be written
+    cuda::fp8_gemm_own(form, x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), true, n, nullptr);
+    const std::vector<float> got = down<float>(y, size_t(m * n));
+    double se = 0, worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double d = double(got[i]) - exact[i];
+      se += d * d, worst = std::max(worst, std::fabs(d));
+    }
+    std::cout << "[ cuda    ] fp8_gemm_own form " << form << ": error rms " << std::sqrt(se / double(m * n)) / rms << ", worst " << worst / rms
+              << " of the outputs' RMS\n";
+    EXPECT_LT(std::sqrt(se / double(m * n)) / rms, 3e-4) << at;
+    EXPECT_LT(worst / rms, 2e-3) << at;
+    if (first.empty()) first = got;
+    EXPECT_EQ(got, first) << "the two forms give the same bits" << at;
+    cuda::fp8_gemm_own(form, x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y16.get(), false, n, nullptr);
+    const std::vector<uint16_t> b16 = down<uint16_t>(y16, size_t(m * n));
+    size_t rounded = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float r = quant::bf16_round(got[i]);
+      uint32_t bits = 0;
+      std::memcpy(&bits, &r, 4);
+      rounded += b16[i] == uint16_t(bits >> 16);
+    }
+    EXPECT_EQ(rounded, got.size()) << "bf16 out is the fp32 out rounded" << at;
+    for (const auto& [r0, rows] : {std::pair<int64_t, int64_t>{0, 1}, {70, 3}, {150, 64}, {299, 1}}) {
+      cuda::fp8_gemm_own(form, x8.as<uint8_t>() + r0 * k, rows, k, w8.as<uint8_t>(), n, y1.get(), true, n, nullptr);
+      const std::vector<float> alone = down<float>(y1, size_t(rows * n));
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + r0 * n)) << rows << " rows from row " << r0 << " alone vs in the batch" << at;
+    }
+  }
+}
+
+// The forward on the FP8 GEMM of our own (CLEFRT_LAB_FP8_OWN_GEMM=1 and 2): the FP8 small-gdn128
+// folder against the CPU within Fp8AtClefGdnHeadsAgainstCpu's bound, a batch of 12 against each
+// request alone bit for bit, and the two forms' answers equal.
+TEST(CudaQuant, Fp8OwnGemmForwardAgainstCpu) {
+  NEED_GPU();
+  if (!cuda::fp8_gemm_own_available()) GTEST_SKIP() << "the FP8 GEMM of our own needs an sm_90a build on compute capability 9.0";
+  const std::string dir = quantized_folder(test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f), "small-gdn128-fp8", "fp8");
+  auto cpu = EngineCore::load(dir);
+  std::vector<Encoded> enc;
+  for (const auto& text : test::corpus_requests(12)) enc.push_back(cpu->encoder().encode(parse_request(text)));
+  std::vector<const Encoded*> b;
+  for (const auto& e : enc) b.push_back(&e);
+  std::vector<std::vector<std::vector<double>>> answers[2];
+  for (int form : {1, 2}) {
+    setenv("CLEFRT_LAB_FP8_OWN_GEMM", std::to_string(form).c_str(), 1);
+    struct Unset {
+      ~Unset() { unsetenv("CLEFRT_LAB_FP8_OWN_GEMM"); }
+    } unset;
+    auto gpu = EngineCore::load(dir, gpu_opts());
+    double worst = 0, batch_worst = 0;
+    const auto together = gpu->probs(b);
+    for (size_t i = 0; i < enc.size(); ++i) {
+      const auto alone = gpu->probs({&enc[i]})[0];
+      worst = std::max(worst, worst_diff(alone, cpu->probs({&enc[i]})[0]));
+      batch_worst = std::max(batch_worst, worst_diff(together[i], alone));
+    }
+    std::cout << "[ cuda    ] small-gdn128 fp8 on the GEMM of our own (form " << form << "): GPU vs CPU worst |dp| " << worst << ", batch of 12 vs alone "
+              << batch_worst << "\n";
+    EXPECT_LT(worst, 0.05) << "form " << form;
+    EXPECT_EQ(batch_worst, 0.0) << "form " << form;
+    answers[form - 1] = together;
+  }
+  EXPECT_EQ(answers[0], answers[1]) << "the two forms' answers";
 }
 
 // The FP8 small-gdn128 folder on the GPU and the corpus's first 6 requests as one batch: the

@@ -31,6 +31,14 @@ void nvfp4_gemm(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t*
 // The wgmma kernel with a given tile height (nvfp4_gemm's dispatch; no checks of its own).
 void nvfp4_gemm_wgmma(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs,
                       int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, int bm, cudaStream_t s);
+// The FP8 GEMM of our own (fp8_gemm_wgmma.cuh; sm_90a builds on compute capability 9.0: available)
+// in cuBLASLt's place in Gemm::run_fp8, unscaled: y [m, n] = x [m, k] w [n, k]^T in bf16 or fp32,
+// rows ldy apart; k a multiple of 16, x and w 16-byte aligned. form 1: one CTA a 128 x 128 tile;
+// 2: warp-specialized, persistent 256 x 128 tiles. Both give the same bits, and a row's result does
+// not depend on m. Its sums round differently from cuBLASLt's. A lab switch until measured
+// (CLEFRT_LAB_FP8_OWN_GEMM).
+bool fp8_gemm_own_available();
+void fp8_gemm_own(int form, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, bool y_f32, int64_t ldy, cudaStream_t s);
 // spec/quant.md "Quantize (weights)" with a given global scale gs (shared by the whole matrix).
 void nvfp4_quantize(const bf16* w, int64_t n, int64_t k, float gs, uint8_t* packed, uint8_t* scales, cudaStream_t s);
 // *amax = max |x| over n values (amax must hold 0 before; non-negative floats compare as ints).

@@ -1,0 +1,336 @@
+// An FP8 GEMM of our own (docs/notes/fp8-gemm-design.md, steps 1 and 2): y = (x w^T) scaled, x
+// [m, k] and w [n, k] e4m3 (K-major, as the model holds them), fp32 accumulation with promotion,
+// the per-token x per-channel scales applied in the epilogue when given (fp8_scaled: cuBLASLt on
+// sm_90 leaves them to a pass of their own). The lab (dev/cuda/fp8_gemm_wgmma.cu) measures its
+// forms beside cuBLASLt; the forward runs it, unscaled in cuBLASLt's place, only under the lab
+// switch CLEFRT_LAB_FP8_OWN_GEMM (Gemm::run_fp8): not measured in the model yet.
+//
+// The kernel (sm_90a), one CTA of two warpgroups per 128 x 128 output tile:
+//   - thread 0 brings x's and w's [128, 128-byte] tiles of each 128-wide k step by TMA (128-byte
+//     swizzle, wgmma's K-major layout), STAGES - 1 steps ahead, onto a full-barrier per stage;
+//   - each warpgroup runs its 64 rows x 128 columns of a k step as four wgmma m64n128k32 e4m3,
+//     their sum starting from zero (scale-d 0 on the first): the tensor cores' own accumulation
+//     over 128 k, the interval cuBLASLt's and CUTLASS's promotion use;
+//   - promotion: that step's sum is added into a separate fp32 total once its wgmmas are done
+//     (wait 0, CUTLASS's and DeepGEMM's order: the other warpgroup's wgmmas keep the tensor cores
+//     busy meanwhile). Two step accumulators promoting step kt - 1 under step kt's wgmmas made
+//     ptxas serialize every wgmma (C7514), with or without the loop unrolled by two;
+//   - the epilogue: fp8_scaled(total, rs[row], cs[col]) in bf16, fp32, or added to an fp32 y.
+// A row's result is its own k steps in increasing order whatever m and the tile walk are (no split
+// of k), so it does not depend on the batch (the lab and CudaQuant.Fp8OwnGemm* check it bit for bit).
+//
+// fp8_gemm_ws_k below is step 2 (a producer warpgroup, persistent 256 x 128 tiles).
+#pragma once
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "common/error.h"
+#include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/formats.cuh"
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/tma.cuh"
+#include "cuda/ops/wgmma.cuh"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/hardware.h"
+
+namespace clefrt::cuda {
+namespace fp8own {
+
+constexpr int BM = 128, BN = 128, BK = 128, THREADS = 256;
+constexpr int kTileBytes = BM * BK;  // an x or w tile: 128 rows of 128 e4m3
+
+template <int STAGES>
+struct Cfg {
+  static constexpr int stage_bytes = 2 * kTileBytes;  // x's, then w's
+  static constexpr int bar_base = STAGES * stage_bytes;
+  static constexpr int bytes = bar_base + STAGES * 8 + 1024;  // + the 1024-byte alignment slack
+  static constexpr int DIST = STAGES - 1;                     // k steps loaded ahead
+  static_assert(bytes <= 232448, "shared memory a CTA");
+  static_assert(DIST >= 1, "stages");
+};
+
+// D (64 x 128 fp32: d[4j .. 4j + 3] = rows 16 w + g and + 8, columns 8j + 2t and + 1) (+)= A (64 x
+// 32 e4m3) B (32 x 128 e4m3), both K-major in shared memory (8-bit types take no transpose).
+__device__ __forceinline__ void wgmma_e4m3_n128(float* d, uint64_t da, uint64_t db, bool accumulate) {
+#ifdef CLEFRT_WGMMA
+#define D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n}\n"
+      : D8(0), D8(8), D8(16), D8(24), D8(32), D8(40), D8(48), D8(56)
+      : "l"(da), "l"(db), "r"(int(accumulate)));
+#undef D8
+#else
+  (void)d, (void)da, (void)db, (void)accumulate;
+  __trap();
+#endif
+}
+
+// Output modes of the epilogue
+enum class Out { BF16, F32, F32Add };
+
+template <int STAGES>
+__global__ void __launch_bounds__(THREADS, 1)
+    fp8_gemm_wgmma_k(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap, int m, int n, int k,
+                     const float* __restrict__ rs, const float* __restrict__ cs, void* y, int64_t ldy, Out out) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // sm_90a only (main refuses other devices)
+#else
+  using C = Cfg<STAGES>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7;
+  const int m0 = int(blockIdx.y) * BM, n0 = int(blockIdx.x) * BN;
+  const int ktiles = (k + BK - 1) / BK;  // a partial last step: TMA fills past k with zeros
+  auto xtile = [&](int kt) { return smem + (kt % STAGES) * C::stage_bytes; };
+  auto wtile = [&](int kt) { return smem + (kt % STAGES) * C::stage_bytes + kTileBytes; };
+  uint64_t* const full = reinterpret_cast<uint64_t*>(smem + C::bar_base);
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  auto load = [&](int kt) {
+    if (tid != 0 || kt >= ktiles) return;
+    mbar_arrive_expect_tx(&full[kt % STAGES], 2 * kTileBytes);  // out-of-bounds bytes are counted too
+    tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &full[kt % STAGES]);
+    tma_load_2d(wtile(kt), &wmap, kt * BK, n0, &full[kt % STAGES]);
+  };
+  for (int kt = 0; kt < C::DIST; ++kt) load(kt);
+
+  float total[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) total[i] = 0.0f;
+  // the step accumulators: only wgmmas define them (another instruction writing one inside the
+  // pipeline makes ptxas serialize every wgmma: C7515); total is read-modify-written after waits
+  float acc[64];
+  auto fence_all = [&](float* a) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) fence_operand(a[i]);
+  };
+  auto promote = [&](float* a) {
+    fence_all(a);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) total[i] += a[i];
+  };
+  auto issue = [&](float* a, int kt) {
+    const unsigned char* at = xtile(kt) + wg * 64 * 128;
+    const unsigned char* bt = wtile(kt);
+    fence_all(a);
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < BK / 32; ++s) wgmma_e4m3_n128(a, wgmma_desc(at + 32 * s), wgmma_desc(bt + 32 * s), s > 0);
+    wgmma_commit();
+  };
+
+  for (int kt = 0; kt < ktiles; ++kt) {
+    // every warpgroup is past its wait of step kt - 1, so step kt - 1's wgmmas are done and stage
+    // (kt + DIST) % STAGES (= (kt - 1) % STAGES) is free
+    __syncthreads();
+    load(kt + C::DIST);
+    mbar_wait(&full[kt % STAGES], uint32_t((kt / STAGES) & 1));
+    issue(acc, kt);
+    wgmma_wait<0>();
+    promote(acc);
+  }
+
+  const int warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = m0 + wg * 64 + warp * 16 + g + h * 8;
+      if (r >= m) continue;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = n0 + j * 8 + t * 2 + c;
+        if (col >= n) continue;
+        const float v = rs ? fp8_scaled(total[j * 4 + h * 2 + c], rs[r], cs[col]) : total[j * 4 + h * 2 + c];
+        if (out == Out::BF16) static_cast<bf16*>(y)[int64_t(r) * ldy + col] = __float2bfloat16_rn(v);
+        else if (out == Out::F32) static_cast<float*>(y)[int64_t(r) * ldy + col] = v;
+        else static_cast<float*>(y)[int64_t(r) * ldy + col] += v;
+      }
+    }
+#endif
+}
+
+// Step 2 of the plan: warp-specialized and persistent. 384 threads: warpgroup 0 the producer (one
+// thread issues every TMA copy; its registers cut to 40 by setmaxnreg), warpgroups 1 and 2 the
+// math (raised to 232), each 128 rows of a 256 x 128 tile as two m64n128 waves a k step (one step
+// accumulator shared by the waves, two fp32 totals: DeepGEMM's 256 x 128 shape). The stage ring
+// runs on across tiles: full barriers (the producer's expect-tx) and empty ones (each math warp's
+// arrival once its wgmmas on the stage are done: 8 a stage). One CTA an SM walks the tiles
+// blockIdx.x, + gridDim.x, ..., each N block's M blocks in a row (the weight tile stays in L2).
+// The same promotion (every 128 k, after a wait) and epilogue as step 1: the same bits.
+constexpr int WS_BM = 256, WS_THREADS = 384;
+template <int STAGES>
+struct WsCfg {
+  static constexpr int a_bytes = WS_BM * BK, b_bytes = BN * BK, stage_bytes = a_bytes + b_bytes;
+  static constexpr int bar_base = STAGES * stage_bytes;
+  static constexpr int bytes = bar_base + 2 * STAGES * 8 + 1024;
+  static_assert(bytes <= 232448, "shared memory a CTA");
+};
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#ifdef CLEFRT_TMA
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
+
+template <int STAGES>
+__global__ void __launch_bounds__(WS_THREADS, 1)
+    fp8_gemm_ws_k(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap, int m, int n, int k,
+                  const float* __restrict__ rs, const float* __restrict__ cs, void* y, int64_t ldy, Out out) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  using C = WsCfg<STAGES>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7;
+  uint64_t* const full = reinterpret_cast<uint64_t*>(smem + C::bar_base);
+  uint64_t* const empty = full + STAGES;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], 8);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();  // the last barrier of the block: the warpgroups part here
+  const int mt = (m + WS_BM - 1) / WS_BM, nt = (n + BN - 1) / BN, tiles = mt * nt, ktiles = (k + BK - 1) / BK;
+  auto atile = [&](int s) { return smem + s * C::stage_bytes; };
+  auto btile = [&](int s) { return smem + s * C::stage_bytes + C::a_bytes; };
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (tid != 0) return;
+    int it = 0;  // k steps issued, over all tiles: stage it % STAGES, its round it / STAGES
+    for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
+      const int m0 = (tile % mt) * WS_BM, n0 = (tile / mt) * BN;
+      for (int kt = 0; kt < ktiles; ++kt, ++it) {
+        const int s = it % STAGES;
+        mbar_wait(&empty[s], uint32_t(((it / STAGES) & 1) ^ 1));  // a fresh barrier passes parity 1 at once
+        mbar_arrive_expect_tx(&full[s], C::stage_bytes);
+        tma_load_2d(atile(s), &xmap, kt * BK, m0, &full[s]);
+        tma_load_2d(btile(s), &wmap, kt * BK, n0, &full[s]);
+      }
+    }
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int cw = wg - 1, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+  float total[2][64], acc[64];
+  int it = 0;
+  for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
+    const int m0 = (tile % mt) * WS_BM, n0 = (tile / mt) * BN;
+#pragma unroll
+    for (int w = 0; w < 2; ++w)
+#pragma unroll
+      for (int i = 0; i < 64; ++i) total[w][i] = 0.0f;
+    for (int kt = 0; kt < ktiles; ++kt, ++it) {
+      const int s = it % STAGES;
+      mbar_wait(&full[s], uint32_t((it / STAGES) & 1));
+      const unsigned char* bt = btile(s);
+#pragma unroll
+      for (int w = 0; w < 2; ++w) {
+        const unsigned char* at = atile(s) + (cw * 128 + w * 64) * 128;
+#pragma unroll
+        for (int i = 0; i < 64; ++i) fence_operand(acc[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int q = 0; q < BK / 32; ++q) wgmma_e4m3_n128(acc, wgmma_desc(at + 32 * q), wgmma_desc(bt + 32 * q), q > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+          fence_operand(acc[i]);
+          total[w][i] += acc[i];
+        }
+      }
+      if (lane == 0) mbar_arrive(&empty[s]);  // this warp's wgmmas on stage s are done
+    }
+#pragma unroll
+    for (int w = 0; w < 2; ++w)
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = m0 + cw * 128 + w * 64 + warp * 16 + g + h * 8;
+          if (r >= m) continue;
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int col = n0 + j * 8 + t * 2 + c;
+            if (col >= n) continue;
+            const float v = rs ? fp8_scaled(total[w][j * 4 + h * 2 + c], rs[r], cs[col]) : total[w][j * 4 + h * 2 + c];
+            if (out == Out::BF16) static_cast<bf16*>(y)[int64_t(r) * ldy + col] = __float2bfloat16_rn(v);
+            else if (out == Out::F32) static_cast<float*>(y)[int64_t(r) * ldy + col] = v;
+            else static_cast<float*>(y)[int64_t(r) * ldy + col] += v;
+          }
+        }
+  }
+#endif
+}
+
+// An e4m3 matrix [rows, k] (rows k bytes apart) as a TMA tensor map: boxes of 128 bytes of k x
+// box_rows rows, 128-byte swizzle (wgmma_desc's layout), out-of-bounds elements zero
+inline CUtensorMap fp8_tensor_map(const uint8_t* p, int64_t rows, int64_t k, int box_rows = BM) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q), "fp8 gemm (wgmma)");
+    if (q != cudaDriverEntryPointSuccess || !fn) throw Error(Status::Internal, "internal_error", "fp8 gemm (wgmma): no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (k % 16 != 0) throw Error(Status::Internal, "internal_error", "fp8 gemm (wgmma): k " + std::to_string(k) + " is not a multiple of 16");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k)};
+  const cuuint32_t box[2] = {cuuint32_t(BK), cuuint32_t(box_rows)}, elem[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(p), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(Status::Internal, "internal_error",
+                "fp8 gemm (wgmma): cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ") for [" + std::to_string(rows) + ", " +
+                    std::to_string(k) + "]");
+  return map;
+}
+
+template <int STAGES>
+void fp8_gemm_wgmma(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, const float* rs, const float* cs, void* y, int64_t ldy,
+                    Out out, cudaStream_t s) {
+  using C = Cfg<STAGES>;
+  static const bool configured = [] {
+    check(cudaFuncSetAttribute(fp8_gemm_wgmma_k<STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "fp8 gemm (wgmma)");
+    return true;
+  }();
+  (void)configured;
+  const CUtensorMap xmap = fp8_tensor_map(x, m, k), wmap = fp8_tensor_map(w, n, k);
+  const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + BM - 1) / BM));
+  fp8_gemm_wgmma_k<STAGES><<<grid, THREADS, C::bytes, s>>>(xmap, wmap, int(m), int(n), int(k), rs, cs, y, ldy, out);
+  check_launch("fp8 gemm (wgmma)");
+}
+
+template <int STAGES>
+void fp8_gemm_ws(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, const float* rs, const float* cs, void* y, int64_t ldy,
+                 Out out, cudaStream_t s) {
+  using C = WsCfg<STAGES>;
+  static const bool configured = [] {
+    check(cudaFuncSetAttribute(fp8_gemm_ws_k<STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "fp8 gemm (warp-specialized)");
+    return true;
+  }();
+  (void)configured;
+  const CUtensorMap xmap = fp8_tensor_map(x, m, k, WS_BM), wmap = fp8_tensor_map(w, n, k);
+  const int64_t tiles = ((m + WS_BM - 1) / WS_BM) * ((n + BN - 1) / BN);
+  fp8_gemm_ws_k<STAGES><<<unsigned(std::min<int64_t>(tiles, sm_count())), WS_THREADS, C::bytes, s>>>(xmap, wmap, int(m), int(n), int(k), rs, cs, y,
+                                                                                                      ldy, out);
+  check_launch("fp8 gemm (warp-specialized)");
+}
+
+}  // namespace fp8own
+}  // namespace clefrt::cuda

@@ -1,0 +1,24 @@
+// The FP8 GEMM of our own (fp8_gemm_wgmma.cuh) as the forward calls it: unscaled, in cuBLASLt's
+// place (Gemm::run_fp8 under the lab switch CLEFRT_LAB_FP8_OWN_GEMM).
+#include <string>
+
+#include "common/error.h"
+#include "cuda/ops/fp8_gemm_wgmma.cuh"
+#include "cuda/ops/kernels_quant.h"
+#include "cuda/runtime/hardware.h"
+
+namespace clefrt::cuda {
+
+bool fp8_gemm_own_available() { return sm90a_kernels_run_here(); }
+
+void fp8_gemm_own(int form, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, bool y_f32, int64_t ldy, cudaStream_t s) {
+  if (m == 0 || n == 0) return;
+  if (!fp8_gemm_own_available())
+    throw Error(Status::Internal, "internal_error", "fp8_gemm_own: needs an sm_90a build on a compute capability 9.0 GPU");
+  if (form != 1 && form != 2) throw Error(Status::Internal, "internal_error", "fp8_gemm_own: form " + std::to_string(form) + " (1 or 2)");
+  const fp8own::Out out = y_f32 ? fp8own::Out::F32 : fp8own::Out::BF16;
+  if (form == 2) fp8own::fp8_gemm_ws<4>(x, m, k, w, n, nullptr, nullptr, y, ldy, out, s);
+  else fp8own::fp8_gemm_wgmma<5>(x, m, k, w, n, nullptr, nullptr, y, ldy, out, s);
+}
+
+}  // namespace clefrt::cuda
