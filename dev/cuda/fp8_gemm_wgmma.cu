@@ -3,7 +3,8 @@
 // promoted and fast-accumulation GEMMs (the engine's batch-invariant Gemm, unscaled output: its
 // scale pass is timed apart); the error of each against the exact sum of the same e4m3 products
 // (fp64 on the host; 64 rows x 512 columns, as fp8_gemm.cpp's accuracy lines); and row bits alone
-// vs in the batch. Usage: clefrt_bench_fp8_wgmma [--commit ID] [--json FILE] [--m M]
+// vs in the batch; at gate|up, step 4 (the SwiGLU in the epilogue) against the product's gate|up +
+// swiglu_fp8_quant. Usage: clefrt_bench_fp8_wgmma [--commit ID] [--json FILE] [--m M]
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -69,6 +70,63 @@ std::vector<T> down(const DeviceBuffer& b, size_t count, cudaStream_t s) {
   check(cudaMemcpyAsync(h.data(), b.get(), count * sizeof(T), cudaMemcpyDeviceToHost, s), "download");
   check(cudaStreamSynchronize(s), "download");
   return h;
+}
+
+
+// Step 4 (the SwiGLU in gate|up's epilogue, option B of the design note: act in bf16, then
+// fp8_quantize_rows) at m rows: each form's act against our GEMM unfused (scaled bf16 gate|up,
+// then swiglu: the same bits by construction), and the time of gate|up + SwiGLU + act's FP8
+// quantization against the product's (cuBLASLt's gate|up unscaled, then swiglu_fp8_quant).
+json::Value swiglu_epilogue(Gemm& inv, const DeviceBuffer& x8, const DeviceBuffer& xs, const DeviceBuffer& w8, const DeviceBuffer& ws, int64_t m,
+                            int64_t n, int64_t k, cudaStream_t s) {
+  const int64_t ffn = n / 2;
+  // w's rows (and their scales) interleaved: 8 gate rows, the 8 up rows of the same columns, ...
+  DeviceBuffer w8i(size_t(n * k), "W fp8 interleaved"), wsi(size_t(n) * 4, "W scales interleaved");
+  {
+    const std::vector<uint8_t> hw = down<uint8_t>(w8, size_t(n * k), s);
+    const std::vector<float> hs = down<float>(ws, size_t(n), s);
+    std::vector<uint8_t> iw(hw.size());
+    std::vector<float> is(hs.size());
+    for (int64_t ri = 0; ri < n; ++ri) {
+      const int64_t q = ri / 16, within = ri % 16, src = within < 8 ? 8 * q + within : ffn + 8 * q + within - 8;
+      std::copy(hw.begin() + src * k, hw.begin() + (src + 1) * k, iw.begin() + ri * k);
+      is[size_t(ri)] = hs[size_t(src)];
+    }
+    check(cudaMemcpyAsync(w8i.get(), iw.data(), iw.size(), cudaMemcpyHostToDevice, s), "upload");
+    check(cudaMemcpyAsync(wsi.get(), is.data(), is.size() * 4, cudaMemcpyHostToDevice, s), "upload");
+    check(cudaStreamSynchronize(s), "upload");
+  }
+  DeviceBuffer gu(size_t(m * n) * 2, "gate|up"), act_ref(size_t(m * ffn) * 2, "act (unfused)"), act(size_t(m * ffn) * 2, "act"),
+      q(size_t(m * ffn), "act fp8"), qs(size_t(m) * 4, "act scales");
+  fp8_gemm_wgmma<5>(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, xs.as<float>(), ws.as<float>(), gu.get(), n, Out::BF16, s);
+  swiglu(gu.as<bf16>(), m, ffn, act_ref.as<bf16>(), s);
+  const std::vector<uint16_t> want = down<uint16_t>(act_ref, size_t(m * ffn), s);
+  const double t_prod = bench::median_ms(s, [&] {
+    inv.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, gu.get(), OutType::BF16, n, "bench");
+    swiglu_fp8_quant(gu.as<bf16>(), m, ffn, xs.as<float>(), ws.as<float>(), ws.as<float>() + ffn, ffn, q.as<uint8_t>(), ffn, qs.as<float>(), s);
+  });
+  std::printf("  gate|up + SwiGLU + act's quantization at m %lld: the product's (cuBLASLt, swiglu_fp8_quant) %.3f ms\n", (long long)m, t_prod);
+  json::Value r = json::Value::object();
+  r.add("m", json::Value::integer(m));
+  r.add("product_ms", json::Value::number(t_prod));
+  json::Value vs = json::Value::array();
+  for (const Variant& v : kVariants) {
+    cuda::check(cudaMemset(act.get(), 0xff, act.bytes()), "poison");
+    v.run(x8.as<uint8_t>(), m, k, w8i.as<uint8_t>(), n, xs.as<float>(), wsi.as<float>(), act.get(), ffn, Out::SwiGLU, s);
+    const bool same = down<uint16_t>(act, size_t(m * ffn), s) == want;
+    const double t = bench::median_ms(s, [&] {
+      v.run(x8.as<uint8_t>(), m, k, w8i.as<uint8_t>(), n, xs.as<float>(), wsi.as<float>(), act.get(), ffn, Out::SwiGLU, s);
+      fp8_quantize_rows(act.as<bf16>(), m, ffn, ffn, q.as<uint8_t>(), ffn, qs.as<float>(), s);
+    });
+    std::printf("    %-66s %8.3f ms (%.2fx the product's)  act vs unfused: %s\n", v.name, t, t_prod / t, same ? "same bits" : "BITS DIFFER");
+    json::Value e = json::Value::object();
+    e.add("variant", json::Value::string(v.name));
+    e.add("ms", json::Value::number(t));
+    e.add("act_bits_as_unfused", json::Value::boolean(same));
+    vs.arr.push_back(std::move(e));
+  }
+  r.add("ours", std::move(vs));
+  return r;
 }
 
 }  // namespace
@@ -190,6 +248,12 @@ int main(int argc, char** argv) {
         rows.arr.push_back(std::move(pt));
       }
       rec.add("points", std::move(rows));
+      if (n == 34816) {  // gate|up: step 4, the SwiGLU in the epilogue
+        std::printf("step 4, the SwiGLU in gate|up's epilogue (act in bf16, then fp8_quantize_rows):\n");
+        json::Value sw = json::Value::array();
+        for (int64_t m : ms) sw.arr.push_back(swiglu_epilogue(inv, x8, xs, w8, ws, m, n, k, s));
+        rec.add("swiglu_epilogue", std::move(sw));
+      }
       shapes.arr.push_back(std::move(rec));
     }
     if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_fp8_wgmma", std::move(shapes));

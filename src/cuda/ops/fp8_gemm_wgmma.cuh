@@ -15,7 +15,8 @@
 //     (wait 0, CUTLASS's and DeepGEMM's order: the other warpgroup's wgmmas keep the tensor cores
 //     busy meanwhile). Two step accumulators promoting step kt - 1 under step kt's wgmmas made
 //     ptxas serialize every wgmma (C7514), with or without the loop unrolled by two;
-//   - the epilogue: fp8_scaled(total, rs[row], cs[col]) in bf16, fp32, or added to an fp32 y.
+//   - the epilogue: fp8_scaled(total, rs[row], cs[col]) in bf16, fp32, or added to an fp32 y; or
+//     (Out::SwiGLU, step 4) gate|up's SwiGLU from interleaved weight rows.
 // A row's result is its own k steps in increasing order whatever m and the tile walk are (no split
 // of k), so it does not depend on the batch (the lab and CudaQuant.Fp8OwnGemm* check it bit for bit).
 //
@@ -33,6 +34,7 @@
 #include "cuda/ops/async_copy.cuh"
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
+#include "cuda/ops/reduce.cuh"
 #include "cuda/ops/tma.cuh"
 #include "cuda/ops/wgmma.cuh"
 #include "cuda/runtime/check.h"
@@ -77,7 +79,51 @@ __device__ __forceinline__ void wgmma_e4m3_n128(float* d, uint64_t da, uint64_t 
 }
 
 // Output modes of the epilogue
-enum class Out { BF16, F32, F32Add };
+// Output modes of the epilogue. SwiGLU (step 4 of the plan): w's rows interleaved in groups of 8
+// (8 gate rows, then the 8 up rows of the same columns, ...; cs in the same order), so a thread
+// holds each gate value and its up value; y is act [m, n / 2] in bf16, act = bf16(silu(g) * u)
+// from g, u = bf16(fp8_scaled(...)): the bits of the scaled bf16 gate|up through swiglu().
+enum class Out { BF16, F32, F32Add, SwiGLU };
+
+// One warpgroup's m64n128 sums v to y: this thread's rows r and r + 8 (r = the tile's first row
+// + 16 warp + g), columns n0 + 8j + 2t (+1)
+__device__ __forceinline__ void store_m64n128(const float (&v)[64], int r, int n0, int t, int m, int n, const float* __restrict__ rs,
+                                              const float* __restrict__ cs, void* y, int64_t ldy, Out out) {
+  if (out == Out::SwiGLU) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int rr = r + 8 * h;
+        if (rr >= m) continue;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int cg = n0 + 16 * q + 2 * t + c, cu = cg + 8;
+          if (cu >= n) continue;
+          const float gv = __bfloat162float(__float2bfloat16_rn(fp8_scaled(v[8 * q + 2 * h + c], rs[rr], cs[cg])));
+          const float uv = __bfloat162float(__float2bfloat16_rn(fp8_scaled(v[8 * q + 4 + 2 * h + c], rs[rr], cs[cu])));
+          static_cast<bf16*>(y)[int64_t(rr) * ldy + n0 / 2 + 8 * q + 2 * t + c] = __float2bfloat16(silu_f(gv) * uv);
+        }
+      }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int rr = r + 8 * h;
+      if (rr >= m) continue;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int col = n0 + j * 8 + t * 2 + c;
+        if (col >= n) continue;
+        const float x = rs ? fp8_scaled(v[j * 4 + h * 2 + c], rs[rr], cs[col]) : v[j * 4 + h * 2 + c];
+        if (out == Out::BF16) static_cast<bf16*>(y)[int64_t(rr) * ldy + col] = __float2bfloat16_rn(x);
+        else if (out == Out::F32) static_cast<float*>(y)[int64_t(rr) * ldy + col] = x;
+        else static_cast<float*>(y)[int64_t(rr) * ldy + col] += x;
+      }
+    }
+}
 
 template <int STAGES>
 __global__ void __launch_bounds__(THREADS, 1)
@@ -145,22 +191,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
 
   const int warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = m0 + wg * 64 + warp * 16 + g + h * 8;
-      if (r >= m) continue;
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int col = n0 + j * 8 + t * 2 + c;
-        if (col >= n) continue;
-        const float v = rs ? fp8_scaled(total[j * 4 + h * 2 + c], rs[r], cs[col]) : total[j * 4 + h * 2 + c];
-        if (out == Out::BF16) static_cast<bf16*>(y)[int64_t(r) * ldy + col] = __float2bfloat16_rn(v);
-        else if (out == Out::F32) static_cast<float*>(y)[int64_t(r) * ldy + col] = v;
-        else static_cast<float*>(y)[int64_t(r) * ldy + col] += v;
-      }
-    }
+  store_m64n128(total, m0 + wg * 64 + warp * 16 + g, n0, t, m, n, rs, cs, y, ldy, out);
 #endif
 }
 
@@ -257,23 +288,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
       if (lane == 0) mbar_arrive(&empty[s]);  // this warp's wgmmas on stage s are done
     }
 #pragma unroll
-    for (int w = 0; w < 2; ++w)
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = m0 + cw * 128 + w * 64 + warp * 16 + g + h * 8;
-          if (r >= m) continue;
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int col = n0 + j * 8 + t * 2 + c;
-            if (col >= n) continue;
-            const float v = rs ? fp8_scaled(total[w][j * 4 + h * 2 + c], rs[r], cs[col]) : total[w][j * 4 + h * 2 + c];
-            if (out == Out::BF16) static_cast<bf16*>(y)[int64_t(r) * ldy + col] = __float2bfloat16_rn(v);
-            else if (out == Out::F32) static_cast<float*>(y)[int64_t(r) * ldy + col] = v;
-            else static_cast<float*>(y)[int64_t(r) * ldy + col] += v;
-          }
-        }
+    for (int w = 0; w < 2; ++w) store_m64n128(total[w], m0 + cw * 128 + w * 64 + warp * 16 + g, n0, t, m, n, rs, cs, y, ldy, out);
   }
 #endif
 }
