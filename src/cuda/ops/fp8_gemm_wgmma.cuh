@@ -316,15 +316,22 @@ inline CUtensorMap fp8_tensor_map(const uint8_t* p, int64_t rows, int64_t k, int
   return map;
 }
 
+// Kernel's dynamic shared memory raised to `bytes`, once a process (a kernel of its own each:
+// the template parameter is the kernel itself)
+template <auto Kernel>
+void allow_smem_once(int bytes, const char* what) {
+  static const bool done = [&] {
+    check(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what);
+    return true;
+  }();
+  (void)done;
+}
+
 template <int STAGES>
 void fp8_gemm_wgmma(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, const float* rs, const float* cs, void* y, int64_t ldy,
                     Out out, cudaStream_t s) {
   using C = Cfg<STAGES>;
-  static const bool configured = [] {
-    check(cudaFuncSetAttribute(fp8_gemm_wgmma_k<STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "fp8 gemm (wgmma)");
-    return true;
-  }();
-  (void)configured;
+  allow_smem_once<fp8_gemm_wgmma_k<STAGES>>(C::bytes, "fp8 gemm (wgmma)");
   const CUtensorMap xmap = fp8_tensor_map(x, m, k), wmap = fp8_tensor_map(w, n, k);
   const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + BM - 1) / BM));
   fp8_gemm_wgmma_k<STAGES><<<grid, THREADS, C::bytes, s>>>(xmap, wmap, int(m), int(n), int(k), rs, cs, y, ldy, out);
@@ -335,11 +342,7 @@ template <int STAGES>
 void fp8_gemm_ws(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, const float* rs, const float* cs, void* y, int64_t ldy,
                  Out out, cudaStream_t s) {
   using C = WsCfg<STAGES>;
-  static const bool configured = [] {
-    check(cudaFuncSetAttribute(fp8_gemm_ws_k<STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "fp8 gemm (warp-specialized)");
-    return true;
-  }();
-  (void)configured;
+  allow_smem_once<fp8_gemm_ws_k<STAGES>>(C::bytes, "fp8 gemm (warp-specialized)");
   const CUtensorMap xmap = fp8_tensor_map(x, m, k, WS_BM), wmap = fp8_tensor_map(w, n, k);
   const int64_t tiles = ((m + WS_BM - 1) / WS_BM) * ((n + BN - 1) / BN);
   fp8_gemm_ws_k<STAGES><<<unsigned(std::min<int64_t>(tiles, sm_count())), WS_THREADS, C::bytes, s>>>(xmap, wmap, int(m), int(n), int(k), rs, cs, y,
