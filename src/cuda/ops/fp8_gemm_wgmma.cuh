@@ -11,7 +11,9 @@
 //   - each warpgroup runs its 64 rows x 128 columns of a k step as four wgmma m64n128k32 e4m3,
 //     their sum starting from zero (scale-d 0 on the first): the tensor cores' own accumulation
 //     over 128 k, the interval cuBLASLt's and CUTLASS's promotion use;
-//   - promotion: that step's sum is added into a separate fp32 total once its wgmmas are done
+//   - promotion (every PROMO steps; 1 is the interval cuBLASLt and CUTLASS use, 2 and 4 the plan's
+//     step 3: less promotion work, the tensor cores' own accumulation over 256 / 512 k): the
+//     interval's sum is added into a separate fp32 total once its wgmmas are done
 //     (wait 0, CUTLASS's and DeepGEMM's order: the other warpgroup's wgmmas keep the tensor cores
 //     busy meanwhile). Two step accumulators promoting step kt - 1 under step kt's wgmmas made
 //     ptxas serialize every wgmma (C7514), with or without the loop unrolled by two;
@@ -46,12 +48,15 @@ namespace fp8own {
 constexpr int BM = 128, BN = 128, BK = 128, THREADS = 256;
 constexpr int kTileBytes = BM * BK;  // an x or w tile: 128 rows of 128 e4m3
 
-template <int STAGES>
+// PROMO: 128-wide k steps a promotion (1, 2, 4: every 128, 256 or 512 k). Between promotions a
+// step's wgmmas stay in flight while the next one's are issued (wait 1), so a stage is free one
+// step later: one step less is loaded ahead.
+template <int STAGES, int PROMO = 1>
 struct Cfg {
   static constexpr int stage_bytes = 2 * kTileBytes;  // x's, then w's
   static constexpr int bar_base = STAGES * stage_bytes;
   static constexpr int bytes = bar_base + STAGES * 8 + 1024;  // + the 1024-byte alignment slack
-  static constexpr int DIST = STAGES - 1;                     // k steps loaded ahead
+  static constexpr int DIST = PROMO == 1 ? STAGES - 1 : STAGES - 2;  // k steps loaded ahead
   static_assert(bytes <= 232448, "shared memory a CTA");
   static_assert(DIST >= 1, "stages");
 };
@@ -125,14 +130,15 @@ __device__ __forceinline__ void store_m64n128(const float (&v)[64], int r, int n
     }
 }
 
-template <int STAGES>
+template <int STAGES, int PROMO>
 __global__ void __launch_bounds__(THREADS, 1)
     fp8_gemm_wgmma_k(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap, int m, int n, int k,
                      const float* __restrict__ rs, const float* __restrict__ cs, void* y, int64_t ldy, Out out) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // sm_90a only (main refuses other devices)
 #else
-  using C = Cfg<STAGES>;
+  using C = Cfg<STAGES, PROMO>;
+  static_assert(PROMO == 1 || PROMO == 2 || PROMO == 4, "promotion every 1, 2 or 4 k steps");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7;
@@ -169,25 +175,37 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int i = 0; i < 64; ++i) total[i] += a[i];
   };
-  auto issue = [&](float* a, int kt) {
+  // a step's four wgmmas; `fresh`: the first of a promotion interval starts the sum from zero
+  auto issue = [&](float* a, int kt, bool fresh) {
     const unsigned char* at = xtile(kt) + wg * 64 * 128;
     const unsigned char* bt = wtile(kt);
-    fence_all(a);
+    if (fresh) fence_all(a);  // (between an interval's steps a wgmma is in flight on them)
     wgmma_fence();
 #pragma unroll
-    for (int s = 0; s < BK / 32; ++s) wgmma_e4m3_n128(a, wgmma_desc(at + 32 * s), wgmma_desc(bt + 32 * s), s > 0);
+    for (int s = 0; s < BK / 32; ++s) wgmma_e4m3_n128(a, wgmma_desc(at + 32 * s), wgmma_desc(bt + 32 * s), s > 0 || !fresh);
     wgmma_commit();
   };
 
-  for (int kt = 0; kt < ktiles; ++kt) {
-    // every warpgroup is past its wait of step kt - 1, so step kt - 1's wgmmas are done and stage
-    // (kt + DIST) % STAGES (= (kt - 1) % STAGES) is free
-    __syncthreads();
-    load(kt + C::DIST);
-    mbar_wait(&full[kt % STAGES], uint32_t((kt / STAGES) & 1));
-    issue(acc, kt);
-    wgmma_wait<0>();
-    promote(acc);
+  // an interval's steps unrolled, so ptxas sees which waits cover which wgmmas. It still injects one
+  // wait of its own (C7517) where the loop exits after a partial interval: once a CTA, harmless
+  for (int k0 = 0; k0 < ktiles; k0 += PROMO) {
+#pragma unroll
+    for (int p = 0; p < PROMO; ++p) {
+      const int kt = k0 + p;
+      if (kt >= ktiles) break;
+      // every warpgroup is past its wait of step kt - 1: step kt - 1's wgmmas (after a promotion)
+      // or step kt - 2's are done, and stage (kt + DIST) % STAGES is theirs
+      __syncthreads();
+      load(kt + C::DIST);
+      mbar_wait(&full[kt % STAGES], uint32_t((kt / STAGES) & 1));
+      issue(acc, kt, p == 0);
+      if (p == PROMO - 1 || kt + 1 == ktiles) {
+        wgmma_wait<0>();
+        promote(acc);
+      } else {
+        wgmma_wait<1>();  // step kt - 1's; step kt's stay in flight, accumulating on
+      }
+    }
   }
 
   const int warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
@@ -327,14 +345,14 @@ void allow_smem_once(int bytes, const char* what) {
   (void)done;
 }
 
-template <int STAGES>
+template <int STAGES, int PROMO = 1>
 void fp8_gemm_wgmma(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, const float* rs, const float* cs, void* y, int64_t ldy,
                     Out out, cudaStream_t s) {
-  using C = Cfg<STAGES>;
-  allow_smem_once<fp8_gemm_wgmma_k<STAGES>>(C::bytes, "fp8 gemm (wgmma)");
+  using C = Cfg<STAGES, PROMO>;
+  allow_smem_once<fp8_gemm_wgmma_k<STAGES, PROMO>>(C::bytes, "fp8 gemm (wgmma)");
   const CUtensorMap xmap = fp8_tensor_map(x, m, k), wmap = fp8_tensor_map(w, n, k);
   const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + BM - 1) / BM));
-  fp8_gemm_wgmma_k<STAGES><<<grid, THREADS, C::bytes, s>>>(xmap, wmap, int(m), int(n), int(k), rs, cs, y, ldy, out);
+  fp8_gemm_wgmma_k<STAGES, PROMO><<<grid, THREADS, C::bytes, s>>>(xmap, wmap, int(m), int(n), int(k), rs, cs, y, ldy, out);
   check_launch("fp8 gemm (wgmma)");
 }
 
