@@ -21,7 +21,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -34,7 +33,6 @@
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/kernels_quant.h"
 #include "gpu_bench.h"
-#include "quant/formats.h"
 
 using namespace clefrt;
 using namespace clefrt::cuda;
@@ -43,71 +41,26 @@ using bench::median_ms;
 
 namespace {
 
-// Error of fp32-output FP8 GEMMs against the exact sum of their e4m3 products (see the header).
-struct AccuracyFigures {
-  double rms_rel = 0, worst_rel = 0, bias = 0;
-};
-AccuracyFigures accuracy_of(const std::vector<float>& y, const std::vector<double>& exact) {
-  double se = 0, sx = 0, sxy = 0, worst = 0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    const double d = double(y[i]) - exact[i];
-    se += d * d;
-    sx += exact[i] * exact[i];
-    sxy += double(y[i]) * exact[i];
-    worst = std::max(worst, std::fabs(d));
-  }
-  const double rms_exact = std::sqrt(sx / double(y.size()));
-  return {std::sqrt(se / double(y.size())) / rms_exact, worst / rms_exact, sxy / sx - 1.0};
-}
-
-json::Value accuracy_record(const char* data, const AccuracyFigures& promoted, const AccuracyFigures& fast) {
-  json::Value r = json::Value::object();
-  r.add("activations", json::Value::string(data));
-  for (auto [name, f] : {std::pair{"promoted", promoted}, {"fast_accum", fast}}) {
-    json::Value v = json::Value::object();
-    v.add("rms_rel", json::Value::number(f.rms_rel));
-    v.add("worst_rel", json::Value::number(f.worst_rel));
-    v.add("bias", json::Value::number(f.bias));
-    r.add(name, std::move(v));
-  }
-  return r;
-}
-
-// rows x cols outputs, the first rows of x8 [., k] against cols columns of w8 [n, k] spread over n
-// (stride n / cols), fp32 out, promoted and fast
+// At m = 256, 64 rows x 512 columns of the promoted and the fast-accumulation GEMM (fp32 out)
+// against the exact e4m3 sums (see the header)
 json::Value measure_accuracy(Gemm& inv, Gemm& fast, const DeviceBuffer& x8, const DeviceBuffer& w8, int64_t n, int64_t k, const char* data,
                              cudaStream_t s) {
-  const int64_t m = 256, rows = 64, cols = 512, stride = n / cols;
+  const int64_t m = 256;
+  const bench::ExactE4m3Sums exact = bench::exact_e4m3_sums(x8, w8, n, k, 64, 512, s);
   DeviceBuffer y(size_t(m * n) * 4, "y fp32");
-  std::vector<uint8_t> hx(size_t(rows * k)), hw(size_t(n * k));
-  check(cudaMemcpyAsync(hx.data(), x8.get(), hx.size(), cudaMemcpyDeviceToHost, s), "accuracy");
-  check(cudaMemcpyAsync(hw.data(), w8.get(), hw.size(), cudaMemcpyDeviceToHost, s), "accuracy");
-  check(cudaStreamSynchronize(s), "accuracy");
-  double value[256];
-  for (int b = 0; b < 256; ++b) value[b] = double(quant::e4m3_value(uint8_t(b)));  // 0x7f / 0xff (NaN) never occur in codes
-  std::vector<double> exact(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      double acc = 0;
-      const uint8_t* xr = hx.data() + r * k;
-      const uint8_t* wr = hw.data() + c * stride * k;
-      for (int64_t i = 0; i < k; ++i) acc += value[xr[i]] * value[wr[i]];
-      exact[size_t(r * cols + c)] = acc;
-    }
   auto run = [&](Gemm& g) {
     g.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::F32, n, "accuracy");
-    std::vector<float> all(size_t(rows * n)), out(size_t(rows * cols));
-    check(cudaMemcpyAsync(all.data(), y.get(), all.size() * 4, cudaMemcpyDeviceToHost, s), "accuracy");
-    check(cudaStreamSynchronize(s), "accuracy");
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) out[size_t(r * cols + c)] = all[size_t(r * n + c * stride)];
-    return accuracy_of(out, exact);
+    return bench::accuracy_of(exact, y, n, s);
   };
-  const AccuracyFigures p = run(inv), f = run(fast);
+  const bench::Accuracy p = run(inv), f = run(fast);
   std::printf("accuracy (%s activations, m %lld, %lld x %lld outputs vs the exact e4m3 sums): promoted rms %.2e worst %.2e bias %+.2e | "
               "fast accum rms %.2e worst %.2e bias %+.2e\n",
-              data, (long long)m, (long long)rows, (long long)cols, p.rms_rel, p.worst_rel, p.bias, f.rms_rel, f.worst_rel, f.bias);
-  return accuracy_record(data, p, f);
+              data, (long long)m, (long long)exact.rows, (long long)exact.cols, p.rms_rel, p.worst_rel, p.bias, f.rms_rel, f.worst_rel, f.bias);
+  json::Value r = json::Value::object();
+  r.add("activations", json::Value::string(data));
+  r.add("promoted", bench::accuracy_json(p));
+  r.add("fast_accum", bench::accuracy_json(f));
+  return r;
 }
 
 // x [rows, k] bf16: `count` columns spread over k multiplied by `factor` (on the host: a few rows)

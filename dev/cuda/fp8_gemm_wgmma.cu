@@ -10,7 +10,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -29,7 +28,6 @@
 #include "cuda/runtime/gemm.h"
 #include "cuda/runtime/hardware.h"
 #include "gpu_bench.h"
-#include "quant/formats.h"
 
 using namespace clefrt;
 using namespace clefrt::cuda;
@@ -51,29 +49,6 @@ const Variant kVariants[] = {
     {"ours, 6 stages, promotion every 512 k", fp8_gemm_wgmma<6, 4>, 4},
 };
 
-// fp32 outputs of rows [0, 64) x 512 columns spread over n against the exact e4m3 sums: RMS and
-// worst error / RMS of the exact outputs, and the bias (least-squares slope - 1)
-struct Accuracy {
-  double rms = 0, worst = 0, bias = 0;
-};
-Accuracy accuracy(const std::vector<float>& all, int64_t n, const std::vector<double>& exact, int64_t rows, int64_t cols, int64_t stride) {
-  double se = 0, sx = 0, sxy = 0, worst = 0;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const double e = exact[size_t(r * cols + c)], v = all[size_t(r * n + c * stride)], d = v - e;
-      se += d * d, sx += e * e, sxy += v * e, worst = std::max(worst, std::fabs(d));
-    }
-  const double cnt = double(rows * cols), rms_e = std::sqrt(sx / cnt);
-  return {std::sqrt(se / cnt) / rms_e, worst / rms_e, sxy / sx - 1.0};
-}
-
-template <class T>
-std::vector<T> down(const DeviceBuffer& b, size_t count, cudaStream_t s) {
-  std::vector<T> h(count);
-  check(cudaMemcpyAsync(h.data(), b.get(), count * sizeof(T), cudaMemcpyDeviceToHost, s), "download");
-  check(cudaStreamSynchronize(s), "download");
-  return h;
-}
 
 
 // Step 4 (the SwiGLU in gate|up's epilogue, option B of the design note: act in bf16, then
@@ -86,8 +61,8 @@ json::Value swiglu_epilogue(Gemm& inv, const DeviceBuffer& x8, const DeviceBuffe
   // w's rows (and their scales) interleaved: 8 gate rows, the 8 up rows of the same columns, ...
   DeviceBuffer w8i(size_t(n * k), "W fp8 interleaved"), wsi(size_t(n) * 4, "W scales interleaved");
   {
-    const std::vector<uint8_t> hw = down<uint8_t>(w8, size_t(n * k), s);
-    const std::vector<float> hs = down<float>(ws, size_t(n), s);
+    const std::vector<uint8_t> hw = bench::download<uint8_t>(w8, size_t(n * k), s);
+    const std::vector<float> hs = bench::download<float>(ws, size_t(n), s);
     std::vector<uint8_t> iw(hw.size());
     std::vector<float> is(hs.size());
     for (int64_t ri = 0; ri < n; ++ri) {
@@ -114,10 +89,10 @@ json::Value swiglu_epilogue(Gemm& inv, const DeviceBuffer& x8, const DeviceBuffe
     // the same form unfused: scaled bf16 gate|up from the rows in their order, then swiglu
     v.run(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, xs.as<float>(), ws.as<float>(), gu.get(), n, Out::BF16, s);
     swiglu(gu.as<bf16>(), m, ffn, act_ref.as<bf16>(), s);
-    const std::vector<uint16_t> want = down<uint16_t>(act_ref, size_t(m * ffn), s);
+    const std::vector<uint16_t> want = bench::download<uint16_t>(act_ref, size_t(m * ffn), s);
     cuda::check(cudaMemset(act.get(), 0xff, act.bytes()), "poison");
     v.run(x8.as<uint8_t>(), m, k, w8i.as<uint8_t>(), n, xs.as<float>(), wsi.as<float>(), act.get(), ffn, Out::SwiGLU, s);
-    const bool same = down<uint16_t>(act, size_t(m * ffn), s) == want;
+    const bool same = bench::download<uint16_t>(act, size_t(m * ffn), s) == want;
     const double t = bench::median_ms(s, [&] {
       v.run(x8.as<uint8_t>(), m, k, w8i.as<uint8_t>(), n, xs.as<float>(), wsi.as<float>(), act.get(), ffn, Out::SwiGLU, s);
       fp8_quantize_rows(act.as<bf16>(), m, ffn, ffn, q.as<uint8_t>(), ffn, qs.as<float>(), s);
@@ -171,27 +146,13 @@ int main(int argc, char** argv) {
       rec.add("k", json::Value::integer(k));
 
       // the exact sums of rows [0, 64) x 512 columns (fp64 on the host)
-      const int64_t arows = 64, acols = 512, stride = n / acols;
-      std::vector<double> exact(size_t(arows * acols));
-      {
-        const std::vector<uint8_t> hx = down<uint8_t>(x8, size_t(arows * k), s), hw = down<uint8_t>(w8, size_t(n * k), s);
-        double value[256];
-        for (int b = 0; b < 256; ++b) value[b] = double(quant::e4m3_value(uint8_t(b)));
-        for (int64_t r = 0; r < arows; ++r)
-          for (int64_t c = 0; c < acols; ++c) {
-            double a = 0;
-            for (int64_t i = 0; i < k; ++i) a += value[hx[size_t(r * k + i)]] * value[hw[size_t(c * stride * k + i)]];
-            exact[size_t(r * acols + c)] = a;
-          }
-      }
+      const bench::ExactE4m3Sums exact = bench::exact_e4m3_sums(x8, w8, n, k, 64, 512, s);
+      const int64_t arows = exact.rows;
       auto acc_line = [&](const char* who, const DeviceBuffer& out, json::Value& into) {
-        const Accuracy a = accuracy(down<float>(out, size_t(arows * n), s), n, exact, arows, acols, stride);
-        std::printf("  %-66s error rms %.2e worst %.2e bias %+.2e\n", who, a.rms, a.worst, a.bias);
-        json::Value v = json::Value::object();
+        const bench::Accuracy a = bench::accuracy_of(exact, out, n, s);
+        std::printf("  %-66s error rms %.2e worst %.2e bias %+.2e\n", who, a.rms_rel, a.worst_rel, a.bias);
+        json::Value v = bench::accuracy_json(a);
         v.add("who", json::Value::string(who));
-        v.add("rms_rel", json::Value::number(a.rms));
-        v.add("worst_rel", json::Value::number(a.worst));
-        v.add("bias", json::Value::number(a.bias));
         into.arr.push_back(std::move(v));
       };
       json::Value acc = json::Value::array();
@@ -228,10 +189,10 @@ int main(int argc, char** argv) {
           // second warpgroup's in the batch) and row m - 1 (the last tile's) run alone from an
           // offset x, where they sit in the first warpgroup of the first tile
           v.run(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, xs.as<float>(), ws.as<float>(), y.get(), n, Out::BF16, s);
-          const std::vector<uint16_t> in_batch = down<uint16_t>(y, size_t(m * n), s);
+          const std::vector<uint16_t> in_batch = bench::download<uint16_t>(y, size_t(m * n), s);
           auto alone = [&](int64_t r0, int64_t rows) {
             v.run(x8.as<uint8_t>() + r0 * k, rows, k, w8.as<uint8_t>(), n, xs.as<float>() + r0, ws.as<float>(), y2.get(), n, Out::BF16, s);
-            const std::vector<uint16_t> got = down<uint16_t>(y2, size_t(rows * n), s);
+            const std::vector<uint16_t> got = bench::download<uint16_t>(y2, size_t(rows * n), s);
             return std::equal(got.begin(), got.end(), in_batch.begin() + r0 * n);
           };
           bool same = alone(0, std::min<int64_t>(m, 64)) && alone(0, 1) && alone(m - 1, 1);

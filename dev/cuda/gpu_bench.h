@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -16,9 +17,11 @@
 #include <vector>
 
 #include "common/json.h"
+#include "cuda/runtime/buffer.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/gemm.h"
 #include "cuda/runtime/hardware.h"
+#include "quant/formats.h"
 
 namespace clefrt::bench {
 
@@ -202,6 +205,62 @@ int gemm_lab_main(int argc, char** argv, const char* name, Body body) {
     return 1;
   }
   return 0;
+}
+
+// A device buffer's first `count` values on the host (the stream synchronized).
+template <class T>
+std::vector<T> download(const cuda::DeviceBuffer& b, size_t count, cudaStream_t s) {
+  std::vector<T> h(count);
+  cuda::check(cudaMemcpyAsync(h.data(), b.get(), count * sizeof(T), cudaMemcpyDeviceToHost, s), "download");
+  cuda::check(cudaStreamSynchronize(s), "download");
+  return h;
+}
+
+// The FP8 labs' accuracy: the exact (fp64) sums of the e4m3 products of x8's first `rows` rows
+// [., k] with `cols` rows of w8 [n, k] spread over n (every stride-th), and an fp32 GEMM output's
+// error at those places as fractions of the exact outputs' RMS (RMS, worst) and its bias (the
+// least-squares slope of output on exact, minus 1: a shrink toward zero shows as negative).
+struct ExactE4m3Sums {
+  int64_t rows = 0, cols = 0, stride = 0;
+  std::vector<double> sums;  // [rows, cols]
+};
+inline ExactE4m3Sums exact_e4m3_sums(const cuda::DeviceBuffer& x8, const cuda::DeviceBuffer& w8, int64_t n, int64_t k, int64_t rows, int64_t cols,
+                                     cudaStream_t s) {
+  ExactE4m3Sums e{rows, cols, n / cols, std::vector<double>(size_t(rows * cols))};
+  const std::vector<uint8_t> hx = download<uint8_t>(x8, size_t(rows * k), s), hw = download<uint8_t>(w8, size_t(n * k), s);
+  double value[256];
+  for (int b = 0; b < 256; ++b) value[b] = double(quant::e4m3_value(uint8_t(b)));  // 0x7f / 0xff (NaN) never occur in codes
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t* xr = hx.data() + r * k;
+      const uint8_t* wr = hw.data() + c * e.stride * k;
+      double a = 0;
+      for (int64_t i = 0; i < k; ++i) a += value[xr[i]] * value[wr[i]];
+      e.sums[size_t(r * cols + c)] = a;
+    }
+  return e;
+}
+struct Accuracy {
+  double rms_rel = 0, worst_rel = 0, bias = 0;
+};
+// y: the GEMM's fp32 output [>= e.rows, n] on the device
+inline Accuracy accuracy_of(const ExactE4m3Sums& e, const cuda::DeviceBuffer& y, int64_t n, cudaStream_t s) {
+  const std::vector<float> all = download<float>(y, size_t(e.rows * n), s);
+  double se = 0, sx = 0, sxy = 0, worst = 0;
+  for (int64_t r = 0; r < e.rows; ++r)
+    for (int64_t c = 0; c < e.cols; ++c) {
+      const double x = e.sums[size_t(r * e.cols + c)], v = all[size_t(r * n + c * e.stride)], d = v - x;
+      se += d * d, sx += x * x, sxy += v * x, worst = std::max(worst, std::fabs(d));
+    }
+  const double cnt = double(e.rows * e.cols), rms = std::sqrt(sx / cnt);
+  return {std::sqrt(se / cnt) / rms, worst / rms, sxy / sx - 1.0};
+}
+inline json::Value accuracy_json(const Accuracy& a) {
+  json::Value v = json::Value::object();
+  v.add("rms_rel", json::Value::number(a.rms_rel));
+  v.add("worst_rel", json::Value::number(a.worst_rel));
+  v.add("bias", json::Value::number(a.bias));
+  return v;
 }
 
 }  // namespace clefrt::bench
