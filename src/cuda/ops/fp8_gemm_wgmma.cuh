@@ -83,7 +83,29 @@ __device__ __forceinline__ void wgmma_e4m3_n128(float* d, uint64_t da, uint64_t 
 #endif
 }
 
-// Output modes of the epilogue
+// A warpgroup's 128-wide k step on its 64 x 128 tile: four wgmmas from the K-major tiles at (x rows)
+// and bt (w rows); `fresh`: the first starts the sum from zero (a promotion interval's first step).
+// Only wgmmas write acc (another instruction writing it inside the pipeline makes ptxas serialize
+// every wgmma: C7515); between an interval's steps a wgmma is in flight on it, so only a fresh
+// step fences it.
+__device__ __forceinline__ void wgmma_step_e4m3(float (&acc)[64], const unsigned char* at, const unsigned char* bt, bool fresh) {
+  if (fresh)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) fence_operand(acc[i]);
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < BK / 32; ++s) wgmma_e4m3_n128(acc, wgmma_desc(at + 32 * s), wgmma_desc(bt + 32 * s), s > 0 || !fresh);
+  wgmma_commit();
+}
+// Promotion: the interval's sum into the fp32 total (after a wait for its wgmmas)
+__device__ __forceinline__ void promote64(float (&total)[64], float (&acc)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    fence_operand(acc[i]);
+    total[i] += acc[i];
+  }
+}
+
 // Output modes of the epilogue. SwiGLU (step 4 of the plan): w's rows interleaved in groups of 8
 // (8 gate rows, then the 8 up rows of the same columns, ...; cs in the same order), so a thread
 // holds each gate value and its up value; y is act [m, n / 2] in bf16, act = bf16(silu(g) * u)
@@ -163,29 +185,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   float total[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) total[i] = 0.0f;
-  // the step accumulators: only wgmmas define them (another instruction writing one inside the
-  // pipeline makes ptxas serialize every wgmma: C7515); total is read-modify-written after waits
-  float acc[64];
-  auto fence_all = [&](float* a) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) fence_operand(a[i]);
-  };
-  auto promote = [&](float* a) {
-    fence_all(a);
-#pragma unroll
-    for (int i = 0; i < 64; ++i) total[i] += a[i];
-  };
-  // a step's four wgmmas; `fresh`: the first of a promotion interval starts the sum from zero
-  auto issue = [&](float* a, int kt, bool fresh) {
-    const unsigned char* at = xtile(kt) + wg * 64 * 128;
-    const unsigned char* bt = wtile(kt);
-    if (fresh) fence_all(a);  // (between an interval's steps a wgmma is in flight on them)
-    wgmma_fence();
-#pragma unroll
-    for (int s = 0; s < BK / 32; ++s) wgmma_e4m3_n128(a, wgmma_desc(at + 32 * s), wgmma_desc(bt + 32 * s), s > 0 || !fresh);
-    wgmma_commit();
-  };
-
+  float acc[64];  // an interval's sum (wgmma_step_e4m3)
   // an interval's steps unrolled, so ptxas sees which waits cover which wgmmas. It still injects one
   // wait of its own (C7517) where the loop exits after a partial interval: once a CTA, harmless
   for (int k0 = 0; k0 < ktiles; k0 += PROMO) {
@@ -198,10 +198,10 @@ __global__ void __launch_bounds__(THREADS, 1)
       __syncthreads();
       load(kt + C::DIST);
       mbar_wait(&full[kt % STAGES], uint32_t((kt / STAGES) & 1));
-      issue(acc, kt, p == 0);
+      wgmma_step_e4m3(acc, xtile(kt) + wg * 64 * 128, wtile(kt), p == 0);
       if (p == PROMO - 1 || kt + 1 == ktiles) {
         wgmma_wait<0>();
-        promote(acc);
+        promote64(total, acc);
       } else {
         wgmma_wait<1>();  // step kt - 1's; step kt's stay in flight, accumulating on
       }
@@ -289,19 +289,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
       const unsigned char* bt = btile(s);
 #pragma unroll
       for (int w = 0; w < 2; ++w) {
-        const unsigned char* at = atile(s) + (cw * 128 + w * 64) * 128;
-#pragma unroll
-        for (int i = 0; i < 64; ++i) fence_operand(acc[i]);
-        wgmma_fence();
-#pragma unroll
-        for (int q = 0; q < BK / 32; ++q) wgmma_e4m3_n128(acc, wgmma_desc(at + 32 * q), wgmma_desc(bt + 32 * q), q > 0);
-        wgmma_commit();
+        wgmma_step_e4m3(acc, atile(s) + (cw * 128 + w * 64) * 128, bt, true);
         wgmma_wait<0>();
-#pragma unroll
-        for (int i = 0; i < 64; ++i) {
-          fence_operand(acc[i]);
-          total[w][i] += acc[i];
-        }
+        promote64(total[w], acc);
       }
       if (lane == 0) mbar_arrive(&empty[s]);  // this warp's wgmmas on stage s are done
     }
@@ -314,13 +304,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
 // An e4m3 matrix [rows, k] (rows k bytes apart) as a TMA tensor map: boxes of 128 bytes of k x
 // box_rows rows, 128-byte swizzle (wgmma_desc's layout), out-of-bounds elements zero
 inline CUtensorMap fp8_tensor_map(const uint8_t* p, int64_t rows, int64_t k, int box_rows = BM) {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q), "fp8 gemm (wgmma)");
-    if (q != cudaDriverEntryPointSuccess || !fn) throw Error(Status::Internal, "internal_error", "fp8 gemm (wgmma): no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder("fp8 gemm (wgmma)");
   if (k % 16 != 0) throw Error(Status::Internal, "internal_error", "fp8 gemm (wgmma): k " + std::to_string(k) + " is not a multiple of 16");
   CUtensorMap map{};
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k)};

@@ -232,14 +232,7 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
 // (what wgmma_desc expects), out-of-bounds rows zero-filled. The driver's encoder comes through
 // the runtime (no libcuda link).
 CUtensorMap x_tensor_map(const bf16* x, int64_t m, int64_t k, int64_t ldx, int bm) {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q), "nvfp4_gemm (wgmma)");
-    if (q != cudaDriverEntryPointSuccess || !fn)
-      throw Error(Status::Internal, "internal_error", "nvfp4_gemm (wgmma): the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder("nvfp4_gemm (wgmma)");
   CUtensorMap map{};
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(m)}, strides[1] = {cuuint64_t(ldx) * 2};
   const cuuint32_t box[2] = {cuuint32_t(BK), cuuint32_t(bm)}, elem[2] = {1, 1};

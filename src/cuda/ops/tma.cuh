@@ -4,13 +4,32 @@
 // slots on addresses. PTX ISA: "cp.async.bulk.tensor", "mbarrier".
 #pragma once
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
+
+#include "common/error.h"
+#include "cuda/runtime/check.h"
 
 #include "cuda/ops/async_copy.cuh"
 
 namespace clefrt::cuda {
+
+// The driver's cuTensorMapEncodeTiled, reached through the runtime (no libcuda link), looked up
+// once a process; `what` names the caller in the error when the driver lacks it.
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(const char* what) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [&] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q), what);
+    if (q != cudaDriverEntryPointSuccess || !fn)
+      throw Error(Status::Internal, "internal_error", std::string(what) + ": the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define CLEFRT_TMA 1
