@@ -95,10 +95,13 @@ class PointEnergy {
       });
   }
   ~PointEnergy() { stop(); }
-  double seconds() const { return ms_since(t0_) * 1e-3; }
   PointEnergy(const PointEnergy&) = delete;
   PointEnergy& operator=(const PointEnergy&) = delete;
-  EnergyFigures end(int reps) {  // after the last rep
+  // After the point's `reps` timed reps: `rep` again, untimed, until the window is kEnergyWindowS
+  // long, then the figures over all of them
+  template <class Rep>
+  EnergyFigures end(int reps, Rep&& rep) {
+    for (; ms_since(t0_) * 1e-3 < kEnergyWindowS; ++reps) rep();
     const double seconds = ms_since(t0_) * 1e-3;
     const GpuPower e1 = gpu_power();
     stop();
@@ -575,9 +578,7 @@ Runner add_bench(CLI::App& app) {
       std::vector<double> t;
       PointEnergy pe;
       for (int r = 0; r < p.reps; ++r) t.push_back(time_ms({&e}));
-      int energy_reps = p.reps;
-      for (; pe.seconds() < kEnergyWindowS; ++energy_reps) run({&e});
-      energy_rows.push_back({p.name, double(e.input_ids.size()), pe.end(energy_reps)});
+      energy_rows.push_back({p.name, double(e.input_ids.size()), pe.end(p.reps, [&] { run({&e}); })});
       const double p50 = percentile(t, 0.5), p95 = percentile(t, 0.95);
       const double tf = engine->forward_flops({int64_t(e.input_ids.size())}) / (p50 * 1e-3) / 1e12;
       std::printf("%-12s %8zu %10.2f %10.2f %10.1f\n", p.name, e.input_ids.size(), p50, p95, tf);
@@ -727,9 +728,7 @@ Runner add_bench(CLI::App& app) {
       const int reps = std::max(3, o->reps / (n >= 16 ? 4 : 1));
       PointEnergy pe;
       for (int r = 0; r < reps; ++r) t.push_back(time_ms(b));
-      int energy_reps = reps;
-      for (; pe.seconds() < kEnergyWindowS; ++energy_reps) run(b);
-      energy_rows.push_back({"in_flight_" + std::to_string(n), double(n) * 512.0, pe.end(energy_reps)});
+      energy_rows.push_back({"in_flight_" + std::to_string(n), double(n) * 512.0, pe.end(reps, [&] { run(b); })});
       const double ms = percentile(t, 0.5);
       const double tokens = double(n) * 512.0, tf = engine->forward_flops(lens) / (ms * 1e-3) / 1e12;
       std::printf("%-12d %8.0f %12.0f %10.1f %10.1f %7.1f%%\n", n, tokens, tokens / (ms * 1e-3), n / (ms * 1e-3), tf,
