@@ -1070,27 +1070,39 @@ TEST(CudaQuant, W4A16FusedForwardAgainstCpu) {
 // CPU engine on the same folder. The CPU quantizes fp32 activations where the GPU quantizes bf16
 // ones, so the bound is loose; a scale applied twice or not at all moves the q / k / v / z
 // values ~1,000-fold. Plus the batch invariance.
+// Requests enc on the GPU against the CPU, each alone (worst and mean |dp|), and the first `batch`
+// of them as one batch against each alone on the GPU (worst |dp|)
+struct GpuVsCpu {
+  double worst = 0, mean = 0, batch_worst = 0;
+  std::vector<std::vector<std::vector<double>>> together;  // the batch's answers
+};
+GpuVsCpu gpu_vs_cpu(EngineCore& cpu, EngineCore& gpu, const std::vector<Encoded>& enc, size_t batch) {
+  GpuVsCpu r;
+  std::vector<std::vector<std::vector<double>>> alone;
+  for (const auto& e : enc) {
+    alone.push_back(gpu.probs({&e})[0]);
+    const double d = worst_diff(alone.back(), cpu.probs({&e})[0]);
+    r.worst = std::max(r.worst, d);
+    r.mean += d / double(enc.size());
+  }
+  std::vector<const Encoded*> b;
+  for (size_t i = 0; i < batch; ++i) b.push_back(&enc[i]);
+  r.together = gpu.probs(b);
+  for (size_t i = 0; i < b.size(); ++i) r.batch_worst = std::max(r.batch_worst, worst_diff(r.together[i], alone[i]));
+  return r;
+}
+
 TEST(CudaQuant, Fp8AtClefGdnHeadsAgainstCpu) {
   NEED_GPU();
   const std::string dir = quantized_folder(test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f), "small-gdn128-fp8", "fp8");
   auto cpu = EngineCore::load(dir), gpu = EngineCore::load(dir, gpu_opts());
   std::vector<Encoded> enc;
   for (const auto& text : test::corpus_requests(24)) enc.push_back(cpu->encoder().encode(parse_request(text)));
-  double worst = 0, mean = 0;
-  for (const auto& e : enc) {
-    const double d = worst_diff(gpu->probs({&e})[0], cpu->probs({&e})[0]);
-    worst = std::max(worst, d);
-    mean += d / double(enc.size());
-  }
-  std::vector<const Encoded*> b;
-  for (size_t i = 0; i < 12; ++i) b.push_back(&enc[i]);
-  const auto together = gpu->probs(b);
-  double batch_worst = 0;
-  for (size_t i = 0; i < b.size(); ++i) batch_worst = std::max(batch_worst, worst_diff(together[i], gpu->probs({b[i]})[0]));
-  std::cout << "[ cuda    ] small-gdn128 fp8 folder, " << enc.size() << " requests: GPU vs CPU worst |dp| " << worst << ", mean " << mean
-            << ", batch of 12 vs alone " << batch_worst << "\n";
-  EXPECT_LT(worst, 0.05);
-  EXPECT_EQ(batch_worst, 0.0);
+  const GpuVsCpu r = gpu_vs_cpu(*cpu, *gpu, enc, 12);
+  std::cout << "[ cuda    ] small-gdn128 fp8 folder, " << enc.size() << " requests: GPU vs CPU worst |dp| " << r.worst << ", mean " << r.mean
+            << ", batch of 12 vs alone " << r.batch_worst << "\n";
+  EXPECT_LT(r.worst, 0.05);
+  EXPECT_EQ(r.batch_worst, 0.0);
 }
 
 // The FP8 GEMM of our own (fp8_gemm_own, both forms) at a shape whose m, n and k are no multiples
@@ -1168,8 +1180,6 @@ TEST(CudaQuant, Fp8OwnGemmForwardAgainstCpu) {
   auto cpu = EngineCore::load(dir);
   std::vector<Encoded> enc;
   for (const auto& text : test::corpus_requests(12)) enc.push_back(cpu->encoder().encode(parse_request(text)));
-  std::vector<const Encoded*> b;
-  for (const auto& e : enc) b.push_back(&e);
   std::vector<std::vector<std::vector<double>>> answers[2];
   for (int form : {1, 2}) {
     setenv("CLEFRT_LAB_FP8_OWN_GEMM", std::to_string(form).c_str(), 1);
@@ -1177,18 +1187,12 @@ TEST(CudaQuant, Fp8OwnGemmForwardAgainstCpu) {
       ~Unset() { unsetenv("CLEFRT_LAB_FP8_OWN_GEMM"); }
     } unset;
     auto gpu = EngineCore::load(dir, gpu_opts());
-    double worst = 0, batch_worst = 0;
-    const auto together = gpu->probs(b);
-    for (size_t i = 0; i < enc.size(); ++i) {
-      const auto alone = gpu->probs({&enc[i]})[0];
-      worst = std::max(worst, worst_diff(alone, cpu->probs({&enc[i]})[0]));
-      batch_worst = std::max(batch_worst, worst_diff(together[i], alone));
-    }
-    std::cout << "[ cuda    ] small-gdn128 fp8 on the GEMM of our own (form " << form << "): GPU vs CPU worst |dp| " << worst << ", batch of 12 vs alone "
-              << batch_worst << "\n";
-    EXPECT_LT(worst, 0.05) << "form " << form;
-    EXPECT_EQ(batch_worst, 0.0) << "form " << form;
-    answers[form - 1] = together;
+    const GpuVsCpu r = gpu_vs_cpu(*cpu, *gpu, enc, enc.size());
+    std::cout << "[ cuda    ] small-gdn128 fp8 on the GEMM of our own (form " << form << "): GPU vs CPU worst |dp| " << r.worst
+              << ", batch of 12 vs alone " << r.batch_worst << "\n";
+    EXPECT_LT(r.worst, 0.05) << "form " << form;
+    EXPECT_EQ(r.batch_worst, 0.0) << "form " << form;
+    answers[form - 1] = r.together;
   }
   EXPECT_EQ(answers[0], answers[1]) << "the two forms' answers";
 }
