@@ -116,13 +116,13 @@ enum class Out { BF16, F32, F32Add, SwiGLU };
 // + 16 warp + g), columns n0 + 8j + 2t (+1)
 __device__ __forceinline__ void store_m64n128(const float (&v)[64], int r, int n0, int t, int m, int n, const float* __restrict__ rs,
                                               const float* __restrict__ cs, void* y, int64_t ldy, Out out) {
-  if (out == Out::SwiGLU) {
 #pragma unroll
-    for (int q = 0; q < 8; ++q)
+  for (int h = 0; h < 2; ++h) {
+    const int rr = r + 8 * h;
+    if (rr >= m) continue;
+    if (out == Out::SwiGLU) {  // gate group q's column 2t + c beside its up column 8 on
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int rr = r + 8 * h;
-        if (rr >= m) continue;
+      for (int q = 0; q < 8; ++q)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int cg = n0 + 16 * q + 2 * t + c, cu = cg + 8;
@@ -131,15 +131,10 @@ __device__ __forceinline__ void store_m64n128(const float (&v)[64], int r, int n
           const float uv = __bfloat162float(__float2bfloat16_rn(fp8_scaled(v[8 * q + 4 + 2 * h + c], rs[rr], cs[cu])));
           static_cast<bf16*>(y)[int64_t(rr) * ldy + n0 / 2 + 8 * q + 2 * t + c] = __float2bfloat16(silu_f(gv) * uv);
         }
-      }
-    return;
-  }
+      continue;
+    }
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int rr = r + 8 * h;
-      if (rr >= m) continue;
+    for (int j = 0; j < 16; ++j)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int col = n0 + j * 8 + t * 2 + c;
@@ -149,7 +144,7 @@ __device__ __forceinline__ void store_m64n128(const float (&v)[64], int r, int n
         else if (out == Out::F32) static_cast<float*>(y)[int64_t(rr) * ldy + col] = x;
         else static_cast<float*>(y)[int64_t(rr) * ldy + col] += x;
       }
-    }
+  }
 }
 
 template <int STAGES, int PROMO>
