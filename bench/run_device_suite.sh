@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -314,6 +314,26 @@ for i in range(240):
       # (a kernel never run before may hang: 240 s at most)
       timeout 240 .carry/clefrt_bench_fp8_wgmma --commit "$commit" --json "$OUT/lab-fp8-wgmma.json" > "$OUT/lab-fp8-wgmma.txt" 2>&1
       echo "== lab fp8-wgmma rc=$?"; grep -E "^[a-z]|^m |ours|cuBLASLt" "$OUT/lab-fp8-wgmma.txt" | head -60 ;;
+    ncu-fp8-gemm)
+      # our FP8 GEMM's warp-specialized forms and cuBLASLt's at gate|up, m 8,192 (the lab, --shape
+      # gate_up --m 8192): Nsight Compute's pipes, memory, stalls and per-SASS stall samples, and the
+      # SASS of our kernels (cuobjdump). One launch each (CLEFRT_LAB_PROFILE: kVariants 2 and 3,
+      # the grouped 256 x 128 and 128 x 128 forms)
+      cuobjdump -sass -fun fp8_gemm_ws_k .carry/clefrt_bench_fp8_wgmma > "$OUT/sass-fp8-ws.txt" 2>&1 \
+        || cuobjdump -sass .carry/clefrt_bench_fp8_wgmma > "$OUT/sass-fp8-ws.txt" 2>&1
+      echo "== sass rc=$? ($(wc -l < "$OUT/sass-fp8-ws.txt") lines)"
+      for kk in "ws256 2" "ws128 3" "cublaslt cublaslt"; do
+        read -r tag which <<< "$kk"
+        CLEFRT_LAB_PROFILE=$which ncu --clock-control none --profile-from-start off \
+          --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+          --section WarpStateStats --section SchedulerStats --section LaunchStats --section SourceCounters -o "$OUT/ncu-fp8-$tag" \
+          .carry/clefrt_bench_fp8_wgmma --shape gate_up --m 8192 > "$OUT/ncu-fp8-$tag.log" 2>&1
+        echo "== ncu fp8 $tag rc=$?"
+        ncu -i "$OUT/ncu-fp8-$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-fp8-$tag-sass.csv" 2> /dev/null
+        ncu -i "$OUT/ncu-fp8-$tag.ncu-rep" --page details > "$OUT/ncu-fp8-$tag.txt" 2>&1
+        rm -f "$OUT/ncu-fp8-$tag.ncu-rep"
+        grep -E "^  [a-z_0-9]|Duration|Throughput|Pipe|Warp Cycles Per Issued|Bank|Registers Per" "$OUT/ncu-fp8-$tag.txt" | head -24
+      done ;;
     lab-gemm)
       .carry/clefrt_bench_w4a16 --commit "$commit" --json "$OUT/lab-w4a16.json" > "$OUT/lab-w4a16.txt" 2>&1; echo "== lab w4a16 rc=$?"
       .carry/clefrt_bench_fp8 --commit "$commit" --json "$OUT/lab-fp8.json" > "$OUT/lab-fp8.txt" 2>&1; echo "== lab fp8 rc=$?" ;;

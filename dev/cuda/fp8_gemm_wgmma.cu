@@ -4,13 +4,16 @@
 // scale pass is timed apart); the error of each against the exact sum of the same e4m3 products
 // (fp64 on the host; 64 rows x 512 columns, as fp8_gemm.cpp's accuracy lines); and row bits alone
 // vs in the batch; at gate|up, step 4 (the SwiGLU in the epilogue) against the product's gate|up +
-// swiglu_fp8_quant. Usage: clefrt_bench_fp8_wgmma [--commit ID] [--json FILE] [--m M]
+// swiglu_fp8_quant. Usage: clefrt_bench_fp8_wgmma [--commit ID] [--json FILE] [--m M] [--shape PART-OF-NAME]; CLEFRT_LAB_PROFILE=cublaslt|INDEX:
+// one launch of cuBLASLt or kVariants[INDEX] per shape and m between cudaProfilerStart / Stop, nothing else (ncu)
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -41,11 +44,11 @@ struct Variant {
   int promo;  // 128-wide k steps a promotion: forms of one interval give the same bits
 };
 const Variant kVariants[] = {
-    {"ours, 4 stages", fp8_gemm_wgmma<4>, 1},
-    {"ours, 5 stages", fp8_gemm_wgmma<5>, 1},
     {"ours, 6 stages", fp8_gemm_wgmma<6>, 1},
-    {"ours, warp-specialized, persistent, 256 x 128, 4 stages", fp8_gemm_ws<4>, 1},
-    {"ours, 6 stages, promotion every 256 k", fp8_gemm_wgmma<6, 2>, 2},
+    {"ours, warp-specialized, persistent, 256 x 128, 4 stages", fp8_gemm_ws<4, 2, 0>, 1},
+    {"ours, warp-specialized, 256 x 128, 4 stages, groups of 8 M blocks", fp8_gemm_ws<4, 2, 8>, 1},
+    {"ours, warp-specialized, 128 x 128, 6 stages, groups of 16 M blocks", fp8_gemm_ws<6, 1, 16>, 1},
+    {"ours, warp-specialized, 128 x 128, 6 stages, groups of 8 M blocks", fp8_gemm_ws<6, 1, 8>, 1},
     {"ours, 6 stages, promotion every 512 k", fp8_gemm_wgmma<6, 4>, 4},
 };
 
@@ -112,7 +115,7 @@ json::Value swiglu_epilogue(Gemm& inv, const DeviceBuffer& x8, const DeviceBuffe
 
 int main(int argc, char** argv) {
   bench::Options opt;
-  if (!bench::parse_options(argc, argv, false, opt)) return 2;
+  if (!bench::parse_options(argc, argv, true, opt)) return 2;
   try {
     if (!sm90a_kernels_run_here()) throw Error(Status::Internal, "internal_error", "clefrt_bench_fp8_wgmma: needs an sm_90a build on a compute capability 9.0 GPU");
     const HardwareLimits hw = bench::measure_and_print_hardware();
@@ -131,6 +134,7 @@ int main(int argc, char** argv) {
     json::Value shapes = json::Value::array();
     for (Shape sh : {Shape{"mlp gate_up", 34816, 5120}, Shape{"mlp down", 5120, 17408}, Shape{"gdn in_proj", 16480, 5120},
                      Shape{"gdn out_proj", 5120, 6144}, Shape{"k not a multiple of 128 (a zero-filled last step)", 4096, 5136}}) {
+      if (!opt.only_shape.empty() && std::string(sh.name).find(opt.only_shape) == std::string::npos) continue;  // --shape: a part of the name
       // at least the accuracy lines' 64 rows (--m below 64 would read and write past x8 and y)
       const int64_t n = sh.n, k = sh.k, mmax = std::max<int64_t>(64, *std::max_element(ms.begin(), ms.end()));
       DeviceBuffer w(size_t(n * k) * 2, "W"), w8(size_t(n * k), "W fp8"), ws(size_t(n) * 4, "W scales"), x(size_t(mmax * k) * 2, "x"),
@@ -145,6 +149,25 @@ int main(int argc, char** argv) {
       rec.add("n", json::Value::integer(n));
       rec.add("k", json::Value::integer(k));
 
+      if (const char* prof = std::getenv("CLEFRT_LAB_PROFILE")) {
+        // one launch between cudaProfilerStart / Stop (ncu --profile-from-start off) at each m, after
+        // three (cuBLASLt's tune included): "cublaslt" or a variant's index in kVariants
+        const std::string who = prof;
+        for (int64_t m : ms) {
+          auto once = [&] {
+            if (who == "cublaslt") inv.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::BF16, n, "bench");
+            else kVariants[std::atoi(prof)].run(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, xs.as<float>(), ws.as<float>(), y.get(), n, Out::BF16, s);
+          };
+          for (int i = 0; i < 3; ++i) once();
+          check(cudaStreamSynchronize(s), "profile");
+          check(cudaProfilerStart(), "profile");
+          once();
+          check(cudaStreamSynchronize(s), "profile");
+          check(cudaProfilerStop(), "profile");
+          std::printf("profiled %s at m %lld\n", prof, (long long)m);
+        }
+        continue;
+      }
       // the exact sums of rows [0, 64) x 512 columns (fp64 on the host)
       const bench::ExactE4m3Sums exact = bench::exact_e4m3_sums(x8, w8, n, k, 64, 512, s);
       const int64_t arows = exact.rows;

@@ -26,7 +26,7 @@
 namespace clefrt::bench {
 
 // The command line both programs take: [--commit ID] [--json FILE] [--m M] (one m only), and,
-// where the program has it, [--shape gate_up|down] (one weight shape only).
+// where the program has it, [--shape NAME] (one weight shape only: w4a16_gemm.cpp gate_up | down; fp8_gemm_wgmma.cu a part of a shape name).
 struct Options {
   std::string commit = "unknown", json_out, only_shape;
   std::string anchors;  // --anchors FILE: kernel_anchors.py's JSON from the same device call
@@ -44,7 +44,7 @@ inline bool parse_options(int argc, char** argv, bool with_shape, Options& o) {
     else if (!std::strcmp(argv[i], "--sustained")) o.sustained = true;
     else {
       std::fprintf(stderr, "usage: %s [--commit ID] [--json FILE]%s [--m M] [--anchors FILE] [--sustained]\n", argv[0],
-                   with_shape ? " [--shape gate_up|down]" : "");
+                   with_shape ? " [--shape NAME]" : "");
       return false;
     }
   }

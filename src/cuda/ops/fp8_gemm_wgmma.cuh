@@ -210,20 +210,36 @@ __global__ void __launch_bounds__(THREADS, 1)
 
 // Step 2 of the plan: warp-specialized and persistent. 384 threads: warpgroup 0 the producer (one
 // thread issues every TMA copy; its registers cut to 40 by setmaxnreg), warpgroups 1 and 2 the
-// math (raised to 232), each 128 rows of a 256 x 128 tile as two m64n128 waves a k step (one step
-// accumulator shared by the waves, two fp32 totals: DeepGEMM's 256 x 128 shape). The stage ring
-// runs on across tiles: full barriers (the producer's expect-tx) and empty ones (each math warp's
-// arrival once its wgmmas on the stage are done: 8 a stage). One CTA an SM walks the tiles
-// blockIdx.x, + gridDim.x, ..., each N block's M blocks in a row (the weight tile stays in L2).
-// The same promotion (every 128 k, after a wait) and epilogue as step 1: the same bits.
-constexpr int WS_BM = 256, WS_THREADS = 384;
-template <int STAGES>
+// math (raised to 232), each 64 WAVES rows of a (128 WAVES) x 128 tile as WAVES m64n128 waves a k
+// step (one step accumulator shared by the waves, a fp32 total a wave: WAVES 2 is DeepGEMM's
+// 256 x 128). The stage ring runs on across tiles: full barriers (the producer's expect-tx) and
+// empty ones (each math warp's arrival once its wgmmas on the stage are done, before the last
+// wave's promotion: 8 a stage). One CTA an SM walks the tiles blockIdx.x, + gridDim.x, ...
+// (ws_tile): GROUP M blocks at a time down each N block, then the next N block, so the CTAs in
+// flight at once share few x rows and w rows (both stay in L2; GROUP 0: all M blocks, the
+// walk before the grouping). The same promotion (every 128 k, after a wait) and epilogue as
+// step 1: the same bits.
+constexpr int WS_THREADS = 384;
+template <int STAGES, int WAVES>
 struct WsCfg {
-  static constexpr int a_bytes = WS_BM * BK, b_bytes = BN * BK, stage_bytes = a_bytes + b_bytes;
+  static constexpr int BM = 128 * WAVES;
+  static constexpr int a_bytes = BM * BK, b_bytes = BN * BK, stage_bytes = a_bytes + b_bytes;
   static constexpr int bar_base = STAGES * stage_bytes;
   static constexpr int bytes = bar_base + 2 * STAGES * 8 + 1024;
+  static_assert(WAVES == 1 || WAVES == 2, "one or two m64 waves a math warpgroup");
   static_assert(bytes <= 232448, "shared memory a CTA");
 };
+
+// The persistent walk's tile -> (M block, N block): groups of `group` M blocks (the last one
+// shorter), inside a group M fastest, then N
+__device__ __forceinline__ void ws_tile(int tile, int mt, int nt, int group, int& mb, int& nb) {
+  if (group <= 0 || group >= mt) {
+    mb = tile % mt, nb = tile / mt;
+    return;
+  }
+  const int per_group = group * nt, g0 = (tile / per_group) * group, rows = min(group, mt - g0), r = tile - (tile / per_group) * per_group;
+  mb = g0 + r % rows, nb = r / rows;
+}
 
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 #ifdef CLEFRT_TMA
@@ -231,14 +247,14 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 #endif
 }
 
-template <int STAGES>
+template <int STAGES, int WAVES, int GROUP>
 __global__ void __launch_bounds__(WS_THREADS, 1)
     fp8_gemm_ws_k(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap, int m, int n, int k,
                   const float* __restrict__ rs, const float* __restrict__ cs, void* y, int64_t ldy, Out out) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
-  using C = WsCfg<STAGES>;
+  using C = WsCfg<STAGES, WAVES>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7;
@@ -249,7 +265,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();  // the last barrier of the block: the warpgroups part here
-  const int mt = (m + WS_BM - 1) / WS_BM, nt = (n + BN - 1) / BN, tiles = mt * nt, ktiles = (k + BK - 1) / BK;
+  const int mt = (m + C::BM - 1) / C::BM, nt = (n + BN - 1) / BN, tiles = mt * nt, ktiles = (k + BK - 1) / BK;
   auto atile = [&](int s) { return smem + s * C::stage_bytes; };
   auto btile = [&](int s) { return smem + s * C::stage_bytes + C::a_bytes; };
   if (wg == 0) {
@@ -257,25 +273,27 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     if (tid != 0) return;
     int it = 0;  // k steps issued, over all tiles: stage it % STAGES, its round it / STAGES
     for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
-      const int m0 = (tile % mt) * WS_BM, n0 = (tile / mt) * BN;
+      int mb, nb;
+      ws_tile(tile, mt, nt, GROUP, mb, nb);
       for (int kt = 0; kt < ktiles; ++kt, ++it) {
         const int s = it % STAGES;
         mbar_wait(&empty[s], uint32_t(((it / STAGES) & 1) ^ 1));  // a fresh barrier passes parity 1 at once
         mbar_arrive_expect_tx(&full[s], C::stage_bytes);
-        tma_load_2d(atile(s), &xmap, kt * BK, m0, &full[s]);
-        tma_load_2d(btile(s), &wmap, kt * BK, n0, &full[s]);
+        tma_load_2d(atile(s), &xmap, kt * BK, mb * C::BM, &full[s]);
+        tma_load_2d(btile(s), &wmap, kt * BK, nb * BN, &full[s]);
       }
     }
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   const int cw = wg - 1, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-  float total[2][64], acc[64];
+  float total[WAVES][64], acc[64];
   int it = 0;
   for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
-    const int m0 = (tile % mt) * WS_BM, n0 = (tile / mt) * BN;
+    int mb, nb;
+    ws_tile(tile, mt, nt, GROUP, mb, nb);
 #pragma unroll
-    for (int w = 0; w < 2; ++w)
+    for (int w = 0; w < WAVES; ++w)
 #pragma unroll
       for (int i = 0; i < 64; ++i) total[w][i] = 0.0f;
     for (int kt = 0; kt < ktiles; ++kt, ++it) {
@@ -283,15 +301,16 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
       mbar_wait(&full[s], uint32_t((it / STAGES) & 1));
       const unsigned char* bt = btile(s);
 #pragma unroll
-      for (int w = 0; w < 2; ++w) {
-        wgmma_step_e4m3(acc, atile(s) + (cw * 128 + w * 64) * 128, bt, true);
+      for (int w = 0; w < WAVES; ++w) {
+        wgmma_step_e4m3(acc, atile(s) + (cw * 64 * WAVES + w * 64) * 128, bt, true);
         wgmma_wait<0>();
+        if (w == WAVES - 1 && lane == 0) mbar_arrive(&empty[s]);  // this warp's wgmmas on stage s are done
         promote64(total[w], acc);
       }
-      if (lane == 0) mbar_arrive(&empty[s]);  // this warp's wgmmas on stage s are done
     }
 #pragma unroll
-    for (int w = 0; w < 2; ++w) store_m64n128(total[w], m0 + cw * 128 + w * 64 + warp * 16 + g, n0, t, m, n, rs, cs, y, ldy, out);
+    for (int w = 0; w < WAVES; ++w)
+      store_m64n128(total[w], mb * C::BM + cw * 64 * WAVES + w * 64 + warp * 16 + g, nb * BN, t, m, n, rs, cs, y, ldy, out);
   }
 #endif
 }
@@ -335,15 +354,15 @@ void fp8_gemm_wgmma(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, in
   check_launch("fp8 gemm (wgmma)");
 }
 
-template <int STAGES>
+template <int STAGES, int WAVES = 2, int GROUP = 0>
 void fp8_gemm_ws(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, const float* rs, const float* cs, void* y, int64_t ldy,
                  Out out, cudaStream_t s) {
-  using C = WsCfg<STAGES>;
-  allow_smem_once<fp8_gemm_ws_k<STAGES>>(C::bytes, "fp8 gemm (warp-specialized)");
-  const CUtensorMap xmap = fp8_tensor_map(x, m, k, WS_BM), wmap = fp8_tensor_map(w, n, k);
-  const int64_t tiles = ((m + WS_BM - 1) / WS_BM) * ((n + BN - 1) / BN);
-  fp8_gemm_ws_k<STAGES><<<unsigned(std::min<int64_t>(tiles, sm_count())), WS_THREADS, C::bytes, s>>>(xmap, wmap, int(m), int(n), int(k), rs, cs, y,
-                                                                                                      ldy, out);
+  using C = WsCfg<STAGES, WAVES>;
+  allow_smem_once<fp8_gemm_ws_k<STAGES, WAVES, GROUP>>(C::bytes, "fp8 gemm (warp-specialized)");
+  const CUtensorMap xmap = fp8_tensor_map(x, m, k, C::BM), wmap = fp8_tensor_map(w, n, k);
+  const int64_t tiles = ((m + C::BM - 1) / C::BM) * ((n + BN - 1) / BN);
+  fp8_gemm_ws_k<STAGES, WAVES, GROUP><<<unsigned(std::min<int64_t>(tiles, sm_count())), WS_THREADS, C::bytes, s>>>(xmap, wmap, int(m), int(n), int(k),
+                                                                                                                  rs, cs, y, ldy, out);
   check_launch("fp8 gemm (warp-specialized)");
 }
 
