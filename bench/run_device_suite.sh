@@ -311,18 +311,18 @@ for i in range(240):
       echo "== lab gemm-search rc=$?"; grep -E "^[a-z]|engine|same bits" "$OUT/lab-gemm-search.txt" | head -80 ;;
     lab-fp8-wgmma)
       # our FP8 wgmma GEMM (docs/notes/fp8-gemm-design.md, step 1) beside cuBLASLt's: ms, error, row bits
-      # (a kernel never run before may hang: 240 s at most)
-      timeout 240 .carry/clefrt_bench_fp8_wgmma --commit "$commit" --json "$OUT/lab-fp8-wgmma.json" > "$OUT/lab-fp8-wgmma.txt" 2>&1
+      # (a kernel never run before may hang: 150 s at most; the whole lab takes ~40 s on an H100)
+      timeout 150 .carry/clefrt_bench_fp8_wgmma --commit "$commit" --json "$OUT/lab-fp8-wgmma.json" > "$OUT/lab-fp8-wgmma.txt" 2>&1
       echo "== lab fp8-wgmma rc=$?"; grep -E "^[a-z]|^m |ours|cuBLASLt" "$OUT/lab-fp8-wgmma.txt" | head -60 ;;
     ncu-fp8-gemm)
       # our FP8 GEMM's warp-specialized forms and cuBLASLt's at gate|up, m 8,192 (the lab, --shape
       # gate_up --m 8192): Nsight Compute's pipes, memory, stalls and per-SASS stall samples, and the
-      # SASS of our kernels (cuobjdump). One launch each (CLEFRT_LAB_PROFILE: kVariants 2 and 3,
-      # the grouped 256 x 128 and 128 x 128 forms)
+      # SASS of our kernels (cuobjdump). One launch each (CLEFRT_LAB_PROFILE: kVariants 1 and 3,
+      # the grouped 256 x 128 form alone and in clusters of 2)
       cuobjdump -sass -fun fp8_gemm_ws_k .carry/clefrt_bench_fp8_wgmma > "$OUT/sass-fp8-ws.txt" 2>&1 \
         || cuobjdump -sass .carry/clefrt_bench_fp8_wgmma > "$OUT/sass-fp8-ws.txt" 2>&1
       echo "== sass rc=$? ($(wc -l < "$OUT/sass-fp8-ws.txt") lines)"
-      for kk in "ws256 2" "ws128 3" "cublaslt cublaslt"; do
+      for kk in "ws256 1" "ws256-cluster2 3" "cublaslt cublaslt"; do
         read -r tag which <<< "$kk"
         CLEFRT_LAB_PROFILE=$which ncu --clock-control none --profile-from-start off \
           --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \

@@ -161,30 +161,55 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
   return *reinterpret_cast<const uint32_t*>(&p);
 }
 
-__device__ __forceinline__ void store_wave_staged(const float (&v)[64], unsigned char* stage, int row0, int n0, int m, int n,
-                                                  const float* __restrict__ rs, const float* __restrict__ cs, bf16* y, int64_t ldy, bool swiglu,
-                                                  int bar, int wtid) {
+// A tile's scales, loaded at the tile's start so their latency hides under its k loop (the
+// epilogue's first use waited on them: Nsight Compute, s38 call 3): lane l's column scales n0 +
+// 4l .. + 3 (every warp holds the tile's 128; store_wave_staged shuffles out a thread's), and the
+// row scales of this thread's rows of each wave (row0 + 64 w + 16 warp + g, + 8). Unscaled (rs
+// null): ones.
+template <int WAVES>
+struct TileScales {
+  float4 c4;
+  float r[WAVES][2];
+  __device__ __forceinline__ void load(const float* __restrict__ rs, const float* __restrict__ cs, int row0, int n0, int m, int n, int wtid) {
+    const int lane = wtid & 31, warp = wtid >> 5, g = lane >> 2, c = n0 + 4 * lane;
+    c4 = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+    if (rs) {
+      if (c + 3 < n && (reinterpret_cast<uintptr_t>(cs + c) & 15) == 0) c4 = *reinterpret_cast<const float4*>(cs + c);
+      else c4 = make_float4(c < n ? cs[c] : 1.0f, c + 1 < n ? cs[c + 1] : 1.0f, c + 2 < n ? cs[c + 2] : 1.0f, c + 3 < n ? cs[c + 3] : 1.0f);
+    }
+#pragma unroll
+    for (int w = 0; w < WAVES; ++w)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int rr = row0 + 64 * w + 16 * warp + g + 8 * h;
+        r[w][h] = rs && rr < m ? rs[rr] : 1.0f;
+      }
+  }
+};
+
+__device__ __forceinline__ void store_wave_staged(const float (&v)[64], unsigned char* stage, int row0, int n0, int m, int n, float4 c4,
+                                                  const float (&rw)[2], bool scaled, bf16* y, int64_t ldy, bool swiglu, int bar, int wtid) {
   const int warp = wtid >> 5, lane = wtid & 31, g = lane >> 2, t = lane & 3;
-  // this thread's column scales, loaded together (one latency): columns n0 + 8j + 2t (+1)
+  // this thread's column scales, columns n0 + 8j + 2t (+1): lane 2j + t / 2's (x, y) or (z, w)
   float2 c2[16];
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
-    const int col = n0 + 8 * j + 2 * t;
-    c2[j] = make_float2(1.0f, 1.0f);
-    if (rs && col < n) c2[j].x = cs[col];
-    if (rs && col + 1 < n) c2[j].y = cs[col + 1];
+    const int src = 2 * j + (t >> 1);
+    const float x = __shfl_sync(0xffffffffu, c4.x, src), yv = __shfl_sync(0xffffffffu, c4.y, src);
+    const float z = __shfl_sync(0xffffffffu, c4.z, src), w = __shfl_sync(0xffffffffu, c4.w, src);
+    c2[j] = (t & 1) ? make_float2(z, w) : make_float2(x, yv);
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int lr = 16 * warp + g + 8 * h, rr = row0 + lr;
-    const float r = rs && rr < m ? rs[rr] : 1.0f;
+    const int lr = 16 * warp + g + 8 * h;
+    const float r = rw[h];
     unsigned char* const row = stage + lr * 256;
     auto chunk = [&](int c) { return row + ((c ^ (lr & 7)) << 4) + 4 * t; };
     if (!swiglu) {
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
         const float a = v[4 * j + 2 * h], b = v[4 * j + 2 * h + 1];
-        const uint32_t p = rs ? pack_bf16x2(fp8_scaled(a, r, c2[j].x), fp8_scaled(b, r, c2[j].y)) : pack_bf16x2(a, b);
+        const uint32_t p = scaled ? pack_bf16x2(fp8_scaled(a, r, c2[j].x), fp8_scaled(b, r, c2[j].y)) : pack_bf16x2(a, b);
         *reinterpret_cast<uint32_t*>(chunk(j)) = p;
       }
     } else {  // gate group q: columns 16q + 2t (+1) (chunk 2q), up 8 on (chunk 2q + 1); act chunk q
@@ -325,79 +350,101 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 #endif
 }
 
-template <int STAGES, int WAVES, int GROUP>
+template <int STAGES, int WAVES, int GROUP, int CL>
 __global__ void __launch_bounds__(WS_THREADS, 1)
     fp8_gemm_ws_k(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap, int m, int n, int k,
                   const float* __restrict__ rs, const float* __restrict__ cs, void* y, int64_t ldy, Out out) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
+  static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 CTAs");
   using C = WsCfg<STAGES, WAVES>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7;
+  const uint32_t rank = CL == 1 ? 0 : cluster_rank();
   uint64_t* const full = reinterpret_cast<uint64_t*>(smem + C::bar_base);
   uint64_t* const empty = full + STAGES;
   if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], 8);
+    // CL 2: a stage is written by both CTAs' copies (x's halves multicast), so both CTAs' math
+    // warps release it (8 each)
+    for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], 8 * CL);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();  // the last barrier of the block: the warpgroups part here
-  const int mt = (m + C::BM - 1) / C::BM, nt = (n + BN - 1) / BN, tiles = mt * nt, ktiles = (k + BK - 1) / BK;
+  if (CL == 1) __syncthreads();
+  else cluster_sync_all();  // the peer's barriers are initialized before any copy or arrival reaches them
+  // CL 2: the cluster walks N-block pairs (unit nb2 -> N blocks 2 nb2 + rank), sharing x's tile
+  const int mt = (m + C::BM - 1) / C::BM, nt = (n + BN - 1) / BN, ntu = (nt + CL - 1) / CL, units = mt * ntu, ktiles = (k + BK - 1) / BK;
+  const int unit0 = int(blockIdx.x) / CL, unit_step = int(gridDim.x) / CL;
   auto atile = [&](int s) { return smem + s * C::stage_bytes; };
   auto btile = [&](int s) { return smem + s * C::stage_bytes + C::a_bytes; };
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    if (tid != 0) return;
-    int it = 0;  // k steps issued, over all tiles: stage it % STAGES, its round it / STAGES
-    for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
-      int mb, nb;
-      ws_tile(tile, mt, nt, GROUP, mb, nb);
+    if (tid == 0) {
+      int it = 0;  // k steps issued, over all tiles: stage it % STAGES, its round it / STAGES
+      for (int u = unit0; u < units; u += unit_step) {
+        int mb, nu;
+        ws_tile(u, mt, ntu, GROUP, mb, nu);
+        const int nb = nu * CL + int(rank);
+        for (int kt = 0; kt < ktiles; ++kt, ++it) {
+          const int s = it % STAGES;
+          mbar_wait(&empty[s], uint32_t(((it / STAGES) & 1) ^ 1));  // a fresh barrier passes parity 1 at once
+          mbar_arrive_expect_tx(&full[s], C::stage_bytes);  // x's whole tile (CL 2: half from the peer) and w's
+          if (CL == 1) tma_load_2d(atile(s), &xmap, kt * BK, mb * C::BM, &full[s]);
+          else tma_load_2d_multicast(atile(s) + rank * (C::a_bytes / CL), &xmap, kt * BK, mb * C::BM + int(rank) * (C::BM / CL), &full[s], 3);
+          tma_load_2d(btile(s), &wmap, kt * BK, nb * BN, &full[s]);
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    const int cw = wg - 1, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+    // bf16 rows 16-byte aligned: the staged epilogue (store_wave_staged)
+    const bool staged = (out == Out::BF16 || out == Out::SwiGLU) && (reinterpret_cast<uintptr_t>(y) & 15) == 0 && ldy % 8 == 0;
+    float total[WAVES][64], acc[64];
+    int it = 0;
+    for (int u = unit0; u < units; u += unit_step) {
+      int mb, nu;
+      ws_tile(u, mt, ntu, GROUP, mb, nu);
+      const int nb = nu * CL + int(rank);
+      const int row0 = mb * C::BM + cw * 64 * WAVES;  // this warpgroup's first row
+      TileScales<WAVES> sc;
+      if (staged) sc.load(rs, cs, row0, nb * BN, m, n, tid - 128 * wg);
+#pragma unroll
+      for (int w = 0; w < WAVES; ++w)
+#pragma unroll
+        for (int i = 0; i < 64; ++i) total[w][i] = 0.0f;
       for (int kt = 0; kt < ktiles; ++kt, ++it) {
         const int s = it % STAGES;
-        mbar_wait(&empty[s], uint32_t(((it / STAGES) & 1) ^ 1));  // a fresh barrier passes parity 1 at once
-        mbar_arrive_expect_tx(&full[s], C::stage_bytes);
-        tma_load_2d(atile(s), &xmap, kt * BK, mb * C::BM, &full[s]);
-        tma_load_2d(btile(s), &wmap, kt * BK, nb * BN, &full[s]);
+        mbar_wait(&full[s], uint32_t((it / STAGES) & 1));
+        const unsigned char* bt = btile(s);
+#pragma unroll
+        for (int w = 0; w < WAVES; ++w) {
+          wgmma_step_e4m3(acc, atile(s) + (cw * 64 * WAVES + w * 64) * 128, bt, true);
+          wgmma_wait<0>();
+          if (w == WAVES - 1 && lane == 0) {  // this warp's wgmmas on stage s are done
+            mbar_arrive(&empty[s]);
+            if (CL == 2) mbar_arrive_cluster(&empty[s], rank ^ 1u);
+          }
+          promote64(total[w], acc);
+        }
+      }
+      if (nb >= nt) continue;  // CL 2, an odd N-block count: the last pair's second tile is past n
+      if (staged) {
+#pragma unroll
+        for (int w = 0; w < WAVES; ++w)
+          store_wave_staged(total[w], smem + C::staging + cw * 64 * 256, row0 + w * 64, nb * BN, m, n, sc.c4, sc.r[w], rs != nullptr,
+                            static_cast<bf16*>(y), ldy, out == Out::SwiGLU, 1 + cw, tid - 128 * wg);
+      } else {
+#pragma unroll
+        for (int w = 0; w < WAVES; ++w) store_m64n128(total[w], row0 + w * 64 + warp * 16 + g, nb * BN, t, m, n, rs, cs, y, ldy, out);
       }
     }
-    return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-  const int cw = wg - 1, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-  // bf16 rows 16-byte aligned: the staged epilogue (store_wave_staged)
-  const bool staged = (out == Out::BF16 || out == Out::SwiGLU) && (reinterpret_cast<uintptr_t>(y) & 15) == 0 && ldy % 8 == 0;
-  float total[WAVES][64], acc[64];
-  int it = 0;
-  for (int tile = int(blockIdx.x); tile < tiles; tile += int(gridDim.x)) {
-    int mb, nb;
-    ws_tile(tile, mt, nt, GROUP, mb, nb);
-#pragma unroll
-    for (int w = 0; w < WAVES; ++w)
-#pragma unroll
-      for (int i = 0; i < 64; ++i) total[w][i] = 0.0f;
-    for (int kt = 0; kt < ktiles; ++kt, ++it) {
-      const int s = it % STAGES;
-      mbar_wait(&full[s], uint32_t((it / STAGES) & 1));
-      const unsigned char* bt = btile(s);
-#pragma unroll
-      for (int w = 0; w < WAVES; ++w) {
-        wgmma_step_e4m3(acc, atile(s) + (cw * 64 * WAVES + w * 64) * 128, bt, true);
-        wgmma_wait<0>();
-        if (w == WAVES - 1 && lane == 0) mbar_arrive(&empty[s]);  // this warp's wgmmas on stage s are done
-        promote64(total[w], acc);
-      }
-    }
-    if (staged) {
-#pragma unroll
-      for (int w = 0; w < WAVES; ++w)
-        store_wave_staged(total[w], smem + C::staging + cw * 64 * 256, mb * C::BM + cw * 64 * WAVES + w * 64, nb * BN, m, n, rs, cs,
-                          static_cast<bf16*>(y), ldy, out == Out::SwiGLU, 1 + cw, tid - 128 * wg);
-    } else {
-#pragma unroll
-      for (int w = 0; w < WAVES; ++w)
-        store_m64n128(total[w], mb * C::BM + cw * 64 * WAVES + w * 64 + warp * 16 + g, nb * BN, t, m, n, rs, cs, y, ldy, out);
-    }
+  // CL 2: no CTA leaves while its peer may still arrive on its barriers
+  if (CL == 2) {
+    __syncwarp();
+    cluster_sync_all();
   }
 #endif
 }
@@ -441,15 +488,31 @@ void fp8_gemm_wgmma(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, in
   check_launch("fp8 gemm (wgmma)");
 }
 
-template <int STAGES, int WAVES = 2, int GROUP = 0>
+template <int STAGES, int WAVES = 2, int GROUP = 0, int CL = 1>
 void fp8_gemm_ws(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, const float* rs, const float* cs, void* y, int64_t ldy,
                  Out out, cudaStream_t s) {
   using C = WsCfg<STAGES, WAVES>;
-  allow_smem_once<fp8_gemm_ws_k<STAGES, WAVES, GROUP>>(C::bytes, "fp8 gemm (warp-specialized)");
-  const CUtensorMap xmap = fp8_tensor_map(x, m, k, C::BM), wmap = fp8_tensor_map(w, n, k);
-  const int64_t tiles = ((m + C::BM - 1) / C::BM) * ((n + BN - 1) / BN);
-  fp8_gemm_ws_k<STAGES, WAVES, GROUP><<<unsigned(std::min<int64_t>(tiles, sm_count())), WS_THREADS, C::bytes, s>>>(xmap, wmap, int(m), int(n), int(k),
-                                                                                                                  rs, cs, y, ldy, out);
+  constexpr auto kernel = fp8_gemm_ws_k<STAGES, WAVES, GROUP, CL>;
+  allow_smem_once<kernel>(C::bytes, "fp8 gemm (warp-specialized)");
+  const CUtensorMap xmap = fp8_tensor_map(x, m, k, C::BM / CL), wmap = fp8_tensor_map(w, n, k);
+  const int64_t units = ((m + C::BM - 1) / C::BM) * ((n + BN * CL - 1) / (BN * CL));
+  const unsigned grid = unsigned(std::min<int64_t>(units, sm_count() / CL) * CL);
+  if (CL == 1) kernel<<<grid, WS_THREADS, C::bytes, s>>>(xmap, wmap, int(m), int(n), int(k), rs, cs, y, ldy, out);
+  else {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(WS_THREADS);
+    cfg.dynamicSmemBytes = size_t(C::bytes);
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = CL;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    check(cudaLaunchKernelEx(&cfg, kernel, xmap, wmap, int(m), int(n), int(k), rs, cs, y, ldy, out), "fp8 gemm (warp-specialized, clusters)");
+  }
   check_launch("fp8 gemm (warp-specialized)");
 }
 

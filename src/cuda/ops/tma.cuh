@@ -73,4 +73,41 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
 #endif
 }
 
+// As tma_load_2d, the box written at the same shared-memory offset of every CTA of the cluster in
+// cta_mask (bit r: rank r), each CTA's barrier at bar's offset completing the bytes it received.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar, uint16_t cta_mask) {
+#ifdef CLEFRT_TMA
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar)), "h"(cta_mask)
+      : "memory");
+#endif
+}
+// An arrival on the barrier at bar's offset in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
+#ifdef CLEFRT_TMA
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+      "r"(rank)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r = 0;
+#ifdef CLEFRT_TMA
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return r;
+}
+// Every thread of every CTA of the cluster that has not exited (not .aligned: callable where a
+// warp's threads diverged).
+__device__ __forceinline__ void cluster_sync_all() {
+#ifdef CLEFRT_TMA
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+
 }  // namespace clefrt::cuda
