@@ -84,13 +84,16 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorM
       : "memory");
 #endif
 }
-// An arrival on the barrier at bar's offset in the shared memory of the cluster's CTA `rank`.
+// An arrival on the barrier at bar's offset in the shared memory of the cluster's CTA `rank`
+// (release at the CTA's scope, as CUTLASS's ClusterBarrier::arrive: .release.cluster made every
+// arrival wait on the thread's outstanding memory operations, ERRBAR / CGAERRBAR in the SASS, and
+// the FP8 GEMM's clusters 1.7x slower; s38 call 4).
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t rank) {
 #ifdef CLEFRT_TMA
   asm volatile(
       "{\n.reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
       "r"(rank)
       : "memory");
 #endif
