@@ -93,8 +93,11 @@ __device__ __forceinline__ void wgmma_step_e4m3(float (&acc)[64], const unsigned
 #pragma unroll
     for (int i = 0; i < 64; ++i) fence_operand(acc[i]);
   wgmma_fence();
+  // a 32-byte k step is + 2 in the descriptor's start address (bytes >> 4; a tile never crosses
+  // its 14 bits): one descriptor computation a step, as cuBLASLt's SASS adds 2 to a uniform register
+  const uint64_t da = wgmma_desc(at), db = wgmma_desc(bt);
 #pragma unroll
-  for (int s = 0; s < BK / 32; ++s) wgmma_e4m3_n128(acc, wgmma_desc(at + 32 * s), wgmma_desc(bt + 32 * s), s > 0 || !fresh);
+  for (int s = 0; s < BK / 32; ++s) wgmma_e4m3_n128(acc, da + 2 * s, db + 2 * s, s > 0 || !fresh);
   wgmma_commit();
 }
 // Promotion: the interval's sum into the fp32 total (after a wait for its wgmmas)
@@ -155,6 +158,11 @@ __device__ __forceinline__ void store_m64n128(const float (&v)[64], int r, int n
 // bytes moved and held the math warps for ~40% of the kernel (Nsight Compute, s38 call 2).
 // bar: the warpgroup's named barrier (1, 2: 0 is __syncthreads'); wtid: 0..127 in the warpgroup.
 __device__ __forceinline__ void wg_bar(int bar) { asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); }
+
+// The two math warpgroups' turn-taking (fp8_gemm_ws_k's ORDER): 256 threads a barrier, one
+// warpgroup syncing on it, the other arriving
+__device__ __forceinline__ void wg_pair_bar_sync(int bar) { asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory"); }
+__device__ __forceinline__ void wg_pair_bar_arrive(int bar) { asm volatile("bar.arrive %0, 256;\n" ::"r"(bar) : "memory"); }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
   const __nv_bfloat162 p = __floats2bfloat162_rn(a, b);  // .x = a (low half), .y = b
@@ -350,7 +358,7 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 #endif
 }
 
-template <int STAGES, int WAVES, int GROUP, int CL>
+template <int STAGES, int WAVES, int GROUP, int CL, bool ORDER>
 __global__ void __launch_bounds__(WS_THREADS, 1)
     fp8_gemm_ws_k(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap, int m, int n, int k,
                   const float* __restrict__ rs, const float* __restrict__ cs, void* y, int64_t ldy, Out out) {
@@ -361,7 +369,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
   using C = WsCfg<STAGES, WAVES>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-  const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7;
+  // the warpgroup through a shuffle, as CUTLASS's canonical_warp_group_idx: the compiler then
+  // knows it warp-uniform and keeps the stage addresses and descriptors in uniform registers
+  const int tid = int(threadIdx.x), lane = tid & 31, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
   const uint32_t rank = CL == 1 ? 0 : cluster_rank();
   uint64_t* const full = reinterpret_cast<uint64_t*>(smem + C::bar_base);
   uint64_t* const empty = full + STAGES;
@@ -403,6 +413,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     const bool staged = (out == Out::BF16 || out == Out::SwiGLU) && (reinterpret_cast<uintptr_t>(y) & 15) == 0 && ldy % 8 == 0;
     float total[WAVES][64], acc[64];
     int it = 0;
+    bool first_issue = true;
     for (int u = unit0; u < units; u += unit_step) {
       int mb, nu;
       ws_tile(u, mt, ntu, GROUP, mb, nu);
@@ -420,7 +431,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         const unsigned char* bt = btile(s);
 #pragma unroll
         for (int w = 0; w < WAVES; ++w) {
+          // ORDER: the math warpgroups issue their waves in turn (named barriers 3, 4), so one's
+          // wave runs whole on the tensor cores while the other waits and promotes; issued at once,
+          // their wgmmas interleave, end together and both warpgroups drain at the same time
+          if (ORDER && !(cw == 0 && first_issue)) wg_pair_bar_sync(3 + cw);
+          first_issue = false;
           wgmma_step_e4m3(acc, atile(s) + (cw * 64 * WAVES + w * 64) * 128, bt, true);
+          if (ORDER) wg_pair_bar_arrive(3 + (cw ^ 1));
           wgmma_wait<0>();
           if (w == WAVES - 1 && lane == 0) {  // this warp's wgmmas on stage s are done
             mbar_arrive(&empty[s]);
@@ -440,6 +457,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         for (int w = 0; w < WAVES; ++w) store_m64n128(total[w], row0 + w * 64 + warp * 16 + g, nb * BN, t, m, n, rs, cs, y, ldy, out);
       }
     }
+    // ORDER: warpgroup 1's last arrival on barrier 3 is taken, so no barrier is left mid-phase
+    if (ORDER && cw == 0 && !first_issue) wg_pair_bar_sync(3);
   }
   // CL 2: no CTA leaves while its peer may still arrive on its barriers
   if (CL == 2) {
@@ -488,11 +507,11 @@ void fp8_gemm_wgmma(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, in
   check_launch("fp8 gemm (wgmma)");
 }
 
-template <int STAGES, int WAVES = 2, int GROUP = 0, int CL = 1>
+template <int STAGES, int WAVES = 2, int GROUP = 0, int CL = 1, bool ORDER = false>
 void fp8_gemm_ws(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, const float* rs, const float* cs, void* y, int64_t ldy,
                  Out out, cudaStream_t s) {
   using C = WsCfg<STAGES, WAVES>;
-  constexpr auto kernel = fp8_gemm_ws_k<STAGES, WAVES, GROUP, CL>;
+  constexpr auto kernel = fp8_gemm_ws_k<STAGES, WAVES, GROUP, CL, ORDER>;
   allow_smem_once<kernel>(C::bytes, "fp8 gemm (warp-specialized)");
   const CUtensorMap xmap = fp8_tensor_map(x, m, k, C::BM / CL), wmap = fp8_tensor_map(w, n, k);
   const int64_t units = ((m + C::BM - 1) / C::BM) * ((n + BN * CL - 1) / (BN * CL));
