@@ -317,12 +317,12 @@ for i in range(240):
     ncu-fp8-gemm)
       # our FP8 GEMM's warp-specialized forms and cuBLASLt's at gate|up, m 8,192 (the lab, --shape
       # gate_up --m 8192): Nsight Compute's pipes, memory, stalls and per-SASS stall samples, and the
-      # SASS of our kernels (cuobjdump). One launch each (CLEFRT_LAB_PROFILE: kVariants 1, 4, 5,
-      # the grouped 256 x 128 form, and it and 128 x 128 with the waves in turn)
+      # SASS of our kernels (cuobjdump). One launch each (CLEFRT_LAB_PROFILE: kVariants 1 and 2,
+      # the warp-specialized 256 x 128 and 128 x 128 forms)
       cuobjdump -sass -fun fp8_gemm_ws_k .carry/clefrt_bench_fp8_wgmma > "$OUT/sass-fp8-ws.txt" 2>&1 \
         || cuobjdump -sass .carry/clefrt_bench_fp8_wgmma > "$OUT/sass-fp8-ws.txt" 2>&1
       echo "== sass rc=$? ($(wc -l < "$OUT/sass-fp8-ws.txt") lines)"
-      for kk in "ws256 1" "ws256-order 4" "ws128-order 5"; do
+      for kk in "ws256 1" "ws128 2"; do
         read -r tag which <<< "$kk"
         CLEFRT_LAB_PROFILE=$which ncu --clock-control none --profile-from-start off \
           --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \

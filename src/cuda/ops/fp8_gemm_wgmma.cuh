@@ -159,11 +159,6 @@ __device__ __forceinline__ void store_m64n128(const float (&v)[64], int r, int n
 // bar: the warpgroup's named barrier (1, 2: 0 is __syncthreads'); wtid: 0..127 in the warpgroup.
 __device__ __forceinline__ void wg_bar(int bar) { asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); }
 
-// The two math warpgroups' turn-taking (fp8_gemm_ws_k's ORDER): 256 threads a barrier, one
-// warpgroup syncing on it, the other arriving
-__device__ __forceinline__ void wg_pair_bar_sync(int bar) { asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory"); }
-__device__ __forceinline__ void wg_pair_bar_arrive(int bar) { asm volatile("bar.arrive %0, 256;\n" ::"r"(bar) : "memory"); }
-
 __device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
   const __nv_bfloat162 p = __floats2bfloat162_rn(a, b);  // .x = a (low half), .y = b
   return *reinterpret_cast<const uint32_t*>(&p);
@@ -255,6 +250,59 @@ __device__ __forceinline__ void store_wave_staged(const float (&v)[64], unsigned
     }
   }
   wg_bar(bar);  // the staging is free for the next wave
+}
+
+// The same for fp32 outputs (Out::F32, Out::F32Add; y's rows 16-byte aligned): the wave's 64 x 128
+// floats in two 64-column halves through the 16 KB (rows of 64 floats, 16-byte chunks XOR the
+// row's low 3 bits), out as 16-byte chunks (F32Add: y's chunk read and added, as store_m64n128).
+__device__ __forceinline__ void store_wave_staged_f32(const float (&v)[64], unsigned char* stage, int row0, int n0, int m, int n, float4 c4,
+                                                      const float (&rw)[2], bool scaled, float* y, int64_t ldy, bool add, int bar, int wtid) {
+  const int warp = wtid >> 5, lane = wtid & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float2 c2[8];  // the half's column scales (a half at a time: the whole row's spilled registers)
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      const int src = 2 * (8 * half + jj) + (t >> 1);
+      const float x = __shfl_sync(0xffffffffu, c4.x, src), yv = __shfl_sync(0xffffffffu, c4.y, src);
+      const float z = __shfl_sync(0xffffffffu, c4.z, src), w = __shfl_sync(0xffffffffu, c4.w, src);
+      c2[jj] = (t & 1) ? make_float2(z, w) : make_float2(x, yv);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int lr = 16 * warp + g + 8 * h;
+      unsigned char* const row = stage + lr * 256;
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+        const int j = 8 * half + jj, c = 2 * jj + (t >> 1);  // columns 8jj + 2t (+1) of the half: chunk c, bytes 8 (t & 1) on
+        float a = v[4 * j + 2 * h], b = v[4 * j + 2 * h + 1];
+        if (scaled) a = fp8_scaled(a, rw[h], c2[jj].x), b = fp8_scaled(b, rw[h], c2[jj].y);
+        *reinterpret_cast<float2*>(row + ((c ^ (lr & 7)) << 4) + 8 * (t & 1)) = make_float2(a, b);
+      }
+    }
+    wg_bar(bar);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int c = wtid + 128 * i, lr = c / 16, cc = c % 16, rr = row0 + lr, col = n0 + 64 * half + 4 * cc;
+      if (rr >= m || col >= n) continue;
+      const float4 val = *reinterpret_cast<const float4*>(stage + lr * 256 + ((cc ^ (lr & 7)) << 4));
+      float* const dst = y + int64_t(rr) * ldy + col;
+      if (col + 4 <= n) {
+        float4 o = val;
+        if (add) {
+          const float4 old = *reinterpret_cast<const float4*>(dst);
+          o = make_float4(old.x + val.x, old.y + val.y, old.z + val.z, old.w + val.w);
+        }
+        *reinterpret_cast<float4*>(dst) = o;
+      } else {  // the last partial chunk of a row
+        const float e[4] = {val.x, val.y, val.z, val.w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (q < n - col) dst[q] = add ? dst[q] + e[q] : e[q];
+      }
+    }
+    wg_bar(bar);  // the staging is free for the next half
+  }
 }
 
 template <int STAGES, int PROMO>
@@ -358,7 +406,7 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 #endif
 }
 
-template <int STAGES, int WAVES, int GROUP, int CL, bool ORDER>
+template <int STAGES, int WAVES, int GROUP, int CL>
 __global__ void __launch_bounds__(WS_THREADS, 1)
     fp8_gemm_ws_k(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap, int m, int n, int k,
                   const float* __restrict__ rs, const float* __restrict__ cs, void* y, int64_t ldy, Out out) {
@@ -409,11 +457,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     const int cw = wg - 1, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-    // bf16 rows 16-byte aligned: the staged epilogue (store_wave_staged)
-    const bool staged = (out == Out::BF16 || out == Out::SwiGLU) && (reinterpret_cast<uintptr_t>(y) & 15) == 0 && ldy % 8 == 0;
+    // y's rows 16-byte aligned: the staged epilogues (store_wave_staged, store_wave_staged_f32)
+    const bool f32 = out == Out::F32 || out == Out::F32Add;
+    const bool staged = (reinterpret_cast<uintptr_t>(y) & 15) == 0 && ldy % (f32 ? 4 : 8) == 0;
     float total[WAVES][64], acc[64];
     int it = 0;
-    bool first_issue = true;
     for (int u = unit0; u < units; u += unit_step) {
       int mb, nu;
       ws_tile(u, mt, ntu, GROUP, mb, nu);
@@ -431,13 +479,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         const unsigned char* bt = btile(s);
 #pragma unroll
         for (int w = 0; w < WAVES; ++w) {
-          // ORDER: the math warpgroups issue their waves in turn (named barriers 3, 4), so one's
-          // wave runs whole on the tensor cores while the other waits and promotes; issued at once,
-          // their wgmmas interleave, end together and both warpgroups drain at the same time
-          if (ORDER && !(cw == 0 && first_issue)) wg_pair_bar_sync(3 + cw);
-          first_issue = false;
           wgmma_step_e4m3(acc, atile(s) + (cw * 64 * WAVES + w * 64) * 128, bt, true);
-          if (ORDER) wg_pair_bar_arrive(3 + (cw ^ 1));
           wgmma_wait<0>();
           if (w == WAVES - 1 && lane == 0) {  // this warp's wgmmas on stage s are done
             mbar_arrive(&empty[s]);
@@ -449,16 +491,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
       if (nb >= nt) continue;  // CL 2, an odd N-block count: the last pair's second tile is past n
       if (staged) {
 #pragma unroll
-        for (int w = 0; w < WAVES; ++w)
-          store_wave_staged(total[w], smem + C::staging + cw * 64 * 256, row0 + w * 64, nb * BN, m, n, sc.c4, sc.r[w], rs != nullptr,
-                            static_cast<bf16*>(y), ldy, out == Out::SwiGLU, 1 + cw, tid - 128 * wg);
+        for (int w = 0; w < WAVES; ++w) {
+          unsigned char* const st = smem + C::staging + cw * 64 * 256;
+          if (f32)
+            store_wave_staged_f32(total[w], st, row0 + w * 64, nb * BN, m, n, sc.c4, sc.r[w], rs != nullptr, static_cast<float*>(y), ldy,
+                                  out == Out::F32Add, 1 + cw, tid - 128 * wg);
+          else
+            store_wave_staged(total[w], st, row0 + w * 64, nb * BN, m, n, sc.c4, sc.r[w], rs != nullptr, static_cast<bf16*>(y), ldy,
+                              out == Out::SwiGLU, 1 + cw, tid - 128 * wg);
+        }
       } else {
 #pragma unroll
         for (int w = 0; w < WAVES; ++w) store_m64n128(total[w], row0 + w * 64 + warp * 16 + g, nb * BN, t, m, n, rs, cs, y, ldy, out);
       }
     }
-    // ORDER: warpgroup 1's last arrival on barrier 3 is taken, so no barrier is left mid-phase
-    if (ORDER && cw == 0 && !first_issue) wg_pair_bar_sync(3);
   }
   // CL 2: no CTA leaves while its peer may still arrive on its barriers
   if (CL == 2) {
@@ -507,11 +553,11 @@ void fp8_gemm_wgmma(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, in
   check_launch("fp8 gemm (wgmma)");
 }
 
-template <int STAGES, int WAVES = 2, int GROUP = 0, int CL = 1, bool ORDER = false>
+template <int STAGES, int WAVES = 2, int GROUP = 0, int CL = 1>
 void fp8_gemm_ws(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, const float* rs, const float* cs, void* y, int64_t ldy,
                  Out out, cudaStream_t s) {
   using C = WsCfg<STAGES, WAVES>;
-  constexpr auto kernel = fp8_gemm_ws_k<STAGES, WAVES, GROUP, CL, ORDER>;
+  constexpr auto kernel = fp8_gemm_ws_k<STAGES, WAVES, GROUP, CL>;
   allow_smem_once<kernel>(C::bytes, "fp8 gemm (warp-specialized)");
   const CUtensorMap xmap = fp8_tensor_map(x, m, k, C::BM / CL), wmap = fp8_tensor_map(w, n, k);
   const int64_t units = ((m + C::BM - 1) / C::BM) * ((n + BN * CL - 1) / (BN * CL));

@@ -34,9 +34,10 @@ void nvfp4_gemm_wgmma(const bf16* x, int64_t m, int64_t k, int64_t ldx, const ui
 // The FP8 GEMM of our own (fp8_gemm_wgmma.cuh; sm_90a builds on compute capability 9.0: available)
 // in cuBLASLt's place in Gemm::run_fp8, unscaled: y [m, n] = x [m, k] w [n, k]^T in bf16 or fp32,
 // rows ldy apart; k a multiple of 16, x and w 16-byte aligned. form 1: one CTA a 128 x 128 tile;
-// 2: warp-specialized, persistent 256 x 128 tiles. Both give the same bits, and a row's result does
-// not depend on m. Its sums round differently from cuBLASLt's. A lab switch until measured
-// (CLEFRT_LAB_FP8_OWN_GEMM).
+// 2: warp-specialized and persistent, 256 x 128 tiles from m 2,048, 128 x 128 below. Every form
+// gives the same bits, and a row's result does not depend on m. The model's answers came out as
+// cuBLASLt's promoted GEMMs give them, bit for bit (s38 call 1). A lab switch until it is faster in
+// the model (CLEFRT_LAB_FP8_OWN_GEMM).
 bool fp8_gemm_own_available();
 void fp8_gemm_own(int form, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, bool y_f32, int64_t ldy, cudaStream_t s);
 // spec/quant.md "Quantize (weights)" with a given global scale gs (shared by the whole matrix).
