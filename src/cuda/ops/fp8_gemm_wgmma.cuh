@@ -190,11 +190,9 @@ struct TileScales {
   }
 };
 
-__device__ __forceinline__ void store_wave_staged(const float (&v)[64], unsigned char* stage, int row0, int n0, int m, int n, float4 c4,
-                                                  const float (&rw)[2], bool scaled, bf16* y, int64_t ldy, bool swiglu, int bar, int wtid) {
-  const int warp = wtid >> 5, lane = wtid & 31, g = lane >> 2, t = lane & 3;
-  // this thread's column scales, columns n0 + 8j + 2t (+1): lane 2j + t / 2's (x, y) or (z, w)
-  float2 c2[16];
+// A thread's column scales of the tile, columns n0 + 8j + 2t (+1): lane 2j + t / 2's (x, y) or
+// (z, w) of TileScales::c4
+__device__ __forceinline__ void column_scales(float4 c4, int t, float2 (&c2)[16]) {
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     const int src = 2 * j + (t >> 1);
@@ -202,12 +200,23 @@ __device__ __forceinline__ void store_wave_staged(const float (&v)[64], unsigned
     const float z = __shfl_sync(0xffffffffu, c4.z, src), w = __shfl_sync(0xffffffffu, c4.w, src);
     c2[j] = (t & 1) ? make_float2(z, w) : make_float2(x, yv);
   }
+}
+
+// full: the wave's 64 rows and the tile's columns all inside y, no bound checks (the per-element
+// checks and addresses were two thirds of the epilogue's ~1,560 instructions a warp and tile; a
+// template of each kind made ptxas spill).
+__device__ __forceinline__ void store_wave_staged(const float (&v)[64], unsigned char* stage, int row0, int n0, int m, int n, float4 c4,
+                                                  const float (&rw)[2], bool scaled, bf16* y, int64_t ldy, bool swiglu, bool full, int bar,
+                                                  int wtid) {
+  const int warp = wtid >> 5, lane = wtid & 31, g = lane >> 2, t = lane & 3;
+  float2 c2[16];  // a wave at a time: held across the waves, with the second's totals, they spilled
+  column_scales(c4, t, c2);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int lr = 16 * warp + g + 8 * h;
+    const int lr = 16 * warp + g + 8 * h;  // lr % 8 == g: chunk c of the row sits at (c ^ g) 16 bytes
     const float r = rw[h];
-    unsigned char* const row = stage + lr * 256;
-    auto chunk = [&](int c) { return row + ((c ^ (lr & 7)) << 4) + 4 * t; };
+    unsigned char* const row = stage + lr * 256 + 4 * t;
+    auto chunk = [&](int c) { return row + ((c ^ g) << 4); };
     if (!swiglu) {
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
@@ -231,22 +240,24 @@ __device__ __forceinline__ void store_wave_staged(const float (&v)[64], unsigned
     }
   }
   wg_bar(bar);
-  const int cpr = swiglu ? 8 : 16, ycol0 = swiglu ? n0 / 2 : n0, ncols = swiglu ? n / 2 : n;
-#pragma unroll
-  for (int i = 0; i < 64 * 16 / 128; ++i) {
-    const int c = wtid + 128 * i;
-    if (c >= 64 * cpr) break;
-    const int lr = c / cpr, cc = c % cpr, rr = row0 + lr, col = ycol0 + 8 * cc;
-    if (rr >= m || col >= ncols) continue;
-    const uint4 val = *reinterpret_cast<const uint4*>(stage + lr * 256 + ((cc ^ (lr & 7)) << 4));
-    bf16* const dst = y + int64_t(rr) * ldy + col;
-    if (col + 8 <= ncols) {
-      *reinterpret_cast<uint4*>(dst) = val;
-    } else {  // the last partial chunk of a row
+  // out: a thread's chunk cc of rows lr0, lr0 + RS, ... (RS 8: 16 chunks a row; SwiGLU's act, 8
+  // chunks a row: RS 16); every such row has lr0's low 3 bits, so one shared-memory offset
+  const int cpr = swiglu ? 8 : 16, rs_step = swiglu ? 16 : 8, cc = wtid & (cpr - 1), lr0 = wtid / cpr;
+  const int col = (swiglu ? n0 / 2 : n0) + 8 * cc, ncols = swiglu ? n / 2 : n;
+  const unsigned char* const src = stage + lr0 * 256 + ((cc ^ (lr0 & 7)) << 4);
+  bf16* d = y + int64_t(row0 + lr0) * ldy + col;
+  const int64_t d_step = int64_t(rs_step) * ldy;
+#pragma unroll 4
+  for (int i = 0; i < (swiglu ? 4 : 8); ++i, d += d_step) {
+    const uint4 val = *reinterpret_cast<const uint4*>(src + i * rs_step * 256);
+    const bool row_in = full || row0 + lr0 + i * rs_step < m;
+    if (full || (row_in && col + 8 <= ncols)) {
+      *reinterpret_cast<uint4*>(d) = val;
+    } else if (row_in && col < ncols) {  // the last partial chunk of a row
       const uint32_t wv[4] = {val.x, val.y, val.z, val.w};
 #pragma unroll
       for (int q = 0; q < 8; ++q)
-        if (q < ncols - col) dst[q] = __ushort_as_bfloat16(uint16_t(wv[q / 2] >> (16 * (q % 2))));
+        if (q < ncols - col) d[q] = __ushort_as_bfloat16(uint16_t(wv[q / 2] >> (16 * (q % 2))));
     }
   }
   wg_bar(bar);  // the staging is free for the next wave
@@ -490,15 +501,18 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
       }
       if (nb >= nt) continue;  // CL 2, an odd N-block count: the last pair's second tile is past n
       if (staged) {
+        unsigned char* const st = smem + C::staging + cw * 64 * 256;
+        if (f32) {
 #pragma unroll
-        for (int w = 0; w < WAVES; ++w) {
-          unsigned char* const st = smem + C::staging + cw * 64 * 256;
-          if (f32)
+          for (int w = 0; w < WAVES; ++w)
             store_wave_staged_f32(total[w], st, row0 + w * 64, nb * BN, m, n, sc.c4, sc.r[w], rs != nullptr, static_cast<float*>(y), ldy,
                                   out == Out::F32Add, 1 + cw, tid - 128 * wg);
-          else
+        } else {
+          const bool full = row0 + 64 * WAVES <= m && (nb + 1) * BN <= n;
+#pragma unroll
+          for (int w = 0; w < WAVES; ++w)
             store_wave_staged(total[w], st, row0 + w * 64, nb * BN, m, n, sc.c4, sc.r[w], rs != nullptr, static_cast<bf16*>(y), ldy,
-                              out == Out::SwiGLU, 1 + cw, tid - 128 * wg);
+                              out == Out::SwiGLU, full, 1 + cw, tid - 128 * wg);
         }
       } else {
 #pragma unroll
