@@ -16,6 +16,8 @@
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
 # ncu-gdn: Nsight Compute (--clock-control none) on the Wgmma path's GDN kernels and the 3xTF32 prep.
+# ncu-fp8-gemm: Nsight Compute on one launch of the FP8 GEMM of our own's warp-specialized forms at
+# gate|up, m 8,192 (details, source page CSV: bench/ncu_sass_summary.py), and their SASS.
 # ncu-gdn-source: the Wgmma prep (bf16x3 and one pass), the one-pass scan and the state-in-registers scan, stall samples per SASS instruction (CSV).
 # ncu-blog: every kernel's GPU time over the blog request's second forward (bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
@@ -322,7 +324,7 @@ for i in range(240):
       cuobjdump -sass -fun fp8_gemm_ws_k .carry/clefrt_bench_fp8_wgmma > "$OUT/sass-fp8-ws.txt" 2>&1 \
         || cuobjdump -sass .carry/clefrt_bench_fp8_wgmma > "$OUT/sass-fp8-ws.txt" 2>&1
       echo "== sass rc=$? ($(wc -l < "$OUT/sass-fp8-ws.txt") lines)"
-      for kk in "ws256 1" "ws128 2"; do
+      for kk in "ws256 1" "ws128 2" "cublaslt cublaslt"; do
         read -r tag which <<< "$kk"
         CLEFRT_LAB_PROFILE=$which ncu --clock-control none --profile-from-start off \
           --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \

@@ -1170,6 +1170,68 @@ TEST(CudaQuant, Fp8OwnGemmAgainstExactSumsAndBatchInvariant) {
   }
 }
 
+// The FP8 GEMM of our own's warp-specialized forms and their epilogues against form 1 (one CTA a
+// tile, per-element stores) bit for bit, at m 2,100 (form 2's and 3's 256-row tiles, the last one
+// partial; rows [2,048, 2,100) alone take the 128-row tiles) and n 390 (the last 128 columns
+// partial, a partial 16-byte chunk): fp32 out staged (ldy 392) and per element (ldy 391: rows not
+// 16-byte aligned), bf16 out staged (ldy 400) and per element (ldy 390), each the fp32 result (bf16:
+// rounded), nothing written past column n.
+TEST(CudaQuant, Fp8OwnGemmFormsAndEpiloguesAgree) {
+  NEED_GPU();
+  if (!cuda::fp8_gemm_own_available()) GTEST_SKIP() << "the FP8 GEMM of our own needs an sm_90a build on compute capability 9.0";
+  const int64_t m = 2100, n = 390, k = 640, ld_max = 400;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> xf(size_t(m * k)), wf(size_t(n * k));
+  for (auto& v : xf) v = quant::bf16_round(nd(rng));
+  for (auto& v : wf) v = quant::bf16_round(0.02f * nd(rng));
+  DeviceBuffer x = cuda::upload(to_bf(xf), "x"), w = cuda::upload(to_bf(wf), "w"), x8(size_t(m * k)), w8(size_t(n * k)), xs(size_t(m) * 4),
+               ws(size_t(n) * 4), y(size_t(m * ld_max) * 4);
+  cuda::fp8_quantize_rows(x.as<bf16>(), m, k, k, x8.as<uint8_t>(), k, xs.as<float>(), nullptr);
+  cuda::fp8_quantize_rows(w.as<bf16>(), n, k, k, w8.as<uint8_t>(), k, ws.as<float>(), nullptr);
+  // one run: y poisoned, the GEMM, y read back as rows of ldy (fp32 or bf16 bits)
+  auto run = [&](int form, const uint8_t* xr, int64_t rows, bool f32, int64_t ldy) {
+    cuda::check(cudaMemset(y.get(), 0xff, y.bytes()), "poison");
+    cuda::fp8_gemm_own(form, xr, rows, k, w8.as<uint8_t>(), n, y.get(), f32, ldy, nullptr);
+    std::vector<uint32_t> out(size_t(rows * ldy));
+    if (f32) {
+      out = down<uint32_t>(y, out.size());
+    } else {
+      const std::vector<uint16_t> h = down<uint16_t>(y, out.size());
+      for (size_t i = 0; i < h.size(); ++i) out[i] = h[i];
+    }
+    return out;
+  };
+  const std::vector<uint32_t> ref = run(1, x8.as<uint8_t>(), m, true, n);
+  auto want = [&](int64_t r, int64_t c, bool f32) {
+    const uint32_t b = ref[size_t(r * n + c)];
+    if (f32) return b;
+    float v;
+    std::memcpy(&v, &b, 4);
+    const float rv = quant::bf16_round(v);
+    uint32_t rb;
+    std::memcpy(&rb, &rv, 4);
+    return rb >> 16;
+  };
+  for (int form : {2, 3})
+    for (const auto& [f32, ldy] : {std::pair<bool, int64_t>{true, 392}, {true, 391}, {false, 400}, {false, 390}}) {
+      const std::string at = " (form " + std::to_string(form) + (f32 ? ", fp32" : ", bf16") + ", ldy " + std::to_string(ldy) + ")";
+      const uint32_t poison = f32 ? 0xffffffffu : 0xffffu;
+      for (const auto& [r0, rows] : {std::pair<int64_t, int64_t>{0, m}, {2048, 52}}) {
+        const std::vector<uint32_t> got = run(form, x8.as<uint8_t>() + r0 * k, rows, f32, ldy);
+        size_t wrong = 0, past = 0;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < ldy; ++c) {
+            const uint32_t g = got[size_t(r * ldy + c)];
+            if (c < n) wrong += g != want(r0 + r, c, f32);
+            else past += g != poison;
+          }
+        EXPECT_EQ(wrong, 0u) << rows << " rows from row " << r0 << " against form 1" << at;
+        EXPECT_EQ(past, 0u) << "written past column n" << at;
+      }
+    }
+}
+
 // The forward on the FP8 GEMM of our own (CLEFRT_LAB_FP8_OWN_GEMM=1 and 2): the FP8 small-gdn128
 // folder against the CPU within Fp8AtClefGdnHeadsAgainstCpu's bound, a batch of 12 against each
 // request alone bit for bit, and the two forms' answers equal.
