@@ -1172,8 +1172,8 @@ TEST(CudaQuant, Fp8OwnGemmAgainstExactSumsAndBatchInvariant) {
 
 // The FP8 GEMM of our own's warp-specialized forms and their epilogues against form 1 (one CTA a
 // tile, per-element stores) bit for bit, at m 2,100 (form 2's and 3's 256-row tiles, the last one
-// partial; rows [2,048, 2,100) alone take the 128-row tiles) and n 390 (the last 128 columns
-// partial, a partial 16-byte chunk): fp32 out staged (ldy 392) and per element (ldy 391: rows not
+// partial; rows [2,048, 2,100) alone take the 128-row tiles; form 4's 128 x 192 at both) and n 390
+// (the last 128 or 192 columns partial, a partial 16-byte chunk): fp32 out staged (ldy 392) and per element (ldy 391: rows not
 // 16-byte aligned), bf16 out staged (ldy 400) and per element (ldy 390), each the fp32 result (bf16:
 // rounded), nothing written past column n.
 TEST(CudaQuant, Fp8OwnGemmFormsAndEpiloguesAgree) {
@@ -1213,7 +1213,7 @@ TEST(CudaQuant, Fp8OwnGemmFormsAndEpiloguesAgree) {
     std::memcpy(&rb, &rv, 4);
     return rb >> 16;
   };
-  for (int form : {2, 3})
+  for (int form : {2, 3, 4})
     for (const auto& [f32, ldy] : {std::pair<bool, int64_t>{true, 392}, {true, 391}, {false, 400}, {false, 390}}) {
       const std::string at = " (form " + std::to_string(form) + (f32 ? ", fp32" : ", bf16") + ", ldy " + std::to_string(ldy) + ")";
       const uint32_t poison = f32 ? 0xffffffffu : 0xffffu;

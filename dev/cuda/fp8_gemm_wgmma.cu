@@ -48,6 +48,8 @@ const Variant kVariants[] = {
     {"ours, warp-specialized, 256 x 128, 4 stages, groups of 8 M blocks", fp8_gemm_ws<4, 2, 8>, 1},
     {"ours, warp-specialized, 128 x 128, 6 stages, groups of 16 M blocks", fp8_gemm_ws<6, 1, 16>, 1},
     {"ours, ws 256 x 128, 4 stages, groups of 8, clusters of 2 (x multicast)", fp8_gemm_ws<4, 2, 8, 2>, 1},
+    {"ours, ws 128 x 192, 4 stages, groups of 16", fp8_gemm_ws<4, 1, 16, 1, 192>, 1},
+    {"ours, ws 128 x 192, 4 stages, groups of 16, clusters of 2 (x multicast)", fp8_gemm_ws<4, 1, 16, 2, 192>, 1},
     {"ours, 6 stages, promotion every 512 k", fp8_gemm_wgmma<6, 4>, 4},
 };
 

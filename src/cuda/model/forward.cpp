@@ -297,11 +297,12 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   // answers: a lab A/B of what the promotion costs in the model, never the product's)
   GemmLab gemm_lab;
   gemm_lab.fp8_fast_accum = env_count("CLEFRT_LAB_FP8_FAST_ACCUM", 0, 0, 1) == 1;
-  // CLEFRT_LAB_FP8_OWN_GEMM=1|2|3: the FP8 GEMMs on the GEMM of our own (fp8_gemm_wgmma.cuh; 1: a
-  // CTA a 128 x 128 tile, 2: warp-specialized and persistent, 3: 2 in clusters of 2; kernels_quant.h)
+  // CLEFRT_LAB_FP8_OWN_GEMM=1..4: the FP8 GEMMs on the GEMM of our own (fp8_gemm_wgmma.cuh; 1: a
+  // CTA a 128 x 128 tile, 2: warp-specialized and persistent, 3: 2 in clusters of 2, 4: 128 x 192
+  // tiles; kernels_quant.h)
   // instead of cuBLASLt's: batch-invariant, the same answers so far; a lab A/B until it is faster in
   // the model (at the power cap it was not: bench/results/2026-12-06-h100-session38.md)
-  gemm_lab.fp8_own = int(env_count("CLEFRT_LAB_FP8_OWN_GEMM", 0, 0, 3));
+  gemm_lab.fp8_own = int(env_count("CLEFRT_LAB_FP8_OWN_GEMM", 0, 0, 4));
   if (gemm_lab.fp8_own != 0 && !fp8_gemm_own_available())
     throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_FP8_OWN_GEMM needs an sm_90a build on a compute capability 9.0 GPU");
   gemm_ = std::make_unique<Gemm>(stream_, o.batch_invariant, gemm_workspace_bytes(), gemm_lab);

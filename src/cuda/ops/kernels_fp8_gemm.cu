@@ -15,11 +15,12 @@ void fp8_gemm_own(int form, const uint8_t* x, int64_t m, int64_t k, const uint8_
   if (m == 0 || n == 0) return;
   if (!fp8_gemm_own_available())
     throw Error(Status::Internal, "internal_error", "fp8_gemm_own: needs an sm_90a build on a compute capability 9.0 GPU");
-  if (form < 1 || form > 3) throw Error(Status::Internal, "internal_error", "fp8_gemm_own: form " + std::to_string(form) + " (1, 2 or 3)");
+  if (form < 1 || form > 4) throw Error(Status::Internal, "internal_error", "fp8_gemm_own: form " + std::to_string(form) + " (1 to 4)");
   const fp8own::Out out = y_f32 ? fp8own::Out::F32 : fp8own::Out::BF16;
   if (form == 1) fp8own::fp8_gemm_wgmma<5>(x, m, k, w, n, nullptr, nullptr, y, ldy, out, s);
   // 256-row tiles where m fills the SMs' waves with them; 128 below (the lab's faster form at m
   // 318); the same bits either way
+  else if (form == 4) fp8own::fp8_gemm_ws<4, 1, 16, 1, 192>(x, m, k, w, n, nullptr, nullptr, y, ldy, out, s);
   else if (m >= 2048 && form == 3) fp8own::fp8_gemm_ws<4, 2, 8, 2>(x, m, k, w, n, nullptr, nullptr, y, ldy, out, s);
   else if (m >= 2048) fp8own::fp8_gemm_ws<4, 2, 8>(x, m, k, w, n, nullptr, nullptr, y, ldy, out, s);
   else fp8own::fp8_gemm_ws<6, 1, 16>(x, m, k, w, n, nullptr, nullptr, y, ldy, out, s);

@@ -35,7 +35,8 @@ void nvfp4_gemm_wgmma(const bf16* x, int64_t m, int64_t k, int64_t ldx, const ui
 // in cuBLASLt's place in Gemm::run_fp8, unscaled: y [m, n] = x [m, k] w [n, k]^T in bf16 or fp32,
 // rows ldy apart; k a multiple of 16, x and w 16-byte aligned. form 1: one CTA a 128 x 128 tile;
 // 2: warp-specialized and persistent, 256 x 128 tiles from m 2,048, 128 x 128 below; 3: as 2, the
-// 256 x 128 tiles in clusters of 2 sharing x's tile (TMA multicast: less L2 traffic). Every form
+// 256 x 128 tiles in clusters of 2 sharing x's tile (TMA multicast: less L2 traffic); 4: 128 x 192
+// tiles, one m64n192 wave a math warpgroup (written in s38, not yet run on a GPU). Every form
 // gives the same bits, and a row's result does not depend on m. The model's answers came out as
 // cuBLASLt's promoted GEMMs give them, bit for bit (s38 call 1). A lab switch until it is faster in
 // the model (CLEFRT_LAB_FP8_OWN_GEMM).

@@ -42,7 +42,7 @@ struct GemmLab {
   bool fp8_m_buckets = true;    // false: the reference-m FP8 algorithm at every m (no tuning)
   bool bf16_m_buckets = true;   // false: the reference-m bf16 algorithm at every m (no tuning)
   bool fp8_fast_accum = false;  // true: no fp32 promotion of FP8 partial sums (faster, less exact over long k)
-  int fp8_own = 0;              // 1 / 2 / 3: run_fp8 runs the FP8 GEMM of our own (kernels_quant.h fp8_gemm_own's forms)
+  int fp8_own = 0;              // 1 .. 4: run_fp8 runs the FP8 GEMM of our own (kernels_quant.h fp8_gemm_own's forms)
 };
 
 class Gemm {
