@@ -1105,6 +1105,22 @@ TEST(CudaQuant, Fp8AtClefGdnHeadsAgainstCpu) {
   EXPECT_EQ(r.batch_worst, 0.0);
 }
 
+// x [m, k] ~ N(0, 1) and w [n, k] ~ N(0, 0.02) in bf16, quantized to e4m3 by rows (fp8_quantize_rows)
+// on the GPU: the FP8 GEMM tests' inputs
+struct Fp8GemmInputs {
+  DeviceBuffer x8, w8, xs, ws;
+  Fp8GemmInputs(int64_t m, int64_t n, int64_t k, unsigned seed) : x8(size_t(m * k)), w8(size_t(n * k)), xs(size_t(m) * 4), ws(size_t(n) * 4) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> xf(size_t(m * k)), wf(size_t(n * k));
+    for (auto& v : xf) v = quant::bf16_round(nd(rng));
+    for (auto& v : wf) v = quant::bf16_round(0.02f * nd(rng));
+    const DeviceBuffer x = cuda::upload(to_bf(xf), "x"), w = cuda::upload(to_bf(wf), "w");
+    cuda::fp8_quantize_rows(x.as<bf16>(), m, k, k, x8.as<uint8_t>(), k, xs.as<float>(), nullptr);
+    cuda::fp8_quantize_rows(w.as<bf16>(), n, k, k, w8.as<uint8_t>(), k, ws.as<float>(), nullptr);
+  }
+};
+
 // The FP8 GEMM of our own (fp8_gemm_own, both forms) at a shape whose m, n and k are no multiples
 // of its tiles (k: a zero-filled last 128-wide step): fp32 out against the exact sum of the same
 // e4m3 products (fp64) within the promoted cuBLASLt GEMM's measured error (1.3e-4 of the outputs'
@@ -1114,15 +1130,8 @@ TEST(CudaQuant, Fp8OwnGemmAgainstExactSumsAndBatchInvariant) {
   NEED_GPU();
   if (!cuda::fp8_gemm_own_available()) GTEST_SKIP() << "the FP8 GEMM of our own needs an sm_90a build on compute capability 9.0";
   const int64_t m = 300, n = 264, k = 1040;
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> xf(size_t(m * k)), wf(size_t(n * k));
-  for (auto& v : xf) v = quant::bf16_round(nd(rng));
-  for (auto& v : wf) v = quant::bf16_round(0.02f * nd(rng));
-  DeviceBuffer x = cuda::upload(to_bf(xf), "x"), w = cuda::upload(to_bf(wf), "w"), x8(size_t(m * k)), w8(size_t(n * k)), xs(size_t(m) * 4),
-               ws(size_t(n) * 4);
-  cuda::fp8_quantize_rows(x.as<bf16>(), m, k, k, x8.as<uint8_t>(), k, xs.as<float>(), nullptr);
-  cuda::fp8_quantize_rows(w.as<bf16>(), n, k, k, w8.as<uint8_t>(), k, ws.as<float>(), nullptr);
+  const Fp8GemmInputs in(m, n, k, 7);
+  const DeviceBuffer &x8 = in.x8, &w8 = in.w8;
   const std::vector<uint8_t> hx = down<uint8_t>(x8, size_t(m * k)), hw = down<uint8_t>(w8, size_t(n * k));
   std::vector<double> exact(size_t(m * n));
   double sx = 0;
@@ -1180,15 +1189,10 @@ TEST(CudaQuant, Fp8OwnGemmFormsAndEpiloguesAgree) {
   NEED_GPU();
   if (!cuda::fp8_gemm_own_available()) GTEST_SKIP() << "the FP8 GEMM of our own needs an sm_90a build on compute capability 9.0";
   const int64_t m = 2100, n = 390, k = 640, ld_max = 400;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> xf(size_t(m * k)), wf(size_t(n * k));
-  for (auto& v : xf) v = quant::bf16_round(nd(rng));
-  for (auto& v : wf) v = quant::bf16_round(0.02f * nd(rng));
-  DeviceBuffer x = cuda::upload(to_bf(xf), "x"), w = cuda::upload(to_bf(wf), "w"), x8(size_t(m * k)), w8(size_t(n * k)), xs(size_t(m) * 4),
-               ws(size_t(n) * 4), y(size_t(m * ld_max) * 4);
-  cuda::fp8_quantize_rows(x.as<bf16>(), m, k, k, x8.as<uint8_t>(), k, xs.as<float>(), nullptr);
-  cuda::fp8_quantize_rows(w.as<bf16>(), n, k, k, w8.as<uint8_t>(), k, ws.as<float>(), nullptr);
+  const Fp8GemmInputs in(m, n, k, 11);
+  const DeviceBuffer& x8 = in.x8;
+  const DeviceBuffer& w8 = in.w8;
+  DeviceBuffer y(size_t(m * ld_max) * 4);
   // one run: y poisoned, the GEMM, y read back as rows of ldy (fp32 or bf16 bits)
   auto run = [&](int form, const uint8_t* xr, int64_t rows, bool f32, int64_t ldy) {
     cuda::check(cudaMemset(y.get(), 0xff, y.bytes()), "poison");

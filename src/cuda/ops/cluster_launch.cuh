@@ -21,12 +21,15 @@ inline int cluster_kernel_max_threads(const void* kernel) {
 }
 
 // `grid` CTAs along x in clusters of `cl` along x (grid a multiple of cl, cl at most 8: the
-// portable size), through cudaLaunchKernelEx. Its error is returned for check().
+// portable size), with `smem` bytes of dynamic shared memory each, through cudaLaunchKernelEx. Its
+// error is returned for check().
 template <class... Params, class... Args>
-cudaError_t launch_on_clusters(void (*kernel)(Params...), unsigned grid, unsigned block, unsigned cl, cudaStream_t s, Args&&... args) {
+cudaError_t launch_on_clusters_smem(void (*kernel)(Params...), unsigned grid, unsigned block, unsigned cl, size_t smem, cudaStream_t s,
+                                    Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeClusterDimension;
@@ -36,6 +39,11 @@ cudaError_t launch_on_clusters(void (*kernel)(Params...), unsigned grid, unsigne
   cfg.attrs = at;
   cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+// The same without dynamic shared memory
+template <class... Params, class... Args>
+cudaError_t launch_on_clusters(void (*kernel)(Params...), unsigned grid, unsigned block, unsigned cl, cudaStream_t s, Args&&... args) {
+  return launch_on_clusters_smem(kernel, grid, block, cl, 0, s, std::forward<Args>(args)...);
 }
 
 }  // namespace clefrt::cuda

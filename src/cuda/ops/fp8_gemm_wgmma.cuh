@@ -34,6 +34,7 @@
 
 #include "common/error.h"
 #include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/cluster_launch.cuh"
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
@@ -629,21 +630,9 @@ void fp8_gemm_ws(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64
   const int64_t units = ((m + C::BM - 1) / C::BM) * ((n + NB * CL - 1) / (NB * CL));
   const unsigned grid = unsigned(std::min<int64_t>(units, sm_count() / CL) * CL);
   if (CL == 1) kernel<<<grid, WS_THREADS, C::bytes, s>>>(xmap, wmap, int(m), int(n), int(k), rs, cs, y, ldy, out);
-  else {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(WS_THREADS);
-    cfg.dynamicSmemBytes = size_t(C::bytes);
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeClusterDimension;
-    at[0].val.clusterDim.x = CL;
-    at[0].val.clusterDim.y = 1;
-    at[0].val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    check(cudaLaunchKernelEx(&cfg, kernel, xmap, wmap, int(m), int(n), int(k), rs, cs, y, ldy, out), "fp8 gemm (warp-specialized, clusters)");
-  }
+  else
+    check(launch_on_clusters_smem(kernel, grid, WS_THREADS, CL, size_t(C::bytes), s, xmap, wmap, int(m), int(n), int(k), rs, cs, y, ldy, out),
+          "fp8 gemm (warp-specialized, clusters)");
   check_launch("fp8 gemm (warp-specialized)");
 }
 
