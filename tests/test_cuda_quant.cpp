@@ -1180,60 +1180,68 @@ TEST(CudaQuant, Fp8OwnGemmAgainstExactSumsAndBatchInvariant) {
 }
 
 // The FP8 GEMM of our own's warp-specialized forms and their epilogues against form 1 (one CTA a
-// tile, per-element stores) bit for bit, at m 2,100 (form 2's and 3's 256-row tiles, the last one
-// partial; rows [2,048, 2,100) alone take the 128-row tiles; form 4's 128 x 192 at both) and n 390
-// (the last 128 or 192 columns partial, a partial 16-byte chunk): fp32 out staged (ldy 392) and per element (ldy 391: rows not
-// 16-byte aligned), bf16 out staged (ldy 400) and per element (ldy 390), each the fp32 result (bf16:
-// rounded), nothing written past column n.
+// tile, per-element stores and scale loads) bit for bit, at m 2,100 (forms 2's and 3's 256-row
+// tiles, the last one partial; rows [2,048, 2,100) alone take the 128-row tiles; form 4's 128 x 192
+// at both) and n 390 / 262 (the last 128 or 192 columns partial; 262: an odd count of 128-column
+// blocks, so form 3's last cluster has a tile past n), for every output: unscaled fp32 and bf16,
+// staged (rows 16-byte aligned) and per element; scaled bf16, fp32, fp32 added to y, and SwiGLU
+// (its n a multiple of 16). Nothing written outside the rows and columns asked for.
 TEST(CudaQuant, Fp8OwnGemmFormsAndEpiloguesAgree) {
   NEED_GPU();
   if (!cuda::fp8_gemm_own_available()) GTEST_SKIP() << "the FP8 GEMM of our own needs an sm_90a build on compute capability 9.0";
-  const int64_t m = 2100, n = 390, k = 640, ld_max = 400;
-  const Fp8GemmInputs in(m, n, k, 11);
-  const DeviceBuffer& x8 = in.x8;
-  const DeviceBuffer& w8 = in.w8;
-  DeviceBuffer y(size_t(m * ld_max) * 4);
-  // one run: y poisoned, the GEMM, y read back as rows of ldy (fp32 or bf16 bits)
-  auto run = [&](int form, const uint8_t* xr, int64_t rows, bool f32, int64_t ldy) {
-    cuda::check(cudaMemset(y.get(), 0xff, y.bytes()), "poison");
-    cuda::fp8_gemm_own(form, xr, rows, k, w8.as<uint8_t>(), n, y.get(), f32, ldy, nullptr);
-    std::vector<uint32_t> out(size_t(rows * ldy));
-    if (f32) {
-      out = down<uint32_t>(y, out.size());
-    } else {
-      const std::vector<uint16_t> h = down<uint16_t>(y, out.size());
-      for (size_t i = 0; i < h.size(); ++i) out[i] = h[i];
-    }
-    return out;
-  };
-  const std::vector<uint32_t> ref = run(1, x8.as<uint8_t>(), m, true, n);
-  auto want = [&](int64_t r, int64_t c, bool f32) {
-    const uint32_t b = ref[size_t(r * n + c)];
-    if (f32) return b;
-    float v;
-    std::memcpy(&v, &b, 4);
-    const float rv = quant::bf16_round(v);
-    uint32_t rb;
-    std::memcpy(&rb, &rv, 4);
-    return rb >> 16;
-  };
-  for (int form : {2, 3, 4})
-    for (const auto& [f32, ldy] : {std::pair<bool, int64_t>{true, 392}, {true, 391}, {false, 400}, {false, 390}}) {
-      const std::string at = " (form " + std::to_string(form) + (f32 ? ", fp32" : ", bf16") + ", ldy " + std::to_string(ldy) + ")";
-      const uint32_t poison = f32 ? 0xffffffffu : 0xffffu;
-      for (const auto& [r0, rows] : {std::pair<int64_t, int64_t>{0, m}, {2048, 52}}) {
-        const std::vector<uint32_t> got = run(form, x8.as<uint8_t>() + r0 * k, rows, f32, ldy);
-        size_t wrong = 0, past = 0;
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < ldy; ++c) {
-            const uint32_t g = got[size_t(r * ldy + c)];
-            if (c < n) wrong += g != want(r0 + r, c, f32);
-            else past += g != poison;
+  using O = cuda::Fp8OwnOut;
+  const int64_t m = 2100, k = 640, slack_rows = 256;
+  auto up = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
+  for (const int64_t n : {int64_t(390), int64_t(262)}) {
+    const Fp8GemmInputs in(m, n, k, unsigned(11 + n));
+    const int64_t n_sw = n / 16 * 16;  // SwiGLU's w rows
+    DeviceBuffer y(size_t((m + slack_rows) * (n + 16)) * 4);
+    struct Case {
+      O out;
+      bool scaled;
+      int64_t ldy;
+    };
+    const std::vector<Case> cases = {{O::F32, false, up(n, 4)}, {O::F32, false, up(n, 4) + 1}, {O::BF16, false, up(n, 8)}, {O::BF16, false, up(n, 8) + 1},
+                                     {O::BF16, true, up(n, 8)}, {O::F32, true, up(n, 4)},     {O::F32Add, true, up(n, 4)},  {O::F32Add, true, up(n, 4) + 1},
+                                     {O::SwiGLU, true, up(n_sw / 2, 8)}, {O::SwiGLU, true, n_sw / 2 + 1}};
+    for (const Case& cs : cases) {
+      const bool f32 = cs.out == O::F32 || cs.out == O::F32Add;
+      const int64_t nw = cs.out == O::SwiGLU ? n_sw : n, ncols = cs.out == O::SwiGLU ? n_sw / 2 : n;
+      const uint32_t fill = f32 ? (cs.out == O::F32Add ? 0x3f3f3f3fu : 0xffffffffu) : 0xffffu;
+      // one run: y filled (poison; F32Add: its start values), the GEMM, all of y read back
+      auto run = [&](int form, int64_t r0, int64_t rows) {
+        cuda::check(cudaMemset(y.get(), cs.out == O::F32Add ? 0x3f : 0xff, y.bytes()), "fill");
+        cuda::fp8_gemm_own_epilogue(form, in.x8.as<uint8_t>() + r0 * k, rows, k, in.w8.as<uint8_t>(), nw, cs.scaled ? in.xs.as<float>() + r0 : nullptr,
+                                    cs.scaled ? in.ws.as<float>() : nullptr, y.get(), cs.out, cs.ldy, nullptr);
+        std::vector<uint32_t> all;
+        if (f32) {
+          all = down<uint32_t>(y, y.bytes() / 4);
+        } else {
+          const std::vector<uint16_t> h = down<uint16_t>(y, y.bytes() / 2);
+          all.assign(h.begin(), h.end());
+        }
+        return all;
+      };
+      const std::vector<uint32_t> ref = run(1, 0, m);
+      for (int form : {2, 3, 4})
+        for (const auto& [r0, rows] : {std::pair<int64_t, int64_t>{0, m}, {2048, 52}}) {
+          const std::string at = " (n " + std::to_string(n) + ", out " + std::to_string(int(cs.out)) + (cs.scaled ? " scaled" : "") + ", ldy " +
+                                 std::to_string(cs.ldy) + ", form " + std::to_string(form) + ", " + std::to_string(rows) + " rows from row " +
+                                 std::to_string(r0) + ")";
+          const std::vector<uint32_t> got = run(form, r0, rows);
+          size_t wrong = 0, outside = 0, ref_outside = 0;
+          for (size_t i = 0; i < got.size(); ++i) {
+            const int64_t r = int64_t(i) / cs.ldy, c = int64_t(i) % cs.ldy;
+            if (r < rows && c < ncols) wrong += got[i] != ref[size_t((r0 + r) * cs.ldy + c)];
+            else outside += got[i] != fill;
+            if (r0 == 0 && !(r < m && c < ncols)) ref_outside += ref[i] != fill;
           }
-        EXPECT_EQ(wrong, 0u) << rows << " rows from row " << r0 << " against form 1" << at;
-        EXPECT_EQ(past, 0u) << "written past column n" << at;
-      }
+          EXPECT_EQ(wrong, 0u) << "against form 1" << at;
+          EXPECT_EQ(outside, 0u) << "written outside the rows and columns asked for" << at;
+          EXPECT_EQ(ref_outside, 0u) << "form 1 wrote outside the rows and columns asked for" << at;
+        }
     }
+  }
 }
 
 // The forward on the FP8 GEMM of our own (CLEFRT_LAB_FP8_OWN_GEMM=1 and 2): the FP8 small-gdn128

@@ -42,6 +42,13 @@ void nvfp4_gemm_wgmma(const bf16* x, int64_t m, int64_t k, int64_t ldx, const ui
 // the model (CLEFRT_LAB_FP8_OWN_GEMM).
 bool fp8_gemm_own_available();
 void fp8_gemm_own(int form, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, bool y_f32, int64_t ldy, cudaStream_t s);
+// The same with its epilogue's other outputs (the forward does not use them yet; the GPU tests
+// compare the forms on them): y = fp8_scaled(sum, rs[row], cs[col]) (rs and cs null: the sum) in
+// bf16 or fp32, or added to an fp32 y (F32Add), or gate|up's SwiGLU from w's rows interleaved in
+// groups of 8 gate and 8 up (SwiGLU: scales given, n a multiple of 16, y [m, n / 2] bf16).
+enum class Fp8OwnOut { BF16, F32, F32Add, SwiGLU };
+void fp8_gemm_own_epilogue(int form, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, const float* rs, const float* cs, void* y,
+                           Fp8OwnOut out, int64_t ldy, cudaStream_t s);
 // spec/quant.md "Quantize (weights)" with a given global scale gs (shared by the whole matrix).
 void nvfp4_quantize(const bf16* w, int64_t n, int64_t k, float gs, uint8_t* packed, uint8_t* scales, cudaStream_t s);
 // *amax = max |x| over n values (amax must hold 0 before; non-negative floats compare as ints).
