@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -16,6 +16,7 @@
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
 # ncu-gdn: Nsight Compute (--clock-control none) on the Wgmma path's GDN kernels and the 3xTF32 prep.
+# lab-fp8-sustained: the FP8 GEMM of our own and cuBLASLt's at the power cap (1 s each, alternated).
 # ncu-fp8-gemm: Nsight Compute on one launch of the FP8 GEMM of our own's warp-specialized forms at
 # gate|up, m 8,192 (details, source page CSV: bench/ncu_sass_summary.py), and their SASS.
 # ncu-gdn-source: the Wgmma prep (bf16x3 and one pass), the one-pass scan and the state-in-registers scan, stall samples per SASS instruction (CSV).
@@ -316,6 +317,12 @@ for i in range(240):
       # (a kernel never run before may hang: 150 s at most; the whole lab takes ~40 s on an H100)
       timeout 150 .carry/clefrt_bench_fp8_wgmma --commit "$commit" --json "$OUT/lab-fp8-wgmma.json" > "$OUT/lab-fp8-wgmma.txt" 2>&1
       echo "== lab fp8-wgmma rc=$?"; grep -E "^[a-z]|^m |ours|cuBLASLt" "$OUT/lab-fp8-wgmma.txt" | head -60 ;;
+    lab-fp8-sustained)
+      # the FP8 GEMM of our own (256 x 128, 128 x 192) and cuBLASLt's at the power cap, m 8,192, every
+      # shape: 1 s each after 0.3 s warm, alternated twice (ms, J, SM clock, clocks a call)
+      timeout 150 .carry/clefrt_bench_fp8_wgmma --sustained --m 8192 --commit "$commit" --json "$OUT/lab-fp8-sustained.json" \
+        > "$OUT/lab-fp8-sustained.txt" 2>&1
+      echo "== lab fp8-sustained rc=$?"; grep -E "^[a-z]|^m |^  " "$OUT/lab-fp8-sustained.txt" | head -40 ;;
     ncu-fp8-gemm)
       # our FP8 GEMM's warp-specialized forms and cuBLASLt's at gate|up, m 8,192 (the lab, --shape
       # gate_up --m 8192): Nsight Compute's pipes, memory, stalls and per-SASS stall samples, and the

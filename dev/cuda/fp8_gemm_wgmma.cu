@@ -4,7 +4,8 @@
 // scale pass is timed apart); the error of each against the exact sum of the same e4m3 products
 // (fp64 on the host; 64 rows x 512 columns, as fp8_gemm.cpp's accuracy lines); and row bits alone
 // vs in the batch; at gate|up, step 4 (the SwiGLU in the epilogue) against the product's gate|up +
-// swiglu_fp8_quant. Usage: clefrt_bench_fp8_wgmma [--commit ID] [--json FILE] [--m M] [--shape PART-OF-NAME]; CLEFRT_LAB_PROFILE=cublaslt|INDEX:
+// swiglu_fp8_quant. Usage: clefrt_bench_fp8_wgmma [--commit ID] [--json FILE] [--m M] [--shape PART-OF-NAME] [--sustained]
+// (--sustained: cuBLASLt and two of our forms at the power cap, nothing else); CLEFRT_LAB_PROFILE=cublaslt|INDEX:
 // one launch of cuBLASLt or kVariants[INDEX] per shape and m between cudaProfilerStart / Stop, nothing else (ncu)
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,7 @@ const Variant kVariants[] = {
     {"ours, ws 128 x 192, 4 stages, groups of 16, clusters of 2 (x multicast)", fp8_gemm_ws<4, 1, 16, 2, 192>, 1},
     {"ours, 6 stages, promotion every 512 k", fp8_gemm_wgmma<6, 4>, 4},
 };
+constexpr int kWs256 = 1, kWs128x192 = 4;  // the forms --sustained runs beside cuBLASLt
 
 
 
@@ -167,6 +170,41 @@ int main(int argc, char** argv) {
           check(cudaProfilerStop(), "profile");
           std::printf("profiled %s at m %lld\n", prof, (long long)m);
         }
+        continue;
+      }
+      if (opt.sustained) {
+        // at the power cap, as in the model: cuBLASLt's promoted GEMM and our 256 x 128 and 128 x
+        // 192 forms (unscaled bf16 out, as Gemm::run_fp8 runs them) back to back for 1 s each after
+        // 0.3 s warm, alternated twice: ms, J and the mean SM clock a call, and clocks a call (ms x
+        // MHz: the lab's 1,950 MHz bursts gave ours fewer, the model's capped forward more)
+        json::Value sus = json::Value::array();
+        for (int64_t m : ms) {
+          const double flop = 2.0 * double(m) * double(n) * double(k);
+          std::printf("m %6lld sustained (0.3 s warm + 1 s each, alternated twice):\n", (long long)m);
+          struct Who {
+            const char* name;
+            std::function<void()> run;
+          };
+          const Who who[] = {
+              {"cuBLASLt, promoted", [&] { inv.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::BF16, n, "bench"); }},
+              {kVariants[kWs256].name, [&] { kVariants[kWs256].run(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, nullptr, nullptr, y.get(), n, Out::BF16, s); }},
+              {kVariants[kWs128x192].name, [&] { kVariants[kWs128x192].run(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, nullptr, nullptr, y.get(), n, Out::BF16, s); }}};
+          for (int round = 0; round < 2; ++round)
+            for (const Who& w : who) {
+              const bench::Sustained v = bench::sustained(s, w.run, 0.3, 1.0);
+              std::printf("  %-66s %8.3f ms %6.0f TF/s %8.4f J %6.0f MHz %9.0f kclk\n", w.name, v.ms, flop / (v.ms * 1e-3) / 1e12, v.joules, v.sm_mhz,
+                          v.ms * v.sm_mhz);
+              json::Value e = json::Value::object();
+              e.add("m", json::Value::integer(m));
+              e.add("who", json::Value::string(w.name));
+              e.add("ms", json::Value::number(v.ms));
+              e.add("joules", json::Value::number(v.joules));
+              e.add("sm_mhz", json::Value::number(v.sm_mhz));
+              sus.arr.push_back(std::move(e));
+            }
+        }
+        rec.add("sustained", std::move(sus));
+        shapes.arr.push_back(std::move(rec));
         continue;
       }
       // the exact sums of rows [0, 64) x 512 columns (fp64 on the host)

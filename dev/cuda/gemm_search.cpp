@@ -70,50 +70,6 @@ std::vector<Shape> shapes_27b() {
   return out;
 }
 
-// f run back to back for `seconds` after `warm` seconds of the same: ms and joules a call, the SM
-// clock (mean of the readings taken between chunks). One chunk of launches stays queued while the
-// host waits on the one before it and reads the driver, so the GPU never idles between chunks.
-struct Sustained {
-  double ms = 0, joules = 0, sm_mhz = 0;
-};
-template <class F>
-Sustained sustained(cudaStream_t s, F f, double warm, double seconds) {
-  using clock = std::chrono::steady_clock;
-  constexpr int kChunk = 20;
-  cudaEvent_t done[2];
-  for (cudaEvent_t& e : done) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "sustained");
-  int64_t calls = 0;
-  double mhz = 0, wall = 0;
-  int readings = 0;
-  GpuPower p0;
-  for (int phase = 0; phase < 2; ++phase) {  // 0: warm, 1: measured
-    const double sec = phase == 0 ? warm : seconds;
-    int64_t chunks = 0;
-    check(cudaStreamSynchronize(s), "sustained");
-    if (phase == 1) p0 = gpu_power();
-    const auto t0 = clock::now();
-    while (std::chrono::duration<double>(clock::now() - t0).count() < sec) {
-      for (int i = 0; i < kChunk; ++i) f();
-      check(cudaEventRecord(done[chunks % 2], s), "sustained");
-      if (chunks > 0) check(cudaEventSynchronize(done[(chunks - 1) % 2]), "sustained");  // the one before: this one stays queued
-      ++chunks;
-      if (phase == 1) {
-        calls += kChunk;
-        const GpuPower g = gpu_power();
-        if (g.available) mhz += g.sm_clock_mhz, ++readings;
-      }
-    }
-    check(cudaStreamSynchronize(s), "sustained");
-    if (phase == 1) wall = std::chrono::duration<double>(clock::now() - t0).count();
-  }
-  const GpuPower p1 = gpu_power();
-  for (cudaEvent_t& e : done) cudaEventDestroy(e);
-  Sustained r;
-  r.ms = wall * 1e3 / double(calls);
-  r.joules = p0.available && p1.available ? (p1.energy_j - p0.energy_j) / double(calls) : 0;
-  r.sm_mhz = readings ? mhz / readings : 0;
-  return r;
-}
 
 }  // namespace
 
@@ -222,7 +178,7 @@ int main(int argc, char** argv) {
         }
         std::printf("  sustained (0.3 s warm + 0.5 s each, alternated with the engine's):\n");
         json::Value sus = json::Value::array();
-        auto line = [&](const char* who, const std::string& config, const Sustained& v) {
+        auto line = [&](const char* who, const std::string& config, const bench::Sustained& v) {
           std::printf("    %-8s %8.3f ms %6.0f TF/s %8.4f J %6.0f MHz  %s\n", who, v.ms, tf(v.ms), v.joules, v.sm_mhz, config.c_str());
           json::Value e = json::Value::object();
           e.add("who", json::Value::string(who));
@@ -233,8 +189,8 @@ int main(int argc, char** argv) {
           sus.arr.push_back(std::move(e));
         };
         for (const Timed* p : picks) {
-          line("engine", "", sustained(s, engine, 0.3, 0.5));
-          line("config", p->c.config, sustained(s, [&] { any.run_candidate(p->c, sh.fp8, xa, m, k, wa, n, y.get(), sh.yt, "bench"); }, 0.3, 0.5));
+          line("engine", "", bench::sustained(s, engine, 0.3, 0.5));
+          line("config", p->c.config, bench::sustained(s, [&] { any.run_candidate(p->c, sh.fp8, xa, m, k, wa, n, y.get(), sh.yt, "bench"); }, 0.3, 0.5));
         }
         r.add("sustained", std::move(sus));
       }

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "clefrt/clefrt.h"
 #include "common/json.h"
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/check.h"
@@ -31,7 +33,7 @@ struct Options {
   std::string commit = "unknown", json_out, only_shape;
   std::string anchors;  // --anchors FILE: kernel_anchors.py's JSON from the same device call
   int64_t only_m = 0;
-  bool sustained = false;  // --sustained: the GEMM search's best configurations again under load (gemm_search.cpp)
+  bool sustained = false;  // --sustained: at the power cap (sustained()): gemm_search.cpp's best configurations, fp8_gemm_wgmma.cu's forms
 };
 // False (with the usage on stderr) on anything else.
 inline bool parse_options(int argc, char** argv, bool with_shape, Options& o) {
@@ -111,6 +113,51 @@ double median_ms(cudaStream_t s, F f) {
   cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// f run back to back for `seconds` after `warm` seconds of the same: ms and joules a call, the SM
+// clock (mean of the readings taken between chunks). One chunk of launches stays queued while the
+// host waits on the one before it and reads the driver, so the GPU never idles between chunks.
+struct Sustained {
+  double ms = 0, joules = 0, sm_mhz = 0;
+};
+template <class F>
+Sustained sustained(cudaStream_t s, F f, double warm, double seconds) {
+  using clock = std::chrono::steady_clock;
+  constexpr int kChunk = 20;
+  cudaEvent_t done[2];
+  for (cudaEvent_t& e : done) cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "sustained");
+  int64_t calls = 0;
+  double mhz = 0, wall = 0;
+  int readings = 0;
+  GpuPower p0;
+  for (int phase = 0; phase < 2; ++phase) {  // 0: warm, 1: measured
+    const double sec = phase == 0 ? warm : seconds;
+    int64_t chunks = 0;
+    cuda::check(cudaStreamSynchronize(s), "sustained");
+    if (phase == 1) p0 = gpu_power();
+    const auto t0 = clock::now();
+    while (std::chrono::duration<double>(clock::now() - t0).count() < sec) {
+      for (int i = 0; i < kChunk; ++i) f();
+      cuda::check(cudaEventRecord(done[chunks % 2], s), "sustained");
+      if (chunks > 0) cuda::check(cudaEventSynchronize(done[(chunks - 1) % 2]), "sustained");  // the one before: this one stays queued
+      ++chunks;
+      if (phase == 1) {
+        calls += kChunk;
+        const GpuPower g = gpu_power();
+        if (g.available) mhz += g.sm_clock_mhz, ++readings;
+      }
+    }
+    cuda::check(cudaStreamSynchronize(s), "sustained");
+    if (phase == 1) wall = std::chrono::duration<double>(clock::now() - t0).count();
+  }
+  const GpuPower p1 = gpu_power();
+  for (cudaEvent_t& e : done) cudaEventDestroy(e);
+  Sustained r;
+  r.ms = wall * 1e3 / double(calls);
+  r.joules = p0.available && p1.available ? (p1.energy_j - p0.energy_j) / double(calls) : 0;
+  r.sm_mhz = readings ? mhz / readings : 0;
+  return r;
 }
 
 // Every algorithm cuBLASLt's heuristic offers for y = x w^T at this m (FP8 or bf16 operands),
