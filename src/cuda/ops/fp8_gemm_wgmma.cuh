@@ -3,7 +3,9 @@
 // the per-token x per-channel scales applied in the epilogue when given (fp8_scaled: cuBLASLt on
 // sm_90 leaves them to a pass of their own). The lab (dev/cuda/fp8_gemm_wgmma.cu) measures its
 // forms beside cuBLASLt; the forward runs it, unscaled in cuBLASLt's place, only under the lab
-// switch CLEFRT_LAB_FP8_OWN_GEMM (Gemm::run_fp8): not measured in the model yet.
+// switch CLEFRT_LAB_FP8_OWN_GEMM (Gemm::run_fp8). It gives cuBLASLt's promoted answers bit for bit;
+// in the lab it is as fast, in the model at the power cap 1-3% slower at 8,192 tokens and ~20% at
+// 318 (bench/results/2026-12-06-h100-session38.md).
 //
 // The kernel (sm_90a), one CTA of two warpgroups per 128 x 128 output tile:
 //   - thread 0 brings x's and w's [128, 128-byte] tiles of each 128-wide k step by TMA (128-byte
@@ -22,7 +24,9 @@
 // A row's result is its own k steps in increasing order whatever m and the tile walk are (no split
 // of k), so it does not depend on the batch (the lab and CudaQuant.Fp8OwnGemm* check it bit for bit).
 //
-// fp8_gemm_ws_k below is step 2 (a producer warpgroup, persistent 256 x 128 tiles).
+// fp8_gemm_ws_k below is step 2 (a producer warpgroup, persistent 256 x 128, 128 x 128 or 128 x
+// 192 tiles, clusters of 2), the form the product's switch runs; this one stays as the lab's
+// reference (per-element stores: the epilogues' test compares the others against it).
 #pragma once
 #include <cuda.h>
 #include <cudaTypedefs.h>
