@@ -66,21 +66,16 @@ json::Value swiglu_epilogue(Gemm& inv, const DeviceBuffer& x8, const DeviceBuffe
                             int64_t n, int64_t k, cudaStream_t s) {
   const int64_t ffn = n / 2;
   // w's rows (and their scales) interleaved: 8 gate rows, the 8 up rows of the same columns, ...
-  DeviceBuffer w8i(size_t(n * k), "W fp8 interleaved"), wsi(size_t(n) * 4, "W scales interleaved");
-  {
-    const std::vector<uint8_t> hw = bench::download<uint8_t>(w8, size_t(n * k), s);
-    const std::vector<float> hs = bench::download<float>(ws, size_t(n), s);
-    std::vector<uint8_t> iw(hw.size());
-    std::vector<float> is(hs.size());
-    for (int64_t ri = 0; ri < n; ++ri) {
-      const int64_t q = ri / 16, within = ri % 16, src = within < 8 ? 8 * q + within : ffn + 8 * q + within - 8;
-      std::copy(hw.begin() + src * k, hw.begin() + (src + 1) * k, iw.begin() + ri * k);
-      is[size_t(ri)] = hs[size_t(src)];
-    }
-    check(cudaMemcpyAsync(w8i.get(), iw.data(), iw.size(), cudaMemcpyHostToDevice, s), "upload");
-    check(cudaMemcpyAsync(wsi.get(), is.data(), is.size() * 4, cudaMemcpyHostToDevice, s), "upload");
-    check(cudaStreamSynchronize(s), "upload");
+  const std::vector<uint8_t> hw = bench::download<uint8_t>(w8, size_t(n * k), s);
+  const std::vector<float> hs = bench::download<float>(ws, size_t(n), s);
+  std::vector<uint8_t> iw(hw.size());
+  std::vector<float> is(hs.size());
+  for (int64_t ri = 0; ri < n; ++ri) {
+    const int64_t q = ri / 16, within = ri % 16, src = within < 8 ? 8 * q + within : ffn + 8 * q + within - 8;
+    std::copy(hw.begin() + src * k, hw.begin() + (src + 1) * k, iw.begin() + ri * k);
+    is[size_t(ri)] = hs[size_t(src)];
   }
+  const DeviceBuffer w8i = upload(iw, "W fp8 interleaved"), wsi = upload(is, "W scales interleaved");
   DeviceBuffer gu(size_t(m * n) * 2, "gate|up"), act_ref(size_t(m * ffn) * 2, "act (unfused)"), act(size_t(m * ffn) * 2, "act"),
       q(size_t(m * ffn), "act fp8"), qs(size_t(m) * 4, "act scales");
   const double t_prod = bench::median_ms(s, [&] {

@@ -41,6 +41,8 @@
 #include "cuda/ops/cluster_launch.cuh"
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
+#include "cuda/ops/kernels_quant.h"
+#include "cuda/ops/mma.cuh"
 #include "cuda/ops/reduce.cuh"
 #include "cuda/ops/tma.cuh"
 #include "cuda/ops/wgmma.cuh"
@@ -66,22 +68,24 @@ struct Cfg {
   static_assert(DIST >= 1, "stages");
 };
 
+// The first 64 accumulator operands' names of an m64nN wgmma (N >= 128)
+#define CLEFRT_FP8_R64                                                                           \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                       \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "             \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define CLEFRT_FP8_D64 CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8), CLEFRT_WGMMA_D8(16), CLEFRT_WGMMA_D8(24), CLEFRT_WGMMA_D8(32), CLEFRT_WGMMA_D8(40), \
+                       CLEFRT_WGMMA_D8(48), CLEFRT_WGMMA_D8(56)
+
 // D (64 x 128 fp32: d[4j .. 4j + 3] = rows 16 w + g and + 8, columns 8j + 2t and + 1) (+)= A (64 x
 // 32 e4m3) B (32 x 128 e4m3), both K-major in shared memory (8-bit types take no transpose).
 __device__ __forceinline__ void wgmma_e4m3_n128(float* d, uint64_t da, uint64_t db, bool accumulate) {
 #ifdef CLEFRT_WGMMA
-#define D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n}\n"
-      : D8(0), D8(8), D8(16), D8(24), D8(32), D8(40), D8(48), D8(56)
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" CLEFRT_FP8_R64 "}, %64, %65, p, 1, 1;\n}\n"
+      : CLEFRT_FP8_D64
       : "l"(da), "l"(db), "r"(int(accumulate)));
-#undef D8
 #else
   (void)d, (void)da, (void)db, (void)accumulate;
   __trap();
@@ -91,25 +95,20 @@ __device__ __forceinline__ void wgmma_e4m3_n128(float* d, uint64_t da, uint64_t 
 // The same with N = 192 (d[4j .. 4j + 3], j < 24): DeepGEMM's widest block for promotion's registers
 __device__ __forceinline__ void wgmma_e4m3_n192(float* d, uint64_t da, uint64_t db, bool accumulate) {
 #ifdef CLEFRT_WGMMA
-#define D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {" CLEFRT_FP8_R64 ", "
       "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
-      "%96, %97, p, 1, 1;\n}\n"
-      : D8(0), D8(8), D8(16), D8(24), D8(32), D8(40), D8(48), D8(56), D8(64), D8(72), D8(80), D8(88)
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1;\n}\n"
+      : CLEFRT_FP8_D64, CLEFRT_WGMMA_D8(64), CLEFRT_WGMMA_D8(72), CLEFRT_WGMMA_D8(80), CLEFRT_WGMMA_D8(88)
       : "l"(da), "l"(db), "r"(int(accumulate)));
-#undef D8
 #else
   (void)d, (void)da, (void)db, (void)accumulate;
   __trap();
 #endif
 }
+#undef CLEFRT_FP8_D64
+#undef CLEFRT_FP8_R64
 template <int N>
 __device__ __forceinline__ void wgmma_e4m3(float* d, uint64_t da, uint64_t db, bool accumulate) {
   static_assert(N == 128 || N == 192, "m64n128 or m64n192");
@@ -149,7 +148,7 @@ __device__ __forceinline__ void promote(float (&total)[R], float (&acc)[R]) {
 // (8 gate rows, then the 8 up rows of the same columns, ...; cs in the same order), so a thread
 // holds each gate value and its up value; y is act [m, n / 2] in bf16, act = bf16(silu(g) * u)
 // from g, u = bf16(fp8_scaled(...)): the bits of the scaled bf16 gate|up through swiglu().
-enum class Out { BF16, F32, F32Add, SwiGLU };
+using Out = Fp8OwnOut;  // kernels_quant.h: the callers name the same outputs
 
 // One warpgroup's m64nN sums v to y: this thread's rows r and r + 8 (r = the tile's first row
 // + 16 warp + g), columns n0 + 8j + 2t (+1)
@@ -195,11 +194,6 @@ __device__ __forceinline__ void store_m64n(const float (&v)[N / 2], int r, int n
 // bytes moved and held the math warps for ~40% of the kernel (Nsight Compute, s38 call 2).
 // bar: the warpgroup's named barrier (1, 2: 0 is __syncthreads'); wtid: 0..127 in the warpgroup.
 __device__ __forceinline__ void wg_bar(int bar) { asm volatile("bar.sync %0, 128;\n" ::"r"(bar) : "memory"); }
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
-  const __nv_bfloat162 p = __floats2bfloat162_rn(a, b);  // .x = a (low half), .y = b
-  return *reinterpret_cast<const uint32_t*>(&p);
-}
 
 // A tile's scales, loaded at the tile's start so their latency hides under its k loop (the
 // epilogue's first use waited on them: Nsight Compute, s38 call 3): lane l's column scales n0 +
@@ -269,7 +263,7 @@ __device__ __forceinline__ void store_wave_staged(const float (&v)[N / 2], unsig
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {
         const float a = v[4 * j + 2 * h], b = v[4 * j + 2 * h + 1];
-        const uint32_t p = scaled ? pack_bf16x2(fp8_scaled(a, r, c2[j].x), fp8_scaled(b, r, c2[j].y)) : pack_bf16x2(a, b);
+        const uint32_t p = scaled ? pack_bf16(fp8_scaled(a, r, c2[j].x), fp8_scaled(b, r, c2[j].y)) : pack_bf16(a, b);
         *reinterpret_cast<uint32_t*>(chunk(j)) = p;
       }
     } else {  // gate group q: columns 16q + 2t (+1) (chunk 2q), up 8 on (chunk 2q + 1); act chunk q
@@ -283,7 +277,7 @@ __device__ __forceinline__ void store_wave_staged(const float (&v)[N / 2], unsig
           const float uv = __bfloat162float(__float2bfloat16_rn(fp8_scaled(v[8 * q + 4 + 2 * h + c], r, cu)));
           act[c] = silu_f(gv) * uv;
         }
-        *reinterpret_cast<uint32_t*>(chunk(q)) = pack_bf16x2(act[0], act[1]);
+        *reinterpret_cast<uint32_t*>(chunk(q)) = pack_bf16(act[0], act[1]);
       }
     }
   }
@@ -466,12 +460,6 @@ __device__ __forceinline__ void ws_tile(int tile, int mt, int nt, int group, int
   }
   const int per_group = group * nt, g0 = (tile / per_group) * group, rows = min(group, mt - g0), r = tile - (tile / per_group) * per_group;
   mb = g0 + r % rows, nb = r / rows;
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-#ifdef CLEFRT_TMA
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-#endif
 }
 
 template <int STAGES, int WAVES, int GROUP, int CL, int NB>

@@ -21,17 +21,13 @@ void fp8_gemm_own_epilogue(int form, const uint8_t* x, int64_t m, int64_t k, con
   if (out == Fp8OwnOut::SwiGLU && (!rs || !cs || n % 16 != 0))
     throw Error(Status::Internal, "internal_error",
                 "fp8_gemm_own: SwiGLU needs the scales and n a multiple of 16 (gate|up rows interleaved in groups of 8), n " + std::to_string(n));
-  const fp8own::Out o = out == Fp8OwnOut::BF16    ? fp8own::Out::BF16
-                        : out == Fp8OwnOut::F32    ? fp8own::Out::F32
-                        : out == Fp8OwnOut::F32Add ? fp8own::Out::F32Add
-                                                   : fp8own::Out::SwiGLU;
-  if (form == 1) fp8own::fp8_gemm_wgmma<5>(x, m, k, w, n, rs, cs, y, ldy, o, s);
-  else if (form == 4) fp8own::fp8_gemm_ws<4, 1, 16, 1, 192>(x, m, k, w, n, rs, cs, y, ldy, o, s);
+  if (form == 1) fp8own::fp8_gemm_wgmma<5>(x, m, k, w, n, rs, cs, y, ldy, out, s);
+  else if (form == 4) fp8own::fp8_gemm_ws<4, 1, 16, 1, 192>(x, m, k, w, n, rs, cs, y, ldy, out, s);
   // 256-row tiles where m fills the SMs' waves with them; 128 below (the lab's faster form at m
   // 318); the same bits either way
-  else if (m >= 2048 && form == 3) fp8own::fp8_gemm_ws<4, 2, 8, 2>(x, m, k, w, n, rs, cs, y, ldy, o, s);
-  else if (m >= 2048) fp8own::fp8_gemm_ws<4, 2, 8>(x, m, k, w, n, rs, cs, y, ldy, o, s);
-  else fp8own::fp8_gemm_ws<6, 1, 16>(x, m, k, w, n, rs, cs, y, ldy, o, s);
+  else if (m >= 2048 && form == 3) fp8own::fp8_gemm_ws<4, 2, 8, 2>(x, m, k, w, n, rs, cs, y, ldy, out, s);
+  else if (m >= 2048) fp8own::fp8_gemm_ws<4, 2, 8>(x, m, k, w, n, rs, cs, y, ldy, out, s);
+  else fp8own::fp8_gemm_ws<6, 1, 16>(x, m, k, w, n, rs, cs, y, ldy, out, s);
 }
 
 void fp8_gemm_own(int form, const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, void* y, bool y_f32, int64_t ldy, cudaStream_t s) {

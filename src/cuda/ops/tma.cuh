@@ -84,6 +84,12 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorM
       : "memory");
 #endif
 }
+// The calling thread's arrival (no bytes announced: an empty barrier's release)
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#ifdef CLEFRT_TMA
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
 // An arrival on the barrier at bar's offset in the shared memory of the cluster's CTA `rank`
 // (release at the CTA's scope, as CUTLASS's ClusterBarrier::arrive: .release.cluster made every
 // arrival wait on the thread's outstanding memory operations, ERRBAR / CGAERRBAR in the SASS, and

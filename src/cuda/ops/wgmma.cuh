@@ -81,6 +81,7 @@ __device__ __forceinline__ void wgmma_bf16(float* d, uint64_t da, uint64_t db, b
 template <int N, int TB>
 struct WgmmaBf16;
 
+// eight accumulator operands d[i .. i + 7] of a wgmma asm (also fp8_gemm_wgmma.cuh's e4m3 ones)
 #define CLEFRT_WGMMA_D8(i) "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 
 template <int TB>
@@ -190,8 +191,6 @@ struct WgmmaBf16Rs<128, TB, SA> {
 #endif
   }
 };
-
-#undef CLEFRT_WGMMA_D8
 
 template <int N, int TB>
 __device__ __forceinline__ void wgmma_bf16(float* d, uint64_t da, uint64_t db, bool accumulate) {
