@@ -616,6 +616,9 @@ int main(int argc, char** argv) {
     // CLEFRT_LAB_ONLY=NAME: the product and the variants whose names contain NAME, at 1 x 8,192
     // only (a profiler's run)
     const char* only = std::getenv("CLEFRT_LAB_ONLY");
+    // CLEFRT_LAB_PREP_ONLY=1: the preps alone at every shape (an A/B of a prep change, e.g. under
+    // CLEFRT_LAB_GDN_PREP_ORDER)
+    const bool prep_only = std::getenv("CLEFRT_LAB_PREP_ONLY") != nullptr;
     for (Shape sh : {Shape{"1x8192", 1, 8192}, Shape{"8x1024", 8, 1024}, Shape{"64x512", 64, 512}}) {
       if (only && sh.seqs != 1) break;
       const int64_t L = sh.seqs * sh.len;
@@ -751,6 +754,11 @@ int main(int argc, char** argv) {
       const double t_wg1_prep =
           have_wgmma ? median_ms(s, [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma); }) : 0.0;
       gdn_wgmma_set_one_pass_bf16(false);
+      if (prep_only) {  // CLEFRT_LAB_PREP_ONLY: the preps alone, no scan variant
+        std::printf("  prep alone: bf16x3 wgmma %7.3f ms, bf16 one pass %7.3f ms (%.1f TFLOP/s)\n", t_wg_prep, t_wg1_prep,
+                    flop_prep / (t_wg1_prep * 1e-3) / 1e12);
+        continue;
+      }
       json::Value pts = json::Value::array();
       double t_ref = 0, t_product = -1;
       for (const Variant& v : variants) {

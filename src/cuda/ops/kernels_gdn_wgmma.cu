@@ -515,7 +515,7 @@ struct PrepSmem {
 
 template <bool X3>
 __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
-                                                           const float* beta, GdnChunks ch, GdnScratch sc) {
+                                                           const float* beta, GdnChunks ch, GdnScratch sc, bool heads_fastest) {
 #ifndef CLEFRT_WGMMA
   __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
 #else
@@ -539,7 +539,9 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const float*
   float* sk = bs + C;                                       // beta_i e^gamma_i
   double* gam = reinterpret_cast<double*>(sk + C);
 
-  const int64_t ci = blockIdx.x, c = sc.c0 + ci, j = blockIdx.y;
+  // value heads vary fastest in the grid: the CTAs of one chunk's key head (Hv / Hk value heads)
+  // run together and read its Q and K rows once from DRAM, later ones from L2
+  const int64_t ci = heads_fastest ? blockIdx.y : blockIdx.x, c = sc.c0 + ci, j = heads_fastest ? blockIdx.x : blockIdx.y;
   const int64_t t0 = ch.chunk_start[c];
   const int n = ch.chunk_len[c];
   const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
@@ -783,11 +785,21 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   (void)attr;
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
-  const dim3 grid(unsigned(c1 - sc.c0), unsigned(Hv));
+  if (c1 - sc.c0 > 65535)
+    throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: " + std::to_string(c1 - sc.c0) + " chunks in one pass (a grid's y holds 65,535)");
+  // CLEFRT_LAB_GDN_PREP_ORDER=chunks: the grid's earlier order (chunks fastest), for the lab's A/B
+  static const bool heads_fastest = [] {
+    const char* e = std::getenv("CLEFRT_LAB_GDN_PREP_ORDER");
+    const std::string v = e ? e : "";
+    if (!v.empty() && v != "heads" && v != "chunks")
+      throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_GDN_PREP_ORDER is '" + v + "': heads (the default) or chunks");
+    return v != "chunks";
+  }();
+  const dim3 grid = heads_fastest ? dim3(unsigned(Hv), unsigned(c1 - sc.c0)) : dim3(unsigned(c1 - sc.c0), unsigned(Hv));
   if (gdn_wgmma_one_pass_bf16())
-    gdn_prep_wgmma_k<false><<<grid, 256, PrepSmem::bytes(false), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc);
+    gdn_prep_wgmma_k<false><<<grid, 256, PrepSmem::bytes(false), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc, heads_fastest);
   else
-    gdn_prep_wgmma_k<true><<<grid, 256, PrepSmem::bytes(true), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc);
+    gdn_prep_wgmma_k<true><<<grid, 256, PrepSmem::bytes(true), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc, heads_fastest);
   check_launch("gdn_prep_wgmma");
 }
 
