@@ -650,6 +650,50 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
   }
 }
 
+// The one-pass Wgmma prep from the conv's rows in bf16 (GdnScratch::mixed16) against the same
+// prep from fp32 rows holding the same values (each bf16 widened): U, W, A and the scan's Q and K
+// planes bit for bit (the loads give the same floats), and the one-pass scan's outputs after each.
+// A prep that read past a row, dropped a value or ignored mixed16 (fp32 rows of other values are
+// passed beside it) fails here.
+TEST(CudaOps, GdnWgmmaPrepFromBf16RowsIsTheFp32RowsBits) {
+  NEED_GPU();
+  const int64_t Hk = 2, Hv = 6, Dk = 128, Dv = 128;
+  if (!gdn_wgmma_available(Dk, Dv)) GTEST_SKIP() << "no Wgmma path on this GPU / build";
+  const WgmmaProducts products(true, true);
+  const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
+  const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
+  const int64_t nc = int64_t(k.cs.size());
+  std::vector<bf16> m16(k.mixed.size());
+  std::vector<float> m32(k.mixed.size()), other(k.mixed.size());
+  for (size_t i = 0; i < m16.size(); ++i) {
+    m16[i] = __float2bfloat16_rn(k.mixed[i]);
+    m32[i] = __bfloat162float(m16[i]);
+    other[i] = -k.mixed[i];  // what a prep ignoring mixed16 would read
+  }
+  DeviceBuffer d16 = upload(m16, "m16"), d32 = upload(m32, "m32"), dother = upload(other, "other"), dg = upload(k.g, "g"), db = upload(k.beta, "b"),
+               dcs = upload(k.cs, "cs"), dcl = upload(k.cl, "cl"), dsc = upload(k.sc, "sc"), st(size_t(Hv * Dk * Dv) * 4),
+               o32(size_t(k.L * Hv * Dv) * 4), o16(size_t(k.L * Hv * Dv) * 4);
+  const GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
+  std::vector<DeviceBuffer> keep32, keep16;
+  GdnScratch a = gdn_scratch(Hk, Hv, Dk, Dv, nc, keep32), b = gdn_scratch(Hk, Hv, Dk, Dv, nc, keep16);
+  for (GdnScratch* x : {&a, &b}) x->state_out = st.as<float>();
+  b.mixed16 = d16.as<bf16>();
+  check(cudaMemset(b.u, 0xff, size_t(nc * Hv * 64 * Dv) * 4), "poison U");
+  gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, a, nullptr, GdnPath::Wgmma);
+  gdn_chunk_prep(dother.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, b, nullptr, GdnPath::Wgmma);
+  const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
+  const std::vector<std::pair<const char*, std::pair<int, int64_t>>> parts = {
+      {"U", {1, nc * Hv * 64 * Dv * 4}}, {"W planes", {3, nc * pb.w}}, {"A planes", {4, nc * pb.a}}, {"Q planes", {5, nc * pb.q}}, {"K planes", {6, nc * pb.k}}};
+  for (const auto& [what, at] : parts)
+    EXPECT_EQ(down<uint8_t>(keep16[size_t(at.first)], size_t(at.second)), down<uint8_t>(keep32[size_t(at.first)], size_t(at.second))) << what;
+  gdn_chunk_scan(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), ch, a, o32.as<float>(), nullptr, GdnPath::Wgmma);
+  gdn_chunk_scan(dother.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), ch, b, o16.as<float>(), nullptr, GdnPath::Wgmma);
+  const auto got = down<float>(o16, size_t(k.L * Hv * Dv)), want = down<float>(o32, size_t(k.L * Hv * Dv));
+  EXPECT_EQ(got, want) << "the scan's outputs";
+  // bf16 rows on any other path are refused, not read as fp32
+  EXPECT_THROW(gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, b, nullptr, GdnPath::TensorCores), Error);
+}
+
 // The Wgmma scan's prefix-cache paths against the 3xTF32 scan's: sequences starting from cached
 // states (seq_state_in, at a layer offset), snapshots at a chunk inside a sequence and after its
 // last chunk (snap_chunk), in one pass and in passes of two chunks (the state carried between
@@ -1069,6 +1113,21 @@ TEST(CudaOps, GdnConvPrepAtClefShapeMatchesTheTwoKernels) {
       EXPECT_EQ(down<float>(m3, size_t(rows * conv_dim)), got) << "uncapped, " << what;
       EXPECT_EQ(down<float>(g3, size_t(rows * Hv)), down<float>(g2, size_t(rows * Hv))) << "g, uncapped, " << what;
       EXPECT_EQ(down<float>(be3, size_t(rows * Hv)), down<float>(be2, size_t(rows * Hv))) << "beta, uncapped, " << what;
+      // the rows in bf16 (mixed16, the one-pass Wgmma prep's input), capped and uncapped: each the
+      // fp32 value rounded to nearest, the gates the same
+      for (int cap : {-1, 0}) {
+        DeviceBuffer m4(size_t(rows * conv_dim) * 2), g4(size_t(rows * Hv) * 4), be4(size_t(rows * Hv) * 4);
+        check(cudaMemset(m4.get(), 0xff, size_t(rows * conv_dim) * 2), "poison");  // every value must be written
+        gdn_conv_prep(xb, ldx, r0, ds.as<int32_t>(), b0, rows, dw.as<float>(), K, conv_dim, Hk, Dk, bcol, bcol + Hv, ldx, Hv, dA.as<float>(),
+                      ddt.as<float>(), nullptr, g4.as<float>(), be4.as<float>(), nullptr, h, {}, cap, m4.as<bf16>());
+        const auto m16 = down<bf16>(m4, size_t(rows * conv_dim));
+        for (size_t i = 0; i < got.size(); ++i) {
+          const bf16 want16 = __float2bfloat16_rn(got[i]);
+          ASSERT_EQ(std::memcmp(&m16[i], &want16, 2), 0) << "bf16 rows (cap " << cap << "), value " << i << ", " << what;
+        }
+        EXPECT_EQ(down<float>(g4, size_t(rows * Hv)), down<float>(g2, size_t(rows * Hv))) << "g, bf16 rows, " << what;
+        EXPECT_EQ(down<float>(be4, size_t(rows * Hv)), down<float>(be2, size_t(rows * Hv))) << "beta, bf16 rows, " << what;
+      }
     }
   // FP8: x's conv columns as the FP8 in_proj leaves them unscaled, the kernel applying the scales
   // (rs by x's row, cs by column) as it reads: the bits of the kernel on the scaled values

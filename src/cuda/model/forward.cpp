@@ -317,6 +317,9 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
   // CLEFRT_GDN_PRODUCTS read at load: a bad value fails here, not in a forward
   if (gdn_path_ == GdnPath::Wgmma) (void)gdn_wgmma_one_pass_bf16(), (void)gdn_wgmma_scan_regs();
+  // CLEFRT_LAB_GDN_MIXED_FP32=1: the conv's rows in fp32 for the one-pass Wgmma prep too (the
+  // earlier form, for the lab's A/B; other answers in the last bits)
+  gdn_mixed16_ = env_count("CLEFRT_LAB_GDN_MIXED_FP32", 0, 0, 1) == 0;
   if (o.cudnn_attention) {
     std::string why;
     if (!cudnn_available(&why)) throw load_error("--attention cudnn", why);
@@ -1018,9 +1021,13 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         if (b.pfx) from = {b.d(b.off_seq_of), reinterpret_cast<const float* const*>(b.dptrs + b.nseq), int64_t(gi * block)};
         const float* own = b.gtmp + (T0 - R0) * n;  // the pass's own rows of the in_proj output
         const float* bcol = own + conv_dim + value_dim;
+        // the one-pass Wgmma prep reads the conv's rows in bf16 (GdnScratch::mixed16): half the
+        // bytes written here and read there; its operands are bf16 either way
+        const bool mixed16 = gdn_mixed16_ && gdn_path_ == GdnPath::Wgmma && gdn_wgmma_one_pass_bf16() &&
+                             gdn_conv_prep_fuses(c.conv_kernel, c.k_head_dim, conv_dim, n, rows, c.v_heads);
         gdn_conv_prep(b.gtmp, n, R0, b.d(b.off_seq_start), T0, rows, l.conv_w, c.conv_kernel, conv_dim, c.k_heads, c.k_head_dim, bcol,
-                      bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, b.mixed, b.g, b.beta, s, from,
-                      in_unscaled ? RowColScales{isc.rs, isc.cs_lo} : RowColScales{});
+                      bcol + c.v_heads, n, c.v_heads, l.neg_A, l.dt_bias, mixed16 ? nullptr : b.mixed, b.g, b.beta, s, from,
+                      in_unscaled ? RowColScales{isc.rs, isc.cs_lo} : RowColScales{}, -1, mixed16 ? reinterpret_cast<bf16*>(b.mixed) : nullptr);
         // a state left at `at`: the conv's K - 1 in_proj rows before it, when this pass has them
         // (after the conv read the history: out may be the state it continues)
         for (const Batch::Prefix& pr : b.pre) {
@@ -1046,6 +1053,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
           gp.snap_chunk = b.d(b.off_snap_chunk);
         }
         gp.layer_off = int64_t(gi * block);
+        if (mixed16) gp.mixed16 = rows_before(reinterpret_cast<const bf16*>(b.mixed), T0, conv_dim);
         // the chunk kernels index tokens globally: the pass's buffers seen from token 0
         const float* mixed_t = rows_before(b.mixed, T0, conv_dim);
         const float* g_t = rows_before(b.g, T0, c.v_heads);

@@ -261,6 +261,7 @@ class Forward {
   // The GDN prep's and scan's path (one for both: the Wgmma prep writes the planes its scan
   // reads): Auto's choice, with --portable-kernels the mma.sync one where Auto picks Wgmma
   GdnPath gdn_path_ = GdnPath::Auto;
+  bool gdn_mixed16_ = true;        // the one-pass Wgmma prep reads the conv's rows in bf16 (GdnScratch::mixed16)
   bool residual_in_norm_ = false;  // ForwardOptions::fp8_residual_in_norm or its lab switch
   bool gated_norm_quantizes_ = false;  // ForwardOptions::fp8_gated_norm_quantizes or its lab switch
   size_t norms_quantized_ = 0;

@@ -127,11 +127,13 @@ struct RowColScales {
 // (row 0 = token x_row0); cached history rows are scaled already. min_blocks (the one-kernel
 // form): 3 runs it with its registers capped for 3 CTAs an SM, 0 uncapped, -1 as the lab switch
 // CLEFRT_LAB_CONV_PREP_MIN_BLOCKS says (unset: 3, the product's); the same bits.
+// mixed16 (the one-kernel form only): the rows written in bf16 there instead of mixed (which is
+// then null), each value the fp32 one rounded to nearest: GdnScratch::mixed16's rows.
 bool gdn_conv_prep_fuses(int64_t K, int64_t Dk, int64_t conv_dim, int64_t ldx, int64_t L, int64_t Hv);
 void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, const float* conv_w, int64_t K,
                    int64_t conv_dim, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
                    const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist = {},
-                   const RowColScales& xs = {}, int min_blocks = -1);
+                   const RowColScales& xs = {}, int min_blocks = -1, bf16* mixed16 = nullptr);
 
 // The chunked GDN prefill (chunk 64). Chunks never cross a sequence: chunk c covers tokens
 // [chunk_start[c], chunk_start[c] + chunk_len[c]). Sequence s owns chunks
@@ -164,6 +166,11 @@ struct GdnScratch {
   // head (written by its prep instead of w and aqk, whose bytes they may share), of Q and K
   // ([tokens][Dk]) per key head (gdn_plane_bytes); null for the other paths.
   uint8_t *wp = nullptr, *ap = nullptr, *qp = nullptr, *kp = nullptr;
+  // The conv's output rows in bf16 (gdn_conv_prep's mixed16; [L, conv_dim], seen from token 0 as
+  // mixed is): when set, the Wgmma prep with one-pass products reads them instead of mixed (half
+  // the bytes; its Q and K planes the same bits, the scaled K and V planes rounded twice). Any
+  // other path or bf16x3 products with it set is an error.
+  const bf16* mixed16 = nullptr;
 };
 // Bytes a chunk takes in each of GdnScratch's planes (times the pass's chunks).
 struct GdnPlaneBytes {

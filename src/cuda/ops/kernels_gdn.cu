@@ -139,8 +139,18 @@ __device__ __forceinline__ void gates_at(const float* b, const float* a, int64_t
 // qk_norm_k (a lane's four, then the warp), within fp32 rounding of it.
 constexpr int kConvTokens = 8;
 constexpr int kConvPrepThreads = 256;
+// four values to y's row: fp32, or rounded to bf16 (the one-pass Wgmma prep's input, mixed16)
+__device__ __forceinline__ void store4(float* y, float4 v) { *reinterpret_cast<float4*>(y) = v; }
+__device__ __forceinline__ void store4(bf16* y, float4 v) {
+  const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+  uint2 u;
+  u.x = *reinterpret_cast<const uint32_t*>(&a);
+  u.y = *reinterpret_cast<const uint32_t*>(&b);
+  *reinterpret_cast<uint2*>(y) = u;
+}
+template <typename Out>
 __device__ __forceinline__ void gdn_conv_prep_body(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t L,
-                                                   uint32_t n, uint32_t c4n, uint32_t q4, float qscale, const float* w, float* y,
+                                                   uint32_t n, uint32_t c4n, uint32_t q4, float qscale, const float* w, Out* y,
                                                    const ConvHistory& hist, const RowColScales& xs, const float* b, const float* a, int64_t ldba,
                                                    uint32_t Hv, uint32_t total, const float* negA, const float* dt_bias, float* g, float* beta) {
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
@@ -194,12 +204,13 @@ __device__ __forceinline__ void gdn_conv_prep_body(const float* x, int64_t ldx, 
         const float inv = rsqrtf(ss + 1e-6f) * (q < q4 ? qscale : 1.0f);
         v = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
       }
-      *reinterpret_cast<float4*>(y + int64_t(r0 + m) * (4 * int64_t(c4n)) + c0) = v;
+      store4(y + int64_t(r0 + m) * (4 * int64_t(c4n)) + c0, v);
     }
   }
 }
+template <typename Out>
 __global__ void gdn_conv_prep_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t L, uint32_t n,
-                                uint32_t c4n, uint32_t q4, float qscale, const float* w, float* y, ConvHistory hist, RowColScales xs,
+                                uint32_t c4n, uint32_t q4, float qscale, const float* w, Out* y, ConvHistory hist, RowColScales xs,
                                 const float* b, const float* a, int64_t ldba, uint32_t Hv, uint32_t total, const float* negA,
                                 const float* dt_bias, float* g, float* beta) {
   gdn_conv_prep_body(x, ldx, x_row0, seq_start, t0, L, n, c4n, q4, qscale, w, y, hist, xs, b, a, ldba, Hv, total, negA, dt_bias, g, beta);
@@ -208,9 +219,10 @@ __global__ void gdn_conv_prep_k(const float* x, int64_t ldx, int64_t x_row0, con
 // input rows of 4 channels in 96 registers: 2 CTAs an SM; CLEFRT_LAB_CONV_PREP_MIN_BLOCKS=0 runs
 // it). The cap spills a few registers (ptxas warns); the third CTA's loads pay for them
 // (bench/results/2026-12-06-h100-session36.md). Capped for 4 it spilled 668 bytes and was not kept.
+template <typename Out>
 __global__ void __launch_bounds__(kConvPrepThreads, 3)
     gdn_conv_prep_capped_k(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t L, uint32_t n, uint32_t c4n,
-                           uint32_t q4, float qscale, const float* w, float* y, ConvHistory hist, RowColScales xs, const float* b, const float* a,
+                           uint32_t q4, float qscale, const float* w, Out* y, ConvHistory hist, RowColScales xs, const float* b, const float* a,
                            int64_t ldba, uint32_t Hv, uint32_t total, const float* negA, const float* dt_bias, float* g, float* beta) {
   gdn_conv_prep_body(x, ldx, x_row0, seq_start, t0, L, n, c4n, q4, qscale, w, y, hist, xs, b, a, ldba, Hv, total, negA, dt_bias, g, beta);
 }
@@ -879,10 +891,13 @@ bool gdn_conv_prep_fuses(int64_t K, int64_t Dk, int64_t conv_dim, int64_t ldx, i
 void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, int64_t L, const float* conv_w, int64_t K,
                    int64_t conv_dim, int64_t Hk, int64_t Dk, const float* b, const float* a, int64_t ldba, int64_t Hv, const float* negA,
                    const float* dt_bias, float* mixed, float* g, float* beta, cudaStream_t s, const ConvHistory& hist, const RowColScales& xs,
-                   int min_blocks) {
+                   int min_blocks, bf16* mixed16) {
   if (L == 0) return;
   const int64_t n = (L + kConvTokens - 1) / kConvTokens * (conv_dim / 4), total = n + L * Hv;
+  if ((mixed16 != nullptr) == (mixed != nullptr))
+    throw Error(Status::Internal, "internal_error", "gdn conv_prep: exactly one of mixed (fp32) and mixed16 (bf16) is written");
   if (!gdn_conv_prep_fuses(K, Dk, conv_dim, ldx, L, Hv)) {
+    if (mixed16) throw Error(Status::Internal, "internal_error", "gdn conv_prep: bf16 rows (mixed16) need the one-kernel form");
     if (xs.rs) throw Error(Status::Internal, "internal_error", "gdn conv_prep: FP8 scales on the reader need the one-kernel form");
     conv_silu_rows(x, ldx, x_row0, seq_start, t0, L, conv_dim, conv_w, K, mixed, s, hist);
     gdn_prep(mixed, conv_dim, L, Hk, Dk, b, a, ldba, Hv, negA, dt_bias, g, beta, s);
@@ -895,13 +910,18 @@ void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* s
   if (min_blocks != 0 && min_blocks != 3)
     throw Error(Status::BadRequest, "usage", std::string(from_env ? "CLEFRT_LAB_CONV_PREP_MIN_BLOCKS" : "gdn_conv_prep's min_blocks") + " is " +
                                                  std::to_string(min_blocks) + ": 0 (uncapped) or 3");
-  auto launch = [&](auto kernel) {
+  auto launch = [&](auto kernel, auto* y) {
     kernel<<<grid_for(total), kConvPrepThreads, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(L), uint32_t(n), uint32_t(conv_dim / 4), uint32_t(Hk * Dk / 4),
-                                                        1.0f / sqrtf(float(Dk)), conv_w, mixed, hist, xs, b, a, ldba, uint32_t(Hv), uint32_t(total), negA,
+                                                        1.0f / sqrtf(float(Dk)), conv_w, y, hist, xs, b, a, ldba, uint32_t(Hv), uint32_t(total), negA,
                                                         dt_bias, g, beta);
   };
-  if (min_blocks == 3) launch(gdn_conv_prep_capped_k);
-  else launch(gdn_conv_prep_k);
+  if (mixed16) {
+    if (min_blocks == 3) launch(gdn_conv_prep_capped_k<bf16>, mixed16);
+    else launch(gdn_conv_prep_k<bf16>, mixed16);
+  } else {
+    if (min_blocks == 3) launch(gdn_conv_prep_capped_k<float>, mixed);
+    else launch(gdn_conv_prep_k<float>, mixed);
+  }
   check_launch("gdn conv_prep");
 }
 
@@ -941,6 +961,7 @@ void gdn_chunk_prep(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
     gdn_chunk_prep_wgmma(mixed, Hk, Hv, Dk, Dv, g, beta, ch, sc, s);
     return;
   }
+  if (sc.mixed16) throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: bf16 mixed rows (GdnScratch::mixed16) are the Wgmma prep's only");
   if (use_tensor_cores(path, Dk, Dv)) {
     gdn_chunk_prep_tc_k<<<grid, 256, PrepTcSmem(Dk, Dv).bytes(), s>>>(mixed, conv_dim, Hk, Hv, Dk, Dv, g, beta, ch, sc);
   } else {

@@ -513,8 +513,26 @@ struct PrepSmem {
   static size_t bytes(bool x3) { return 1024 + 2 * size_t(plane(x3)) + sizeof(float) * (2 * C * ldl + 3 * 256 + 2 * C) + sizeof(double) * C; }
 };
 
-template <bool X3>
-__global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const float* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
+// Eight consecutive values of a mixed row (fp32: two 16-byte loads; bf16: one), zeros when `in` is
+// false. From bf16 the values are exact in fp32, so a plane made from them is the plane the fp32
+// row's bf16 rounding would give: Q's and K's planes are the same bits either way.
+__device__ __forceinline__ void load8(const float* p, bool in, float (&v)[8]) {
+  const float4 a = in ? reinterpret_cast<const float4*>(p)[0] : make_float4(0, 0, 0, 0);
+  const float4 b = in ? reinterpret_cast<const float4*>(p)[1] : make_float4(0, 0, 0, 0);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, bool in, float (&v)[8]) {
+  const uint4 q = in ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    v[2 * i] = f.x, v[2 * i + 1] = f.y;
+  }
+}
+
+template <bool X3, typename In>
+__global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
                                                            const float* beta, GdnChunks ch, GdnScratch sc, bool heads_fastest) {
 #ifndef CLEFRT_WGMMA
   __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
@@ -550,7 +568,7 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const float*
   const bool lead = j % (Hv / Hk) == 0;
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7, wi = warp & 3;
   const int gq = lane >> 2, tq = lane & 3;
-  const float* rows = mixed + t0 * conv_dim;
+  const In* rows = mixed + t0 * conv_dim;
 
   for (int e = tid; e < C * ldl; e += nt) T[e] = 0.0f;
   if (tid < C) bs[tid] = tid < n ? beta[(t0 + tid) * Hv + j] : 0.0f;
@@ -567,9 +585,7 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const float*
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
       const PlaneItem it = token_item(e0 + q * 256);  // Q's (first) or K's: token row, Dk column
-      const float4* src = reinterpret_cast<const float4*>(rows + (it.first ? kh * Dk : key_dim + kh * Dk) + it.row * conv_dim + it.col);
-      const float4 a = it.row < n ? src[0] : make_float4(0, 0, 0, 0), b = it.row < n ? src[1] : make_float4(0, 0, 0, 0);
-      v[q][0] = a.x, v[q][1] = a.y, v[q][2] = a.z, v[q][3] = a.w, v[q][4] = b.x, v[q][5] = b.y, v[q][6] = b.z, v[q][7] = b.w;
+      load8(rows + (it.first ? kh * Dk : key_dim + kh * Dk) + it.row * conv_dim + it.col, it.row < n, v[q]);
     }
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
@@ -623,10 +639,7 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const float*
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
       const PlaneItem it = token_item(e0 + q * 256);  // K's (first) or V's: token row, Dk / Dv column
-      const float4* src =
-          reinterpret_cast<const float4*>(rows + (it.first ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + it.row * conv_dim + it.col);
-      const float4 a = it.row < n ? src[0] : make_float4(0, 0, 0, 0), b = it.row < n ? src[1] : make_float4(0, 0, 0, 0);
-      v[q][0] = a.x, v[q][1] = a.y, v[q][2] = a.z, v[q][3] = a.w, v[q][4] = b.x, v[q][5] = b.y, v[q][6] = b.z, v[q][7] = b.w;
+      load8(rows + (it.first ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + it.row * conv_dim + it.col, it.row < n, v[q]);
     }
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
@@ -775,10 +788,13 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   if (!sc.wp || !sc.ap || !sc.qp || !sc.kp || !sc.u)
     throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: the wgmma prep's W / A / Q / K planes are not planned");
   static const bool attr = [] {
-    check(cudaFuncSetAttribute(gdn_prep_wgmma_k<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(true))), "gdn_prep_wgmma smem");
-    check(cudaFuncSetAttribute(gdn_prep_wgmma_k<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(false))), "gdn_prep_wgmma smem");
+    check(cudaFuncSetAttribute(gdn_prep_wgmma_k<true, float>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(true))),
+          "gdn_prep_wgmma smem");
+    for (const void* k : {(const void*)gdn_prep_wgmma_k<false, float>, (const void*)gdn_prep_wgmma_k<false, bf16>})
+      check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(false))), "gdn_prep_wgmma smem");
     // the whole carveout as shared memory: the CTAs an SM (two, three) are counted on it
-    for (const void* k : {(const void*)gdn_prep_wgmma_k<true>, (const void*)gdn_prep_wgmma_k<false>})
+    for (const void* k : {(const void*)gdn_prep_wgmma_k<true, float>, (const void*)gdn_prep_wgmma_k<false, float>,
+                          (const void*)gdn_prep_wgmma_k<false, bf16>})
       check(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)), "gdn_prep_wgmma carveout");
     return true;
   }();
@@ -796,10 +812,16 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
     return v != "chunks";
   }();
   const dim3 grid = heads_fastest ? dim3(unsigned(Hv), unsigned(c1 - sc.c0)) : dim3(unsigned(c1 - sc.c0), unsigned(Hv));
-  if (gdn_wgmma_one_pass_bf16())
-    gdn_prep_wgmma_k<false><<<grid, 256, PrepSmem::bytes(false), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc, heads_fastest);
+  const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
+  const bool one_pass = gdn_wgmma_one_pass_bf16();
+  if (sc.mixed16 && !one_pass)
+    throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: bf16 mixed rows (GdnScratch::mixed16) need the one-pass products, not bf16x3");
+  if (sc.mixed16)
+    gdn_prep_wgmma_k<false, bf16><<<grid, 256, PrepSmem::bytes(false), s>>>(sc.mixed16, conv_dim, Hk, Hv, g, beta, ch, sc, heads_fastest);
+  else if (one_pass)
+    gdn_prep_wgmma_k<false, float><<<grid, 256, PrepSmem::bytes(false), s>>>(mixed, conv_dim, Hk, Hv, g, beta, ch, sc, heads_fastest);
   else
-    gdn_prep_wgmma_k<true><<<grid, 256, PrepSmem::bytes(true), s>>>(mixed, 2 * Hk * Dk + Hv * Dv, Hk, Hv, g, beta, ch, sc, heads_fastest);
+    gdn_prep_wgmma_k<true, float><<<grid, 256, PrepSmem::bytes(true), s>>>(mixed, conv_dim, Hk, Hv, g, beta, ch, sc, heads_fastest);
   check_launch("gdn_prep_wgmma");
 }
 
