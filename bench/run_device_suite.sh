@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-gdn-prep-order] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-gdn-prep] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -156,15 +156,10 @@ while [ $# -gt 0 ]; do
         --commit "$commit" --command "CLEFRT_GDN_SCAN=planes clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 16384 --no-vision --reps 5 --profile" \
         --json "$OUT/bench-bf16-scanplanes.json" > "$OUT/bench-bf16-scanplanes.txt" 2> "$OUT/bench-bf16-scanplanes.err"
       echo "== bench bf16, GDN scan state in planes rc=$?"; grep -v "^{" "$OUT/bench-bf16-scanplanes.txt" | grep -E "^(blog|tok_|64 |batch|profile)|gdn chunk" | head -24; tail -3 "$OUT/bench-bf16-scanplanes.err" ;;
-    lab-gdn-prep-order)
-      # the GDN Wgmma prep alone at every lab shape, the grid's value heads fastest (the product) and
-      # chunks fastest (the earlier order), alternated twice
-      for order in chunks heads chunks heads; do
-        CLEFRT_LAB_PREP_ONLY=1 CLEFRT_LAB_GDN_PREP_ORDER=$order timeout 120 .carry/clefrt_bench_gdn --commit "$commit" \
-          > "$OUT/lab-gdn-prep-$order.txt" 2>&1
-        echo "== lab gdn prep, order $order rc=$?"; grep -E "chunks;|prep alone" "$OUT/lab-gdn-prep-$order.txt"
-        cat "$OUT/lab-gdn-prep-$order.txt" >> "$OUT/lab-gdn-prep-order.txt"; rm "$OUT/lab-gdn-prep-$order.txt"
-      done ;;
+    lab-gdn-prep)
+      # the GDN Wgmma preps alone at every lab shape, the one-pass prep from fp32 and from bf16 rows
+      CLEFRT_LAB_PREP_ONLY=1 timeout 120 .carry/clefrt_bench_gdn --commit "$commit" > "$OUT/lab-gdn-prep.txt" 2>&1
+      echo "== lab gdn prep rc=$?"; grep -E "chunks;|prep alone" "$OUT/lab-gdn-prep.txt" ;;
     lab-elementwise)
       timeout 180 .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt" ;;
     lab-head)

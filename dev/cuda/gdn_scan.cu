@@ -616,8 +616,7 @@ int main(int argc, char** argv) {
     // CLEFRT_LAB_ONLY=NAME: the product and the variants whose names contain NAME, at 1 x 8,192
     // only (a profiler's run)
     const char* only = std::getenv("CLEFRT_LAB_ONLY");
-    // CLEFRT_LAB_PREP_ONLY=1: the preps alone at every shape (an A/B of a prep change, e.g. under
-    // CLEFRT_LAB_GDN_PREP_ORDER)
+    // CLEFRT_LAB_PREP_ONLY=1: the preps alone at every shape (an A/B of a prep change)
     const bool prep_only = std::getenv("CLEFRT_LAB_PREP_ONLY") != nullptr;
     for (Shape sh : {Shape{"1x8192", 1, 8192}, Shape{"8x1024", 8, 1024}, Shape{"64x512", 64, 512}}) {
       if (only && sh.seqs != 1) break;

@@ -533,7 +533,7 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, bool in, float (&v
 
 template <bool X3, typename In>
 __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
-                                                           const float* beta, GdnChunks ch, GdnScratch sc, bool heads_fastest) {
+                                                           const float* beta, GdnChunks ch, GdnScratch sc) {
 #ifndef CLEFRT_WGMMA
   __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
 #else
@@ -558,8 +558,9 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   double* gam = reinterpret_cast<double*>(sk + C);
 
   // value heads vary fastest in the grid: the CTAs of one chunk's key head (Hv / Hk value heads)
-  // run together and read its Q and K rows once from DRAM, later ones from L2
-  const int64_t ci = heads_fastest ? blockIdx.y : blockIdx.x, c = sc.c0 + ci, j = heads_fastest ? blockIdx.x : blockIdx.y;
+  // run together and read its Q and K rows once from DRAM, later ones from L2 (chunks fastest,
+  // the earlier order, let a key head's later value heads miss L2 at many chunks)
+  const int64_t ci = blockIdx.y, c = sc.c0 + ci, j = blockIdx.x;
   const int64_t t0 = ch.chunk_start[c];
   const int n = ch.chunk_len[c];
   const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
@@ -803,25 +804,17 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   if (c1 == sc.c0) return;
   if (c1 - sc.c0 > 65535)
     throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: " + std::to_string(c1 - sc.c0) + " chunks in one pass (a grid's y holds 65,535)");
-  // CLEFRT_LAB_GDN_PREP_ORDER=chunks: the grid's earlier order (chunks fastest), for the lab's A/B
-  static const bool heads_fastest = [] {
-    const char* e = std::getenv("CLEFRT_LAB_GDN_PREP_ORDER");
-    const std::string v = e ? e : "";
-    if (!v.empty() && v != "heads" && v != "chunks")
-      throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_GDN_PREP_ORDER is '" + v + "': heads (the default) or chunks");
-    return v != "chunks";
-  }();
-  const dim3 grid = heads_fastest ? dim3(unsigned(Hv), unsigned(c1 - sc.c0)) : dim3(unsigned(c1 - sc.c0), unsigned(Hv));
+  const dim3 grid(unsigned(Hv), unsigned(c1 - sc.c0));
   const int64_t conv_dim = 2 * Hk * Dk + Hv * Dv;
   const bool one_pass = gdn_wgmma_one_pass_bf16();
   if (sc.mixed16 && !one_pass)
     throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: bf16 mixed rows (GdnScratch::mixed16) need the one-pass products, not bf16x3");
   if (sc.mixed16)
-    gdn_prep_wgmma_k<false, bf16><<<grid, 256, PrepSmem::bytes(false), s>>>(sc.mixed16, conv_dim, Hk, Hv, g, beta, ch, sc, heads_fastest);
+    gdn_prep_wgmma_k<false, bf16><<<grid, 256, PrepSmem::bytes(false), s>>>(sc.mixed16, conv_dim, Hk, Hv, g, beta, ch, sc);
   else if (one_pass)
-    gdn_prep_wgmma_k<false, float><<<grid, 256, PrepSmem::bytes(false), s>>>(mixed, conv_dim, Hk, Hv, g, beta, ch, sc, heads_fastest);
+    gdn_prep_wgmma_k<false, float><<<grid, 256, PrepSmem::bytes(false), s>>>(mixed, conv_dim, Hk, Hv, g, beta, ch, sc);
   else
-    gdn_prep_wgmma_k<true, float><<<grid, 256, PrepSmem::bytes(true), s>>>(mixed, conv_dim, Hk, Hv, g, beta, ch, sc, heads_fastest);
+    gdn_prep_wgmma_k<true, float><<<grid, 256, PrepSmem::bytes(true), s>>>(mixed, conv_dim, Hk, Hv, g, beta, ch, sc);
   check_launch("gdn_prep_wgmma");
 }
 
