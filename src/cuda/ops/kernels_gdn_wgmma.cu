@@ -571,12 +571,8 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   const int gq = lane >> 2, tq = lane & 3;
   const In* rows = mixed + t0 * conv_dim;
 
-  for (int e = tid; e < C * ldl; e += nt) T[e] = 0.0f;
-  if (tid < C) bs[tid] = tid < n ? beta[(t0 + tid) * Hv + j] : 0.0f;
-  chunk_gamma(gam, g, t0, n, Hv, j);
-  __syncthreads();
-  if (tid < C) sk[tid] = bs[tid] * float(exp(gam[tid]));
-  // 1. Q and K as [tokens][Dk] planes. A thread's items (eight floats each, two float4 loads:
+  // 1. Q and K as [tokens][Dk] planes, their loads first (the setup below needs none of them and
+  // had a barrier of its own before them). A thread's items (eight floats each, two float4 loads:
   // conv_dim % 4 == 0 at Dk = Dv = 128) load kPer at a time before any is stored: two global
   // latencies in a row instead of eight (all eight at once spill).
   constexpr int kItems = 2 * C * Dk / 8, kPer = 4;
@@ -595,8 +591,13 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
       if (lead) put8((it.first ? sc.qp : sc.kp) + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);  // the scan's Q, K
     }
   }
+  // the setup: T zeroed for the inverse, beta, the chunk's gammas (visible after the barrier below)
+  for (int e = tid; e < C * ldl; e += nt) T[e] = 0.0f;
+  if (tid < C) bs[tid] = tid < n ? beta[(t0 + tid) * Hv + j] : 0.0f;
+  chunk_gamma(gam, g, t0, n, Hv, j);
   fence_proxy_async();
   __syncthreads();
+  if (tid < C) sk[tid] = bs[tid] * float(exp(gam[tid]));  // read in step 3, after step 2's barrier
   // 2. K K^T (warpgroup 0), Q K^T (warpgroup 1): M = 64 tokens i, N = 64 tokens j, K = Dk
   {
     float acc[32];
