@@ -571,6 +571,18 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
 // and A, over partial chunks and a pass that starts at chunk 2, in both precisions: a layout or
 // gating error is O(1); bf16x3's rounding ~1e-5 of a matrix's largest entry (its planes read as
 // hi + lo), one bf16 pass's a fraction of it (the hi planes alone: it writes no lo plane).
+// Element (row, k) of a plane of `rows` rows at byte `base` of b (gdn_tiles.cuh's kmajor_off:
+// 64-wide k panels, 128-byte rows, 16-byte chunks swizzled by row % 8), hi + lo (the lo plane
+// lo_at bytes further; one pass: hi alone).
+double plane_value(const std::vector<uint8_t>& b, size_t base, size_t lo_at, int row, int kk, int rows, bool one_pass) {
+  const size_t off = base + size_t((kk >> 6) * rows * 128 + row * 128 + ((((kk & 63) >> 3) ^ (row & 7)) << 4) + (kk & 7) * 2);
+  __nv_bfloat16_raw h, l;
+  std::memcpy(&h.x, &b[off], 2);
+  if (one_pass) return double(__bfloat162float(__nv_bfloat16(h)));
+  std::memcpy(&l.x, &b[off + lo_at], 2);
+  return double(__bfloat162float(__nv_bfloat16(h))) + double(__bfloat162float(__nv_bfloat16(l)));
+}
+
 TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
   NEED_GPU();
   for (const bool one_pass : {false, true}) {
@@ -597,15 +609,8 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
     gdn_chunk_prep(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, tc, nullptr, GdnPath::TensorCores);
     gdn_chunk_prep(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, wg, nullptr, GdnPath::Wgmma);
     const auto wp = down<uint8_t>(keep_w[3], size_t(P * pb.w)), ap = down<uint8_t>(keep_w[4], size_t(P * pb.a));
-    // element (row, k) of a plane of `rows` rows (gdn_tiles.cuh's kmajor_off: 64-wide k panels,
-    // 128-byte rows, 16-byte chunks swizzled by row % 8), hi + lo (one pass: hi)
     auto plane_at = [&](const std::vector<uint8_t>& b, size_t base, size_t lo_at, int row, int kk, int rows) {
-      const size_t off = base + size_t((kk >> 6) * rows * 128 + row * 128 + ((((kk & 63) >> 3) ^ (row & 7)) << 4) + (kk & 7) * 2);
-      __nv_bfloat16_raw h, l;
-      std::memcpy(&h.x, &b[off], 2);
-      if (one_pass) return double(__bfloat162float(__nv_bfloat16(h)));
-      std::memcpy(&l.x, &b[off + lo_at], 2);
-      return double(__bfloat162float(__nv_bfloat16(h))) + double(__bfloat162float(__nv_bfloat16(l)));
+      return plane_value(b, base, lo_at, row, kk, rows, one_pass);
     };
     const auto w_t = down<float>(keep_t[0], size_t(P * Hv * 64 * Dk)), a_t = down<float>(keep_t[2], size_t(P * Hv * 64 * 64));
     std::vector<float> w_w(w_t.size()), a_w(a_t.size());
@@ -692,6 +697,56 @@ TEST(CudaOps, GdnWgmmaPrepFromBf16RowsIsTheFp32RowsBits) {
   EXPECT_EQ(got, want) << "the scan's outputs";
   // bf16 rows on any other path are refused, not read as fp32
   EXPECT_THROW(gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, b, nullptr, GdnPath::TensorCores), Error);
+}
+
+// The lab's second one-pass prep (gdn_wgmma_prep_v2: q / k / v by cp.async into the planes, beta
+// on T's columns) from bf16 rows: A's, Q's and K's planes the first form's bits; U and W within
+// the one-pass bound of the 3xTF32 prep's on the same values (every U written: NaN-poisoned
+// before); the scan's outputs after it within a one-pass rounding of the first form's.
+TEST(CudaOps, GdnWgmmaPrepV2MatchesTensorCoresPrep) {
+  NEED_GPU();
+  const int64_t Hk = 2, Hv = 6, Dk = 128, Dv = 128;
+  if (!gdn_wgmma_available(Dk, Dv)) GTEST_SKIP() << "no Wgmma path on this GPU / build";
+  const WgmmaProducts products(true, true);
+  struct RestoreV2 {
+    bool to = gdn_wgmma_prep_v2();
+    ~RestoreV2() { gdn_wgmma_set_prep_v2(to); }
+  } restore;
+  const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
+  const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
+  const int64_t nc = int64_t(k.cs.size());
+  std::vector<bf16> m16(k.mixed.size());
+  std::vector<float> m32(k.mixed.size());
+  for (size_t i = 0; i < m16.size(); ++i) m16[i] = __float2bfloat16_rn(k.mixed[i]), m32[i] = __bfloat162float(m16[i]);
+  DeviceBuffer d16 = upload(m16, "m16"), d32 = upload(m32, "m32"), dg = upload(k.g, "g"), db = upload(k.beta, "b"), dcs = upload(k.cs, "cs"),
+               dcl = upload(k.cl, "cl"), dsc = upload(k.sc, "sc"), st(size_t(Hv * Dk * Dv) * 4), o1(size_t(k.L * Hv * Dv) * 4),
+               o2(size_t(k.L * Hv * Dv) * 4);
+  const GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
+  std::vector<DeviceBuffer> keep_t, keep1, keep2;
+  GdnScratch tc = gdn_scratch(Hk, Hv, Dk, Dv, nc, keep_t), v1 = gdn_scratch(Hk, Hv, Dk, Dv, nc, keep1), v2 = gdn_scratch(Hk, Hv, Dk, Dv, nc, keep2);
+  for (GdnScratch* x : {&tc, &v1, &v2}) x->state_out = st.as<float>();
+  v1.mixed16 = v2.mixed16 = d16.as<bf16>();
+  check(cudaMemset(v2.u, 0xff, size_t(nc * Hv * 64 * Dv) * 4), "poison U");
+  gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, tc, nullptr, GdnPath::TensorCores);
+  gdn_wgmma_set_prep_v2(false);
+  gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, v1, nullptr, GdnPath::Wgmma);
+  gdn_chunk_scan(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), ch, v1, o1.as<float>(), nullptr, GdnPath::Wgmma);
+  gdn_wgmma_set_prep_v2(true);
+  gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, v2, nullptr, GdnPath::Wgmma);
+  gdn_chunk_scan(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), ch, v2, o2.as<float>(), nullptr, GdnPath::Wgmma);
+  const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
+  for (const auto& [what, at] : std::vector<std::pair<const char*, std::pair<int, int64_t>>>{
+           {"A planes", {4, nc * pb.a}}, {"Q planes", {5, nc * pb.q}}, {"K planes", {6, nc * pb.k}}})
+    EXPECT_EQ(down<uint8_t>(keep2[size_t(at.first)], size_t(at.second)), down<uint8_t>(keep1[size_t(at.first)], size_t(at.second))) << what;
+  const auto wp = down<uint8_t>(keep2[3], size_t(nc * pb.w));
+  std::vector<float> w2(size_t(nc * Hv * 64 * Dk));
+  for (int64_t m = 0; m < nc * Hv; ++m)
+    for (int r = 0; r < 64; ++r)
+      for (int kk = 0; kk < Dk; ++kk) w2[size_t((m * 64 + r) * Dk + kk)] = float(plane_value(wp, size_t(m * pb.w / Hv), 0, r, kk, 64, true));
+  expect_close_to_max(w2, down<float>(keep_t[0], w2.size()), 2e-2, "wgmma prep v2 W vs 3xTF32");
+  expect_close_to_max(down<float>(keep2[1], size_t(nc * Hv * 64 * Dv)), down<float>(keep_t[1], size_t(nc * Hv * 64 * Dv)), 2e-2,
+                      "wgmma prep v2 U vs 3xTF32");
+  expect_close_to_max(down<float>(o2, size_t(k.L * Hv * Dv)), down<float>(o1, size_t(k.L * Hv * Dv)), 2e-2, "scan after prep v2 vs after v1");
 }
 
 // The Wgmma scan's prefix-cache paths against the 3xTF32 scan's: sequences starting from cached

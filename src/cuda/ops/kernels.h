@@ -211,6 +211,13 @@ void gdn_chunk_scan(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk, int6
 // error); gdn_wgmma_set_one_pass_bf16 sets it (the GPU tests, the lab).
 bool gdn_wgmma_one_pass_bf16();
 void gdn_wgmma_set_one_pass_bf16(bool on);
+// The lab's second form of the one-pass prep from bf16 rows (GdnScratch::mixed16; from fp32 rows
+// the prep is the first form either way): q, k, v loaded once by cp.async into their planes, beta
+// folded onto T's columns (U and W round differently). CLEFRT_LAB_GDN_PREP=v1 | v2 when first
+// asked (unset: v1); gdn_wgmma_set_prep_v2 sets it (the GPU tests, the lab). Written in session 39,
+// not yet run on a GPU.
+bool gdn_wgmma_prep_v2();
+void gdn_wgmma_set_prep_v2(bool on);
 // The Wgmma scan's form: the state as wgmma's register operand (gdn_scan_rs_k: no state or Vn
 // planes through shared memory; one bf16 pass only, and its default) or through shared-memory
 // planes (gdn_scan_wgmma_k: bf16x3's, and one pass's with CLEFRT_GDN_SCAN=planes).

@@ -531,9 +531,16 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, bool in, float (&v
   }
 }
 
-template <bool X3, typename In>
+// V2 (the lab's CLEFRT_LAB_GDN_PREP=v2; one pass from bf16 rows only): q, k and v loaded once, by
+// cp.async straight into their planes (a bf16 row's eight values are one 16-byte chunk of a
+// plane), v into Q's slot after step 2 (landing under the inverse); beta folded onto T's columns,
+// U = (T diag beta) V and W = (T diag(beta e^gamma)) K (FlashInfer's placement), where the form
+// before scales K's and V's rows and loads them a second time in step 3. A, Q's and K's planes
+// keep their bits; U and W round differently (one bf16 pass either way).
+template <bool X3, typename In, bool V2 = false>
 __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
                                                            const float* beta, GdnChunks ch, GdnScratch sc) {
+  static_assert(!V2 || (!X3 && sizeof(In) == 2), "V2: one bf16 pass from bf16 rows");
 #ifndef CLEFRT_WGMMA
   __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
 #else
@@ -547,10 +554,11 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   constexpr int kPlane = PrepSmem::plane(X3);  // one matrix's planes (the lo plane, when X3, kTile / 2 after the hi)
   uint8_t* Qp = base;                    // [64 tokens][128 Dk]
   uint8_t* Kp = Qp + kPlane;             // [64 tokens][128 Dk]
-  uint8_t* Ks = base;                    // after 2: (beta e^gamma K) [64 tokens][128 Dk]
-  uint8_t* Vp = base + kPlane;           // after 2: (beta V) [64 tokens][128 Dv]
+  uint8_t* Ks = V2 ? Kp : base;          // after 2: (beta e^gamma K) [64 tokens][128 Dk] (V2: K itself)
+  uint8_t* Vp = V2 ? base : base + kPlane;  // after 2: (beta V) [64 tokens][128 Dv] (V2: V, over Q's)
   float* Lm = reinterpret_cast<float*>(base + 2 * kPlane);  // [C][ldl]
   uint8_t* Tp = reinterpret_cast<uint8_t*>(Lm);             // after the inverse: [64 tokens][64 tokens]
+  uint8_t* Tk = Tp + kSmallTile / 2;                        // V2: T diag(beta) at Tp, T diag(beta e^gamma) here
   float* T = Lm + C * ldl;                                  // [C][ldl]
   float* P = T + C * ldl;                                   // [3][16][16]
   float* bs = P + 3 * 256;                                  // beta_i
@@ -577,7 +585,21 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   // latencies in a row instead of eight (all eight at once spill).
   constexpr int kItems = 2 * C * Dk / 8, kPer = 4;
   static_assert(kItems % (kPer * 256) == 0, "the plane loops give each of 256 threads whole batches of kPer items");
-  for (int e0 = tid; e0 < kItems; e0 += kPer * 256) {
+  // V2: a [64 tokens][128] plane of the rows' columns col0 .. col0 + 127 by cp.async, rows past n
+  // zero-filled (the bits put8 writes: a bf16 value rounds to itself)
+  auto plane_copy = [&](uint8_t* dst, int64_t col0) {
+    for (int e = tid; e < C * 16; e += 256) {
+      const int row = e >> 4, col = (e & 15) * 8;
+      const bool in = row < n;
+      cp_async16(dst + kmajor_off(row, col, C), in ? rows + row * conv_dim + col0 + col : rows, in);
+    }
+  };
+  if constexpr (V2) {
+    plane_copy(Qp, kh * Dk);
+    plane_copy(Kp, key_dim + kh * Dk);
+    cp_async_commit();
+  }
+  for (int e0 = tid; !V2 && e0 < kItems; e0 += kPer * 256) {
     float v[kPer][8];
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
@@ -595,9 +617,20 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   for (int e = tid; e < C * ldl; e += nt) T[e] = 0.0f;
   if (tid < C) bs[tid] = tid < n ? beta[(t0 + tid) * Hv + j] : 0.0f;
   chunk_gamma(gam, g, t0, n, Hv, j);
+  if constexpr (V2) cp_async_wait<0>();  // this thread's plane chunks (the barrier makes all of them visible)
   fence_proxy_async();
   __syncthreads();
   if (tid < C) sk[tid] = bs[tid] * float(exp(gam[tid]));  // read in step 3, after step 2's barrier
+  if constexpr (V2) {
+    if (lead) {  // the scan's Q and K planes: the bytes just loaded
+      uint4* qd = reinterpret_cast<uint4*>(sc.qp + (ci * Hk + kh) * kTile);
+      uint4* kd = reinterpret_cast<uint4*>(sc.kp + (ci * Hk + kh) * kTile);
+      for (int e = tid; e < kTile / 2 / 16; e += 256) {
+        qd[e] = reinterpret_cast<const uint4*>(Qp)[e];
+        kd[e] = reinterpret_cast<const uint4*>(Kp)[e];
+      }
+    }
+  }
   // 2. K K^T (warpgroup 0), Q K^T (warpgroup 1): M = 64 tokens i, N = 64 tokens j, K = Dk
   {
     float acc[32];
@@ -636,7 +669,11 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   // 3. beta e^gamma K and beta V as [tokens][Dk / Dv] planes (over Q's and K's; row loads and
   // items as in 1.: step 4 reads them N-major), T = (I + Lm)^-1, T's planes over Lm
   static_assert(C * (Dk + Dv) / 8 == kItems && Dv == Dk, "K's and V's planes take the items of Q's and K's");
-  for (int e0 = tid; e0 < kItems; e0 += kPer * 256) {
+  if constexpr (V2) {  // V into Q's slot (step 2's wgmmas are done with it), under the inverse
+    plane_copy(Vp, 2 * key_dim + j * Dv);
+    cp_async_commit();
+  }
+  for (int e0 = tid; !V2 && e0 < kItems; e0 += kPer * 256) {
     float v[kPer][8];
 #pragma unroll
     for (int q = 0; q < kPer; ++q) {
@@ -657,8 +694,14 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   invert_unit_lower(Lm, T, P, ldl, tid, nt);
   for (int e = tid; e < C * C / 2; e += nt) {
     const int i = e / (C / 2), k = (e % (C / 2)) * 2;
-    put_pair(Tp, kSmallTile / 2, i, k, C, T[i * ldl + k], T[i * ldl + k + 1], X3);
+    if constexpr (V2) {  // T's columns times beta and beta e^gamma (zero past n: beta is)
+      put_pair(Tp, kSmallTile / 2, i, k, C, T[i * ldl + k] * bs[k], T[i * ldl + k + 1] * bs[k + 1], false);
+      put_pair(Tk, kSmallTile / 2, i, k, C, T[i * ldl + k] * sk[k], T[i * ldl + k + 1] * sk[k + 1], false);
+    } else {
+      put_pair(Tp, kSmallTile / 2, i, k, C, T[i * ldl + k], T[i * ldl + k + 1], X3);
+    }
   }
+  if constexpr (V2) cp_async_wait<0>();  // V's plane
   fence_proxy_async();
   __syncthreads();
   // 4. U = T (beta V) (warpgroup 0), W = T (beta e^gamma K) (warpgroup 1): M = 64 tokens, N = 128
@@ -667,6 +710,7 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   float* u = sc.u + (ci * Hv + j) * C * Dv;
   uint8_t* wpl = sc.wp + (ci * Hv + j) * kTile;
   const uint8_t* Bp = wg == 0 ? Vp : Ks;
+  const uint8_t* Ap = V2 && wg == 1 ? Tk : Tp;
 #pragma unroll 1
   for (int half = 0; half < 2; ++half) {
     float acc[32];
@@ -674,7 +718,7 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < C / 16; ++k) {
-      const uint64_t ah = wgmma_desc(Tp + 32 * k), al = wgmma_desc(Tp + kSmallTile / 2 + 32 * k);
+      const uint64_t ah = wgmma_desc(Ap + 32 * k), al = wgmma_desc(Ap + kSmallTile / 2 + 32 * k);
       // B [tokens][Dv or Dk] N-major (k = token): tokens 16 k on, the half's 64-wide panel
       const uint8_t* bp = Bp + kPanel * half + 2048 * k;
       const uint64_t bh = wgmma_desc_nmajor(bp, kPanel), bl = wgmma_desc_nmajor(bp + kTile / 2, kPanel);
@@ -729,6 +773,16 @@ bool gdn_wgmma_one_pass_bf16() {
 }
 
 void gdn_wgmma_set_one_pass_bf16(bool on) { g_one_pass.store(on ? 1 : 0); }
+
+namespace {
+std::atomic<int> g_prep_v2{-1};
+}  // namespace
+
+bool gdn_wgmma_prep_v2() {
+  return env_switch(g_prep_v2, "CLEFRT_LAB_GDN_PREP", "v1", "v2", 0, "v1 (the product's prep) or v2 (q / k / v by cp.async, beta on T: the lab's)") == 1;
+}
+
+void gdn_wgmma_set_prep_v2(bool on) { g_prep_v2.store(on ? 1 : 0); }
 
 bool gdn_wgmma_scan_regs() {
   // 0 planes, 1 regs, 2 by the products
@@ -792,11 +846,12 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   static const bool attr = [] {
     check(cudaFuncSetAttribute(gdn_prep_wgmma_k<true, float>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(true))),
           "gdn_prep_wgmma smem");
-    for (const void* k : {(const void*)gdn_prep_wgmma_k<false, float>, (const void*)gdn_prep_wgmma_k<false, bf16>})
+    for (const void* k : {(const void*)gdn_prep_wgmma_k<false, float>, (const void*)gdn_prep_wgmma_k<false, bf16>,
+                          (const void*)gdn_prep_wgmma_k<false, bf16, true>})
       check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(false))), "gdn_prep_wgmma smem");
     // the whole carveout as shared memory: the CTAs an SM (two, three) are counted on it
     for (const void* k : {(const void*)gdn_prep_wgmma_k<true, float>, (const void*)gdn_prep_wgmma_k<false, float>,
-                          (const void*)gdn_prep_wgmma_k<false, bf16>})
+                          (const void*)gdn_prep_wgmma_k<false, bf16>, (const void*)gdn_prep_wgmma_k<false, bf16, true>})
       check(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)), "gdn_prep_wgmma carveout");
     return true;
   }();
@@ -810,7 +865,9 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   const bool one_pass = gdn_wgmma_one_pass_bf16();
   if (sc.mixed16 && !one_pass)
     throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: bf16 mixed rows (GdnScratch::mixed16) need the one-pass products, not bf16x3");
-  if (sc.mixed16)
+  if (sc.mixed16 && gdn_wgmma_prep_v2())
+    gdn_prep_wgmma_k<false, bf16, true><<<grid, 256, PrepSmem::bytes(false), s>>>(sc.mixed16, conv_dim, Hk, Hv, g, beta, ch, sc);
+  else if (sc.mixed16)
     gdn_prep_wgmma_k<false, bf16><<<grid, 256, PrepSmem::bytes(false), s>>>(sc.mixed16, conv_dim, Hk, Hv, g, beta, ch, sc);
   else if (one_pass)
     gdn_prep_wgmma_k<false, float><<<grid, 256, PrepSmem::bytes(false), s>>>(mixed, conv_dim, Hk, Hv, g, beta, ch, sc);
