@@ -747,6 +747,21 @@ TEST(CudaOps, GdnWgmmaPrepV2MatchesTensorCoresPrep) {
   expect_close_to_max(down<float>(keep2[1], size_t(nc * Hv * 64 * Dv)), down<float>(keep_t[1], size_t(nc * Hv * 64 * Dv)), 2e-2,
                       "wgmma prep v2 U vs 3xTF32");
   expect_close_to_max(down<float>(o2, size_t(k.L * Hv * Dv)), down<float>(o1, size_t(k.L * Hv * Dv)), 2e-2, "scan after prep v2 vs after v1");
+  // a pass from chunk 2 (its own scratch, chunks counted from there): the whole pass's bytes
+  const int64_t c0 = 2, P = nc - c0;
+  std::vector<DeviceBuffer> keep3;
+  GdnScratch v3 = gdn_scratch(Hk, Hv, Dk, Dv, P, keep3);
+  v3.c0 = c0;
+  v3.state_in = st.as<float>();
+  v3.mixed16 = d16.as<bf16>();
+  gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, v3, nullptr, GdnPath::Wgmma);
+  for (const auto& [what, at] : std::vector<std::pair<const char*, std::pair<int, int64_t>>>{
+           {"U", {1, Hv * 64 * Dv * 4}}, {"W planes", {3, pb.w}}, {"A planes", {4, pb.a}}, {"Q planes", {5, pb.q}}, {"K planes", {6, pb.k}}}) {
+    const auto whole = down<uint8_t>(keep2[size_t(at.first)], size_t(nc * at.second));
+    EXPECT_EQ(down<uint8_t>(keep3[size_t(at.first)], size_t(P * at.second)),
+              std::vector<uint8_t>(whole.begin() + c0 * at.second, whole.end()))
+        << what << ", a pass from chunk " << c0;
+  }
 }
 
 // The Wgmma scan's prefix-cache paths against the 3xTF32 scan's: sequences starting from cached

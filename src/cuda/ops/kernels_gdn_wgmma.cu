@@ -667,7 +667,9 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   }
   __syncthreads();  // Lm whole; Q's and K's planes read by both warpgroups
   // 3. beta e^gamma K and beta V as [tokens][Dk / Dv] planes (over Q's and K's; row loads and
-  // items as in 1.: step 4 reads them N-major), T = (I + Lm)^-1, T's planes over Lm
+  // items as in 1.: step 4 reads them N-major), T = (I + Lm)^-1, T's planes over Lm. V2: V's
+  // plane by cp.async over Q's and no second load of K; T's planes scaled by column, T diag(beta)
+  // and T diag(beta e^gamma), over Lm
   static_assert(C * (Dk + Dv) / 8 == kItems && Dv == Dk, "K's and V's planes take the items of Q's and K's");
   if constexpr (V2) {  // V into Q's slot (step 2's wgmmas are done with it), under the inverse
     plane_copy(Vp, 2 * key_dim + j * Dv);
@@ -704,7 +706,8 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   if constexpr (V2) cp_async_wait<0>();  // V's plane
   fence_proxy_async();
   __syncthreads();
-  // 4. U = T (beta V) (warpgroup 0), W = T (beta e^gamma K) (warpgroup 1): M = 64 tokens, N = 128
+  // 4. U = T (beta V) (warpgroup 0), W = T (beta e^gamma K) (warpgroup 1) (V2: U = (T diag beta) V,
+  // W = (T diag(beta e^gamma)) K, the same products rounded elsewhere): M = 64 tokens, N = 128
   // in two 64-wide halves (a half's accumulators, 32 a thread, are what lets one pass fit three
   // CTAs an SM: at most 80 registers; an m64n128 wgmma alone needs ~90), K = 64 tokens
   float* u = sc.u + (ci * Hv + j) * C * Dv;
