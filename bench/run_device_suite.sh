@@ -29,7 +29,8 @@
 # served synthetic model, with the fast and the portable kernels.
 # nan: a tiny folder with NaN weights through the CUDA engine (refused at load; with
 # --no-check-weights a 500 naming the layer). serve: `clefrt serve --synthetic clef-27b` under
-# clefrt_load (1, 8, 64 clients) per mode, then SIGTERM timed. anchors: ../shared/anchors'
+# clefrt_load (1, 8, 64 clients) per mode, then SIGTERM timed; the server's request log
+# split per phase into queue / compute / total (bench/serve_log_summary.py). anchors: ../shared/anchors'
 # kernel_anchors.py from a carried .anchors/ (fla tarball + script), per-layer fla GDN and SDPA.
 # gdn-products: the Wgmma GDN path's two precisions (one bf16 pass, the default, and bf16x3): the
 # GDN GPU tests, the GDN lab, and the bf16 bench with CLEFRT_GDN_PRODUCTS=bf16x3 (files *-gdnx3*);
@@ -234,7 +235,8 @@ b, n = attack.nan_folder(types.SimpleNamespace(model='$d')); shutil.rmtree('$d-n
       shift
       while [ $# -gt 0 ] && [[ $1 =~ ^(auto|bf16|fp8|nvfp4|nvfp4-w4a16)$ ]]; do
         m=$1 port=18$((RANDOM % 900 + 100))
-        .carry/clefrt serve --synthetic clef-27b --quant "$m" --tokenizer $tok --port $port --quiet > "$OUT/serve-$m.log" 2>&1 &
+        # the request log on (no --quiet): queue / compute / total per request, summarized below
+        .carry/clefrt serve --synthetic clef-27b --quant "$m" --tokenizer $tok --port $port > "$OUT/serve-$m.log" 2>&1 &
         pid=$!
         python3 -c "import time, urllib.request as u
 for i in range(480):
@@ -244,6 +246,7 @@ for i in range(480):
         .carry/clefrt_load --port $port --clients 1,8,64 --seconds 10 --json "$OUT/serve-load-$m.json" 2>&1 | tail -5
         t0=$(date +%s%N); kill -TERM $pid; wait $pid; rc=$?
         echo "== serve $m: SIGTERM -> exit $rc after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+        python3 bench/serve_log_summary.py "$OUT/serve-$m.log" --seconds 10 --phases 1,8,64 | tee "$OUT/serve-split-$m.txt"
         shift
       done
       continue ;;
