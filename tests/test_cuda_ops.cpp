@@ -567,10 +567,6 @@ TEST(CudaOps, GdnChunkedMatchesCpuRecurrent) {
   }
 }
 
-// The Wgmma path's prep (W and A left as the scan's planes) against the 3xTF32 prep's fp32 W, U
-// and A, over partial chunks and a pass that starts at chunk 2, in both precisions: a layout or
-// gating error is O(1); bf16x3's rounding ~1e-5 of a matrix's largest entry (its planes read as
-// hi + lo), one bf16 pass's a fraction of it (the hi planes alone: it writes no lo plane).
 // Element (row, k) of a plane of `rows` rows at byte `base` of b (gdn_tiles.cuh's kmajor_off:
 // 64-wide k panels, 128-byte rows, 16-byte chunks swizzled by row % 8), hi + lo (the lo plane
 // lo_at bytes further; one pass: hi alone).
@@ -583,6 +579,31 @@ double plane_value(const std::vector<uint8_t>& b, size_t base, size_t lo_at, int
   return double(__bfloat162float(__nv_bfloat16(h))) + double(__bfloat162float(__nv_bfloat16(l)));
 }
 
+// A GdnScratch's parts as gdn_scratch keeps them: U (fp32), W's, A's, Q's and K's planes, with
+// their bytes a chunk (Hv value heads of Dv values)
+struct ScratchPart {
+  const char* what;
+  size_t keep;
+  int64_t chunk_bytes;
+};
+std::vector<ScratchPart> scratch_parts(int64_t Hv, int64_t Dv, const GdnPlaneBytes& pb) {
+  return {{"U", 1, Hv * 64 * Dv * 4}, {"W planes", 3, pb.w}, {"A planes", 4, pb.a}, {"Q planes", 5, pb.q}, {"K planes", 6, pb.k}};
+}
+// Rows rounded to bf16 (the conv's mixed16) and the same values widened back to fp32
+struct Bf16Rows {
+  std::vector<bf16> b16;
+  std::vector<float> f32;
+};
+Bf16Rows bf16_rows(const std::vector<float>& x) {
+  Bf16Rows r{std::vector<bf16>(x.size()), std::vector<float>(x.size())};
+  for (size_t i = 0; i < x.size(); ++i) r.b16[i] = __float2bfloat16_rn(x[i]), r.f32[i] = __bfloat162float(r.b16[i]);
+  return r;
+}
+
+// The Wgmma path's prep (W and A left as the scan's planes) against the 3xTF32 prep's fp32 W, U
+// and A, over partial chunks and a pass that starts at chunk 2, in both precisions: a layout or
+// gating error is O(1); bf16x3's rounding ~1e-5 of a matrix's largest entry (its planes read as
+// hi + lo), one bf16 pass's a fraction of it (the hi planes alone: it writes no lo plane).
 TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
   NEED_GPU();
   for (const bool one_pass : {false, true}) {
@@ -609,15 +630,12 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
     gdn_chunk_prep(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, tc, nullptr, GdnPath::TensorCores);
     gdn_chunk_prep(dm.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, wg, nullptr, GdnPath::Wgmma);
     const auto wp = down<uint8_t>(keep_w[3], size_t(P * pb.w)), ap = down<uint8_t>(keep_w[4], size_t(P * pb.a));
-    auto plane_at = [&](const std::vector<uint8_t>& b, size_t base, size_t lo_at, int row, int kk, int rows) {
-      return plane_value(b, base, lo_at, row, kk, rows, one_pass);
-    };
     const auto w_t = down<float>(keep_t[0], size_t(P * Hv * 64 * Dk)), a_t = down<float>(keep_t[2], size_t(P * Hv * 64 * 64));
     std::vector<float> w_w(w_t.size()), a_w(a_t.size());
     for (int64_t m = 0; m < P * Hv; ++m)
       for (int r = 0; r < 64; ++r) {
-        for (int kk = 0; kk < Dk; ++kk) w_w[size_t((m * 64 + r) * Dk + kk)] = float(plane_at(wp, size_t(m * pb.w / Hv), size_t(pb.w / Hv / 2), r, kk, 64));
-        for (int kk = 0; kk < 64; ++kk) a_w[size_t((m * 64 + r) * 64 + kk)] = float(plane_at(ap, size_t(m * pb.a / Hv), size_t(pb.a / Hv / 2), r, kk, 64));
+        for (int kk = 0; kk < Dk; ++kk) w_w[size_t((m * 64 + r) * Dk + kk)] = float(plane_value(wp, size_t(m * pb.w / Hv), size_t(pb.w / Hv / 2), r, kk, 64, one_pass));
+        for (int kk = 0; kk < 64; ++kk) a_w[size_t((m * 64 + r) * 64 + kk)] = float(plane_value(ap, size_t(m * pb.a / Hv), size_t(pb.a / Hv / 2), r, kk, 64, one_pass));
       }
     auto check_matrix = [&](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
       const std::string name = "wgmma prep (" + mode + ") " + what + " vs 3xTF32";
@@ -644,8 +662,8 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
             const float* row = r < n ? k.mixed.data() + (t0 + r) * k.conv_dim : nullptr;  // past the chunk: zero
             q_want.push_back(row ? row[kh * Dk + d] : 0.0f);
             k_want.push_back(row ? row[Hk * Dk + kh * Dk + d] : 0.0f);
-            q_got.push_back(float(plane_at(qp, at, size_t(pb.q / Hk / 2), r, d, 64)));
-            k_got.push_back(float(plane_at(kp, at_k, size_t(pb.k / Hk / 2), r, d, 64)));
+            q_got.push_back(float(plane_value(qp, at, size_t(pb.q / Hk / 2), r, d, 64, one_pass)));
+            k_got.push_back(float(plane_value(kp, at_k, size_t(pb.k / Hk / 2), r, d, 64, one_pass)));
           }
       }
     }
@@ -668,14 +686,10 @@ TEST(CudaOps, GdnWgmmaPrepFromBf16RowsIsTheFp32RowsBits) {
   const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
   const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
   const int64_t nc = int64_t(k.cs.size());
-  std::vector<bf16> m16(k.mixed.size());
-  std::vector<float> m32(k.mixed.size()), other(k.mixed.size());
-  for (size_t i = 0; i < m16.size(); ++i) {
-    m16[i] = __float2bfloat16_rn(k.mixed[i]);
-    m32[i] = __bfloat162float(m16[i]);
-    other[i] = -k.mixed[i];  // what a prep ignoring mixed16 would read
-  }
-  DeviceBuffer d16 = upload(m16, "m16"), d32 = upload(m32, "m32"), dother = upload(other, "other"), dg = upload(k.g, "g"), db = upload(k.beta, "b"),
+  const Bf16Rows rows = bf16_rows(k.mixed);
+  std::vector<float> other(k.mixed.size());
+  for (size_t i = 0; i < other.size(); ++i) other[i] = -k.mixed[i];  // what a prep ignoring mixed16 would read
+  DeviceBuffer d16 = upload(rows.b16, "m16"), d32 = upload(rows.f32, "m32"), dother = upload(other, "other"), dg = upload(k.g, "g"), db = upload(k.beta, "b"),
                dcs = upload(k.cs, "cs"), dcl = upload(k.cl, "cl"), dsc = upload(k.sc, "sc"), st(size_t(Hv * Dk * Dv) * 4),
                o32(size_t(k.L * Hv * Dv) * 4), o16(size_t(k.L * Hv * Dv) * 4);
   const GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
@@ -686,11 +700,8 @@ TEST(CudaOps, GdnWgmmaPrepFromBf16RowsIsTheFp32RowsBits) {
   check(cudaMemset(b.u, 0xff, size_t(nc * Hv * 64 * Dv) * 4), "poison U");
   gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, a, nullptr, GdnPath::Wgmma);
   gdn_chunk_prep(dother.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, b, nullptr, GdnPath::Wgmma);
-  const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
-  const std::vector<std::pair<const char*, std::pair<int, int64_t>>> parts = {
-      {"U", {1, nc * Hv * 64 * Dv * 4}}, {"W planes", {3, nc * pb.w}}, {"A planes", {4, nc * pb.a}}, {"Q planes", {5, nc * pb.q}}, {"K planes", {6, nc * pb.k}}};
-  for (const auto& [what, at] : parts)
-    EXPECT_EQ(down<uint8_t>(keep16[size_t(at.first)], size_t(at.second)), down<uint8_t>(keep32[size_t(at.first)], size_t(at.second))) << what;
+  for (const ScratchPart& p : scratch_parts(Hv, Dv, gdn_plane_bytes(Hk, Hv)))
+    EXPECT_EQ(down<uint8_t>(keep16[p.keep], size_t(nc * p.chunk_bytes)), down<uint8_t>(keep32[p.keep], size_t(nc * p.chunk_bytes))) << p.what;
   gdn_chunk_scan(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), ch, a, o32.as<float>(), nullptr, GdnPath::Wgmma);
   gdn_chunk_scan(dother.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), ch, b, o16.as<float>(), nullptr, GdnPath::Wgmma);
   const auto got = down<float>(o16, size_t(k.L * Hv * Dv)), want = down<float>(o32, size_t(k.L * Hv * Dv));
@@ -715,10 +726,8 @@ TEST(CudaOps, GdnWgmmaPrepV2MatchesTensorCoresPrep) {
   const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
   const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
   const int64_t nc = int64_t(k.cs.size());
-  std::vector<bf16> m16(k.mixed.size());
-  std::vector<float> m32(k.mixed.size());
-  for (size_t i = 0; i < m16.size(); ++i) m16[i] = __float2bfloat16_rn(k.mixed[i]), m32[i] = __bfloat162float(m16[i]);
-  DeviceBuffer d16 = upload(m16, "m16"), d32 = upload(m32, "m32"), dg = upload(k.g, "g"), db = upload(k.beta, "b"), dcs = upload(k.cs, "cs"),
+  const Bf16Rows rows = bf16_rows(k.mixed);
+  DeviceBuffer d16 = upload(rows.b16, "m16"), d32 = upload(rows.f32, "m32"), dg = upload(k.g, "g"), db = upload(k.beta, "b"), dcs = upload(k.cs, "cs"),
                dcl = upload(k.cl, "cl"), dsc = upload(k.sc, "sc"), st(size_t(Hv * Dk * Dv) * 4), o1(size_t(k.L * Hv * Dv) * 4),
                o2(size_t(k.L * Hv * Dv) * 4);
   const GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
@@ -735,9 +744,9 @@ TEST(CudaOps, GdnWgmmaPrepV2MatchesTensorCoresPrep) {
   gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, v2, nullptr, GdnPath::Wgmma);
   gdn_chunk_scan(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), ch, v2, o2.as<float>(), nullptr, GdnPath::Wgmma);
   const GdnPlaneBytes pb = gdn_plane_bytes(Hk, Hv);
-  for (const auto& [what, at] : std::vector<std::pair<const char*, std::pair<int, int64_t>>>{
-           {"A planes", {4, nc * pb.a}}, {"Q planes", {5, nc * pb.q}}, {"K planes", {6, nc * pb.k}}})
-    EXPECT_EQ(down<uint8_t>(keep2[size_t(at.first)], size_t(at.second)), down<uint8_t>(keep1[size_t(at.first)], size_t(at.second))) << what;
+  const std::vector<ScratchPart> parts = scratch_parts(Hv, Dv, pb);
+  for (const ScratchPart& p : parts)  // A's, Q's and K's planes: the first form's bits
+    if (p.keep >= 4) EXPECT_EQ(down<uint8_t>(keep2[p.keep], size_t(nc * p.chunk_bytes)), down<uint8_t>(keep1[p.keep], size_t(nc * p.chunk_bytes))) << p.what;
   const auto wp = down<uint8_t>(keep2[3], size_t(nc * pb.w));
   std::vector<float> w2(size_t(nc * Hv * 64 * Dk));
   for (int64_t m = 0; m < nc * Hv; ++m)
@@ -755,12 +764,10 @@ TEST(CudaOps, GdnWgmmaPrepV2MatchesTensorCoresPrep) {
   v3.state_in = st.as<float>();
   v3.mixed16 = d16.as<bf16>();
   gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, v3, nullptr, GdnPath::Wgmma);
-  for (const auto& [what, at] : std::vector<std::pair<const char*, std::pair<int, int64_t>>>{
-           {"U", {1, Hv * 64 * Dv * 4}}, {"W planes", {3, pb.w}}, {"A planes", {4, pb.a}}, {"Q planes", {5, pb.q}}, {"K planes", {6, pb.k}}}) {
-    const auto whole = down<uint8_t>(keep2[size_t(at.first)], size_t(nc * at.second));
-    EXPECT_EQ(down<uint8_t>(keep3[size_t(at.first)], size_t(P * at.second)),
-              std::vector<uint8_t>(whole.begin() + c0 * at.second, whole.end()))
-        << what << ", a pass from chunk " << c0;
+  for (const ScratchPart& p : parts) {
+    const auto whole = down<uint8_t>(keep2[p.keep], size_t(nc * p.chunk_bytes));
+    EXPECT_EQ(down<uint8_t>(keep3[p.keep], size_t(P * p.chunk_bytes)), std::vector<uint8_t>(whole.begin() + c0 * p.chunk_bytes, whole.end()))
+        << p.what << ", a pass from chunk " << c0;
   }
 }
 

@@ -23,6 +23,7 @@
 #include "cuda/ops/cluster_launch.cuh"
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/gdn_tiles.cuh"
+#include "cuda/ops/mma.cuh"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/hardware.h"
 #include "cuda/ops/kernels.h"
@@ -141,13 +142,7 @@ constexpr int kConvTokens = 8;
 constexpr int kConvPrepThreads = 256;
 // four values to y's row: fp32, or rounded to bf16 (the one-pass Wgmma prep's input, mixed16)
 __device__ __forceinline__ void store4(float* y, float4 v) { *reinterpret_cast<float4*>(y) = v; }
-__device__ __forceinline__ void store4(bf16* y, float4 v) {
-  const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
-  uint2 u;
-  u.x = *reinterpret_cast<const uint32_t*>(&a);
-  u.y = *reinterpret_cast<const uint32_t*>(&b);
-  *reinterpret_cast<uint2*>(y) = u;
-}
+__device__ __forceinline__ void store4(bf16* y, float4 v) { *reinterpret_cast<uint2*>(y) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w)); }
 template <typename Out>
 __device__ __forceinline__ void gdn_conv_prep_body(const float* x, int64_t ldx, int64_t x_row0, const int32_t* seq_start, int64_t t0, uint32_t L,
                                                    uint32_t n, uint32_t c4n, uint32_t q4, float qscale, const float* w, Out* y,

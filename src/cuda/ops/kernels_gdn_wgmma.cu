@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "cuda/ops/async_copy.cuh"
 #include "cuda/ops/gdn_tiles.cuh"
@@ -847,15 +848,13 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   if (!sc.wp || !sc.ap || !sc.qp || !sc.kp || !sc.u)
     throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: the wgmma prep's W / A / Q / K planes are not planned");
   static const bool attr = [] {
-    check(cudaFuncSetAttribute(gdn_prep_wgmma_k<true, float>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(true))),
-          "gdn_prep_wgmma smem");
-    for (const void* k : {(const void*)gdn_prep_wgmma_k<false, float>, (const void*)gdn_prep_wgmma_k<false, bf16>,
-                          (const void*)gdn_prep_wgmma_k<false, bf16, true>})
-      check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(false))), "gdn_prep_wgmma smem");
-    // the whole carveout as shared memory: the CTAs an SM (two, three) are counted on it
-    for (const void* k : {(const void*)gdn_prep_wgmma_k<true, float>, (const void*)gdn_prep_wgmma_k<false, float>,
-                          (const void*)gdn_prep_wgmma_k<false, bf16>, (const void*)gdn_prep_wgmma_k<false, bf16, true>})
+    // each form's shared memory (bf16x3's planes twice one pass's), and the whole carveout as
+    // shared memory: the CTAs an SM (two, three) are counted on it
+    for (const auto& [k, x3] : {std::pair{(const void*)gdn_prep_wgmma_k<true, float>, true}, {(const void*)gdn_prep_wgmma_k<false, float>, false},
+                                {(const void*)gdn_prep_wgmma_k<false, bf16>, false}, {(const void*)gdn_prep_wgmma_k<false, bf16, true>, false}}) {
+      check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(x3))), "gdn_prep_wgmma smem");
       check(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)), "gdn_prep_wgmma carveout");
+    }
     return true;
   }();
   (void)attr;
