@@ -93,8 +93,11 @@ while [ $# -gt 0 ]; do
       [[ $deadline =~ ^[0-9]+$ ]] || { echo "deadline=S: S in whole seconds, not '$deadline'" >&2; exit 2; } ;;
     tests)
       .carry/clefrt_gpu_tests 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
-    tests=*)  # a gtest filter: tests=*Gdn*:*Fp8*
-      .carry/clefrt_gpu_tests --gtest_filter="${1#tests=}" 2>&1 | tee "$OUT/gpu_tests-filtered.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
+    tests=*)  # a gtest filter: tests=*Gdn*:*Fp8*; each such verb its own log (gpu_tests-filtered, -2, -3, ...)
+      f=gpu_tests-filtered k=2
+      while [ -e "$OUT/$f.log" ]; do f=gpu_tests-filtered-$k; k=$((k + 1)); done
+      echo "== tests ${1#tests=}${lab_env:+ ($lab_env)} -> $f.log"
+      .carry/clefrt_gpu_tests --gtest_filter="${1#tests=}" 2>&1 | tee "$OUT/$f.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
     bench|quick)
       # the quant modes up to the next verb (auto, bf16, fp8, nvfp4, nvfp4-w4a16); quick: planned
       # for 16,384 tokens without the tower
@@ -234,19 +237,21 @@ b, n = attack.nan_folder(types.SimpleNamespace(model='$d')); shutil.rmtree('$d-n
     serve)
       shift
       while [ $# -gt 0 ] && [[ $1 =~ ^(auto|bf16|fp8|nvfp4|nvfp4-w4a16)$ ]]; do
-        m=$1 port=18$((RANDOM % 900 + 100))
+        m=$1 port=18$((RANDOM % 900 + 100)) f=$1 k=2
+        while [ -e "$OUT/serve-$f.log" ]; do f=$m-run$k; k=$((k + 1)); done  # a mode's later runs (A/B) keep their own files
+        echo "== serve $m${lab_env:+ ($lab_env)} -> serve-$f.*"
         # the request log on (no --quiet): queue / compute / total per request, summarized below
-        .carry/clefrt serve --synthetic clef-27b --quant "$m" --tokenizer $tok --port $port > "$OUT/serve-$m.log" 2>&1 &
+        .carry/clefrt serve --synthetic clef-27b --quant "$m" --tokenizer $tok --port $port > "$OUT/serve-$f.log" 2>&1 &
         pid=$!
         python3 -c "import time, urllib.request as u
 for i in range(480):
     try:
         u.urlopen('http://127.0.0.1:$port/health', timeout=2); break
     except Exception: time.sleep(0.5)"
-        .carry/clefrt_load --port $port --clients 1,8,64 --seconds 10 --json "$OUT/serve-load-$m.json" 2>&1 | tail -5
+        .carry/clefrt_load --port $port --clients 1,8,64 --seconds 10 --json "$OUT/serve-load-$f.json" 2>&1 | tail -5
         t0=$(date +%s%N); kill -TERM $pid; wait $pid; rc=$?
         echo "== serve $m: SIGTERM -> exit $rc after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
-        python3 bench/serve_log_summary.py "$OUT/serve-$m.log" --seconds 10 --phases 1,8,64 | tee "$OUT/serve-split-$m.txt"
+        python3 bench/serve_log_summary.py "$OUT/serve-$f.log" --seconds 10 --phases 1,8,64 | tee "$OUT/serve-split-$f.txt"
         shift
       done
       continue ;;

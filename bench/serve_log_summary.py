@@ -8,7 +8,9 @@ Usage: bench/serve_log_summary.py SERVE_LOG [--seconds 10] [--phases 1,8,64]
 Per phase (requests grouped by their log time from the first request on, SECONDS a phase): the
 count and the p50 / p95 of queue_ms, compute_ms, total_ms and total - compute (the server's own
 time around the engine: parsing, tokenizing, encoding, the answer's JSON). The load tool's p50
-less this total p50 is what HTTP and the client take.
+less this total p50 is what HTTP and the client take. Where the log gives each request's "batch"
+(the requests in the forward that answered it), the phase's forwards (the sum of 1 / batch) and
+their mean size (requests / forwards); "-" in logs without it.
 """
 import argparse
 import datetime
@@ -45,14 +47,19 @@ def main():
         print("no request lines with compute_ms in", a.log)
         return 1
     t0 = rows[0][0]
-    print(f"{'clients':>7} {'n':>6}  {'queue p50':>9} {'compute p50':>11} {'total p50':>9} {'total-compute p50':>17} {'p95':>6}")
+    print(f"{'clients':>7} {'n':>6}  {'queue p50':>9} {'compute p50':>11} {'total p50':>9} {'total-compute p50':>17} {'p95':>6}"
+          f" {'forwards':>8} {'mean batch':>10}")
     for i, p in enumerate(phases):
         sel = [r for t, r in rows if i * a.seconds <= t - t0 < (i + 1) * a.seconds]
         q = [r["queue_ms"] for r in sel]
         c = [r["compute_ms"] for r in sel]
         tot = [r["total_ms"] for r in sel]
         own = [r["total_ms"] - r["compute_ms"] for r in sel]
-        print(f"{p:>7} {len(sel):>6}  {pct(q, .5):9.2f} {pct(c, .5):11.2f} {pct(tot, .5):9.2f} {pct(own, .5):17.2f} {pct(own, .95):6.2f}")
+        batch = f"{'-':>8} {'-':>10}"
+        if sel and all(r.get("batch", 0) > 0 for r in sel):
+            forwards = sum(1.0 / r["batch"] for r in sel)
+            batch = f"{forwards:8.1f} {len(sel) / forwards:10.2f}"
+        print(f"{p:>7} {len(sel):>6}  {pct(q, .5):9.2f} {pct(c, .5):11.2f} {pct(tot, .5):9.2f} {pct(own, .5):17.2f} {pct(own, .95):6.2f} {batch}")
     return 0
 
 

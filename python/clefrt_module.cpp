@@ -66,13 +66,14 @@ bool flag_option(const std::string& k, py::handle v) {
   throw option_error(k, "must be True or False, not " + std::string(py::str(py::repr(v))));
 }
 // a number of GiB: int, float, numpy numbers (anything float() takes that is not text or bool)
-double gib_option(const std::string& k, py::handle v) {
+// A number of `unit` (GiB, milliseconds); the engine checks its range and names the option.
+double number_option(const std::string& k, py::handle v, const std::string& unit) {
   if (py::isinstance<py::bool_>(v) || py::isinstance<py::str>(v) || py::isinstance<py::bytes>(v))
-    throw option_error(k, "must be a number of GiB, not " + type_name(v));
+    throw option_error(k, "must be a number of " + unit + ", not " + type_name(v));
   PyObject* f = PyNumber_Float(v.ptr());
   if (!f) {
     PyErr_Clear();
-    throw option_error(k, "must be a number of GiB, not " + type_name(v));
+    throw option_error(k, "must be a number of " + unit + ", not " + type_name(v));
   }
   const double d = PyFloat_AsDouble(f);
   Py_DECREF(f);
@@ -106,8 +107,9 @@ clefrt::EngineOptions options_from(const py::dict& d) {
     else if (k == "max_batch_tokens") o.max_batch_tokens = count_option(k, v);
     else if (k == "max_batch_requests") o.max_batch_requests = count_option(k, v);
     else if (k == "max_queue") o.max_queue = count_option(k, v);
-    else if (k == "prefix_cache_gib") o.prefix_cache_gib = gib_option(k, v);
-    else if (k == "prefix_cache_host_gib") o.prefix_cache_host_gib = gib_option(k, v);
+    else if (k == "batch_wait_ms") o.batch_wait_ms = number_option(k, v, "milliseconds");
+    else if (k == "prefix_cache_gib") o.prefix_cache_gib = number_option(k, v, "GiB");
+    else if (k == "prefix_cache_host_gib") o.prefix_cache_host_gib = number_option(k, v, "GiB");
     else if (k == "step_tokens") o.step_tokens = count_option(k, v);
     else if (k == "step_layers") o.step_layers = count_option(k, v);
     else if (k == "cuda_graphs") o.cuda_graphs = count_option(k, v);

@@ -673,7 +673,14 @@ TEST(CudaOps, GdnWgmmaPrepMatchesTensorCoresPrep) {
   }
 }
 
-// The one-pass Wgmma prep from the conv's rows in bf16 (GdnScratch::mixed16) against the same
+// Sets the bf16-rows prep's form (gdn_wgmma_set_prep_v2) for a test's scope, then restores it.
+struct PrepForm {
+  bool to = gdn_wgmma_prep_v2();
+  explicit PrepForm(bool v2) { gdn_wgmma_set_prep_v2(v2); }
+  ~PrepForm() { gdn_wgmma_set_prep_v2(to); }
+};
+
+// The one-pass Wgmma prep's first form (v1) from the conv's rows in bf16 (GdnScratch::mixed16) against the same
 // prep from fp32 rows holding the same values (each bf16 widened): U, W, A and the scan's Q and K
 // planes bit for bit (the loads give the same floats), and the one-pass scan's outputs after each.
 // A prep that read past a row, dropped a value or ignored mixed16 (fp32 rows of other values are
@@ -683,6 +690,7 @@ TEST(CudaOps, GdnWgmmaPrepFromBf16RowsIsTheFp32RowsBits) {
   const int64_t Hk = 2, Hv = 6, Dk = 128, Dv = 128;
   if (!gdn_wgmma_available(Dk, Dv)) GTEST_SKIP() << "no Wgmma path on this GPU / build";
   const WgmmaProducts products(true, true);
+  const PrepForm first(false);
   const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
   const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
   const int64_t nc = int64_t(k.cs.size());
@@ -710,7 +718,7 @@ TEST(CudaOps, GdnWgmmaPrepFromBf16RowsIsTheFp32RowsBits) {
   EXPECT_THROW(gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, b, nullptr, GdnPath::TensorCores), Error);
 }
 
-// The lab's second one-pass prep (gdn_wgmma_prep_v2: q / k / v by cp.async into the planes, beta
+// The second one-pass prep (gdn_wgmma_prep_v2, the product's: q / k / v by cp.async into the planes, beta
 // on T's columns) from bf16 rows: A's, Q's and K's planes the first form's bits; U and W within
 // the one-pass bound of the 3xTF32 prep's on the same values (every U written: NaN-poisoned
 // before); the scan's outputs after it within a one-pass rounding of the first form's.
@@ -719,10 +727,7 @@ TEST(CudaOps, GdnWgmmaPrepV2MatchesTensorCoresPrep) {
   const int64_t Hk = 2, Hv = 6, Dk = 128, Dv = 128;
   if (!gdn_wgmma_available(Dk, Dv)) GTEST_SKIP() << "no Wgmma path on this GPU / build";
   const WgmmaProducts products(true, true);
-  struct RestoreV2 {
-    bool to = gdn_wgmma_prep_v2();
-    ~RestoreV2() { gdn_wgmma_set_prep_v2(to); }
-  } restore;
+  const PrepForm restore(gdn_wgmma_prep_v2());
   const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
   const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
   const int64_t nc = int64_t(k.cs.size());

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "common/json.h"
@@ -473,6 +474,57 @@ TEST(Scheduler, JobsEndOnceAndReleaseTheirCallback) {
     EXPECT_TRUE(weak.expired()) << "the callback still holds the request after the job ended";
     EXPECT_EQ(calls.load(), 1);
   }
+}
+
+// After a forward of several requests the engine waits (up to batch_wait_ms) for as many to be
+// queued again: clients that send their next request when their answer arrives, some
+// milliseconds apart, share the next forward instead of splitting into a forward of the first
+// and one of the rest. A lone client never waits.
+TEST(Scheduler, ClientsThatComeBackTogetherShareTheNextForward) {
+  EngineOptions eo;
+  eo.device = Device::Cpu;
+  eo.threads = 2;
+  eo.batch_wait_ms = 1000;  // far above the clients' spread, so that a slow machine still passes
+  auto engine = Engine::load(tiny_dir(), eo);
+  const Prepared req = engine->prepare(kBlog);
+  std::mutex mu;
+  std::vector<size_t> sizes;
+  engine->set_observer({[&](size_t n, size_t) {
+                          std::lock_guard<std::mutex> l(mu);
+                          sizes.push_back(n);
+                        },
+                        nullptr});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  constexpr int kClients = 4;
+  std::vector<std::promise<void>> second(kClients);
+  std::vector<std::thread> clients(kClients);
+  engine->pause(true);  // the first round in one forward
+  for (int i = 0; i < kClients; ++i)
+    engine->submit(req, deadline, [&, i](const Prepared&, Outcome) {
+      // client i sends again 20 i ms after its answer (the engine thread only starts it)
+      clients[i] = std::thread([&, i] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20 * i));
+        engine->submit(req, deadline, [&, i](const Prepared&, Outcome) { second[i].set_value(); });
+      });
+    });
+  engine->pause(false);
+  for (auto& p : second) ASSERT_EQ(p.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  for (auto& t : clients) t.join();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_EQ(sizes, (std::vector<size_t>{4, 4})) << "the second round split across forwards";
+  }
+  // one request after a forward of four waits out the rest of the window; one after a forward
+  // of one does not wait at all
+  auto one = [&] {
+    std::promise<Outcome> got;
+    engine->submit(req, deadline, [&](const Prepared&, Outcome o) { got.set_value(std::move(o)); });
+    auto f = got.get_future();
+    EXPECT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    return f.get();
+  };
+  one();
+  EXPECT_LT(one().queue_ms, 500.0);
 }
 
 }  // namespace

@@ -58,8 +58,8 @@ class Clef:
     Clef(path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False,
          confidence="reference", parse_special=False, require_instructions=False, threads=0,
          check_weights=True, batch_invariant=True, max_batch_tokens=16384,
-         max_batch_requests=64, w4a16_fused=False, native_fp4=True, portable_kernels=False, progress=False,
-         prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True,
+         max_batch_requests=64, batch_wait_ms=2, w4a16_fused=False, native_fp4=True, portable_kernels=False,
+         progress=False, prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True,
          attention="auto", cuda_graphs=2)
 
     path: a Clef / Clef-flash release folder (config.json, tokenizer.json, sharded safetensors in
@@ -82,6 +82,10 @@ class Clef:
     check_weights: test every weight for NaN / infinity at load (LoadError names the tensor).
     batch_invariant: a request's answer does not depend on what it is batched with.
     max_batch_tokens, max_batch_requests: how much one forward packs.
+    batch_wait_ms: after a forward of several requests, how long the engine may wait for as many
+        to be queued again before the next one (threads that each send their next request when
+        an answer comes back arrive together; without it their forwards alternate between a few
+        requests and the rest). A lone request never waits. 0: never wait.
     w4a16_fused: CUDA, NVFP4: the fused W4A16 GEMM (no staging memory; slower on Hopper).
     native_fp4: CUDA, W4A4 on Blackwell: FP4 tensor cores (untested here); False keeps the
         emulated path (its oracle). Hopper and older always emulate.
@@ -117,7 +121,7 @@ class Clef:
 
     def __init__(self, path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False, confidence="reference",
                  parse_special=False, require_instructions=False, threads=0, check_weights=True, batch_invariant=True,
-                 max_batch_tokens=16384, max_batch_requests=64, w4a16_fused=False, native_fp4=True,
+                 max_batch_tokens=16384, max_batch_requests=64, batch_wait_ms=2, w4a16_fused=False, native_fp4=True,
                  portable_kernels=False, progress=False, prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True,
                  attention="auto", cuda_graphs=2):
         if mode not in _MODES:
@@ -131,7 +135,7 @@ class Clef:
             "mode": mode, "device": device, "max_length": max_length, "offload_embeddings": offload_embeddings,
             "parse_special": parse_special, "require_instructions": require_instructions, "threads": threads,
             "check_weights": check_weights, "batch_invariant": batch_invariant,
-            "max_batch_tokens": max_batch_tokens, "max_batch_requests": max_batch_requests, "w4a16_fused": w4a16_fused,
+            "max_batch_tokens": max_batch_tokens, "max_batch_requests": max_batch_requests, "batch_wait_ms": batch_wait_ms, "w4a16_fused": w4a16_fused,
             "native_fp4": native_fp4, "portable_kernels": portable_kernels, "progress": progress,
             "prefix_cache_gib": prefix_cache_gib, "prefix_cache_host_gib": prefix_cache_host_gib,
             "step_tokens": step_tokens, "step_layers": step_layers,

@@ -123,6 +123,7 @@ SchedulerOptions scheduler_options(const EngineOptions& o) {
   s.max_queue = o.max_queue;
   s.step_tokens = o.step_tokens;  // 0: the engine's default (Scheduler)
   s.step_layers = o.step_layers;
+  s.batch_wait = std::chrono::microseconds(int64_t(std::llround(o.batch_wait_ms * 1e3)));
   return s;
 }
 
@@ -138,6 +139,7 @@ void check_options(const EngineOptions& o) {
   if (o.max_batch_tokens == 0) bad("max_batch_tokens must be at least 1");
   if (o.max_batch_requests == 0) bad("max_batch_requests must be at least 1");
   if (o.max_queue == 0) bad("max_queue must be at least 1 (0 would refuse every request)");
+  if (!(o.batch_wait_ms >= 0 && o.batch_wait_ms <= 1000)) bad("batch_wait_ms must be from 0 (never wait) to 1000 ms");
   if (o.threads < 0) bad("threads must be 0 (all cores) or more");
 }
 

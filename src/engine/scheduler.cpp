@@ -150,10 +150,11 @@ void Scheduler::watch_deadlines() {
   }
 }
 
-void Scheduler::end_answered(Job& j, Clock::time_point start, std::vector<std::vector<double>> p, size_t cached) {
+void Scheduler::end_answered(Job& j, Clock::time_point start, std::vector<std::vector<double>> p, size_t cached, size_t batch) {
   Outcome o;
   o.probs = std::move(p);
   o.cached_tokens = cached;
+  o.batch_requests = batch;
   o.queue_ms = ms_between(j.enqueued, start);
   o.compute_ms = ms_between(start, Clock::now());
   j.end(std::move(o));
@@ -178,6 +179,25 @@ void Scheduler::loop() {
       if (q_.empty() && !long_job_) {  // stopping and drained
         deadline_cv_.notify_all();
         return;
+      }
+      // The clients of a forward's requests often come back together (a pool of workers, each
+      // sending its next request when its answer arrives), a fraction of a millisecond apart: a
+      // forward started on the first of them would leave the rest for the one after it, and
+      // the batches would alternate between a few requests and the rest. So after a forward of
+      // several requests the engine waits, up to batch_wait from its end, for as many to be
+      // queued again (or for the token budget to fill). A lone client never waits: one request
+      // queued is as many as its last forward had.
+      if (refill_ > 1 && !long_job_) {
+        const size_t want = std::min(refill_, o_.max_batch_requests);
+        const auto enough = [&] {
+          if (stopping_ || paused_ || q_.size() >= want) return true;
+          size_t tokens = 0;
+          for (const auto& j : q_) tokens += j->prepared.encoded().input_ids.size();
+          return tokens >= o_.max_batch_tokens;
+        };
+        cv_.wait_until(l, refill_until_, enough);
+        refill_ = 0;
+        if (paused_ || q_.empty()) continue;  // back to the wait above (stopping with an empty queue ends there)
       }
       size_t tokens = 0, options = 0;
       for (auto it = q_.begin(); it != q_.end() && batch.size() < o_.max_batch_requests;) {
@@ -209,7 +229,13 @@ void Scheduler::loop() {
       if (long_job_) running_.push_back(long_job_);
       if (new_long) running_.push_back(new_long);
     }
-    if (!batch.empty()) run_batch(batch);
+    if (!batch.empty()) {
+      run_batch(batch);
+      if (o_.batch_wait.count() > 0) {
+        refill_ = batch.size();
+        refill_until_ = Clock::now() + o_.batch_wait;
+      }
+    }
     if (new_long) {
       long_job_ = new_long;
       long_start_ = Clock::now();
@@ -237,7 +263,7 @@ void Scheduler::step_long() {
     if (core_.step(*long_run_, int64_t(o_.step_tokens), int64_t(o_.step_layers))) {
       size_t cached = 0;
       auto p = core_.finish(*long_run_, &cached);
-      end_answered(j, long_start_, std::move(p), cached);
+      end_answered(j, long_start_, std::move(p), cached, 1);
       drop();
     }
   } catch (...) {
@@ -258,7 +284,7 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
   try {
     std::vector<size_t> cached;
     auto probs = core_.probs(seqs, model::GdnForm::Chunked, &cached);
-    for (size_t i = 0; i < batch.size(); ++i) end_answered(*batch[i], t0, std::move(probs[i]), cached[i]);
+    for (size_t i = 0; i < batch.size(); ++i) end_answered(*batch[i], t0, std::move(probs[i]), cached[i], batch.size());
   } catch (...) {
     // One request's failure must not fail its batch-mates: run them one by one.
     if (batch.size() == 1) {
@@ -271,7 +297,7 @@ void Scheduler::run_batch(std::vector<std::shared_ptr<Job>>& batch) {
       try {
         std::vector<size_t> cached;
         auto p = core_.probs(model::Batch{sequence_of(j->prepared)}, model::GdnForm::Chunked, &cached);
-        end_answered(*j, t1, std::move(p[0]), cached[0]);
+        end_answered(*j, t1, std::move(p[0]), cached[0], 1);
       } catch (...) {
         end_failed(*j, t1);
       }

@@ -39,6 +39,9 @@ struct SchedulerOptions {
   // GPU: a step runs this many layers at a time, the batches of shorter requests between them
   // (EngineCore::step); 0: the engine's default (EngineCore::default_step_layers).
   size_t step_layers = 0;
+  // After a forward of several requests, how long the engine may wait for as many to be queued
+  // again before it starts the next one (EngineOptions::batch_wait_ms). 0: it never waits.
+  std::chrono::microseconds batch_wait{0};
 };
 
 class Job : public Ticket {
@@ -88,7 +91,7 @@ class Scheduler {
   void watch_deadlines();
   void run_batch(std::vector<std::shared_ptr<Job>>& batch);
   void step_long();
-  static void end_answered(Job& j, Clock::time_point start, std::vector<std::vector<double>> p, size_t cached);
+  static void end_answered(Job& j, Clock::time_point start, std::vector<std::vector<double>> p, size_t cached, size_t batch);
   static void end_failed(Job& j, Clock::time_point start);  // inside a catch block
   void drop_ended_locked();
   void report_depth_locked();
@@ -107,6 +110,9 @@ class Scheduler {
   std::unique_ptr<StepRun> long_run_;
   Clock::time_point long_start_;
   bool stopping_ = false, paused_ = false;
+  // the last forward's requests and its end (engine thread only): how many to wait for, until when
+  size_t refill_ = 0;
+  Clock::time_point refill_until_;
   std::thread thread_, deadline_thread_;
 };
 

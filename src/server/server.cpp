@@ -151,8 +151,8 @@ void HttpServer::log_line(const Pending& p, const Reply& r, double secs) const {
                      ",\"path\":" + json::write(Value::string(p.path)) + ",\"status\":" + std::to_string(r.status);
   if (!r.type.empty()) line += ",\"error\":" + json::write(Value::string(r.type));
   char nums[200];
-  std::snprintf(nums, sizeof nums, ",\"tokens\":%zu,\"cached_tokens\":%zu,\"queue_ms\":%.2f,\"compute_ms\":%.2f,\"total_ms\":%.2f}\n",
-                r.tokens, r.cached_tokens, r.queue_ms, r.compute_ms, secs * 1e3);
+  std::snprintf(nums, sizeof nums, ",\"tokens\":%zu,\"cached_tokens\":%zu,\"batch\":%zu,\"queue_ms\":%.2f,\"compute_ms\":%.2f,\"total_ms\":%.2f}\n",
+                r.tokens, r.cached_tokens, r.batch, r.queue_ms, r.compute_ms, secs * 1e3);
   line += nums;
   std::fputs(line.c_str(), stderr);
 }
@@ -366,6 +366,7 @@ void HttpServer::prepare(const std::shared_ptr<Pending>& p, const http::Request&
       r.cached_tokens = o.cached_tokens;
       r.queue_ms = o.queue_ms;
       r.compute_ms = o.compute_ms;
+      r.batch = o.batch_requests;
       finish(*p, std::move(r));
     });
     bool left;

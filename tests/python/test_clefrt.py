@@ -142,7 +142,9 @@ def test_options_are_checked_by_name_and_a_list_names_its_failing_record(model, 
     # wrong types and ranges name the option (not pybind11's "Unable to cast")
     for kw, words in [({"max_length": -1}, "max_length must be 0 or more"), ({"max_length": "100"}, "max_length must be an int"),
                       ({"threads": 1.5}, "threads must be an int"), ({"max_length": 2**70}, "max_length must be at most"),
-                      ({"vision": "yes"}, "vision must be True or False"), ({"prefix_cache_gib": "4"}, "prefix_cache_gib must be a number")]:
+                      ({"vision": "yes"}, "vision must be True or False"), ({"prefix_cache_gib": "4"}, "prefix_cache_gib must be a number"),
+                      ({"batch_wait_ms": "2"}, "batch_wait_ms must be a number of milliseconds"),
+                      ({"batch_wait_ms": -1}, "batch_wait_ms must be from 0")]:
         with pytest.raises(ValueError) as e:
             Clef(tiny, device="cpu", **kw)
         assert words in str(e.value), (kw, str(e.value))
