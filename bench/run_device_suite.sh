@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-gdn-prep] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-alpha] [lab-gdn-prep] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -358,6 +358,12 @@ for i in range(240):
     lab-gemm)
       .carry/clefrt_bench_w4a16 --commit "$commit" --json "$OUT/lab-w4a16.json" > "$OUT/lab-w4a16.txt" 2>&1; echo "== lab w4a16 rc=$?"
       .carry/clefrt_bench_fp8 --commit "$commit" --json "$OUT/lab-fp8.json" > "$OUT/lab-fp8.txt" 2>&1; echo "== lab fp8 rc=$?" ;;
+    lab-fp8-alpha)
+      # cuBLASLt's FP8 GEMM with the per-channel scale as an alpha device vector (a lead of docs/notes/fp8-gemm-design.md)
+      if [ -x .carry/clefrt_bench_fp8_alpha ]; then
+        .carry/clefrt_bench_fp8_alpha --commit "$commit" --json "$OUT/lab-fp8-alpha.json" > "$OUT/lab-fp8-alpha.txt" 2>&1
+        echo "== lab fp8 alpha vector rc=$?"; cat "$OUT/lab-fp8-alpha.txt"
+      else echo "== lab-fp8-alpha: no .carry/clefrt_bench_fp8_alpha (pack it)"; fi ;;
     memory)
       for m in bf16 fp8 nvfp4-w4a16 nvfp4; do
         for off in "" --offload-embeddings; do
