@@ -170,11 +170,19 @@ int main(int argc, char** argv) {
         inv.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y32.get(), OutType::F32, n, "bench");
         av.run(cs.as<float>(), w8.get(), x8.get(), yv.get(), ws.get(), ws_bytes, s);
         const int64_t bad = mismatches_against_scaled(yv, y32, cs_h, m, n, s);
+        // the same algorithm with alpha 1 everywhere: whether it sums as the engine's algorithm does
+        // (if not, the mismatches above are its summation order, not where alpha is applied)
+        const std::vector<float> ones_h(static_cast<size_t>(n), 1.0f);
+        DeviceBuffer ones(size_t(n) * 4, "ones");
+        check(cudaMemcpyAsync(ones.get(), ones_h.data(), ones_h.size() * 4, cudaMemcpyHostToDevice, s), "ones");
+        av.run(ones.as<float>(), w8.get(), x8.get(), yv.get(), ws.get(), ws_bytes, s);
+        const int64_t bad1 = mismatches_against_scaled(yv, y32, ones_h, m, n, s);
         std::printf("m %6lld  alpha vector: %d offered, %.3f ms | scalar alpha %.3f ms (%.3fx), scale pass %.3f ms | "
-                    "outputs != bf16(cs * fp32 sum): %lld of %lld\n",
-                    (long long)m, av.offered, t_vec, t_scalar, t_vec / t_scalar, t_scale, (long long)bad, (long long)(m * n));
+                    "outputs != bf16(cs * fp32 sum): %lld of %lld (alpha 1: != bf16(sum) %lld)\n",
+                    (long long)m, av.offered, t_vec, t_scalar, t_vec / t_scalar, t_scale, (long long)bad, (long long)(m * n), (long long)bad1);
         r.add("alpha_vector_ms", json::Value::number(t_vec));
         r.add("mismatches_vs_scaled_fp32", json::Value::integer(bad));
+        r.add("mismatches_alpha_one_vs_fp32", json::Value::integer(bad1));
         rows.arr.push_back(std::move(r));
       }
       shapes.arr.push_back(bench::shape_record(sh.name, n, k, std::move(rows)));
