@@ -17,11 +17,19 @@
 //                  shows as negative), on normal activations and on activations with 16 outlier
 //                  channels 40x the others (what real hidden states carry). Quantization's own
 //                  error is not in these figures: both sides take the same codes.
+//   alpha vector   at m 318 and 8,192: whether cuBLASLt takes the weights' per-channel scale cs
+//                  as a device vector of alphas (GemmLab::fp8_alpha_vector; a lead of
+//                  docs/notes/fp8-gemm-design.md: the scale inside the GEMM instead of the pass
+//                  after it), its time beside the scalar-alpha GEMM and that pass, and its bf16
+//                  outputs against bf16(cs[row] x the engine's fp32 sum); with alpha 1 everywhere
+//                  against bf16(sum), so that a difference tells its summation order from where
+//                  alpha is applied (the product's bits are bf16(bf16(sum) rs cs) either way)
 // Random inputs. Usage: clefrt_bench_fp8 [--commit ID] [--json FILE] [--m M]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -60,6 +68,60 @@ json::Value measure_accuracy(Gemm& inv, Gemm& fast, const DeviceBuffer& x8, cons
   r.add("activations", json::Value::string(data));
   r.add("promoted", bench::accuracy_json(p));
   r.add("fast_accum", bench::accuracy_json(f));
+  return r;
+}
+
+// Outputs of y (bf16 [m, n], ld n) that differ in any bit from bf16(scale[col] * f32[row, col]).
+int64_t mismatches_against_scaled(const DeviceBuffer& y, const std::vector<float>& f32, const std::vector<float>& scale, int64_t m, int64_t n,
+                                  cudaStream_t s) {
+  const std::vector<uint16_t> got = bench::download<uint16_t>(y, size_t(m * n), s);
+  int64_t bad = 0;
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t c = 0; c < n; ++c) {
+      const __nv_bfloat16 want = __float2bfloat16_rn(scale[size_t(c)] * f32[size_t(t * n + c)]);
+      uint16_t wb;
+      std::memcpy(&wb, &want, 2);
+      bad += wb != got[size_t(t * n + c)];
+    }
+  return bad;
+}
+
+// The alpha-vector point (see the header) at one m; t_scalar / t_scale: the scalar-alpha GEMM's
+// and the scale pass's times at this m.
+json::Value alpha_vector_point(Gemm& inv, const DeviceBuffer& x8, const DeviceBuffer& w8, const DeviceBuffer& cs, int64_t m, int64_t n,
+                               int64_t k, double t_scalar, double t_scale, cudaStream_t s) {
+  json::Value r = json::Value::object();
+  GemmLab with_cs, with_ones;
+  with_cs.fp8_alpha_vector = cs.as<float>();
+  const std::vector<float> ones_h(static_cast<size_t>(n), 1.0f);
+  DeviceBuffer ones = bench::upload(ones_h, "ones");
+  with_ones.fp8_alpha_vector = ones.as<float>();
+  Gemm vec(s, true, size_t(64) << 20, with_cs), vec1(s, true, size_t(64) << 20, with_ones);
+  DeviceBuffer y(size_t(m * n) * 2, "y alpha vector"), y32(size_t(m * n) * 4, "y fp32");
+  auto run = [&](Gemm& g) { g.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::BF16, n, "alpha vector"); };
+  double t_vec = 0;
+  try {
+    run(vec);
+    t_vec = bench::median_ms(s, [&] { run(vec); });
+  } catch (const Error& e) {  // no algorithm takes it (or the pointer mode is refused): the answer is "no"
+    std::printf("m %6lld  alpha vector: not available (%s) | scalar alpha %.3f ms, scale pass %.3f ms\n", (long long)m, e.what(), t_scalar, t_scale);
+    r.add("available", json::Value::boolean(false));
+    r.add("why", json::Value::string(e.what()));
+    return r;
+  }
+  inv.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y32.get(), OutType::F32, n, "alpha vector");
+  const std::vector<float> sum = bench::download<float>(y32, size_t(m * n), s), cs_h = bench::download<float>(cs, size_t(n), s);
+  run(vec);
+  const int64_t bad = mismatches_against_scaled(y, sum, cs_h, m, n, s);
+  run(vec1);
+  const int64_t bad1 = mismatches_against_scaled(y, sum, ones_h, m, n, s);
+  std::printf("m %6lld  alpha vector: %.3f ms | scalar alpha %.3f ms (%.3fx), scale pass %.3f ms | outputs != bf16(cs * fp32 sum): %lld of %lld "
+              "(alpha 1: != bf16(sum) %lld)\n",
+              (long long)m, t_vec, t_scalar, t_vec / t_scalar, t_scale, (long long)bad, (long long)(m * n), (long long)bad1);
+  r.add("available", json::Value::boolean(true));
+  r.add("ms", json::Value::number(t_vec));
+  r.add("mismatches_vs_scaled_fp32", json::Value::integer(bad));
+  r.add("mismatches_alpha_one_vs_fp32", json::Value::integer(bad1));
   return r;
 }
 
@@ -131,6 +193,7 @@ int main(int argc, char** argv) {
         r.add("fp8_quantize_ms", json::Value::number(t_q));
         r.add("fp8_scale_ms", json::Value::number(t_sc));
         r.add("fp8_candidates", std::move(cands));
+        if (m == 318 || m == 8192) r.add("fp8_alpha_vector", alpha_vector_point(inv, x8, w8, ws, m, n, k, t_f8, t_sc, s));
         rows.arr.push_back(std::move(r));
       }
       json::Value acc = json::Value::array();

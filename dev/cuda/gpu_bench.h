@@ -262,6 +262,13 @@ std::vector<T> download(const cuda::DeviceBuffer& b, size_t count, cudaStream_t 
   cuda::check(cudaStreamSynchronize(s), "download");
   return h;
 }
+// Host values into a new device buffer (download's inverse; synchronous).
+template <class T>
+cuda::DeviceBuffer upload(const std::vector<T>& h, const char* what) {
+  cuda::DeviceBuffer b(h.size() * sizeof(T), what);
+  cuda::check(cudaMemcpy(b.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), what);
+  return b;
+}
 
 // The FP8 labs' accuracy: the exact (fp64) sums of the e4m3 products of x8's first `rows` rows
 // [., k] with `cols` rows of w8 [n, k] spread over n (every stride-th), and an fp32 GEMM output's

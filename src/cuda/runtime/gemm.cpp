@@ -37,7 +37,7 @@ bool invariant_algo(const cublasLtMatmulAlgo_t& a) {
 // Column-major view: D^T[n, m] = W[n, k] * X^T[k, m]; W row-major [n, k] is column-major
 // [k, n] (op T), X row-major [m, k] is column-major [k, m] (op N). FP8 needs this "TN" form
 // too: A (the weights) transposed, B not.
-Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, int in_kind, bool fast_accum, const char* op,
+Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, int in_kind, const GemmLab& lab, const char* op,
                      int ep = 0) {
   const cudaDataType in = in_kind == 1 ? CUDA_R_32F : in_kind == 2 ? CUDA_R_8F_E4M3 : in_kind == 3 ? CUDA_R_4F_E2M1 : CUDA_R_16BF;
   Layouts l;
@@ -54,9 +54,13 @@ Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, 
     const cublasLtEpilogue_t e = Epilogue(ep) == Epilogue::BiasGelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e), op);
   }
-  if (in_kind == 2 && fast_accum) {
+  if (in_kind == 2 && lab.fp8_fast_accum) {
     const int8_t on = 1;
     check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on), op);
+  }
+  if (in_kind == 2 && lab.fp8_alpha_vector) {
+    const int32_t mode = CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO;
+    check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode), op);
   }
   check(cublasLtMatrixLayoutCreate(&l.a, in, uint64_t(k), uint64_t(n), k), op);
   check(cublasLtMatrixLayoutCreate(&l.b, in, uint64_t(k), uint64_t(m), ldx), op);
@@ -90,7 +94,7 @@ Gemm::~Gemm() {
 // Up to 16 of cuBLASLt's heuristic candidates for the shape, best first.
 std::vector<cublasLtMatmulHeuristicResult_t> Gemm::heuristics(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, OutType yt, In in,
                                                               const char* op, int ep) {
-  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), lab_.fp8_fast_accum, op, ep);
+  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), lab_, op, ep);
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), op);
   size_t ws = workspace_.bytes();
@@ -131,6 +135,7 @@ Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy
   if (it != plans_.end()) return it->second;
   Plan p;
   p.ep = ep;
+  p.alpha_vector = in == In::FP8 && lab_.fp8_alpha_vector;
   if (batch_invariant_) {
     // One algorithm per (n, k, ...) chosen at a reference m large enough for the biggest tiles.
     auto ik = std::make_tuple(n, k, ldx, ldy, int(yt), acc, int(in), ep);
@@ -151,7 +156,7 @@ Gemm::Plan& Gemm::plan(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy
   } else {
     p.algo = choose(m, n, k, ldx, ldy, yt, acc, in, op, ep);
   }
-  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), lab_.fp8_fast_accum, op, ep);
+  Layouts l = make_layouts(m, n, k, ldx, ldy, yt, int(in), lab_, op, ep);
   p.desc = l.desc;
   p.a = l.a;
   p.b = l.b;
@@ -250,12 +255,13 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
     return;
   }
   void* into = acc ? timed.get() : y;
-  Layouts l = make_layouts(rows, n, k, ldx, ldy, yt, int(in), lab_.fp8_fast_accum, op, p.ep);
+  Layouts l = make_layouts(rows, n, k, ldx, ldy, yt, int(in), lab_, op, p.ep);
   cudaEvent_t t0 = nullptr, t1 = nullptr;
   std::vector<char> want(bytes), got(bytes);
   auto rows_of = [&](const cublasLtMatmulAlgo_t& algo, DeviceBuffer& out, std::vector<char>& host) {
     Plan probe{l.desc, l.a, l.b, l.c, algo};
     probe.ep = p.ep;
+    probe.alpha_vector = p.alpha_vector;
     check(cudaMemsetAsync(out.get(), 0, bytes, stream_), op);
     launch(probe, x, w, out.get(), false, op);
     check(cudaMemcpyAsync(host.data(), out.get(), bytes, cudaMemcpyDeviceToHost, stream_), op);
@@ -375,7 +381,7 @@ std::vector<Gemm::Candidate> Gemm::candidates(bool fp8, int64_t m, int64_t n, in
 }
 
 std::vector<Gemm::Candidate> Gemm::search(bool fp8, int64_t m, int64_t n, int64_t k, OutType yt, const char* op, size_t max) {
-  Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), lab_.fp8_fast_accum, op);
+  Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), lab_, op);
   const cudaDataType ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, cd = yt == OutType::F32 ? CUDA_R_32F : CUDA_R_16BF;
   std::vector<int> ids(256);
   int nids = 0;
@@ -439,12 +445,13 @@ void Gemm::run_candidate(const Candidate& c, bool fp8, const void* x, int64_t m,
   Key key{m, n, k, k, n, int(yt), false, int(fp8 ? In::FP8 : In::BF16), 0};
   auto it = candidate_layouts_.find(key);
   if (it == candidate_layouts_.end()) {
-    Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), lab_.fp8_fast_accum, op);
+    Layouts l = make_layouts(m, n, k, k, n, yt, fp8 ? int(In::FP8) : int(In::BF16), lab_, op);
     Plan p;
     p.desc = l.desc;
     p.a = l.a;
     p.b = l.b;
     p.c = l.c;
+    p.alpha_vector = fp8 && lab_.fp8_alpha_vector;
     it = candidate_layouts_.emplace(key, p).first;
   }
   Plan p = it->second;
@@ -455,7 +462,8 @@ void Gemm::run_candidate(const Candidate& c, bool fp8, const void* x, int64_t m,
 void Gemm::launch(Plan& p, const void* x, const void* w, void* y, bool accumulate, const char* op, float alpha) {
   const float beta = accumulate ? 1.0f : 0.0f;
   if (p.ep) check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_, sizeof bias_), op);
-  check(cublasLtMatmul(lt_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.get(), workspace_.bytes(),
+  const void* a = p.alpha_vector ? static_cast<const void*>(lab_.fp8_alpha_vector) : &alpha;
+  check(cublasLtMatmul(lt_, p.desc, a, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.get(), workspace_.bytes(),
                        stream_),
         op);
   if (sync_each_launch()) check(cudaStreamSynchronize(stream_), op);

@@ -43,6 +43,10 @@ struct GemmLab {
   bool bf16_m_buckets = true;   // false: the reference-m bf16 algorithm at every m (no tuning)
   bool fp8_fast_accum = false;  // true: no fp32 promotion of FP8 partial sums (faster, less exact over long k)
   int fp8_own = 0;              // 1 .. 4: run_fp8 runs the FP8 GEMM of our own (kernels_quant.h fp8_gemm_own's forms)
+  // Set: run_fp8's alpha is this device vector, one float per output feature (n of the one shape
+  // this Gemm runs), through cuBLASLt's CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO (the
+  // per-channel scale inside the GEMM: dev/cuda/fp8_gemm.cpp asks whether sm_90 takes it)
+  const float* fp8_alpha_vector = nullptr;
 };
 
 class Gemm {
@@ -106,6 +110,7 @@ class Gemm {
     cublasLtMatmulAlgo_t reference{};
     int64_t bucket = 0;
     int ep = 0;  // Epilogue: the desc carries it; launch sets its bias pointer
+    bool alpha_vector = false;  // the desc takes alpha as GemmLab::fp8_alpha_vector
   };
   enum class In { BF16, F32, FP8, FP4 };
   // m, n, k, ldx, ldy, yt, acc, input type, epilogue
