@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-alpha] [lab-gdn-prep] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-gdn-prep] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tower: the bench's image points alone (bf16) per attention kernel (auto, cudnn, clefrt).
 # quick: the bench per mode planned for 16,384 tokens without the tower (no 32k nor image
 # points: about half the time). tar: everything under $OUT into one out.tgz (the device tool
@@ -66,6 +66,9 @@ mkdir -p "$OUT"
 tok=.deps/qwen3/tokenizer.json
 deadline=0
 lab_env=""
+# "" the first time $OUT/PREFIX.EXT would be written, then -run2, -run3, ...: a verb run again
+# (an A/B of one binary) keeps its earlier files
+run_tag() { local k=2 t=""; while [ -e "$OUT/$1$t.$2" ]; do t=-run$k; k=$((k + 1)); done; echo "$t"; }
 while [ $# -gt 0 ]; do
   if [ "$deadline" -gt 0 ] && [ "$SECONDS" -ge "$deadline" ] && [ "$1" != tar ]; then
     echo "== deadline (${deadline} s) passed at ${SECONDS} s: skipping $1"
@@ -93,9 +96,8 @@ while [ $# -gt 0 ]; do
       [[ $deadline =~ ^[0-9]+$ ]] || { echo "deadline=S: S in whole seconds, not '$deadline'" >&2; exit 2; } ;;
     tests)
       .carry/clefrt_gpu_tests 2>&1 | tee "$OUT/gpu_tests.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
-    tests=*)  # a gtest filter: tests=*Gdn*:*Fp8*; each such verb its own log (gpu_tests-filtered, -2, -3, ...)
-      f=gpu_tests-filtered k=2
-      while [ -e "$OUT/$f.log" ]; do f=gpu_tests-filtered-$k; k=$((k + 1)); done
+    tests=*)  # a gtest filter: tests=*Gdn*:*Fp8*; each such verb its own log (gpu_tests-filtered, -run2, ...)
+      f=gpu_tests-filtered$(run_tag gpu_tests-filtered log)
       echo "== tests ${1#tests=}${lab_env:+ ($lab_env)} -> $f.log"
       .carry/clefrt_gpu_tests --gtest_filter="${1#tests=}" 2>&1 | tee "$OUT/$f.log" | grep -E "^\[ cuda|OK \]|FAILED|PASSED|Failure|error" ;;
     bench|quick)
@@ -104,8 +106,7 @@ while [ $# -gt 0 ]; do
       extra=""; [ "$1" = quick ] && extra="--max-tokens 16384 --no-vision"
       shift
       while [ $# -gt 0 ] && [[ $1 =~ ^(auto|bf16|fp8|nvfp4|nvfp4-w4a16)$ ]]; do
-        m=$1 f=bench-$1 k=2
-        while [ -e "$OUT/$f.json" ]; do f=bench-$m-run$k; k=$((k + 1)); done  # a mode's later runs (A/B) keep their own files
+        m=$1 f=bench-$1$(run_tag "bench-$1" json)
         .carry/clefrt bench --synthetic clef-27b --quant "$m" $extra --tokenizer $tok --reps 5 --profile --commit "$commit" \
           --command "${lab_env:+$lab_env }clefrt bench --synthetic clef-27b --quant $m${extra:+ $extra} --reps 5 --profile" --json "$OUT/$f.json" \
           > "$OUT/$f.txt" 2> "$OUT/$f.err"
@@ -237,8 +238,7 @@ b, n = attack.nan_folder(types.SimpleNamespace(model='$d')); shutil.rmtree('$d-n
     serve)
       shift
       while [ $# -gt 0 ] && [[ $1 =~ ^(auto|bf16|fp8|nvfp4|nvfp4-w4a16)$ ]]; do
-        m=$1 port=18$((RANDOM % 900 + 100)) f=$1 k=2
-        while [ -e "$OUT/serve-$f.log" ]; do f=$m-run$k; k=$((k + 1)); done  # a mode's later runs (A/B) keep their own files
+        m=$1 port=18$((RANDOM % 900 + 100)) f=$1$(run_tag "serve-$1" log)
         echo "== serve $m${lab_env:+ ($lab_env)} -> serve-$f.*"
         # the request log on (no --quiet): queue / compute / total per request, summarized below
         .carry/clefrt serve --synthetic clef-27b --quant "$m" --tokenizer $tok --port $port > "$OUT/serve-$f.log" 2>&1 &
@@ -358,12 +358,6 @@ for i in range(240):
     lab-gemm)
       .carry/clefrt_bench_w4a16 --commit "$commit" --json "$OUT/lab-w4a16.json" > "$OUT/lab-w4a16.txt" 2>&1; echo "== lab w4a16 rc=$?"
       .carry/clefrt_bench_fp8 --commit "$commit" --json "$OUT/lab-fp8.json" > "$OUT/lab-fp8.txt" 2>&1; echo "== lab fp8 rc=$?" ;;
-    lab-fp8-alpha)
-      # cuBLASLt's FP8 GEMM with the per-channel scale as an alpha device vector (a lead of docs/notes/fp8-gemm-design.md)
-      if [ -x .carry/clefrt_bench_fp8_alpha ]; then
-        .carry/clefrt_bench_fp8_alpha --commit "$commit" --json "$OUT/lab-fp8-alpha.json" > "$OUT/lab-fp8-alpha.txt" 2>&1
-        echo "== lab fp8 alpha vector rc=$?"; cat "$OUT/lab-fp8-alpha.txt"
-      else echo "== lab-fp8-alpha: no .carry/clefrt_bench_fp8_alpha (pack it)"; fi ;;
     memory)
       for m in bf16 fp8 nvfp4-w4a16 nvfp4; do
         for off in "" --offload-embeddings; do
