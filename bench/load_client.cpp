@@ -6,6 +6,9 @@
 // generated states x M question sets instead, in a fixed shuffled order (the prefix cache's
 // case: each state asked several question sets), and also reports the share of input tokens
 // the server read from its prefix cache (usage.cached_tokens).
+// By default each request opens its own connection (cpp-httplib's client default, and that of a
+// script calling a bare urlopen / requests.post); --keep-alive reuses one connection per client,
+// as a requests.Session / httpx.Client does, so the figure leaves out TCP setup and teardown.
 #include <httplib.h>
 
 #include <algorithm>
@@ -33,6 +36,7 @@ int main(int argc, char** argv) {
   std::string host = "127.0.0.1", body_file = "examples/blog.json", clients_s = "1,8,64", json_out, path = "/v1/systemone", key;
   int port = 8080, shared_states = 0, question_sets = 1, state_words = 2000;
   double seconds = 10;
+  bool keep_alive = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -53,10 +57,11 @@ int main(int argc, char** argv) {
     else if (a == "--shared-states") shared_states = std::atoi(next().c_str());
     else if (a == "--question-sets") question_sets = std::atoi(next().c_str());
     else if (a == "--state-words") state_words = std::atoi(next().c_str());
+    else if (a == "--keep-alive") keep_alive = true;
     else {
       std::fprintf(stderr,
                    "usage: clefrt_load [--host H] [--port P] [--body FILE] [--path /v1/systemone] [--clients 1,8,64] [--seconds S]\n"
-                   "                   [--api-key K] [--json FILE] [--shared-states N --question-sets M [--state-words W]]\n");
+                   "                   [--keep-alive] [--api-key K] [--json FILE] [--shared-states N --question-sets M [--state-words W]]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -111,6 +116,7 @@ int main(int argc, char** argv) {
       ts.emplace_back([&] {
         httplib::Client cl(host, port);
         cl.set_read_timeout(120, 0);
+        cl.set_keep_alive(keep_alive);
         httplib::Headers h;
         if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
         std::vector<double> mine;
@@ -142,8 +148,9 @@ int main(int argc, char** argv) {
     char buf[320];
     std::snprintf(buf, sizeof buf,
                   "%s{\"clients\":%d,\"requests_per_s\":%.3f,\"p50_ms\":%.3f,\"p95_ms\":%.3f,\"p99_ms\":%.3f,\"errors\":%d,"
-                  "\"input_tokens\":%ld,\"cached_tokens\":%ld,\"cached_share\":%.4f}",
-                  js.size() > 1 ? "," : "", n, rps, p50, p95, p99, errors.load(), input_tokens.load(), cached_tokens.load(), cached_share);
+                  "\"input_tokens\":%ld,\"cached_tokens\":%ld,\"cached_share\":%.4f,\"keep_alive\":%s}",
+                  js.size() > 1 ? "," : "", n, rps, p50, p95, p99, errors.load(), input_tokens.load(), cached_tokens.load(), cached_share,
+                  keep_alive ? "true" : "false");
     js += buf;
   }
   js += "]";

@@ -249,6 +249,8 @@ for i in range(480):
         u.urlopen('http://127.0.0.1:$port/health', timeout=2); break
     except Exception: time.sleep(0.5)"
         .carry/clefrt_load --port $port --clients 1,8,64 --seconds 10 --json "$OUT/serve-load-$f.json" 2>&1 | tail -5
+        # one client again on one kept connection: the same server without TCP setup per request
+        .carry/clefrt_load --port $port --clients 1 --seconds 5 --keep-alive --json "$OUT/serve-load-keepalive-$f.json" 2>&1 | tail -1
         t0=$(date +%s%N); kill -TERM $pid; wait $pid; rc=$?
         echo "== serve $m: SIGTERM -> exit $rc after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
         python3 bench/serve_log_summary.py "$OUT/serve-$f.log" --seconds 10 --phases 1,8,64 | tee "$OUT/serve-split-$f.txt"
