@@ -8,6 +8,7 @@
 #include "cuda/ops/async_copy.cuh"
 #include "cuda/ops/formats.cuh"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/pdl.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/mma.cuh"
 #include "cuda/ops/reduce.cuh"
@@ -23,6 +24,7 @@ constexpr int kMaxD = 256;
 __global__ void attn_prep_k(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t t0, int64_t rows, int64_t Hq, int64_t Hkv, int D, int R,
                             const float* inv_freq, const int32_t* seq_start, MropePositions mp, const float* q_norm, const float* k_norm,
                             float eps, bf16* q, bf16* k, const int32_t* kv_row, bf16* v_out, bf16* gate_out) {
+  pdl_wait();
   __shared__ float buf[8][kMaxD];
   const int lane = threadIdx.x & 31, wl = threadIdx.x >> 5;
   const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
@@ -281,9 +283,8 @@ void attn_prep(const bf16* qkv, int64_t ldqkv, int64_t L, int64_t t0, int64_t ro
   if (rows == 0) return;
   if (D > kMaxD) throw Error(Status::Internal, "unsupported", "attn_prep: head_dim " + std::to_string(D) + " > 256");
   const int64_t warps = rows * (Hq + Hkv);
-  attn_prep_k<<<unsigned((warps + 7) / 8), 256, 0, s>>>(qkv, ldqkv, L, t0, rows, Hq, Hkv, int(D), int(R), inv_freq, seq_start, mrope, q_norm,
-                                                        k_norm, eps, q, k, kv_row, v_out, gate_out);
-  check_launch("attn_prep");
+  launch_after("attn_prep", attn_prep_k, unsigned((warps + 7) / 8), 256, 0, s, qkv, ldqkv, L, t0, rows, Hq, Hkv, int(D), int(R), inv_freq, seq_start,
+               mrope, q_norm, k_norm, eps, q, k, kv_row, v_out, gate_out);
 }
 
 // D % 16 == 0 (mma k-steps and ldmatrix pairs of 8-column tiles)
@@ -305,6 +306,7 @@ __global__ void output_gate_k(bf16* out, int64_t L, int Hq, int D, const bf16* g
 // 16-byte aligned and D % 8 == 0.
 constexpr int kGateThreads = 256;
 __global__ void output_gate8_k(bf16* out, int Hq, int D, const bf16* gate, int64_t ldgate, int64_t gate_hs) {
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const int c = (int(blockIdx.y) * kGateThreads + int(threadIdx.x)) * 8;
   if (c >= Hq * D) return;
@@ -328,6 +330,7 @@ __global__ void output_gate8_k(bf16* out, int Hq, int D, const bf16* gate, int64
 template <int kG>
 __global__ void __launch_bounds__(kGateThreads) output_gate8_fp8_k(const bf16* out, int Hq, int D, const bf16* gate, int64_t ldgate, int64_t gate_hs,
                                                                   uint8_t* q, int64_t kp, float* scale) {
+  pdl_wait();
   __shared__ float sh[32];
   const int64_t t = blockIdx.x;
   const int n = Hq * D;
@@ -379,7 +382,8 @@ void attention_output_gate_fp8(const bf16* out, int64_t L, int64_t Hq, int64_t D
   if (L == 0) return;
   const int64_t per = (Hq * D / 8 + kGateThreads - 1) / kGateThreads;
   auto launch = [&](auto kernel) {
-    kernel<<<unsigned(L), kGateThreads, 0, s>>>(out, int(Hq), int(D), gate, ldgate, gate_head_stride, q, kp, scale);
+    launch_after("attention_output_gate_fp8", kernel, unsigned(L), kGateThreads, 0, s, out, int(Hq), int(D), gate, ldgate, gate_head_stride, q, kp,
+                 scale);
   };
   switch (per) {
     case 1: launch(output_gate8_fp8_k<1>); break;
@@ -396,7 +400,8 @@ void attention_output_gate(bf16* out, int64_t L, int64_t Hq, int64_t D, const bf
   if (n == 0) return;
   const int64_t per = (Hq * D / 8 + kGateThreads - 1) / kGateThreads;
   if (D % 8 == 0 && ldgate % 8 == 0 && gate_head_stride % 8 == 0 && aligned16(out) && aligned16(gate) && per <= 65535) {
-    output_gate8_k<<<dim3(unsigned(L), unsigned(per)), kGateThreads, 0, s>>>(out, int(Hq), int(D), gate, ldgate, gate_head_stride);
+    return launch_after("attention_output_gate", output_gate8_k, dim3(unsigned(L), unsigned(per)), kGateThreads, 0, s, out, int(Hq), int(D), gate,
+                        ldgate, gate_head_stride);
   } else {
     output_gate_k<<<unsigned((n + 255) / 256), 256, 0, s>>>(out, L, int(Hq), int(D), gate, ldgate, gate_head_stride);
   }

@@ -3,6 +3,7 @@
 
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/hardware.h"
+#include "cuda/runtime/pdl.cuh"
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
@@ -80,6 +81,7 @@ __device__ __forceinline__ float4 rms_1p4(float4 v, float inv, const float* w, i
 template <bool Add>
 __global__ void __launch_bounds__(1024) rms_norm_1p_reg_k(const float* x, int d4, const float* w, float eps, bf16* y16, float* y32,
                                                           ResidualFp8 ra) {
+  pdl_wait();
   __shared__ float sh[32];
   const int64_t row = blockIdx.x;
   float4 v[kRmsVec];
@@ -107,6 +109,7 @@ __global__ void __launch_bounds__(1024) rms_norm_1p_reg_k(const float* x, int d4
 template <bool Add>
 __global__ void __launch_bounds__(1024) rms_norm_1p_fp8_k(const float* x, int d4, const float* w, float eps, bf16* y16, uint8_t* q, int64_t kp,
                                                           float* scale, ResidualFp8 ra) {
+  pdl_wait();
   __shared__ float sh[32];
   const int64_t row = blockIdx.x;
   float4 v[kRmsVec];
@@ -210,6 +213,7 @@ __global__ void layer_norm_k(float* x, int64_t d, int64_t ldx, const float* add,
 // 64-bit index division per element as in a flat grid-stride loop).
 constexpr int kSwigluThreads = 256;
 __global__ void swiglu_k(const bf16* gu, int64_t ffn, bf16* act, GuScales sc) {
+  pdl_wait();
   const int64_t t = blockIdx.x;
   const bf16* g = gu + t * 2 * ffn;
   const bf16* u = g + ffn;
@@ -280,11 +284,10 @@ void embed_gather(const int32_t* ids, int64_t L, const bf16* table, int64_t d, f
 
 void rms_norm_1p(const float* x, int64_t rows, int64_t d, const float* w, float eps, bf16* y16, float* y32, cudaStream_t s) {
   if (rows == 0) return;
-  if (d % 4 == 0 && d <= int64_t(4) * kRmsVec * 1024) {
-    rms_norm_1p_reg_k<false><<<unsigned(rows), rms_reg_threads(d), 0, s>>>(x, int(d / 4), w, eps, y16, y32, ResidualFp8{});
-  } else {
-    rms_norm_1p_k<<<unsigned(rows), d >= 1024 ? 256 : 128, 0, s>>>(x, d, w, eps, y16, y32);
-  }
+  if (d % 4 == 0 && d <= int64_t(4) * kRmsVec * 1024)
+    return launch_after("rms_norm_1p", rms_norm_1p_reg_k<false>, unsigned(rows), rms_reg_threads(d), 0, s, x, int(d / 4), w, eps, y16, y32,
+                        ResidualFp8{});
+  rms_norm_1p_k<<<unsigned(rows), d >= 1024 ? 256 : 128, 0, s>>>(x, d, w, eps, y16, y32);
   check_launch("rms_norm_1p");
 }
 
@@ -295,8 +298,8 @@ void rms_norm_1p_fp8(const float* x, int64_t rows, int64_t d, const float* w, fl
   if (!rms_norm_1p_fp8_fits(d, kp) || reinterpret_cast<uintptr_t>(q) % 4 != 0)
     throw Error(Status::Internal, "internal_error", "rms_norm_1p_fp8: d " + std::to_string(d) + ", kp " + std::to_string(kp) + " do not fit");
   if (rows == 0) return;
-  rms_norm_1p_fp8_k<false><<<unsigned(rows), rms_reg_threads(d), 0, s>>>(x, int(d / 4), w, eps, y16, q, kp, scale, ResidualFp8{});
-  check_launch("rms_norm_1p_fp8");
+  launch_after("rms_norm_1p_fp8", rms_norm_1p_fp8_k<false>, unsigned(rows), rms_reg_threads(d), 0, s, x, int(d / 4), w, eps, y16, q, kp, scale,
+               ResidualFp8{});
 }
 
 bool residual_fp8_fits(int64_t d, const ResidualFp8& add) {
@@ -309,8 +312,8 @@ void rms_norm_1p_add(float* x, int64_t rows, int64_t d, const ResidualFp8& add, 
   if (!residual_fp8_fits(d, add) || reinterpret_cast<uintptr_t>(x) % 16 != 0)
     throw Error(Status::Internal, "internal_error", "rms_norm_1p_add: d " + std::to_string(d) + " or the pending add's layout do not fit");
   if (rows == 0) return;
-  rms_norm_1p_reg_k<true><<<unsigned(rows), rms_reg_threads(d), 0, s>>>(x, int(d / 4), w, eps, y16, nullptr, add);
-  check_launch("rms_norm_1p_add");
+  launch_after("rms_norm_1p_add", rms_norm_1p_reg_k<true>, unsigned(rows), rms_reg_threads(d), 0, s, x, int(d / 4), w, eps, y16,
+               static_cast<float*>(nullptr), add);
 }
 
 void rms_norm_1p_fp8_add(float* x, int64_t rows, int64_t d, const ResidualFp8& add, const float* w, float eps, bf16* y16, uint8_t* q, int64_t kp,
@@ -319,8 +322,8 @@ void rms_norm_1p_fp8_add(float* x, int64_t rows, int64_t d, const ResidualFp8& a
     throw Error(Status::Internal, "internal_error",
                 "rms_norm_1p_fp8_add: d " + std::to_string(d) + ", kp " + std::to_string(kp) + " or the pending add's layout do not fit");
   if (rows == 0) return;
-  rms_norm_1p_fp8_k<true><<<unsigned(rows), rms_reg_threads(d), 0, s>>>(x, int(d / 4), w, eps, y16, q, kp, scale, add);
-  check_launch("rms_norm_1p_fp8_add");
+  launch_after("rms_norm_1p_fp8_add", rms_norm_1p_fp8_k<true>, unsigned(rows), rms_reg_threads(d), 0, s, x, int(d / 4), w, eps, y16, q, kp,
+               scale, add);
 }
 
 void layer_norm(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* w, const float* b, float eps, bf16* y16, float* y32,
@@ -417,8 +420,7 @@ namespace {
 void launch_swiglu(const bf16* gu, int64_t L, int64_t ffn, bf16* act, GuScales sc, cudaStream_t s) {
   if (L == 0) return;
   const int64_t blocks = (ffn + 8 * kSwigluThreads - 1) / (8 * kSwigluThreads);
-  swiglu_k<<<dim3(unsigned(L), unsigned(blocks)), kSwigluThreads, 0, s>>>(gu, ffn, act, sc);
-  check_launch("swiglu");
+  launch_after("swiglu", swiglu_k, dim3(unsigned(L), unsigned(blocks)), kSwigluThreads, 0, s, gu, ffn, act, sc);
 }
 }  // namespace
 

@@ -26,6 +26,7 @@
 #include "cuda/ops/mma.cuh"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/hardware.h"
+#include "cuda/runtime/pdl.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
 
@@ -148,6 +149,7 @@ __device__ __forceinline__ void gdn_conv_prep_body(const float* x, int64_t ldx, 
                                                    uint32_t n, uint32_t c4n, uint32_t q4, float qscale, const float* w, Out* y,
                                                    const ConvHistory& hist, const RowColScales& xs, const float* b, const float* a, int64_t ldba,
                                                    uint32_t Hv, uint32_t total, const float* negA, const float* dt_bias, float* g, float* beta) {
+  pdl_wait();
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     if (i >= n) {  // whole warps are on one side: n is a multiple of 32
       const uint32_t e = i - n, t = e / Hv;
@@ -770,6 +772,7 @@ __device__ __forceinline__ uint2 gated_norm128_lane(const float4* o, const float
 }
 __global__ void gated_norm128_k(const float4* o, int64_t rows, const float4* w, float eps, const float* z, int64_t ldz, int64_t Hv,
                                 uint2* act, RowColScales zs) {
+  pdl_wait();
   const int64_t wid = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (wid >= rows) return;  // whole warps
@@ -819,6 +822,7 @@ __global__ void gated_norm128_fp8_k(const float4* o, const float4* w, float eps,
 template <int kHpw>
 __global__ void __launch_bounds__(1024) gated_norm128_fp8_row_k(const float4* o, const float4* w, float eps, const float* z, int64_t ldz, int64_t Hv,
                                                                 RowColScales zs, uint8_t* q, int64_t kp, float* scale) {
+  pdl_wait();
   __shared__ float sh[32];
   const int lane = threadIdx.x & 31;
   const int64_t t = blockIdx.x, j0 = int64_t(threadIdx.x >> 5) * kHpw;
@@ -906,9 +910,9 @@ void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* s
     throw Error(Status::BadRequest, "usage", std::string(from_env ? "CLEFRT_LAB_CONV_PREP_MIN_BLOCKS" : "gdn_conv_prep's min_blocks") + " is " +
                                                  std::to_string(min_blocks) + ": 0 (uncapped) or 3");
   auto launch = [&](auto kernel, auto* y) {
-    kernel<<<grid_for(total), kConvPrepThreads, 0, s>>>(x, ldx, x_row0, seq_start, t0, uint32_t(L), uint32_t(n), uint32_t(conv_dim / 4), uint32_t(Hk * Dk / 4),
-                                                        1.0f / sqrtf(float(Dk)), conv_w, y, hist, xs, b, a, ldba, uint32_t(Hv), uint32_t(total), negA,
-                                                        dt_bias, g, beta);
+    launch_after("gdn conv_prep", kernel, grid_for(total), kConvPrepThreads, 0, s, x, ldx, x_row0, seq_start, t0, uint32_t(L), uint32_t(n),
+                 uint32_t(conv_dim / 4), uint32_t(Hk * Dk / 4), 1.0f / sqrtf(float(Dk)), conv_w, y, hist, xs, b, a, ldba, uint32_t(Hv),
+                 uint32_t(total), negA, dt_bias, g, beta);
   };
   if (mixed16) {
     if (min_blocks == 3) launch(gdn_conv_prep_capped_k<bf16>, mixed16);
@@ -995,8 +999,8 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
   const int64_t rows = L * Hv;
   const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
   if (Dv == 128 && ldz % 4 == 0 && aligned(o, 16) && aligned(w, 16) && aligned(z, 16) && aligned(act, 8) && (!zs.rs || aligned(zs.cs, 16)))
-    gated_norm128_k<<<unsigned((rows * 32 + 255) / 256), 256, 0, s>>>(reinterpret_cast<const float4*>(o), rows, reinterpret_cast<const float4*>(w),
-                                                                      eps, z, ldz, Hv, reinterpret_cast<uint2*>(act), zs);
+    return launch_after("gdn gated_norm", gated_norm128_k, unsigned((rows * 32 + 255) / 256), 256, 0, s, reinterpret_cast<const float4*>(o), rows,
+                        reinterpret_cast<const float4*>(w), eps, z, ldz, Hv, reinterpret_cast<uint2*>(act), zs);
   else
     gated_norm_k<<<unsigned((rows * 32 + 255) / 256), 256, 0, s>>>(o, rows, Dv, w, eps, z, ldz, Hv, act, zs);
   check_launch("gdn gated_norm");
@@ -1034,7 +1038,7 @@ void gated_norm_fp8(const float* o, int64_t L, int64_t Hv, int64_t Dv, const flo
   const int form = gated_norm_fp8_form(Hv, hpw);
   const float4 *o4 = reinterpret_cast<const float4*>(o), *w4 = reinterpret_cast<const float4*>(w);
   auto row_form = [&](auto kernel) {
-    kernel<<<unsigned(L), unsigned(Hv / form * 32), 0, s>>>(o4, w4, eps, z, ldz, Hv, zs, q, kp, scale);
+    launch_after("gdn gated_norm_fp8", kernel, unsigned(L), unsigned(Hv / form * 32), 0, s, o4, w4, eps, z, ldz, Hv, zs, q, kp, scale);
   };
   switch (form) {
     case 0: {

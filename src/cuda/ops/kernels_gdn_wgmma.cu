@@ -31,6 +31,7 @@
 #include "cuda/ops/wgmma.cuh"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/hardware.h"
+#include "cuda/runtime/pdl.cuh"
 
 namespace clefrt::cuda {
 
@@ -337,6 +338,7 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
 #ifndef CLEFRT_WGMMA
   __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
 #else
+  pdl_wait();
   using Sm = ScanRsSmem<kWgs>;
   constexpr int kThreads = 128 * kWgs;
   extern __shared__ uint8_t smem_raw[];
@@ -545,6 +547,7 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
 #ifndef CLEFRT_WGMMA
   __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
 #else
+  pdl_wait();
   constexpr int Dk = 128, Dv = 128, ldl = PrepSmem::ldl;
   static_assert(C * ldl * 4 >= kSmallTile && (C * ldl * 4) % 1024 == 0, "T's planes go over Lm, whose end keeps 1 KB alignment");
   extern __shared__ uint8_t smem_raw[];
@@ -868,9 +871,11 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   if (sc.mixed16 && !one_pass)
     throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: bf16 mixed rows (GdnScratch::mixed16) need the one-pass products, not bf16x3");
   if (sc.mixed16 && gdn_wgmma_prep_v2())
-    gdn_prep_wgmma_k<false, bf16, true><<<grid, 256, PrepSmem::bytes(false), s>>>(sc.mixed16, conv_dim, Hk, Hv, g, beta, ch, sc);
+    launch_after("gdn_prep_wgmma", gdn_prep_wgmma_k<false, bf16, true>, grid, 256, PrepSmem::bytes(false), s, sc.mixed16, conv_dim, Hk, Hv, g, beta,
+                 ch, sc);
   else if (sc.mixed16)
-    gdn_prep_wgmma_k<false, bf16><<<grid, 256, PrepSmem::bytes(false), s>>>(sc.mixed16, conv_dim, Hk, Hv, g, beta, ch, sc);
+    launch_after("gdn_prep_wgmma", gdn_prep_wgmma_k<false, bf16>, grid, 256, PrepSmem::bytes(false), s, sc.mixed16, conv_dim, Hk, Hv, g, beta, ch,
+                 sc);
   else if (one_pass)
     gdn_prep_wgmma_k<false, float><<<grid, 256, PrepSmem::bytes(false), s>>>(mixed, conv_dim, Hk, Hv, g, beta, ch, sc);
   else
@@ -899,9 +904,11 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
     }();
     (void)rs_attr;
     if (gdn_scan_rs_wgs(ch.n_seqs, Hv) == 1)
-      gdn_scan_rs_k<1><<<dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 64)), 128, ScanRsSmem<1>::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
+      launch_after("gdn_scan_wgmma", gdn_scan_rs_k<1>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 64)), 128, ScanRsSmem<1>::bytes(), s, g,
+                   Hk, Hv, Dv, ch, sc, o);
     else
-      gdn_scan_rs_k<2><<<dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 128)), 256, ScanRsSmem<2>::bytes(), s>>>(g, Hk, Hv, Dv, ch, sc, o);
+      launch_after("gdn_scan_wgmma", gdn_scan_rs_k<2>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 128)), 256, ScanRsSmem<2>::bytes(), s, g,
+                   Hk, Hv, Dv, ch, sc, o);
     check_launch("gdn_scan_rs");
     return;
   }

@@ -18,6 +18,7 @@
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/reduce.cuh"
+#include "cuda/runtime/pdl.cuh"
 #include "cuda/runtime/check.h"
 
 namespace clefrt::cuda {
@@ -129,6 +130,7 @@ __device__ __forceinline__ uint4 swiglu8_scaled(uint4 gv, uint4 uv, float r, con
 template <int MinBlocks>
 __global__ void __launch_bounds__(kSwigluQuantMaxThreads, MinBlocks) swiglu_fp8_quant_regs_k(const bf16* gu, int64_t ffn, GuScales sc, bool vec, uint8_t* q,
                                                                                 int64_t kp8, float* scale) {
+  pdl_wait();
   __shared__ float sh[32];
   const int64_t t = blockIdx.x;
   const int f8 = int(ffn / 8);
@@ -169,7 +171,7 @@ void launch_swiglu_fp8_quant_regs(const bf16* gu, int64_t L, int64_t ffn, const 
   const int64_t items = ffn / 8, per = (items + kSwigluQuantItems - 1) / kSwigluQuantItems;
   const unsigned threads = unsigned((per + 31) / 32 * 32);
   const bool vec = gu_scales_vec(sc, ffn);
-  swiglu_fp8_quant_regs_k<MinBlocks><<<unsigned(L), threads, 0, s>>>(gu, ffn, sc, vec, q, kp / 8, scale);
+  launch_after("swiglu_fp8_quant", swiglu_fp8_quant_regs_k<MinBlocks>, unsigned(L), threads, 0, s, gu, ffn, sc, vec, q, kp / 8, scale);
 }
 
 // (A streaming form, one persistent CTA an SM with the column scales in shared memory and the next
@@ -188,6 +190,7 @@ template <int IPT>
 __device__ __forceinline__ void swiglu_fp8_quant_cluster_row(const bf16* gu, int64_t ffn, const GuScales& sc, bool vec, uint8_t* q, int64_t kp8,
                                                              float* scale, int per) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  pdl_wait();
   namespace cg = cooperative_groups;
   __shared__ float sh[32];
   __shared__ float cta_max;
@@ -259,9 +262,11 @@ template <class Kernel>
 void launch_swiglu_cluster_form(Kernel kernel, int ipt, const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp,
                                 float* scale, int cl, cudaStream_t s) {
   const int64_t per = (ffn / 8 + cl - 1) / cl, threads = swiglu_cluster_threads(ffn, cl, ipt);
-  check(launch_on_clusters(kernel, unsigned(L * cl), unsigned(threads), unsigned(cl), s, gu, ffn, sc, gu_scales_vec(sc, ffn), q, kp / 8, scale,
-                           int(per)),
-        "swiglu_fp8_quant");
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim = {unsigned(cl), 1, 1};
+  launch_after_ex("swiglu_fp8_quant", kernel, unsigned(L * cl), unsigned(threads), 0, s, &cluster, 1, gu, ffn, sc, gu_scales_vec(sc, ffn), q,
+                  kp / 8, scale, int(per));
 }
 template <int IPT>
 void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, int cl,

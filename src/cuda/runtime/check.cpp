@@ -41,6 +41,17 @@ int64_t env_count(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
   return int64_t(n);
 }
 
+bool pdl_enabled() {  // pdl.cuh
+  static const bool on = [] {
+    if (env_count("CLEFRT_LAB_PDL", 0, 0, 1) == 0) return false;
+    int dev = 0, major = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
+    return major >= 9;
+  }();
+  return on;
+}
+
 bool sync_each_launch() {
   static const bool on = env_flag("CLEFRT_CUDA_SYNC");
   return on;

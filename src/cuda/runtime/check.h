@@ -21,6 +21,8 @@ bool sync_each_launch();  // CLEFRT_CUDA_SYNC=1
 // for anything else).
 bool env_flag(const char* name);
 int64_t env_count(const char* name, int64_t fallback, int64_t lo, int64_t hi);
+// Programmatic dependent launch (pdl.cuh): CLEFRT_LAB_PDL=1 on a compute capability 9.0+ device.
+bool pdl_enabled();
 
 inline void check(cudaError_t e, const char* op) {
   if (e != cudaSuccess) throw_cuda(e, op);
