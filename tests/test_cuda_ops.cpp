@@ -718,7 +718,7 @@ TEST(CudaOps, GdnWgmmaPrepFromBf16RowsIsTheFp32RowsBits) {
   EXPECT_THROW(gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, b, nullptr, GdnPath::TensorCores), Error);
 }
 
-// The lab's second one-pass prep (gdn_wgmma_prep_v2: q / k / v by cp.async into the planes, beta
+// The second one-pass prep (the product's, gdn_wgmma_prep_v2: q / k / v by cp.async into the planes, beta
 // on T's columns) from bf16 rows: A's, Q's and K's planes the first form's bits; U and W within
 // the one-pass bound of the 3xTF32 prep's on the same values (every U written: NaN-poisoned
 // before); the scan's outputs after it within a one-pass rounding of the first form's.

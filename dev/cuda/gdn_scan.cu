@@ -762,7 +762,7 @@ int main(int argc, char** argv) {
           GdnScratch s16 = scr;
           s16.mixed16 = m16.as<bf16>();
           gdn_wgmma_set_one_pass_bf16(true);
-          // the first form (the product's), then the second (CLEFRT_LAB_GDN_PREP=v2: q / k / v by
+          // the first form (CLEFRT_LAB_GDN_PREP=v1), then the second (the product's: q / k / v by
           // cp.async, beta on T)
           const bool v2_before = gdn_wgmma_prep_v2();
           gdn_wgmma_set_prep_v2(false);
@@ -772,7 +772,7 @@ int main(int argc, char** argv) {
           gdn_wgmma_set_prep_v2(v2_before);
           gdn_wgmma_set_one_pass_bf16(false);
         }
-        std::printf("  prep alone: bf16x3 wgmma %7.3f ms, bf16 one pass %7.3f ms (%.1f TFLOP/s), from bf16 rows v1 (the product) %7.3f ms, v2 %7.3f ms\n", t_wg_prep,
+        std::printf("  prep alone: bf16x3 wgmma %7.3f ms, bf16 one pass %7.3f ms (%.1f TFLOP/s), from bf16 rows v1 %7.3f ms, v2 (the product) %7.3f ms\n", t_wg_prep,
                     t_wg1_prep, flop_prep / (t_wg1_prep * 1e-3) / 1e12, t_wg1_16, t_v2);
         continue;
       }

@@ -214,11 +214,9 @@ void gdn_wgmma_set_one_pass_bf16(bool on);
 // The one-pass prep from bf16 rows (GdnScratch::mixed16; from fp32 rows the prep is the first
 // form either way) in its second form: q, k, v loaded once by cp.async into their planes, beta
 // folded onto T's columns (U and W round differently from the first form, within one bf16 pass).
-// 13-15% less prep time in the model, and the engine's accuracy tests pass with it
-// (bench/results/2026-12-06-h100-session40.md), but its op test and the prefix tests (passes from
-// a later chunk: steps, cached prefixes) have not been seen passing on a GPU yet, so it stays the
-// lab's: CLEFRT_LAB_GDN_PREP=v1 | v2 when first asked (unset: v1); gdn_wgmma_set_prep_v2 sets it
-// (the GPU tests, the lab).
+// 13-15% less prep time in the model (bench/results/2026-12-06-h100-session40.md); the whole GPU
+// suite passed with it (session 41), so it is the product's: CLEFRT_LAB_GDN_PREP=v1 | v2 when
+// first asked (unset: v2); gdn_wgmma_set_prep_v2 sets it (the GPU tests, the lab).
 bool gdn_wgmma_prep_v2();
 void gdn_wgmma_set_prep_v2(bool on);
 // The Wgmma scan's form: the state as wgmma's register operand (gdn_scan_rs_k: no state or Vn

@@ -534,9 +534,9 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, bool in, float (&v
   }
 }
 
-// V2 (the lab's CLEFRT_LAB_GDN_PREP=v2; one pass from bf16 rows only): q, k and v loaded once, by
-// cp.async straight into their planes (a bf16 row's eight values are one 16-byte chunk of a
-// plane), v into Q's slot after step 2 (landing under the inverse); beta folded onto T's columns,
+// V2 (the product's; CLEFRT_LAB_GDN_PREP=v1 runs the first form; one pass from bf16 rows only):
+// q, k and v loaded once, by cp.async straight into their planes (a bf16 row's eight values are
+// one 16-byte chunk of a plane), v into Q's slot after step 2 (landing under the inverse); beta folded onto T's columns,
 // U = (T diag beta) V and W = (T diag(beta e^gamma)) K (FlashInfer's placement), where the form
 // before scales K's and V's rows and loads them a second time in step 3. A, Q's and K's planes
 // keep their bits; U and W round differently (one bf16 pass either way).
@@ -786,7 +786,7 @@ std::atomic<int> g_prep_v2{-1};
 }  // namespace
 
 bool gdn_wgmma_prep_v2() {
-  return env_switch(g_prep_v2, "CLEFRT_LAB_GDN_PREP", "v1", "v2", 0, "v1 (the product's prep) or v2 (q / k / v by cp.async, beta on T: faster, its op tests not yet seen passing)") == 1;
+  return env_switch(g_prep_v2, "CLEFRT_LAB_GDN_PREP", "v1", "v2", 1, "v2 (the product's prep: q / k / v by cp.async, beta on T) or v1 (the first form)") == 1;
 }
 
 void gdn_wgmma_set_prep_v2(bool on) { g_prep_v2.store(on ? 1 : 0); }
