@@ -160,11 +160,12 @@ struct EngineOptions {
   size_t max_batch_tokens = 16384;     // tokens packed into one forward (a longer request runs alone)
   size_t max_batch_requests = 64;      // requests packed into one forward
   size_t max_queue = 256;              // requests waiting for the engine before submit() refuses (429)
-  double batch_wait_ms = 2;            // after a forward of several requests, the engine waits up to this long
+  double batch_wait_ms = 0;            // after a forward of several requests, the engine waits up to this long
                                        // from its end for as many to be queued again before it starts the next
                                        // (clients that send their next request when an answer arrives come back
                                        // together: without it the batches alternate between a few requests and
-                                       // the rest). A lone request never waits. 0: never wait
+                                       // the rest). A lone request never waits. 0 (the default): never wait; on
+                                       // an H100 2 ms evened the batches but gained no throughput (README)
   size_t step_tokens = 0;              // a longer request (on the GPU: over 4x as long) runs in steps of about
                                        // this many tokens, one long request at a time, with the requests that
                                        // arrive meanwhile answered between its steps (they wait one step at

@@ -58,7 +58,7 @@ class Clef:
     Clef(path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False,
          confidence="reference", parse_special=False, require_instructions=False, threads=0,
          check_weights=True, batch_invariant=True, max_batch_tokens=16384,
-         max_batch_requests=64, batch_wait_ms=2, w4a16_fused=False, native_fp4=True, portable_kernels=False,
+         max_batch_requests=64, batch_wait_ms=0, w4a16_fused=False, native_fp4=True, portable_kernels=False,
          progress=False, prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True,
          attention="auto", cuda_graphs=2)
 
@@ -85,7 +85,7 @@ class Clef:
     batch_wait_ms: after a forward of several requests, how long the engine may wait for as many
         to be queued again before the next one (threads that each send their next request when
         an answer comes back arrive together; without it their forwards alternate between a few
-        requests and the rest). A lone request never waits. 0: never wait.
+        requests and the rest). A lone request never waits. 0 (the default): never wait.
     w4a16_fused: CUDA, NVFP4: the fused W4A16 GEMM (no staging memory; slower on Hopper).
     native_fp4: CUDA, W4A4 on Blackwell: FP4 tensor cores (untested here); False keeps the
         emulated path (its oracle). Hopper and older always emulate.
@@ -121,7 +121,7 @@ class Clef:
 
     def __init__(self, path, mode="auto", *, device="auto", max_length=16384, offload_embeddings=False, confidence="reference",
                  parse_special=False, require_instructions=False, threads=0, check_weights=True, batch_invariant=True,
-                 max_batch_tokens=16384, max_batch_requests=64, batch_wait_ms=2, w4a16_fused=False, native_fp4=True,
+                 max_batch_tokens=16384, max_batch_requests=64, batch_wait_ms=0, w4a16_fused=False, native_fp4=True,
                  portable_kernels=False, progress=False, prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True,
                  attention="auto", cuda_graphs=2):
         if mode not in _MODES:
