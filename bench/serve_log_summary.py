@@ -10,7 +10,9 @@ count and the p50 / p95 of queue_ms, compute_ms, total_ms and total - compute (t
 time around the engine: parsing, tokenizing, encoding, the answer's JSON). The load tool's p50
 less this total p50 is what HTTP and the client take. Where the log gives each request's "batch"
 (the requests in the forward that answered it), the phase's forwards (the sum of 1 / batch) and
-their mean size (requests / forwards); "-" in logs without it.
+their mean size (requests / forwards); where it gives prep_wait_ms and prep_ms (waiting for a prep
+worker; parsing, tokenizing, encoding on it), their p50s: the rest of total - compute is the
+engine thread's hand-off and the answer. "-" in logs without them.
 """
 import argparse
 import datetime
@@ -48,7 +50,7 @@ def main():
         return 1
     t0 = rows[0][0]
     print(f"{'clients':>7} {'n':>6}  {'queue p50':>9} {'compute p50':>11} {'total p50':>9} {'total-compute p50':>17} {'p95':>6}"
-          f" {'forwards':>8} {'mean batch':>10}")
+          f" {'forwards':>8} {'mean batch':>10} {'prep wait p50':>13} {'prep p50':>8}")
     for i, p in enumerate(phases):
         sel = [r for t, r in rows if i * a.seconds <= t - t0 < (i + 1) * a.seconds]
         q = [r["queue_ms"] for r in sel]
@@ -59,7 +61,10 @@ def main():
         if sel and all(r.get("batch", 0) > 0 for r in sel):
             forwards = sum(1.0 / r["batch"] for r in sel)
             batch = f"{forwards:8.1f} {len(sel) / forwards:10.2f}"
-        print(f"{p:>7} {len(sel):>6}  {pct(q, .5):9.2f} {pct(c, .5):11.2f} {pct(tot, .5):9.2f} {pct(own, .5):17.2f} {pct(own, .95):6.2f} {batch}")
+        prep = f"{'-':>13} {'-':>8}"
+        if sel and all("prep_ms" in r and "prep_wait_ms" in r for r in sel):
+            prep = f"{pct([r['prep_wait_ms'] for r in sel], .5):13.2f} {pct([r['prep_ms'] for r in sel], .5):8.2f}"
+        print(f"{p:>7} {len(sel):>6}  {pct(q, .5):9.2f} {pct(c, .5):11.2f} {pct(tot, .5):9.2f} {pct(own, .5):17.2f} {pct(own, .95):6.2f} {batch} {prep}")
     return 0
 
 

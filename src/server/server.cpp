@@ -151,8 +151,10 @@ void HttpServer::log_line(const Pending& p, const Reply& r, double secs) const {
                      ",\"path\":" + json::write(Value::string(p.path)) + ",\"status\":" + std::to_string(r.status);
   if (!r.type.empty()) line += ",\"error\":" + json::write(Value::string(r.type));
   char nums[200];
-  std::snprintf(nums, sizeof nums, ",\"tokens\":%zu,\"cached_tokens\":%zu,\"batch\":%zu,\"queue_ms\":%.2f,\"compute_ms\":%.2f,\"total_ms\":%.2f}\n",
-                r.tokens, r.cached_tokens, r.batch, r.queue_ms, r.compute_ms, secs * 1e3);
+  std::snprintf(nums, sizeof nums,
+                ",\"tokens\":%zu,\"cached_tokens\":%zu,\"batch\":%zu,\"prep_wait_ms\":%.2f,\"prep_ms\":%.2f,\"queue_ms\":%.2f,\"compute_ms\":%.2f,"
+                "\"total_ms\":%.2f}\n",
+                r.tokens, r.cached_tokens, r.batch, r.prep_wait_ms, r.prep_ms, r.queue_ms, r.compute_ms, secs * 1e3);
   line += nums;
   std::fputs(line.c_str(), stderr);
 }
@@ -334,12 +336,15 @@ void HttpServer::decide(std::shared_ptr<Pending> p, http::Request req) {
 // On a work-pool thread: parse, validate, encode, submit. The job's done callback answers.
 void HttpServer::prepare(const std::shared_ptr<Pending>& p, const http::Request& hreq) {
   if (p->finished) return;  // the client left while this waited
+  const auto started = Clock::now();
   try {
     Prepared prepared = engine_->prepare(hreq.body, p->endpoint == "/v1/decisions" ? BodyShape::Decisions : BodyShape::SystemOne);
     const size_t tokens = prepared.input_tokens();
     const auto deadline = p->t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.timeout_s));
     if (p->finished) return;
-    auto job = engine_->submit(std::move(prepared), deadline, [this, p, tokens](const Prepared& req, Outcome o) {
+    const auto ms = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    const double prep_wait_ms = ms(p->t0, started), prep_ms = ms(started, Clock::now());
+    auto job = engine_->submit(std::move(prepared), deadline, [this, p, tokens, prep_wait_ms, prep_ms](const Prepared& req, Outcome o) {
       Reply r{500, ""};
       switch (o.kind) {
         case Outcome::Kind::Answered:
@@ -366,6 +371,8 @@ void HttpServer::prepare(const std::shared_ptr<Pending>& p, const http::Request&
       r.cached_tokens = o.cached_tokens;
       r.queue_ms = o.queue_ms;
       r.compute_ms = o.compute_ms;
+      r.prep_wait_ms = prep_wait_ms;
+      r.prep_ms = prep_ms;
       r.batch = o.batch_requests;
       finish(*p, std::move(r));
     });

@@ -65,6 +65,9 @@ class HttpServer {
     std::vector<http::Header> extra_headers;  // CORS preflight answers
     size_t tokens = 0, cached_tokens = 0;
     double queue_ms = 0, compute_ms = 0;
+    // before the engine's queue: waiting for a prep worker (prep_wait_ms), then parsing,
+    // validating, tokenizing and encoding on it (prep_ms)
+    double prep_wait_ms = 0, prep_ms = 0;
     size_t batch = 0;  // requests in the forward that answered it (the log's "batch")
   };
   struct Pending;  // one request from arrival to its log line

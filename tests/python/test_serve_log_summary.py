@@ -13,11 +13,13 @@ SOURCE = os.environ.get("CLEFRT_SOURCE_DIR", os.path.join(os.path.dirname(__file
 SCRIPT = os.path.join(SOURCE, "bench", "serve_log_summary.py")
 
 
-def request_line(second, queue, compute, total, status=200, batch=None):
+def request_line(second, queue, compute, total, status=200, batch=None, prep=None):
     ts = f"2026-12-06T10:00:{second:06.3f}Z"
     r = {"ts": ts, "id": 1, "method": "POST", "path": "/v1/systemone", "status": status, "tokens": 318, "cached_tokens": 0}
     if batch is not None:
         r["batch"] = batch
+    if prep is not None:
+        r["prep_wait_ms"], r["prep_ms"] = prep
     return json.dumps({**r, "queue_ms": queue, "compute_ms": compute, "total_ms": total})
 
 
@@ -48,7 +50,7 @@ def test_phases_and_medians(tmp_path):
     t = rows(r.stdout)
     assert t["1"][:5] == (3, 0.1, 21.0, 23.0, 2.0)
     assert t["8"][:5] == (4, 5.0, 30.0, 30.5, 0.5)
-    assert t["1"][6:] == ("-", "-")  # lines without "batch": no forwards
+    assert t["1"][6:] == ("-", "-", "-", "-")  # lines without "batch" / prep times: none
 
 
 def test_forwards_and_their_mean_size(tmp_path):
@@ -56,7 +58,14 @@ def test_forwards_and_their_mean_size(tmp_path):
     lines = [request_line(1, 0.1, 20.0, 20.5, batch=4) for _ in range(4)] + [request_line(2 + i, 0.1, 5.0, 5.5, batch=1) for i in range(2)]
     r = run(tmp_path, lines, "--seconds", "10", "--phases", "8")
     assert r.returncode == 0, r.stderr
-    assert rows(r.stdout)["8"][6:] == ("3.0", "2.00")
+    assert rows(r.stdout)["8"][6:8] == ("3.0", "2.00")
+
+
+def test_prep_wait_and_prep_medians(tmp_path):
+    lines = [request_line(1 + i, 0.1, 20.0, 20.5, batch=1, prep=(0.01 * (i + 1), 0.1 * (i + 1))) for i in range(3)]
+    r = run(tmp_path, lines, "--seconds", "10", "--phases", "1")
+    assert r.returncode == 0, r.stderr
+    assert rows(r.stdout)["1"][8:] == ("0.02", "0.20")
 
 
 def test_no_request_lines_is_an_error(tmp_path):
