@@ -5,11 +5,13 @@
 // writes are visible, so nothing such a kernel reads or writes can race with its predecessor.
 // Stream capture records the dependency as a programmatic graph edge; the forward's graphs keep it.
 //
-// A lab switch for now (CLEFRT_LAB_PDL=1): off, launch_after() is a plain launch and pdl_wait()
-// returns at once (a kernel launched without the attribute has no programmatic dependency).
+// A lab switch (CLEFRT_LAB_PDL=1; measured without a clear gain on an H100 in session 41:
+// docs/notes/cuda-graphs.md): off, launch_after() is a plain launch and pdl_wait() returns at once
+// (a kernel launched without the attribute has no programmatic dependency).
 #pragma once
 #include <cuda_runtime.h>
 
+#include <string>
 #include <utility>
 
 #include "cuda/runtime/check.h"
@@ -27,10 +29,12 @@ __device__ __forceinline__ void pdl_wait() {
 // pdl_enabled(); `extra` adds launch attributes of the caller's (a cluster shape), up to 3.
 template <typename... Params, typename... Args>
 void launch_after_ex(const char* op, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                  const cudaLaunchAttribute* extra, int n_extra, Args&&... args) {
+                     const cudaLaunchAttribute* extra, int n_extra, Args&&... args) {
+  if (n_extra < 0 || n_extra > 3)
+    throw Error(Status::Internal, "internal_error", std::string(op) + ": " + std::to_string(n_extra) + " extra launch attributes (0 to 3)");
   cudaLaunchAttribute attrs[4];
   int n = 0;
-  for (int i = 0; i < n_extra && n < 3; ++i) attrs[n++] = extra[i];
+  for (int i = 0; i < n_extra; ++i) attrs[n++] = extra[i];
   if (pdl_enabled()) {
     attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n].val.programmaticStreamSerializationAllowed = 1;
