@@ -24,10 +24,19 @@
 //                  outputs against bf16(cs[row] x the engine's fp32 sum); with alpha 1 everywhere
 //                  against bf16(sum), so that a difference tells its summation order from where
 //                  alpha is applied (the product's bits are bf16(bf16(sum) rs cs) either way)
+//   outer vectors  at m 318 and 8,192: whether cuBLASLt takes both FP8 scales, the weights' per
+//                  channel and the activations' per token, as outer vectors
+//                  (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F: GemmLab::fp8_channel_scales /
+//                  fp8_token_scales), its time beside the scalar GEMM and the scale pass; its bf16
+//                  outputs against the product's bf16(bf16(sum) rs cs) (bits) and bf16(rs cs sum)
+//                  (bits, and the worst difference relative to the largest output); and adding into
+//                  an fp32 residual (beta 1, GemmLab::fp8_accumulate: what would let the down and
+//                  out_proj GEMMs write the residual stream as bf16's do) against r + rs cs sum
 // Random inputs. Usage: clefrt_bench_fp8 [--commit ID] [--json FILE] [--m M]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -125,6 +134,123 @@ json::Value alpha_vector_point(Gemm& inv, const DeviceBuffer& x8, const DeviceBu
   return r;
 }
 
+// The outer-vector point (see the header) at one m: cs per output feature (n), rs per row (m).
+json::Value outer_vector_point(Gemm& inv, const DeviceBuffer& x8, const DeviceBuffer& w8, const DeviceBuffer& cs, const DeviceBuffer& rs,
+                               int64_t m, int64_t n, int64_t k, double t_scalar, double t_scale, cudaStream_t s) {
+  json::Value r = json::Value::object();
+  GemmLab outer_lab;
+  outer_lab.fp8_channel_scales = cs.as<float>();
+  outer_lab.fp8_token_scales = rs.as<float>();
+  GemmLab acc_lab = outer_lab;
+  acc_lab.fp8_accumulate = true;
+  Gemm outer(s, true, size_t(64) << 20, outer_lab), outer_acc(s, true, size_t(64) << 20, acc_lab);
+  DeviceBuffer y(size_t(m * n) * 2, "y outer"), y32(size_t(m * n) * 4, "y fp32"), res(size_t(m * n) * 4, "residual");
+  auto run = [&] { outer.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::BF16, n, "outer vectors"); };
+  // with fast accumulation too (some callers of this scale mode set it; whether sm_90 takes the
+  // mode only that way is part of the question), asked whether or not the promoted form runs
+  auto fast_point = [&] {
+    GemmLab fast_lab = outer_lab;
+    fast_lab.fp8_fast_accum = true;
+    Gemm outer_fast(s, true, size_t(64) << 20, fast_lab);
+    auto run_fast = [&] {
+      outer_fast.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y.get(), OutType::BF16, n, "outer vectors, fast accumulation");
+    };
+    json::Value f = json::Value::object();
+    try {
+      run_fast();
+      const double t_fast = bench::median_ms(s, run_fast);
+      std::printf("m %6lld  outer vectors, fast accumulation: %.3f ms\n", (long long)m, t_fast);
+      f.add("available", json::Value::boolean(true));
+      f.add("ms", json::Value::number(t_fast));
+    } catch (const Error& e) {
+      std::printf("m %6lld  outer vectors, fast accumulation: not available (%s)\n", (long long)m, e.what());
+      f.add("available", json::Value::boolean(false));
+      f.add("why", json::Value::string(e.what()));
+    }
+    return f;
+  };
+  double t_outer = 0;
+  try {
+    run();
+    t_outer = bench::median_ms(s, run);
+  } catch (const Error& e) {  // no algorithm takes the scale mode: the answer is "no"
+    std::printf("m %6lld  outer vectors: not available (%s) | scalar %.3f ms + scale pass %.3f ms\n", (long long)m, e.what(), t_scalar, t_scale);
+    r.add("available", json::Value::boolean(false));
+    r.add("why", json::Value::string(e.what()));
+    r.add("fast_accum", fast_point());
+    return r;
+  }
+  const size_t mn = size_t(m * n);
+  inv.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y32.get(), OutType::F32, n, "outer vectors");
+  const std::vector<float> sum = bench::download<float>(y32, mn, s), cs_h = bench::download<float>(cs, size_t(n), s),
+                           rs_h = bench::download<float>(rs, size_t(m), s);
+  run();
+  const std::vector<uint16_t> got = bench::download<uint16_t>(y, mn, s);
+  // the product's bits: the bf16 GEMM output scaled by the pass
+  DeviceBuffer yp(mn * 2, "y product");
+  inv.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, yp.get(), OutType::BF16, n, "outer vectors");
+  scale_rows_cols_bf16(yp.as<bf16>(), m, n, n, rs.as<float>(), cs.as<float>(), s);
+  const std::vector<uint16_t> prod = bench::download<uint16_t>(yp, mn, s);
+  int64_t vs_product = 0, vs_scaled = 0;
+  double worst = 0, largest = 0;
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t c = 0; c < n; ++c) {
+      const size_t i = size_t(t * n + c);
+      const float want = rs_h[size_t(t)] * cs_h[size_t(c)] * sum[i];
+      const __nv_bfloat16 wb16 = __float2bfloat16_rn(want);
+      uint16_t wb;
+      std::memcpy(&wb, &wb16, 2);
+      vs_scaled += wb != got[i];
+      vs_product += prod[i] != got[i];
+      __nv_bfloat16 g16;
+      std::memcpy(&g16, &got[i], 2);
+      worst = std::max(worst, double(std::fabs(__bfloat162float(g16) - want)));
+      largest = std::max(largest, double(std::fabs(want)));
+    }
+  std::printf("m %6lld  outer vectors: %.3f ms | scalar %.3f ms + scale pass %.3f ms (%.2fx their sum) | bf16 outputs != the product's %lld, "
+              "!= bf16(rs cs sum) %lld of %lld, worst |diff| %.2e of the largest output\n",
+              (long long)m, t_outer, t_scalar, t_scale, t_outer / (t_scalar + t_scale), (long long)vs_product, (long long)vs_scaled,
+              (long long)(m * n), largest > 0 ? worst / largest : 0.0);
+  r.add("available", json::Value::boolean(true));
+  r.add("ms", json::Value::number(t_outer));
+  r.add("mismatches_vs_product", json::Value::integer(vs_product));
+  r.add("mismatches_vs_bf16_rs_cs_sum", json::Value::integer(vs_scaled));
+  r.add("worst_rel_to_largest", json::Value::number(largest > 0 ? worst / largest : 0.0));
+  // beta 1 into an fp32 residual
+  json::Value a = json::Value::object();
+  fill_normal_f32(res.as<float>(), m * n, 21, 0.0f, 1.0f, s);
+  const std::vector<float> res_h = bench::download<float>(res, mn, s);
+  auto run_acc = [&] {
+    check(cudaMemcpyAsync(y32.get(), res.get(), mn * 4, cudaMemcpyDeviceToDevice, s), "outer vectors");
+    outer_acc.run_fp8(x8.as<uint8_t>(), m, k, w8.as<uint8_t>(), n, y32.get(), OutType::F32, n, "outer vectors, accumulating");
+  };
+  try {
+    run_acc();
+    const double t_acc = bench::median_ms(s, run_acc);  // (the residual's copy included)
+    run_acc();
+    const std::vector<float> acc = bench::download<float>(y32, mn, s);
+    double worst_acc = 0, largest_acc = 0;
+    for (size_t i = 0; i < mn; ++i) {
+      const size_t t = i / size_t(n), c = i % size_t(n);
+      const float want = res_h[i] + rs_h[t] * cs_h[c] * sum[i];
+      worst_acc = std::max(worst_acc, double(std::fabs(acc[i] - want)));
+      largest_acc = std::max(largest_acc, double(std::fabs(want)));
+    }
+    std::printf("m %6lld  outer vectors adding into fp32: %.3f ms (with the residual's copy) | worst |y - (r + rs cs sum)| %.2e of the largest\n",
+                (long long)m, t_acc, largest_acc > 0 ? worst_acc / largest_acc : 0.0);
+    a.add("available", json::Value::boolean(true));
+    a.add("ms_with_copy", json::Value::number(t_acc));
+    a.add("worst_rel_to_largest", json::Value::number(largest_acc > 0 ? worst_acc / largest_acc : 0.0));
+  } catch (const Error& e) {
+    std::printf("m %6lld  outer vectors adding into fp32: not available (%s)\n", (long long)m, e.what());
+    a.add("available", json::Value::boolean(false));
+    a.add("why", json::Value::string(e.what()));
+  }
+  r.add("accumulating_fp32", std::move(a));
+  r.add("fast_accum", fast_point());
+  return r;
+}
+
 // x [rows, k] bf16: `count` columns spread over k multiplied by `factor` (on the host: a few rows)
 void scale_columns_of_first_rows(bf16* x, int64_t rows, int64_t k, int64_t count, float factor, cudaStream_t s) {
   std::vector<bf16> h(size_t(rows * k));
@@ -193,7 +319,10 @@ int main(int argc, char** argv) {
         r.add("fp8_quantize_ms", json::Value::number(t_q));
         r.add("fp8_scale_ms", json::Value::number(t_sc));
         r.add("fp8_candidates", std::move(cands));
-        if (m == 318 || m == 8192) r.add("fp8_alpha_vector", alpha_vector_point(inv, x8, w8, ws, m, n, k, t_f8, t_sc, s));
+        if (m == 318 || m == 8192) {
+          r.add("fp8_alpha_vector", alpha_vector_point(inv, x8, w8, ws, m, n, k, t_f8, t_sc, s));
+          r.add("fp8_outer_vectors", outer_vector_point(inv, x8, w8, ws, xs, m, n, k, t_f8, t_sc, s));
+        }
         rows.arr.push_back(std::move(r));
       }
       json::Value acc = json::Value::array();

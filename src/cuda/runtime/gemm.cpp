@@ -58,6 +58,14 @@ Layouts make_layouts(int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy, 
     const int8_t on = 1;
     check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on), op);
   }
+  if (in_kind == 2 && lab.fp8_channel_scales) {  // the scales' pointers are the lab's, fixed for this Gemm
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode), op);
+    check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode), op);
+    check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &lab.fp8_channel_scales, sizeof lab.fp8_channel_scales),
+          op);
+    check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &lab.fp8_token_scales, sizeof lab.fp8_token_scales), op);
+  }
   if (in_kind == 2 && lab.fp8_alpha_vector) {
     const int32_t mode = CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO;
     check(cublasLtMatmulDescSetAttribute(l.desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode), op);
@@ -189,9 +197,13 @@ void Gemm::run_fp8(const uint8_t* x, int64_t m, int64_t k, const uint8_t* w, int
     fp8_gemm_own(lab_.fp8_own, x, m, k, w, n, y, yt == OutType::F32, ldy, stream_);
     return;
   }
-  Plan& p = plan(m, n, k, k, ldy, yt, false, In::FP8, op);
-  if (p.probe) tune(p, In::FP8, x, m, k, k, w, n, y, yt, ldy, false, op);
-  launch(p, x, w, y, false, op);
+  const bool acc = lab_.fp8_accumulate;
+  if (acc && yt != OutType::F32) throw Error(Status::Internal, "internal_error", std::string(op) + ": an FP8 GEMM adds into fp32 outputs only");
+  if (!lab_.fp8_channel_scales != !lab_.fp8_token_scales)
+    throw Error(Status::Internal, "internal_error", std::string(op) + ": GemmLab's outer-vector scales come as a pair (channel and token)");
+  Plan& p = plan(m, n, k, k, ldy, yt, acc, In::FP8, op);
+  if (p.probe) tune(p, In::FP8, x, m, k, k, w, n, y, yt, ldy, acc, op);
+  launch(p, x, w, y, acc, op);
 }
 
 namespace {

@@ -47,6 +47,14 @@ struct GemmLab {
   // this Gemm runs), through cuBLASLt's CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO (the
   // per-channel scale inside the GEMM: dev/cuda/fp8_gemm.cpp asks whether sm_90 takes it)
   const float* fp8_alpha_vector = nullptr;
+  // Set (both): run_fp8 multiplies output [row, col] by fp8_channel_scales[col] (one float per
+  // output feature, n of the one shape this Gemm runs) x fp8_token_scales[row] (one per row of x)
+  // inside the GEMM, through cuBLASLt's CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F on A (the
+  // weights) and B (the activations): both FP8 scales in the epilogue, the pass after it gone
+  // (dev/cuda/fp8_gemm.cpp asks whether sm_90 takes it)
+  const float* fp8_channel_scales = nullptr;
+  const float* fp8_token_scales = nullptr;
+  bool fp8_accumulate = false;  // run_fp8 adds into y (fp32 only: the residual stream) instead of overwriting it
 };
 
 class Gemm {
