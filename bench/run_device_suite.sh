@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-gdn-prep] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tests: the whole GPU suite; its CPU references dominate and it took 220 to 576 s on H100s
 # (session 41: 576 s, a call's whole budget): plan it a call of its own or narrow it with tests=.
 # serve: per mode also a 5 s one-client phase on one kept connection (serve-load-keepalive-*.json).
@@ -359,6 +359,11 @@ for i in range(240):
         ncu -i "$OUT/ncu-fp8-$tag.ncu-rep" --page details > "$OUT/ncu-fp8-$tag.txt" 2>&1
         rm -f "$OUT/ncu-fp8-$tag.ncu-rep"
         grep -E "^  [a-z_0-9]|Duration|Throughput|Pipe|Warp Cycles Per Issued|Bank|Registers Per" "$OUT/ncu-fp8-$tag.txt" | head -24
+      done ;;
+    lab-fp8-scales)  # clefrt_bench_fp8 at m 318 and 8,192 only: the alpha-vector and outer-vector scale points among its lines
+      for m in 318 8192; do
+        .carry/clefrt_bench_fp8 --commit "$commit" --m $m --json "$OUT/lab-fp8-m$m.json" > "$OUT/lab-fp8-m$m.txt" 2>&1
+        echo "== lab fp8 m $m rc=$?"; grep -E "alpha vector|outer vectors" "$OUT/lab-fp8-m$m.txt"
       done ;;
     lab-gemm)
       .carry/clefrt_bench_w4a16 --commit "$commit" --json "$OUT/lab-w4a16.json" > "$OUT/lab-w4a16.txt" 2>&1; echo "== lab w4a16 rc=$?"
