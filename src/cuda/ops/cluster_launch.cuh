@@ -20,6 +20,16 @@ inline int cluster_kernel_max_threads(const void* kernel) {
   return ok ? a.maxThreadsPerBlock : 0;
 }
 
+// The launch attribute of clusters of `cl` CTAs along x.
+inline cudaLaunchAttribute cluster_dim_x(unsigned cl) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = cl;
+  a.val.clusterDim.y = 1;
+  a.val.clusterDim.z = 1;
+  return a;
+}
+
 // `grid` CTAs along x in clusters of `cl` along x (grid a multiple of cl, cl at most 8: the
 // portable size), with `smem` bytes of dynamic shared memory each, through cudaLaunchKernelEx. Its
 // error is returned for check().
@@ -31,11 +41,7 @@ cudaError_t launch_on_clusters_smem(void (*kernel)(Params...), unsigned grid, un
   cfg.blockDim = dim3(block);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = cl;
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute at[1] = {cluster_dim_x(cl)};
   cfg.attrs = at;
   cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);

@@ -391,7 +391,6 @@ void attention_output_gate_fp8(const bf16* out, int64_t L, int64_t Hq, int64_t D
     case 3: launch(output_gate8_fp8_k<3>); break;
     default: launch(output_gate8_fp8_k<4>); break;
   }
-  check_launch("attention_output_gate_fp8");
 }
 
 void attention_output_gate(bf16* out, int64_t L, int64_t Hq, int64_t D, const bf16* gate, int64_t ldgate, int64_t gate_head_stride,

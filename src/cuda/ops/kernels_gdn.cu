@@ -921,7 +921,6 @@ void gdn_conv_prep(const float* x, int64_t ldx, int64_t x_row0, const int32_t* s
     if (min_blocks == 3) launch(gdn_conv_prep_capped_k<float>, mixed);
     else launch(gdn_conv_prep_k<float>, mixed);
   }
-  check_launch("gdn conv_prep");
 }
 
 namespace {

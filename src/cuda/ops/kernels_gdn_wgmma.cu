@@ -536,8 +536,8 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, bool in, float (&v
 
 // V2 (the product's; CLEFRT_LAB_GDN_PREP=v1 runs the first form; one pass from bf16 rows only):
 // q, k and v loaded once, by cp.async straight into their planes (a bf16 row's eight values are
-// one 16-byte chunk of a plane), v into Q's slot after step 2 (landing under the inverse); beta folded onto T's columns,
-// U = (T diag beta) V and W = (T diag(beta e^gamma)) K (FlashInfer's placement), where the form
+// one 16-byte chunk of a plane), v into Q's slot after step 2 (landing under the inverse); beta
+// folded onto T's columns, U = (T diag beta) V and W = (T diag(beta e^gamma)) K (FlashInfer's placement), where the form
 // before scales K's and V's rows and loads them a second time in step 3. A, Q's and K's planes
 // keep their bits; U and W round differently (one bf16 pass either way).
 template <bool X3, typename In, bool V2 = false>
@@ -904,12 +904,11 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
     }();
     (void)rs_attr;
     if (gdn_scan_rs_wgs(ch.n_seqs, Hv) == 1)
-      launch_after("gdn_scan_wgmma", gdn_scan_rs_k<1>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 64)), 128, ScanRsSmem<1>::bytes(), s, g,
+      launch_after("gdn_scan_rs", gdn_scan_rs_k<1>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 64)), 128, ScanRsSmem<1>::bytes(), s, g,
                    Hk, Hv, Dv, ch, sc, o);
     else
-      launch_after("gdn_scan_wgmma", gdn_scan_rs_k<2>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 128)), 256, ScanRsSmem<2>::bytes(), s, g,
+      launch_after("gdn_scan_rs", gdn_scan_rs_k<2>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 128)), 256, ScanRsSmem<2>::bytes(), s, g,
                    Hk, Hv, Dv, ch, sc, o);
-    check_launch("gdn_scan_rs");
     return;
   }
   const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / kCols));

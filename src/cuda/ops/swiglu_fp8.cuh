@@ -262,9 +262,7 @@ template <class Kernel>
 void launch_swiglu_cluster_form(Kernel kernel, int ipt, const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp,
                                 float* scale, int cl, cudaStream_t s) {
   const int64_t per = (ffn / 8 + cl - 1) / cl, threads = swiglu_cluster_threads(ffn, cl, ipt);
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim = {unsigned(cl), 1, 1};
+  const cudaLaunchAttribute cluster = cluster_dim_x(unsigned(cl));
   launch_after_ex("swiglu_fp8_quant", kernel, unsigned(L * cl), unsigned(threads), 0, s, &cluster, 1, gu, ffn, sc, gu_scales_vec(sc, ffn), q,
                   kp / 8, scale, int(per));
 }
