@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tests: the whole GPU suite; its CPU references dominate and it took 220 to 576 s on H100s
 # (session 41: 576 s, a call's whole budget): plan it a call of its own or narrow it with tests=.
 # serve: per mode also a 5 s one-client phase on one kept connection (serve-load-keepalive-*.json).
@@ -69,6 +69,7 @@ mkdir -p "$OUT"
 tok=.deps/qwen3/tokenizer.json
 deadline=0
 lab_env=""
+serve_flags=""
 # "" the first time $OUT/PREFIX.EXT would be written, then -run2, -run3, ...: a verb run again
 # (an A/B of one binary) keeps its earlier files
 run_tag() { local k=2 t=""; while [ -e "$OUT/$1$t.$2" ]; do t=-run$k; k=$((k + 1)); done; echo "$t"; }
@@ -92,6 +93,8 @@ while [ $# -gt 0 ]; do
       # a lab switch for the verbs after it (A/B runs of one binary: env:CLEFRT_LAB_SWIGLU_CLUSTER=8
       # quick fp8 unset:CLEFRT_LAB_SWIGLU_CLUSTER quick fp8); the bench records name it
       v=${1#env:}; export "${v?}"; lab_env="${lab_env:+$lab_env }$v"; echo "== env $v" ;;
+    serve-flags:*)  # flags for the serve verbs after it (serve-flags:--no-warmup; serve-flags: alone clears them)
+      serve_flags=${1#serve-flags:}; serve_flags=${serve_flags//,/ }; echo "== serve flags: ${serve_flags:-none}" ;;
     unset:*)
       v=${1#unset:}; unset "$v"; lab_env=$(tr ' ' '\n' <<< "$lab_env" | grep -v "^$v=" | tr '\n' ' ' | sed 's/ *$//'); echo "== unset $v" ;;
     deadline=*)
@@ -242,15 +245,18 @@ b, n = attack.nan_folder(types.SimpleNamespace(model='$d')); shutil.rmtree('$d-n
       shift
       while [ $# -gt 0 ] && [[ $1 =~ ^(auto|bf16|fp8|nvfp4|nvfp4-w4a16)$ ]]; do
         m=$1 port=18$((RANDOM % 900 + 100)) f=$1$(run_tag "serve-$1" log)
-        echo "== serve $m${lab_env:+ ($lab_env)} -> serve-$f.*"
+        echo "== serve $m${serve_flags:+ $serve_flags}${lab_env:+ ($lab_env)} -> serve-$f.*"
         # the request log on (no --quiet): queue / compute / total per request, summarized below
-        .carry/clefrt serve --synthetic clef-27b --quant "$m" --tokenizer $tok --port $port > "$OUT/serve-$f.log" 2>&1 &
+        t_start=$(date +%s%N)
+        # shellcheck disable=SC2086  # serve_flags: words
+        .carry/clefrt serve --synthetic clef-27b --quant "$m" --tokenizer $tok --port $port ${serve_flags:-} > "$OUT/serve-$f.log" 2>&1 &
         pid=$!
         python3 -c "import time, urllib.request as u
 for i in range(480):
     try:
         u.urlopen('http://127.0.0.1:$port/health', timeout=2); break
     except Exception: time.sleep(0.5)"
+        echo "== serve $m: ready after $(( ($(date +%s%N) - t_start) / 1000000 )) ms"
         .carry/clefrt_load --port $port --clients 1,8,64 --seconds 10 --json "$OUT/serve-load-$f.json" 2>&1 | tail -5
         # one client again on one kept connection: the same server without TCP setup per request
         .carry/clefrt_load --port $port --clients 1 --seconds 5 --keep-alive --json "$OUT/serve-load-keepalive-$f.json" 2>&1 | tail -1

@@ -113,6 +113,7 @@ clefrt::EngineOptions options_from(const py::dict& d) {
     else if (k == "step_tokens") o.step_tokens = count_option(k, v);
     else if (k == "step_layers") o.step_layers = count_option(k, v);
     else if (k == "cuda_graphs") o.cuda_graphs = count_option(k, v);
+    else if (k == "warmup") o.warmup = flag_option(k, v);
     else throw clefrt::Error(clefrt::Status::BadRequest, "usage", "unknown engine option '" + k + "'");
   }
   return o;

@@ -15,6 +15,7 @@
 #include "cuda/model/forward.h"
 #include "cuda/ops/kernels.h"
 #include "engine/engine_core.h"
+#include "engine/warmup.h"
 #include "io/safetensors.h"
 #include "model/forward.h"
 #include "schema/request.h"
@@ -302,6 +303,31 @@ TEST(CudaEngine, GraphReplayGivesTheEagerBits) {
       EXPECT_EQ(graphed.graph_replays(), 4u) << what;
     }
   }
+}
+
+// The warm-up (engine/warmup.h) runs its forwards on the GPU, within the engine's plan, and
+// changes no answer: the GEMM algorithms it settles are chosen among those that round as the
+// reference does.
+TEST(CudaEngine, WarmupRunsItsForwardsAndChangesNoAnswer) {
+  NEED_GPU();
+  CoreOptions o;
+  o.device = Device::Cuda;
+  o.max_batch_tokens = 16384;  // as Engine::open plans it from EngineOptions' defaults
+  auto warm = EngineCore::load(test::source_path("tests/fixtures/oracle/tiny-b"), o);
+  auto cold = EngineCore::load(test::source_path("tests/fixtures/oracle/tiny-b"), o);
+  EngineOptions eo;
+  eo.warmup = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t forwards = warm_up(*warm, eo, RequestLimits{});
+  std::cout << "[ cuda    ] warm-up: " << forwards << " forwards in "
+            << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() << " ms\n";
+  EXPECT_GE(forwards, 7u);  // at least 1 .. 32 short requests and a full forward of them
+  Fixture f = read_fixture(*warm, "tiny-b");
+  ASSERT_GE(f.enc.size(), 2u);
+  std::vector<const Encoded*> all;
+  for (const auto& e : f.enc) all.push_back(&e);
+  EXPECT_EQ(warm->probs(all), cold->probs(all));
+  for (const auto& e : f.enc) EXPECT_EQ(warm->probs({&e}), cold->probs({&e}));
 }
 
 TEST(CudaEngine, RefusesBatchOverThePlan) {

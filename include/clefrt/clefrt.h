@@ -132,6 +132,13 @@ struct EngineOptions {
                                        // from then on: its kernels back to back, the same bits. Batches with
                                        // images or that use the prefix cache, and NVFP4 staging, run as
                                        // always. 0: off
+  bool warmup = false;                 // CUDA: before the engine takes requests, forwards of made-up ones meet the
+                                       // sizes the usual batches have (batches of 1, 2, 4, ... up to a full
+                                       // forward of 320-token requests; one request each of 2,048 and 8,192
+                                       // tokens), so that the first real requests of a size do not pay for
+                                       // what is chosen at a size's first forward (the GEMM algorithm of each
+                                       // m bucket, the attention plans). Seconds at open. `clefrt serve`
+                                       // turns it on. The CPU has nothing to warm and skips it
   int threads = 0;                     // CPU engine threads (0: all cores)
   bool batch_invariant = true;         // a request's answer does not depend on its batch (CUDA: GEMM
                                        // algorithms fixed per shape class; CPU: one forward per request)
@@ -218,6 +225,12 @@ struct Encoded {
   Span state_span;
   size_t state_tokens_dropped = 0;  // tokens cut from the end of the state by max_length
 };
+
+// `e` with `extra` random token ids in front and its spans shifted: a request made longer for a
+// benchmark or the warm-up (Engine::prepare_encoded runs it). The ids are from 1,000 to 100,000,
+// below `vocab` when it is given (from vocab / 2 when that is under 2,000). Seeded: two calls with
+// the same seed and extra put the same ids in front. extra <= 0: `e` as it is.
+Encoded random_prefixed(const Encoded& e, int64_t extra, uint64_t seed, int64_t vocab = 0);
 
 // Per question (request order), per option (encoded order), the probability.
 using Probs = std::vector<std::vector<double>>;

@@ -60,7 +60,7 @@ class Clef:
          check_weights=True, batch_invariant=True, max_batch_tokens=16384,
          max_batch_requests=64, batch_wait_ms=0, w4a16_fused=False, native_fp4=True, portable_kernels=False,
          progress=False, prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True,
-         attention="auto", cuda_graphs=2)
+         attention="auto", cuda_graphs=2, warmup=False)
 
     path: a Clef / Clef-flash release folder (config.json, tokenizer.json, sharded safetensors in
         bf16 / f16 / f32, NVFP4 or FP8 compressed-tensors, joint_head.*).
@@ -98,6 +98,11 @@ class Clef:
         many times (at least 2) is captured into a CUDA graph and replayed from then on, its
         kernels back to back (the same answers). Batches with images or that use the prefix
         cache run as always. 0: off.
+    warmup: CUDA: before the constructor returns, forwards of made-up requests (batches of 1,
+        2, 4, ... up to a full forward of 320-token ones; one of 2,048 and one of 8,192 tokens)
+        choose each size's GEMM algorithms and attention plans, which a size's first forward
+        does otherwise (seconds; for a long-lived engine that takes batches of varying sizes).
+        The CPU has nothing to warm and skips it. ``clefrt serve`` warms up by default.
     progress: loading reports its stages on stderr (a line per stage).
     prefix_cache_gib: the prefix cache's budget: a request whose ids start with a cached system
         prompt + state computes only the rest, with the same answer bit for bit (decide()'s
@@ -123,7 +128,7 @@ class Clef:
                  parse_special=False, require_instructions=False, threads=0, check_weights=True, batch_invariant=True,
                  max_batch_tokens=16384, max_batch_requests=64, batch_wait_ms=0, w4a16_fused=False, native_fp4=True,
                  portable_kernels=False, progress=False, prefix_cache_gib=-1, prefix_cache_host_gib=0, step_tokens=0, step_layers=0, vision=True,
-                 attention="auto", cuda_graphs=2):
+                 attention="auto", cuda_graphs=2, warmup=False):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}, not {mode!r}")
         if confidence not in ("reference", "purity", "jev"):
@@ -139,7 +144,7 @@ class Clef:
             "native_fp4": native_fp4, "portable_kernels": portable_kernels, "progress": progress,
             "prefix_cache_gib": prefix_cache_gib, "prefix_cache_host_gib": prefix_cache_host_gib,
             "step_tokens": step_tokens, "step_layers": step_layers,
-            "vision": vision, "attention": str(attention), "cuda_graphs": cuda_graphs,
+            "vision": vision, "attention": str(attention), "cuda_graphs": cuda_graphs, "warmup": warmup,
         })
 
     def encode(self, record):

@@ -27,30 +27,8 @@ namespace {
 
 using json::Value;
 
-// The request with `extra` random tokens in front (spans shifted): seeded, so two requests with
-// the same seed and extra share their first extra + (system prompt and state) tokens.
-Encoded prefixed(const Encoded& e, int64_t extra, uint64_t seed) {
-  if (extra <= 0) return e;
-  Encoded p = e;
-  std::mt19937_64 r(seed);
-  std::uniform_int_distribution<int32_t> d(1000, 100000);
-  p.input_ids.assign(size_t(extra), 0);
-  for (auto& x : p.input_ids) x = d(r);
-  p.input_ids.insert(p.input_ids.end(), e.input_ids.begin(), e.input_ids.end());
-  auto shift = [&](Span& s) {
-    s.begin += int32_t(extra);
-    s.end += int32_t(extra);
-  };
-  shift(p.state_span);
-  for (auto& q : p.questions) {
-    shift(q.question_span);
-    for (auto& s : q.option_spans) shift(s);
-  }
-  return p;
-}
-
 // The blog request padded to n tokens (the long latency points and the 512-token throughput requests).
-Encoded padded(const Encoded& e, int64_t n, uint64_t seed) { return prefixed(e, n - int64_t(e.input_ids.size()), seed); }
+Encoded padded(const Encoded& e, int64_t n, uint64_t seed) { return random_prefixed(e, n - int64_t(e.input_ids.size()), seed); }
 
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -191,7 +169,7 @@ Value reuse_points(Engine& engine, const Encoded& blog, const Encoded& other, in
     const int r_n = n >= 32768 ? std::max(2, reps / 4) : reps;
     for (int r = -1; r < r_n; ++r) {  // r = -1: a warm-up pair, not timed
       const uint64_t seed = 9000 + uint64_t(n) * 100 + uint64_t(r + 1);
-      const Prepared a = engine.prepare_encoded(prefixed(blog, extra, seed)), b = engine.prepare_encoded(prefixed(other, extra, seed));
+      const Prepared a = engine.prepare_encoded(random_prefixed(blog, extra, seed)), b = engine.prepare_encoded(random_prefixed(other, extra, seed));
       std::vector<size_t> ca, cb;
       auto t0 = std::chrono::steady_clock::now();
       engine.probs({&a}, &ca);
@@ -211,7 +189,7 @@ Value reuse_points(Engine& engine, const Encoded& blog, const Encoded& other, in
     Value ops = Value::object();
     {
       const uint64_t seed = 9000 + uint64_t(n) * 100 + 99;
-      const Prepared a = engine.prepare_encoded(prefixed(blog, extra, seed)), b = engine.prepare_encoded(prefixed(other, extra, seed));
+      const Prepared a = engine.prepare_encoded(random_prefixed(blog, extra, seed)), b = engine.prepare_encoded(random_prefixed(other, extra, seed));
       engine.probs({&a});
       engine.set_profile(true);
       engine.clear_profile();
@@ -246,8 +224,8 @@ Value host_tier_point(Engine& engine, const Encoded& blog, const Encoded& other,
   size_t cached = 0;
   for (int r = -1; r < reps; ++r) {  // r = -1: a warm-up round, not timed
     const uint64_t seed = 7000 + uint64_t(r + 1) * 2;
-    const Prepared a = engine.prepare_encoded(prefixed(blog, extra, seed)), b = engine.prepare_encoded(prefixed(blog, extra, seed + 1)),
-                   a2 = engine.prepare_encoded(prefixed(other, extra, seed));
+    const Prepared a = engine.prepare_encoded(random_prefixed(blog, extra, seed)), b = engine.prepare_encoded(random_prefixed(blog, extra, seed + 1)),
+                   a2 = engine.prepare_encoded(random_prefixed(other, extra, seed));
     auto t0 = std::chrono::steady_clock::now();
     engine.probs({&a});
     const double ms_a = ms_since(t0);

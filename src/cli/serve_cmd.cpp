@@ -41,7 +41,7 @@ Runner add_serve(CLI::App& app) {
     size_t max_batch_tokens = 16384, max_queue = 256, max_batch_requests = 64, max_connections = 16384;
     double batch_wait_ms = 0;
     double timeout = 60, header_timeout = 10, body_timeout = 60, keep_alive_timeout = 60, drain = 10;
-    bool quiet = false;
+    bool quiet = false, no_warmup = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* c = app.add_subcommand("serve",
@@ -70,6 +70,11 @@ Runner add_serve(CLI::App& app) {
                 "a few requests and the rest; on an H100 2 ms evened them but gained no throughput). A lone request never\n"
                 "waits. 0: never wait (default 0)")
       ->check(CLI::Range(0.0, 1000.0));
+  c->add_flag("--no-warmup", o->no_warmup,
+             "cuda: take requests as soon as the weights are loaded, without the warm-up: forwards of made-up requests\n"
+             "(batches of 1, 2, 4, ... up to a full forward of 320-token ones; one of 2,048 and one of 8,192 tokens) that\n"
+             "choose each size's GEMM algorithms and attention plans before the first real request of that size has to\n"
+             "(seconds at start; /health says 503 until it is done). The CPU has nothing to warm");
   c->add_option("--max-queue", o->max_queue, "requests waiting for the engine before 429 (default 256)")->check(positive());
   c->add_option("--timeout", o->timeout, "seconds a request may take from its arrival, queue included, before a 503 (default 60)")
       ->check(positive());
@@ -159,6 +164,7 @@ Runner add_serve(CLI::App& app) {
     eo.max_batch_tokens = o->max_batch_tokens;
     eo.max_batch_requests = o->max_batch_requests;
     eo.batch_wait_ms = o->batch_wait_ms;
+    eo.warmup = !o->no_warmup;
     eo.max_queue = o->max_queue;
     if (pipe(g_signal_pipe) != 0) throw Error(Status::Internal, "internal_error", "pipe() failed");
     struct sigaction sa {};

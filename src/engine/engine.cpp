@@ -15,6 +15,7 @@
 #include "engine/engine_core.h"
 #include "engine/prepared.h"
 #include "engine/scheduler.h"
+#include "engine/warmup.h"
 #include "model/batch.h"
 #include "model/synth.h"
 #include "schema/answers.h"
@@ -156,6 +157,7 @@ std::unique_ptr<Engine> Engine::open(EngineOptions opts, const std::function<voi
   impl->opts = opts;
   impl->limits.require_instructions = opts.require_instructions;
   open_core(*impl);
+  if (opts.warmup && opts.load_weights) warm_up(*impl->core, opts, impl->limits);  // before any request can come
   if (opts.load_weights) impl->sched = std::make_unique<Scheduler>(*impl->core, scheduler_options(opts));
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }

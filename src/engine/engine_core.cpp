@@ -867,6 +867,14 @@ std::vector<std::vector<double>> EngineCore::gpu_finish(StepRun& r) const {
 }
 #endif
 
+void EngineCore::warm_forward(const model::Batch& batch) const {
+  if (!opts_.load_weights) throw Error(Status::Unavailable, "unavailable", "this engine was opened without its weights");
+#ifdef CLEFRT_HAVE_CUDA
+  if (gpu_) gpu_->forward->run(batch);
+#endif
+  (void)batch;
+}
+
 int64_t EngineCore::max_batch_options() const {
 #ifdef CLEFRT_HAVE_CUDA
   if (gpu_) return gpu_->forward->options().max_options;

@@ -159,6 +159,10 @@ class EngineCore {
     return probs(model::batch_of(batch), form);
   }
 
+  // The GPU forward of `batch` with its answers dropped and the prefix cache left alone: the
+  // warm-up's (engine/warmup.h). Nothing on the CPU.
+  void warm_forward(const model::Batch& batch) const;
+
   Device device() const { return opts_.device; }
   // What the Linears run in: "f32" (CPU), "bf16", "fp8", "nvfp4" (W4A4), "nvfp4-w4a16", "mixed".
   const char* format() const;
