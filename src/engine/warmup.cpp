@@ -1,6 +1,7 @@
 #include "engine/warmup.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 
 #include "common/error.h"
@@ -72,7 +73,11 @@ size_t warm_up(const EngineCore& core, const EngineOptions& opts, const RequestL
   l.max_batch_requests = int64_t(opts.max_batch_requests);
   l.max_batch_options = core.max_batch_options();
   l.max_single_tokens = std::min(int64_t(opts.max_length), core.steps_above(step));
-  l.request_tokens = std::max(kWarmupRequestTokens, int64_t(base.input_ids.size()));
+  // lab switch CLEFRT_LAB_WARMUP_TOKENS=N: the short requests' length (which m each GEMM bucket's
+  // algorithm is timed at)
+  int64_t tokens = kWarmupRequestTokens;
+  if (const char* v = std::getenv("CLEFRT_LAB_WARMUP_TOKENS"); v && *v) tokens = std::clamp<int64_t>(std::strtoll(v, nullptr, 10), 1, 65536);
+  l.request_tokens = std::max(tokens, int64_t(base.input_ids.size()));
   l.request_options = options;
   const std::vector<WarmupForward> plan = warmup_plan(l);
   Progress progress(opts.progress, "warm-up", double(plan.size()), "forwards");
