@@ -144,12 +144,16 @@ def test_options_are_checked_by_name_and_a_list_names_its_failing_record(model, 
                       ({"threads": 1.5}, "threads must be an int"), ({"max_length": 2**70}, "max_length must be at most"),
                       ({"vision": "yes"}, "vision must be True or False"), ({"prefix_cache_gib": "4"}, "prefix_cache_gib must be a number"),
                       ({"batch_wait_ms": "2"}, "batch_wait_ms must be a number of milliseconds"),
-                      ({"batch_wait_ms": -1}, "batch_wait_ms must be from 0")]:
+                      ({"batch_wait_ms": -1}, "batch_wait_ms must be from 0"), ({"warmup": "yes"}, "warmup must be True or False")]:
         with pytest.raises(ValueError) as e:
             Clef(tiny, device="cpu", **kw)
         assert words in str(e.value), (kw, str(e.value))
     # what bool() / int() took before still goes: 0 / 1 for flags, an int's GiB
     Clef(tiny, device="cpu", threads=2, vision=1, check_weights=0, prefix_cache_gib=1).close()
+    # the CPU has nothing to warm: taken, and the engine answers as without it
+    warm = Clef(tiny, device="cpu", threads=2, warmup=True)
+    assert warm.decide(BLOG, precise=True) == model.decide(BLOG, precise=True)
+    warm.close()
     bad = dict(BLOG, questions={"b": {"type": "choice", "criteria": {}}})
     with pytest.raises(clefrt.RequestError) as e:
         model.decide([BLOG, BLOG, bad])
