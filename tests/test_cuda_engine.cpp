@@ -321,7 +321,7 @@ TEST(CudaEngine, WarmupRunsItsForwardsAndChangesNoAnswer) {
   const size_t forwards = warm_up(*warm, eo, RequestLimits{});
   std::cout << "[ cuda    ] warm-up: " << forwards << " forwards in "
             << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() << " ms\n";
-  EXPECT_GE(forwards, 7u);  // at least 1 .. 32 short requests and a full forward of them
+  EXPECT_GE(forwards, 6u);  // at least 2 .. 32 short requests and a full forward of them
   Fixture f = read_fixture(*warm, "tiny-b");
   std::vector<const Encoded*> fit;  // the fixture's requests a forward of the plan holds, together
   size_t tokens = 0;

@@ -133,12 +133,13 @@ struct EngineOptions {
                                        // images or that use the prefix cache, and NVFP4 staging, run as
                                        // always. 0: off
   bool warmup = false;                 // CUDA: before the engine takes requests, forwards of made-up ones meet the
-                                       // sizes the usual batches have (batches of 1, 2, 4, ... up to a full
+                                       // sizes the usual batches have (batches of 2, 4, 8, ... up to a full
                                        // forward of 320-token requests; one request each of 2,048 and 8,192
                                        // tokens), so that the first real requests of a size do not pay for
                                        // what is chosen at a size's first forward (the GEMM algorithm of each
-                                       // m bucket, the attention plans). Seconds at open. `clefrt serve`
-                                       // turns it on. The CPU has nothing to warm and skips it
+                                       // m bucket, the attention plans; a single short request's smallest
+                                       // bucket is left to the first real one). Seconds at open. `clefrt
+                                       // serve` turns it on. The CPU has nothing to warm and skips it
   int threads = 0;                     // CPU engine threads (0: all cores)
   bool batch_invariant = true;         // a request's answer does not depend on its batch (CUDA: GEMM
                                        // algorithms fixed per shape class; CPU: one forward per request)

@@ -98,8 +98,8 @@ class Clef:
         many times (at least 2) is captured into a CUDA graph and replayed from then on, its
         kernels back to back (the same answers). Batches with images or that use the prefix
         cache run as always. 0: off.
-    warmup: CUDA: before the constructor returns, forwards of made-up requests (batches of 1,
-        2, 4, ... up to a full forward of 320-token ones; one of 2,048 and one of 8,192 tokens)
+    warmup: CUDA: before the constructor returns, forwards of made-up requests (batches of 2,
+        4, 8, ... up to a full forward of 320-token ones; one of 2,048 and one of 8,192 tokens)
         choose each size's GEMM algorithms and attention plans, which a size's first forward
         does otherwise (seconds; for a long-lived engine that takes batches of varying sizes).
         The CPU has nothing to warm and skips it. ``clefrt serve`` warms up by default.

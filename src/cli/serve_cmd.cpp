@@ -72,7 +72,7 @@ Runner add_serve(CLI::App& app) {
       ->check(CLI::Range(0.0, 1000.0));
   c->add_flag("--no-warmup", o->no_warmup,
              "cuda: take requests as soon as the weights are loaded, without the warm-up: forwards of made-up requests\n"
-             "(batches of 1, 2, 4, ... up to a full forward of 320-token ones; one of 2,048 and one of 8,192 tokens) that\n"
+             "(batches of 2, 4, 8, ... up to a full forward of 320-token ones; one of 2,048 and one of 8,192 tokens) that\n"
              "choose each size's GEMM algorithms and attention plans before the first real request of that size has to\n"
              "(seconds at start; /health says 503 until it is done). The CPU has nothing to warm");
   c->add_option("--max-queue", o->max_queue, "requests waiting for the engine before 429 (default 256)")->check(positive());

@@ -42,8 +42,9 @@ std::vector<WarmupForward> warmup_plan(const WarmupLimits& l) {
   // as many short requests as one forward holds
   int64_t most = std::min({l.max_batch_requests, l.max_batch_tokens / l.request_tokens, l.max_batch_options / l.request_options});
   if (l.request_tokens > l.max_single_tokens) most = 0;
-  for (int64_t n = 1; n < most; n *= 2) plan.push_back({n, l.request_tokens});
-  if (most >= 1) plan.push_back({most, l.request_tokens});
+  // from 2 requests: the <= 512 bucket is left to the first real request (warmup.h)
+  for (int64_t n = 2; n < most; n *= 2) plan.push_back({n, l.request_tokens});
+  if (most >= 2) plan.push_back({most, l.request_tokens});
   for (int64_t t : {int64_t(2048), int64_t(8192)})
     if (t <= l.max_single_tokens && t > l.request_tokens) plan.push_back({1, t});
   return plan;

@@ -4,6 +4,10 @@
 // at its first call (cuda/runtime/gemm.h, tune: up to 9 candidates on the whole call), and the
 // cuDNN attention plan of each (sequences, longest keys) bound is built at its first use (~50 ms
 // each). Without it, a server's first batch of 40 to 60 requests paid for both.
+// The smallest m bucket (<= 512 tokens: one short request) is left to the first real request:
+// there the heuristic's candidates change with m (the blog's 318 tokens got a gate|up tile that
+// 320 did not, 162 against 174 us; a bf16 server warmed at 320 answered the blog 1.4 ms slower:
+// bench/results/2026-12-06-h100-session42.md), and its tuning costs tens of milliseconds.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -30,11 +34,11 @@ struct WarmupForward {
   int64_t requests = 0, tokens = 0;
 };
 
-// The warm-up's forwards, in order: batches of 1, 2, 4, ... short requests up to as many as a
-// forward holds (every sequence-count bound of the attention plans at the short requests' keys
-// bound, and the GEMMs' m buckets first met at the sizes such batches have), then one request
-// each of 2,048 and 8,192 tokens where a request that long runs as one forward (the long keys'
-// plans). Every forward within the limits; none repeated.
+// The warm-up's forwards, in order: batches of 2, 4, 8, ... short requests up to as many as a
+// forward holds (the sequence-count bounds of the attention plans from 2 at the short requests'
+// keys bound, and the GEMMs' m buckets above 512 first met at the sizes such batches have), then
+// one request each of 2,048 and 8,192 tokens where a request that long runs as one forward (the
+// long keys' plans). Every forward within the limits; none repeated.
 std::vector<WarmupForward> warmup_plan(const WarmupLimits& l);
 
 // The short requests' length: a classification request of a few hundred tokens (keys bound 512,

@@ -246,12 +246,26 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
       }
   };
   std::vector<cublasLtMatmulAlgo_t> algos = {p.reference};
-  for (const auto& r : heuristics(m, n, k, ldx, ldy, yt, in, op, p.ep)) {
-    if (algos.size() >= 9) break;
-    if (!invariant_algo(r.algo)) continue;
-    bool seen = false;
-    for (const auto& a : algos) seen |= same_algo(a, r.algo);
-    if (!seen) algos.push_back(r.algo);
+  auto add_candidates = [&](int64_t at, size_t most) {
+    for (const auto& r : heuristics(at, n, k, ldx, ldy, yt, in, op, p.ep)) {
+      if (algos.size() >= most) break;
+      if (!invariant_algo(r.algo)) continue;
+      bool seen = false;
+      for (const auto& a : algos) seen |= same_algo(a, r.algo);
+      if (!seen) algos.push_back(r.algo);
+    }
+  };
+  add_candidates(m, 9);
+  // Lab switch CLEFRT_LAB_GEMM_TUNE_SPAN=1: also the heuristic's candidates at other m of the
+  // bucket (its ends, its middle, m +- 2), up to 16 in all, all timed at this m. The heuristic's
+  // list changes with m: at m 318 it offered a gate|up tile that at m 320 it did not, 162 against
+  // 174 us on an H100 (bench/results/2026-12-06-h100-session42.md, call 3).
+  static const bool span = env_flag("CLEFRT_LAB_GEMM_TUNE_SPAN");
+  const size_t own = algos.size();
+  if (span) {
+    const int64_t lo = p.bucket == 512 ? 1 : p.bucket == 16384 ? 8193 : p.bucket / 4 + 1, hi = p.bucket;  // fp8_bucket's
+    for (int64_t at : {m - 2, m + 2, lo, (lo + hi) / 2, hi})
+      if (at >= 1 && at != m) add_candidates(at, 16);
   }
   DeviceBuffer ref, cand, timed;
   if (acc && size_t(m) * size_t(ldy) * es > kMaxTimingScratch) {
@@ -308,7 +322,15 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
     rows_of(p.reference, ref, want);
     float best_ms = time_ms(p.reference);
     for (size_t i = 1; i < algos.size(); ++i) {
-      rows_of(algos[i], cand, got);
+      if (i >= own) {  // another m's candidate (the span switch): one that cannot run this m is skipped
+        try {
+          rows_of(algos[i], cand, got);
+        } catch (const Error&) {
+          continue;
+        }
+      } else {
+        rows_of(algos[i], cand, got);
+      }
       if (got != want) {
         ++fp8_refused_;
         std::fprintf(stderr, "gemm: %s: an %s candidate for m bucket %lld rounds differently from the reference one; not used\n", op,
