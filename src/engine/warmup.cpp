@@ -5,7 +5,6 @@
 #include <random>
 
 #include "common/error.h"
-#include "common/json.h"
 #include "common/progress.h"
 #include "engine/engine_core.h"
 #include "model/batch.h"
@@ -88,7 +87,14 @@ size_t warm_up(const EngineCore& core, const EngineOptions& opts, const RequestL
     for (int64_t i = 0; i < f.requests; ++i) reqs.push_back(random_prefixed(base, f.tokens - int64_t(base.input_ids.size()), seed++, core.config().text.vocab));
     std::vector<const Encoded*> ptrs;
     for (const Encoded& e : reqs) ptrs.push_back(&e);
-    core.warm_forward(model::batch_of(ptrs));
+    try {
+      core.warm_forward(model::batch_of(ptrs));
+    } catch (const Error& e) {  // (a real batch of this size would fail the same way)
+      throw Error(e.status(), e.type(),
+                  "the warm-up's forward of " + std::to_string(f.requests) + " x " + std::to_string(f.tokens) + " tokens failed: " + e.message() +
+                      " (`clefrt serve --no-warmup` starts without it)",
+                  e.where());
+    }
     progress.add(1);
   }
   progress.finish();
