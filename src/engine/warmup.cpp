@@ -64,7 +64,12 @@ constexpr const char* kWarmupBody = R"({"state": "Our checkout is down and order
 
 size_t warm_up(const EngineCore& core, const EngineOptions& opts, const RequestLimits& limits) {
   if (core.device() != Device::Cuda) return 0;
-  const Encoded base = core.encoder().encode(parse_request(std::string_view(kWarmupBody), limits));
+  Encoded base;
+  try {
+    base = core.encoder().encode(parse_request(std::string_view(kWarmupBody), limits));
+  } catch (const Error&) {  // a max_length too short for its questions: requests that small have nothing to warm
+    return 0;
+  }
   int64_t options = 0;
   for (const auto& q : base.questions) options += int64_t(q.option_spans.size());
   const int64_t step = opts.step_tokens > 0 ? int64_t(opts.step_tokens) : core.default_step_tokens();
