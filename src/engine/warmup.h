@@ -3,11 +3,11 @@
 // paid by the first real requests of that size: the GEMM algorithm of each m bucket is timed
 // at its first call (cuda/runtime/gemm.h, tune: up to 9 candidates on the whole call), and the
 // cuDNN attention plan of each (sequences, longest keys) bound is built at its first use (~50 ms
-// each). Without it, a server's first batch of 40 to 60 requests paid for both.
+// each, not logged). Without it, a busy server's first large batches paid for both.
 // The smallest m bucket (<= 512 tokens: one short request) is left to the first real request:
-// there the heuristic's candidates change with m (the blog's 318 tokens got a gate|up tile that
-// 320 did not, 162 against 174 us; a bf16 server warmed at 320 answered the blog 1.4 ms slower:
-// bench/results/2026-12-06-h100-session42.md), and its tuning costs tens of milliseconds.
+// the candidates cuBLASLt's heuristic offers change with m, and a warm-up at 320 tokens left the
+// blog request (318) a slower tile than its own first call chose (measured:
+// bench/results/2026-12-06-h100-session42.md, call 3); its tuning costs little there.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -258,8 +258,8 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
   add_candidates(m, 9);
   // Lab switch CLEFRT_LAB_GEMM_TUNE_SPAN=1: also the heuristic's candidates at other m of the
   // bucket (its ends, its middle, m +- 2), up to 16 in all, all timed at this m. The heuristic's
-  // list changes with m: at m 318 it offered a gate|up tile that at m 320 it did not, 162 against
-  // 174 us on an H100 (bench/results/2026-12-06-h100-session42.md, call 3).
+  // list changes with m: m 318 got a faster gate|up tile than m 320 was offered
+  // (bench/results/2026-12-06-h100-session42.md, call 3).
   static const bool span = env_flag("CLEFRT_LAB_GEMM_TUNE_SPAN");
   const size_t own = algos.size();
   if (span) {
