@@ -137,8 +137,11 @@ class EngineCore {
   int64_t default_step_layers() const { return 4; }
   // Which requests run in steps of `step` tokens: on the CPU any longer one (it runs one request
   // at a time anyway); on the GPU those over 4 steps (a step there costs a forward's fixed part
-  // again: bench/results/2026-12-03-h200-prefix-reuse.md).
-  int64_t steps_above(int64_t step) const { return gpu_ ? 4 * step : step; }
+  // again: bench/results/2026-12-03-h200-prefix-reuse.md). step 0: default_step_tokens().
+  int64_t steps_above(int64_t step) const {
+    if (step <= 0) step = default_step_tokens();
+    return gpu_ ? 4 * step : step;
+  }
   // Option spans one forward may hold: the GPU's plan (cuda::ForwardOptions::max_options, at
   // least one request's worth); the CPU has no such bound.
   int64_t max_batch_options() const;

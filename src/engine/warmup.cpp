@@ -1,7 +1,6 @@
 #include "engine/warmup.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <random>
 
 #include "common/error.h"
@@ -72,17 +71,12 @@ size_t warm_up(const EngineCore& core, const EngineOptions& opts, const RequestL
   }
   int64_t options = 0;
   for (const auto& q : base.questions) options += int64_t(q.option_spans.size());
-  const int64_t step = opts.step_tokens > 0 ? int64_t(opts.step_tokens) : core.default_step_tokens();
   WarmupLimits l;
   l.max_batch_tokens = int64_t(opts.max_batch_tokens);
   l.max_batch_requests = int64_t(opts.max_batch_requests);
   l.max_batch_options = core.max_batch_options();
-  l.max_single_tokens = std::min(int64_t(opts.max_length), core.steps_above(step));
-  // lab switch CLEFRT_LAB_WARMUP_TOKENS=N: the short requests' length (which m each GEMM bucket's
-  // algorithm is timed at)
-  int64_t tokens = kWarmupRequestTokens;
-  if (const char* v = std::getenv("CLEFRT_LAB_WARMUP_TOKENS"); v && *v) tokens = std::clamp<int64_t>(std::strtoll(v, nullptr, 10), 1, 65536);
-  l.request_tokens = std::max(tokens, int64_t(base.input_ids.size()));
+  l.max_single_tokens = std::min(int64_t(opts.max_length), core.steps_above(int64_t(opts.step_tokens)));  // as the scheduler steps
+  l.request_tokens = std::max(kWarmupRequestTokens, int64_t(base.input_ids.size()));
   l.request_options = options;
   const std::vector<WarmupForward> plan = warmup_plan(l);
   Progress progress(opts.progress, "warm-up", double(plan.size()), "forwards");

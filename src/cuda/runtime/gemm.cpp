@@ -21,7 +21,19 @@ struct Layouts {
 
 // m's FP8 bucket, named by its largest m (the last one: everything above 8,192). A bucket's
 // algorithm is timed at its first call (gemm.h, tune).
-int64_t fp8_bucket(int64_t m) { return m <= 512 ? 512 : m <= 2048 ? 2048 : m <= 8192 ? 8192 : 16384; }
+constexpr int64_t kBucketTops[] = {512, 2048, 8192, 16384};
+int64_t fp8_bucket(int64_t m) {
+  for (int64_t top : kBucketTops)
+    if (m <= top) return top;
+  return kBucketTops[3];
+}
+// The smallest m of a bucket (fp8_bucket's name for it): one past the bucket below.
+int64_t fp8_bucket_low(int64_t bucket) {
+  int64_t below = 0;
+  for (int64_t top : kBucketTops)
+    if (top < bucket) below = top;
+  return below + 1;
+}
 bool same_algo(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 // No split-K and no reduction scheme: one CTA sums the whole k of its outputs, in order.
@@ -263,7 +275,7 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
   static const bool span = env_flag("CLEFRT_LAB_GEMM_TUNE_SPAN");
   const size_t own = algos.size();
   if (span) {
-    const int64_t lo = p.bucket == 512 ? 1 : p.bucket == 16384 ? 8193 : p.bucket / 4 + 1, hi = p.bucket;  // fp8_bucket's
+    const int64_t lo = fp8_bucket_low(p.bucket), hi = p.bucket;
     for (int64_t at : {m - 2, m + 2, lo, (lo + hi) / 2, hi})
       if (at >= 1 && at != m) add_candidates(at, 16);
   }
@@ -322,14 +334,11 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
     rows_of(p.reference, ref, want);
     float best_ms = time_ms(p.reference);
     for (size_t i = 1; i < algos.size(); ++i) {
-      if (i >= own) {  // another m's candidate (the span switch): one that cannot run this m is skipped
-        try {
-          rows_of(algos[i], cand, got);
-        } catch (const Error&) {
-          continue;
-        }
-      } else {
+      try {
         rows_of(algos[i], cand, got);
+      } catch (const Error&) {
+        if (i < own) throw;
+        continue;  // another m's candidate (the span switch) that cannot run this m
       }
       if (got != want) {
         ++fp8_refused_;
