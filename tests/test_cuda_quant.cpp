@@ -462,12 +462,8 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     // 2 of 4 items capped for 4; neither takes ffn 24,512, which must be refused by name
     forms.push_back({0, 4, 2});
     if (cuda::device_info().major >= 9) forms.push_back({2, 4, 4});
-    // the grid form (a lab form) of 8, 6 and 4 items a lane: a row's segments over warps of one
-    // cooperative grid, the amax through the codes' buffer (overwritten after the grid's barriers)
-    forms.insert(forms.end(), {{0, 1, 0, 8}, {0, 1, 0, 6}, {0, 1, 0, 4}});
     for (const cuda::SwigluFp8Form& f : forms) {
-      const std::string form = at + (f.grid ? ", the grid form of " + std::to_string(f.grid) + " items a lane"
-                                            : ", cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread") +
+      const std::string form = at + ", cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread" +
                                (f.min_blocks ? ", capped for " + std::to_string(f.min_blocks) + " CTAs an SM" : "");
       if (f.min_blocks != 0) EXPECT_EQ(cuda::swiglu_fp8_form_fits(f, ffn), ffn <= 18432) << form;
       if (!cuda::swiglu_fp8_form_fits(f, ffn)) {
@@ -488,18 +484,7 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     cuda::swiglu_fp8_quant(dgu.as<bf16>(), L, ffn, rs_io.as<float>(), dcs.as<float>(), hi, split, q3.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
     EXPECT_EQ(down<uint8_t>(q3, size_t(L * kp)), want) << "codes, scales in place" << at;
     EXPECT_EQ(down<float>(rs_io, size_t(L)), sw) << "scales in place" << at;
-    // the grid form in place too: each row's rs read before its barriers, its scale written after
-    DeviceBuffer q4(size_t(L * kp)), rs_io4 = cuda::upload(in.rs_host, "rs in place");
-    cuda::swiglu_fp8_quant_as({0, 1, 0, 8}, dgu.as<bf16>(), L, ffn, rs_io4.as<float>(), dcs.as<float>(), hi, split, q4.as<uint8_t>(), kp,
-                              rs_io4.as<float>(), nullptr);
-    EXPECT_EQ(down<uint8_t>(q4, size_t(L * kp)), want) << "codes, the grid form, scales in place" << at;
-    EXPECT_EQ(down<float>(rs_io4, size_t(L)), sw) << "scales in place, the grid form" << at;
   }
-  // the grid form holds only the rows whose segments are resident at once: more are refused by name
-  EXPECT_FALSE(cuda::swiglu_fp8_grid_fits(8, int64_t(1) << 20, 17408, 17408));
-  EXPECT_TRUE(cuda::swiglu_fp8_grid_fits(8, 9, 17408, 17408));
-  EXPECT_FALSE(cuda::swiglu_fp8_grid_fits(8, 9, 17408, 8)) << "a row of codes too short for its partials";
-  EXPECT_FALSE(cuda::swiglu_fp8_grid_fits(5, 9, 17408, 17408)) << "no grid form of 5 items a lane";
   // the product's choice by rows: the cluster form below 2,048 rows, the register form from there
   // (CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS unset); the same bits either way
   if (cuda::device_info().major >= 9 && !std::getenv("CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS") && !std::getenv("CLEFRT_LAB_SWIGLU_MIN_BLOCKS") &&
@@ -630,6 +615,11 @@ TEST(CudaQuant, Fp8GatedNormQuantEqualsGatedNormThenQuantize) {
   EXPECT_FALSE(cuda::gated_norm_fp8_fits(0, 128, 0, 2)) << "no heads: no CTA to launch";
   EXPECT_TRUE(cuda::gated_norm_fp8_fits(72, 128, 9216, 4)) << "the one-CTA form at 72 heads";
   EXPECT_FALSE(cuda::gated_norm_fp8_fits(48, 128, 6146, 4)) << "kp not a multiple of 4";
+  // the default heads a warp (CLEFRT_LAB_GATED_NORM_FP8_HPW unset): 4, else 2 or 1 where Hv does not
+  // split into fours, so every Hv the one-CTA form can hold takes the fused kernel
+  if (!std::getenv("CLEFRT_LAB_GATED_NORM_FP8_HPW"))
+    for (const int64_t Hv : {1, 2, 3, 5, 6, 10, 48, 64})
+      EXPECT_TRUE(cuda::gated_norm_fp8_fits(Hv, 128, Hv * 128)) << "the default form at Hv " << Hv;
 }
 
 // The output gate that quantizes its rows for the FP8 o_proj (attention_output_gate_fp8) against

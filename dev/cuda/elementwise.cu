@@ -1,6 +1,5 @@
 // The backbone's memory-bound steps at the 27B shapes, each fused form beside the kernels it
-// replaces (issue 20: the elementwise work): at 318 rows (the blog request) and 8,192 (the FP8
-// SwiGLU also at 512, 636, 1,024 and 2,048).
+// replaces (issue 20: the elementwise work): at 318 rows (the blog request) and 8,192.
 //   gdn conv+prep  conv_silu_rows + gdn_prep (q / k norms, gates): three kernels, mixed written
 //                  then read and written again; gdn_conv_prep: one kernel at Clef's shape; and
 //                  under FP8 the in_proj's scale pass + gdn_conv_prep against gdn_conv_prep
@@ -18,8 +17,7 @@
 //                  (uncapped and capped for two CTAs an SM), and a row over a cluster of CTAs,
 //                  per cluster size and items a thread (compute capability 9.0 on; the one
 //                  CLEFRT_LAB_SWIGLU_CLUSTER / _IPT select marked); the product's form capped
-//                  for 4 CTAs an SM, and without its scales (their cost); the grid form (a row's segments over
-//                  warps of one resident cooperative grid) at 4 shapes; bf16's swiglu for scale
+//                  for 4 CTAs an SM, and without its scales (their cost); bf16's swiglu for scale
 //   output gate    attention_output_gate after cuDNN's attention (24 heads of 256, the gate from
 //                  the qkv rows): 8 values a thread, and the pair-a-thread kernel it falls back to,
 //                  reached here with the gate one element off 16-byte alignment; for the FP8
@@ -34,7 +32,6 @@
 #include <cstdio>
 #include <random>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -187,7 +184,7 @@ void gated(int64_t L, cudaStream_t st, double copy, json::Value& out) {
       gated_norm_fp8(o.as<float>(), L, kHv, kDv, w.as<float>(), 1e-6f, z.as<float>() + kConv, kInProj, zs, q2.as<uint8_t>(), vd8, s2.as<float>(), st, hpw);
     });
     const bool same = down_all<uint8_t>(q2) == ref_q && down_all<float>(s2) == ref_s;
-    const std::string name = hpw == 0 ? "gated_norm_fp8, a row over a cluster" : "gated_norm_fp8, one CTA, " + std::to_string(hpw) + " heads a warp" + (hpw == 2 ? " (the product)" : "");
+    const std::string name = hpw == 0 ? "gated_norm_fp8, a row over a cluster" : "gated_norm_fp8, one CTA, " + std::to_string(hpw) + " heads a warp" + (hpw == 4 ? " (the product at Clef's heads)" : "");
     print({"gated norm fp8", name.c_str(), L, t4, bytes8, same ? "same bits" : "BITS DIFFER"}, copy, out);
   }
 }
@@ -245,22 +242,6 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
     print({"swiglu fp8", "2 x 4, capped for 4 CTAs an SM", L, tl, bytes_fp8, samel ? "same bits" : "BITS DIFFER"}, copy, out);
     const double tu = bench::median_ms(st, [&] { launch_swiglu_fp8_quant_cluster<4>(dgu.as<bf16>(), L, kFfn, GuScales{}, q2.as<uint8_t>(), kFfn, s2.as<float>(), 2, st); });
     print({"swiglu fp8", "2 x 4 unscaled (what the scales cost)", L, tu, bytes_fp8, "not the product's bits"}, copy, out);
-    // the grid form: a row's segments over warps of one resident cooperative grid (IPT items a
-    // lane, registers capped for MinBlocks CTAs of 256 an SM), rows in passes of what is resident
-    auto grid_line = [&](auto ipt, auto min_blocks) {
-      constexpr int I = decltype(ipt)::value, M = decltype(min_blocks)::value;
-      const std::string name = "grid, " + std::to_string(I) + " items a lane, " + std::to_string(M) + " CTAs an SM";
-      if (swiglu_grid_shape<I, M>(L, kFfn).ctas == 0) {
-        std::printf("swiglu fp8       %-46s %5lld rows   not resident at once: skipped\n", name.c_str(), (long long)L);
-        return;
-      }
-      const auto [tg, sameg] = regs([&] { launch_swiglu_fp8_quant_grid<I, M>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), st); });
-      print({"swiglu fp8", name, L, tg, bytes_fp8, sameg ? "same bits" : "BITS DIFFER"}, copy, out);
-    };
-    grid_line(std::integral_constant<int, 8>{}, std::integral_constant<int, 3>{});
-    grid_line(std::integral_constant<int, 8>{}, std::integral_constant<int, 4>{});
-    grid_line(std::integral_constant<int, 6>{}, std::integral_constant<int, 4>{});
-    grid_line(std::integral_constant<int, 4>{}, std::integral_constant<int, 6>{});
   }
 }
 
@@ -324,9 +305,6 @@ int main(int argc, char** argv) {
     swiglu8(L, st, hw.copy_gbps, lines);
     output_gate(L, st, hw.copy_gbps, lines);
   }
-  // the FP8 SwiGLU's forms also at the sizes between (a 512-token request, two blog requests in a batch)
-  if (opt.only_m == 0)
-    for (int64_t L : {int64_t(512), int64_t(636), int64_t(1024), int64_t(2048)}) swiglu8(L, st, hw.copy_gbps, lines);
   if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_elementwise", std::move(lines));
   cudaStreamDestroy(st);
   return 0;

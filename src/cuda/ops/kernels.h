@@ -75,18 +75,12 @@ void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, c
 // (0-8) and CLEFRT_LAB_SWIGLU_IPT pick another for A/B runs; CLEFRT_LAB_SWIGLU_MIN_BLOCKS the
 // register-capped forms: 2 with cluster 0 (a row in one CTA's registers, 4 items a thread,
 // registers capped for 2 CTAs an SM), 4 with a cluster of 2 of 4 items (capped for 4 CTAs).
-// CLEFRT_LAB_SWIGLU_GRID=8|6|4 runs the grid form (that many items a lane) for every L it holds.
 // swiglu_fp8_quant_as runs a given form (the GPU tests: all give the same bits), and refuses one
-// that does not fit ffn (swiglu_fp8_form_fits) or, the grid form, L rows, with an error naming both.
+// that does not fit ffn (swiglu_fp8_form_fits) with an error naming both.
 struct SwigluFp8Form {
   int cluster = 0, ipt = 1;
   int min_blocks = 0;  // 0: uncapped; 2 (cluster 0, ipt 4) or 4 (cluster 2, ipt 4): the capped forms
-  // the grid form's 16-byte items a lane (8, 6 or 4; 0: another form; a lab form,
-  // CLEFRT_LAB_SWIGLU_GRID): a row's segments over the warps of one resident cooperative grid, for
-  // as many rows as their segments can be resident at once (swiglu_fp8_grid_fits)
-  int grid = 0;
 };
-bool swiglu_fp8_grid_fits(int grid, int64_t L, int64_t ffn, int64_t kp);
 bool swiglu_fp8_form_fits(const SwigluFp8Form& f, int64_t ffn);
 SwigluFp8Form swiglu_fp8_form(int64_t L);
 void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi,
@@ -250,7 +244,7 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
 // Hv, Hv / hpw warps up to 32), or hpw 0, a token's heads over a thread block cluster (Hv a
 // multiple of 8 up to 64; compute capability 9.0 on, with the kernel's code in the binary; measured
 // slower than the two kernels on an H100 in session 33). hpw -1: CLEFRT_LAB_GATED_NORM_FP8_HPW, else
-// 2 (the lab's fastest at 8,192 rows). `scale` may be zs.rs only when both index the same rows.
+// 4 where Hv splits into fours (the lab's fastest at 318 and 8,192 rows), else 2 or 1. `scale` may be zs.rs only when both index the same rows.
 // The forward's under ForwardOptions::fp8_gated_norm_quantizes.
 bool gated_norm_fp8_fits(int64_t Hv, int64_t Dv, int64_t kp, int hpw = -1);
 bool gated_norm_fp8_aligned(const float* o, const float* w, const float* z, int64_t ldz, const RowColScales& zs, const uint8_t* q);

@@ -447,16 +447,6 @@ static int swiglu_cluster_max_threads(int ipt) {
 
 void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi, int64_t split,
                       uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
-  // the grid form (a lab switch) where L rows' segments are resident at once, else the form by rows
-  static const int grid = [] {
-    const int g = int(env_count("CLEFRT_LAB_SWIGLU_GRID", 0, 0, 8));
-    if (g != 0 && g != 4 && g != 6 && g != 8) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_GRID is " + std::to_string(g) + ": 0, 4, 6 or 8 items a lane");
-    return g;
-  }();
-  if (grid != 0 && swiglu_fp8_quant_fits(ffn, kp) && swiglu_fp8_grid_fits(grid, L, ffn, kp)) {
-    swiglu_fp8_quant_as(SwigluFp8Form{0, 1, 0, grid}, gu, L, ffn, rs, cs_lo, cs_hi, split, q, kp, scale, s);
-    return;
-  }
   SwigluFp8Form f = swiglu_fp8_form(L);
   if (!swiglu_fp8_form_fits(f, ffn)) f = swiglu_fp8_form(0);  // the row does not fit the register form: the cluster one
   if (!swiglu_fp8_form_fits(f, ffn)) f = SwigluFp8Form{};     // nor that: the shared-row kernel
@@ -468,7 +458,6 @@ void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, c
 // forward asks at every MLP).
 static std::string swiglu_form_misfit(const SwigluFp8Form& f, int64_t ffn) {
   auto form = [&] { return "cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread"; };
-  if (f.grid != 0) return f.grid == 4 || f.grid == 6 || f.grid == 8 ? "" : "no grid form of " + std::to_string(f.grid) + " items a lane (4, 6 or 8)";
   if (f.min_blocks != 0) {
     const bool fits = f.min_blocks == 2   ? f.cluster == 0 && f.ipt == 4 && (ffn / 8 + 3) / 4 <= kSwigluQuantMaxThreads
                       : f.min_blocks == 4 ? f.cluster == 2 && f.ipt == 4 && swiglu_cluster_max_threads(4) > 0 &&
@@ -489,16 +478,6 @@ static std::string swiglu_form_misfit(const SwigluFp8Form& f, int64_t ffn) {
 
 bool swiglu_fp8_form_fits(const SwigluFp8Form& f, int64_t ffn) { return swiglu_form_misfit(f, ffn).empty(); }
 
-// The grid form's registers: 8 items a lane capped for 3 CTAs of 256 an SM, 6 for 4, 4 for 6 (the
-// lab's lines); its partials take a row's first 4 bytes a segment of the codes.
-bool swiglu_fp8_grid_fits(int grid, int64_t L, int64_t ffn, int64_t kp) {
-  const SwigluGridShape g = grid == 8   ? swiglu_grid_shape<8, 3>(L, ffn)
-                            : grid == 6 ? swiglu_grid_shape<6, 4>(L, ffn)
-                            : grid == 4 ? swiglu_grid_shape<4, 6>(L, ffn)
-                                        : SwigluGridShape{};
-  return g.ctas > 0 && kp >= int64_t(g.segs) * 4;
-}
-
 void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int64_t ffn, const float* rs, const float* cs_lo, const float* cs_hi,
                          int64_t split, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
   if (!swiglu_fp8_quant_fits(ffn, kp))
@@ -506,16 +485,6 @@ void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int6
   if (const std::string why = swiglu_form_misfit(f, ffn); !why.empty()) throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: " + why);
   if (L == 0) return;
   const GuScales sc{rs, cs_lo, cs_hi, split};
-  if (f.grid != 0) {
-    if (!swiglu_fp8_grid_fits(f.grid, L, ffn, kp))
-      throw Error(Status::Internal, "internal_error",
-                  "swiglu_fp8_quant: the grid form of " + std::to_string(f.grid) + " items a lane does not hold " + std::to_string(L) + " rows of " +
-                      std::to_string(ffn) + " resident at once here");
-    if (f.grid == 8) launch_swiglu_fp8_quant_grid<8, 3>(gu, L, ffn, sc, q, kp, scale, s);
-    else if (f.grid == 6) launch_swiglu_fp8_quant_grid<6, 4>(gu, L, ffn, sc, q, kp, scale, s);
-    else launch_swiglu_fp8_quant_grid<4, 6>(gu, L, ffn, sc, q, kp, scale, s);
-    return;
-  }
   if (f.min_blocks == 2) {
     launch_swiglu_fp8_quant_regs<2>(gu, L, ffn, sc, q, kp, scale, s);
   } else if (f.min_blocks == 4) {

@@ -1006,10 +1006,14 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
 }
 
 // The one-CTA form's heads a warp: `hpw` where given (0: the cluster form), else
-// CLEFRT_LAB_GATED_NORM_FP8_HPW, else the default; -1 where Hv does not split into that many.
+// CLEFRT_LAB_GATED_NORM_FP8_HPW, else the default (4, or 2 or 1 where Hv does not split into
+// fours); -1 where Hv does not split into that many. Why 4: at Clef 27B's 48 heads, 2 a warp is a
+// 768-thread CTA, and at its 46 registers only one fits an SM (24 warps), where 4 a warp's
+// 384-thread CTAs fit three (36 warps): 4 took 0.011 / 0.172 ms at 318 / 8,192 rows against
+// 0.013 / 0.245 in the lab (bench/results/2026-12-06-h100-session43.md).
 static int gated_norm_fp8_form(int64_t Hv, int hpw) {
-  static const int64_t from_env = env_count("CLEFRT_LAB_GATED_NORM_FP8_HPW", 2, 0, 8);
-  const int h = hpw >= 0 ? hpw : int(from_env);
+  static const int64_t from_env = env_count("CLEFRT_LAB_GATED_NORM_FP8_HPW", -1, 0, 8);
+  const int h = hpw >= 0 ? hpw : from_env >= 0 ? int(from_env) : Hv % 4 == 0 ? 4 : Hv % 2 == 0 ? 2 : 1;
   if (h == 0) return 0;
   return (h == 1 || h == 2 || h == 3 || h == 4 || h == 6 || h == 8) && Hv >= h && Hv % h == 0 && Hv / h <= 32 ? h : -1;
 }

@@ -12,7 +12,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "cuda/ops/cluster_launch.cuh"
@@ -279,110 +278,6 @@ void launch_swiglu_fp8_quant_cluster_lab(const bf16* gu, int64_t L, int64_t ffn,
   if (swiglu_cluster_threads(ffn, 2, 4) > kSwigluClusterLabThreads)
     throw Error(Status::Internal, "internal_error", "swiglu lab: ffn " + std::to_string(ffn) + " over 288 threads");
   launch_swiglu_cluster_form(swiglu_fp8_quant_cluster_lab_k<MinBlocks>, 4, gu, L, ffn, sc, q, kp, scale, 2, s);
-}
-
-// The grid form (a lab form; CLEFRT_LAB_SWIGLU_GRID_ROWS): a row's items over warps of the whole
-// GPU, one cooperative grid resident at once, so a short batch's loads, math and codes overlap
-// across every SM where the cluster forms run each CTA's loads, exchange and codes in turn. A warp
-// takes one segment of a row (IPT 16-byte items a lane, `segs` segments a row) and keeps its values
-// in registers; its amax goes to the row's first bytes of q (the codes' own buffer, written only
-// after the second grid barrier), the grid synchronises, every warp of the row takes the max of
-// the row's segs partials, the grid synchronises again (nobody overwrites a partial still read),
-// and the codes are written. One pass: every row's segments resident together (the launcher
-// refuses more rows; a loop over passes made ptxas keep the values on the stack). The same values,
-// amax, scale and codes as swiglu_fp8_quant_k (max is exact in any order). `scale` may be sc.rs
-// itself: rs[t] is read before the first barrier and scale[t] written after the second.
-template <int IPT, int MinBlocks>
-__global__ void __launch_bounds__(256, MinBlocks)
-    swiglu_fp8_quant_grid_k(const bf16* gu, int64_t L, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale, int segs) {
-  namespace cg = cooperative_groups;
-  pdl_wait();
-  const cg::grid_group grid = cg::this_grid();
-  const int lane = threadIdx.x & 31, f8 = int(ffn / 8);
-  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5, t = w / segs;
-  const int seg = int(w % segs), i0 = seg * 32 * IPT + lane;
-  const bool active = t < L;
-  uint4 gv[IPT], uv[IPT];
-  float m = 0;
-  if (active) {
-    const uint4* g = reinterpret_cast<const uint4*>(gu + t * 2 * ffn);
-    const uint4* u = g + f8;
-#pragma unroll
-    for (int k = 0; k < IPT; ++k)
-      if (i0 + 32 * k < f8) gv[k] = g[i0 + 32 * k], uv[k] = u[i0 + 32 * k];
-    const float r = sc.rs ? sc.rs[t] : 1.0f;
-#pragma unroll
-    for (int k = 0; k < IPT; ++k)
-      if (i0 + 32 * k < f8) {
-        gv[k] = swiglu8_scaled(gv[k], uv[k], r, sc, 8 * (i0 + 32 * k), int(ffn), vec);
-        m = absmax8_bf16(gv[k], m);
-      }
-  }
-  m = warp_max(m);
-  float* part = reinterpret_cast<float*>(q + (active ? t : 0) * kp8 * 8);
-  if (active && lane == 0) part[seg] = m;
-  grid.sync();
-  if (active) {
-    float pm = 0;
-    for (int j = lane; j < segs; j += 32) pm = fmaxf(pm, part[j]);
-    m = warp_max(pm);
-  }
-  grid.sync();
-  if (!active) return;
-  const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
-  if (seg == 0 && lane == 0) scale[t] = s;
-  uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
-#pragma unroll
-  for (int k = 0; k < IPT; ++k)
-    if (i0 + 32 * k < f8) out[i0 + 32 * k] = e4m3_encode8_bf16(gv[k], s, inv);
-  for (int64_t i = f8 + int64_t(seg) * 32 + lane; i < kp8; i += int64_t(segs) * 32) out[i] = make_uint2(0u, 0u);  // the GEMM's K padding
-}
-// Segments a row in the grid form of IPT items a lane, and the grid it launches: a warp a segment,
-// CTAs of 256 threads. 0 CTAs: L rows' segments are more than can be resident at once.
-struct SwigluGridShape {
-  int segs = 0;
-  unsigned ctas = 0;
-};
-template <int IPT, int MinBlocks>
-SwigluGridShape swiglu_grid_shape(int64_t L, int64_t ffn) {
-  SwigluGridShape g;
-  g.segs = int((ffn / 8 + 32 * IPT - 1) / (32 * IPT));
-  // CTAs resident at once, per device (asked once: the forward asks at every MLP)
-  static int resident_on[64];
-  int dev = 0;
-  check(cudaGetDevice(&dev), "swiglu grid: device");
-  if (dev < 0 || dev >= 64) throw Error(Status::Internal, "internal_error", "swiglu grid: device " + std::to_string(dev));
-  if (resident_on[dev] == 0) {
-    int sms = 0, per_sm = 0, coop = 0;
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "swiglu grid: SM count");
-    check(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev), "swiglu grid: cooperative launch");
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, swiglu_fp8_quant_grid_k<IPT, MinBlocks>, 256, 0), "swiglu grid: occupancy");
-    resident_on[dev] = coop ? std::max(per_sm * sms, 0) + 1 : 1;  // stored + 1: 0 means not asked yet
-  }
-  const int64_t resident = resident_on[dev] - 1, need = (L * g.segs + 7) / 8;
-  g.ctas = need <= resident ? unsigned(std::max<int64_t>(need, 1)) : 0u;  // 0: L rows' segments not resident at once
-  return g;
-}
-template <int IPT, int MinBlocks>
-void launch_swiglu_fp8_quant_grid(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, cudaStream_t s) {
-  const SwigluGridShape g = swiglu_grid_shape<IPT, MinBlocks>(L, ffn);
-  if (g.ctas == 0)
-    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: " + std::to_string(L) + " rows are more than the grid form holds resident here");
-  if (kp < int64_t(g.segs) * 4)
-    throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: a row of codes too short for the grid form's partials");
-  // a plain cooperative launch (never programmatic: its grid must be resident as a whole)
-  cudaLaunchAttribute coop[1];
-  coop[0].id = cudaLaunchAttributeCooperative;
-  coop[0].val.cooperative = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(g.ctas);
-  cfg.blockDim = dim3(256);
-  cfg.stream = s;
-  cfg.attrs = coop;
-  cfg.numAttrs = 1;
-  check(cudaLaunchKernelEx(&cfg, swiglu_fp8_quant_grid_k<IPT, MinBlocks>, gu, L, ffn, sc, gu_scales_vec(sc, ffn), q, kp / 8, scale, g.segs),
-        "swiglu_fp8_quant (grid)");
-  check_launch("swiglu_fp8_quant (grid)");
 }
 
 }  // namespace

@@ -21,19 +21,7 @@ struct Layouts {
 
 // m's FP8 bucket, named by its largest m (the last one: everything above 8,192). A bucket's
 // algorithm is timed at its first call (gemm.h, tune).
-constexpr int64_t kBucketTops[] = {512, 2048, 8192, 16384};
-int64_t fp8_bucket(int64_t m) {
-  for (int64_t top : kBucketTops)
-    if (m <= top) return top;
-  return kBucketTops[3];
-}
-// The smallest m of a bucket (fp8_bucket's name for it): one past the bucket below.
-int64_t fp8_bucket_low(int64_t bucket) {
-  int64_t below = 0;
-  for (int64_t top : kBucketTops)
-    if (top < bucket) below = top;
-  return below + 1;
-}
+int64_t fp8_bucket(int64_t m) { return m <= 512 ? 512 : m <= 2048 ? 2048 : m <= 8192 ? 8192 : 16384; }
 bool same_algo(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 // No split-K and no reduction scheme: one CTA sums the whole k of its outputs, in order.
@@ -258,26 +246,12 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
       }
   };
   std::vector<cublasLtMatmulAlgo_t> algos = {p.reference};
-  auto add_candidates = [&](int64_t at, size_t most) {
-    for (const auto& r : heuristics(at, n, k, ldx, ldy, yt, in, op, p.ep)) {
-      if (algos.size() >= most) break;
-      if (!invariant_algo(r.algo)) continue;
-      bool seen = false;
-      for (const auto& a : algos) seen |= same_algo(a, r.algo);
-      if (!seen) algos.push_back(r.algo);
-    }
-  };
-  add_candidates(m, 9);
-  // Lab switch CLEFRT_LAB_GEMM_TUNE_SPAN=1: also the heuristic's candidates at other m of the
-  // bucket (its ends, its middle, m +- 2), up to 16 in all, all timed at this m. The heuristic's
-  // list changes with m: m 318 got a faster gate|up tile than m 320 was offered
-  // (bench/results/2026-12-06-h100-session42.md, call 3).
-  static const bool span = env_flag("CLEFRT_LAB_GEMM_TUNE_SPAN");
-  const size_t own = algos.size();
-  if (span) {
-    const int64_t lo = fp8_bucket_low(p.bucket), hi = p.bucket;
-    for (int64_t at : {m - 2, m + 2, lo, (lo + hi) / 2, hi})
-      if (at >= 1 && at != m) add_candidates(at, 16);
+  for (const auto& r : heuristics(m, n, k, ldx, ldy, yt, in, op, p.ep)) {
+    if (algos.size() >= 9) break;
+    if (!invariant_algo(r.algo)) continue;
+    bool seen = false;
+    for (const auto& a : algos) seen |= same_algo(a, r.algo);
+    if (!seen) algos.push_back(r.algo);
   }
   DeviceBuffer ref, cand, timed;
   if (acc && size_t(m) * size_t(ldy) * es > kMaxTimingScratch) {
@@ -334,12 +308,7 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
     rows_of(p.reference, ref, want);
     float best_ms = time_ms(p.reference);
     for (size_t i = 1; i < algos.size(); ++i) {
-      try {
-        rows_of(algos[i], cand, got);
-      } catch (const Error&) {
-        if (i < own) throw;
-        continue;  // another m's candidate (the span switch) that cannot run this m
-      }
+      rows_of(algos[i], cand, got);
       if (got != want) {
         ++fp8_refused_;
         std::fprintf(stderr, "gemm: %s: an %s candidate for m bucket %lld rounds differently from the reference one; not used\n", op,
