@@ -383,7 +383,7 @@ Runner add_bench(CLI::App& app) {
   c->add_option("--commit", o->commit, "commit id recorded in the JSON");
   c->add_option("--baseline", o->baseline, "JSON from tools/reference/bench_reference.py to embed and compare with");
   c->add_option("--command", o->command, "the command line recorded in the JSON (default: argv)");
-  c->add_flag("--profile", o->profile, "also time every op (CUDA events) for the blog, 8,192-token and 64 x 512 runs");
+  c->add_flag("--profile", o->profile, "also time every op (CUDA events) for the blog, 8,192-token, 16,384-token (when --max-tokens allows) and 64 x 512 runs");
   c->add_option("--cuda-graphs", o->cuda_graphs,
                 "capture a batch shape seen N times (N >= 2) into a CUDA graph and replay it (as decide / serve take it; 0: off; default 2)")
       ->check(graph_sightings());
@@ -740,9 +740,11 @@ Runner add_bench(CLI::App& app) {
       for (int i = 0; i < 64; ++i) reqs.push_back(padded(blog, 512, 100 + uint64_t(i)));
       std::vector<const Encoded*> b64;
       for (auto& r : reqs) b64.push_back(&r);
-      const Encoded e8k = padded(blog, 8192, 7);
-      for (auto [name, batch] : {std::pair<const char*, std::vector<const Encoded*>>{"blog_346", {&blog}}, {"tok_8192", {&e8k}},
-                                 {"batch_64x512", b64}}) {
+      const Encoded e8k = padded(blog, 8192, 7), e16k = o->max_tokens >= 16384 ? padded(blog, 16384, 7) : Encoded{};
+      std::vector<std::pair<const char*, std::vector<const Encoded*>>> points = {{"blog_346", {&blog}}, {"tok_8192", {&e8k}}};
+      if (o->max_tokens >= 16384) points.push_back({"tok_16384", {&e16k}});  // the long point where the quick bench's trend can turn
+      points.push_back({"batch_64x512", b64});
+      for (auto& [name, batch] : points) {
         engine->clear_profile();
         run(batch);
         double total = 0;
