@@ -334,14 +334,11 @@ int main(int argc, char** argv) {
     swiglu8(L, st, hw.copy_gbps, lines);
     output_gate(L, st, hw.copy_gbps, lines);
   }
-  // the lines' record, then what the lab says the product should run instead (an object of its own)
-  json::Value faster = faster_than_product();
-  json::Value record_lines = json::Value::array();
-  for (auto& v : lines.arr) record_lines.arr.push_back(std::move(v));
+  // after the lines, what the lab says the product should run instead (an object of its own)
   json::Value tail = json::Value::object();
-  tail.add("faster_than_product", std::move(faster));
-  record_lines.arr.push_back(std::move(tail));
-  if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_elementwise", std::move(record_lines));
+  tail.add("faster_than_product", faster_than_product());
+  lines.arr.push_back(std::move(tail));
+  if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "clefrt_bench_elementwise", std::move(lines));
   cudaStreamDestroy(st);
   return 0;
 }

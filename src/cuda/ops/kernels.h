@@ -244,8 +244,9 @@ void gated_norm(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* 
 // Hv, Hv / hpw warps up to 32), or hpw 0, a token's heads over a thread block cluster (Hv a
 // multiple of 8 up to 64; compute capability 9.0 on, with the kernel's code in the binary; measured
 // slower than the two kernels on an H100 in session 33). hpw -1: CLEFRT_LAB_GATED_NORM_FP8_HPW, else
-// 4 where Hv splits into fours (the lab's fastest at 318 and 8,192 rows), else 2 or 1. `scale` may be zs.rs only when both index the same rows.
-// The forward's under ForwardOptions::fp8_gated_norm_quantizes.
+// 4 where Hv splits into fours (the lab's fastest at 318 and 8,192 rows), else 2 or 1. `scale`
+// may be zs.rs only when both index the same rows. The forward's under
+// ForwardOptions::fp8_gated_norm_quantizes.
 bool gated_norm_fp8_fits(int64_t Hv, int64_t Dv, int64_t kp, int hpw = -1);
 bool gated_norm_fp8_aligned(const float* o, const float* w, const float* z, int64_t ldz, const RowColScales& zs, const uint8_t* q);
 void gated_norm_fp8(const float* o, int64_t L, int64_t Hv, int64_t Dv, const float* w, float eps, const float* z, int64_t ldz, const RowColScales& zs,

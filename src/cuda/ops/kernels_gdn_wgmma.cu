@@ -537,9 +537,9 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, bool in, float (&v
 // V2 (the product's; CLEFRT_LAB_GDN_PREP=v1 runs the first form; one pass from bf16 rows only):
 // q, k and v loaded once, by cp.async straight into their planes (a bf16 row's eight values are
 // one 16-byte chunk of a plane), v into Q's slot after step 2 (landing under the inverse); beta
-// folded onto T's columns, U = (T diag beta) V and W = (T diag(beta e^gamma)) K (FlashInfer's placement), where the form
-// before scales K's and V's rows and loads them a second time in step 3. A, Q's and K's planes
-// keep their bits; U and W round differently (one bf16 pass either way).
+// folded onto T's columns, U = (T diag beta) V and W = (T diag(beta e^gamma)) K (FlashInfer's
+// placement), where the form before scales K's and V's rows and loads them a second time in step
+// 3. A, Q's and K's planes keep their bits; U and W round differently (one bf16 pass either way).
 template <bool X3, typename In, bool V2 = false>
 __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
                                                            const float* beta, GdnChunks ch, GdnScratch sc) {
