@@ -289,6 +289,51 @@ TEST(CudaOps, HeadGemmBiasEpilogueEqualsBiasAct) {
   }
 }
 
+// head_gemm with all of a slice's weight groups ahead (head_gemm_set_ahead(4), bf16 weights) gives
+// the default form's bits: one k slice and several, few and many rows, a partial last column
+// group, with a bias epilogue and accumulating.
+TEST(CudaOps, HeadGemmGroupsAheadKeepTheBits) {
+  NEED_GPU();
+  for (auto [m, n, k] : {std::tuple{3, 1024, 1024}, {9, 1030, 1024}, {3, 1024, 5120}, {70, 100, 4096}, {1, 36, 200}}) {
+    const std::string at = " at " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
+    auto x = randn(size_t(m * k), 31), w = randn(size_t(n * k), 32, 0.05f), y0 = randn(size_t(m * n), 33), bias = randn(size_t(n), 34, 0.5f);
+    DeviceBuffer dx = upload(x, "x"), dwb = upload(to_bf(w), "w bf16"), db = upload(bias, "bias");
+    for (bool acc : {false, true}) {
+      DeviceBuffer two = upload(y0, "y0"), four = upload(y0, "y0");
+      head_gemm_set_ahead(2);
+      head_gemm(dx.as<float>(), k, m, k, dwb.as<cuda::bf16>(), n, two.as<float>(), n, acc, nullptr, db.as<float>(), true);
+      head_gemm_set_ahead(4);
+      head_gemm(dx.as<float>(), k, m, k, dwb.as<cuda::bf16>(), n, four.as<float>(), n, acc, nullptr, db.as<float>(), true);
+      head_gemm_set_ahead(0);
+      check(cudaDeviceSynchronize(), "head gemm ahead");
+      const auto a = down<float>(two, size_t(m * n)), b = down<float>(four, size_t(m * n));
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << (acc ? "accumulate" : "") << at;
+    }
+  }
+  EXPECT_THROW(head_gemm_set_ahead(3), Error);
+}
+
+// field_init with add: F = (F + add) + (gp + type_emb), the bits of adding add in a pass of its
+// own (the second question_projection the forward no longer runs) and then field_init.
+TEST(CudaOps, FieldInitAddEqualsAddingFirst) {
+  NEED_GPU();
+  const int Q = 5, W = 96, R = 2, T = 3;
+  auto F = randn(size_t(Q * W), 41), add = randn(size_t(Q * W), 42), gp = randn(size_t(R * W), 43), te = randn(size_t(T * W), 44);
+  const std::vector<int32_t> type = {0, 2, 1, 1, 0}, qreq = {0, 0, 1, 1, 1};
+  std::vector<float> first(F);
+  for (size_t i = 0; i < first.size(); ++i) first[i] = first[i] + add[i];
+  DeviceBuffer dF = upload(F, "F"), dfirst = upload(first, "F + add"), dadd = upload(add, "add"), dgp = upload(gp, "gp"), dte = upload(te, "type"),
+               dtype = upload(type, "types"), dq = upload(qreq, "qreq");
+  field_init(dF.as<float>(), dadd.as<float>(), dgp.as<float>(), dte.as<float>(), dtype.as<int32_t>(), dq.as<int32_t>(), Q, W, nullptr);
+  field_init(dfirst.as<float>(), nullptr, dgp.as<float>(), dte.as<float>(), dtype.as<int32_t>(), dq.as<int32_t>(), Q, W, nullptr);
+  check(cudaDeviceSynchronize(), "field_init");
+  const auto a = down<float>(dF, size_t(Q * W)), b = down<float>(dfirst, size_t(Q * W));
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+  // and the value: (F + add) + (gp[qreq] + te[type]) for one element
+  const size_t e = size_t(3 * W + 7);
+  EXPECT_EQ(a[e], first[e] + (gp[size_t(qreq[3]) * W + 7] + te[size_t(type[3]) * W + 7]));
+}
+
 TEST(CudaOps, NormsMatchCpu) {
   NEED_GPU();
   // rms_norm_1p: a row in registers up to 8,192 (two float4 a thread), a block-per-row loop over

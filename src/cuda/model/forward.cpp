@@ -1294,9 +1294,11 @@ void Forward::head(Batch& b) {
   lin(b.qm, Q, h.question_proj, b.B, false, "head question_projection");
   option_summary(b.R, b.B, b.d(b.off_optbeg), Q, W, b.summary, s);
   layer_norm(b.summary, Q, W, W, h.option_summary_norm.w, h.option_summary_norm.b, eps, nullptr, b.F, s);
-  lin(b.qm, Q, h.question_proj, b.F, true, "head question_projection");
   lin(b.glast, N, h.global_proj, b.gp, false, "head global_projection");
-  field_init(b.F, b.gp, h.type_emb, b.d(b.off_type), b.d(b.off_qreq), Q, W, s);
+  // F = norm(summary) + question_projection(qm) + ...: B holds that projection already (a
+  // head_gemm row's sum does not depend on the call), so field_init adds it first rather than a
+  // second GEMM accumulating it: the same bits
+  field_init(b.F, b.B, b.gp, h.type_emb, b.d(b.off_type), b.d(b.off_qreq), Q, W, s);
   for (const auto& dl : h.layers) {
     // self-attention among the questions of the same request
     layer_norm(b.F, Q, W, W, dl.norm1.w, dl.norm1.b, eps, nullptr, b.nrm, s);

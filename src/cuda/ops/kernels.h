@@ -357,6 +357,11 @@ void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w
 // same values in fp32.
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                cudaStream_t s, const float* bias = nullptr, bool gelu = false);
+// The weight groups a head_gemm lane keeps in flight: 2 (the next while one is used) or 4 (a
+// 1,024-element slice's four a lane, all loaded first; bf16 weights); the same bits. 0: the default, 2, or
+// CLEFRT_LAB_HEAD_GEMM_AHEAD=4 (dev/cuda/head_gemm.cu compares them).
+void head_gemm_set_ahead(int groups);
+int head_gemm_ahead();
 // out[i, :] = mean of rows [begin[i], end[i]) of x (fp32, row stride ldx), or of table rows
 // ids[begin..end) when table is given (the lexical means over lm_head). Empty spans give 0.
 void span_mean(const float* x, int64_t ldx, const bf16* table, const int32_t* ids, const int32_t* begin, const int32_t* end,
@@ -373,8 +378,10 @@ void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t
 // Per question i: options [opt_beg[i], opt_beg[i+1]) of R [O, W]; p = softmax(R_j . B_i / sqrt(W));
 // summary[i] = sum_j p_j R_j.
 void option_summary(const float* R, const float* B, const int32_t* opt_beg, int64_t Q, int64_t W, float* summary, cudaStream_t s);
-// F[i] += gp[qreq[i]] + type_emb[type[i]] (gp: one row per request)
-void field_init(float* F, const float* gp, const float* type_emb, const int32_t* type, const int32_t* qreq, int64_t Q, int64_t W,
+// F[i] += gp[qreq[i]] + type_emb[type[i]] (gp: one row per request); with add (rows as F's),
+// F[i] = (F[i] + add[i]) + (gp[qreq[i]] + type_emb[type[i]]): the bits of adding add first in its
+// own pass, without it
+void field_init(float* F, const float* add, const float* gp, const float* type_emb, const int32_t* type, const int32_t* qreq, int64_t Q, int64_t W,
                 cudaStream_t s);
 // feat[j] = [F_q, o, F_q * o, |F_q - o|] with q = qof[j]
 void scorer_features(const float* F, const float* On, const int32_t* qof, int64_t O, int64_t W, float* feat, cudaStream_t s);

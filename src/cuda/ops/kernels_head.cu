@@ -150,12 +150,13 @@ __global__ void option_summary_k(const float* R, const float* B, const int32_t* 
   }
 }
 
-__global__ void field_init_k(float* F, const float* gp, const float* type_emb, const int32_t* type, const int32_t* qreq, int64_t Q,
-                             int64_t W) {
+__global__ void field_init_k(float* F, const float* add, const float* gp, const float* type_emb, const int32_t* type, const int32_t* qreq,
+                             int64_t Q, int64_t W) {
   const int64_t n = Q * W;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = e / W, x = e - i * W;
-    F[e] += gp[int64_t(qreq[i]) * W + x] + type_emb[int64_t(type[i]) * W + x];
+    const float f = add ? F[e] + add[e] : F[e];
+    F[e] = f + (gp[int64_t(qreq[i]) * W + x] + type_emb[int64_t(type[i]) * W + x]);
   }
 }
 
@@ -275,7 +276,10 @@ __device__ __forceinline__ void hg_load_scalar(const T* p, int64_t left, float (
   for (int e = 0; e < kHgGroup; ++e) v[e] = e < left ? hg_f32(p[e]) : 0.0f;
 }
 
-template <bool Vec, class WT>
+// Ahead: the weight groups of a lane's slice in flight at once, 2 (the next group's while this
+// one is used) or 4 (all of a 1,024-element slice's four groups a lane, loaded before the first is
+// used; slices that long and bf16 weights only). The same operations in the same order either way.
+template <bool Vec, class WT, int Ahead>
 __global__ void __launch_bounds__(kHgMaxSlices * 32) head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n,
                                                                  float* y, int64_t ldy, bool accumulate, const float* bias, bool gelu,
                                                                  int64_t slice) {
@@ -314,7 +318,27 @@ __global__ void __launch_bounds__(kHgMaxSlices * 32) head_gemm_k(const float* x,
       }
     }
   };
-  if constexpr (Vec) {
+  if constexpr (Vec && Ahead == 4) {
+    // every group of the lane's slice (at most 4: slice / 8 / 32) loaded first, then used in order
+    HgRaw<WT> raw[4][kHgCols];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (gb + lane + 32 * i < ge)
+#pragma unroll
+        for (int c = 0; c < kHgCols; ++c) raw[i][c].load(wc[c] + (gb + lane + 32 * i) * kHgGroup);
+    // used in order, the next three shifted down each time (one call of group: it stays inlined)
+#pragma unroll 1
+    for (int64_t g = gb + lane; g < ge; g += 32) {
+      float wv[kHgCols][kHgGroup];
+#pragma unroll
+      for (int c = 0; c < kHgCols; ++c)
+#pragma unroll
+        for (int e = 0; e < kHgGroup; ++e) wv[c][e] = raw[0][c][e];
+      group(g * kHgGroup, wv);
+#pragma unroll
+      for (int c = 0; c < kHgCols; ++c) raw[0][c] = raw[1][c], raw[1][c] = raw[2][c], raw[2][c] = raw[3][c];
+    }
+  } else if constexpr (Vec) {
     // the next group's weights are loaded while this one's are used: two groups' loads in flight
     HgRaw<WT> cur[kHgCols], nxt[kHgCols];
     if (gb + lane < ge)
@@ -433,11 +457,31 @@ void launch_head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W
   // 16-byte loads of 8-element groups when every row start is aligned for them; both forms do
   // the same operations
   const bool vec = k % kHgGroup == 0 && ldx % 4 == 0 && aligned16(x) && aligned16(w);
-  if (vec) head_gemm_k<true, WT><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
-  else head_gemm_k<false, WT><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
+  // all of a slice's groups ahead where a slice is 1,024 elements (4 groups a lane) and asked for;
+  // bf16 weights only (fp32's four groups would take 128 more registers)
+  if constexpr (std::is_same_v<WT, bf16>) {
+    if (vec && head_gemm_ahead() == 4 && slice == kHgSlice) {
+      head_gemm_k<true, WT, 4><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
+      check_launch("head gemm");
+      return;
+    }
+  }
+  if (vec) head_gemm_k<true, WT, 2><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
+  else head_gemm_k<false, WT, 2><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
   check_launch("head gemm");
 }
+int g_hg_ahead = 0;  // head_gemm_set_ahead
 }  // namespace
+
+void head_gemm_set_ahead(int groups) {
+  if (groups != 0 && groups != 2 && groups != 4)
+    throw Error(Status::Internal, "internal_error", "head_gemm_set_ahead: " + std::to_string(groups) + " (0, 2 or 4)");
+  g_hg_ahead = groups;
+}
+int head_gemm_ahead() {
+  static const int64_t from_env = env_count("CLEFRT_LAB_HEAD_GEMM_AHEAD", 2, 2, 4);
+  return g_hg_ahead != 0 ? g_hg_ahead : from_env == 4 ? 4 : 2;
+}
 
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                cudaStream_t s, const float* bias, bool gelu) {
@@ -454,10 +498,10 @@ void option_summary(const float* R, const float* B, const int32_t* opt_beg, int6
   check_launch("head option_summary");
 }
 
-void field_init(float* F, const float* gp, const float* type_emb, const int32_t* type, const int32_t* qreq, int64_t Q, int64_t W,
+void field_init(float* F, const float* add, const float* gp, const float* type_emb, const int32_t* type, const int32_t* qreq, int64_t Q, int64_t W,
                 cudaStream_t s) {
   if (Q == 0) return;
-  field_init_k<<<grid_for(Q * W), 256, 0, s>>>(F, gp, type_emb, type, qreq, Q, W);
+  field_init_k<<<grid_for(Q * W), 256, 0, s>>>(F, add, gp, type_emb, type, qreq, Q, W);
   check_launch("head field_init");
 }
 
