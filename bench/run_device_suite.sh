@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tests: the whole GPU suite; its CPU references dominate and it took 220 to 576 s on H100s
 # (session 41: 576 s, a call's whole budget): plan it a call of its own or narrow it with tests=.
 # serve: per mode also a 5 s one-client phase on one kept connection (serve-load-keepalive-*.json).
@@ -23,6 +23,7 @@
 # ncu-fp8-gemm: Nsight Compute on one launch of the FP8 GEMM of our own's warp-specialized forms at
 # gate|up, m 8,192 (details, source page CSV: bench/ncu_sass_summary.py), and their SASS.
 # ncu-gdn-source: the Wgmma prep (bf16x3 and one pass), the one-pass scan and the state-in-registers scan, stall samples per SASS instruction (CSV).
+# ncu-head: Nsight Compute's throughput, occupancy, stall and memory sections on the head lab's row-Linear launches.
 # ncu-blog: every kernel's GPU time over the blog request's second forward (bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
@@ -176,6 +177,15 @@ while [ $# -gt 0 ]; do
     lab-head)
       # the joint head's row Linears and token-row GEMMs (dev/cuda/head_gemm.cu)
       .carry/clefrt_bench_head_gemm --commit "$commit" --json "$OUT/lab-head-gemm.json" 2>&1 | tee "$OUT/lab-head-gemm.txt" ;;
+    ncu-head)
+      # Nsight Compute on the head lab's row-Linear launches, each shape once (CLEFRT_LAB_ONCE): the
+      # product (both groups-ahead forms) and the previous 8-warp form, throughput, occupancy,
+      # warp stalls and memory per launch (why the k = 4,096 / 5,120 shapes run far below copy)
+      CLEFRT_LAB_ONCE=1 ncu --clock-control none --kernel-name-base demangled -k 'regex:head_gemm_k' -c 40 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+        .carry/clefrt_bench_head_gemm > "$OUT/ncu-head.txt" 2>&1
+      echo "== ncu head rc=$?"
+      grep -E "head_gemm_k|Duration|Memory Throughput|Achieved Occupancy|Registers Per|Block Size|Grid Size" "$OUT/ncu-head.txt" | head -40 ;;
     ncu-blog)
       # every kernel's GPU time in the blog request's forwards (ncu, one metric pass; the random
       # weights' fill kernels left out), summed per kernel over the second forward
