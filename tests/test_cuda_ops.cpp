@@ -199,7 +199,20 @@ TEST(CudaOps, F32Gemm3xTf32MatchesDoubleAndIsRowInvariant) {
       for (int r = 0; r < 15; ++r)
         for (int c = 0; c < n; ++c) ASSERT_EQ(alone[size_t(r * n + c)], got[size_t((r0 + r) * n + c)]) << "row " << r0 + r << " col " << c << at;
     }
+    // every tile (64 x 64, 64 x 32, 32 x 32) gives the same bits, plain and accumulating
+    for (int tile : {64, 32, 3232}) {
+      f32_gemm_3xtf32_set_tile(tile);
+      DeviceBuffer dt(size_t(m * n) * 4), dta = upload(y0, "y0");
+      f32_gemm_3xtf32(dx.as<float>(), k, m, k, dw.as<float>(), k, n, dt.as<float>(), n, false, nullptr);
+      f32_gemm_3xtf32(dx.as<float>(), k, m, k, dw.as<float>(), k, n, dta.as<float>(), n, true, nullptr);
+      f32_gemm_3xtf32_set_tile(0);
+      check(cudaDeviceSynchronize(), "f32_gemm_3xtf32 tiles");
+      const auto t = down<float>(dt, want.size()), ta = down<float>(dta, want.size());
+      EXPECT_EQ(std::memcmp(t.data(), got.data(), t.size() * 4), 0) << "tile " << tile << at;
+      EXPECT_EQ(std::memcmp(ta.data(), got_acc.data(), ta.size() * 4), 0) << "tile " << tile << ", accumulating" << at;
+    }
   }
+  EXPECT_THROW(f32_gemm_3xtf32_set_tile(48), Error);
   // what it refuses: k not a multiple of 4 (the 16-byte copies)
   DeviceBuffer dx(64 * 4), dw(64 * 4), dy(64 * 4);
   EXPECT_FALSE(f32_gemm_3xtf32_fits(dx.as<float>(), 6, 6, dw.as<float>(), 6));

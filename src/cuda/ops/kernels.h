@@ -341,9 +341,11 @@ void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, 
 bool f32_gemm_3xtf32_fits(const float* x, int64_t ldx, int64_t k, const float* w, int64_t ldw);
 void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t ldw, int64_t n, float* y, int64_t ldy,
                      bool accumulate, cudaStream_t s);
-// The column tile f32_gemm_3xtf32 uses: 0 picks by the grid (32 where 64-wide tiles would leave
-// SMs without two CTAs), else 32 or 64 (dev/cuda/head_gemm.cu compares them). The same bits.
-void f32_gemm_3xtf32_set_tile(int bn);
+// The tile f32_gemm_3xtf32 uses: 0 picks by the grid (64 rows x 32 columns where 64 x 64 tiles
+// would leave SMs without two CTAs; with CLEFRT_LAB_F32_GEMM_TILE=3232, 32 x 32 where 64 x 32 ones
+// would too), 32 or 64 (64 rows, that many columns), 3232 (32 x 32). dev/cuda/head_gemm.cu
+// compares them. The same bits.
+void f32_gemm_3xtf32_set_tile(int tile);
 
 // ---- joint head (kernels_head.cu) ----
 // y[m, n] (+)= x[m, k] w[n, k]^T (fp32, w rows k apart) for the head's question / option rows:

@@ -9,9 +9,9 @@
 // steps in k order, three accumulators (hi*hi, lo*hi, hi*lo) summed once at the end; the other
 // rows, m and the row's place in its tile change none of it.
 //
-// Tiles: a CTA of 4 warps (2 x 2) computes 64 rows x BN columns (64, or 32 where 64-wide tiles
-// would leave SMs idle: the tile changes no element's operations), a warp 32 x BN / 2 (2 m16 x
-// BN / 16 n8 MMA tiles); k in 32-wide steps through shared memory, kStages stages of cp.async
+// Tiles: a CTA of 4 warps (2 x 2) computes BM rows x BN columns (64 x 64, or 32 columns where
+// 64-wide tiles would leave SMs idle; 32 x 32 under the lab switch: the tile changes no element's
+// operations), a warp BM / 2 x BN / 2 (BM / 32 m16 x BN / 16 n8 MMA tiles); k in 32-wide steps through shared memory, kStages stages of cp.async
 // copies in flight (with two, each step waited out a whole global load: the token-row GEMMs at
 // the blog size are latency-bound). Rows of x and w are 16-byte copies: k % 4 == 0 and 16-byte
 // aligned rows (f32_gemm_3xtf32_fits).
@@ -31,17 +31,17 @@ namespace {
 using gdn::mma_tf32;
 using gdn::split_tf32;
 
-constexpr int BM = 64, BK = 32, kStages = 4;
+constexpr int BK = 32, kStages = 4;
 constexpr int LDS = BK + 4;  // a tile row in floats: fragment loads (8 rows x 4 k) hit 32 banks
-template <int BN>
+template <int BM, int BN>
 constexpr size_t smem_bytes() {
   return sizeof(float) * size_t(kStages) * (BM + BN) * LDS;
 }
 
-template <int BN>
+template <int BM, int BN>
 __global__ void __launch_bounds__(128) f32_gemm_3xtf32_k(const float* __restrict__ x, int64_t ldx, const float* __restrict__ w, int64_t ldw,
                                                         float* __restrict__ y, int64_t ldy, int64_t m, int64_t n, int64_t k, bool accumulate) {
-  constexpr int NJ = BN / 16;  // n8 tiles a warp
+  constexpr int NJ = BN / 16, MI = BM / 32;  // n8 and m16 tiles a warp
   extern __shared__ __align__(16) float smem[];
   float* As = smem;                          // kStages x [BM][LDS]
   float* Bs = smem + kStages * BM * LDS;     // kStages x [BN][LDS]
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(128) f32_gemm_3xtf32_k(const float* __restrict
   };
 
   // d: hi*hi, e1: lo*hi, e2: hi*lo, per (m16 tile i, n8 tile j)
-  float d[2][NJ][4] = {}, e1[2][NJ][4] = {}, e2[2][NJ][4] = {};
+  float d[MI][NJ][4] = {}, e1[MI][NJ][4] = {}, e2[MI][NJ][4] = {};
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) load(s);
   for (int64_t s = 0; s < steps; ++s) {
@@ -84,13 +84,13 @@ __global__ void __launch_bounds__(128) f32_gemm_3xtf32_k(const float* __restrict
     __syncthreads();               // everyone's; and step s - 1's stage, read by all, is free again
     load(s + kStages - 1);         // into that stage
     const int st = int(s % kStages);
-    const float* A = As + st * BM * LDS + (32 * wm) * LDS;
+    const float* A = As + st * BM * LDS + (BM / 2 * wm) * LDS;
     const float* B = Bs + st * BN * LDS + (BN / 2 * wn) * LDS;
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 8) {
-      uint32_t ah[2][4], al[2][4], bh[NJ][2], bl[NJ][2];
+      uint32_t ah[MI][4], al[MI][4], bh[NJ][2], bl[NJ][2];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
+      for (int i = 0; i < MI; ++i) {
         const float* a = A + (16 * i) * LDS + kk;
         split_tf32(a[g * LDS + t], ah[i][0], al[i][0]);
         split_tf32(a[(g + 8) * LDS + t], ah[i][1], al[i][1]);
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(128) f32_gemm_3xtf32_k(const float* __restrict
         split_tf32(b[t + 4], bh[j][1], bl[j][1]);
       }
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
           mma_tf32(e1[i][j], al[i], bh[j]);
@@ -114,14 +114,14 @@ __global__ void __launch_bounds__(128) f32_gemm_3xtf32_k(const float* __restrict
     }
   }
   cp_async_wait_all();  // no copy outlives the CTA (the trailing groups are empty)
-  // d[i][j]: rows 32 wm + 16 i + g (+ 8), columns BN / 2 wn + 8 j + 2 t (+ 1)
+  // d[i][j]: rows BM / 2 wm + 16 i + g (+ 8), columns BN / 2 wn + 8 j + 2 t (+ 1)
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < MI; ++i)
 #pragma unroll
     for (int j = 0; j < NJ; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int64_t row = m0 + 32 * wm + 16 * i + g + 8 * h, col = n0 + BN / 2 * wn + 8 * j + 2 * t;
+        const int64_t row = m0 + BM / 2 * wm + 16 * i + g + 8 * h, col = n0 + BN / 2 * wn + 8 * j + 2 * t;
         if (row >= m) continue;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
@@ -133,17 +133,17 @@ __global__ void __launch_bounds__(128) f32_gemm_3xtf32_k(const float* __restrict
       }
 }
 
-template <int BN>
+template <int BM, int BN>
 void launch(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t ldw, int64_t n, float* y, int64_t ldy, bool accumulate,
             cudaStream_t s) {
   static bool attr = false;
   if (!attr) {
-    check(cudaFuncSetAttribute(f32_gemm_3xtf32_k<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<BN>())),
+    check(cudaFuncSetAttribute(f32_gemm_3xtf32_k<BM, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<BM, BN>())),
           "f32_gemm_3xtf32 smem");
     attr = true;
   }
   const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + BM - 1) / BM));
-  f32_gemm_3xtf32_k<BN><<<grid, 128, smem_bytes<BN>(), s>>>(x, ldx, w, ldw, y, ldy, m, n, k, accumulate);
+  f32_gemm_3xtf32_k<BM, BN><<<grid, 128, smem_bytes<BM, BN>(), s>>>(x, ldx, w, ldw, y, ldy, m, n, k, accumulate);
   check_launch("f32_gemm_3xtf32");
 }
 
@@ -151,10 +151,10 @@ int g_tile = 0;  // f32_gemm_3xtf32_set_tile
 
 }  // namespace
 
-void f32_gemm_3xtf32_set_tile(int bn) {
-  if (bn != 0 && bn != 32 && bn != 64)
-    throw Error(Status::Internal, "internal_error", "f32_gemm_3xtf32_set_tile: " + std::to_string(bn) + " (0, 32 or 64)");
-  g_tile = bn;
+void f32_gemm_3xtf32_set_tile(int tile) {
+  if (tile != 0 && tile != 32 && tile != 64 && tile != 3232)
+    throw Error(Status::Internal, "internal_error", "f32_gemm_3xtf32_set_tile: " + std::to_string(tile) + " (0, 32, 64 or 3232)");
+  g_tile = tile;
 }
 
 bool f32_gemm_3xtf32_fits(const float* x, int64_t ldx, int64_t k, const float* w, int64_t ldw) {
@@ -170,10 +170,14 @@ void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const fl
                     std::to_string(ldx) + ", ldw " + std::to_string(ldw) + ")");
   // 32-wide column tiles where 64-wide ones would not give every SM two CTAs (the same bits
   // either way)
-  const int64_t tiles64 = ((n + 63) / 64) * ((m + BM - 1) / BM);
-  const bool narrow = g_tile == 32 || (g_tile == 0 && tiles64 < 2 * int64_t(sm_count()));
-  if (narrow) launch<32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
-  else launch<64>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
+  // (CLEFRT_LAB_F32_GEMM_TILE=3232: 32 x 32 tiles where 64 x 32 ones would not give every SM
+  // two CTAs, the lab's question for the blog's token rows)
+  static const int64_t from_env = env_count("CLEFRT_LAB_F32_GEMM_TILE", 0, 0, 3232);
+  const int tile = g_tile != 0 ? g_tile : from_env == 3232 ? -1 : 0;
+  const int64_t sms2 = 2 * int64_t(sm_count()), tiles64 = ((n + 63) / 64) * ((m + 63) / 64), tiles32 = ((n + 31) / 32) * ((m + 63) / 64);
+  if (tile == 3232 || (tile == -1 && tiles32 < sms2)) launch<32, 32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
+  else if (tile == 32 || (tile <= 0 && tiles64 < sms2)) launch<64, 32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
+  else launch<64, 64>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
 }
 
 }  // namespace clefrt::cuda
