@@ -360,8 +360,8 @@ void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                cudaStream_t s, const float* bias = nullptr, bool gelu = false);
 // The weight groups a head_gemm lane keeps in flight: 2 (the next while one is used) or 4 (a
-// 1,024-element slice's four a lane, all loaded first; bf16 weights); the same bits. 0: the default, 2, or
-// CLEFRT_LAB_HEAD_GEMM_AHEAD=4 (dev/cuda/head_gemm.cu compares them).
+// 1,024-element slice's four a lane, all loaded first; bf16 weights); the same bits. 0: the
+// default, 2, or CLEFRT_LAB_HEAD_GEMM_AHEAD=4 (dev/cuda/head_gemm.cu compares them).
 void head_gemm_set_ahead(int groups);
 int head_gemm_ahead();
 // out[i, :] = mean of rows [begin[i], end[i]) of x (fp32, row stride ldx), or of table rows

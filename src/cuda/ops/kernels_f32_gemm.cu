@@ -11,10 +11,10 @@
 //
 // Tiles: a CTA of 4 warps (2 x 2) computes BM rows x BN columns (64 x 64, or 32 columns where
 // 64-wide tiles would leave SMs idle; 32 x 32 under the lab switch: the tile changes no element's
-// operations), a warp BM / 2 x BN / 2 (BM / 32 m16 x BN / 16 n8 MMA tiles); k in 32-wide steps through shared memory, kStages stages of cp.async
-// copies in flight (with two, each step waited out a whole global load: the token-row GEMMs at
-// the blog size are latency-bound). Rows of x and w are 16-byte copies: k % 4 == 0 and 16-byte
-// aligned rows (f32_gemm_3xtf32_fits).
+// operations), a warp BM / 2 x BN / 2 (BM / 32 m16 x BN / 16 n8 MMA tiles); k in 32-wide steps
+// through shared memory, kStages stages of cp.async copies in flight (with two, each step waited
+// out a whole global load: the token-row GEMMs at the blog size are latency-bound). Rows of x and w
+// are 16-byte copies: k % 4 == 0 and 16-byte aligned rows (f32_gemm_3xtf32_fits).
 #include <cstdint>
 #include <string>
 
