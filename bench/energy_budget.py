@@ -52,12 +52,14 @@ def main(paths):
             prof = rec.get("profile_ms", {}).get(PROFILE_OF[point], {})
             total = sum(prof.values())
             gemm = sum(v for k, v in prof.items() if "gemm" in k or "GEMM" in k or "Linears" in k)
-            share = gemm / total if total else float("nan")
-            # the rest's time if the GEMMs keep their share of today's forward
-            rest = target_ms - share * ms
-            print(f"  {point:<13} {now:>10} {goal:>10} {e['joules_per_forward']:>8.1f} {e['mean_watts']:>7.0f}"
-                  f" {e['power_capped_share']:>6.0%} {budget:>9.1f} {max(cut, 0):>6.1%} {share:>11.1%}"
-                  f" {rest:>8.1f} of {ms * (1 - share):.1f} ms" if total else "")
+            line = (f"  {point:<13} {now:>10} {goal:>10} {e['joules_per_forward']:>8.1f} {e['mean_watts']:>7.0f}"
+                    f" {e['power_capped_share']:>6.0%} {budget:>9.1f} {max(cut, 0):>6.1%}")
+            if total:  # a record without --profile has no split: the energy columns only
+                share = gemm / total
+                # the rest's time if the GEMMs keep their share of today's forward
+                rest = target_ms - share * ms
+                line += f" {share:>11.1%} {rest:>8.1f} of {ms * (1 - share):.1f} ms"
+            print(line)
         print()
 
 

@@ -1,7 +1,7 @@
 """bench/energy_budget.py on a bench record written here: a target time asks for at most
 target x mean W joules a forward (the cut is the rest of today's), the batch of 64's target rate
 becomes a time for the same tokens, the GEMM share comes from the profile, a mode without
-targets is named and skipped.
+targets is named and skipped, a record without a profile keeps its energy columns.
 
 Run by CTest (Python.pytest) with CLEFRT_SOURCE_DIR set.
 """
@@ -58,6 +58,15 @@ def test_met_target_cuts_nothing(tmp_path):
     r = run(tmp_path, rec)
     assert r.returncode == 0, r.stderr
     assert line(r.stdout, "blog_346")[9] == "0.0%"
+
+
+def test_record_without_profile_keeps_its_energy_columns(tmp_path):
+    rec = record()
+    del rec["profile_ms"]
+    r = run(tmp_path, rec)
+    assert r.returncode == 0, r.stderr
+    blog = line(r.stdout, "blog_346")
+    assert blog[8:] == ["12.6", "10.0%"]
 
 
 def test_mode_without_targets(tmp_path):
