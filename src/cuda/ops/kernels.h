@@ -363,7 +363,6 @@ void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const bf16* w,
 // 1,024-element slice's four a lane, all loaded first; bf16 weights); the same bits. 0: the
 // default, 2, or CLEFRT_LAB_HEAD_GEMM_AHEAD=4 (dev/cuda/head_gemm.cu compares them).
 void head_gemm_set_ahead(int groups);
-int head_gemm_ahead();
 // out[i, :] = mean of rows [begin[i], end[i]) of x (fp32, row stride ldx), or of table rows
 // ids[begin..end) when table is given (the lexical means over lm_head). Empty spans give 0.
 void span_mean(const float* x, int64_t ldx, const bf16* table, const int32_t* ids, const int32_t* begin, const int32_t* end,

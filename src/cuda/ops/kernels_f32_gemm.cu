@@ -172,11 +172,11 @@ void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const fl
   // either way)
   // (CLEFRT_LAB_F32_GEMM_TILE=3232: 32 x 32 tiles where 64 x 32 ones would not give every SM
   // two CTAs, the lab's question for the blog's token rows)
-  static const int64_t from_env = env_count("CLEFRT_LAB_F32_GEMM_TILE", 0, 0, 3232);
-  const int tile = g_tile != 0 ? g_tile : from_env == 3232 ? -1 : 0;
+  static const bool small_tiles = env_count("CLEFRT_LAB_F32_GEMM_TILE", 0, 0, 3232) == 3232;
+  const bool by_grid = g_tile == 0;
   const int64_t sms2 = 2 * int64_t(sm_count()), tiles64 = ((n + 63) / 64) * ((m + 63) / 64), tiles32 = ((n + 31) / 32) * ((m + 63) / 64);
-  if (tile == 3232 || (tile == -1 && tiles32 < sms2)) launch<32, 32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
-  else if (tile == 32 || (tile <= 0 && tiles64 < sms2)) launch<64, 32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
+  if (g_tile == 3232 || (by_grid && small_tiles && tiles32 < sms2)) launch<32, 32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
+  else if (g_tile == 32 || (by_grid && tiles64 < sms2)) launch<64, 32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
   else launch<64, 64>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
 }
 

@@ -326,7 +326,10 @@ __global__ void __launch_bounds__(kHgMaxSlices * 32) head_gemm_k(const float* x,
       if (gb + lane + 32 * i < ge)
 #pragma unroll
         for (int c = 0; c < kHgCols; ++c) raw[i][c].load(wc[c] + (gb + lane + 32 * i) * kHgGroup);
-    // used in order, the next three shifted down each time (one call of group: it stays inlined)
+    // used in order, the next three shifted down each time (one call of group: it stays inlined).
+    // Not one ring shared with the form below: with the loads inside its loop, ptxas put this
+    // form's 32 lane sums (v below) in local memory (159 registers + 128 bytes of stack, against
+    // 124 and none).
 #pragma unroll 1
     for (int64_t g = gb + lane; g < ge; g += 32) {
       float wv[kHgCols][kHgGroup];
@@ -445,6 +448,12 @@ void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t
 }
 
 namespace {
+int g_hg_ahead = 0;  // head_gemm_set_ahead
+// the weight groups head_gemm keeps in flight: the setter's, else CLEFRT_LAB_HEAD_GEMM_AHEAD=4, else 2
+int head_gemm_ahead() {
+  static const int64_t from_env = env_count("CLEFRT_LAB_HEAD_GEMM_AHEAD", 2, 2, 4);
+  return g_hg_ahead != 0 ? g_hg_ahead : from_env == 4 ? 4 : 2;
+}
 template <class WT>
 void launch_head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                       cudaStream_t s, const float* bias, bool gelu) {
@@ -470,17 +479,12 @@ void launch_head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W
   else head_gemm_k<false, WT, 2><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
   check_launch("head gemm");
 }
-int g_hg_ahead = 0;  // head_gemm_set_ahead
 }  // namespace
 
 void head_gemm_set_ahead(int groups) {
   if (groups != 0 && groups != 2 && groups != 4)
     throw Error(Status::Internal, "internal_error", "head_gemm_set_ahead: " + std::to_string(groups) + " (0, 2 or 4)");
   g_hg_ahead = groups;
-}
-int head_gemm_ahead() {
-  static const int64_t from_env = env_count("CLEFRT_LAB_HEAD_GEMM_AHEAD", 2, 2, 4);
-  return g_hg_ahead != 0 ? g_hg_ahead : from_env == 4 ? 4 : 2;
 }
 
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
