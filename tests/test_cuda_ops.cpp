@@ -302,30 +302,6 @@ TEST(CudaOps, HeadGemmBiasEpilogueEqualsBiasAct) {
   }
 }
 
-// head_gemm with all of a slice's weight groups ahead (head_gemm_set_ahead(4), bf16 weights) gives
-// the default form's bits: one k slice and several, few and many rows, a partial last column
-// group, with a bias epilogue and accumulating.
-TEST(CudaOps, HeadGemmGroupsAheadKeepTheBits) {
-  NEED_GPU();
-  for (auto [m, n, k] : {std::tuple{3, 1024, 1024}, {9, 1030, 1024}, {3, 1024, 5120}, {70, 100, 4096}, {1, 36, 200}}) {
-    const std::string at = " at " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
-    auto x = randn(size_t(m * k), 31), w = randn(size_t(n * k), 32, 0.05f), y0 = randn(size_t(m * n), 33), bias = randn(size_t(n), 34, 0.5f);
-    DeviceBuffer dx = upload(x, "x"), dwb = upload(to_bf(w), "w bf16"), db = upload(bias, "bias");
-    for (bool acc : {false, true}) {
-      DeviceBuffer two = upload(y0, "y0"), four = upload(y0, "y0");
-      head_gemm_set_ahead(2);
-      head_gemm(dx.as<float>(), k, m, k, dwb.as<cuda::bf16>(), n, two.as<float>(), n, acc, nullptr, db.as<float>(), true);
-      head_gemm_set_ahead(4);
-      head_gemm(dx.as<float>(), k, m, k, dwb.as<cuda::bf16>(), n, four.as<float>(), n, acc, nullptr, db.as<float>(), true);
-      head_gemm_set_ahead(0);
-      check(cudaDeviceSynchronize(), "head gemm ahead");
-      const auto a = down<float>(two, size_t(m * n)), b = down<float>(four, size_t(m * n));
-      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << (acc ? "accumulate" : "") << at;
-    }
-  }
-  EXPECT_THROW(head_gemm_set_ahead(3), Error);
-}
-
 // field_init with add: F = (F + add) + (gp + type_emb), the bits of adding add in a pass of its
 // own (the second question_projection the forward no longer runs) and then field_init.
 TEST(CudaOps, FieldInitAddEqualsAddingFirst) {

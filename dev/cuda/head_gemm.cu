@@ -4,8 +4,6 @@
 // in_proj 3 W), and f32_gemm_3xtf32 over the token rows (memory_projection k = 5,120, the
 // memories' k | v n = 2,048, at the blog's 318 rows and 8,192).
 //   product          head_gemm as the engine runs it (k in slices of 1,024, a warp a slice)
-//   4 groups ahead   the product with every weight group of a lane's 1,024-element slice loaded
-//                    before the first is used (head_gemm_set_ahead(4)); same bits, checked
 //   8 warps split k  the previous product (a CTA of 8 warps per 4 columns x 8 rows, k split over
 //                    the warps, their sums through shared memory); different bits, same bound
 //   empty            a kernel that does nothing, n / 8 x m / 8 CTAs of 64 threads (the product's
@@ -213,19 +211,6 @@ int main(int argc, char** argv) {
       char note[96];
       std::snprintf(note, sizeof note, "worst |y - y_double| / sum |x w| %.2g", worst);
       const std::string name = std::string(sh.name) + " (" + std::to_string(sh.m) + ")";
-      // the product with all of a slice's weight groups ahead (head_gemm_set_ahead(4)): the same
-      // bits, checked here element for element
-      auto ahead4 = [&] {
-        head_gemm_set_ahead(4);
-        if (sh.bf16w) head_gemm(dx.as<float>(), sh.k, sh.m, sh.k, dw.as<bf16>(), sh.n, dy2.as<float>(), sh.n, false, st);
-        else head_gemm(dx.as<float>(), sh.k, sh.m, sh.k, dw.as<float>(), sh.n, dy2.as<float>(), sh.n, false, st);
-        head_gemm_set_ahead(0);
-      };
-      ahead4();
-      check(cudaDeviceSynchronize(), "product, 4 groups ahead");
-      std::vector<float> got4(got.size());
-      check(cudaMemcpy(got4.data(), dy2.get(), got4.size() * 4, cudaMemcpyDeviceToHost), "y, 4 groups ahead");
-      const bool same4 = std::memcmp(got4.data(), got.data(), got.size() * 4) == 0;
       if (std::getenv("CLEFRT_LAB_ONCE")) {
         old();
         empty();
@@ -233,9 +218,6 @@ int main(int argc, char** argv) {
         continue;
       }
       line(name, "product", bench::median_ms(st, product), per_launch_ms(st, product), bytes, note);
-      // (fp32 weights keep two groups ahead: head_gemm runs the product's form for them)
-      line(name, "4 groups ahead", bench::median_ms(st, ahead4), per_launch_ms(st, ahead4), bytes,
-           !sh.bf16w ? "fp32 weights: the product's form" : same4 ? "same bits as the product" : "DIFFERENT BITS from the product");
       line(name, "8 warps split k", bench::median_ms(st, old), per_launch_ms(st, old), bytes, "");
       line(name, "empty", bench::median_ms(st, empty), per_launch_ms(st, empty), 0, "");
     }

@@ -342,9 +342,8 @@ bool f32_gemm_3xtf32_fits(const float* x, int64_t ldx, int64_t k, const float* w
 void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t ldw, int64_t n, float* y, int64_t ldy,
                      bool accumulate, cudaStream_t s);
 // The tile f32_gemm_3xtf32 uses: 0 picks by the grid (64 rows x 32 columns where 64 x 64 tiles
-// would leave SMs without two CTAs; with CLEFRT_LAB_F32_GEMM_TILE=3232, 32 x 32 where 64 x 32 ones
-// would too), 32 or 64 (64 rows, that many columns), 3232 (32 x 32). dev/cuda/head_gemm.cu
-// compares them. The same bits.
+// would leave SMs without two CTAs, 32 x 32 where 64 x 32 ones would too), 32 or 64 (64 rows,
+// that many columns), 3232 (32 x 32). dev/cuda/head_gemm.cu compares them. The same bits.
 void f32_gemm_3xtf32_set_tile(int tile);
 
 // ---- joint head (kernels_head.cu) ----
@@ -359,10 +358,6 @@ void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w
 // same values in fp32.
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const bf16* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                cudaStream_t s, const float* bias = nullptr, bool gelu = false);
-// The weight groups a head_gemm lane keeps in flight: 2 (the next while one is used) or 4 (a
-// 1,024-element slice's four a lane, all loaded first; bf16 weights); the same bits. 0: the
-// default, 2, or CLEFRT_LAB_HEAD_GEMM_AHEAD=4 (dev/cuda/head_gemm.cu compares them).
-void head_gemm_set_ahead(int groups);
 // out[i, :] = mean of rows [begin[i], end[i]) of x (fp32, row stride ldx), or of table rows
 // ids[begin..end) when table is given (the lexical means over lm_head). Empty spans give 0.
 void span_mean(const float* x, int64_t ldx, const bf16* table, const int32_t* ids, const int32_t* begin, const int32_t* end,

@@ -9,8 +9,8 @@
 // steps in k order, three accumulators (hi*hi, lo*hi, hi*lo) summed once at the end; the other
 // rows, m and the row's place in its tile change none of it.
 //
-// Tiles: a CTA of 4 warps (2 x 2) computes BM rows x BN columns (64 x 64, or 32 columns where
-// 64-wide tiles would leave SMs idle; 32 x 32 under the lab switch: the tile changes no element's
+// Tiles: a CTA of 4 warps (2 x 2) computes BM rows x BN columns (64 x 64; 64 x 32 where 64-wide
+// tiles would leave SMs idle; 32 x 32 where even those would: the tile changes no element's
 // operations), a warp BM / 2 x BN / 2 (BM / 32 m16 x BN / 16 n8 MMA tiles); k in 32-wide steps
 // through shared memory, kStages stages of cp.async copies in flight (with two, each step waited
 // out a whole global load: the token-row GEMMs at the blog size are latency-bound). Rows of x and w
@@ -168,14 +168,12 @@ void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const fl
     throw Error(Status::Internal, "internal_error",
                 "f32_gemm_3xtf32: k, the row strides and the pointers must allow 16-byte copies (k " + std::to_string(k) + ", ldx " +
                     std::to_string(ldx) + ", ldw " + std::to_string(ldw) + ")");
-  // 32-wide column tiles where 64-wide ones would not give every SM two CTAs (the same bits
-  // either way)
-  // (CLEFRT_LAB_F32_GEMM_TILE=3232: 32 x 32 tiles where 64 x 32 ones would not give every SM
-  // two CTAs, the lab's question for the blog's token rows)
-  static const bool small_tiles = env_count("CLEFRT_LAB_F32_GEMM_TILE", 0, 0, 3232) == 3232;
-  const bool by_grid = g_tile == 0;
+  // the largest tile that still gives every SM two CTAs: 64 x 64, else 64 x 32, else 32 x 32 (the
+  // blog's memory_projection, m 318 n 1,024: bench/results/2026-12-06-h100-session45.md); the same
+  // bits either way
   const int64_t sms2 = 2 * int64_t(sm_count()), tiles64 = ((n + 63) / 64) * ((m + 63) / 64), tiles32 = ((n + 31) / 32) * ((m + 63) / 64);
-  if (g_tile == 3232 || (by_grid && small_tiles && tiles32 < sms2)) launch<32, 32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
+  const bool by_grid = g_tile == 0;
+  if (g_tile == 3232 || (by_grid && tiles32 < sms2)) launch<32, 32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
   else if (g_tile == 32 || (by_grid && tiles64 < sms2)) launch<64, 32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
   else launch<64, 64>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
 }

@@ -276,10 +276,7 @@ __device__ __forceinline__ void hg_load_scalar(const T* p, int64_t left, float (
   for (int e = 0; e < kHgGroup; ++e) v[e] = e < left ? hg_f32(p[e]) : 0.0f;
 }
 
-// Ahead: the weight groups of a lane's slice in flight at once, 2 (the next group's while this
-// one is used) or 4 (all of a 1,024-element slice's four groups a lane, loaded before the first is
-// used; slices that long and bf16 weights only). The same operations in the same order either way.
-template <bool Vec, class WT, int Ahead>
+template <bool Vec, class WT>
 __global__ void __launch_bounds__(kHgMaxSlices * 32) head_gemm_k(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n,
                                                                  float* y, int64_t ldy, bool accumulate, const float* bias, bool gelu,
                                                                  int64_t slice) {
@@ -318,30 +315,7 @@ __global__ void __launch_bounds__(kHgMaxSlices * 32) head_gemm_k(const float* x,
       }
     }
   };
-  if constexpr (Vec && Ahead == 4) {
-    // every group of the lane's slice (at most 4: slice / 8 / 32) loaded first, then used in order
-    HgRaw<WT> raw[4][kHgCols];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if (gb + lane + 32 * i < ge)
-#pragma unroll
-        for (int c = 0; c < kHgCols; ++c) raw[i][c].load(wc[c] + (gb + lane + 32 * i) * kHgGroup);
-    // used in order, the next three shifted down each time (one call of group: it stays inlined).
-    // Not one ring shared with the form below: with the loads inside its loop, ptxas put this
-    // form's 32 lane sums (v below) in local memory (159 registers + 128 bytes of stack, against
-    // 124 and none).
-#pragma unroll 1
-    for (int64_t g = gb + lane; g < ge; g += 32) {
-      float wv[kHgCols][kHgGroup];
-#pragma unroll
-      for (int c = 0; c < kHgCols; ++c)
-#pragma unroll
-        for (int e = 0; e < kHgGroup; ++e) wv[c][e] = raw[0][c][e];
-      group(g * kHgGroup, wv);
-#pragma unroll
-      for (int c = 0; c < kHgCols; ++c) raw[0][c] = raw[1][c], raw[1][c] = raw[2][c], raw[2][c] = raw[3][c];
-    }
-  } else if constexpr (Vec) {
+  if constexpr (Vec) {
     // the next group's weights are loaded while this one's are used: two groups' loads in flight
     HgRaw<WT> cur[kHgCols], nxt[kHgCols];
     if (gb + lane < ge)
@@ -448,12 +422,6 @@ void mha_attend(const float* q, int64_t ldq, int64_t nq, const float* k, int64_t
 }
 
 namespace {
-int g_hg_ahead = 0;  // head_gemm_set_ahead
-// the weight groups head_gemm keeps in flight: the setter's, else CLEFRT_LAB_HEAD_GEMM_AHEAD=4, else 2
-int head_gemm_ahead() {
-  static const int64_t from_env = env_count("CLEFRT_LAB_HEAD_GEMM_AHEAD", 2, 2, 4);
-  return g_hg_ahead != 0 ? g_hg_ahead : from_env == 4 ? 4 : 2;
-}
 template <class WT>
 void launch_head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const WT* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                       cudaStream_t s, const float* bias, bool gelu) {
@@ -466,26 +434,11 @@ void launch_head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const W
   // 16-byte loads of 8-element groups when every row start is aligned for them; both forms do
   // the same operations
   const bool vec = k % kHgGroup == 0 && ldx % 4 == 0 && aligned16(x) && aligned16(w);
-  // all of a slice's groups ahead where a slice is 1,024 elements (4 groups a lane) and asked for;
-  // bf16 weights only (fp32's four groups would take 128 more registers)
-  if constexpr (std::is_same_v<WT, bf16>) {
-    if (vec && head_gemm_ahead() == 4 && slice == kHgSlice) {
-      head_gemm_k<true, WT, 4><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
-      check_launch("head gemm");
-      return;
-    }
-  }
-  if (vec) head_gemm_k<true, WT, 2><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
-  else head_gemm_k<false, WT, 2><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
+  if (vec) head_gemm_k<true, WT><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
+  else head_gemm_k<false, WT><<<grid, threads, 0, s>>>(x, ldx, m, k, w, n, y, ldy, accumulate, bias, gelu, slice);
   check_launch("head gemm");
 }
 }  // namespace
-
-void head_gemm_set_ahead(int groups) {
-  if (groups != 0 && groups != 2 && groups != 4)
-    throw Error(Status::Internal, "internal_error", "head_gemm_set_ahead: " + std::to_string(groups) + " (0, 2 or 4)");
-  g_hg_ahead = groups;
-}
 
 void head_gemm(const float* x, int64_t ldx, int64_t m, int64_t k, const float* w, int64_t n, float* y, int64_t ldy, bool accumulate,
                cudaStream_t s, const float* bias, bool gelu) {
