@@ -2,8 +2,11 @@
 """What issue 20's speed targets ask of the energy a forward takes, from `clefrt bench` records.
 
 At the card's power cap (every long point of the 27B runs capped), a forward's time is its
-energy over the capped power. So a target time T asks for at most T x (mean W) joules a forward:
-the cut printed is the share of today's joules that would have to go, at today's mean power.
+energy over the capped power. So a target time T asks a forward measured at t (its p50, or the
+batch's time) for at most T / t of today's joules, at today's mean power: the cut printed is the
+share that would have to go. (The joules come from the energy window, whose forwards include the
+gaps between them: J / mean W can exceed the p50, so the budget scales today's joules by T / t
+rather than taking T x mean W, which would ask a cut of a target already met.)
 The profile's split (GEMM ops against the rest, as shares of the ops' total, which the profile's
 per-op syncs inflate) says how much of the time the cuBLASLt GEMMs take, and what the rest may
 keep if the GEMMs stay as they are.
@@ -47,8 +50,8 @@ def main(paths):
             else:
                 now, goal = f"{tps:,.0f} t/s", f"{target:,.0f} t/s"
                 target_ms = ms * tps / target  # the same tokens at the target rate
-            budget = target_ms / 1000.0 * e["mean_watts"]
-            cut = 1.0 - budget / e["joules_per_forward"]
+            budget = e["joules_per_forward"] * target_ms / ms
+            cut = 1.0 - target_ms / ms
             prof = rec.get("profile_ms", {}).get(PROFILE_OF[point], {})
             total = sum(prof.values())
             gemm = sum(v for k, v in prof.items() if "gemm" in k or "GEMM" in k or "Linears" in k)

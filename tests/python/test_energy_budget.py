@@ -1,5 +1,5 @@
 """bench/energy_budget.py on a bench record written here: a target time asks for at most
-target x mean W joules a forward (the cut is the rest of today's), the batch of 64's target rate
+target / today's time of today's joules a forward (the cut is the rest), the batch of 64's target rate
 becomes a time for the same tokens, the GEMM share comes from the profile, a mode without
 targets is named and skipped, a record without a profile keeps its energy columns.
 
@@ -58,6 +58,19 @@ def test_met_target_cuts_nothing(tmp_path):
     r = run(tmp_path, rec)
     assert r.returncode == 0, r.stderr
     assert line(r.stdout, "blog_346")[9] == "0.0%"
+
+
+def test_energy_window_longer_than_the_p50_cuts_nothing_of_a_met_target(tmp_path):
+    # a real record's shape: blog p50 30.71 ms, the energy window's forwards 23.7 J at 737 W
+    # (32.2 ms a forward with the gaps between them); bf16's 32 ms target is met: no cut, and the
+    # budget is today's joules x 32 / 30.71
+    rec = record("bf16")
+    rec["latency_ms"]["blog_346"]["p50"] = 30.71
+    rec["energy"]["blog_346"] = {"joules_per_forward": 23.7, "mean_watts": 737.0, "power_capped_share": 0.94}
+    r = run(tmp_path, rec)
+    assert r.returncode == 0, r.stderr
+    blog = line(r.stdout, "blog_346")
+    assert blog[8] == "24.7" and blog[9] == "0.0%"
 
 
 def test_record_without_profile_keeps_its_energy_columns(tmp_path):
