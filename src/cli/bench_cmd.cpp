@@ -49,7 +49,10 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 // the blog's five reps (~0.1 s) it gave 430 to 960 W on a 700 W card (session 37), so a point's
 // reps go on, untimed, until the energy window is kEnergyWindowS long. Under sustained load a card may run at
 // its power cap, where its clock, not a kernel, sets the time
-// (bench/results/2026-12-06-h100-session36.md).
+// (bench/results/2026-12-06-h100-session36.md). The window's time a forward (ms/fwd) is the
+// point's sustained latency, the reps back to back: above the p50 of the first reps where the card
+// had not settled at its cap. It is what a server's single client sees
+// (bench/results/2026-12-06-h100-session45.md).
 constexpr double kEnergyWindowS = 1.0;
 struct EnergyFigures {
   bool measured = false;
@@ -109,12 +112,14 @@ class PointEnergy {
 json::Value energy_row(const std::string& name, double tokens, const EnergyFigures& f) {
   const double jf = f.joules / f.reps;
   json::Value v = json::Value::object();
+  v.add("ms_per_forward", json::Value::number(1e3 * f.seconds / f.reps));
   v.add("joules_per_forward", json::Value::number(jf));
   v.add("joules_per_token", json::Value::number(jf / tokens));
   v.add("mean_watts", json::Value::number(f.joules / f.seconds));
   v.add("sm_clock_mhz", json::Value::number(f.sm_mhz));
   v.add("power_capped_share", json::Value::number(f.capped_share));
-  std::printf("%-12s %12.3f %10.4f %8.0f %8.0f %8.0f%%\n", name.c_str(), jf, jf / tokens, f.joules / f.seconds, f.sm_mhz, 100.0 * f.capped_share);
+  std::printf("%-12s %9.2f %12.3f %10.4f %8.0f %8.0f %8.0f%%\n", name.c_str(), 1e3 * f.seconds / f.reps, jf, jf / tokens, f.joules / f.seconds,
+              f.sm_mhz, 100.0 * f.capped_share);
   return v;
 }
 
@@ -725,7 +730,7 @@ Runner add_bench(CLI::App& app) {
     if (!energy_rows.empty()) {
       const GpuPower g = gpu_power();
       if (g.available) {
-        std::printf("%-12s %12s %10s %8s %8s %9s\n", "energy", "J/forward", "J/token", "mean W", "SM MHz", "capped");
+        std::printf("%-12s %9s %12s %10s %8s %8s %9s\n", "energy", "ms/fwd", "J/forward", "J/token", "mean W", "SM MHz", "capped");
         for (const EnergyRow& r : energy_rows)
           if (r.f.measured) energy.add(r.name, energy_row(r.name, r.tokens, r.f));
       } else {
