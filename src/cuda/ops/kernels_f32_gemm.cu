@@ -168,9 +168,9 @@ void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const fl
     throw Error(Status::Internal, "internal_error",
                 "f32_gemm_3xtf32: k, the row strides and the pointers must allow 16-byte copies (k " + std::to_string(k) + ", ldx " +
                     std::to_string(ldx) + ", ldw " + std::to_string(ldw) + ")");
-  // the largest tile that still gives every SM two CTAs: 64 x 64, else 64 x 32, else 32 x 32 (the
-  // blog's memory_projection, m 318 n 1,024: bench/results/2026-12-06-h100-session45.md); the same
-  // bits either way
+  // 64 x 64 tiles where they give every SM two CTAs, else 64 x 32 where those do, else 32 x 32
+  // (the blog's memory_projection, m 318 n 1,024: bench/results/2026-12-06-h100-session45.md);
+  // the same bits either way
   const int64_t sms2 = 2 * int64_t(sm_count()), tiles64 = ((n + 63) / 64) * ((m + 63) / 64), tiles32 = ((n + 31) / 32) * ((m + 63) / 64);
   const bool by_grid = g_tile == 0;
   if (g_tile == 3232 || (by_grid && tiles32 < sms2)) launch<32, 32>(x, ldx, m, k, w, ldw, n, y, ldy, accumulate, s);
