@@ -179,8 +179,8 @@ while [ $# -gt 0 ]; do
       .carry/clefrt_bench_head_gemm --commit "$commit" --json "$OUT/lab-head-gemm.json" 2>&1 | tee "$OUT/lab-head-gemm.txt" ;;
     ncu-head)
       # Nsight Compute on the head lab's row-Linear launches, each shape once (CLEFRT_LAB_ONCE): the
-      # product and the previous 8-warp form, throughput, occupancy,
-      # warp stalls and memory per launch (why the k = 4,096 / 5,120 shapes run far below copy)
+      # product and the previous 8-warp form, throughput, occupancy, warp stalls and memory per
+      # launch (why the k = 4,096 / 5,120 shapes run far below copy)
       CLEFRT_LAB_ONCE=1 ncu --clock-control none --kernel-name-base demangled -k 'regex:head_gemm_k' -c 40 \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
         .carry/clefrt_bench_head_gemm > "$OUT/ncu-head.txt" 2>&1

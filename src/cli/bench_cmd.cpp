@@ -110,15 +110,15 @@ class PointEnergy {
 };
 // A point's row of the energy table (tokens: a forward's), and its JSON
 json::Value energy_row(const std::string& name, double tokens, const EnergyFigures& f) {
-  const double jf = f.joules / f.reps;
+  const double jf = f.joules / f.reps, ms = 1e3 * f.seconds / f.reps;
   json::Value v = json::Value::object();
-  v.add("ms_per_forward", json::Value::number(1e3 * f.seconds / f.reps));
+  v.add("ms_per_forward", json::Value::number(ms));
   v.add("joules_per_forward", json::Value::number(jf));
   v.add("joules_per_token", json::Value::number(jf / tokens));
   v.add("mean_watts", json::Value::number(f.joules / f.seconds));
   v.add("sm_clock_mhz", json::Value::number(f.sm_mhz));
   v.add("power_capped_share", json::Value::number(f.capped_share));
-  std::printf("%-12s %9.2f %12.3f %10.4f %8.0f %8.0f %8.0f%%\n", name.c_str(), 1e3 * f.seconds / f.reps, jf, jf / tokens, f.joules / f.seconds,
+  std::printf("%-12s %9.2f %12.3f %10.4f %8.0f %8.0f %8.0f%%\n", name.c_str(), ms, jf, jf / tokens, f.joules / f.seconds,
               f.sm_mhz, 100.0 * f.capped_share);
   return v;
 }
