@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [lab-gdn-form] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tests: the whole GPU suite; its CPU references dominate and it took 220 to 576 s on H100s
 # (session 41: 576 s, a call's whole budget): plan it a call of its own or narrow it with tests=.
 # serve: per mode also a 5 s one-client phase on one kept connection (serve-load-keepalive-*.json).
@@ -18,6 +18,7 @@
 # interleave: blog latency while a 65,436-token request runs, per step size (27B bf16).
 # long: 27B NVFP4 + offload memory at 32k / 64k tokens; long-bf16: the bf16 bench with its 32k / 64k points.
 # eval: clefrt eval --synthetic clef-27b over the four benchmarks (carry .evaldata/).
+# lab-gdn-form: clefrt_bench_gdn's W / U and T forms from bf16 rows at every shape (CLEFRT_LAB_FORMS_ONLY).
 # ncu-gdn: Nsight Compute (--clock-control none) on the Wgmma path's GDN kernels and the 3xTF32 prep.
 # lab-fp8-sustained: the FP8 GEMM of our own and cuBLASLt's at the power cap (1 s each, alternated).
 # ncu-fp8-gemm: Nsight Compute on one launch of the FP8 GEMM of our own's warp-specialized forms at
@@ -172,6 +173,13 @@ while [ $# -gt 0 ]; do
       # the GDN Wgmma preps alone at every lab shape, the one-pass prep from fp32 and from bf16 rows
       CLEFRT_LAB_PREP_ONLY=1 timeout 120 .carry/clefrt_bench_gdn --commit "$commit" > "$OUT/lab-gdn-prep.txt" 2>&1
       echo "== lab gdn prep rc=$?"; grep -E "chunks;|prep alone" "$OUT/lab-gdn-prep.txt" ;;
+    lab-gdn-form)
+      # the GDN lab's W / U and T forms from bf16 rows at every shape, beside the 3xTF32 reference
+      # (and fla's figure when `anchors` ran before in this call)
+      anchors_arg=(); [ -s "$OUT0/kernel-anchors.json" ] && anchors_arg=(--anchors "$OUT0/kernel-anchors.json")
+      CLEFRT_LAB_FORMS_ONLY=1 timeout 180 .carry/clefrt_bench_gdn --commit "$commit" --json "$OUT/lab-gdn-form.json" "${anchors_arg[@]}" \
+        > "$OUT/lab-gdn-form.txt" 2>&1
+      echo "== lab gdn form rc=$?"; grep -E "chunks;|from bf16 rows|fla's time|3xtf32 " "$OUT/lab-gdn-form.txt" ;;
     lab-elementwise)
       timeout 180 .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt" ;;
     lab-head)

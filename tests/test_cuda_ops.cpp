@@ -810,6 +810,66 @@ TEST(CudaOps, GdnWgmmaPrepV2MatchesTensorCoresPrep) {
   }
 }
 
+// Sets the T form (gdn_wgmma_set_t_form) for a test's scope, then restores it.
+struct TForm {
+  bool to = gdn_wgmma_t_form();
+  explicit TForm(bool on) { gdn_wgmma_set_t_form(on); }
+  ~TForm() { gdn_wgmma_set_t_form(to); }
+};
+
+// The T form (gdn_wgmma_t_form: the prep leaves T diag(beta), the register-state scan forms Vn
+// from the rows' V) from bf16 rows against the 3xTF32 path on the same values and beside the W / U
+// form: outputs and the final state within the one-pass bound (a layout, gating or decay error is
+// O(1); every plane byte the prep leaves unwritten is a NaN from gdn_scratch), and the planes
+// scan refused with it.
+TEST(CudaOps, GdnWgmmaTFormMatchesTensorCores) {
+  NEED_GPU();
+  const int64_t Hk = 2, Hv = 6, Dk = 128, Dv = 128;
+  if (!gdn_wgmma_available(Dk, Dv)) GTEST_SKIP() << "no Wgmma path on this GPU / build";
+  const WgmmaProducts products(true, true);
+  const TForm restore(false);
+  const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
+  const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
+  const int64_t nc = int64_t(k.cs.size()), state = Hv * Dk * Dv;
+  const Bf16Rows rows = bf16_rows(k.mixed);
+  DeviceBuffer d16 = upload(rows.b16, "m16"), d32 = upload(rows.f32, "m32"), dg = upload(k.g, "g"), db = upload(k.beta, "b"), dcs = upload(k.cs, "cs"),
+               dcl = upload(k.cl, "cl"), dsc = upload(k.sc, "sc"), o(size_t(k.L * Hv * Dv) * 4), st(size_t(state) * 4);
+  const GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, int64_t(lens.size())};
+  // the path's outputs and final state (the last sequence's), the rows in bf16 unless `tc`
+  auto run = [&](bool tc, bool t_form, std::vector<float>& out, std::vector<float>& fin) {
+    gdn_wgmma_set_t_form(t_form);
+    std::vector<DeviceBuffer> keep;
+    GdnScratch sc = gdn_scratch(Hk, Hv, Dk, Dv, nc, keep);
+    sc.state_out = st.as<float>();
+    if (!tc) sc.mixed16 = d16.as<bf16>();
+    check(cudaMemset(o.get(), 0xff, size_t(k.L * Hv * Dv) * 4), "poison o");
+    check(cudaMemset(st.get(), 0xff, size_t(state) * 4), "poison state");
+    const GdnPath path = tc ? GdnPath::TensorCores : GdnPath::Wgmma;
+    gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, sc, nullptr, path);
+    gdn_chunk_scan(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), ch, sc, o.as<float>(), nullptr, path);
+    out = down<float>(o, size_t(k.L * Hv * Dv));
+    fin = down<float>(st, size_t(state));
+  };
+  std::vector<float> want, want_s, wu, wu_s, tf, tf_s;
+  run(true, false, want, want_s);
+  run(false, false, wu, wu_s);
+  run(false, true, tf, tf_s);
+  expect_close_to_max(wu, want, 2e-2, "W / U form vs 3xtf32 outputs");
+  expect_close_to_max(tf, want, 2e-2, "T form vs 3xtf32 outputs");
+  expect_close_to_max(wu_s, want_s, 2e-2, "W / U form vs 3xtf32 final state");
+  expect_close_to_max(tf_s, want_s, 2e-2, "T form vs 3xtf32 final state");
+  EXPECT_NE(tf, wu) << "the T form rounds elsewhere: the same bits as the W / U form would mean it did not run";
+  // the planes scan has no T form
+  gdn_wgmma_set_t_form(true);
+  gdn_wgmma_set_scan_regs(0);
+  std::vector<DeviceBuffer> keep;
+  GdnScratch sc = gdn_scratch(Hk, Hv, Dk, Dv, nc, keep);
+  sc.state_out = st.as<float>();
+  sc.mixed16 = d16.as<bf16>();
+  EXPECT_THROW(gdn_chunk_scan(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), ch, sc, o.as<float>(), nullptr, GdnPath::Wgmma), Error);
+  gdn_wgmma_set_scan_regs(1);
+}
+
 // The Wgmma scan's prefix-cache paths against the 3xTF32 scan's: sequences starting from cached
 // states (seq_state_in, at a layer offset), snapshots at a chunk inside a sequence and after its
 // last chunk (snap_chunk), in one pass and in passes of two chunks (the state carried between
@@ -838,6 +898,10 @@ TEST(CudaOps, GdnWgmmaStatesMatchTensorCores) {
   DeviceBuffer din = upload(std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(in_ptr.data()),
                                                  reinterpret_cast<const uint8_t*>(in_ptr.data() + ns)), "state in pointers"),
                dsnap = upload(snap, "snap chunks");
+  // the T form reads the rows in bf16 (GdnScratch::mixed16): these, when set
+  const Bf16Rows rows = bf16_rows(k.mixed);
+  DeviceBuffer d16 = upload(rows.b16, "m16");
+  const bf16* rows16 = nullptr;
   auto run = [&](GdnPath path, int64_t P, std::vector<float>& out, std::vector<std::vector<float>>& snaps) {
     std::vector<DeviceBuffer> snap_buf;
     std::vector<float*> out_ptr(static_cast<size_t>(ns));
@@ -854,6 +918,7 @@ TEST(CudaOps, GdnWgmmaStatesMatchTensorCores) {
       sp.seq_state_out = reinterpret_cast<float* const*>(dout.get());
       sp.snap_chunk = dsnap.as<int32_t>();
       sp.layer_off = layer * state;
+      if (rows16) sp.mixed16 = rows16;
     });
     out = down<float>(o, size_t(k.L * Hv * Dv));
     snaps.clear();
@@ -865,10 +930,16 @@ TEST(CudaOps, GdnWgmmaStatesMatchTensorCores) {
   std::vector<float> want, got, got2;
   std::vector<std::vector<float>> want_s, got_s, got2_s;
   run(GdnPath::TensorCores, nc, want, want_s);
-  for (const int variant : {0, 1, 2}) {  // bf16x3, one pass, one pass with the state in registers
+  // bf16x3, one pass, one pass with the state in registers, and that from bf16 rows in the T form
+  for (const int variant : {0, 1, 2, 3}) {
     const bool one_pass = variant > 0;
-    const WgmmaProducts products(one_pass, variant == 2);
-    const std::string mode = variant == 2 ? "wgmma bf16, state in registers" : one_pass ? "wgmma bf16" : "wgmma bf16x3";
+    const WgmmaProducts products(one_pass, variant >= 2);
+    const TForm form(variant == 3);
+    rows16 = variant == 3 ? d16.as<bf16>() : nullptr;
+    const std::string mode = variant == 3   ? "wgmma bf16, T form"
+                             : variant == 2 ? "wgmma bf16, state in registers"
+                             : one_pass     ? "wgmma bf16"
+                                            : "wgmma bf16x3";
     run(GdnPath::Wgmma, nc, got, got_s);
     auto near = [&](const std::vector<float>& g, const std::vector<float>& w, const std::string& what) {
       if (one_pass) expect_close_to_max(g, w, 2e-2, mode + " vs 3xtf32 " + what);

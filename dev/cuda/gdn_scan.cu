@@ -618,6 +618,9 @@ int main(int argc, char** argv) {
     const char* only = std::getenv("CLEFRT_LAB_ONLY");
     // CLEFRT_LAB_PREP_ONLY=1: the preps alone at every shape (an A/B of a prep change)
     const bool prep_only = std::getenv("CLEFRT_LAB_PREP_ONLY") != nullptr;
+    // CLEFRT_LAB_FORMS_ONLY=1: the 3xTF32 reference, then the W / U and T forms from bf16 rows, at
+    // every shape (the suite's lab-gdn-form)
+    const bool forms_only = std::getenv("CLEFRT_LAB_FORMS_ONLY") != nullptr;
     for (Shape sh : {Shape{"1x8192", 1, 8192}, Shape{"8x1024", 8, 1024}, Shape{"64x512", 64, 512}}) {
       if (only && sh.seqs != 1) break;
       const int64_t L = sh.seqs * sh.len;
@@ -778,9 +781,13 @@ int main(int argc, char** argv) {
       }
       json::Value pts = json::Value::array();
       double t_ref = 0, t_product = -1;
+      // the anchor at this shape, if any (kernel_anchors.py times 1 x 8,192 and 64 x 512)
+      const std::string here = sh.seqs == 1 && sh.len == 8192 ? "tok_8192" : sh.seqs == 64 && sh.len == 512 ? "64x512" : "";
+      const double fla_here = here.empty() || anchors.is_null() ? -1 : bench::anchor_ms(anchors, "gdn_per_layer_ms", here);
       for (const Variant& v : variants) {
         const bool is_ref = v.name == std::string("3xtf32");
         if (only && !is_ref && !std::strstr(v.name, only)) continue;
+        if (forms_only && !is_ref) continue;
         if (std::strstr(v.name, "wgmma") && !gdn_wgmma_available(Dk, Dv)) {
           std::printf("  %-26s not run: no Wgmma path on this GPU / build\n", v.name);
           continue;
@@ -826,6 +833,51 @@ int main(int argc, char** argv) {
         r.add("max_err_over_max_out", json::Value::number(rel_max));
         r.add("rms_rel_err", json::Value::number(rel_rms));
         pts.arr.push_back(std::move(r));
+      }
+      if (have_wgmma) {
+        // from the rows in bf16 (GdnScratch::mixed16, the model's input to both): the product's W / U
+        // form and the T form (CLEFRT_LAB_GDN_FORM=t), each prep alone, prep + scan, and the outputs
+        // against the 3xTF32 reference (on the fp32 rows: the bf16 rows' rounding counts in both)
+        DeviceBuffer m16(size_t(L * conv_dim) * 2, "mixed bf16");
+        f32_to_bf16_rows(mx, L, conv_dim, conv_dim, m16.as<bf16>(), conv_dim, s);
+        GdnScratch s16 = scr;
+        s16.mixed16 = m16.as<bf16>();
+        const bool t_before = gdn_wgmma_t_form();
+        gdn_wgmma_set_one_pass_bf16(true);
+        for (const bool t_form : {false, true}) {
+          gdn_wgmma_set_t_form(t_form);
+          const char* name = t_form ? "T form" : "W / U form (product)";
+          auto prep16 = [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, s16, s, GdnPath::Wgmma); };
+          auto both = [&] {
+            prep16();
+            gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, s16, o.as<float>(), s, GdnPath::Wgmma);
+          };
+          both();
+          check(cudaStreamSynchronize(s), name);
+          check(cudaMemcpy(got.data(), o.get(), N * 4, cudaMemcpyDeviceToHost), "copy");
+          double max_ref = 0, max_err = 0;
+          for (size_t i = 0; i < N; ++i) {
+            max_err = std::max(max_err, std::fabs(double(got[i]) - double(ref[i])));
+            if (!(got[i] == got[i])) max_err = INFINITY;
+            max_ref = std::max(max_ref, std::fabs(double(ref[i])));
+          }
+          const double tp = median_ms(s, prep16), tw = median_ms(s, both);
+          std::printf("  from bf16 rows, %-22s prep %7.3f ms, scan %7.3f ms, prep + scan %7.3f ms | vs 3xtf32 max |err| / max |o| %.2e\n", name, tp,
+                      tw - tp, tw, max_ref > 0 ? max_err / max_ref : 0.0);
+          json::Value r = json::Value::object();
+          r.add("variant", json::Value::string(std::string("from bf16 rows, ") + name));
+          r.add("m", json::Value::integer(L));
+          r.add("sequences", json::Value::integer(sh.seqs));
+          r.add("prep_ms", json::Value::number(tp));
+          r.add("scan_ms", json::Value::number(tw - tp));
+          r.add("prep_and_scan_ms", json::Value::number(tw));
+          r.add("max_err_over_max_out", json::Value::number(max_ref > 0 ? max_err / max_ref : 0.0));
+          pts.arr.push_back(std::move(r));
+          if (fla_here > 0)
+            std::printf("    = %.2fx fla's time (anchor %.3f ms a layer)\n", tw / fla_here, fla_here);
+        }
+        gdn_wgmma_set_t_form(t_before);
+        gdn_wgmma_set_one_pass_bf16(false);
       }
       if (have_wgmma) {  // the preps alone
         const double t_tc = t_prep, t_wg = t_wg_prep;

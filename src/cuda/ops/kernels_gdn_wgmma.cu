@@ -323,32 +323,47 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
 // kWgs warpgroups a CTA (1 or 2: the same instructions a warpgroup either way, so the same bits;
 // gdn_scan_rs_wgs picks): one a CTA puts twice as many CTAs on the serial path where there are
 // fewer (sequence, value head) pairs than SMs.
-template <int kWgs>
+template <int kWgs, bool TF = false>
 struct ScanRsSmem {
   static constexpr int kUCols = 64 * kWgs, kULd = kUCols + 4;  // U's rows padded: a warp's reads hit 32 banks
-  // a stage: W, Q, K hi planes (16 KiB each), A's hi plane (8 KiB), U [64 tokens][kULd] fp32
-  static constexpr int kStage = 3 * (kTile / 2) + kSmallTile / 2 + C * kULd * 4;
+  // TF: V's rows (bf16), padded so the four rows a warp reads at once (tokens 2 tq) start 32 bytes apart
+  static constexpr int kVLd = kUCols + 8;
+  // a stage: W (TF: T, 8 KiB), Q, K hi planes (16 KiB each), A's hi plane (8 KiB), U [64 tokens][kULd]
+  // fp32 (TF: V [64 tokens][kVLd] bf16)
+  static constexpr int kStage = TF ? 2 * (kTile / 2) + 2 * (kSmallTile / 2) + C * kVLd * 2 : 3 * (kTile / 2) + kSmallTile / 2 + C * kULd * 4;
   static_assert(kStage % 1024 == 0, "a stage's planes on 1024-byte boundaries");
-  static constexpr size_t bytes() { return 1024 + 2 * size_t(kStage) + sizeof(float) * 2 * ScanSmem::kDecays; }
+  static constexpr int kDecays = ScanSmem::kDecays;
+  static constexpr size_t bytes() { return 1024 + 2 * size_t(kStage) + sizeof(float) * 2 * kDecays; }
 };
 
-template <int kWgs>
+// TF (the T form, gdn_wgmma_t_form): the prep leaves Tb = T diag(beta) (T = (I + Lm)^-1) and A
+// as planes, not W and U (FlashInfer's organisation of the state products: W and U are never
+// formed); the scan loads q, k and v from the conv's bf16 rows (GdnScratch::mixed16) and forms
+//   Y^T = V^T - S^T K^T diag(e^gamma),  Vn^T = Y^T Tb^T
+// where the W / U form has Vn^T = U^T - S^T W^T with U = Tb V, W = Tb diag(e^gamma) K: the same
+// Vn in exact arithmetic, rounded elsewhere (Y to bf16 instead of W and U). One product more on
+// the serial path (4 wgmma m64n64k16), against the prep's U and W products and most of the bytes
+// between the two kernels.
+template <int kWgs, bool TF = false>
 __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, int64_t Hk, int64_t Hv, int64_t Dv, GdnChunks ch, GdnScratch sc,
                                                                 float* o) {
 #ifndef CLEFRT_WGMMA
   __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
 #else
   pdl_wait();
-  using Sm = ScanRsSmem<kWgs>;
+  using Sm = ScanRsSmem<kWgs, TF>;
   constexpr int kThreads = 128 * kWgs;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-  float* decay_buf = reinterpret_cast<float*>(base + 2 * Sm::kStage);  // [2][ScanSmem::kDecays]: this chunk's, the next one's
-  auto Wb = [&](int st) { return base + st * Sm::kStage; };  // [64 tokens][128 Dk]
-  auto Qb = [&](int st) { return Wb(st) + kTile / 2; };     // [64 tokens][128 Dk]
+  float* decay_buf = reinterpret_cast<float*>(base + 2 * Sm::kStage);  // [2][Sm::kDecays]: this chunk's, the next one's
+  // TF: the stage holds T where W would be (8 KiB), then Q, K, A and V
+  auto Wb = [&](int st) { return base + st * Sm::kStage; };  // [64 tokens][128 Dk] (TF: T [64 tokens][64 tokens])
+  auto Qb = [&](int st) { return Wb(st) + (TF ? kSmallTile / 2 : kTile / 2); };  // [64 tokens][128 Dk]
   auto Kb = [&](int st) { return Qb(st) + kTile / 2; };     // [64 tokens][128 Dk] (B N-major)
   auto Ab = [&](int st) { return Kb(st) + kTile / 2; };     // [64 tokens][64 tokens]
   auto Ub = [&](int st) { return reinterpret_cast<float*>(Ab(st) + kSmallTile / 2); };  // [64 tokens][kULd]: the CTA's columns
+  auto Vb = [&](int st) { return reinterpret_cast<bf16*>(Ab(st) + kSmallTile / 2); };   // TF: [64 tokens][kVLd]: the CTA's columns
+  const int64_t key_dim = Hk * kDk, conv_dim = 2 * key_dim + Hv * Dv;
 
   const int64_t s = blockIdx.x, j = blockIdx.y;
   const int64_t kh = j / (Hv / Hk), value_dim = Hv * Dv;
@@ -377,7 +392,30 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
   // a chunk's planes and U (the CTA's columns) into stage st: U's loads were on the serial path
   // when read from global memory at the chunk's start
   auto load = [&](int64_t c, int st) {
-    if (c < ce) {
+    if (TF && c < ce) {
+      auto copy = [&](uint8_t* dst, const uint8_t* src, int bytes) {
+        for (int e = tid; e < bytes / 16; e += kThreads) cp_async16(dst + 16 * e, src + 16 * e, true);
+      };
+      copy(Wb(st), sc.wp + ((c - sc.c0) * Hv + j) * kTile, kSmallTile / 2);  // T
+      copy(Ab(st), sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallTile / 2);
+      // q and k rows into their planes, v's (the CTA's columns) into V's rows; past the chunk zeros
+      const int64_t tc = ch.chunk_start[c];
+      const int nc = ch.chunk_len[c];
+      const bf16* rows = sc.mixed16 + tc * conv_dim;
+      for (int e = tid; e < C * 16; e += kThreads) {
+        const int row = e >> 4, col = (e & 15) * 8;
+        const bool in = row < nc;
+        const bf16* r = in ? rows + row * conv_dim : rows;
+        cp_async16(Qb(st) + kmajor_off(row, col, C), r + (in ? kh * kDk + col : 0), in);
+        cp_async16(Kb(st) + kmajor_off(row, col, C), r + (in ? key_dim + kh * kDk + col : 0), in);
+      }
+      constexpr int kRow = Sm::kUCols / 8;  // 16-byte pieces a row
+      for (int e = tid; e < C * kRow; e += kThreads) {
+        const int row = e / kRow, q = e % kRow;
+        const bool in = row < nc;
+        cp_async16(Vb(st) + row * Sm::kVLd + 8 * q, in ? rows + row * conv_dim + 2 * key_dim + j * Dv + cta_col + 8 * q : rows, in);
+      }
+    } else if (c < ce) {
       auto copy = [&](uint8_t* dst, const uint8_t* src, int bytes) {
         for (int e = tid; e < bytes / 16; e += kThreads) cp_async16(dst + 16 * e, src + 16 * e, true);
       };
@@ -396,7 +434,7 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
   // last wgmmas run; each reads g a chunk before it makes the decays
   ChunkDecays dec{g, ch.chunk_start, ch.chunk_len, Hv, j, lane};
   auto next_decays = [&](int64_t c, int b) {
-    dec.make_part(decay_buf + b * ScanSmem::kDecays, ch.chunk_len[c], warp);
+    dec.make_part(decay_buf + b * Sm::kDecays, ch.chunk_len[c], warp);
     if (c + 1 < ce) dec.read(c + 1);
   };
   load(cb, 0);
@@ -413,30 +451,66 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
     fence_proxy_async();
     __syncthreads();     // the planes, U and the decays visible; the other stage's readers (the last chunk) done
     load(c + 1, st ^ 1);
-    // U^T into Vn^T's accumulator: vacc[4 jj + 2 h + cc] = U[token 8 jj + 2 tq + cc][column c0_col + 16 wi + gq + 8 h]
-    const float* u = Ub(st) + 64 * wg + 16 * wi + gq;
     float vacc[32], oacc[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) vacc[i] = u[(8 * (i >> 2) + 2 * tq + (i & 1)) * Sm::kULd + 8 * ((i >> 1) & 1)];
-    const float* ek = decay_buf + st * ScanSmem::kDecays;
+    const float* ek = decay_buf + st * Sm::kDecays;
     const float* eg = ek + C + 1;
     // S^T as bf16 A fragments, 8 k steps over Dk
     uint32_t sa[8][4];
 #pragma unroll
     for (int k = 0; k < 8; ++k) wgmma_a_from_acc(sacc, k, sa[k]);
-    fence_acc(vacc, 32);
-    fence_acc(oacc, 32);
-    wgmma_fence();
+    if constexpr (TF) {
+      // -S^T K^T and S^T Q^T (M = 64 columns, N = 64 tokens, K = Dk), then Y^T = V^T + (-S^T K^T)
+      // diag(e^gamma) as A fragments and Vn^T = Y^T Tb^T (K = 64 tokens; Tb's plane [tokens][tokens]
+      // is the K-major B, as A's below)
+      float pacc[32];
+      fence_acc(pacc, 32);
+      fence_acc(oacc, 32);
+      wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < kDk / 16; ++k) {
-      const int po = (k >> 2) * (C * 128) + (k & 3) * 32;  // Dk panel, 16-element step of the K-major W / Q planes
-      wgmma_bf16_rs<64, 0, -1>(vacc, sa[k], wgmma_desc(Wb(st) + po), true);  // U^T - S^T W^T
-      wgmma_bf16_rs<64>(oacc, sa[k], wgmma_desc(Qb(st) + po), k > 0);        // S^T Q^T
+      for (int k = 0; k < kDk / 16; ++k) {
+        const int po = (k >> 2) * (C * 128) + (k & 3) * 32;  // Dk panel, 16-element step of the K-major K / Q planes
+        wgmma_bf16_rs<64, 0, -1>(pacc, sa[k], wgmma_desc(Kb(st) + po), k > 0);  // -S^T K^T
+        wgmma_bf16_rs<64>(oacc, sa[k], wgmma_desc(Qb(st) + po), k > 0);         // S^T Q^T
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_acc(pacc, 32);
+      fence_acc(oacc, 32);
+      const bf16* v = Vb(st) + 64 * wg + 16 * wi + gq;
+      uint32_t xa[4][4];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int tok = 8 * (i >> 2) + 2 * tq + (i & 1);
+        pacc[i] = __bfloat162float(v[tok * Sm::kVLd + 8 * ((i >> 1) & 1)]) + eg[tok] * pacc[i];
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) wgmma_a_from_acc(pacc, k, xa[k]);
+      fence_acc(vacc, 32);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < C / 16; ++k) wgmma_bf16_rs<64>(vacc, xa[k], wgmma_desc(Wb(st) + 32 * k), k > 0);  // Y^T Tb^T
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_acc(vacc, 32);
+    } else {
+      // U^T into Vn^T's accumulator: vacc[4 jj + 2 h + cc] = U[token 8 jj + 2 tq + cc][column c0_col + 16 wi + gq + 8 h]
+      const float* u = Ub(st) + 64 * wg + 16 * wi + gq;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) vacc[i] = u[(8 * (i >> 2) + 2 * tq + (i & 1)) * Sm::kULd + 8 * ((i >> 1) & 1)];
+      fence_acc(vacc, 32);
+      fence_acc(oacc, 32);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kDk / 16; ++k) {
+        const int po = (k >> 2) * (C * 128) + (k & 3) * 32;  // Dk panel, 16-element step of the K-major W / Q planes
+        wgmma_bf16_rs<64, 0, -1>(vacc, sa[k], wgmma_desc(Wb(st) + po), true);  // U^T - S^T W^T
+        wgmma_bf16_rs<64>(oacc, sa[k], wgmma_desc(Qb(st) + po), k > 0);        // S^T Q^T
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_acc(vacc, 32);
+      fence_acc(oacc, 32);
     }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_acc(vacc, 32);
-    fence_acc(oacc, 32);
     // columns of the 64 x 64 accumulators are tokens: O^T's times e^gamma, Vn's decayed copy
     uint32_t va[4][4], vd[4][4];
     {
@@ -540,10 +614,14 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, bool in, float (&v
 // folded onto T's columns, U = (T diag beta) V and W = (T diag(beta e^gamma)) K (FlashInfer's
 // placement), where the form before scales K's and V's rows and loads them a second time in step
 // 3. A, Q's and K's planes keep their bits; U and W round differently (one bf16 pass either way).
-template <bool X3, typename In, bool V2 = false>
+// TF (the T form, with V2; gdn_scan_rs_k's TF says what the scan does instead): steps 1-3 without
+// V and without the scan's Q and K planes, T diag(beta) as a plane into W's bytes (V2's bits of
+// it), no step 4.
+template <bool X3, typename In, bool V2 = false, bool TF = false>
 __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
                                                            const float* beta, GdnChunks ch, GdnScratch sc) {
   static_assert(!V2 || (!X3 && sizeof(In) == 2), "V2: one bf16 pass from bf16 rows");
+  static_assert(!TF || V2, "TF: the second form's loads");
 #ifndef CLEFRT_WGMMA
   __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
 #else
@@ -625,7 +703,7 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   fence_proxy_async();
   __syncthreads();
   if (tid < C) sk[tid] = bs[tid] * float(exp(gam[tid]));  // read in step 3, after step 2's barrier
-  if constexpr (V2) {
+  if constexpr (V2 && !TF) {
     if (lead) {  // the scan's Q and K planes: the bytes just loaded
       uint4* qd = reinterpret_cast<uint4*>(sc.qp + (ci * Hk + kh) * kTile);
       uint4* kd = reinterpret_cast<uint4*>(sc.kp + (ci * Hk + kh) * kTile);
@@ -675,7 +753,7 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   // plane by cp.async over Q's and no second load of K; T's planes scaled by column, T diag(beta)
   // and T diag(beta e^gamma), over Lm
   static_assert(C * (Dk + Dv) / 8 == kItems && Dv == Dk, "K's and V's planes take the items of Q's and K's");
-  if constexpr (V2) {  // V into Q's slot (step 2's wgmmas are done with it), under the inverse
+  if constexpr (V2 && !TF) {  // V into Q's slot (step 2's wgmmas are done with it), under the inverse
     plane_copy(Vp, 2 * key_dim + j * Dv);
     cp_async_commit();
   }
@@ -698,6 +776,13 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
     }
   }
   invert_unit_lower(Lm, T, P, ldl, tid, nt);
+  if constexpr (TF) {  // T diag(beta)'s plane into W's bytes of (chunk, value head): the scan's operand; done
+    uint8_t* tg = sc.wp + (ci * Hv + j) * kTile;
+    for (int e = tid; e < C * C / 2; e += nt) {
+      const int i = e / (C / 2), k = (e % (C / 2)) * 2;
+      put_pair(tg, kSmallTile / 2, i, k, C, T[i * ldl + k] * bs[k], T[i * ldl + k + 1] * bs[k + 1], false);
+    }
+  } else {  // T's planes in shared memory and step 4
   for (int e = tid; e < C * C / 2; e += nt) {
     const int i = e / (C / 2), k = (e % (C / 2)) * 2;
     if constexpr (V2) {  // T's columns times beta and beta e^gamma (zero past n: beta is)
@@ -742,6 +827,7 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
         if (wg == 0) *reinterpret_cast<float2*>(u + ii * Dv + col) = make_float2(acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1]);
         else put_pair(wpl, kTile / 2, ii, col, C, acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1], X3);
       }
+  }
   }
 #endif
 }
@@ -790,6 +876,17 @@ bool gdn_wgmma_prep_v2() {
 }
 
 void gdn_wgmma_set_prep_v2(bool on) { g_prep_v2.store(on ? 1 : 0); }
+
+namespace {
+std::atomic<int> g_t_form{-1};
+}  // namespace
+
+bool gdn_wgmma_t_form() {
+  return env_switch(g_t_form, "CLEFRT_LAB_GDN_FORM", "wu", "t", 0,
+                    "wu (the prep forms W and U, the product's) or t (the prep leaves T diag(beta); the scan forms Vn from V)") == 1;
+}
+
+void gdn_wgmma_set_t_form(bool on) { g_t_form.store(on ? 1 : 0); }
 
 bool gdn_wgmma_scan_regs() {
   // 0 planes, 1 regs, 2 by the products
@@ -854,7 +951,8 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
     // each form's shared memory (bf16x3's planes twice one pass's), and the whole carveout as
     // shared memory: the CTAs an SM (two, three) are counted on it
     for (const auto& [k, x3] : {std::pair{(const void*)gdn_prep_wgmma_k<true, float>, true}, {(const void*)gdn_prep_wgmma_k<false, float>, false},
-                                {(const void*)gdn_prep_wgmma_k<false, bf16>, false}, {(const void*)gdn_prep_wgmma_k<false, bf16, true>, false}}) {
+                                {(const void*)gdn_prep_wgmma_k<false, bf16>, false}, {(const void*)gdn_prep_wgmma_k<false, bf16, true>, false},
+                                {(const void*)gdn_prep_wgmma_k<false, bf16, true, true>, false}}) {
       check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(PrepSmem::bytes(x3))), "gdn_prep_wgmma smem");
       check(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)), "gdn_prep_wgmma carveout");
     }
@@ -870,7 +968,10 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   const bool one_pass = gdn_wgmma_one_pass_bf16();
   if (sc.mixed16 && !one_pass)
     throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: bf16 mixed rows (GdnScratch::mixed16) need the one-pass products, not bf16x3");
-  if (sc.mixed16 && gdn_wgmma_prep_v2())
+  if (sc.mixed16 && gdn_wgmma_t_form())
+    launch_after("gdn_prep_wgmma", gdn_prep_wgmma_k<false, bf16, true, true>, grid, 256, PrepSmem::bytes(false), s, sc.mixed16, conv_dim, Hk, Hv, g,
+                 beta, ch, sc);
+  else if (sc.mixed16 && gdn_wgmma_prep_v2())
     launch_after("gdn_prep_wgmma", gdn_prep_wgmma_k<false, bf16, true>, grid, 256, PrepSmem::bytes(false), s, sc.mixed16, conv_dim, Hk, Hv, g, beta,
                  ch, sc);
   else if (sc.mixed16)
@@ -896,14 +997,29 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   (void)mixed;  // the prep made Q's and K's planes from it
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
+  // the T form where the prep took it (from bf16 rows): the scan reads the rows and T's planes
+  const bool t_form = sc.mixed16 && gdn_wgmma_t_form();
+  if (t_form && !gdn_wgmma_scan_regs())
+    throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_GDN_FORM=t runs the register-state scan only: not with CLEFRT_GDN_SCAN=planes");
   if (gdn_wgmma_scan_regs()) {
     static const bool rs_attr = [] {
       check(cudaFuncSetAttribute(gdn_scan_rs_k<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanRsSmem<1>::bytes())), "gdn_scan_rs smem");
       check(cudaFuncSetAttribute(gdn_scan_rs_k<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanRsSmem<2>::bytes())), "gdn_scan_rs smem");
+      check(cudaFuncSetAttribute(gdn_scan_rs_k<1, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanRsSmem<1, true>::bytes())),
+            "gdn_scan_rs smem");
+      check(cudaFuncSetAttribute(gdn_scan_rs_k<2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanRsSmem<2, true>::bytes())),
+            "gdn_scan_rs smem");
       return true;
     }();
     (void)rs_attr;
-    if (gdn_scan_rs_wgs(ch.n_seqs, Hv) == 1)
+    const bool one_wg = gdn_scan_rs_wgs(ch.n_seqs, Hv) == 1;
+    if (t_form && one_wg)
+      launch_after("gdn_scan_rs", gdn_scan_rs_k<1, true>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 64)), 128, ScanRsSmem<1, true>::bytes(),
+                   s, g, Hk, Hv, Dv, ch, sc, o);
+    else if (t_form)
+      launch_after("gdn_scan_rs", gdn_scan_rs_k<2, true>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 128)), 256,
+                   ScanRsSmem<2, true>::bytes(), s, g, Hk, Hv, Dv, ch, sc, o);
+    else if (one_wg)
       launch_after("gdn_scan_rs", gdn_scan_rs_k<1>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 64)), 128, ScanRsSmem<1>::bytes(), s, g,
                    Hk, Hv, Dv, ch, sc, o);
     else
