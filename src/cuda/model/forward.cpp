@@ -346,7 +346,9 @@ std::string Forward::attention_kernel() const {
 std::string Forward::gdn_kernel() const {
   if (gdn_path_ == GdnPath::Wgmma) {
     if (!gdn_wgmma_one_pass_bf16()) return "wgmma bf16x3 (CLEFRT_GDN_PRODUCTS)";
-    return gdn_wgmma_scan_regs() ? "wgmma bf16, the state in registers" : "wgmma bf16, the state in planes (CLEFRT_GDN_SCAN)";
+    if (!gdn_wgmma_scan_regs()) return "wgmma bf16, the state in planes (CLEFRT_GDN_SCAN)";
+    // the T form needs the conv's bf16 rows (GdnScratch::mixed16), which the one-pass prep reads
+    return gdn_mixed16_ && gdn_wgmma_t_form() ? "wgmma bf16, the state in registers, T form" : "wgmma bf16, the state in registers";
   }
   return gdn_path_ == GdnPath::TensorCores ? "mma.sync 3xTF32" : "CUDA cores";
 }

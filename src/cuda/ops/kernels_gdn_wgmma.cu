@@ -459,9 +459,10 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
 #pragma unroll
     for (int k = 0; k < 8; ++k) wgmma_a_from_acc(sacc, k, sa[k]);
     if constexpr (TF) {
-      // -S^T K^T and S^T Q^T (M = 64 columns, N = 64 tokens, K = Dk), then Y^T = V^T + (-S^T K^T)
-      // diag(e^gamma) as A fragments and Vn^T = Y^T Tb^T (K = 64 tokens; Tb's plane [tokens][tokens]
-      // is the K-major B, as A's below)
+      // -S^T K^T, then S^T Q^T (M = 64 columns, N = 64 tokens, K = Dk), two commit groups: Y^T =
+      // V^T + (-S^T K^T) diag(e^gamma) as A fragments and Vn^T = Y^T Tb^T (K = 64 tokens; Tb's plane
+      // [tokens][tokens] is the K-major B, as A's below) wait on the first only; S^T Q^T runs under
+      // them (O is read after Vn^T's wait)
       float pacc[32];
       fence_acc(pacc, 32);
       fence_acc(oacc, 32);
@@ -470,12 +471,16 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
       for (int k = 0; k < kDk / 16; ++k) {
         const int po = (k >> 2) * (C * 128) + (k & 3) * 32;  // Dk panel, 16-element step of the K-major K / Q planes
         wgmma_bf16_rs<64, 0, -1>(pacc, sa[k], wgmma_desc(Kb(st) + po), k > 0);  // -S^T K^T
-        wgmma_bf16_rs<64>(oacc, sa[k], wgmma_desc(Qb(st) + po), k > 0);         // S^T Q^T
       }
       wgmma_commit();
-      wgmma_wait<0>();
+#pragma unroll
+      for (int k = 0; k < kDk / 16; ++k) {
+        const int po = (k >> 2) * (C * 128) + (k & 3) * 32;
+        wgmma_bf16_rs<64>(oacc, sa[k], wgmma_desc(Qb(st) + po), k > 0);  // S^T Q^T
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // -S^T K^T's group (groups complete in order); S^T Q^T's may still run
       fence_acc(pacc, 32);
-      fence_acc(oacc, 32);
       const bf16* v = Vb(st) + 64 * wg + 16 * wi + gq;
       uint32_t xa[4][4];
 #pragma unroll
@@ -490,8 +495,13 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
 #pragma unroll
       for (int k = 0; k < C / 16; ++k) wgmma_bf16_rs<64>(vacc, xa[k], wgmma_desc(Wb(st) + 32 * k), k > 0);  // Y^T Tb^T
       wgmma_commit();
+      // S^T's decay for the state update under the two groups in flight (they read sa, a copy)
+      const float eC = ek[C];
+#pragma unroll
+      for (int i = 0; i < 64; ++i) sacc[i] *= eC;
       wgmma_wait<0>();
       fence_acc(vacc, 32);
+      fence_acc(oacc, 32);
     } else {
       // U^T into Vn^T's accumulator: vacc[4 jj + 2 h + cc] = U[token 8 jj + 2 tq + cc][column c0_col + 16 wi + gq + 8 h]
       const float* u = Ub(st) + 64 * wg + 16 * wi + gq;
@@ -527,9 +537,11 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
         wgmma_a_from_acc(dec, k, vd[k]);
       }
     }
-    const float eC = ek[C];
+    if constexpr (!TF) {
+      const float eC = ek[C];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) sacc[i] *= eC;
+      for (int i = 0; i < 64; ++i) sacc[i] *= eC;
+    }
     fence_acc(sacc, 64);
     fence_acc(oacc, 32);
     wgmma_fence();
@@ -882,8 +894,8 @@ std::atomic<int> g_t_form{-1};
 }  // namespace
 
 bool gdn_wgmma_t_form() {
-  return env_switch(g_t_form, "CLEFRT_LAB_GDN_FORM", "wu", "t", 0,
-                    "wu (the prep forms W and U, the product's) or t (the prep leaves T diag(beta); the scan forms Vn from V)") == 1;
+  return env_switch(g_t_form, "CLEFRT_LAB_GDN_FORM", "wu", "t", 1,
+                    "t (the product's: the prep leaves T diag(beta), the scan forms Vn from V) or wu (the prep forms W and U)") == 1;
 }
 
 void gdn_wgmma_set_t_form(bool on) { g_t_form.store(on ? 1 : 0); }
