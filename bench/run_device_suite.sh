@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [lab-gdn-form] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [lab-gdn-form] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [ncu-gdn-tform] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tests: the whole GPU suite; its CPU references dominate and it took 220 to 576 s on H100s
 # (session 41: 576 s, a call's whole budget): plan it a call of its own or narrow it with tests=.
 # serve: per mode also a 5 s one-client phase on one kept connection (serve-load-keepalive-*.json).
@@ -24,6 +24,7 @@
 # ncu-fp8-gemm: Nsight Compute on one launch of the FP8 GEMM of our own's warp-specialized forms at
 # gate|up, m 8,192 (details, source page CSV: bench/ncu_sass_summary.py), and their SASS.
 # ncu-gdn-source: the Wgmma prep (bf16x3 and one pass), the one-pass scan and the state-in-registers scan, stall samples per SASS instruction (CSV).
+# ncu-gdn-tform: the T form's prep and register-state scan at 1 x 8,192 (the lab's), stall samples per SASS line (CSV) and details.
 # ncu-head: Nsight Compute's throughput, occupancy, stall and memory sections on the head lab's row-Linear launches.
 # ncu-blog: every kernel's GPU time over the blog request's second forward (bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
@@ -334,6 +335,18 @@ for i in range(240):
         ncu -i "$OUT/ncu-$tag.ncu-rep" --page details > "$OUT/ncu-$tag.txt" 2>&1
         rm -f "$OUT/ncu-$tag.ncu-rep"  # the CSV and the details page hold what is read; the report is megabytes
         grep -E "Duration|Throughput|Warp Cycles Per Issued|stalled" "$OUT/ncu-$tag.txt" | head -12
+      done ;;
+    ncu-gdn-tform)  # the T form's prep and scan (1 x 8,192, the lab's first T form launches): stall samples per SASS line (CSV) and the details page
+      for kk in "tform-prep gdn_prep_wgmma_k<.*bool.1, .bool.1>" "tform-scan gdn_scan_rs_k<1, .bool.1>"; do
+        read -r tag re <<< "$kk"
+        CLEFRT_LAB_FORMS_ONLY=1 ncu --clock-control none --kernel-name-base demangled -k "regex:$re" -c 1 \
+          --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis \
+          --section SourceCounters -o "$OUT/ncu-$tag" .carry/clefrt_bench_gdn > "$OUT/ncu-$tag.log" 2>&1
+        echo "== ncu $tag rc=$?"
+        ncu -i "$OUT/ncu-$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-$tag-sass.csv" 2> "$OUT/ncu-$tag-sass.err"
+        ncu -i "$OUT/ncu-$tag.ncu-rep" --page details > "$OUT/ncu-$tag.txt" 2>&1
+        rm -f "$OUT/ncu-$tag.ncu-rep"
+        grep -E "Duration|Throughput|Warp Cycles Per Issued|Achieved Occupancy|Registers Per" "$OUT/ncu-$tag.txt" | head -12
       done ;;
     lab-bf16)
       # the bf16 GEMMs' invariant algorithm against cuBLASLt's candidates and fixed row blocks
