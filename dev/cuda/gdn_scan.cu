@@ -895,7 +895,7 @@ int main(int argc, char** argv) {
       // the anchor at this shape (kernel_anchors.py times 1 x 8,192 and 64 x 512, not 8 x 1,024)
       const std::string key = sh.seqs == 1 && sh.len == 8192 ? "tok_8192" : sh.seqs == 64 && sh.len == 512 ? "64x512" : "";
       const double fla = key.empty() ? -1 : bench::anchor_ms(anchors, "gdn_per_layer_ms", key);
-      if (!anchors.is_null() && !key.empty()) {
+      if (!anchors.is_null() && !key.empty() && !forms_only) {  // (forms only: beside the forms' lines)
         if (fla > 0 && t_product > 0) {
           std::printf("  anchor: fla chunk_gated_delta_rule %7.3f ms a layer (same call); the product's prep + scan %7.3f ms = %.2fx fla's time\n",
                       fla, t_product, t_product / fla);
