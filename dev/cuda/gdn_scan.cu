@@ -836,7 +836,7 @@ int main(int argc, char** argv) {
       }
       if (have_wgmma) {
         // from the rows in bf16 (GdnScratch::mixed16, the model's input to both): the W / U
-        // form (CLEFRT_LAB_GDN_FORM=wu) and the product's T form, each prep alone, prep + scan, and the outputs
+        // form (the product's) and the T form (CLEFRT_LAB_GDN_FORM=t), each prep alone, prep + scan, and the outputs
         // against the 3xTF32 reference (on the fp32 rows: the bf16 rows' rounding counts in both)
         DeviceBuffer m16(size_t(L * conv_dim) * 2, "mixed bf16");
         f32_to_bf16_rows(mx, L, conv_dim, conv_dim, m16.as<bf16>(), conv_dim, s);
@@ -846,7 +846,7 @@ int main(int argc, char** argv) {
         gdn_wgmma_set_one_pass_bf16(true);
         for (const bool t_form : {false, true}) {
           gdn_wgmma_set_t_form(t_form);
-          const char* name = t_form ? "T form (product)" : "W / U form";
+          const char* name = t_form ? "T form" : "W / U form (product)";
           auto prep16 = [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, s16, s, GdnPath::Wgmma); };
           auto both = [&] {
             prep16();

@@ -894,8 +894,8 @@ std::atomic<int> g_t_form{-1};
 }  // namespace
 
 bool gdn_wgmma_t_form() {
-  return env_switch(g_t_form, "CLEFRT_LAB_GDN_FORM", "wu", "t", 1,
-                    "t (the product's: the prep leaves T diag(beta), the scan forms Vn from V) or wu (the prep forms W and U)") == 1;
+  return env_switch(g_t_form, "CLEFRT_LAB_GDN_FORM", "wu", "t", 0,
+                    "wu (the product's: the prep forms W and U) or t (the prep leaves T diag(beta), the scan forms Vn from V)") == 1;
 }
 
 void gdn_wgmma_set_t_form(bool on) { g_t_form.store(on ? 1 : 0); }
