@@ -756,14 +756,18 @@ int main(int argc, char** argv) {
       const double t_wg1_prep =
           have_wgmma ? median_ms(s, [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, scr, s, GdnPath::Wgmma); }) : 0.0;
       gdn_wgmma_set_one_pass_bf16(false);
+      // the rows in bf16 (GdnScratch::mixed16, the model's input to the one-pass prep) for the
+      // preps and forms timed from them
+      DeviceBuffer m16(have_wgmma ? size_t(L * conv_dim) * 2 : 0, "mixed bf16");
+      GdnScratch s16 = scr;
+      if (have_wgmma) {
+        f32_to_bf16_rows(mx, L, conv_dim, conv_dim, m16.as<bf16>(), conv_dim, s);
+        s16.mixed16 = m16.as<bf16>();
+      }
       if (prep_only) {  // CLEFRT_LAB_PREP_ONLY: the preps alone, no scan variant
-        // and the one-pass prep from the rows in bf16 (GdnScratch::mixed16, the model's input to it)
+        // and the one-pass prep from the rows in bf16
         double t_wg1_16 = 0, t_v2 = 0;
         if (have_wgmma) {
-          DeviceBuffer m16(size_t(L * conv_dim) * 2, "mixed bf16");
-          f32_to_bf16_rows(mx, L, conv_dim, conv_dim, m16.as<bf16>(), conv_dim, s);
-          GdnScratch s16 = scr;
-          s16.mixed16 = m16.as<bf16>();
           gdn_wgmma_set_one_pass_bf16(true);
           // the first form (CLEFRT_LAB_GDN_PREP=v1), then the second (the product's: q / k / v by
           // cp.async, beta on T)
@@ -781,9 +785,27 @@ int main(int argc, char** argv) {
       }
       json::Value pts = json::Value::array();
       double t_ref = 0, t_product = -1;
-      // the anchor at this shape, if any (kernel_anchors.py times 1 x 8,192 and 64 x 512)
-      const std::string here = sh.seqs == 1 && sh.len == 8192 ? "tok_8192" : sh.seqs == 64 && sh.len == 512 ? "64x512" : "";
-      const double fla_here = here.empty() || anchors.is_null() ? -1 : bench::anchor_ms(anchors, "gdn_per_layer_ms", here);
+      // the anchor at this shape (kernel_anchors.py times 1 x 8,192 and 64 x 512, not 8 x 1,024)
+      const std::string key = sh.seqs == 1 && sh.len == 8192 ? "tok_8192" : sh.seqs == 64 && sh.len == 512 ? "64x512" : "";
+      const double fla = key.empty() ? -1 : bench::anchor_ms(anchors, "gdn_per_layer_ms", key);
+      // got against ref: outputs whose bits differ, the largest |error| and |ref|, the sums of
+      // squares for the rms
+      struct VsRef {
+        size_t differ = 0;
+        double max_err = 0, max_ref = 0, se = 0, sr = 0;
+      };
+      auto vs_ref = [&] {
+        VsRef r;
+        for (size_t i = 0; i < N; ++i) {
+          r.differ += std::memcmp(&got[i], &ref[i], 4) != 0;
+          const double e = double(got[i]) - double(ref[i]);
+          r.max_err = std::max(r.max_err, std::fabs(e));
+          r.max_ref = std::max(r.max_ref, std::fabs(double(ref[i])));
+          r.se += e * e;
+          r.sr += double(ref[i]) * double(ref[i]);
+        }
+        return r;
+      };
       for (const Variant& v : variants) {
         const bool is_ref = v.name == std::string("3xtf32");
         if (only && !is_ref && !std::strstr(v.name, only)) continue;
@@ -798,17 +820,7 @@ int main(int argc, char** argv) {
         check_launch(v.name);
         check(cudaStreamSynchronize(s), v.name);
         check(cudaMemcpy((out == o_ref.as<float>() ? ref : got).data(), out, N * 4, cudaMemcpyDeviceToHost), "copy");
-        size_t differ = 0;
-        double max_ref = 0, max_err = 0, se = 0, sr = 0;
-        if (out != o_ref.as<float>())
-          for (size_t i = 0; i < N; ++i) {
-            differ += std::memcmp(&got[i], &ref[i], 4) != 0;
-            const double e = double(got[i]) - double(ref[i]);
-            max_err = std::max(max_err, std::fabs(e));
-            max_ref = std::max(max_ref, std::fabs(double(ref[i])));
-            se += e * e;
-            sr += double(ref[i]) * double(ref[i]);
-          }
+        const VsRef e = out != o_ref.as<float>() ? vs_ref() : VsRef{};
         // t: the scan alone; whole: its prep and scan (its own prep where it runs one)
         const double whole = median_ms(s, [&] {
           prep();
@@ -818,10 +830,10 @@ int main(int argc, char** argv) {
         const double t = whole - own;
         if (out == o_ref.as<float>()) t_ref = t;
         if (v.name == std::string("product")) t_product = whole;
-        const double rel_max = max_ref > 0 ? max_err / max_ref : 0, rel_rms = sr > 0 ? std::sqrt(se / sr) : 0;
+        const double rel_max = e.max_ref > 0 ? e.max_err / e.max_ref : 0, rel_rms = e.sr > 0 ? std::sqrt(e.se / e.sr) : 0;
         std::printf("  %-26s scan %7.3f ms (%.2fx 3xtf32's) %6.1f TFLOP/s | prep + scan %7.3f ms | vs 3xtf32: %zu of %zu bits "
                     "differ, max |err| / max |o| %.2e, rms rel %.2e\n",
-                    v.name, t, t / t_ref, flop_scan / (t * 1e-3) / 1e12, whole, differ, N, rel_max, rel_rms);
+                    v.name, t, t / t_ref, flop_scan / (t * 1e-3) / 1e12, whole, e.differ, N, rel_max, rel_rms);
         json::Value r = json::Value::object();
         r.add("variant", json::Value::string(v.name));
         r.add("m", json::Value::integer(L));
@@ -829,19 +841,15 @@ int main(int argc, char** argv) {
         r.add("prep_ms", json::Value::number(own));
         r.add("scan_ms", json::Value::number(t));
         r.add("prep_and_scan_ms", json::Value::number(whole));
-        r.add("outputs_differing_from_3xtf32", json::Value::integer(int64_t(differ)));
+        r.add("outputs_differing_from_3xtf32", json::Value::integer(int64_t(e.differ)));
         r.add("max_err_over_max_out", json::Value::number(rel_max));
         r.add("rms_rel_err", json::Value::number(rel_rms));
         pts.arr.push_back(std::move(r));
       }
       if (have_wgmma) {
-        // from the rows in bf16 (GdnScratch::mixed16, the model's input to both): the W / U
-        // form (the product's) and the T form (CLEFRT_LAB_GDN_FORM=t), each prep alone, prep + scan, and the outputs
-        // against the 3xTF32 reference (on the fp32 rows: the bf16 rows' rounding counts in both)
-        DeviceBuffer m16(size_t(L * conv_dim) * 2, "mixed bf16");
-        f32_to_bf16_rows(mx, L, conv_dim, conv_dim, m16.as<bf16>(), conv_dim, s);
-        GdnScratch s16 = scr;
-        s16.mixed16 = m16.as<bf16>();
+        // from the rows in bf16: the W / U form (the product's) and the T form
+        // (CLEFRT_LAB_GDN_FORM=t), each prep alone, prep + scan, and the outputs against the
+        // 3xTF32 reference (on the fp32 rows: the bf16 rows' rounding counts in both)
         const bool t_before = gdn_wgmma_t_form();
         gdn_wgmma_set_one_pass_bf16(true);
         for (const bool t_form : {false, true}) {
@@ -855,12 +863,10 @@ int main(int argc, char** argv) {
           both();
           check(cudaStreamSynchronize(s), name);
           check(cudaMemcpy(got.data(), o.get(), N * 4, cudaMemcpyDeviceToHost), "copy");
-          double max_ref = 0, max_err = 0;
-          for (size_t i = 0; i < N; ++i) {
-            max_err = std::max(max_err, std::fabs(double(got[i]) - double(ref[i])));
-            if (!(got[i] == got[i])) max_err = INFINITY;
-            max_ref = std::max(max_ref, std::fabs(double(ref[i])));
-          }
+          const VsRef e = vs_ref();
+          // a NaN output is the worst error (std::max passes NaNs over)
+          const double max_err = std::any_of(got.begin(), got.end(), [](float x) { return x != x; }) ? INFINITY : e.max_err;
+          const double max_ref = e.max_ref;
           const double tp = median_ms(s, prep16), tw = median_ms(s, both);
           std::printf("  from bf16 rows, %-22s prep %7.3f ms, scan %7.3f ms, prep + scan %7.3f ms | vs 3xtf32 max |err| / max |o| %.2e\n", name, tp,
                       tw - tp, tw, max_ref > 0 ? max_err / max_ref : 0.0);
@@ -873,8 +879,7 @@ int main(int argc, char** argv) {
           r.add("prep_and_scan_ms", json::Value::number(tw));
           r.add("max_err_over_max_out", json::Value::number(max_ref > 0 ? max_err / max_ref : 0.0));
           pts.arr.push_back(std::move(r));
-          if (fla_here > 0)
-            std::printf("    = %.2fx fla's time (anchor %.3f ms a layer)\n", tw / fla_here, fla_here);
+          if (fla > 0) std::printf("    = %.2fx fla's time (anchor %.3f ms a layer)\n", tw / fla, fla);
         }
         gdn_wgmma_set_t_form(t_before);
         gdn_wgmma_set_one_pass_bf16(false);
@@ -892,9 +897,6 @@ int main(int argc, char** argv) {
         r.add("prep_wgmma_one_pass_ms", json::Value::number(t_wg1_prep));
         pts.arr.push_back(std::move(r));
       }
-      // the anchor at this shape (kernel_anchors.py times 1 x 8,192 and 64 x 512, not 8 x 1,024)
-      const std::string key = sh.seqs == 1 && sh.len == 8192 ? "tok_8192" : sh.seqs == 64 && sh.len == 512 ? "64x512" : "";
-      const double fla = key.empty() ? -1 : bench::anchor_ms(anchors, "gdn_per_layer_ms", key);
       if (!anchors.is_null() && !key.empty() && !forms_only) {  // (forms only: beside the forms' lines)
         if (fla > 0 && t_product > 0) {
           std::printf("  anchor: fla chunk_gated_delta_rule %7.3f ms a layer (same call); the product's prep + scan %7.3f ms = %.2fx fla's time\n",

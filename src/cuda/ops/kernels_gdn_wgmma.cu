@@ -332,8 +332,7 @@ struct ScanRsSmem {
   // fp32 (TF: V [64 tokens][kVLd] bf16)
   static constexpr int kStage = TF ? 2 * (kTile / 2) + 2 * (kSmallTile / 2) + C * kVLd * 2 : 3 * (kTile / 2) + kSmallTile / 2 + C * kULd * 4;
   static_assert(kStage % 1024 == 0, "a stage's planes on 1024-byte boundaries");
-  static constexpr int kDecays = ScanSmem::kDecays;
-  static constexpr size_t bytes() { return 1024 + 2 * size_t(kStage) + sizeof(float) * 2 * kDecays; }
+  static constexpr size_t bytes() { return 1024 + 2 * size_t(kStage) + sizeof(float) * 2 * ScanSmem::kDecays; }
 };
 
 // TF (the T form, gdn_wgmma_t_form): the prep leaves Tb = T diag(beta) (T = (I + Lm)^-1) and A
@@ -355,7 +354,7 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
   constexpr int kThreads = 128 * kWgs;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-  float* decay_buf = reinterpret_cast<float*>(base + 2 * Sm::kStage);  // [2][Sm::kDecays]: this chunk's, the next one's
+  float* decay_buf = reinterpret_cast<float*>(base + 2 * Sm::kStage);  // [2][ScanSmem::kDecays]: this chunk's, the next one's
   // TF: the stage holds T where W would be (8 KiB), then Q, K, A and V
   auto Wb = [&](int st) { return base + st * Sm::kStage; };  // [64 tokens][128 Dk] (TF: T [64 tokens][64 tokens])
   auto Qb = [&](int st) { return Wb(st) + (TF ? kSmallTile / 2 : kTile / 2); };  // [64 tokens][128 Dk]
@@ -391,11 +390,11 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
   };
   // a chunk's planes and U (the CTA's columns) into stage st: U's loads were on the serial path
   // when read from global memory at the chunk's start
+  auto copy = [&](uint8_t* dst, const uint8_t* src, int bytes) {
+    for (int e = tid; e < bytes / 16; e += kThreads) cp_async16(dst + 16 * e, src + 16 * e, true);
+  };
   auto load = [&](int64_t c, int st) {
     if (TF && c < ce) {
-      auto copy = [&](uint8_t* dst, const uint8_t* src, int bytes) {
-        for (int e = tid; e < bytes / 16; e += kThreads) cp_async16(dst + 16 * e, src + 16 * e, true);
-      };
       copy(Wb(st), sc.wp + ((c - sc.c0) * Hv + j) * kTile, kSmallTile / 2);  // T
       copy(Ab(st), sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallTile / 2);
       // q and k rows into their planes, v's (the CTA's columns) into V's rows; past the chunk zeros
@@ -416,9 +415,6 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
         cp_async16(Vb(st) + row * Sm::kVLd + 8 * q, in ? rows + row * conv_dim + 2 * key_dim + j * Dv + cta_col + 8 * q : rows, in);
       }
     } else if (c < ce) {
-      auto copy = [&](uint8_t* dst, const uint8_t* src, int bytes) {
-        for (int e = tid; e < bytes / 16; e += kThreads) cp_async16(dst + 16 * e, src + 16 * e, true);
-      };
       copy(Wb(st), sc.wp + ((c - sc.c0) * Hv + j) * kTile, kTile / 2);
       copy(Qb(st), sc.qp + ((c - sc.c0) * Hk + kh) * kTile, kTile / 2);
       copy(Kb(st), sc.kp + ((c - sc.c0) * Hk + kh) * kTile, kTile / 2);
@@ -434,7 +430,7 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
   // last wgmmas run; each reads g a chunk before it makes the decays
   ChunkDecays dec{g, ch.chunk_start, ch.chunk_len, Hv, j, lane};
   auto next_decays = [&](int64_t c, int b) {
-    dec.make_part(decay_buf + b * Sm::kDecays, ch.chunk_len[c], warp);
+    dec.make_part(decay_buf + b * ScanSmem::kDecays, ch.chunk_len[c], warp);
     if (c + 1 < ce) dec.read(c + 1);
   };
   load(cb, 0);
@@ -452,7 +448,7 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
     __syncthreads();     // the planes, U and the decays visible; the other stage's readers (the last chunk) done
     load(c + 1, st ^ 1);
     float vacc[32], oacc[32];
-    const float* ek = decay_buf + st * Sm::kDecays;
+    const float* ek = decay_buf + st * ScanSmem::kDecays;
     const float* eg = ek + C + 1;
     // S^T as bf16 A fragments, 8 k steps over Dk
     uint32_t sa[8][4];
