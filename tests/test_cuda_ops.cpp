@@ -14,6 +14,7 @@
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/cudnn_attention.h"
 #include "cuda/runtime/gemm.h"
+#include "cuda/runtime/hardware.h"
 #include "cuda/ops/kernels.h"
 #include "engine/engine_core.h"
 #include "test_cuda_util.h"
@@ -865,6 +866,64 @@ TEST(CudaOps, GdnWgmmaTFormMatchesTensorCores) {
   sc.mixed16 = d16.as<bf16>();
   EXPECT_THROW(gdn_chunk_scan(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), ch, sc, o.as<float>(), nullptr, GdnPath::Wgmma), Error);
   gdn_wgmma_set_scan_regs(1);
+}
+
+// The T form's prep and scan at once (gdn_wgmma_overlap: a persistent prep flags each item, the
+// scan launched while it runs waits on the flags) against the T form one after the other: the
+// same bits, at 1 and 2 prep CTAs an SM, three times each (a scan that read an item before its
+// flag would differ somewhere, or read the NaNs gdn_scratch poisons the planes with), in one pass
+// and in passes of 16 chunks (flags per pass). 72 chunks x 6 value heads: more items than the
+// persistent grid's CTAs, so each CTA takes several in turn.
+TEST(CudaOps, GdnWgmmaTFormOverlapIsTheTFormBits) {
+  NEED_GPU();
+  const int64_t Hk = 2, Hv = 6, Dk = 128, Dv = 128;
+  if (!gdn_wgmma_available(Dk, Dv)) GTEST_SKIP() << "no Wgmma path on this GPU / build";
+  const WgmmaProducts products(true, true);
+  const TForm t_form(true);
+  struct Overlap {
+    int to = gdn_wgmma_overlap();
+    ~Overlap() { gdn_wgmma_set_overlap(to); }
+  } restore;
+  const std::vector<int64_t> lens = {1, 63, 64, 65, 200, 4000};
+  const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
+  const int64_t nc = int64_t(k.cs.size()), ns = int64_t(lens.size()), P = 16;
+  ASSERT_GT(nc * Hv, 2 * sm_count()) << "the case should give the persistent prep more items than CTAs";
+  ASSERT_LT(ns * Hv, sm_count()) << "the overlap runs where the scan takes one warpgroup a CTA";
+  const Bf16Rows rows = bf16_rows(k.mixed);
+  DeviceBuffer d16 = upload(rows.b16, "m16"), d32 = upload(rows.f32, "m32"), dg = upload(k.g, "g"), db = upload(k.beta, "b"), dcs = upload(k.cs, "cs"),
+               dcl = upload(k.cl, "cl"), dsc = upload(k.sc, "sc"), o(size_t(k.L * Hv * Dv) * 4), ready(size_t(nc * Hv) * 4, "flags");
+  const GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, ns};
+  // one pass (passes = false) or passes of P chunks, the overlap at `ov` prep CTAs an SM
+  auto run = [&](int ov, bool passes) {
+    gdn_wgmma_set_overlap(ov);
+    check(cudaMemset(o.get(), 0xff, size_t(k.L * Hv * Dv) * 4), "poison o");
+    check(cudaMemset(ready.get(), 0, size_t(nc * Hv) * 4), "flags");
+    if (passes) {
+      gdn_in_passes(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, P, o.as<float>(), GdnPath::Wgmma, [&](GdnScratch& sp) {
+        sp.mixed16 = d16.as<bf16>();
+        sp.ready = ready.as<int>();
+      });
+    } else {
+      std::vector<DeviceBuffer> keep;
+      GdnScratch sc = gdn_scratch(Hk, Hv, Dk, Dv, nc, keep);
+      sc.mixed16 = d16.as<bf16>();
+      sc.ready = ready.as<int>();
+      gdn_chunk_prep(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, sc, nullptr, GdnPath::Wgmma);
+      gdn_chunk_scan(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), ch, sc, o.as<float>(), nullptr, GdnPath::Wgmma);
+    }
+    check(cudaDeviceSynchronize(), "overlap run");
+    return down<float>(o, size_t(k.L * Hv * Dv));
+  };
+  for (const bool passes : {false, true}) {
+    const std::vector<float> want = run(0, passes);
+    for (const int ov : {1, 2})
+      for (int rep = 0; rep < 3; ++rep) {
+        const std::vector<float> got = run(ov, passes);
+        size_t differ = 0;
+        for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], 4) != 0;
+        EXPECT_EQ(differ, 0u) << "overlap " << ov << ", rep " << rep << (passes ? ", passes of 16 chunks" : ", one pass");
+      }
+  }
 }
 
 // The Wgmma scan's prefix-cache paths against the 3xTF32 scan's: sequences starting from cached

@@ -758,11 +758,12 @@ int main(int argc, char** argv) {
       gdn_wgmma_set_one_pass_bf16(false);
       // the rows in bf16 (GdnScratch::mixed16, the model's input to the one-pass prep) for the
       // preps and forms timed from them
-      DeviceBuffer m16(have_wgmma ? size_t(L * conv_dim) * 2 : 0, "mixed bf16");
+      DeviceBuffer m16(have_wgmma ? size_t(L * conv_dim) * 2 : 0, "mixed bf16"), ready(have_wgmma ? size_t(nc * Hv) * 4 : 0, "prep flags");
       GdnScratch s16 = scr;
       if (have_wgmma) {
         f32_to_bf16_rows(mx, L, conv_dim, conv_dim, m16.as<bf16>(), conv_dim, s);
         s16.mixed16 = m16.as<bf16>();
+        s16.ready = ready.as<int>();  // used only where the overlap runs (gdn_wgmma_overlap)
       }
       if (prep_only) {  // CLEFRT_LAB_PREP_ONLY: the preps alone, no scan variant
         // and the one-pass prep from the rows in bf16
@@ -847,14 +848,27 @@ int main(int argc, char** argv) {
         pts.arr.push_back(std::move(r));
       }
       if (have_wgmma) {
-        // from the rows in bf16: the W / U form (the product's) and the T form
-        // (CLEFRT_LAB_GDN_FORM=t), each prep alone, prep + scan, and the outputs against the
-        // 3xTF32 reference (on the fp32 rows: the bf16 rows' rounding counts in both)
+        // from the rows in bf16: the W / U form (the product's), the T form (CLEFRT_LAB_GDN_FORM=t)
+        // and the T form's prep and scan at once (CLEFRT_LAB_GDN_OVERLAP=1 | 2, where it runs: one
+        // warpgroup a scan CTA), each prep alone, prep + scan, and the outputs against the 3xTF32
+        // reference (on the fp32 rows: the bf16 rows' rounding counts in both); the overlap's
+        // against the T form's bits as well (the same arithmetic)
         const bool t_before = gdn_wgmma_t_form();
+        const int ov_before = gdn_wgmma_overlap();
         gdn_wgmma_set_one_pass_bf16(true);
-        for (const bool t_form : {false, true}) {
-          gdn_wgmma_set_t_form(t_form);
-          const char* name = t_form ? "T form" : "W / U form (product)";
+        struct Form {
+          const char* name;
+          bool t_form;
+          int overlap;
+        };
+        const bool overlap_runs = sh.seqs * Hv < sm_count();  // the scan's one-warpgroup CTAs (gdn_scan_rs_wgs)
+        std::vector<float> got_t;
+        for (const Form f : {Form{"W / U form (product)", false, 0}, Form{"T form", true, 0}, Form{"T form, overlap 1", true, 1},
+                             Form{"T form, overlap 2", true, 2}}) {
+          if (f.overlap && !overlap_runs) continue;
+          gdn_wgmma_set_t_form(f.t_form);
+          gdn_wgmma_set_overlap(f.overlap);
+          const char* name = f.name;
           auto prep16 = [&] { gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, s16, s, GdnPath::Wgmma); };
           auto both = [&] {
             prep16();
@@ -867,9 +881,15 @@ int main(int argc, char** argv) {
           // a NaN output is the worst error (std::max passes NaNs over)
           const double max_err = std::any_of(got.begin(), got.end(), [](float x) { return x != x; }) ? INFINITY : e.max_err;
           const double max_ref = e.max_ref;
+          size_t differ_t = 0;  // the overlap's outputs whose bits differ from the T form's
+          if (f.t_form && !f.overlap) got_t = got;
+          if (f.overlap)
+            for (size_t i = 0; i < N; ++i) differ_t += std::memcmp(&got[i], &got_t[i], 4) != 0;
           const double tp = median_ms(s, prep16), tw = median_ms(s, both);
-          std::printf("  from bf16 rows, %-22s prep %7.3f ms, scan %7.3f ms, prep + scan %7.3f ms | vs 3xtf32 max |err| / max |o| %.2e\n", name, tp,
+          std::printf("  from bf16 rows, %-22s prep %7.3f ms, scan %7.3f ms, prep + scan %7.3f ms | vs 3xtf32 max |err| / max |o| %.2e", name, tp,
                       tw - tp, tw, max_ref > 0 ? max_err / max_ref : 0.0);
+          if (f.overlap) std::printf(" | %zu of %zu bits differ from the T form's", differ_t, N);
+          std::printf("\n");
           json::Value r = json::Value::object();
           r.add("variant", json::Value::string(std::string("from bf16 rows, ") + name));
           r.add("m", json::Value::integer(L));
@@ -878,10 +898,12 @@ int main(int argc, char** argv) {
           r.add("scan_ms", json::Value::number(tw - tp));
           r.add("prep_and_scan_ms", json::Value::number(tw));
           r.add("max_err_over_max_out", json::Value::number(max_ref > 0 ? max_err / max_ref : 0.0));
+          if (f.overlap) r.add("outputs_differing_from_t_form", json::Value::integer(int64_t(differ_t)));
           pts.arr.push_back(std::move(r));
           if (fla > 0) std::printf("    = %.2fx fla's time (anchor %.3f ms a layer)\n", tw / fla, fla);
         }
         gdn_wgmma_set_t_form(t_before);
+        gdn_wgmma_set_overlap(ov_before);
         gdn_wgmma_set_one_pass_bf16(false);
       }
       if (have_wgmma) {  // the preps alone

@@ -204,6 +204,7 @@ struct Forward::Batch {
       gs.ap = reinterpret_cast<uint8_t*>(gs.aqk);
       gs.qp = a.carve<uint8_t>(size_t(gdn_pass * pb.q), "gdn Q planes");
       gs.kp = a.carve<uint8_t>(size_t(gdn_pass * pb.k), "gdn K planes");
+      gs.ready = a.carve<int>(gdn_pass * c.v_heads, "gdn prep flags");  // the T form's overlap (gdn_wgmma_overlap)
     }
     size_t phase_end = a.used();
     a.rewind(gdn_shared);
@@ -316,7 +317,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   gdn_path_ = gdn_path(GdnPath::Auto, m.c.k_head_dim, m.c.v_head_dim);
   if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
   // CLEFRT_GDN_PRODUCTS read at load: a bad value fails here, not in a forward
-  if (gdn_path_ == GdnPath::Wgmma) (void)gdn_wgmma_one_pass_bf16(), (void)gdn_wgmma_scan_regs();
+  if (gdn_path_ == GdnPath::Wgmma) (void)gdn_wgmma_one_pass_bf16(), (void)gdn_wgmma_scan_regs(), (void)gdn_wgmma_overlap();
   // CLEFRT_LAB_GDN_MIXED_FP32=1: the conv's rows in fp32 for the one-pass Wgmma prep too (the
   // earlier form, for the lab's A/B; other answers in the last bits)
   gdn_mixed16_ = env_count("CLEFRT_LAB_GDN_MIXED_FP32", 0, 0, 1) == 0;
@@ -348,7 +349,11 @@ std::string Forward::gdn_kernel() const {
     if (!gdn_wgmma_one_pass_bf16()) return "wgmma bf16x3 (CLEFRT_GDN_PRODUCTS)";
     if (!gdn_wgmma_scan_regs()) return "wgmma bf16, the state in planes (CLEFRT_GDN_SCAN)";
     // the T form needs the conv's bf16 rows (GdnScratch::mixed16), which the one-pass prep reads
-    return gdn_mixed16_ && gdn_wgmma_t_form() ? "wgmma bf16, the state in registers, T form" : "wgmma bf16, the state in registers";
+    if (!gdn_mixed16_ || !gdn_wgmma_t_form()) return "wgmma bf16, the state in registers";
+    // the overlap runs where the scan takes one warpgroup a CTA (fewer sequence x value heads than SMs)
+    return gdn_wgmma_overlap() ? "wgmma bf16, the state in registers, T form, prep beside the scan (" + std::to_string(gdn_wgmma_overlap()) +
+                                     " CTAs an SM) at few sequences"
+                               : "wgmma bf16, the state in registers, T form";
   }
   return gdn_path_ == GdnPath::TensorCores ? "mma.sync 3xTF32" : "CUDA cores";
 }

@@ -192,9 +192,10 @@ __device__ __forceinline__ void invert_unit_lower(const float* Lm, float* T, flo
     for (int k = 0; k < 15; ++k)
 #pragma unroll
       for (int r = k + 1; r < 16; ++r) t[r] -= Lm[(b0 + r) * ldl + b0 + k] * t[k];
+    // the whole diagonal block, its zeros above the diagonal too (t[r] = +0 for r < col): the
+    // products below read them, and the T form's T lies over memory nobody zeroed
 #pragma unroll
-    for (int r = 0; r < 16; ++r)
-      if (r >= col) T[(b0 + r) * ldl + b0 + col] = t[r];
+    for (int r = 0; r < 16; ++r) T[(b0 + r) * ldl + b0 + col] = t[r];
   }
   __syncthreads();
   // Off-diagonal blocks by distance d between block row bi and block column bj = bi - d: the sums

@@ -171,6 +171,11 @@ struct GdnScratch {
   // the bytes; its Q and K planes the same bits, the scaled K and V planes rounded twice). Any
   // other path or bf16x3 products with it set is an error.
   const bf16* mixed16 = nullptr;
+  // The T form's overlap of prep and scan (gdn_wgmma_overlap): a flag per (chunk of the pass, value
+  // head), [chunks, Hv] ints, which the prep sets once that item's planes are written and the
+  // register-state scan, launched while the prep runs, waits on. Null: no overlap (the scan
+  // starts after the whole prep, in stream order).
+  int* ready = nullptr;
 };
 // Bytes a chunk takes in each of GdnScratch's planes (times the pass's chunks).
 struct GdnPlaneBytes {
@@ -229,6 +234,15 @@ void gdn_wgmma_set_prep_v2(bool on);
 // usage error); gdn_wgmma_set_t_form sets it.
 bool gdn_wgmma_t_form();
 void gdn_wgmma_set_t_form(bool on);
+// The T form's prep and register-state scan at once (a lab switch): with GdnScratch::ready, and
+// where the scan runs one warpgroup a CTA (fewer (sequence, value head) pairs than SMs, its CTAs
+// on the GPU together), the prep runs as a persistent grid of this many CTAs an SM (1 or 2; 0:
+// off) in chunk order and flags each item, and the scan starts as the prep does, waiting on each
+// chunk's flag, so the prep's work hides under the scan's serial chain (FlashInfer's kernel does
+// the prep in the scan's CTAs instead). The same bits either way. CLEFRT_LAB_GDN_OVERLAP=0 | 1 | 2
+// when first asked (unset: 0); gdn_wgmma_set_overlap sets it (the GPU tests, the lab).
+int gdn_wgmma_overlap();
+void gdn_wgmma_set_overlap(int ctas_per_sm);
 // The Wgmma scan's form: the state as wgmma's register operand (gdn_scan_rs_k: no state or Vn
 // planes through shared memory; one bf16 pass only, and its default) or through shared-memory
 // planes (gdn_scan_wgmma_k: bf16x3's, and one pass's with CLEFRT_GDN_SCAN=planes).

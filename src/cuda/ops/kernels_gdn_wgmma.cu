@@ -27,6 +27,7 @@
 
 #include "cuda/ops/async_copy.cuh"
 #include "cuda/ops/gdn_tiles.cuh"
+#include "cuda/ops/gpu_flags.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/wgmma.cuh"
 #include "cuda/runtime/check.h"
@@ -349,7 +350,8 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
 #ifndef CLEFRT_WGMMA
   __trap();  // other architectures of a fat binary: never launched there (gdn_wgmma_available)
 #else
-  pdl_wait();
+  // (the overlap: launched while the prep runs, it waits on the prep's flags instead, below)
+  if (!(TF && sc.ready)) pdl_wait();
   using Sm = ScanRsSmem<kWgs, TF>;
   constexpr int kThreads = 128 * kWgs;
   extern __shared__ uint8_t smem_raw[];
@@ -393,10 +395,24 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
   auto copy = [&](uint8_t* dst, const uint8_t* src, int bytes) {
     for (int e = tid; e < bytes / 16; e += kThreads) cp_async16(dst + 16 * e, src + 16 * e, true);
   };
+  // TF with the overlap (GdnScratch::ready, set where the prep runs beside this kernel): a chunk's
+  // T and A planes are asked for once the prep has flagged them. The flag of the chunk after is
+  // loaded (relaxed) as this one's planes are asked for and tested a chunk later, so its latency is
+  // off the serial path; seen unset, the thread spins on acquire loads. Seen set, the planes'
+  // copies are issued after the test (a branch: not speculated) and read L2 (cp.async.cg), where
+  // the prep's release store put its planes before the flag.
+  int next_ready = 0;
+  auto await_item = [&](int64_t c) {
+    const int* f = sc.ready + (c - sc.c0) * Hv + j;
+    // a flag not set within ~2^31 clocks (about a second) is a bug (a prep run without the overlap
+    // before a scan with it): trap, which names the kernel, rather than hang
+    if (!next_ready)
+      for (const long long t = clock64(); !ld_acquire_gpu(f);)
+        if (clock64() - t > (1ll << 31)) __trap();
+    next_ready = c + 1 < ce ? ld_relaxed_gpu(f + Hv) : 0;
+  };
   auto load = [&](int64_t c, int st) {
     if (TF && c < ce) {
-      copy(Wb(st), sc.wp + ((c - sc.c0) * Hv + j) * kTile, kSmallTile / 2);  // T
-      copy(Ab(st), sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallTile / 2);
       // q and k rows into their planes, v's (the CTA's columns) into V's rows; past the chunk zeros
       const int64_t tc = ch.chunk_start[c];
       const int nc = ch.chunk_len[c];
@@ -414,6 +430,9 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
         const bool in = row < nc;
         cp_async16(Vb(st) + row * Sm::kVLd + 8 * q, in ? rows + row * conv_dim + 2 * key_dim + j * Dv + cta_col + 8 * q : rows, in);
       }
+      if (sc.ready) await_item(c);
+      copy(Wb(st), sc.wp + ((c - sc.c0) * Hv + j) * kTile, kSmallTile / 2);  // T
+      copy(Ab(st), sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallTile / 2);
     } else if (c < ce) {
       copy(Wb(st), sc.wp + ((c - sc.c0) * Hv + j) * kTile, kTile / 2);
       copy(Qb(st), sc.qp + ((c - sc.c0) * Hk + kh) * kTile, kTile / 2);
@@ -596,6 +615,11 @@ struct PrepSmem {
   // then T's planes; T (fp32); P; beta, beta e^gamma; gamma; 1 KB to align. bf16x3 ~103 KB: two
   // CTAs an SM; one pass ~72 KB: three (the prep waits on latency: more CTAs hide more of it).
   static size_t bytes(bool x3) { return 1024 + 2 * size_t(plane(x3)) + sizeof(float) * (2 * C * ldl + 3 * 256 + 2 * C) + sizeof(double) * C; }
+  // The T form's: T (fp32) and P over Q's and K's planes, which step 2 is done with when the
+  // inverse begins (Lm cannot go there: warpgroup 0 writes it while warpgroup 1's products may
+  // still read them). ~51 KB: four CTAs an SM, or two beside a register-state scan CTA.
+  static constexpr size_t bytes_tf() { return 1024 + 2 * size_t(plane(false)) + sizeof(float) * (C * ldl + 2 * C) + sizeof(double) * C; }
+  static_assert(sizeof(float) * (C * ldl + 3 * 256) <= 2 * size_t(kTile / 2), "TF: T and P fit in Q's and K's planes");
 };
 
 // Eight consecutive values of a mixed row (fp32: two 16-byte loads; bf16: one), zeros when `in` is
@@ -626,7 +650,7 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, bool in, float (&v
 // V and without the scan's Q and K planes, T diag(beta) as a plane into W's bytes (V2's bits of
 // it), no step 4.
 template <bool X3, typename In, bool V2 = false, bool TF = false>
-__global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
+__global__ void __launch_bounds__(256, X3 ? 2 : TF ? 4 : 3) gdn_prep_wgmma_k(const In* mixed, int64_t conv_dim, int64_t Hk, int64_t Hv, const float* g,
                                                            const float* beta, GdnChunks ch, GdnScratch sc) {
   static_assert(!V2 || (!X3 && sizeof(In) == 2), "V2: one bf16 pass from bf16 rows");
   static_assert(!TF || V2, "TF: the second form's loads");
@@ -649,193 +673,211 @@ __global__ void __launch_bounds__(256, X3 ? 2 : 3) gdn_prep_wgmma_k(const In* mi
   float* Lm = reinterpret_cast<float*>(base + 2 * kPlane);  // [C][ldl]
   uint8_t* Tp = reinterpret_cast<uint8_t*>(Lm);             // after the inverse: [64 tokens][64 tokens]
   uint8_t* Tk = Tp + kSmallTile / 2;                        // V2: T diag(beta) at Tp, T diag(beta e^gamma) here
-  float* T = Lm + C * ldl;                                  // [C][ldl]
+  float* T = TF ? reinterpret_cast<float*>(base) : Lm + C * ldl;  // [C][ldl] (TF: over Q's and K's planes, PrepSmem::bytes_tf)
   float* P = T + C * ldl;                                   // [3][16][16]
-  float* bs = P + 3 * 256;                                  // beta_i
+  float* bs = TF ? Lm + C * ldl : P + 3 * 256;              // beta_i
   float* sk = bs + C;                                       // beta_i e^gamma_i
   double* gam = reinterpret_cast<double*>(sk + C);
 
-  // value heads vary fastest in the grid: the CTAs of one chunk's key head (Hv / Hk value heads)
-  // run together and read its Q and K rows once from DRAM, later ones from L2 (chunks fastest,
-  // the earlier order, let a key head's later value heads miss L2 at many chunks)
-  const int64_t ci = blockIdx.y, c = sc.c0 + ci, j = blockIdx.x;
-  const int64_t t0 = ch.chunk_start[c];
-  const int n = ch.chunk_len[c];
-  const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
-  // the first value head of each key head also writes the scan's Q and K planes of (chunk, key
-  // head) from the values it loads anyway (a kernel of their own read them again: ~10% of the scan)
-  const bool lead = j % (Hv / Hk) == 0;
-  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7, wi = warp & 3;
-  const int gq = lane >> 2, tq = lane & 3;
-  const In* rows = mixed + t0 * conv_dim;
+  // The items (chunk of the pass ci, value head j) in the order w = ci Hv + j: one a CTA on the
+  // grid (Hv, chunks), or in turn on a persistent grid (the T form's overlap with the scan,
+  // GdnScratch::ready). Value heads vary fastest: the CTAs of one chunk's key head (Hv / Hk value
+  // heads) run together and read its Q and K rows once from DRAM, later ones from L2 (chunks
+  // fastest, the earlier order, let a key head's later value heads miss L2 at many chunks).
+  const int64_t n_items = ((sc.c1 < 0 ? ch.n_chunks : sc.c1) - sc.c0) * Hv, stride = int64_t(gridDim.x) * gridDim.y;
+  if (TF && sc.ready) pdl_launch_dependents();  // the scan may start now: it waits on each item's flag
+#pragma unroll 1
+  for (int64_t w = blockIdx.x + int64_t(gridDim.x) * blockIdx.y; w < n_items; w += stride) {
+    const int64_t ci = w / Hv, c = sc.c0 + ci, j = w % Hv;
+    const int64_t t0 = ch.chunk_start[c];
+    const int n = ch.chunk_len[c];
+    const int64_t kh = j / (Hv / Hk), key_dim = Hk * Dk;
+    // the first value head of each key head also writes the scan's Q and K planes of (chunk, key
+    // head) from the values it loads anyway (a kernel of their own read them again: ~10% of the scan)
+    const bool lead = j % (Hv / Hk) == 0;
+    const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7, wi = warp & 3;
+    const int gq = lane >> 2, tq = lane & 3;
+    const In* rows = mixed + t0 * conv_dim;
 
-  // 1. Q and K as [tokens][Dk] planes, their loads first (the setup below needs none of them and
-  // had a barrier of its own before them). A thread's items (eight floats each, two float4 loads:
-  // conv_dim % 4 == 0 at Dk = Dv = 128) load kPer at a time before any is stored: two global
-  // latencies in a row instead of eight (all eight at once spill).
-  constexpr int kItems = 2 * C * Dk / 8, kPer = 4;
-  static_assert(kItems % (kPer * 256) == 0, "the plane loops give each of 256 threads whole batches of kPer items");
-  // V2: a [64 tokens][128] plane of the rows' columns col0 .. col0 + 127 by cp.async, rows past n
-  // zero-filled (the bits put8 writes: a bf16 value rounds to itself)
-  auto plane_copy = [&](uint8_t* dst, int64_t col0) {
-    for (int e = tid; e < C * 16; e += 256) {
-      const int row = e >> 4, col = (e & 15) * 8;
-      const bool in = row < n;
-      cp_async16(dst + kmajor_off(row, col, C), in ? rows + row * conv_dim + col0 + col : rows, in);
+    // 1. Q and K as [tokens][Dk] planes, their loads first (the setup below needs none of them and
+    // had a barrier of its own before them). A thread's items (eight floats each, two float4 loads:
+    // conv_dim % 4 == 0 at Dk = Dv = 128) load kPer at a time before any is stored: two global
+    // latencies in a row instead of eight (all eight at once spill).
+    constexpr int kItems = 2 * C * Dk / 8, kPer = 4;
+    static_assert(kItems % (kPer * 256) == 0, "the plane loops give each of 256 threads whole batches of kPer items");
+    // V2: a [64 tokens][128] plane of the rows' columns col0 .. col0 + 127 by cp.async, rows past n
+    // zero-filled (the bits put8 writes: a bf16 value rounds to itself)
+    auto plane_copy = [&](uint8_t* dst, int64_t col0) {
+      for (int e = tid; e < C * 16; e += 256) {
+        const int row = e >> 4, col = (e & 15) * 8;
+        const bool in = row < n;
+        cp_async16(dst + kmajor_off(row, col, C), in ? rows + row * conv_dim + col0 + col : rows, in);
+      }
+    };
+    if constexpr (V2) {
+      plane_copy(Qp, kh * Dk);
+      plane_copy(Kp, key_dim + kh * Dk);
+      cp_async_commit();
     }
-  };
-  if constexpr (V2) {
-    plane_copy(Qp, kh * Dk);
-    plane_copy(Kp, key_dim + kh * Dk);
-    cp_async_commit();
-  }
-  for (int e0 = tid; !V2 && e0 < kItems; e0 += kPer * 256) {
-    float v[kPer][8];
+    for (int e0 = tid; !V2 && e0 < kItems; e0 += kPer * 256) {
+      float v[kPer][8];
 #pragma unroll
-    for (int q = 0; q < kPer; ++q) {
-      const PlaneItem it = token_item(e0 + q * 256);  // Q's (first) or K's: token row, Dk column
-      load8(rows + (it.first ? kh * Dk : key_dim + kh * Dk) + it.row * conv_dim + it.col, it.row < n, v[q]);
-    }
+      for (int q = 0; q < kPer; ++q) {
+        const PlaneItem it = token_item(e0 + q * 256);  // Q's (first) or K's: token row, Dk column
+        load8(rows + (it.first ? kh * Dk : key_dim + kh * Dk) + it.row * conv_dim + it.col, it.row < n, v[q]);
+      }
 #pragma unroll
-    for (int q = 0; q < kPer; ++q) {
-      const PlaneItem it = token_item(e0 + q * 256);
-      put8(it.first ? Qp : Kp, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);
-      if (lead) put8((it.first ? sc.qp : sc.kp) + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);  // the scan's Q, K
-    }
-  }
-  // the setup: T zeroed for the inverse, beta, the chunk's gammas (visible after the barrier below)
-  for (int e = tid; e < C * ldl; e += nt) T[e] = 0.0f;
-  if (tid < C) bs[tid] = tid < n ? beta[(t0 + tid) * Hv + j] : 0.0f;
-  chunk_gamma(gam, g, t0, n, Hv, j);
-  if constexpr (V2) cp_async_wait<0>();  // this thread's plane chunks (the barrier makes all of them visible)
-  fence_proxy_async();
-  __syncthreads();
-  if (tid < C) sk[tid] = bs[tid] * float(exp(gam[tid]));  // read in step 3, after step 2's barrier
-  if constexpr (V2 && !TF) {
-    if (lead) {  // the scan's Q and K planes: the bytes just loaded
-      uint4* qd = reinterpret_cast<uint4*>(sc.qp + (ci * Hk + kh) * kTile);
-      uint4* kd = reinterpret_cast<uint4*>(sc.kp + (ci * Hk + kh) * kTile);
-      for (int e = tid; e < kTile / 2 / 16; e += 256) {
-        qd[e] = reinterpret_cast<const uint4*>(Qp)[e];
-        kd[e] = reinterpret_cast<const uint4*>(Kp)[e];
+      for (int q = 0; q < kPer; ++q) {
+        const PlaneItem it = token_item(e0 + q * 256);
+        put8(it.first ? Qp : Kp, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);
+        if (lead) put8((it.first ? sc.qp : sc.kp) + (ci * Hk + kh) * kTile, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);  // the scan's Q, K
       }
     }
-  }
-  // 2. K K^T (warpgroup 0), Q K^T (warpgroup 1): M = 64 tokens i, N = 64 tokens j, K = Dk
-  {
-    float acc[32];
-    const uint8_t* Ap = wg == 0 ? Kp : Qp;
-    for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < Dk / 16; ++k) {
-      const int po = (k >> 2) * (C * 128) + (k & 3) * 32;
-      const uint64_t ah = wgmma_desc(Ap + po), al = wgmma_desc(Ap + kTile / 2 + po);
-      const uint64_t bh = wgmma_desc(Kp + po), bl = wgmma_desc(Kp + kTile / 2 + po);
-      wgmma_planes<X3, 64>(acc, ah, al, bh, bl, k > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int ii = 16 * wi + gq + 8 * h, jc = 8 * jj + 2 * tq;
-        float x[2];
-        for (int cc = 0; cc < 2; ++cc) {
-          const float G = ii >= jc + cc ? expf(float(gam[ii] - gam[jc + cc])) : 0.0f;
-          x[cc] = wg == 0 ? (ii > jc + cc ? bs[ii] * acc[4 * jj + 2 * h + cc] * G : 0.0f) : (ii >= jc + cc ? acc[4 * jj + 2 * h + cc] * G : 0.0f);
-        }
-        if (wg == 0) {
-          Lm[ii * ldl + jc] = x[0];
-          Lm[ii * ldl + jc + 1] = x[1];
-        } else {
-          put_pair(sc.ap + (ci * Hv + j) * kSmallTile, kSmallTile / 2, ii, jc, C, x[0], x[1], X3);
+    // the setup: T zeroed for the inverse, beta, the chunk's gammas (visible after the barrier below)
+    // (TF: T lies over the planes, and the plane write below takes T's upper triangle as zeros)
+    for (int e = tid; !TF && e < C * ldl; e += nt) T[e] = 0.0f;
+    if (tid < C) bs[tid] = tid < n ? beta[(t0 + tid) * Hv + j] : 0.0f;
+    chunk_gamma(gam, g, t0, n, Hv, j);
+    if constexpr (V2) cp_async_wait<0>();  // this thread's plane chunks (the barrier makes all of them visible)
+    fence_proxy_async();
+    __syncthreads();
+    if (tid < C) sk[tid] = bs[tid] * float(exp(gam[tid]));  // read in step 3, after step 2's barrier
+    if constexpr (V2 && !TF) {
+      if (lead) {  // the scan's Q and K planes: the bytes just loaded
+        uint4* qd = reinterpret_cast<uint4*>(sc.qp + (ci * Hk + kh) * kTile);
+        uint4* kd = reinterpret_cast<uint4*>(sc.kp + (ci * Hk + kh) * kTile);
+        for (int e = tid; e < kTile / 2 / 16; e += 256) {
+          qd[e] = reinterpret_cast<const uint4*>(Qp)[e];
+          kd[e] = reinterpret_cast<const uint4*>(Kp)[e];
         }
       }
-  }
-  __syncthreads();  // Lm whole; Q's and K's planes read by both warpgroups
-  // 3. beta e^gamma K and beta V as [tokens][Dk / Dv] planes (over Q's and K's; row loads and
-  // items as in 1.: step 4 reads them N-major), T = (I + Lm)^-1, T's planes over Lm. V2: V's
-  // plane by cp.async over Q's and no second load of K; T's planes scaled by column, T diag(beta)
-  // and T diag(beta e^gamma), over Lm
-  static_assert(C * (Dk + Dv) / 8 == kItems && Dv == Dk, "K's and V's planes take the items of Q's and K's");
-  if constexpr (V2 && !TF) {  // V into Q's slot (step 2's wgmmas are done with it), under the inverse
-    plane_copy(Vp, 2 * key_dim + j * Dv);
-    cp_async_commit();
-  }
-  for (int e0 = tid; !V2 && e0 < kItems; e0 += kPer * 256) {
-    float v[kPer][8];
-#pragma unroll
-    for (int q = 0; q < kPer; ++q) {
-      const PlaneItem it = token_item(e0 + q * 256);  // K's (first) or V's: token row, Dk / Dv column
-      load8(rows + (it.first ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + it.row * conv_dim + it.col, it.row < n, v[q]);
     }
+    // 2. K K^T (warpgroup 0), Q K^T (warpgroup 1): M = 64 tokens i, N = 64 tokens j, K = Dk
+    {
+      float acc[32];
+      const uint8_t* Ap = wg == 0 ? Kp : Qp;
+      for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
+      wgmma_fence();
 #pragma unroll
-    for (int q = 0; q < kPer; ++q) {
-      const PlaneItem it = token_item(e0 + q * 256);
-      // the token's scale; past n the values and the scale (beta) are zero: the product is the
-      // 0 they were written as
-      const float sv = (it.first ? sk : bs)[it.row];
+      for (int k = 0; k < Dk / 16; ++k) {
+        const int po = (k >> 2) * (C * 128) + (k & 3) * 32;
+        const uint64_t ah = wgmma_desc(Ap + po), al = wgmma_desc(Ap + kTile / 2 + po);
+        const uint64_t bh = wgmma_desc(Kp + po), bl = wgmma_desc(Kp + kTile / 2 + po);
+        wgmma_planes<X3, 64>(acc, ah, al, bh, bl, k > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
 #pragma unroll
-      for (int m = 0; m < 8; ++m) v[q][m] = sv * v[q][m];
-      put8(it.first ? Ks : Vp, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);
+      for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int ii = 16 * wi + gq + 8 * h, jc = 8 * jj + 2 * tq;
+          float x[2];
+          for (int cc = 0; cc < 2; ++cc) {
+            const float G = ii >= jc + cc ? expf(float(gam[ii] - gam[jc + cc])) : 0.0f;
+            x[cc] = wg == 0 ? (ii > jc + cc ? bs[ii] * acc[4 * jj + 2 * h + cc] * G : 0.0f) : (ii >= jc + cc ? acc[4 * jj + 2 * h + cc] * G : 0.0f);
+          }
+          if (wg == 0) {
+            Lm[ii * ldl + jc] = x[0];
+            Lm[ii * ldl + jc + 1] = x[1];
+          } else {
+            put_pair(sc.ap + (ci * Hv + j) * kSmallTile, kSmallTile / 2, ii, jc, C, x[0], x[1], X3);
+          }
+        }
     }
-  }
-  invert_unit_lower(Lm, T, P, ldl, tid, nt);
-  if constexpr (TF) {  // T diag(beta)'s plane into W's bytes of (chunk, value head): the scan's operand; done
-    uint8_t* tg = sc.wp + (ci * Hv + j) * kTile;
+    __syncthreads();  // Lm whole; Q's and K's planes read by both warpgroups
+    // 3. beta e^gamma K and beta V as [tokens][Dk / Dv] planes (over Q's and K's; row loads and
+    // items as in 1.: step 4 reads them N-major), T = (I + Lm)^-1, T's planes over Lm. V2: V's
+    // plane by cp.async over Q's and no second load of K; T's planes scaled by column, T diag(beta)
+    // and T diag(beta e^gamma), over Lm
+    static_assert(C * (Dk + Dv) / 8 == kItems && Dv == Dk, "K's and V's planes take the items of Q's and K's");
+    if constexpr (V2 && !TF) {  // V into Q's slot (step 2's wgmmas are done with it), under the inverse
+      plane_copy(Vp, 2 * key_dim + j * Dv);
+      cp_async_commit();
+    }
+    for (int e0 = tid; !V2 && e0 < kItems; e0 += kPer * 256) {
+      float v[kPer][8];
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) {
+        const PlaneItem it = token_item(e0 + q * 256);  // K's (first) or V's: token row, Dk / Dv column
+        load8(rows + (it.first ? key_dim + kh * Dk : 2 * key_dim + j * Dv) + it.row * conv_dim + it.col, it.row < n, v[q]);
+      }
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) {
+        const PlaneItem it = token_item(e0 + q * 256);
+        // the token's scale; past n the values and the scale (beta) are zero: the product is the
+        // 0 they were written as
+        const float sv = (it.first ? sk : bs)[it.row];
+#pragma unroll
+        for (int m = 0; m < 8; ++m) v[q][m] = sv * v[q][m];
+        put8(it.first ? Ks : Vp, kTile / 2, kmajor_off(it.row, it.col, C), v[q], X3);
+      }
+    }
+    invert_unit_lower(Lm, T, P, ldl, tid, nt);
+    if constexpr (TF) {  // T diag(beta)'s plane into W's bytes of (chunk, value head): the scan's operand; done
+      uint8_t* tg = sc.wp + (ci * Hv + j) * kTile;
+      for (int e = tid; e < C * C / 2; e += nt) {
+        const int i = e / (C / 2), k = (e % (C / 2)) * 2;
+        // the inverse writes the lower triangle and the diagonal only: above it T is zero (the other
+        // forms zero T first; here it lies over Q's and K's planes)
+        put_pair(tg, kSmallTile / 2, i, k, C, k <= i ? T[i * ldl + k] * bs[k] : 0.0f, k + 1 <= i ? T[i * ldl + k + 1] * bs[k + 1] : 0.0f, false);
+      }
+      if (sc.ready) {  // the item's planes (A's in step 2, T's here) written: its flag for the scan
+        __syncthreads();
+        if (tid == 0) {
+          __threadfence();
+          st_release_gpu(sc.ready + ci * Hv + j, 1);
+        }
+      }
+    } else {  // T's planes in shared memory and step 4
     for (int e = tid; e < C * C / 2; e += nt) {
       const int i = e / (C / 2), k = (e % (C / 2)) * 2;
-      put_pair(tg, kSmallTile / 2, i, k, C, T[i * ldl + k] * bs[k], T[i * ldl + k + 1] * bs[k + 1], false);
-    }
-  } else {  // T's planes in shared memory and step 4
-  for (int e = tid; e < C * C / 2; e += nt) {
-    const int i = e / (C / 2), k = (e % (C / 2)) * 2;
-    if constexpr (V2) {  // T's columns times beta and beta e^gamma (zero past n: beta is)
-      put_pair(Tp, kSmallTile / 2, i, k, C, T[i * ldl + k] * bs[k], T[i * ldl + k + 1] * bs[k + 1], false);
-      put_pair(Tk, kSmallTile / 2, i, k, C, T[i * ldl + k] * sk[k], T[i * ldl + k + 1] * sk[k + 1], false);
-    } else {
-      put_pair(Tp, kSmallTile / 2, i, k, C, T[i * ldl + k], T[i * ldl + k + 1], X3);
-    }
-  }
-  if constexpr (V2) cp_async_wait<0>();  // V's plane
-  fence_proxy_async();
-  __syncthreads();
-  // 4. U = T (beta V) (warpgroup 0), W = T (beta e^gamma K) (warpgroup 1) (V2: U = (T diag beta) V,
-  // W = (T diag(beta e^gamma)) K, the same products rounded elsewhere): M = 64 tokens, N = 128
-  // in two 64-wide halves (a half's accumulators, 32 a thread, are what lets one pass fit three
-  // CTAs an SM: at most 80 registers; an m64n128 wgmma alone needs ~90), K = 64 tokens
-  float* u = sc.u + (ci * Hv + j) * C * Dv;
-  uint8_t* wpl = sc.wp + (ci * Hv + j) * kTile;
-  const uint8_t* Bp = wg == 0 ? Vp : Ks;
-  const uint8_t* Ap = V2 && wg == 1 ? Tk : Tp;
-#pragma unroll 1
-  for (int half = 0; half < 2; ++half) {
-    float acc[32];
-    for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < C / 16; ++k) {
-      const uint64_t ah = wgmma_desc(Ap + 32 * k), al = wgmma_desc(Ap + kSmallTile / 2 + 32 * k);
-      // B [tokens][Dv or Dk] N-major (k = token): tokens 16 k on, the half's 64-wide panel
-      const uint8_t* bp = Bp + kPanel * half + 2048 * k;
-      const uint64_t bh = wgmma_desc_nmajor(bp, kPanel), bl = wgmma_desc_nmajor(bp + kTile / 2, kPanel);
-      wgmma_planes<X3, 64, 1>(acc, ah, al, bh, bl, k > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int ii = 16 * wi + gq + 8 * h, col = 64 * half + 8 * jj + 2 * tq;
-        if (wg == 0) *reinterpret_cast<float2*>(u + ii * Dv + col) = make_float2(acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1]);
-        else put_pair(wpl, kTile / 2, ii, col, C, acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1], X3);
+      if constexpr (V2) {  // T's columns times beta and beta e^gamma (zero past n: beta is)
+        put_pair(Tp, kSmallTile / 2, i, k, C, T[i * ldl + k] * bs[k], T[i * ldl + k + 1] * bs[k + 1], false);
+        put_pair(Tk, kSmallTile / 2, i, k, C, T[i * ldl + k] * sk[k], T[i * ldl + k + 1] * sk[k + 1], false);
+      } else {
+        put_pair(Tp, kSmallTile / 2, i, k, C, T[i * ldl + k], T[i * ldl + k + 1], X3);
       }
-  }
+    }
+    if constexpr (V2) cp_async_wait<0>();  // V's plane
+    fence_proxy_async();
+    __syncthreads();
+    // 4. U = T (beta V) (warpgroup 0), W = T (beta e^gamma K) (warpgroup 1) (V2: U = (T diag beta) V,
+    // W = (T diag(beta e^gamma)) K, the same products rounded elsewhere): M = 64 tokens, N = 128
+    // in two 64-wide halves (a half's accumulators, 32 a thread, are what lets one pass fit three
+    // CTAs an SM: at most 80 registers; an m64n128 wgmma alone needs ~90), K = 64 tokens
+    float* u = sc.u + (ci * Hv + j) * C * Dv;
+    uint8_t* wpl = sc.wp + (ci * Hv + j) * kTile;
+    const uint8_t* Bp = wg == 0 ? Vp : Ks;
+    const uint8_t* Ap = V2 && wg == 1 ? Tk : Tp;
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {
+      float acc[32];
+      for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < C / 16; ++k) {
+        const uint64_t ah = wgmma_desc(Ap + 32 * k), al = wgmma_desc(Ap + kSmallTile / 2 + 32 * k);
+        // B [tokens][Dv or Dk] N-major (k = token): tokens 16 k on, the half's 64-wide panel
+        const uint8_t* bp = Bp + kPanel * half + 2048 * k;
+        const uint64_t bh = wgmma_desc_nmajor(bp, kPanel), bl = wgmma_desc_nmajor(bp + kTile / 2, kPanel);
+        wgmma_planes<X3, 64, 1>(acc, ah, al, bh, bl, k > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      for (int i = 0; i < 32; ++i) fence_operand(acc[i]);
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int ii = 16 * wi + gq + 8 * h, col = 64 * half + 8 * jj + 2 * tq;
+          if (wg == 0) *reinterpret_cast<float2*>(u + ii * Dv + col) = make_float2(acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1]);
+          else put_pair(wpl, kTile / 2, ii, col, C, acc[4 * jj + 2 * h], acc[4 * jj + 2 * h + 1], X3);
+        }
+    }
+    }
+  if (w + stride < n_items) __syncthreads();  // this item's readers of shared memory done
   }
 #endif
 }
@@ -923,6 +965,35 @@ int gdn_scan_rs_wgs(int64_t n_seqs, int64_t Hv) {
 }
 }  // namespace
 
+namespace {
+std::atomic<int> g_overlap{-1};
+
+// Prep CTAs an SM of the overlap for this call, 0 where it does not run: the T form (bf16 rows,
+// the register-state scan) with its flags planned, one warpgroup a scan CTA (all of the scan's
+// CTAs fit beside the prep's: fewer (sequence, value head) pairs than SMs), and the switch on.
+// The prep and the scan both ask, so they agree.
+int overlap_ctas(const GdnScratch& sc, const GdnChunks& ch, int64_t Hv) {
+  if (!sc.ready || !sc.mixed16 || !gdn_wgmma_t_form() || !gdn_wgmma_scan_regs() || gdn_scan_rs_wgs(ch.n_seqs, Hv) != 1) return 0;
+  return gdn_wgmma_overlap();
+}
+}  // namespace
+
+int gdn_wgmma_overlap() {
+  int v = g_overlap.load();
+  if (v < 0) {
+    int unread = -1;
+    g_overlap.compare_exchange_strong(unread, int(env_count("CLEFRT_LAB_GDN_OVERLAP", 0, 0, 2)));
+    v = g_overlap.load();
+  }
+  return v;
+}
+
+void gdn_wgmma_set_overlap(int ctas_per_sm) {
+  if (ctas_per_sm < 0 || ctas_per_sm > 2)
+    throw Error(Status::BadRequest, "usage", "gdn_wgmma_set_overlap: 0 (off), 1 or 2 prep CTAs an SM, not " + std::to_string(ctas_per_sm));
+  g_overlap.store(ctas_per_sm);
+}
+
 void gdn_wgmma_set_scan_rs_wgs(int wgs) {
   if (wgs < 0 || wgs > 2) throw Error(Status::BadRequest, "usage", "gdn_wgmma_set_scan_rs_wgs: 0 (by shape), 1 or 2, not " + std::to_string(wgs));
   g_scan_rs_wgs.store(wgs);
@@ -976,10 +1047,18 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   const bool one_pass = gdn_wgmma_one_pass_bf16();
   if (sc.mixed16 && !one_pass)
     throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: bf16 mixed rows (GdnScratch::mixed16) need the one-pass products, not bf16x3");
-  if (sc.mixed16 && gdn_wgmma_t_form())
-    launch_after("gdn_prep_wgmma", gdn_prep_wgmma_k<false, bf16, true, true>, grid, 256, PrepSmem::bytes(false), s, sc.mixed16, conv_dim, Hk, Hv, g,
-                 beta, ch, sc);
-  else if (sc.mixed16 && gdn_wgmma_prep_v2())
+  if (sc.mixed16 && gdn_wgmma_t_form()) {
+    // the overlap: the flags cleared, then a persistent grid the scan's CTAs fit beside
+    // (overlap_ctas); else one CTA an item and no flags
+    const int ov = overlap_ctas(sc, ch, Hv);
+    GdnScratch scp = sc;
+    if (!ov) scp.ready = nullptr;
+    const int64_t items = (c1 - sc.c0) * Hv;
+    if (ov) check(cudaMemsetAsync(sc.ready, 0, size_t(items) * sizeof(int), s), "gdn prep flags");
+    const dim3 pgrid = ov ? dim3(unsigned(std::min<int64_t>(items, int64_t(ov) * sm_count()))) : grid;
+    launch_after("gdn_prep_wgmma", gdn_prep_wgmma_k<false, bf16, true, true>, pgrid, 256, PrepSmem::bytes_tf(), s, sc.mixed16, conv_dim, Hk, Hv,
+                 g, beta, ch, scp);
+  } else if (sc.mixed16 && gdn_wgmma_prep_v2())
     launch_after("gdn_prep_wgmma", gdn_prep_wgmma_k<false, bf16, true>, grid, 256, PrepSmem::bytes(false), s, sc.mixed16, conv_dim, Hk, Hv, g, beta,
                  ch, sc);
   else if (sc.mixed16)
@@ -1021,18 +1100,23 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
     }();
     (void)rs_attr;
     const bool one_wg = gdn_scan_rs_wgs(ch.n_seqs, Hv) == 1;
-    if (t_form && one_wg)
+    GdnScratch scs = sc;
+    if (!overlap_ctas(sc, ch, Hv)) scs.ready = nullptr;
+    if (t_form && one_wg && scs.ready)  // the overlap: begins as the prep does, waits on its flags
+      launch_programmatic("gdn_scan_rs", gdn_scan_rs_k<1, true>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 64)), 128,
+                          ScanRsSmem<1, true>::bytes(), s, g, Hk, Hv, Dv, ch, scs, o);
+    else if (t_form && one_wg)
       launch_after("gdn_scan_rs", gdn_scan_rs_k<1, true>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 64)), 128, ScanRsSmem<1, true>::bytes(),
-                   s, g, Hk, Hv, Dv, ch, sc, o);
+                   s, g, Hk, Hv, Dv, ch, scs, o);
     else if (t_form)
       launch_after("gdn_scan_rs", gdn_scan_rs_k<2, true>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 128)), 256,
-                   ScanRsSmem<2, true>::bytes(), s, g, Hk, Hv, Dv, ch, sc, o);
+                   ScanRsSmem<2, true>::bytes(), s, g, Hk, Hv, Dv, ch, scs, o);
     else if (one_wg)
       launch_after("gdn_scan_rs", gdn_scan_rs_k<1>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 64)), 128, ScanRsSmem<1>::bytes(), s, g,
-                   Hk, Hv, Dv, ch, sc, o);
+                   Hk, Hv, Dv, ch, scs, o);
     else
       launch_after("gdn_scan_rs", gdn_scan_rs_k<2>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 128)), 256, ScanRsSmem<2>::bytes(), s, g,
-                   Hk, Hv, Dv, ch, sc, o);
+                   Hk, Hv, Dv, ch, scs, o);
     return;
   }
   const dim3 grid(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / kCols));
