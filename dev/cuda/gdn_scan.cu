@@ -848,7 +848,7 @@ int main(int argc, char** argv) {
         pts.arr.push_back(std::move(r));
       }
       if (have_wgmma) {
-        // from the rows in bf16: the W / U form (the product's), the T form (CLEFRT_LAB_GDN_FORM=t)
+        // from the rows in bf16: the W / U form (CLEFRT_LAB_GDN_FORM=wu), the T form (the product's)
         // and the T form's prep and scan at once (CLEFRT_LAB_GDN_OVERLAP=1 | 2, where it runs: one
         // warpgroup a scan CTA), each prep alone, prep + scan, and the outputs against the 3xTF32
         // reference (on the fp32 rows: the bf16 rows' rounding counts in both); the overlap's
@@ -863,7 +863,7 @@ int main(int argc, char** argv) {
         };
         const bool overlap_runs = sh.seqs * Hv < sm_count();  // the scan's one-warpgroup CTAs (gdn_scan_rs_wgs)
         std::vector<float> got_t;
-        for (const Form f : {Form{"W / U form (product)", false, 0}, Form{"T form", true, 0}, Form{"T form, overlap 1", true, 1},
+        for (const Form f : {Form{"W / U form", false, 0}, Form{"T form (product)", true, 0}, Form{"T form, overlap 1", true, 1},
                              Form{"T form, overlap 2", true, 2}}) {
           if (f.overlap && !overlap_runs) continue;
           gdn_wgmma_set_t_form(f.t_form);

@@ -931,10 +931,26 @@ namespace {
 std::atomic<int> g_t_form{-1};
 }  // namespace
 
-bool gdn_wgmma_t_form() {
-  return env_switch(g_t_form, "CLEFRT_LAB_GDN_FORM", "wu", "t", 0,
-                    "wu (the product's: the prep forms W and U) or t (the prep leaves T diag(beta), the scan forms Vn from V)") == 1;
+namespace {
+// 0: the W / U form; 1: the T form, asked for (CLEFRT_LAB_GDN_FORM=t, gdn_wgmma_set_t_form); 2: the
+// T form by default, which the planes scan (CLEFRT_GDN_SCAN=planes) turns back to the W / U form
+// where an explicit t with it is a usage error
+int t_form_mode() {
+  return env_switch(g_t_form, "CLEFRT_LAB_GDN_FORM", "wu", "t", 2,
+                    "t (the product's: the prep leaves T diag(beta), the scan forms Vn from V) or wu (the prep forms W and U)");
 }
+// The T form runs for this call: bf16 rows, the switch, the register-state scan; the prep and the
+// scan both ask, so they agree. t asked for with the planes scan: a usage error.
+bool t_form_runs(const GdnScratch& sc) {
+  if (!sc.mixed16 || t_form_mode() == 0) return false;
+  if (gdn_wgmma_scan_regs()) return true;
+  if (t_form_mode() == 1)
+    throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_GDN_FORM=t runs the register-state scan only: not with CLEFRT_GDN_SCAN=planes");
+  return false;
+}
+}  // namespace
+
+bool gdn_wgmma_t_form() { return t_form_mode() != 0; }
 
 void gdn_wgmma_set_t_form(bool on) { g_t_form.store(on ? 1 : 0); }
 
@@ -973,7 +989,7 @@ std::atomic<int> g_overlap{-1};
 // CTAs fit beside the prep's: fewer (sequence, value head) pairs than SMs), and the switch on.
 // The prep and the scan both ask, so they agree.
 int overlap_ctas(const GdnScratch& sc, const GdnChunks& ch, int64_t Hv) {
-  if (!sc.ready || !sc.mixed16 || !gdn_wgmma_t_form() || !gdn_wgmma_scan_regs() || gdn_scan_rs_wgs(ch.n_seqs, Hv) != 1) return 0;
+  if (!sc.ready || !t_form_runs(sc) || gdn_scan_rs_wgs(ch.n_seqs, Hv) != 1) return 0;
   return gdn_wgmma_overlap();
 }
 }  // namespace
@@ -1047,7 +1063,7 @@ void gdn_chunk_prep_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   const bool one_pass = gdn_wgmma_one_pass_bf16();
   if (sc.mixed16 && !one_pass)
     throw Error(Status::Internal, "internal_error", "gdn_chunk_prep: bf16 mixed rows (GdnScratch::mixed16) need the one-pass products, not bf16x3");
-  if (sc.mixed16 && gdn_wgmma_t_form()) {
+  if (t_form_runs(sc)) {
     // the overlap: the flags cleared, then a persistent grid the scan's CTAs fit beside
     // (overlap_ctas); else one CTA an item and no flags
     const int ov = overlap_ctas(sc, ch, Hv);
@@ -1085,9 +1101,7 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
   const int64_t c1 = sc.c1 < 0 ? ch.n_chunks : sc.c1;
   if (c1 == sc.c0) return;
   // the T form where the prep took it (from bf16 rows): the scan reads the rows and T's planes
-  const bool t_form = sc.mixed16 && gdn_wgmma_t_form();
-  if (t_form && !gdn_wgmma_scan_regs())
-    throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_GDN_FORM=t runs the register-state scan only: not with CLEFRT_GDN_SCAN=planes");
+  const bool t_form = t_form_runs(sc);
   if (gdn_wgmma_scan_regs()) {
     static const bool rs_attr = [] {
       check(cudaFuncSetAttribute(gdn_scan_rs_k<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanRsSmem<1>::bytes())), "gdn_scan_rs smem");
