@@ -337,7 +337,7 @@ for i in range(240):
         grep -E "Duration|Throughput|Warp Cycles Per Issued|stalled" "$OUT/ncu-$tag.txt" | head -12
       done ;;
     ncu-gdn-tform)  # the T form's prep and scan (1 x 8,192, the lab's first T form launches): stall samples per SASS line (CSV) and the details page
-      for kk in "tform-prep gdn_prep_wgmma_k<.*bool.1, .bool.1>" "tform-scan gdn_scan_rs_k<1, .bool.1>"; do
+      for kk in "tform-prep gdn_prep_wgmma_k<.*bool.1, .bool.1>" "tform-scan gdn_scan_rs_k<.int.1, .bool.1>"; do
         read -r tag re <<< "$kk"
         CLEFRT_LAB_FORMS_ONLY=1 ncu --clock-control none --kernel-name-base demangled -k "regex:$re" -c 1 \
           --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis \

@@ -238,9 +238,10 @@ void gdn_wgmma_set_t_form(bool on);
 // where the scan runs one warpgroup a CTA (fewer (sequence, value head) pairs than SMs, its CTAs
 // on the GPU together), the prep runs as a persistent grid of this many CTAs an SM (1 or 2; 0:
 // off) in chunk order and flags each item, and the scan starts as the prep does, waiting on each
-// chunk's flag, so the prep's work hides under the scan's serial chain (FlashInfer's kernel does
-// the prep in the scan's CTAs instead). The same bits either way. CLEFRT_LAB_GDN_OVERLAP=0 | 1 | 2
-// when first asked (unset: 0); gdn_wgmma_set_overlap sets it (the GPU tests, the lab).
+// chunk's flag, meant to hide the prep's work under the scan's serial chain (FlashInfer's kernel
+// does the prep in the scan's CTAs instead). The same bits either way; measured no faster
+// (docs/notes/gdn-prefill-designs.md, session 47). CLEFRT_LAB_GDN_OVERLAP=0 | 1 | 2 when first
+// asked (unset: 0); gdn_wgmma_set_overlap sets it (the GPU tests, the lab).
 int gdn_wgmma_overlap();
 void gdn_wgmma_set_overlap(int ctas_per_sm);
 // The Wgmma scan's form: the state as wgmma's register operand (gdn_scan_rs_k: no state or Vn
