@@ -224,14 +224,15 @@ void gdn_wgmma_set_one_pass_bf16(bool on);
 // first asked (unset: v2); gdn_wgmma_set_prep_v2 sets it (the GPU tests, the lab).
 bool gdn_wgmma_prep_v2();
 void gdn_wgmma_set_prep_v2(bool on);
-// The Wgmma path's T form (the product's since the whole GPU suite passed with it, session 47):
+// The Wgmma path's T form (the product's since session 47, after the GDN op tests and every
+// CudaEngine test passed with it; the quantized and vision suites have not run with it yet):
 // from bf16 rows (GdnScratch::mixed16) the prep leaves T diag(beta) as a plane in W's bytes (with
 // A's), and the register-state scan reads q / k / v from the rows and forms Vn = T diag(beta) (V -
 // diag(e^gamma) K S) itself: W and U are never formed (FlashInfer's organisation of the state
 // products; U, W's and the Q / K planes are not written). From fp32 rows, or with the planes
 // scan, the W / U form runs (bench/results/2026-12-07-h100-session46.md).
-// CLEFRT_LAB_GDN_FORM=t | wu when first asked (unset: t; t with CLEFRT_GDN_SCAN=planes is a
-// usage error); gdn_wgmma_set_t_form sets it.
+// CLEFRT_LAB_GDN_FORM=t | wu when first asked (unset: t, which the planes scan turns back to the
+// W / U form; t set with CLEFRT_GDN_SCAN=planes is a usage error); gdn_wgmma_set_t_form sets it.
 bool gdn_wgmma_t_form();
 void gdn_wgmma_set_t_form(bool on);
 // The T form's prep and register-state scan at once (a lab switch): with GdnScratch::ready, and
