@@ -893,21 +893,29 @@ namespace {
 // -1: not yet read from the environment, else 0 / 1
 std::atomic<int> g_one_pass{-1}, g_scan_regs{-1};
 
+// A lab switch's cell (-1: not yet read), filled by read() when first asked; a setter's value, or
+// another thread's first read, wins over this one's.
+template <typename Read>
+int read_once(std::atomic<int>& cell, Read read) {
+  int v = cell.load();
+  if (v < 0) {
+    int unread = -1;
+    cell.compare_exchange_strong(unread, read());
+    v = cell.load();
+  }
+  return v;
+}
+
 // A switch read from the environment when first asked: 0 for `off`, 1 for `on`, `unset` when the
 // variable is unset; anything else a usage error naming the variable and `usage`. Set later by the
 // setters.
 int env_switch(std::atomic<int>& cell, const char* var, const char* off, const char* on, int unset, const char* usage) {
-  int v = cell.load();
-  if (v < 0) {
+  return read_once(cell, [&] {
     const char* e = std::getenv(var);
     const std::string want = e ? e : "";
     if (!want.empty() && want != off && want != on) throw Error(Status::BadRequest, "usage", std::string(var) + " is '" + want + "': " + usage);
-    v = want.empty() ? unset : int(want == on);
-    int unread = -1;
-    cell.compare_exchange_strong(unread, v);
-    v = cell.load();
-  }
-  return v;
+    return want.empty() ? unset : int(want == on);
+  });
 }
 }  // namespace
 
@@ -995,13 +1003,7 @@ int overlap_ctas(const GdnScratch& sc, const GdnChunks& ch, int64_t Hv) {
 }  // namespace
 
 int gdn_wgmma_overlap() {
-  int v = g_overlap.load();
-  if (v < 0) {
-    int unread = -1;
-    g_overlap.compare_exchange_strong(unread, int(env_count("CLEFRT_LAB_GDN_OVERLAP", 0, 0, 2)));
-    v = g_overlap.load();
-  }
-  return v;
+  return read_once(g_overlap, [] { return int(env_count("CLEFRT_LAB_GDN_OVERLAP", 0, 0, 2)); });
 }
 
 void gdn_wgmma_set_overlap(int ctas_per_sm) {
