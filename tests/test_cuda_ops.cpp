@@ -3,6 +3,7 @@
 // rounded to bf16 first on both sides, so the comparison measures the kernels, not the format.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -924,6 +925,87 @@ TEST(CudaOps, GdnWgmmaTFormOverlapIsTheTFormBits) {
         EXPECT_EQ(differ, 0u) << "overlap " << ov << ", rep " << rep << (passes ? ", passes of 16 chunks" : ", one pass");
       }
   }
+}
+
+// The gated norm in the T-form scan's epilogue (gdn_scan_norms: two warpgroups a scan CTA) against
+// the scan's O at one warpgroup a CTA (a small batch's form) then gated_norm: act bit for bit
+// (gated_norm.cuh computes both), in one pass and in passes of 2 chunks, z read at an offset into
+// wider rows (as the in_proj output holds it). act is NaN-poisoned first (every row written), O
+// too, and stays so (the fused scan writes no O: a scan that fell back would overwrite it).
+TEST(CudaOps, GdnScanGatedNormIsTheGatedNormBits) {
+  NEED_GPU();
+  const int64_t Hk = 2, Hv = 6, Dk = 128, Dv = 128, value_dim = Hv * Dv;
+  if (!gdn_wgmma_available(Dk, Dv)) GTEST_SKIP() << "no Wgmma path on this GPU / build";
+  const WgmmaProducts products(true, true);
+  const TForm t_form(true);
+  struct Restore {
+    bool norm = gdn_wgmma_scan_norm();
+    ~Restore() {
+      gdn_wgmma_set_scan_norm(norm);
+      gdn_wgmma_set_scan_rs_wgs(0);
+    }
+  } restore;
+  const std::vector<int64_t> lens = {1, 63, 64, 65, 200};
+  const GdnCase k = gdn_case(Hk, Hv, Dk, Dv, lens);
+  const int64_t nc = int64_t(k.cs.size()), ns = int64_t(lens.size()), L = k.L, zoff = 12, ldz = value_dim + 36;
+  const float eps = 1e-6f;
+  const Bf16Rows rows = bf16_rows(k.mixed);
+  std::vector<float> w = randn(size_t(Dv), 78, 0.5f, 1.0f);
+  DeviceBuffer d16 = upload(rows.b16, "m16"), d32 = upload(rows.f32, "m32"), dg = upload(k.g, "g"), db = upload(k.beta, "b"), dcs = upload(k.cs, "cs"),
+               dcl = upload(k.cl, "cl"), dsc = upload(k.sc, "sc"), st(size_t(Hv * Dk * Dv) * 4), o(size_t(L * value_dim) * 4),
+               dz = upload(randn(size_t(L * ldz), 77, 2.0f), "z"), dw = upload(w, "w"), act(size_t(L * value_dim) * 2);
+  const GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, ns};
+  const float* z = dz.as<float>() + zoff;
+  const GdnScratch::GatedNorm gn{z, ldz, dw.as<float>(), eps, act.as<bf16>()};
+  auto poison = [&] {
+    check(cudaMemset(o.get(), 0xff, size_t(L * value_dim) * 4), "poison o");
+    check(cudaMemset(act.get(), 0xff, size_t(L * value_dim) * 2), "poison act");
+  };
+  // the reference: O at one warpgroup a scan CTA, then the gated norm's kernel
+  gdn_wgmma_set_scan_norm(false);
+  gdn_wgmma_set_scan_rs_wgs(1);
+  poison();
+  std::vector<DeviceBuffer> keep;
+  GdnScratch sc = gdn_scratch(Hk, Hv, Dk, Dv, nc, keep);
+  sc.state_out = st.as<float>();
+  sc.mixed16 = d16.as<bf16>();
+  sc.gn = gn;
+  EXPECT_FALSE(gdn_scan_norms(sc, ch, Hv, Dk, Dv, GdnPath::Wgmma)) << "switch off";
+  gdn_chunked(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, sc, o.as<float>(), nullptr, GdnPath::Wgmma);
+  gated_norm(o.as<float>(), L, Hv, Dv, dw.as<float>(), eps, z, ldz, act.as<bf16>(), nullptr);
+  const std::vector<uint16_t> want = down<uint16_t>(act, size_t(L * value_dim));
+  size_t nan = 0;
+  for (uint16_t v : want) nan += (v & 0x7f80) == 0x7f80 && (v & 0x7f);
+  ASSERT_EQ(nan, 0u) << "the reference's act";
+  gdn_wgmma_set_scan_norm(true);
+  EXPECT_FALSE(gdn_scan_norms(sc, ch, Hv, Dk, Dv, GdnPath::Wgmma)) << "one warpgroup a CTA: a row is split over two CTAs";
+  gdn_wgmma_set_scan_rs_wgs(2);
+  ASSERT_TRUE(gdn_scan_norms(sc, ch, Hv, Dk, Dv, GdnPath::Wgmma));
+  auto compare = [&](const char* what) {
+    const std::vector<uint16_t> got = down<uint16_t>(act, want.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+    EXPECT_EQ(differ, 0u) << what << ": act values unlike the scan's O then gated_norm";
+    const std::vector<uint32_t> ov = down<uint32_t>(o, size_t(L * value_dim));
+    EXPECT_EQ(std::count(ov.begin(), ov.end(), 0xffffffffu), std::ptrdiff_t(ov.size())) << what << ": the fused scan wrote O";
+  };
+  poison();
+  gdn_chunked(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, sc, o.as<float>(), nullptr, GdnPath::Wgmma);
+  compare("one pass");
+  poison();
+  gdn_in_passes(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, 2, o.as<float>(), GdnPath::Wgmma, [&](GdnScratch& sp) {
+    sp.mixed16 = d16.as<bf16>();
+    sp.gn = gn;
+  });
+  compare("passes of 2 chunks");
+  // where it cannot run, the scan writes O and the caller runs gated_norm: z unaligned, a wrong ldz
+  GdnScratch bad = sc;
+  bad.gn.z = z + 1;
+  EXPECT_FALSE(gdn_scan_norms(bad, ch, Hv, Dk, Dv, GdnPath::Wgmma)) << "z not 16-byte aligned";
+  bad.gn.z = z;
+  bad.gn.ldz = ldz + 1;
+  EXPECT_FALSE(gdn_scan_norms(bad, ch, Hv, Dk, Dv, GdnPath::Wgmma)) << "ldz % 4 != 0";
+  EXPECT_FALSE(gdn_scan_norms(sc, ch, Hv, Dk, Dv, GdnPath::TensorCores)) << "the 3xTF32 path";
 }
 
 // The Wgmma scan's prefix-cache paths against the 3xTF32 scan's: sequences starting from cached

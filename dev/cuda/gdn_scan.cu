@@ -902,6 +902,55 @@ int main(int argc, char** argv) {
           pts.arr.push_back(std::move(r));
           if (fla > 0) std::printf("    = %.2fx fla's time (anchor %.3f ms a layer)\n", tw / fla, fla);
         }
+        // the T form's gated norm after its scan (gated_norm's kernel, the product's) and in the
+        // scan's epilogue (CLEFRT_LAB_GDN_SCAN_NORM=1; where the scan runs two warpgroups a CTA):
+        // prep + scan + norm each, and act's bits against each other (the same by construction)
+        if (!overlap_runs) {
+          gdn_wgmma_set_t_form(true);
+          const bool norm_before = gdn_wgmma_scan_norm();
+          const int64_t vd = Hv * Dv;
+          DeviceBuffer z(size_t(L * vd) * 4, "z"), wn(size_t(Dv) * 4, "norm weights"), act(size_t(L * vd) * 2, "act");
+          fill_normal_f32(z.as<float>(), L * vd, 25, 0.0f, 2.0f, s);
+          fill_normal_f32(wn.as<float>(), Dv, 26, 1.0f, 0.5f, s);
+          GdnScratch sn = s16;
+          sn.gn = {z.as<float>(), vd, wn.as<float>(), 1e-6f, act.as<bf16>()};
+          std::vector<uint16_t> act_apart, act_fused;
+          double t_apart = 0, t_fused = 0;
+          for (const bool fused : {false, true}) {
+            gdn_wgmma_set_scan_norm(fused);
+            if (fused && !gdn_scan_norms(sn, ch, Hv, Dk, Dv, GdnPath::Wgmma)) {
+              std::printf("  from bf16 rows, T form, gated norm in the scan: does not run at this shape\n");
+              break;
+            }
+            auto all3 = [&] {
+              gdn_chunk_prep(mx, Hk, Hv, Dk, Dv, gg, beta.as<float>(), ch, sn, s, GdnPath::Wgmma);
+              gdn_chunk_scan(mx, Hk, Hv, Dk, Dv, gg, ch, sn, o.as<float>(), s, GdnPath::Wgmma);
+              if (!fused) gated_norm(o.as<float>(), L, Hv, Dv, wn.as<float>(), 1e-6f, z.as<float>(), vd, act.as<bf16>(), s);
+            };
+            all3();
+            check(cudaStreamSynchronize(s), "gated norm forms");
+            std::vector<uint16_t>& a16 = fused ? act_fused : act_apart;
+            a16.resize(size_t(L * vd));
+            check(cudaMemcpy(a16.data(), act.get(), a16.size() * 2, cudaMemcpyDeviceToHost), "copy act");
+            (fused ? t_fused : t_apart) = median_ms(s, all3);
+          }
+          if (!act_fused.empty()) {
+            size_t differ = 0;
+            for (size_t i = 0; i < act_fused.size(); ++i) differ += act_fused[i] != act_apart[i];
+            std::printf("  from bf16 rows, T form + gated norm: apart (the product) %7.3f ms, in the scan %7.3f ms (%.3fx) | %zu of %zu act "
+                        "values differ\n",
+                        t_apart, t_fused, t_fused / t_apart, differ, act_fused.size());
+            json::Value r = json::Value::object();
+            r.add("variant", json::Value::string("from bf16 rows, T form + gated norm"));
+            r.add("m", json::Value::integer(L));
+            r.add("sequences", json::Value::integer(sh.seqs));
+            r.add("apart_ms", json::Value::number(t_apart));
+            r.add("in_scan_ms", json::Value::number(t_fused));
+            r.add("act_differing", json::Value::integer(int64_t(differ)));
+            pts.arr.push_back(std::move(r));
+          }
+          gdn_wgmma_set_scan_norm(norm_before);
+        }
         gdn_wgmma_set_t_form(t_before);
         gdn_wgmma_set_overlap(ov_before);
         gdn_wgmma_set_one_pass_bf16(false);

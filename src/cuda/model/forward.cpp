@@ -1064,13 +1064,6 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         // the chunk kernels index tokens globally: the pass's buffers seen from token 0
         const float* mixed_t = rows_before(b.mixed, T0, conv_dim);
         const float* g_t = rows_before(b.g, T0, c.v_heads);
-        mark("gdn chunk prep");
-        gdn_chunk_prep(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, rows_before(b.beta, T0, c.v_heads), ch, gp, s,
-                       gdn_path_);
-        mark("gdn chunk scan");
-        gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s,
-                       gdn_path_);
-        mark("gdn gated_norm");
         const RowColScales zs = in_unscaled ? RowColScales{isc.rs + (T0 - R0), isc.cs_lo + conv_dim} : RowColScales{};
         // FP8 out_proj (ForwardOptions::fp8_gated_norm_quantizes): the gated norm quantizes its rows
         // into the GEMM's input buffers (the codes and scales the GEMM's own quantization makes)
@@ -1079,11 +1072,23 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
                                     gated_norm_fp8_fits(c.v_heads, c.v_head_dim, oin.kp) &&
                                     gated_norm_fp8_aligned(b.gdn_o, l.gdn_norm, own + conv_dim, n, zs, oin.q) &&
                                     scales_may_share(zs.rs, oin.scale, rows);
+        // the bf16 gated norm in the scan's epilogue where it can (gdn_scan_norms: z scaled already,
+        // a batch with two warpgroups a scan CTA): act then, and no O; the same act either way
+        if (!norm_quantizes && !zs.rs)
+          gp.gn = {rows_before(own + conv_dim, T0, n), n, l.gdn_norm, eps, rows_before(b.gact, T0, value_dim)};
+        const bool scan_norms = gdn_scan_norms(gp, ch, c.v_heads, c.k_head_dim, c.v_head_dim, gdn_path_);
+        mark("gdn chunk prep");
+        gdn_chunk_prep(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, rows_before(b.beta, T0, c.v_heads), ch, gp, s,
+                       gdn_path_);
+        mark("gdn chunk scan");
+        gdn_chunk_scan(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, ch, gp, rows_before(b.gdn_o, T0, value_dim), s,
+                       gdn_path_);
+        mark("gdn gated_norm");
         if (norm_quantizes) {
           lin.flush_pending();  // a pending add reads the scales this kernel writes
           gated_norm_fp8(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, zs, oin.q, oin.kp, oin.scale, s);
           ++norms_quantized_;
-        } else {
+        } else if (!scan_norms) {
           gated_norm(b.gdn_o, rows, c.v_heads, c.v_head_dim, l.gdn_norm, eps, own + conv_dim, n, b.gact, s, zs);
         }
         mark("gemm gdn out_proj");

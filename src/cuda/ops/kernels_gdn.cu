@@ -22,6 +22,7 @@
 #include "cuda/ops/async_copy.cuh"
 #include "cuda/ops/cluster_launch.cuh"
 #include "cuda/ops/formats.cuh"
+#include "cuda/ops/gated_norm.cuh"
 #include "cuda/ops/gdn_tiles.cuh"
 #include "cuda/ops/mma.cuh"
 #include "cuda/runtime/check.h"
@@ -759,16 +760,13 @@ __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const flo
 
 // gated_norm_k at Dv = 128 (Clef), one lane's part: its four o, z and w as float4, all loaded
 // before the warp sum (whose order differs from gated_norm_k's, within fp32 rounding of it); the
-// four outputs as bf16 in 8 bytes. Token t, value head j, the warp's row wid = t Hv + j.
+// four outputs as bf16 in 8 bytes (gated_norm.cuh: the scan's epilogue computes them alike). Token t, value head j, the warp's row wid = t Hv + j.
 __device__ __forceinline__ uint2 gated_norm128_lane(const float4* o, const float4* w, float eps, const float* z, int64_t ldz, const RowColScales& zs,
                                                     int64_t t, int64_t j, int64_t wid, int lane) {
   const float4 x = o[wid * 32 + lane], ww = w[lane];
   float4 zz = *reinterpret_cast<const float4*>(z + t * ldz + j * 128 + 4 * lane);
   if (zs.rs) zz = fp8_scaled4(zz, zs.rs[t], *reinterpret_cast<const float4*>(zs.cs + j * 128 + 4 * lane));
-  const float inv = rsqrtf(warp_sum(x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w) / 128.0f + eps);
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(x.x * inv * ww.x * silu_f(zz.x), x.y * inv * ww.y * silu_f(zz.y));
-  const __nv_bfloat162 hi = __floats2bfloat162_rn(x.z * inv * ww.z * silu_f(zz.z), x.w * inv * ww.w * silu_f(zz.w));
-  return make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  return gated_norm128_values(x, ww, zz, eps);
 }
 __global__ void gated_norm128_k(const float4* o, int64_t rows, const float4* w, float eps, const float* z, int64_t ldz, int64_t Hv,
                                 uint2* act, RowColScales zs) {

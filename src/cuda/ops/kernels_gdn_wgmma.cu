@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/gated_norm.cuh"
 #include "cuda/ops/gdn_tiles.cuh"
 #include "cuda/ops/gpu_flags.cuh"
 #include "cuda/ops/kernels.h"
@@ -324,15 +325,22 @@ __global__ void __launch_bounds__(256, 1) gdn_scan_wgmma_k(const float* g, int64
 // kWgs warpgroups a CTA (1 or 2: the same instructions a warpgroup either way, so the same bits;
 // gdn_scan_rs_wgs picks): one a CTA puts twice as many CTAs on the serial path where there are
 // fewer (sequence, value head) pairs than SMs.
-template <int kWgs, bool TF = false>
+template <int kWgs, bool TF = false, bool NORM = false>
 struct ScanRsSmem {
+  static_assert(!NORM || (TF && kWgs == 2), "the gated norm in the scan: the T form, a value head's 128 columns a CTA");
   static constexpr int kUCols = 64 * kWgs, kULd = kUCols + 4;  // U's rows padded: a warp's reads hit 32 banks
   // TF: V's rows (bf16), padded so the four rows a warp reads at once (tokens 2 tq) start 32 bytes apart
   static constexpr int kVLd = kUCols + 8;
+  // NORM: O's tile [64 tokens][kOLd] fp32 for the gated norm (over the stage's Q, K and A planes,
+  // once the chunk's products are done with them), its rows padded so the accumulators' stores
+  // (tokens 2 tq, columns gq) hit 32 banks
+  static constexpr int kOLd = kUCols + 4;
   // a stage: W (TF: T, 8 KiB), Q, K hi planes (16 KiB each), A's hi plane (8 KiB), U [64 tokens][kULd]
-  // fp32 (TF: V [64 tokens][kVLd] bf16)
-  static constexpr int kStage = TF ? 2 * (kTile / 2) + 2 * (kSmallTile / 2) + C * kVLd * 2 : 3 * (kTile / 2) + kSmallTile / 2 + C * kULd * 4;
+  // fp32 (TF: V [64 tokens][kVLd] bf16; NORM: then z [64 tokens][kUCols] fp32)
+  static constexpr int kStage = TF ? 2 * (kTile / 2) + 2 * (kSmallTile / 2) + C * kVLd * 2 + (NORM ? C * kUCols * 4 : 0)
+                                   : 3 * (kTile / 2) + kSmallTile / 2 + C * kULd * 4;
   static_assert(kStage % 1024 == 0, "a stage's planes on 1024-byte boundaries");
+  static_assert(!NORM || C * kOLd * 4 <= 2 * (kTile / 2) + kSmallTile / 2, "O's tile fits over Q's, K's and A's planes");
   static constexpr size_t bytes() { return 1024 + 2 * size_t(kStage) + sizeof(float) * 2 * ScanSmem::kDecays; }
 };
 
@@ -344,7 +352,12 @@ struct ScanRsSmem {
 // Vn in exact arithmetic, rounded elsewhere (Y to bf16 instead of W and U). One product more on
 // the serial path (4 wgmma m64n64k16), against the prep's U and W products and most of the bytes
 // between the two kernels.
-template <int kWgs, bool TF = false>
+//
+// NORM (gdn_scan_norms): the gated norm in the epilogue. O's chunk tile goes through shared memory,
+// and a warp a token computes gated_norm128_k's values from it (gated_norm.cuh, the same bits) with
+// z's rows, loaded with the chunk's planes; act is written instead of O (half O's bytes, and none
+// read back by a kernel of its own).
+template <int kWgs, bool TF = false, bool NORM = false>
 __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, int64_t Hk, int64_t Hv, int64_t Dv, GdnChunks ch, GdnScratch sc,
                                                                 float* o) {
 #ifndef CLEFRT_WGMMA
@@ -352,7 +365,7 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
 #else
   // (the overlap: launched while the prep runs, it waits on the prep's flags instead, below)
   if (!(TF && sc.ready)) pdl_wait();
-  using Sm = ScanRsSmem<kWgs, TF>;
+  using Sm = ScanRsSmem<kWgs, TF, NORM>;
   constexpr int kThreads = 128 * kWgs;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -364,6 +377,7 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
   auto Ab = [&](int st) { return Kb(st) + kTile / 2; };     // [64 tokens][64 tokens]
   auto Ub = [&](int st) { return reinterpret_cast<float*>(Ab(st) + kSmallTile / 2); };  // [64 tokens][kULd]: the CTA's columns
   auto Vb = [&](int st) { return reinterpret_cast<bf16*>(Ab(st) + kSmallTile / 2); };   // TF: [64 tokens][kVLd]: the CTA's columns
+  auto Zb = [&](int st) { return reinterpret_cast<float*>(Vb(st) + C * Sm::kVLd); };   // NORM: [64 tokens][kUCols]: z's columns
   const int64_t key_dim = Hk * kDk, conv_dim = 2 * key_dim + Hv * Dv;
 
   const int64_t s = blockIdx.x, j = blockIdx.y;
@@ -430,6 +444,14 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
         const bool in = row < nc;
         cp_async16(Vb(st) + row * Sm::kVLd + 8 * q, in ? rows + row * conv_dim + 2 * key_dim + j * Dv + cta_col + 8 * q : rows, in);
       }
+      if constexpr (NORM) {  // the gate's rows (the CTA's columns), read by the chunk's epilogue
+        constexpr int kZRow = Sm::kUCols / 4;
+        for (int e = tid; e < C * kZRow; e += kThreads) {
+          const int row = e / kZRow, q = e % kZRow;
+          const bool in = row < nc;
+          cp_async16(Zb(st) + row * Sm::kUCols + 4 * q, in ? sc.gn.z + (tc + row) * sc.gn.ldz + j * Dv + cta_col + 4 * q : sc.gn.w, in);
+        }
+      }
       if (sc.ready) await_item(c);
       copy(Wb(st), sc.wp + ((c - sc.c0) * Hv + j) * kTile, kSmallTile / 2);  // T
       copy(Ab(st), sc.ap + ((c - sc.c0) * Hv + j) * kSmallTile, kSmallTile / 2);
@@ -457,6 +479,8 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
     dec.read(cb);
     next_decays(cb, 0);
   }
+  // NORM: the norm's weights at the lane's four columns (a warp's row is a value head's 128)
+  const float4 gn_w = NORM ? reinterpret_cast<const float4*>(sc.gn.w)[lane] : make_float4(0, 0, 0, 0);
   for (int64_t c = cb; c < ce; ++c) {
     const int st = int((c - cb) & 1);
     const int64_t t0 = ch.chunk_start[c];
@@ -571,11 +595,29 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
     fence_acc(sacc, 64);
     fence_acc(oacc, 32);
     // O^T out: oacc[4 jj + 2 h + cc] is O at token 8 jj + 2 tq + cc, column c0_col + 16 wi + gq + 8 h
-    float* orow = o + t0 * value_dim + j * Dv + c0_col + 16 * wi + gq;
+    if constexpr (NORM) {
+      // O's tile over the stage's Q, K and A planes: both warpgroups' products must be done with them
+      __syncthreads();
+      float* ot = reinterpret_cast<float*>(Qb(st)) + 64 * wg + 16 * wi + gq;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int tok = 8 * (i >> 2) + 2 * tq + (i & 1);
-      if (tok < n) orow[int64_t(tok) * value_dim + 8 * ((i >> 1) & 1)] = oacc[i];
+      for (int i = 0; i < 32; ++i) ot[(8 * (i >> 2) + 2 * tq + (i & 1)) * Sm::kOLd + 8 * ((i >> 1) & 1)] = oacc[i];
+      __syncthreads();
+      // a warp a token: gated_norm128_k's row (value head j, all 128 columns), act instead of O;
+      // the next chunk's first barrier keeps this stage's tile and z until every warp is done
+      const float* ob = reinterpret_cast<const float*>(Qb(st));
+      const float* zb = Zb(st);
+      for (int tok = warp; tok < n; tok += kThreads / 32) {
+        const float4 x = *reinterpret_cast<const float4*>(ob + tok * Sm::kOLd + 4 * lane);
+        const float4 zz = *reinterpret_cast<const float4*>(zb + tok * Sm::kUCols + 4 * lane);
+        reinterpret_cast<uint2*>(sc.gn.act + (t0 + tok) * value_dim + j * Dv)[lane] = gated_norm128_values(x, gn_w, zz, sc.gn.eps);
+      }
+    } else {
+      float* orow = o + t0 * value_dim + j * Dv + c0_col + 16 * wi + gq;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int tok = 8 * (i >> 2) + 2 * tq + (i & 1);
+        if (tok < n) orow[int64_t(tok) * value_dim + 8 * ((i >> 1) & 1)] = oacc[i];
+      }
     }
   }
   cp_async_wait_all();
@@ -1012,6 +1054,22 @@ void gdn_wgmma_set_overlap(int ctas_per_sm) {
   g_overlap.store(ctas_per_sm);
 }
 
+namespace {
+std::atomic<int> g_scan_norm{-1};
+}  // namespace
+
+bool gdn_wgmma_scan_norm() {
+  return read_once(g_scan_norm, [] { return int(env_count("CLEFRT_LAB_GDN_SCAN_NORM", 0, 0, 1)); }) == 1;
+}
+
+void gdn_wgmma_set_scan_norm(bool on) { g_scan_norm.store(on ? 1 : 0); }
+
+bool gdn_scan_norms(const GdnScratch& sc, const GdnChunks& ch, int64_t Hv, int64_t Dk, int64_t Dv, GdnPath path) {
+  if (!sc.gn.act || !gdn_wgmma_scan_norm() || gdn_path(path, Dk, Dv) != GdnPath::Wgmma || Dv != kDk) return false;
+  if (!gdn_wgmma_scan_regs() || !t_form_runs(sc) || gdn_scan_rs_wgs(ch.n_seqs, Hv) != 2) return false;
+  return sc.gn.z && sc.gn.w && sc.gn.ldz % 4 == 0 && aligned16(sc.gn.z) && aligned16(sc.gn.w) && reinterpret_cast<uintptr_t>(sc.gn.act) % 8 == 0;
+}
+
 void gdn_wgmma_set_scan_rs_wgs(int wgs) {
   if (wgs < 0 || wgs > 2) throw Error(Status::BadRequest, "usage", "gdn_wgmma_set_scan_rs_wgs: 0 (by shape), 1 or 2, not " + std::to_string(wgs));
   g_scan_rs_wgs.store(wgs);
@@ -1112,6 +1170,8 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
             "gdn_scan_rs smem");
       check(cudaFuncSetAttribute(gdn_scan_rs_k<2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanRsSmem<2, true>::bytes())),
             "gdn_scan_rs smem");
+      check(cudaFuncSetAttribute(gdn_scan_rs_k<2, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ScanRsSmem<2, true, true>::bytes())),
+            "gdn_scan_rs smem");
       return true;
     }();
     (void)rs_attr;
@@ -1121,6 +1181,9 @@ void gdn_chunk_scan_wgmma(const float* mixed, int64_t Hk, int64_t Hv, int64_t Dk
     if (t_form && one_wg && scs.ready)  // the overlap: begins as the prep does, waits on its flags
       launch_programmatic("gdn_scan_rs", gdn_scan_rs_k<1, true>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 64)), 128,
                           ScanRsSmem<1, true>::bytes(), s, g, Hk, Hv, Dv, ch, scs, o);
+    else if (t_form && gdn_scan_norms(sc, ch, Hv, Dk, Dv, GdnPath::Wgmma))  // the gated norm in its epilogue: act, no O
+      launch_after("gdn_scan_rs", gdn_scan_rs_k<2, true, true>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 128)), 256,
+                   ScanRsSmem<2, true, true>::bytes(), s, g, Hk, Hv, Dv, ch, scs, o);
     else if (t_form && one_wg)
       launch_after("gdn_scan_rs", gdn_scan_rs_k<1, true>, dim3(unsigned(ch.n_seqs), unsigned(Hv), unsigned(Dv / 64)), 128, ScanRsSmem<1, true>::bytes(),
                    s, g, Hk, Hv, Dv, ch, scs, o);
