@@ -760,7 +760,8 @@ __global__ void gated_norm_k(const float* o, int64_t rows, int64_t Dv, const flo
 
 // gated_norm_k at Dv = 128 (Clef), one lane's part: its four o, z and w as float4, all loaded
 // before the warp sum (whose order differs from gated_norm_k's, within fp32 rounding of it); the
-// four outputs as bf16 in 8 bytes (gated_norm.cuh: the scan's epilogue computes them alike). Token t, value head j, the warp's row wid = t Hv + j.
+// four outputs as bf16 in 8 bytes (gated_norm.cuh, which the scan's epilogue calls too). Token t,
+// value head j, the warp's row wid = t Hv + j.
 __device__ __forceinline__ uint2 gated_norm128_lane(const float4* o, const float4* w, float eps, const float* z, int64_t ldz, const RowColScales& zs,
                                                     int64_t t, int64_t j, int64_t wid, int lane) {
   const float4 x = o[wid * 32 + lane], ww = w[lane];
