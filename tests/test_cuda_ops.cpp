@@ -930,8 +930,9 @@ TEST(CudaOps, GdnWgmmaTFormOverlapIsTheTFormBits) {
 // The gated norm in the T-form scan's epilogue (gdn_scan_norms: two warpgroups a scan CTA) against
 // the scan's O at one warpgroup a CTA (a small batch's form) then gated_norm: act bit for bit
 // (gated_norm.cuh computes both), in one pass and in passes of 2 chunks, z read at an offset into
-// wider rows (as the in_proj output holds it). act is NaN-poisoned first (every row written), O
-// too, and stays so (the fused scan writes no O: a scan that fell back would overwrite it).
+// wider rows (as the in_proj output holds it), and with z an FP8 GEMM's unscaled output (its row
+// and column scales applied as read). act is NaN-poisoned first (every row written), O too, and
+// stays so (the fused scan writes no O: a scan that fell back would overwrite it).
 TEST(CudaOps, GdnScanGatedNormIsTheGatedNormBits) {
   NEED_GPU();
   const int64_t Hk = 2, Hv = 6, Dk = 128, Dv = 128, value_dim = Hv * Dv;
@@ -956,7 +957,7 @@ TEST(CudaOps, GdnScanGatedNormIsTheGatedNormBits) {
                dz = upload(randn(size_t(L * ldz), 77, 2.0f), "z"), dw = upload(w, "w"), act(size_t(L * value_dim) * 2);
   const GdnChunks ch{dcs.as<int32_t>(), dcl.as<int32_t>(), dsc.as<int32_t>(), nc, ns};
   const float* z = dz.as<float>() + zoff;
-  const GdnScratch::GatedNorm gn{z, ldz, dw.as<float>(), eps, act.as<bf16>()};
+  const GdnScratch::GatedNorm gn{z, ldz, {}, dw.as<float>(), eps, act.as<bf16>()};
   auto poison = [&] {
     check(cudaMemset(o.get(), 0xff, size_t(L * value_dim) * 4), "poison o");
     check(cudaMemset(act.get(), 0xff, size_t(L * value_dim) * 2), "poison act");
@@ -972,8 +973,10 @@ TEST(CudaOps, GdnScanGatedNormIsTheGatedNormBits) {
   sc.gn = gn;
   EXPECT_FALSE(gdn_scan_norms(sc, ch, Hv, Dk, Dv, GdnPath::Wgmma)) << "switch off";
   gdn_chunked(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, sc, o.as<float>(), nullptr, GdnPath::Wgmma);
-  gated_norm(o.as<float>(), L, Hv, Dv, dw.as<float>(), eps, z, ldz, act.as<bf16>(), nullptr);
-  const std::vector<uint16_t> want = down<uint16_t>(act, size_t(L * value_dim));
+  DeviceBuffer o_ref(size_t(L * value_dim) * 4);
+  check(cudaMemcpy(o_ref.get(), o.get(), size_t(L * value_dim) * 4, cudaMemcpyDeviceToDevice), "keep O");
+  gated_norm(o_ref.as<float>(), L, Hv, Dv, dw.as<float>(), eps, z, ldz, act.as<bf16>(), nullptr);
+  std::vector<uint16_t> want = down<uint16_t>(act, size_t(L * value_dim));
   size_t nan = 0;
   for (uint16_t v : want) nan += (v & 0x7f80) == 0x7f80 && (v & 0x7f);
   ASSERT_EQ(nan, 0u) << "the reference's act";
@@ -998,6 +1001,18 @@ TEST(CudaOps, GdnScanGatedNormIsTheGatedNormBits) {
     sp.gn = gn;
   });
   compare("passes of 2 chunks");
+  // z as an FP8 GEMM's unscaled output (gn.zs: the scales applied as read, as gated_norm does)
+  const std::vector<float> rs = randn(size_t(L), 79, 0.1f, 1.0f), cs = randn(size_t(value_dim), 80, 0.1f, 1.0f);
+  DeviceBuffer drs = upload(rs, "rs"), dcs2 = upload(cs, "cs");
+  const RowColScales zs{drs.as<float>(), dcs2.as<float>()};
+  gated_norm(o_ref.as<float>(), L, Hv, Dv, dw.as<float>(), eps, z, ldz, act.as<bf16>(), nullptr, zs);
+  want = down<uint16_t>(act, size_t(L * value_dim));
+  sc.gn.zs = zs;
+  ASSERT_TRUE(gdn_scan_norms(sc, ch, Hv, Dk, Dv, GdnPath::Wgmma));
+  poison();
+  gdn_chunked(d32.as<float>(), Hk, Hv, Dk, Dv, dg.as<float>(), db.as<float>(), ch, sc, o.as<float>(), nullptr, GdnPath::Wgmma);
+  compare("z with FP8 row and column scales");
+  sc.gn.zs = {};
   // where it cannot run, the scan writes O and the caller runs gated_norm: z unaligned, a wrong ldz
   GdnScratch bad = sc;
   bad.gn.z = z + 1;

@@ -913,7 +913,7 @@ int main(int argc, char** argv) {
           fill_normal_f32(z.as<float>(), L * vd, 25, 0.0f, 2.0f, s);
           fill_normal_f32(wn.as<float>(), Dv, 26, 1.0f, 0.5f, s);
           GdnScratch sn = s16;
-          sn.gn = {z.as<float>(), vd, wn.as<float>(), 1e-6f, act.as<bf16>()};
+          sn.gn = {z.as<float>(), vd, {}, wn.as<float>(), 1e-6f, act.as<bf16>()};
           std::vector<uint16_t> act_apart, act_fused;
           double t_apart = 0, t_fused = 0;
           for (const bool fused : {false, true}) {

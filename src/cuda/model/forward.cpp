@@ -1065,18 +1065,20 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
         const float* mixed_t = rows_before(b.mixed, T0, conv_dim);
         const float* g_t = rows_before(b.g, T0, c.v_heads);
         const RowColScales zs = in_unscaled ? RowColScales{isc.rs + (T0 - R0), isc.cs_lo + conv_dim} : RowColScales{};
+        // the gated norm in the scan's epilogue where it can (gdn_scan_norms: a batch with two
+        // warpgroups a scan CTA): act then, and no O; the same act either way
+        gp.gn = {rows_before(own + conv_dim, T0, n), n, {zs.rs ? rows_before(zs.rs, T0, 1) : nullptr, zs.cs}, l.gdn_norm, eps,
+                 rows_before(b.gact, T0, value_dim)};
+        const bool scan_norms = gdn_scan_norms(gp, ch, c.v_heads, c.k_head_dim, c.v_head_dim, gdn_path_);
+        if (!scan_norms) gp.gn = {};
         // FP8 out_proj (ForwardOptions::fp8_gated_norm_quantizes): the gated norm quantizes its rows
-        // into the GEMM's input buffers (the codes and scales the GEMM's own quantization makes)
+        // into the GEMM's input buffers (the codes and scales the GEMM's own quantization makes);
+        // after the scan's norm the GEMM quantizes act itself (the same codes)
         LinearRunner::Fp8Input oin;
-        const bool norm_quantizes = gated_norm_quantizes_ && lin.fp8_input(l.gdn_out, oin) && oin.k == value_dim &&
+        const bool norm_quantizes = !scan_norms && gated_norm_quantizes_ && lin.fp8_input(l.gdn_out, oin) && oin.k == value_dim &&
                                     gated_norm_fp8_fits(c.v_heads, c.v_head_dim, oin.kp) &&
                                     gated_norm_fp8_aligned(b.gdn_o, l.gdn_norm, own + conv_dim, n, zs, oin.q) &&
                                     scales_may_share(zs.rs, oin.scale, rows);
-        // the bf16 gated norm in the scan's epilogue where it can (gdn_scan_norms: z scaled already,
-        // a batch with two warpgroups a scan CTA): act then, and no O; the same act either way
-        if (!norm_quantizes && !zs.rs)
-          gp.gn = {rows_before(own + conv_dim, T0, n), n, l.gdn_norm, eps, rows_before(b.gact, T0, value_dim)};
-        const bool scan_norms = gdn_scan_norms(gp, ch, c.v_heads, c.k_head_dim, c.v_head_dim, gdn_path_);
         mark("gdn chunk prep");
         gdn_chunk_prep(mixed_t, c.k_heads, c.v_heads, c.k_head_dim, c.v_head_dim, g_t, rows_before(b.beta, T0, c.v_heads), ch, gp, s,
                        gdn_path_);

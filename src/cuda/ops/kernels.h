@@ -178,12 +178,14 @@ struct GdnScratch {
   int* ready = nullptr;
   // The gated norm in the register-state scan's epilogue, where gdn_scan_norms says it runs: the
   // scan writes act[t, j Dv + i] (bf16, row t at act + t Hv Dv), the bits gated_norm writes from
-  // its O, and no O. z: the gate, fp32 and scaled already (row t at z + t ldz); w: the norm's
-  // weights [Dv]. z and act are seen from token 0, as o is. Null act: the scan writes O and the
-  // caller runs gated_norm.
+  // its O, and no O. z: the gate, fp32 (row t at z + t ldz), with zs as gated_norm takes them (an
+  // FP8 GEMM's unscaled output: rs by token, cs by column j Dv + i); w: the norm's weights [Dv].
+  // z, zs.rs and act are seen from token 0, as o is. Null act: the scan writes O and the caller
+  // runs gated_norm.
   struct GatedNorm {
     const float* z = nullptr;
     int64_t ldz = 0;
+    RowColScales zs;
     const float* w = nullptr;
     float eps = 0;
     bf16* act = nullptr;
@@ -270,7 +272,7 @@ void gdn_wgmma_set_scan_rs_wgs(int wgs);
 // Whether gdn_chunk_scan applies the gated norm itself for this call (GdnScratch::gn.act set): the
 // Wgmma path's T form with two warpgroups a scan CTA (a CTA holds a value head's 128 columns, so
 // a token's row is whole there: as many (sequence, value head) pairs as SMs or more), z and w
-// 16-byte aligned, ldz % 4 == 0, and the switch: CLEFRT_LAB_GDN_SCAN_NORM=0 | 1 when first asked
+// 16-byte aligned (zs.cs too), ldz % 4 == 0, and the switch: CLEFRT_LAB_GDN_SCAN_NORM=0 | 1 when first asked
 // (unset: 0); gdn_wgmma_set_scan_norm sets it (the GPU tests, the lab). A row's act is the same
 // bits either way (gated_norm.cuh), so which batches take it changes no answer.
 bool gdn_scan_norms(const GdnScratch& sc, const GdnChunks& ch, int64_t Hv, int64_t Dk, int64_t Dv, GdnPath path = GdnPath::Auto);

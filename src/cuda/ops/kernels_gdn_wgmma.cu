@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/formats.cuh"
 #include "cuda/ops/gated_norm.cuh"
 #include "cuda/ops/gdn_tiles.cuh"
 #include "cuda/ops/gpu_flags.cuh"
@@ -608,7 +609,8 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
       const float* zb = Zb(st);
       for (int tok = warp; tok < n; tok += kThreads / 32) {
         const float4 x = *reinterpret_cast<const float4*>(ob + tok * Sm::kOLd + 4 * lane);
-        const float4 zz = *reinterpret_cast<const float4*>(zb + tok * Sm::kUCols + 4 * lane);
+        float4 zz = *reinterpret_cast<const float4*>(zb + tok * Sm::kUCols + 4 * lane);
+        if (sc.gn.zs.rs) zz = fp8_scaled4(zz, sc.gn.zs.rs[t0 + tok], reinterpret_cast<const float4*>(sc.gn.zs.cs + j * Dv)[lane]);
         reinterpret_cast<uint2*>(sc.gn.act + (t0 + tok) * value_dim + j * Dv)[lane] = gated_norm128_values(x, gn_w, zz, sc.gn.eps);
       }
     } else {
@@ -1067,7 +1069,8 @@ void gdn_wgmma_set_scan_norm(bool on) { g_scan_norm.store(on ? 1 : 0); }
 bool gdn_scan_norms(const GdnScratch& sc, const GdnChunks& ch, int64_t Hv, int64_t Dk, int64_t Dv, GdnPath path) {
   if (!sc.gn.act || !gdn_wgmma_scan_norm() || gdn_path(path, Dk, Dv) != GdnPath::Wgmma || Dv != kDk) return false;
   if (!gdn_wgmma_scan_regs() || !t_form_runs(sc) || gdn_scan_rs_wgs(ch.n_seqs, Hv) != 2) return false;
-  return sc.gn.z && sc.gn.w && sc.gn.ldz % 4 == 0 && aligned16(sc.gn.z) && aligned16(sc.gn.w) && reinterpret_cast<uintptr_t>(sc.gn.act) % 8 == 0;
+  return sc.gn.z && sc.gn.w && sc.gn.ldz % 4 == 0 && aligned16(sc.gn.z) && aligned16(sc.gn.w) && reinterpret_cast<uintptr_t>(sc.gn.act) % 8 == 0 &&
+         (!sc.gn.zs.rs || (sc.gn.zs.cs && aligned16(sc.gn.zs.cs)));
 }
 
 void gdn_wgmma_set_scan_rs_wgs(int wgs) {
