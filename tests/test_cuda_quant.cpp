@@ -1396,6 +1396,13 @@ TEST(CudaQuant, Fp8ProducersQuantizingGiveTheSameBits) {
   NEED_GPU();
   unsetenv("CLEFRT_LAB_GATED_NORM_FP8");  // the "off" Forwards must not fuse
   unsetenv("CLEFRT_LAB_OUTPUT_GATE_FP8");
+  // the gated norm in the scan (CLEFRT_LAB_GDN_SCAN_NORM) would take the quantizing norm's place
+  // where it runs: off here (GdnScanNormGivesTheSameBits checks it)
+  struct ScanNormOff {
+    bool to = cuda::gdn_wgmma_scan_norm();
+    ScanNormOff() { cuda::gdn_wgmma_set_scan_norm(false); }
+    ~ScanNormOff() { cuda::gdn_wgmma_set_scan_norm(to); }
+  } scan_norm_off;
   std::string why;
   const bool has_cudnn = cuda::cudnn_available(&why);
   if (!has_cudnn) std::cout << "[ cuda    ] the output gate's quantization not checked (it follows cuDNN's attention only): " << why << "\n";
@@ -1430,6 +1437,41 @@ TEST(CudaQuant, Fp8ProducersQuantizingGiveTheSameBits) {
     EXPECT_EQ(on_f.run(first), off_f.run(first)) << what << ", one request";
     expect_graphed_bits(dm, on, all, want, what);
   }
+}
+
+// The GDN gated norm in the scan's epilogue (CLEFRT_LAB_GDN_SCAN_NORM, where the scan runs two
+// warpgroups a CTA: forced here, this model has too few value heads for the GPU's SMs) gives the
+// bits of the forward without it, bf16 and FP8 (whose out_proj then quantizes act itself where the
+// gated norm wrote its codes), in one GDN pass and in passes of one chunk: counted, so a forward
+// that never took it fails too.
+TEST(CudaQuant, GdnScanNormGivesTheSameBits) {
+  NEED_GPU();
+  if (!cuda::gdn_wgmma_available(128, 128)) GTEST_SKIP() << "no Wgmma GDN path on this GPU / build";
+  struct Restore {
+    bool norm = cuda::gdn_wgmma_scan_norm();
+    ~Restore() {
+      cuda::gdn_wgmma_set_scan_norm(norm);
+      cuda::gdn_wgmma_set_scan_rs_wgs(0);
+    }
+  } restore;
+  const auto corpus = fp8_corpus();
+  const cuda::DevModel bf = device_model_of(test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f));
+  const model::Batch all = model::batch_of(corpus->batch);
+  cuda::gdn_wgmma_set_scan_rs_wgs(2);
+  for (const auto& [name, dm] : {std::pair<std::string, const cuda::DevModel*>{"bf16", &bf}, {"fp8", &corpus->dm}})
+    for (const int64_t pass_chunks : {int64_t(0), int64_t(1)}) {
+      cuda::ForwardOptions o = corpus->one_pass();
+      o.gdn_pass_chunks = pass_chunks;
+      const std::string what = name + (pass_chunks ? ", GDN passes of one chunk" : ", one pass");
+      cuda::gdn_wgmma_set_scan_norm(false);
+      cuda::Forward off_f(*dm, o);
+      const auto want = off_f.run(all);
+      EXPECT_EQ(off_f.gated_norms_in_scan(), 0u) << what;
+      cuda::gdn_wgmma_set_scan_norm(true);
+      cuda::Forward on_f(*dm, o);
+      EXPECT_EQ(on_f.run(all), want) << what;
+      EXPECT_GT(on_f.gated_norms_in_scan(), 0u) << what << ": the scan never took the gated norm";
+    }
 }
 
 // The portable kernels (EngineOptions::portable_kernels: what an Ampere / Ada GPU runs) against

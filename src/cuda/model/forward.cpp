@@ -1071,6 +1071,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
                  rows_before(b.gact, T0, value_dim)};
         const bool scan_norms = gdn_scan_norms(gp, ch, c.v_heads, c.k_head_dim, c.v_head_dim, gdn_path_);
         if (!scan_norms) gp.gn = {};
+        else ++norms_in_scan_;
         // FP8 out_proj (ForwardOptions::fp8_gated_norm_quantizes): the gated norm quantizes its rows
         // into the GEMM's input buffers (the codes and scales the GEMM's own quantization makes);
         // after the scan's norm the GEMM quantizes act itself (the same codes)

@@ -222,6 +222,8 @@ class Forward {
   size_t gated_norms_quantized() const { return norms_quantized_; }
   // The same for the attention output gate (ForwardOptions::fp8_output_gate_quantizes).
   size_t output_gates_quantized() const { return gates_quantized_; }
+  // GDN gated norms the scan applied in its epilogue (gdn_scan_norms), since load (host-side).
+  size_t gated_norms_in_scan() const { return norms_in_scan_; }
 
  private:
   struct Batch;
@@ -265,6 +267,7 @@ class Forward {
   bool residual_in_norm_ = false;  // ForwardOptions::fp8_residual_in_norm or its lab switch
   bool gated_norm_quantizes_ = false;  // ForwardOptions::fp8_gated_norm_quantizes or its lab switch
   size_t norms_quantized_ = 0;
+  size_t norms_in_scan_ = 0;
   bool gate_quantizes_ = false;  // ForwardOptions::fp8_output_gate_quantizes or its lab switch
   size_t gates_quantized_ = 0;
   size_t adds_taken_ = 0;
