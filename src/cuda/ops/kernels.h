@@ -239,7 +239,8 @@ void gdn_wgmma_set_one_pass_bf16(bool on);
 bool gdn_wgmma_prep_v2();
 void gdn_wgmma_set_prep_v2(bool on);
 // The Wgmma path's T form (the product's since session 47, after the GDN op tests and every
-// CudaEngine test passed with it; the quantized and vision suites have not run with it yet):
+// CudaEngine test passed with it; CudaPrefix, CudaVision and 24 of 30 CudaQuant tests passed with
+// it in session 48):
 // from bf16 rows (GdnScratch::mixed16) the prep leaves T diag(beta) as a plane in W's bytes (with
 // A's), and the register-state scan reads q / k / v from the rows and forms Vn = T diag(beta) (V -
 // diag(e^gamma) K S) itself: W and U are never formed (FlashInfer's organisation of the state
@@ -274,7 +275,8 @@ void gdn_wgmma_set_scan_rs_wgs(int wgs);
 // a token's row is whole there: as many (sequence, value head) pairs as SMs or more), z and w
 // 16-byte aligned (zs.cs too), ldz % 4 == 0, and the switch: CLEFRT_LAB_GDN_SCAN_NORM=0 | 1 when first asked
 // (unset: 0); gdn_wgmma_set_scan_norm sets it (the GPU tests, the lab). A row's act is the same
-// bits either way (gated_norm.cuh), so which batches take it changes no answer.
+// bits either way (gated_norm.cuh), so which batches take it changes no answer. Off: faster
+// standalone, not in the model at the power cap (bench/results/2026-12-07-h100-session48.md).
 bool gdn_scan_norms(const GdnScratch& sc, const GdnChunks& ch, int64_t Hv, int64_t Dk, int64_t Dv, GdnPath path = GdnPath::Auto);
 bool gdn_wgmma_scan_norm();
 void gdn_wgmma_set_scan_norm(bool on);
