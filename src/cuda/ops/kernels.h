@@ -273,8 +273,8 @@ void gdn_wgmma_set_scan_rs_wgs(int wgs);
 // Whether gdn_chunk_scan applies the gated norm itself for this call (GdnScratch::gn.act set): the
 // Wgmma path's T form with two warpgroups a scan CTA (a CTA holds a value head's 128 columns, so
 // a token's row is whole there: as many (sequence, value head) pairs as SMs or more), z and w
-// 16-byte aligned (zs.cs too), ldz % 4 == 0, and the switch: CLEFRT_LAB_GDN_SCAN_NORM=0 | 1 when first asked
-// (unset: 0); gdn_wgmma_set_scan_norm sets it (the GPU tests, the lab). A row's act is the same
+// 16-byte aligned (zs.cs too), ldz % 4 == 0, and the switch: CLEFRT_LAB_GDN_SCAN_NORM=0 | 1 when
+// first asked (unset: 0); gdn_wgmma_set_scan_norm sets it (the GPU tests, the lab). A row's act is the same
 // bits either way (gated_norm.cuh), so which batches take it changes no answer. Off: faster
 // standalone, not in the model at the power cap (bench/results/2026-12-07-h100-session48.md).
 bool gdn_scan_norms(const GdnScratch& sc, const GdnChunks& ch, int64_t Hv, int64_t Dk, int64_t Dv, GdnPath path = GdnPath::Auto);

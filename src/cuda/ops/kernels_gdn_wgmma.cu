@@ -480,8 +480,10 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
     dec.read(cb);
     next_decays(cb, 0);
   }
-  // NORM: the norm's weights at the lane's four columns (a warp's row is a value head's 128)
+  // NORM: the norm's weights and z's column scales (FP8) at the lane's four columns (a warp's row
+  // is a value head's 128), the same for every token
   const float4 gn_w = NORM ? reinterpret_cast<const float4*>(sc.gn.w)[lane] : make_float4(0, 0, 0, 0);
+  const float4 gn_cs = NORM && sc.gn.zs.rs ? reinterpret_cast<const float4*>(sc.gn.zs.cs + j * Dv)[lane] : make_float4(0, 0, 0, 0);
   for (int64_t c = cb; c < ce; ++c) {
     const int st = int((c - cb) & 1);
     const int64_t t0 = ch.chunk_start[c];
@@ -610,7 +612,7 @@ __global__ void __launch_bounds__(128 * kWgs, 1) gdn_scan_rs_k(const float* g, i
       for (int tok = warp; tok < n; tok += kThreads / 32) {
         const float4 x = *reinterpret_cast<const float4*>(ob + tok * Sm::kOLd + 4 * lane);
         float4 zz = *reinterpret_cast<const float4*>(zb + tok * Sm::kUCols + 4 * lane);
-        if (sc.gn.zs.rs) zz = fp8_scaled4(zz, sc.gn.zs.rs[t0 + tok], reinterpret_cast<const float4*>(sc.gn.zs.cs + j * Dv)[lane]);
+        if (sc.gn.zs.rs) zz = fp8_scaled4(zz, sc.gn.zs.rs[t0 + tok], gn_cs);
         reinterpret_cast<uint2*>(sc.gn.act + (t0 + tok) * value_dim + j * Dv)[lane] = gated_norm128_values(x, gn_w, zz, sc.gn.eps);
       }
     } else {
