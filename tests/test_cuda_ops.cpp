@@ -221,6 +221,75 @@ TEST(CudaOps, F32Gemm3xTf32MatchesDoubleAndIsRowInvariant) {
   EXPECT_THROW(f32_gemm_3xtf32(dx.as<float>(), 6, 2, 6, dw.as<float>(), 6, 2, dy.as<float>(), 2, false, nullptr), Error);
 }
 
+// The wgmma form (f32_gemm_3xtf32_wgmma, w as TF32 planes): the planes are split_tf32's (hi has
+// no bits below TF32's, hi + lo == w exactly); y within 1e-5 of the double reference as the
+// mma.sync form, every element written, accumulate adding; every tile (64 x 32, 64 x 64, 128 x
+// 64) gives the product's bits; a row's bits the same alone. Whether its values equal the
+// mma.sync form's (the same products and sums) is printed, not required.
+TEST(CudaOps, F32Gemm3xTf32WgmmaMatchesDoubleAndIsRowInvariant) {
+  NEED_GPU();
+  if (!f32_gemm_3xtf32_wgmma_available()) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
+  for (auto [m, n, k] : {std::tuple{1, 8, 4}, {17, 2048, 1024}, {318, 100, 36}, {65, 72, 132}, {3, 1024, 5120}, {130, 64, 64}, {318, 1024, 5120},
+                         {700, 2048, 1024}, {9000, 200, 68}}) {
+    const std::string at = " at " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
+    auto x = randn(size_t(m * k), 31), w = randn(size_t(n * k), 32, 0.05f), y0 = randn(size_t(m * n), 33);
+    const auto [want, mag] = gemm_double(x, w, m, n, k);
+    DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), hi(size_t(n * k) * 4), lo(size_t(n * k) * 4);
+    f32_split_tf32_planes(dw.as<float>(), int64_t(n) * k, hi.as<float>(), lo.as<float>(), nullptr);
+    const auto h = down<float>(hi, w.size()), l = down<float>(lo, w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      uint32_t hb;
+      std::memcpy(&hb, &h[i], 4);
+      ASSERT_EQ(hb & 0x1fffu, 0u) << "hi keeps bits below TF32's at " << i << at;
+      ASSERT_EQ(h[i] + l[i], w[i]) << "hi + lo != w at " << i << at;
+    }
+    DeviceBuffer dy(size_t(m * n) * 4), dacc = upload(y0, "y0"), d1(size_t(15 * n) * 4), dm(size_t(m * n) * 4);
+    ASSERT_TRUE(f32_gemm_3xtf32_wgmma_fits(dx.as<float>(), k, k, hi.as<float>(), lo.as<float>(), k)) << at;
+    check(cudaMemset(dy.get(), 0xff, size_t(m * n) * 4), "poison y");
+    f32_gemm_3xtf32_wgmma(dx.as<float>(), k, m, k, hi.as<float>(), lo.as<float>(), k, n, dy.as<float>(), n, false, nullptr);
+    f32_gemm_3xtf32_wgmma(dx.as<float>(), k, m, k, hi.as<float>(), lo.as<float>(), k, n, dacc.as<float>(), n, true, nullptr);
+    f32_gemm_3xtf32(dx.as<float>(), k, m, k, dw.as<float>(), k, n, dm.as<float>(), n, false, nullptr);
+    check(cudaDeviceSynchronize(), "f32_gemm_3xtf32_wgmma");
+    const auto got = down<float>(dy, want.size()), got_acc = down<float>(dacc, want.size()), mma = down<float>(dm, want.size());
+    double worst = 0, worst_acc = 0;
+    size_t differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double e = std::fabs(double(got[i]) - want[i]) / std::max(mag[i], 1e-30);
+      const double ea = std::fabs(double(got_acc[i]) - (want[i] + y0[i])) / (mag[i] + std::fabs(double(y0[i])) + 1e-30);
+      if (!(e <= worst)) worst = e;  // NaN stays the worst
+      if (!(ea <= worst_acc)) worst_acc = ea;
+      differ += std::memcmp(&got[i], &mma[i], 4) != 0;
+    }
+    std::printf("[ cuda    ] f32_gemm_3xtf32_wgmma%s: worst |y - y_double| / sum |x w| %.3g, accumulate %.3g; %zu of %zu values differ from mma.sync's\n",
+                at.c_str(), worst, worst_acc, differ, want.size());
+    EXPECT_LE(worst, 1e-5) << at;
+    EXPECT_LE(worst_acc, 1e-5) << at;
+    if (m >= 20) {
+      const int r0 = m / 3;
+      f32_gemm_3xtf32_wgmma(dx.as<float>() + size_t(r0) * size_t(k), k, 15, k, hi.as<float>(), lo.as<float>(), k, n, d1.as<float>(), n, false,
+                            nullptr);
+      const auto alone = down<float>(d1, size_t(15 * n));
+      for (int r = 0; r < 15; ++r)
+        for (int c = 0; c < n; ++c) ASSERT_EQ(alone[size_t(r * n + c)], got[size_t((r0 + r) * n + c)]) << "row " << r0 + r << " col " << c << at;
+    }
+    for (int form : {321, 641, 642}) {
+      f32_gemm_3xtf32_wgmma_set_form(form);
+      DeviceBuffer dt(size_t(m * n) * 4), dta = upload(y0, "y0");
+      f32_gemm_3xtf32_wgmma(dx.as<float>(), k, m, k, hi.as<float>(), lo.as<float>(), k, n, dt.as<float>(), n, false, nullptr);
+      f32_gemm_3xtf32_wgmma(dx.as<float>(), k, m, k, hi.as<float>(), lo.as<float>(), k, n, dta.as<float>(), n, true, nullptr);
+      f32_gemm_3xtf32_wgmma_set_form(0);
+      check(cudaDeviceSynchronize(), "f32_gemm_3xtf32_wgmma tiles");
+      const auto t = down<float>(dt, want.size()), ta = down<float>(dta, want.size());
+      EXPECT_EQ(std::memcmp(t.data(), got.data(), t.size() * 4), 0) << "tile " << form << at;
+      EXPECT_EQ(std::memcmp(ta.data(), got_acc.data(), ta.size() * 4), 0) << "tile " << form << ", accumulating" << at;
+    }
+  }
+  EXPECT_THROW(f32_gemm_3xtf32_wgmma_set_form(64), Error);
+  DeviceBuffer dx(64 * 4), dw(64 * 4), dy(64 * 4);
+  EXPECT_FALSE(f32_gemm_3xtf32_wgmma_fits(dx.as<float>(), 6, 6, dw.as<float>(), dw.as<float>(), 6));
+  EXPECT_THROW(f32_gemm_3xtf32_wgmma(dx.as<float>(), 6, 2, 6, dw.as<float>(), dw.as<float>(), 6, 2, dy.as<float>(), 2, false, nullptr), Error);
+}
+
 TEST(CudaOps, HeadGemmMatchesReferenceAndIsRowInvariant) {
   NEED_GPU();
   for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 64, 31}, {33, 100, 70}, {9, 37, 36}, {70, 1024, 1024}, {3, 96, 5120}}) {

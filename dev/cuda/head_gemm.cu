@@ -2,7 +2,9 @@
 // a request's question / option rows (m = 3 and 9: the blog's questions and options; 640: 64
 // requests' options), bf16 and fp32 weights, at the head's widths (W 1,024, feedforward 4,096,
 // in_proj 3 W), and f32_gemm_3xtf32 over the token rows (memory_projection k = 5,120, the
-// memories' k | v n = 2,048, at the blog's 318 rows and 8,192).
+// memories' k | v n = 2,048, at the blog's 318 rows, 8,192 and 64 x 512), as mma.sync
+// (f32_gemm_3xtf32) and as wgmma with w in TF32 planes (f32_gemm_3xtf32_wgmma), each with the
+// product's tile and every tile forced, the bits compared.
 //   product          head_gemm as the engine runs it (k in slices of 1,024, a warp a slice)
 //   8 warps split k  the previous product (a CTA of 8 warps per 4 columns x 8 rows, k split over
 //                    the warps, their sums through shared memory); different bits, same bound
@@ -222,7 +224,7 @@ int main(int argc, char** argv) {
       line(name, "empty", bench::median_ms(st, empty), per_launch_ms(st, empty), 0, "");
     }
     // the token-row GEMMs
-    for (auto mkn : {std::tuple<int64_t, int64_t, int64_t>{318, 5120, 1024}, {318, 1024, 2048}, {8192, 5120, 1024}, {8192, 1024, 2048}}) {
+    for (auto mkn : {std::tuple<int64_t, int64_t, int64_t>{318, 5120, 1024}, {318, 1024, 2048}, {8192, 5120, 1024}, {8192, 1024, 2048}, {32768, 5120, 1024}, {32768, 1024, 2048}}) {
       const int64_t m = std::get<0>(mkn), k = std::get<1>(mkn), n = std::get<2>(mkn);
       const auto x = randv(size_t(m * k), 1.0f), w = randv(size_t(n * k), 0.03f);
       DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), dy(size_t(m * n) * 4);
@@ -255,6 +257,39 @@ int main(int argc, char** argv) {
         recs.arr.push_back(r);
       }
       f32_gemm_3xtf32_set_tile(0);
+      // the wgmma form (w as TF32 planes), the product's choice then each tile; bits against the
+      // mma.sync product's (the same operations: equal unless the two instructions sum their
+      // 8-wide k steps differently) and against its own choice (must be equal)
+      if (!f32_gemm_3xtf32_wgmma_available()) continue;
+      DeviceBuffer dhi(size_t(n * k) * 4), dlo(size_t(n * k) * 4);
+      f32_split_tf32_planes(dw.as<float>(), n * k, dhi.as<float>(), dlo.as<float>(), st);
+      auto runw = [&] { f32_gemm_3xtf32_wgmma(dx.as<float>(), k, m, k, dhi.as<float>(), dlo.as<float>(), k, n, dy.as<float>(), n, false, st); };
+      std::vector<float> wfirst;
+      for (int form : {0, 321, 641, 642}) {
+        f32_gemm_3xtf32_wgmma_set_form(form);
+        runw();
+        std::vector<float> out(size_t(m * n));
+        check(cudaMemcpy(out.data(), dy.get(), out.size() * 4, cudaMemcpyDeviceToHost), "token-row y (wgmma)");
+        if (wfirst.empty()) wfirst = out;
+        const bool same = std::memcmp(out.data(), wfirst.data(), out.size() * 4) == 0;
+        size_t differ = 0;
+        for (size_t i = 0; i < out.size(); ++i) differ += std::memcmp(&out[i], &first[i], 4) != 0;
+        const double one = bench::median_ms(st, runw), per = per_launch_ms(st, runw);
+        const double tf = 2.0 * double(m) * double(n) * double(k) / (per * 1e-3) / 1e12;
+        const std::string tile = form == 0 ? "product" : form == 321 ? "64 x 32" : form == 641 ? "64 x 64" : "128 x 64";
+        std::printf("f32_gemm_3xtf32_wgmma m %lld k %lld n %lld %-10s one %8.2f us  back to back %8.2f us  %6.1f TFLOP/s  %s; %zu of %zu values differ from mma.sync's\n",
+                    (long long)m, (long long)k, (long long)n, tile.c_str(), one * 1e3, per * 1e3, tf,
+                    same ? "same bits as its product" : "DIFFERENT BITS from its product", differ, out.size());
+        json::Value r = json::Value::object();
+        r.add("shape", json::Value::string("f32_gemm_3xtf32 " + std::to_string(m) + " x " + std::to_string(k) + " x " + std::to_string(n)));
+        r.add("form", json::Value::string("wgmma " + tile));
+        r.add("one_launch_us", json::Value::number(one * 1e3));
+        r.add("back_to_back_us", json::Value::number(per * 1e3));
+        r.add("tflops", json::Value::number(tf));
+        r.add("values_differing_from_mma_sync", json::Value::number(double(differ)));
+        recs.arr.push_back(r);
+      }
+      f32_gemm_3xtf32_wgmma_set_form(0);
     }
     if (!o.json_out.empty())
       bench::write_record(o.json_out, hw, o.commit, "clefrt_bench_head_gemm", recs);

@@ -304,10 +304,10 @@ std::string EngineCore::gpu_summary() const {
     };
     const cuda::DeviceInfo d = cuda::device_info();
     const bool wgmma = !opts_.portable_kernels && cuda::nvfp4_gemm_wgmma_available();
-    char gpu[240];
-    std::snprintf(gpu, sizeof gpu, "GPU %s (compute capability %d.%d, %.1f GiB); kernels: W4A16 GEMM %s, W4A4 %s, GDN scan %s, attention ",
+    char gpu[320];
+    std::snprintf(gpu, sizeof gpu, "GPU %s (compute capability %d.%d, %.1f GiB); kernels: W4A16 GEMM %s, W4A4 %s, GDN scan %s, head token rows %s, attention ",
                   d.name.c_str(), d.major, d.minor, d.mem_total_gib, wgmma ? "wgmma + TMA" : "mma.sync", m.has_native_fp4 ? "FP4 tensor cores" : "emulated",
-                  gpu_->forward->gdn_kernel().c_str());
+                  gpu_->forward->gdn_kernel().c_str(), gpu_->forward->head_kernel().c_str());
     std::string s = std::string(gpu) + gpu_->forward->attention_kernel() + gpu_->attention_note + "; quant " + quant_mode_name(opts_.quant) + ": Linears bf16 " + gib(m.bytes_by_format[0]) + ", nvfp4 " +
                     gib(m.bytes_by_format[1]) + (m.has_w4a4 ? " (W4A4)" : "") + ", fp8 " + gib(m.bytes_by_format[2]) + "; weights " +
                     gib(m.weight_bytes) + " on the GPU" + (m.host_weight_bytes ? ", " + gib(m.host_weight_bytes) + " in pinned host memory" : "") +

@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <string>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include "common/error.h"
 #include "cuda/runtime/check.h"
+#include "cuda/ops/kernels.h"
 #include "cuda/ops/kernels_quant.h"
 #include "io/safetensors_write.h"
 #include "model/vision.h"
@@ -64,6 +67,18 @@ class Builder {
   DevLinear32 matrix32(const model::Tensor& t) {
     const int64_t cols = t.shape.back(), rows = t.numel_rows();
     return {vec(t, 0.0f, 1.0f / std::sqrt(float(cols))), nullptr, rows, cols};
+  }
+  // The TF32 hi / lo planes of rows [row0, row0 + rows) of an fp32 matrix (f32_gemm_3xtf32_wgmma's
+  // B operand), where that kernel runs and CLEFRT_LAB_F32_GEMM_MMA does not keep the mma.sync form;
+  // {null, null} otherwise.
+  std::pair<const float*, const float*> tf32_planes(const DevLinear32& l, int64_t row0, int64_t rows) {
+    static const bool mma = env_flag("CLEFRT_LAB_F32_GEMM_MMA");
+    if (!l.w || mma || !f32_gemm_3xtf32_wgmma_available()) return {nullptr, nullptr};
+    const size_t count = size_t(rows) * size_t(l.k);
+    float* hi = alloc<float>(count);
+    float* lo = alloc<float>(count);
+    f32_split_tf32_planes(l.w + row0 * l.k, int64_t(count), hi, lo, nullptr);
+    return {hi, lo};
   }
   // A head matrix only head_gemm reads: bf16 when that holds its values exactly, else fp32.
   DevLinear32 matrix_head(const model::Tensor& t) {
@@ -326,8 +341,10 @@ DevLN ln(Builder& b, const model::LayerNormW& n) { return {b.vec(n.w, 1.0f, 0.1f
 // memory_kv: the MHA's k / v rows run over every memory token (cuBLASLt fp32), so its in_proj
 // stays fp32; a self-attention's in_proj, like every out_proj, only meets question rows.
 DevMha mha(Builder& b, const model::Mha& m, bool memory_kv) {
-  return {memory_kv ? b.matrix32(m.in_w) : b.matrix_head(m.in_w), b.matrix_head(m.out_w), b.vec(m.in_b, 0.0f, 0.02f),
-          b.vec(m.out_b, 0.0f, 0.02f)};
+  DevMha r{memory_kv ? b.matrix32(m.in_w) : b.matrix_head(m.in_w), b.matrix_head(m.out_w), b.vec(m.in_b, 0.0f, 0.02f),
+           b.vec(m.out_b, 0.0f, 0.02f)};
+  if (memory_kv) std::tie(r.kv_hi, r.kv_lo) = b.tf32_planes(r.in, r.in.n / 3, 2 * (r.in.n / 3));
+  return r;
 }
 
 }  // namespace
@@ -406,6 +423,7 @@ DevModel build_device_model(const model::TextWeights& tw, const model::HeadWeigh
   h.field_norm = ln(b, hw.field_norm);
   h.option_norm = ln(b, hw.option_norm);
   h.memory_proj = b.matrix32(hw.memory_proj);
+  std::tie(h.memory_proj.whi, h.memory_proj.wlo) = b.tf32_planes(h.memory_proj, 0, h.memory_proj.n);
   h.question_proj = b.matrix_head(hw.question_proj);
   h.option_question_proj = b.matrix_head(hw.option_question_proj);
   h.global_proj = b.matrix_head(hw.global_proj);

@@ -50,6 +50,9 @@ struct DevLinear32 {
   const float* w = nullptr;  // [n, k] row-major fp32, or
   const bf16* wh = nullptr;  // [n, k] row-major bf16
   int64_t n = 0, k = 0;
+  // w's TF32 hi / lo planes (f32_split_tf32_planes) for f32_gemm_3xtf32_wgmma, made at load for
+  // the token-row matrices where that kernel runs; null elsewhere
+  const float *whi = nullptr, *wlo = nullptr;
 };
 struct DevLN {
   const float *w = nullptr, *b = nullptr;
@@ -71,6 +74,7 @@ struct DevLayer {
 struct DevMha {
   DevLinear32 in, out;  // in: [3W, W] (q, k, v rows); fp32 where its k / v rows run over memory tokens
   const float *in_b, *out_b;
+  const float *kv_hi = nullptr, *kv_lo = nullptr;  // in's k | v rows as TF32 planes (DevLinear32::whi / wlo)
 };
 
 struct DevHead {

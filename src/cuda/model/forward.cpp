@@ -316,6 +316,7 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   gate_quantizes_ = m.has_fp8 && env_count("CLEFRT_LAB_OUTPUT_GATE_FP8", o.fp8_output_gate_quantizes ? 1 : 0, 0, 1) == 1;
   gdn_path_ = gdn_path(GdnPath::Auto, m.c.k_head_dim, m.c.v_head_dim);
   if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
+  head_wgmma_ = !o.portable_kernels;
   // CLEFRT_GDN_PRODUCTS read at load: a bad value fails here, not in a forward
   if (gdn_path_ == GdnPath::Wgmma) (void)gdn_wgmma_one_pass_bf16(), (void)gdn_wgmma_scan_regs(), (void)gdn_wgmma_overlap();
   // CLEFRT_LAB_GDN_MIXED_FP32=1: the conv's rows in fp32 for the one-pass Wgmma prep too (the
@@ -1220,7 +1221,9 @@ void Forward::head(Batch& b) {
   auto lin_tokens = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char* op) {
     if (!w.w) throw Error(Status::Internal, "internal_error", std::string(op) + ": token-row head matrix not held in fp32");
     timed("head token-row GEMMs", [&] {
-      if (f32_gemm_3xtf32_fits(x, w.k, w.k, w.w, w.k)) f32_gemm_3xtf32(x, w.k, m, w.k, w.w, w.k, w.n, y, w.n, acc, s);
+      if (head_wgmma_ && w.whi && f32_gemm_3xtf32_wgmma_fits(x, w.k, w.k, w.whi, w.wlo, w.k))
+        f32_gemm_3xtf32_wgmma(x, w.k, m, w.k, w.whi, w.wlo, w.k, w.n, y, w.n, acc, s);
+      else if (f32_gemm_3xtf32_fits(x, w.k, w.k, w.w, w.k)) f32_gemm_3xtf32(x, w.k, m, w.k, w.w, w.k, w.n, y, w.n, acc, s);
       else G.run_f32(x, m, w.k, w.k, w.w, w.n, y, w.n, acc, op);
     });
   };
@@ -1276,7 +1279,7 @@ void Forward::head(Batch& b) {
 
   // q rows of an MHA's packed in_proj: [W, W] at row 0; k|v rows: [2W, W] at row W
   auto q_part = [&](const DevMha& m) { return DevLinear32{m.in.w, nullptr, W, W}; };
-  auto kv_part = [&](const DevMha& m) { return DevLinear32{m.in.w + W * W, nullptr, 2 * W, W}; };
+  auto kv_part = [&](const DevMha& m) { return DevLinear32{m.in.w + W * W, nullptr, 2 * W, W, m.kv_hi, m.kv_lo}; };
   // y += MHA(q rows xq [nq], keys/values KV [.., 2W]) with per-row key ranges
   auto cross = [&](const DevMha& m, const float* xq, int64_t nq, const int32_t* kb, const int32_t* ke, float* y) {
     lin(xq, nq, q_part(m), b.tmpq, false, "head mha q", m.in_b);

@@ -206,6 +206,8 @@ class Forward {
   size_t arena_bytes() const { return arena_.capacity(); }
   // GPU memory this engine holds besides the weights: arena, cuBLASLt workspace, NVFP4 staging.
   std::string attention_kernel() const;  // the backbone's attention, in words
+  // the head's token-row GEMMs' kernel, in words
+  std::string head_kernel() const { return head_wgmma_ && m_.head.memory_proj.whi ? "wgmma 3xTF32" : "mma.sync 3xTF32"; }
   std::string gdn_kernel() const;        // the GDN layers' chunk scan, in words
   size_t working_bytes() const { return arena_.capacity() + gemm_workspace_bytes() + lin_->staging_bytes(); }
   static size_t gemm_workspace_bytes() { return size_t(64) << 20; }
@@ -264,6 +266,9 @@ class Forward {
   // reads): Auto's choice, with --portable-kernels the mma.sync one where Auto picks Wgmma
   GdnPath gdn_path_ = GdnPath::Auto;
   bool gdn_mixed16_ = true;        // the one-pass Wgmma prep reads the conv's rows in bf16 (GdnScratch::mixed16)
+  // the head's token-row GEMMs on wgmma where the model holds their TF32 planes (DevLinear32::whi),
+  // mma.sync with --portable-kernels
+  bool head_wgmma_ = true;
   bool residual_in_norm_ = false;  // ForwardOptions::fp8_residual_in_norm or its lab switch
   bool gated_norm_quantizes_ = false;  // ForwardOptions::fp8_gated_norm_quantizes or its lab switch
   size_t norms_quantized_ = 0;

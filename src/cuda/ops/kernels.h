@@ -396,6 +396,22 @@ void f32_gemm_3xtf32(const float* x, int64_t ldx, int64_t m, int64_t k, const fl
 // would leave SMs without two CTAs, 32 x 32 where 64 x 32 ones would too), 32 or 64 (64 rows,
 // that many columns), 3232 (32 x 32). dev/cuda/head_gemm.cu compares them. The same bits.
 void f32_gemm_3xtf32_set_tile(int tile);
+// The same products on Hopper's warpgroup MMA (sm_90a; kernels_f32_gemm_wgmma.cu), w given as
+// its TF32 hi / lo planes (f32_split_tf32_planes, once at load): the same operations a row, k in
+// 8-wide steps into three accumulators summed at the end; a row's result does not depend on m nor
+// on the tile. f32_gemm_3xtf32_wgmma_available: an sm_90a build on compute capability 9.0 (else
+// it throws); _fits: f32_gemm_3xtf32_fits and a 16-byte aligned lo plane.
+bool f32_gemm_3xtf32_wgmma_available();
+bool f32_gemm_3xtf32_wgmma_fits(const float* x, int64_t ldx, int64_t k, const float* whi, const float* wlo, int64_t ldw);
+void f32_gemm_3xtf32_wgmma(const float* x, int64_t ldx, int64_t m, int64_t k, const float* whi, const float* wlo, int64_t ldw, int64_t n,
+                           float* y, int64_t ldy, bool accumulate, cudaStream_t s);
+// hi[i] = w[i] rounded to TF32 (to nearest, ties away), lo[i] = w[i] - hi[i] (exact in fp32; the
+// tensor cores read its upper 19 bits): split_tf32's values, as planes.
+void f32_split_tf32_planes(const float* w, int64_t count, float* hi, float* lo, cudaStream_t s);
+// The tile f32_gemm_3xtf32_wgmma uses: 0 picks by the grid (128 x 64 where those tiles fill the
+// SMs, else 64 x 64 where those do, else 64 x 32), 642 (128 x 64), 641 (64 x 64), 321 (64 x 32).
+// The GPU test and dev/cuda/head_gemm.cu compare them. The same bits.
+void f32_gemm_3xtf32_wgmma_set_form(int form);
 
 // ---- joint head (kernels_head.cu) ----
 // y[m, n] (+)= x[m, k] w[n, k]^T (fp32, w rows k apart) for the head's question / option rows:

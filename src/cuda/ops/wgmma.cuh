@@ -192,6 +192,57 @@ struct WgmmaBf16Rs<128, TB, SA> {
   }
 };
 
+// D (64 x N fp32, wgmma_bf16's layout) += A (64 x 8) B (8 x N) in TF32 (the tensor cores read an
+// operand's upper 19 bits), A from registers, B K-major in shared memory (wgmma_desc: 32 fp32 a
+// 128-byte row, so a k step of 8 starts 32 bytes on, as a bf16 step of 16). a[0..3]: rows 16 w + g,
+// + 8, + 0, + 8 at k t, t, t + 4, t + 4 (mma.sync m16n8k8's A fragment per warp). accumulate
+// false overwrites D (never zero it in code before: ptxas then serializes the wgmmas, C7515). The
+// register operands must not change between the issue and the wait.
+template <int N>
+struct WgmmaTf32Rs;
+
+template <>
+struct WgmmaTf32Rs<32> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t (&a)[4], uint64_t db, bool accumulate) {
+#ifdef CLEFRT_WGMMA
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+        : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)));
+#else
+    (void)d, (void)a, (void)db, (void)accumulate;
+    __trap();
+#endif
+  }
+};
+
+template <>
+struct WgmmaTf32Rs<64> {
+  static __device__ __forceinline__ void run(float* d, const uint32_t (&a)[4], uint64_t db, bool accumulate) {
+#ifdef CLEFRT_WGMMA
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8), CLEFRT_WGMMA_D8(16), CLEFRT_WGMMA_D8(24)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)));
+#else
+    (void)d, (void)a, (void)db, (void)accumulate;
+    __trap();
+#endif
+  }
+};
+
+template <int N>
+__device__ __forceinline__ void wgmma_tf32_rs(float* d, const uint32_t (&a)[4], uint64_t db, bool accumulate) {
+  WgmmaTf32Rs<N>::run(d, a, db, accumulate);
+}
+
 template <int N, int TB>
 __device__ __forceinline__ void wgmma_bf16(float* d, uint64_t da, uint64_t db, bool accumulate) {
   static_assert(TB == 0 || TB == 1, "TB: B K-major (0) or N-major (1)");

@@ -1,0 +1,207 @@
+// y[m, n] (+)= x[m, k] w[n, k]^T in fp32 on Hopper's warpgroup MMA (sm_90a): f32_gemm_3xtf32's
+// three TF32 products a_hi b_hi + a_hi b_lo + a_lo b_hi (gdn_tiles.cuh's split_tf32), with w given
+// as its hi / lo planes, split once at load (f32_split_tf32_planes), and x split as the threads
+// read it. Why: the mma.sync form (kernels_f32_gemm.cu) spends most of its issue slots splitting
+// both operands and loading them 4 bytes at a time; here B reaches the tensor cores from shared
+// memory as it landed, and a thread splits 16 values of A a k step for 12 wgmmas.
+//
+// Sums: per element, k in 8-wide steps in k order into three accumulators, each step lo*hi, hi*lo,
+// hi*hi, and d + (e1 + e2) at the end: the mma.sync form's operations. A row's result does not
+// depend on m nor on the tile (BN columns, WGS warpgroups of 64 rows), which follows m (the GPU
+// test holds every form to the same bits).
+//
+// A CTA: WGS warpgroups, one 64-row slice of x each, sharing the B tile; k in 32-wide steps
+// through kStages stages of cp.async copies: A as padded rows (36 floats: a warp's fragment loads
+// hit 32 banks), B's hi and lo planes as K-major 128-byte-swizzled tiles (wgmma.cuh's layout, one
+// 128-byte row a column of w). A step: split A's fragments into registers, 12 wgmmas (4 k8 steps x
+// 3 products), wait for them; the other warpgroups of the SM (2 or 3 CTAs of one, or the CTA's
+// second) keep the tensor cores busy meanwhile.
+#include <cstdint>
+#include <string>
+
+#include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/gdn_tiles.cuh"
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/wgmma.cuh"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/hardware.h"
+
+namespace clefrt::cuda {
+
+namespace {
+
+using gdn::split_tf32;
+
+constexpr int BK = 32, kStages = 4, LDA = BK + 4;
+
+template <int BN, int WGS>
+struct Tf32Tile {
+  static constexpr int BM = 64 * WGS, threads = 128 * WGS;
+  static constexpr int b_bytes = BN * BK * 4;   // one plane's tile: BN rows of 128 bytes (a multiple of 1024)
+  static constexpr int a_bytes = BM * LDA * 4;  // padded rows
+  static constexpr int bytes = kStages * (2 * b_bytes + a_bytes) + 1024;  // + alignment slack
+  static_assert(BN % 32 == 0 && (BM * 8) % threads == 0 && (2 * BN * 8) % threads == 0, "whole copies a thread");
+};
+
+template <int BN, int WGS>
+__global__ void __launch_bounds__(128 * WGS) f32_gemm_3xtf32_wgmma_k(const float* __restrict__ x, int64_t ldx, const float* __restrict__ whi,
+                                                                     const float* __restrict__ wlo, int64_t ldw, float* __restrict__ y,
+                                                                     int64_t ldy, int64_t m, int64_t n, int64_t k, bool accumulate) {
+  using T = Tf32Tile<BN, WGS>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  float* const As = reinterpret_cast<float*>(smem + kStages * 2 * T::b_bytes);  // kStages x [BM][LDA], after the B planes
+  const int tid = int(threadIdx.x), wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int64_t m0 = int64_t(blockIdx.y) * T::BM, n0 = int64_t(blockIdx.x) * BN;
+  const int64_t steps = (k + BK - 1) / BK;
+
+  // step s's tiles into their stage (rows past m / n and k past its end zero-filled; k % 4 == 0,
+  // so a 16-byte copy is whole or absent); past the last step an empty group, so every wait
+  // below counts the same
+  auto load = [&](int64_t s) {
+    if (s < steps) {
+      const int stage = int(s % kStages);
+      const int64_t k0 = s * BK;
+      float* A = As + stage * T::BM * LDA;
+      unsigned char* B = smem + stage * 2 * T::b_bytes;  // hi tile, then lo
+#pragma unroll
+      for (int i = 0; i < T::BM * 8 / T::threads; ++i) {
+        const int c = tid + T::threads * i, r = c >> 3, kc = (c & 7) * 4;
+        const bool ok = m0 + r < m && k0 + kc < k;
+        cp_async16(&A[r * LDA + kc], ok ? x + (m0 + r) * ldx + k0 + kc : x, ok);
+      }
+#pragma unroll
+      for (int i = 0; i < 2 * BN * 8 / T::threads; ++i) {
+        const int c = tid + T::threads * i, plane = c / (BN * 8), r = (c % (BN * 8)) >> 3, ch = c & 7;
+        const bool ok = n0 + r < n && k0 + ch * 4 < k;
+        const float* src = plane ? wlo : whi;
+        cp_async16(B + plane * T::b_bytes + swizzle128(r, ch), ok ? src + (n0 + r) * ldw + k0 + ch * 4 : src, ok);
+      }
+    }
+    cp_async_commit();
+  };
+
+  float d[BN / 2], e1[BN / 2], e2[BN / 2];  // hi*hi, lo*hi, hi*lo; the first step's wgmmas write them
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) load(s);
+  for (int64_t s = 0; s < steps; ++s) {
+    cp_async_wait<kStages - 2>();  // step s's copies landed (this thread's)
+    fence_proxy_async();           // and are visible to the wgmmas' reads
+    __syncthreads();               // everyone's; every warpgroup's step s - 1 wgmmas are done: its stage is free
+    load(s + kStages - 1);         // into that stage
+    const int st = int(s % kStages);
+    const float* A = As + st * T::BM * LDA + (64 * wg + 16 * warp) * LDA;
+    uint32_t ah[4][4], al[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const float* a = A + 8 * kk + t;
+      split_tf32(a[g * LDA], ah[kk][0], al[kk][0]);
+      split_tf32(a[(g + 8) * LDA], ah[kk][1], al[kk][1]);
+      split_tf32(a[g * LDA + 4], ah[kk][2], al[kk][2]);
+      split_tf32(a[(g + 8) * LDA + 4], ah[kk][3], al[kk][3]);
+    }
+    const unsigned char* B = smem + st * 2 * T::b_bytes;
+    const bool acc = s > 0;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint64_t bh = wgmma_desc(B + 32 * kk), bl = wgmma_desc(B + T::b_bytes + 32 * kk);
+      wgmma_tf32_rs<BN>(e1, al[kk], bh, acc || kk > 0);
+      wgmma_tf32_rs<BN>(e2, ah[kk], bl, acc || kk > 0);
+      wgmma_tf32_rs<BN>(d, ah[kk], bh, acc || kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    // the A fragments stay live (unchanged registers) until the wgmmas reading them are done
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      asm volatile("" : "+r"(ah[kk][0]), "+r"(ah[kk][1]), "+r"(ah[kk][2]), "+r"(ah[kk][3]), "+r"(al[kk][0]), "+r"(al[kk][1]), "+r"(al[kk][2]),
+                   "+r"(al[kk][3])::"memory");
+  }
+  cp_async_wait_all();  // no copy outlives the CTA (the trailing groups are empty)
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) fence_operand(d[i]), fence_operand(e1[i]), fence_operand(e2[i]);
+  // d[4j .. 4j + 3]: rows 16 warp + g and + 8, columns 8j + 2t and + 1
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = m0 + 64 * wg + 16 * warp + g + 8 * h, col = n0 + 8 * j + 2 * t;
+      if (row >= m) continue;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        if (col + c >= n) continue;
+        const int i = 4 * j + 2 * h + c;
+        const float v = d[i] + (e1[i] + e2[i]);
+        float* out = y + row * ldy + col + c;
+        *out = accumulate ? *out + v : v;
+      }
+    }
+}
+
+template <int BN, int WGS>
+void launch(const float* x, int64_t ldx, int64_t m, int64_t k, const float* whi, const float* wlo, int64_t ldw, int64_t n, float* y, int64_t ldy,
+            bool accumulate, cudaStream_t s) {
+  using T = Tf32Tile<BN, WGS>;
+  static bool attr = false;
+  if (!attr) {
+    check(cudaFuncSetAttribute(f32_gemm_3xtf32_wgmma_k<BN, WGS>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::bytes),
+          "f32_gemm_3xtf32_wgmma smem");
+    attr = true;
+  }
+  const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + T::BM - 1) / T::BM));
+  f32_gemm_3xtf32_wgmma_k<BN, WGS><<<grid, T::threads, T::bytes, s>>>(x, ldx, whi, wlo, ldw, y, ldy, m, n, k, accumulate);
+  check_launch("f32_gemm_3xtf32_wgmma");
+}
+
+__global__ void split_tf32_planes_k(const float* __restrict__ w, int64_t count, float* __restrict__ hi, float* __restrict__ lo) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h, l;
+    split_tf32(w[i], h, l);
+    hi[i] = __uint_as_float(h);
+    lo[i] = __uint_as_float(l);
+  }
+}
+
+int g_form = 0;  // f32_gemm_3xtf32_wgmma_set_form
+
+}  // namespace
+
+bool f32_gemm_3xtf32_wgmma_available() { return sm90a_kernels_run_here(); }
+
+void f32_split_tf32_planes(const float* w, int64_t count, float* hi, float* lo, cudaStream_t s) {
+  if (count == 0) return;
+  const int64_t blocks = std::min<int64_t>((count + 255) / 256, 4096);
+  split_tf32_planes_k<<<unsigned(blocks), 256, 0, s>>>(w, count, hi, lo);
+  check_launch("f32_split_tf32_planes");
+}
+
+void f32_gemm_3xtf32_wgmma_set_form(int form) {
+  if (form != 0 && form != 321 && form != 641 && form != 642)
+    throw Error(Status::Internal, "internal_error", "f32_gemm_3xtf32_wgmma_set_form: " + std::to_string(form) + " (0, 321, 641 or 642)");
+  g_form = form;
+}
+
+bool f32_gemm_3xtf32_wgmma_fits(const float* x, int64_t ldx, int64_t k, const float* whi, const float* wlo, int64_t ldw) {
+  return f32_gemm_3xtf32_fits(x, ldx, k, whi, ldw) && aligned16(wlo);
+}
+
+void f32_gemm_3xtf32_wgmma(const float* x, int64_t ldx, int64_t m, int64_t k, const float* whi, const float* wlo, int64_t ldw, int64_t n,
+                           float* y, int64_t ldy, bool accumulate, cudaStream_t s) {
+  if (m == 0 || n == 0) return;
+  if (!f32_gemm_3xtf32_wgmma_available())
+    throw Error(Status::Internal, "internal_error", "f32_gemm_3xtf32_wgmma: needs an sm_90a build on a compute capability 9.0 GPU");
+  if (!f32_gemm_3xtf32_wgmma_fits(x, ldx, k, whi, wlo, ldw))
+    throw Error(Status::Internal, "internal_error",
+                "f32_gemm_3xtf32_wgmma: k, the row strides and the pointers must allow 16-byte copies (k " + std::to_string(k) + ", ldx " +
+                    std::to_string(ldx) + ", ldw " + std::to_string(ldw) + ")");
+  // 128 x 64 tiles (two warpgroups sharing B's tile) where they fill the SMs once, else 64 x 64
+  // where those do, else 64 x 32 (the blog's memory_projection, m 318 n 1,024); the same bits
+  const int64_t sms = sm_count(), mt64 = (m + 63) / 64, nt64 = (n + 63) / 64;
+  const bool by_grid = g_form == 0;
+  if (g_form == 642 || (by_grid && ((m + 127) / 128) * nt64 >= sms)) launch<64, 2>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, s);
+  else if (g_form == 641 || (by_grid && mt64 * nt64 >= sms)) launch<64, 1>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, s);
+  else launch<32, 1>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, s);
+}
+
+}  // namespace clefrt::cuda
