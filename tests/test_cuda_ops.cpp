@@ -224,8 +224,9 @@ TEST(CudaOps, F32Gemm3xTf32MatchesDoubleAndIsRowInvariant) {
 // The wgmma form (f32_gemm_3xtf32_wgmma, w as TF32 planes): the planes are split_tf32's (hi has
 // no bits below TF32's, hi + lo == w exactly); y within 1e-5 of the double reference as the
 // mma.sync form, every element written, accumulate adding; every tile (64 x 32, 64 x 64, 128 x
-// 64) gives the product's bits; a row's bits the same alone. Whether its values equal the
-// mma.sync form's (the same products and sums) is printed, not required.
+// 64), pipelined or not, gives the product's bits; a row's bits the same alone; a bias added as it
+// writes gives bias_act's bits. Whether its values equal the mma.sync form's (the same products
+// and sums) is printed, not required.
 TEST(CudaOps, F32Gemm3xTf32WgmmaMatchesDoubleAndIsRowInvariant) {
   NEED_GPU();
   if (!f32_gemm_3xtf32_wgmma_available()) GTEST_SKIP() << "needs an sm_90a build on a compute capability 9.0 GPU";
@@ -272,17 +273,29 @@ TEST(CudaOps, F32Gemm3xTf32WgmmaMatchesDoubleAndIsRowInvariant) {
       for (int r = 0; r < 15; ++r)
         for (int c = 0; c < n; ++c) ASSERT_EQ(alone[size_t(r * n + c)], got[size_t((r0 + r) * n + c)]) << "row " << r0 + r << " col " << c << at;
     }
-    for (int form : {321, 641, 642}) {
-      f32_gemm_3xtf32_wgmma_set_form(form);
-      DeviceBuffer dt(size_t(m * n) * 4), dta = upload(y0, "y0");
-      f32_gemm_3xtf32_wgmma(dx.as<float>(), k, m, k, hi.as<float>(), lo.as<float>(), k, n, dt.as<float>(), n, false, nullptr);
-      f32_gemm_3xtf32_wgmma(dx.as<float>(), k, m, k, hi.as<float>(), lo.as<float>(), k, n, dta.as<float>(), n, true, nullptr);
-      f32_gemm_3xtf32_wgmma_set_form(0);
-      check(cudaDeviceSynchronize(), "f32_gemm_3xtf32_wgmma tiles");
-      const auto t = down<float>(dt, want.size()), ta = down<float>(dta, want.size());
-      EXPECT_EQ(std::memcmp(t.data(), got.data(), t.size() * 4), 0) << "tile " << form << at;
-      EXPECT_EQ(std::memcmp(ta.data(), got_acc.data(), ta.size() * 4), 0) << "tile " << form << ", accumulating" << at;
-    }
+    // the bias as it writes: bias_act's bits after the plain GEMM
+    const auto bias = randn(size_t(n), 34);
+    DeviceBuffer dbias = upload(bias, "bias"), dyb(size_t(m * n) * 4), dyr(size_t(m * n) * 4);
+    f32_gemm_3xtf32_wgmma(dx.as<float>(), k, m, k, hi.as<float>(), lo.as<float>(), k, n, dyb.as<float>(), n, false, nullptr, dbias.as<float>());
+    check(cudaMemcpy(dyr.get(), dy.get(), size_t(m * n) * 4, cudaMemcpyDeviceToDevice), "y");
+    bias_act(dyr.as<float>(), m, n, n, dbias.as<float>(), false, nullptr);
+    EXPECT_EQ(down<float>(dyb, want.size()), down<float>(dyr, want.size())) << "bias in the epilogue vs bias_act" << at;
+    // every tile, pipelined (the default) or one step at a time
+    for (int form : {321, 641, 642})
+      for (bool pipelined : {true, false}) {
+        f32_gemm_3xtf32_wgmma_set_form(form);
+        f32_gemm_3xtf32_wgmma_set_pipelined(pipelined);
+        DeviceBuffer dt(size_t(m * n) * 4), dta = upload(y0, "y0");
+        f32_gemm_3xtf32_wgmma(dx.as<float>(), k, m, k, hi.as<float>(), lo.as<float>(), k, n, dt.as<float>(), n, false, nullptr);
+        f32_gemm_3xtf32_wgmma(dx.as<float>(), k, m, k, hi.as<float>(), lo.as<float>(), k, n, dta.as<float>(), n, true, nullptr);
+        f32_gemm_3xtf32_wgmma_set_form(0);
+        f32_gemm_3xtf32_wgmma_set_pipelined(true);
+        check(cudaDeviceSynchronize(), "f32_gemm_3xtf32_wgmma tiles");
+        const auto t = down<float>(dt, want.size()), ta = down<float>(dta, want.size());
+        const std::string form_at = " tile " + std::to_string(form) + (pipelined ? " pipelined" : " step by step") + at;
+        EXPECT_EQ(std::memcmp(t.data(), got.data(), t.size() * 4), 0) << form_at;
+        EXPECT_EQ(std::memcmp(ta.data(), got_acc.data(), ta.size() * 4), 0) << "accumulating" << form_at;
+      }
   }
   EXPECT_THROW(f32_gemm_3xtf32_wgmma_set_form(64), Error);
   DeviceBuffer dx(64 * 4), dw(64 * 4), dy(64 * 4);

@@ -265,8 +265,9 @@ int main(int argc, char** argv) {
       f32_split_tf32_planes(dw.as<float>(), n * k, dhi.as<float>(), dlo.as<float>(), st);
       auto runw = [&] { f32_gemm_3xtf32_wgmma(dx.as<float>(), k, m, k, dhi.as<float>(), dlo.as<float>(), k, n, dy.as<float>(), n, false, st); };
       std::vector<float> wfirst;
-      for (int form : {0, 321, 641, 642}) {
-        f32_gemm_3xtf32_wgmma_set_form(form);
+      for (int form : {0, 321, 641, 642, -1}) {  // -1: the product's tile, one step at a time (not pipelined)
+        f32_gemm_3xtf32_wgmma_set_form(form < 0 ? 0 : form);
+        f32_gemm_3xtf32_wgmma_set_pipelined(form >= 0);
         runw();
         std::vector<float> out(size_t(m * n));
         check(cudaMemcpy(out.data(), dy.get(), out.size() * 4, cudaMemcpyDeviceToHost), "token-row y (wgmma)");
@@ -276,8 +277,8 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < out.size(); ++i) differ += std::memcmp(&out[i], &first[i], 4) != 0;
         const double one = bench::median_ms(st, runw), per = per_launch_ms(st, runw);
         const double tf = 2.0 * double(m) * double(n) * double(k) / (per * 1e-3) / 1e12;
-        const std::string tile = form == 0 ? "product" : form == 321 ? "64 x 32" : form == 641 ? "64 x 64" : "128 x 64";
-        std::printf("f32_gemm_3xtf32_wgmma m %lld k %lld n %lld %-10s one %8.2f us  back to back %8.2f us  %6.1f TFLOP/s  %s; %zu of %zu values differ from mma.sync's\n",
+        const std::string tile = form == 0 ? "product" : form == 321 ? "64 x 32" : form == 641 ? "64 x 64" : form == 642 ? "128 x 64" : "unpipelined";
+        std::printf("f32_gemm_3xtf32_wgmma m %lld k %lld n %lld %-11s one %8.2f us  back to back %8.2f us  %6.1f TFLOP/s  %s; %zu of %zu values differ from mma.sync's\n",
                     (long long)m, (long long)k, (long long)n, tile.c_str(), one * 1e3, per * 1e3, tf,
                     same ? "same bits as its product" : "DIFFERENT BITS from its product", differ, out.size());
         json::Value r = json::Value::object();
@@ -290,6 +291,7 @@ int main(int argc, char** argv) {
         recs.arr.push_back(r);
       }
       f32_gemm_3xtf32_wgmma_set_form(0);
+      f32_gemm_3xtf32_wgmma_set_pipelined(true);
     }
     if (!o.json_out.empty())
       bench::write_record(o.json_out, hw, o.commit, "clefrt_bench_head_gemm", recs);

@@ -1218,14 +1218,21 @@ void Forward::head(Batch& b) {
     run();
     mark(section);
   };
-  auto lin_tokens = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char* op) {
+  // y (+)= x w^T (+ bias: the wgmma form adds it as it writes, bias_act's bits, one pass fewer)
+  auto lin_tokens = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char* op, const float* bias = nullptr) {
     if (!w.w) throw Error(Status::Internal, "internal_error", std::string(op) + ": token-row head matrix not held in fp32");
+    bool biased = false;
     timed("head token-row GEMMs", [&] {
-      if (head_wgmma_ && w.whi && f32_gemm_3xtf32_wgmma_fits(x, w.k, w.k, w.whi, w.wlo, w.k))
-        f32_gemm_3xtf32_wgmma(x, w.k, m, w.k, w.whi, w.wlo, w.k, w.n, y, w.n, acc, s);
-      else if (f32_gemm_3xtf32_fits(x, w.k, w.k, w.w, w.k)) f32_gemm_3xtf32(x, w.k, m, w.k, w.w, w.k, w.n, y, w.n, acc, s);
-      else G.run_f32(x, m, w.k, w.k, w.w, w.n, y, w.n, acc, op);
+      if (head_wgmma_ && w.whi && f32_gemm_3xtf32_wgmma_fits(x, w.k, w.k, w.whi, w.wlo, w.k)) {
+        f32_gemm_3xtf32_wgmma(x, w.k, m, w.k, w.whi, w.wlo, w.k, w.n, y, w.n, acc, s, bias);
+        biased = true;
+      } else if (f32_gemm_3xtf32_fits(x, w.k, w.k, w.w, w.k)) {
+        f32_gemm_3xtf32(x, w.k, m, w.k, w.w, w.k, w.n, y, w.n, acc, s);
+      } else {
+        G.run_f32(x, m, w.k, w.k, w.w, w.n, y, w.n, acc, op);
+      }
     });
+    if (bias && !biased) bias_act(y, m, w.n, w.n, bias, false, s);
   };
   // bias (and GELU) applied by head_gemm as it writes: bias_act's bits, one launch fewer
   auto lin = [&](const float* x, int64_t m, const DevLinear32& w, float* y, bool acc, const char*, const float* bias = nullptr,
@@ -1287,8 +1294,7 @@ void Forward::head(Batch& b) {
     lin(b.att, nq, m.out, y, true, "head mha out_proj", m.out_b);
   };
   auto memory_kv = [&](const DevMha& m, const float* mem) {
-    lin_tokens(mem, Lm, kv_part(m), b.KV, false, "head mha kv");
-    bias_act(b.KV, Lm, 2 * W, 2 * W, m.in_b + W, false, s);
+    lin_tokens(mem, Lm, kv_part(m), b.KV, false, "head mha kv", m.in_b + W);
   };
   auto ffn = [&](const DevLinear32& w1, const float* b1, const DevLinear32& w2, const float* b2, const float* x, int64_t rows, float* y) {
     lin(x, rows, w1, b.ff, false, "head feedforward 1", b1, true);

@@ -403,8 +403,9 @@ void f32_gemm_3xtf32_set_tile(int tile);
 // it throws); _fits: f32_gemm_3xtf32_fits and a 16-byte aligned lo plane.
 bool f32_gemm_3xtf32_wgmma_available();
 bool f32_gemm_3xtf32_wgmma_fits(const float* x, int64_t ldx, int64_t k, const float* whi, const float* wlo, int64_t ldw);
+// bias (n values, or null) is added last, y = (y +) sum, then + bias: bias_act's bits after it.
 void f32_gemm_3xtf32_wgmma(const float* x, int64_t ldx, int64_t m, int64_t k, const float* whi, const float* wlo, int64_t ldw, int64_t n,
-                           float* y, int64_t ldy, bool accumulate, cudaStream_t s);
+                           float* y, int64_t ldy, bool accumulate, cudaStream_t s, const float* bias = nullptr);
 // hi[i] = w[i] rounded to TF32 (to nearest, ties away), lo[i] = w[i] - hi[i] (exact in fp32; the
 // tensor cores read its upper 19 bits): split_tf32's values, as planes.
 void f32_split_tf32_planes(const float* w, int64_t count, float* hi, float* lo, cudaStream_t s);
@@ -412,6 +413,9 @@ void f32_split_tf32_planes(const float* w, int64_t count, float* hi, float* lo, 
 // SMs, else 64 x 64 where those do, else 64 x 32), 642 (128 x 64), 641 (64 x 64), 321 (64 x 32).
 // The GPU test and dev/cuda/head_gemm.cu compare them. The same bits.
 void f32_gemm_3xtf32_wgmma_set_form(int form);
+// true (the default): a step's A fragments split while the step before's wgmmas run (two register
+// sets); false: split, wgmmas, wait, one step at a time. The lab compares them; the same bits.
+void f32_gemm_3xtf32_wgmma_set_pipelined(bool on);
 
 // ---- joint head (kernels_head.cu) ----
 // y[m, n] (+)= x[m, k] w[n, k]^T (fp32, w rows k apart) for the head's question / option rows:

@@ -43,10 +43,11 @@ struct Tf32Tile {
   static_assert(BN % 32 == 0 && (BM * 8) % threads == 0 && (2 * BN * 8) % threads == 0, "whole copies a thread");
 };
 
-template <int BN, int WGS>
+template <int BN, int WGS, bool PIPE>
 __global__ void __launch_bounds__(128 * WGS) f32_gemm_3xtf32_wgmma_k(const float* __restrict__ x, int64_t ldx, const float* __restrict__ whi,
                                                                      const float* __restrict__ wlo, int64_t ldw, float* __restrict__ y,
-                                                                     int64_t ldy, int64_t m, int64_t n, int64_t k, bool accumulate) {
+                                                                     int64_t ldy, int64_t m, int64_t n, int64_t k, bool accumulate,
+                                                                     const float* __restrict__ bias) {
   using T = Tf32Tile<BN, WGS>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -82,16 +83,9 @@ __global__ void __launch_bounds__(128 * WGS) f32_gemm_3xtf32_wgmma_k(const float
   };
 
   float d[BN / 2], e1[BN / 2], e2[BN / 2];  // hi*hi, lo*hi, hi*lo; the first step's wgmmas write them
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) load(s);
-  for (int64_t s = 0; s < steps; ++s) {
-    cp_async_wait<kStages - 2>();  // step s's copies landed (this thread's)
-    fence_proxy_async();           // and are visible to the wgmmas' reads
-    __syncthreads();               // everyone's; every warpgroup's step s - 1 wgmmas are done: its stage is free
-    load(s + kStages - 1);         // into that stage
-    const int st = int(s % kStages);
-    const float* A = As + st * T::BM * LDA + (64 * wg + 16 * warp) * LDA;
-    uint32_t ah[4][4], al[4][4];
+  // step s's A fragments into registers, split
+  auto split = [&](int64_t s, uint32_t (&ah)[4][4], uint32_t (&al)[4][4]) {
+    const float* A = As + int(s % kStages) * T::BM * LDA + (64 * wg + 16 * warp) * LDA;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       const float* a = A + 8 * kk + t;
@@ -100,7 +94,10 @@ __global__ void __launch_bounds__(128 * WGS) f32_gemm_3xtf32_wgmma_k(const float
       split_tf32(a[g * LDA + 4], ah[kk][2], al[kk][2]);
       split_tf32(a[(g + 8) * LDA + 4], ah[kk][3], al[kk][3]);
     }
-    const unsigned char* B = smem + st * 2 * T::b_bytes;
+  };
+  // step s's 12 wgmmas, one commit group
+  auto mma = [&](int64_t s, const uint32_t (&ah)[4][4], const uint32_t (&al)[4][4]) {
+    const unsigned char* B = smem + int(s % kStages) * 2 * T::b_bytes;
     const bool acc = s > 0;
     wgmma_fence();
 #pragma unroll
@@ -111,12 +108,61 @@ __global__ void __launch_bounds__(128 * WGS) f32_gemm_3xtf32_wgmma_k(const float
       wgmma_tf32_rs<BN>(d, ah[kk], bh, acc || kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    // the A fragments stay live (unchanged registers) until the wgmmas reading them are done
+  };
+  // A fragments stay live (unchanged registers) until the wgmmas reading them are done
+  auto keep = [](uint32_t (&ah)[4][4], uint32_t (&al)[4][4]) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
       asm volatile("" : "+r"(ah[kk][0]), "+r"(ah[kk][1]), "+r"(ah[kk][2]), "+r"(ah[kk][3]), "+r"(al[kk][0]), "+r"(al[kk][1]), "+r"(al[kk][2]),
                    "+r"(al[kk][3])::"memory");
+  };
+  if constexpr (!PIPE) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) load(s);
+    for (int64_t s = 0; s < steps; ++s) {
+      cp_async_wait<kStages - 2>();  // step s's copies landed (this thread's)
+      fence_proxy_async();           // and are visible to the wgmmas' reads
+      __syncthreads();               // everyone's; every warpgroup's step s - 1 wgmmas are done: its stage is free
+      load(s + kStages - 1);         // into that stage
+      uint32_t ah[4][4], al[4][4];
+      split(s, ah, al);
+      mma(s, ah, al);
+      wgmma_wait<0>();
+      keep(ah, al);
+    }
+  } else {
+    // Step s + 1's fragments are split while step s's wgmmas run: two register sets (r0 for even
+    // steps, r1 for odd), one commit group in flight across each split. Copies run two steps
+    // ahead: the stage of the step in flight is not free, so a step's load goes to the stage of
+    // the step before it.
+    auto ready = [&](int64_t s) {
+      cp_async_wait<kStages - 3>();  // step s's copies landed (this thread's)
+      fence_proxy_async();           // and are visible to the wgmmas' reads
+      __syncthreads();               // everyone's; every warpgroup's step s - 2 wgmmas are done: its stage is free
+      load(s + kStages - 2);         // into that stage
+    };
+    uint32_t r0h[4][4], r0l[4][4], r1h[4][4], r1l[4][4];
+#pragma unroll
+    for (int s = 0; s < kStages - 2; ++s) load(s);
+    ready(0);
+    split(0, r0h, r0l);
+    for (int64_t s = 0; s < steps; s += 2) {
+      mma(s, r0h, r0l);
+      wgmma_wait<1>();  // step s - 1 done: r1 free
+      keep(r1h, r1l);
+      if (s + 1 >= steps) break;
+      ready(s + 1);
+      split(s + 1, r1h, r1l);
+      mma(s + 1, r1h, r1l);
+      wgmma_wait<1>();  // step s done: r0 free
+      keep(r0h, r0l);
+      if (s + 2 >= steps) break;
+      ready(s + 2);
+      split(s + 2, r0h, r0l);
+    }
+    wgmma_wait<0>();
+    keep(r0h, r0l);
+    keep(r1h, r1l);
   }
   cp_async_wait_all();  // no copy outlives the CTA (the trailing groups are empty)
 #pragma unroll
@@ -134,24 +180,35 @@ __global__ void __launch_bounds__(128 * WGS) f32_gemm_3xtf32_wgmma_k(const float
         const int i = 4 * j + 2 * h + c;
         const float v = d[i] + (e1[i] + e2[i]);
         float* out = y + row * ldy + col + c;
-        *out = accumulate ? *out + v : v;
+        const float o = accumulate ? *out + v : v;
+        *out = bias ? o + bias[col + c] : o;
       }
     }
 }
 
-template <int BN, int WGS>
-void launch(const float* x, int64_t ldx, int64_t m, int64_t k, const float* whi, const float* wlo, int64_t ldw, int64_t n, float* y, int64_t ldy,
-            bool accumulate, cudaStream_t s) {
+template <int BN, int WGS, bool PIPE>
+void launch_form(const float* x, int64_t ldx, int64_t m, int64_t k, const float* whi, const float* wlo, int64_t ldw, int64_t n, float* y, int64_t ldy,
+                 bool accumulate, const float* bias, cudaStream_t s) {
   using T = Tf32Tile<BN, WGS>;
   static bool attr = false;
   if (!attr) {
-    check(cudaFuncSetAttribute(f32_gemm_3xtf32_wgmma_k<BN, WGS>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::bytes),
+    check(cudaFuncSetAttribute(f32_gemm_3xtf32_wgmma_k<BN, WGS, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::bytes),
           "f32_gemm_3xtf32_wgmma smem");
     attr = true;
   }
   const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + T::BM - 1) / T::BM));
-  f32_gemm_3xtf32_wgmma_k<BN, WGS><<<grid, T::threads, T::bytes, s>>>(x, ldx, whi, wlo, ldw, y, ldy, m, n, k, accumulate);
+  f32_gemm_3xtf32_wgmma_k<BN, WGS, PIPE><<<grid, T::threads, T::bytes, s>>>(x, ldx, whi, wlo, ldw, y, ldy, m, n, k, accumulate, bias);
   check_launch("f32_gemm_3xtf32_wgmma");
+}
+
+int g_form = 0;         // f32_gemm_3xtf32_wgmma_set_form
+bool g_pipelined = true;  // f32_gemm_3xtf32_wgmma_set_pipelined
+
+template <int BN, int WGS>
+void launch(const float* x, int64_t ldx, int64_t m, int64_t k, const float* whi, const float* wlo, int64_t ldw, int64_t n, float* y, int64_t ldy,
+            bool accumulate, const float* bias, cudaStream_t s) {
+  if (g_pipelined) launch_form<BN, WGS, true>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
+  else launch_form<BN, WGS, false>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
 }
 
 __global__ void split_tf32_planes_k(const float* __restrict__ w, int64_t count, float* __restrict__ hi, float* __restrict__ lo) {
@@ -162,8 +219,6 @@ __global__ void split_tf32_planes_k(const float* __restrict__ w, int64_t count, 
     lo[i] = __uint_as_float(l);
   }
 }
-
-int g_form = 0;  // f32_gemm_3xtf32_wgmma_set_form
 
 }  // namespace
 
@@ -182,12 +237,14 @@ void f32_gemm_3xtf32_wgmma_set_form(int form) {
   g_form = form;
 }
 
+void f32_gemm_3xtf32_wgmma_set_pipelined(bool on) { g_pipelined = on; }
+
 bool f32_gemm_3xtf32_wgmma_fits(const float* x, int64_t ldx, int64_t k, const float* whi, const float* wlo, int64_t ldw) {
   return f32_gemm_3xtf32_fits(x, ldx, k, whi, ldw) && aligned16(wlo);
 }
 
 void f32_gemm_3xtf32_wgmma(const float* x, int64_t ldx, int64_t m, int64_t k, const float* whi, const float* wlo, int64_t ldw, int64_t n,
-                           float* y, int64_t ldy, bool accumulate, cudaStream_t s) {
+                           float* y, int64_t ldy, bool accumulate, cudaStream_t s, const float* bias) {
   if (m == 0 || n == 0) return;
   if (!f32_gemm_3xtf32_wgmma_available())
     throw Error(Status::Internal, "internal_error", "f32_gemm_3xtf32_wgmma: needs an sm_90a build on a compute capability 9.0 GPU");
@@ -199,9 +256,9 @@ void f32_gemm_3xtf32_wgmma(const float* x, int64_t ldx, int64_t m, int64_t k, co
   // where those do, else 64 x 32 (the blog's memory_projection, m 318 n 1,024); the same bits
   const int64_t sms = sm_count(), mt64 = (m + 63) / 64, nt64 = (n + 63) / 64;
   const bool by_grid = g_form == 0;
-  if (g_form == 642 || (by_grid && ((m + 127) / 128) * nt64 >= sms)) launch<64, 2>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, s);
-  else if (g_form == 641 || (by_grid && mt64 * nt64 >= sms)) launch<64, 1>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, s);
-  else launch<32, 1>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, s);
+  if (g_form == 642 || (by_grid && ((m + 127) / 128) * nt64 >= sms)) launch<64, 2>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
+  else if (g_form == 641 || (by_grid && mt64 * nt64 >= sms)) launch<64, 1>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
+  else launch<32, 1>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
 }
 
 }  // namespace clefrt::cuda
