@@ -378,7 +378,7 @@ TEST(CudaEngine, PlanOverTheFreeMemoryIsRefusedBeforeLoading) {
 }  // namespace
 }  // namespace clefrt
 // gpu_power on a GPU: the driver's NVML answers (a machine with a CUDA GPU has the driver that
-// ships it), the energy counter does not run backwards over a second of work, and the clock and
+// ships it), the energy counter goes forward over a second of work, and the clock and
 // draw are plausible.
 TEST(CudaEngine, GpuPowerReadsTheDriversCounters) {
   NEED_GPU();
@@ -388,7 +388,12 @@ TEST(CudaEngine, GpuPowerReadsTheDriversCounters) {
   EXPECT_GT(a.sm_clock_mhz, 100.0);
   EXPECT_LT(a.sm_clock_mhz, 5000.0);
   EXPECT_GT(a.power_w, 1.0);
-  const clefrt::Hardware hw = clefrt::measure_hardware();  // about a second of GEMMs and copies
+  // a second of GEMMs and copies: measure_hardware is ~0.1 s of them, and over so short a window
+  // the driver's counter may not have ticked yet (seen once on an H100: 0 J)
+  clefrt::Hardware hw;
+  const auto t0 = std::chrono::steady_clock::now();
+  do hw = clefrt::measure_hardware();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.0);
   const clefrt::GpuPower b = clefrt::gpu_power();
   ASSERT_TRUE(b.available) << b.why;
   EXPECT_GT(b.energy_j, a.energy_j) << "the GEMMs of measure_hardware (" << hw.peak_bf16_tflops << " TFLOP/s) took no energy";

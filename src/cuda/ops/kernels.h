@@ -386,7 +386,8 @@ void bias_gelu_bf16(const float* x, int64_t rows, int64_t n, const float* bias, 
 // ---- fp32 GEMM on tensor cores (kernels_f32_gemm.cu) ----
 // y[m, n] (+)= x[m, k] w[n, k]^T (rows ldx / ldw / ldy floats apart) with 3xTF32 mma.sync
 // (fp32-level products): each element summed in an order fixed by k alone, so a row's result
-// does not depend on m (batch invariance). For the head's Linears over all token rows. Needs
+// does not depend on m (batch invariance). For the head's Linears over all token rows where the
+// wgmma form below does not run (--portable-kernels; not an sm_90a build on Hopper). Needs
 // k % 4 == 0, ldx % 4 == 0, ldw % 4 == 0 and 16-byte aligned x and w (f32_gemm_3xtf32_fits;
 // else it throws).
 bool f32_gemm_3xtf32_fits(const float* x, int64_t ldx, int64_t k, const float* w, int64_t ldw);
@@ -409,12 +410,14 @@ void f32_gemm_3xtf32_wgmma(const float* x, int64_t ldx, int64_t m, int64_t k, co
 // hi[i] = w[i] rounded to TF32 (to nearest, ties away), lo[i] = w[i] - hi[i] (exact in fp32; the
 // tensor cores read its upper 19 bits): split_tf32's values, as planes.
 void f32_split_tf32_planes(const float* w, int64_t count, float* hi, float* lo, cudaStream_t s);
-// The tile f32_gemm_3xtf32_wgmma uses: 0 picks by the grid (128 x 64 where those tiles fill the
-// SMs, else 64 x 64 where those do, else 64 x 32), 642 (128 x 64), 641 (64 x 64), 321 (64 x 32).
+// The tile f32_gemm_3xtf32_wgmma uses: 0 picks by the grid (128 x 64 where those tiles fill 70%
+// of the SMs, else 64 x 64 where those fill them, else 64 x 32), 642 (128 x 64), 641 (64 x 64),
+// 321 (64 x 32).
 // The GPU test and dev/cuda/head_gemm.cu compare them. The same bits.
 void f32_gemm_3xtf32_wgmma_set_form(int form);
 // true (the default): a step's A fragments split while the step before's wgmmas run (two register
-// sets); false: split, wgmmas, wait, one step at a time. The lab compares them; the same bits.
+// sets; not the 64 x 32 tiles, which are for small m); false: split, wgmmas, wait, one step at a
+// time. The lab compares them; the same bits.
 void f32_gemm_3xtf32_wgmma_set_pipelined(bool on);
 
 // ---- joint head (kernels_head.cu) ----

@@ -207,7 +207,10 @@ bool g_pipelined = true;  // f32_gemm_3xtf32_wgmma_set_pipelined
 template <int BN, int WGS>
 void launch(const float* x, int64_t ldx, int64_t m, int64_t k, const float* whi, const float* wlo, int64_t ldw, int64_t n, float* y, int64_t ldy,
             bool accumulate, const float* bias, cudaStream_t s) {
-  if (g_pipelined) launch_form<BN, WGS, true>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
+  // 64 x 32 tiles run where m is small (the blog's memory_projection: ~1.2 CTAs an SM): there the
+  // pipelined form's copies, two steps ahead instead of three, made it slower
+  // (bench/results/2026-12-07-h100-session49.md)
+  if (g_pipelined && BN != 32) launch_form<BN, WGS, true>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
   else launch_form<BN, WGS, false>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
 }
 
@@ -252,11 +255,12 @@ void f32_gemm_3xtf32_wgmma(const float* x, int64_t ldx, int64_t m, int64_t k, co
     throw Error(Status::Internal, "internal_error",
                 "f32_gemm_3xtf32_wgmma: k, the row strides and the pointers must allow 16-byte copies (k " + std::to_string(k) + ", ldx " +
                     std::to_string(ldx) + ", ldw " + std::to_string(ldw) + ")");
-  // 128 x 64 tiles (two warpgroups sharing B's tile) where they fill the SMs once, else 64 x 64
-  // where those do, else 64 x 32 (the blog's memory_projection, m 318 n 1,024); the same bits
+  // 128 x 64 tiles (two warpgroups sharing B's tile) where they fill 70% of the SMs once (the
+  // blog's k | v, m 318 n 2,048: 96 CTAs, faster than 160 of 64 x 64), else 64 x 64 where those
+  // fill them, else 64 x 32 (the blog's memory_projection, m 318 n 1,024); the same bits
   const int64_t sms = sm_count(), mt64 = (m + 63) / 64, nt64 = (n + 63) / 64;
   const bool by_grid = g_form == 0;
-  if (g_form == 642 || (by_grid && ((m + 127) / 128) * nt64 >= sms)) launch<64, 2>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
+  if (g_form == 642 || (by_grid && 10 * ((m + 127) / 128) * nt64 >= 7 * sms)) launch<64, 2>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
   else if (g_form == 641 || (by_grid && mt64 * nt64 >= sms)) launch<64, 1>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
   else launch<32, 1>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
 }
