@@ -85,7 +85,10 @@ CudaPlan cuda_plan(const model::ModelConfig& cfg, double head_params, QuantMode 
   // file holds them; the vectors, fp32 on the GPU, are under 1% and counted as bf16)
   const double W = double(cfg.head.width);
   const double head_f32 = double(cfg.text.hidden) * W + double(cfg.head.routing_layers + cfg.head.layers) * 3 * W * W;
-  const double head = head_f32 * 4 + (head_params - head_f32) * 2;
+  // + the TF32 hi / lo planes of the memory projection and the memory k | v rows (DevLinear32::whi /
+  // wlo), made where the head's wgmma GEMM runs (Hopper); counted on every GPU (0.13 GiB at 27B)
+  const double head_planes = (double(cfg.text.hidden) * W + double(cfg.head.routing_layers + cfg.head.layers) * 2 * W * W) * 8;
+  const double head = head_f32 * 4 + (head_params - head_f32) * 2 + head_planes;
   const double per_weight = q == QuantMode::FP8 ? 1 : (q == QuantMode::NVFP4 || q == QuantMode::NVFP4_W4A16) ? 0.5625 : 2;
   const double per_row = q == QuantMode::FP8 || q == QuantMode::NVFP4 || q == QuantMode::NVFP4_W4A16 ? 4 : 0;
   // the vision tower stays bf16 whatever q is (its position table fp32)
