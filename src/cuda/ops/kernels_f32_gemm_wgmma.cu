@@ -8,14 +8,15 @@
 // Sums: per element, k in 8-wide steps in k order into three accumulators, each step lo*hi, hi*lo,
 // hi*hi, and d + (e1 + e2) at the end: the mma.sync form's operations. A row's result does not
 // depend on m nor on the tile (BN columns, WGS warpgroups of 64 rows), which follows m (the GPU
-// test holds every form to the same bits).
+// test holds every form to the same bits; it also found them equal to the mma.sync form's).
 //
 // A CTA: WGS warpgroups, one 64-row slice of x each, sharing the B tile; k in 32-wide steps
 // through kStages stages of cp.async copies: A as padded rows (36 floats: a warp's fragment loads
 // hit 32 banks), B's hi and lo planes as K-major 128-byte-swizzled tiles (wgmma.cuh's layout, one
 // 128-byte row a column of w). A step: split A's fragments into registers, 12 wgmmas (4 k8 steps x
-// 3 products), wait for them; the other warpgroups of the SM (2 or 3 CTAs of one, or the CTA's
-// second) keep the tensor cores busy meanwhile.
+// 3 products). Pipelined (64-column tiles), step s + 1's split runs while step s's wgmmas do;
+// step by step (64 x 32 tiles, small m), each step waits for its wgmmas and the SM's other CTAs
+// keep the tensor cores busy meanwhile. Optionally a bias added as the element is written.
 #include <cstdint>
 #include <string>
 
