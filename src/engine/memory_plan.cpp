@@ -86,7 +86,7 @@ CudaPlan cuda_plan(const model::ModelConfig& cfg, double head_params, QuantMode 
   const double W = double(cfg.head.width);
   const double head_f32 = double(cfg.text.hidden) * W + double(cfg.head.routing_layers + cfg.head.layers) * 3 * W * W;
   // + the TF32 hi / lo planes of the memory projection and the memory k | v rows (DevLinear32::whi /
-  // wlo), made where the head's wgmma GEMM runs (Hopper); counted on every GPU (0.13 GiB at 27B)
+  // wlo), made where the head's wgmma GEMM runs (Hopper, not --portable-kernels); counted always (0.13 GiB at 27B)
   const double head_planes = (double(cfg.text.hidden) * W + double(cfg.head.routing_layers + cfg.head.layers) * 2 * W * W) * 8;
   const double head = head_f32 * 4 + (head_params - head_f32) * 2 + head_planes;
   const double per_weight = q == QuantMode::FP8 ? 1 : (q == QuantMode::NVFP4 || q == QuantMode::NVFP4_W4A16) ? 0.5625 : 2;

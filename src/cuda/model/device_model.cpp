@@ -69,11 +69,11 @@ class Builder {
     return {vec(t, 0.0f, 1.0f / std::sqrt(float(cols))), nullptr, rows, cols};
   }
   // The TF32 hi / lo planes of rows [row0, row0 + rows) of an fp32 matrix (f32_gemm_3xtf32_wgmma's
-  // B operand), where that kernel runs and CLEFRT_LAB_F32_GEMM_MMA does not keep the mma.sync form;
-  // {null, null} otherwise.
+  // B operand), where that kernel runs and neither BuildOptions::head_tf32_planes nor
+  // CLEFRT_LAB_F32_GEMM_MMA keeps the mma.sync form; {null, null} otherwise.
   std::pair<const float*, const float*> tf32_planes(const DevLinear32& l, int64_t row0, int64_t rows) {
     static const bool mma = env_flag("CLEFRT_LAB_F32_GEMM_MMA");
-    if (!l.w || mma || !f32_gemm_3xtf32_wgmma_available()) return {nullptr, nullptr};
+    if (!l.w || !o_.head_tf32_planes || mma || !f32_gemm_3xtf32_wgmma_available()) return {nullptr, nullptr};
     const size_t count = size_t(rows) * size_t(l.k);
     float* hi = alloc<float>(count);
     float* lo = alloc<float>(count);

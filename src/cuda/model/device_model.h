@@ -160,6 +160,10 @@ struct BuildOptions {
   // Blackwell); false keeps the emulated path (dequantized weights, fake-quantized activations),
   // which is also what runs on Hopper (EngineOptions::native_fp4).
   bool native_fp4 = true;
+  // The head's token-row matrices also as TF32 hi / lo planes for f32_gemm_3xtf32_wgmma where it
+  // runs (DevLinear32::whi / wlo); false (EngineOptions::portable_kernels: mma.sync reads w) makes
+  // none.
+  bool head_tf32_planes = true;
   // Synthetic W4A4: the static activation global scale random weights get (448 * 6 / 8: inputs
   // of magnitude up to ~8, which (1+w) RMSNorm outputs are).
   float synthetic_input_global_scale = 336.0f;

@@ -211,8 +211,10 @@ void launch(const float* x, int64_t ldx, int64_t m, int64_t k, const float* whi,
   // 64 x 32 tiles run where m is small (the blog's memory_projection: ~1.2 CTAs an SM): there the
   // pipelined form's copies, two steps ahead instead of three, made it slower
   // (bench/results/2026-12-07-h100-session49.md)
-  if (g_pipelined && BN != 32) launch_form<BN, WGS, true>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
-  else launch_form<BN, WGS, false>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
+  if constexpr (BN != 32) {
+    if (g_pipelined) return launch_form<BN, WGS, true>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
+  }
+  launch_form<BN, WGS, false>(x, ldx, m, k, whi, wlo, ldw, n, y, ldy, accumulate, bias, s);
 }
 
 __global__ void split_tf32_planes_k(const float* __restrict__ w, int64_t count, float* __restrict__ hi, float* __restrict__ lo) {
