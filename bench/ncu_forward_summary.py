@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """Per-kernel GPU time of one forward from Nsight Compute's CSV, written by
-  ncu --clock-control none --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
-      --kernel-name regex:'^(?!fill_).*' --launch-count N --csv --print-units base --log-file FILE.csv \
-      clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 2048 --no-vision --reps 1
-(fill_ leaves out the random weights' kernels). The forwards are found by their first and last
-kernels (embed_gather_k ... question_softmax_k); the first is the blog request's warm-up run.
+  ncu --clock-control none --profile-from-start off \
+      --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
+      --csv --print-units base --log-file FILE.csv \
+      clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 2048 --no-vision --reps 1 --profiler-range
+(--profiler-range: only the blog point's first timed forward is profiled, forward 0 here; the
+loading and the warm-ups, where the GEMMs' tuning times its candidates, run unprofiled. Files
+from before session 50 profiled from the start, the tuning included, and their forward 1 ran the
+GEMM algorithms that tuning under ncu picked, not necessarily the product's.) The forwards are
+found by their first and last kernels (embed_gather_k ... question_softmax_k).
 Prints, per kernel name over that forward, the total, the launches, the mean, and the grids seen:
 kernel time only (ncu runs each kernel alone), no gaps between launches.
 

@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [ncu-head] [ncu-blog] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [lab-gdn-form] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [ncu-gdn-tform] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [lab-narrow] [ncu-head] [ncu-blog] [ncu-blog-fp8] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [lab-gdn-form] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [ncu-gdn-tform] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tests: the whole GPU suite; its CPU references dominate and it took 220 to 576 s on H100s
 # (session 41: 576 s, a call's whole budget): plan it a call of its own or narrow it with tests=.
 # serve: per mode also a 5 s one-client phase on one kept connection (serve-load-keepalive-*.json).
@@ -26,7 +26,7 @@
 # ncu-gdn-source: the Wgmma prep (bf16x3 and one pass), the one-pass scan and the state-in-registers scan, stall samples per SASS instruction (CSV).
 # ncu-gdn-tform: the T form's prep and register-state scan at 1 x 8,192 (the lab's), stall samples per SASS line (CSV) and details.
 # ncu-head: Nsight Compute's throughput, occupancy, stall and memory sections on the head lab's row-Linear launches.
-# ncu-blog: every kernel's GPU time over the blog request's second forward (bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
+# lab-narrow: clefrt_bench_narrow_gemm (the FP8 GDN in_proj's bf16 a | b GEMM, split-k forms). ncu-blog / ncu-blog-fp8: every kernel's GPU time over one forward of the blog request, the tuned one (bench --profiler-range; bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
 # lab-vision-attn; every cuBLASLt configuration at the blog's and the tower's GEMMs with lab-gemm-search;
@@ -183,6 +183,9 @@ while [ $# -gt 0 ]; do
       echo "== lab gdn form rc=$?"; grep -E "chunks;|from bf16 rows|fla's time|3xtf32 " "$OUT/lab-gdn-form.txt" ;;
     lab-elementwise)
       timeout 180 .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt" ;;
+    lab-narrow)
+      # the FP8 GDN in_proj's bf16 a | b GEMM (n 96): the engine's against split-k mma.sync forms
+      timeout 120 .carry/clefrt_bench_narrow_gemm --commit "$commit" --json "$OUT/lab-narrow-gemm.json" 2>&1 | tee "$OUT/lab-narrow-gemm.txt" ;;
     lab-head)
       # the joint head's row Linears and token-row GEMMs (dev/cuda/head_gemm.cu)
       .carry/clefrt_bench_head_gemm --commit "$commit" --json "$OUT/lab-head-gemm.json" 2>&1 | tee "$OUT/lab-head-gemm.txt" ;;
@@ -195,14 +198,19 @@ while [ $# -gt 0 ]; do
         .carry/clefrt_bench_head_gemm > "$OUT/ncu-head.txt" 2>&1
       echo "== ncu head rc=$?"
       grep -E "head_gemm_k|Duration|Memory Throughput|Achieved Occupancy|Registers Per|Block Size|Grid Size" "$OUT/ncu-head.txt" | head -40 ;;
-    ncu-blog)
-      # every kernel's GPU time in the blog request's forwards (ncu, one metric pass; the random
-      # weights' fill kernels left out), summed per kernel over the second forward
-      ncu --clock-control none --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
-        --kernel-name regex:'^(?!fill_).*' --launch-count 2400 --csv --print-units base --log-file "$OUT/ncu-blog.csv" \
-        .carry/clefrt bench --synthetic clef-27b --quant bf16 --max-tokens 2048 --no-vision --reps 1 --tokenizer $tok > /dev/null 2>&1
-      python3 bench/ncu_forward_summary.py "$OUT/ncu-blog.csv" 1 | tee "$OUT/ncu-blog-summary.txt" | head -30
-      xz -9 "$OUT/ncu-blog.csv" ;;
+    ncu-blog|ncu-blog-fp8)
+      # every kernel's GPU time in one forward of the blog request (ncu, one metric pass), the
+      # bench's first timed rep (--profiler-range, ncu --profile-from-start off): loading and the
+      # warm-ups, where the GEMMs' tuning times its candidates, run unprofiled; under ncu that
+      # timing is ncu's, and the picks were not the product's (session 50: FP8 gate|up 118.8 us in
+      # one such run, 101.0 in another). ncu-blog-fp8: the FP8 model's.
+      q=bf16; nb=ncu-blog
+      [ "$1" = ncu-blog-fp8 ] && q=fp8 nb=ncu-blog-fp8
+      ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
+        --csv --print-units base --log-file "$OUT/$nb.csv" \
+        .carry/clefrt bench --synthetic clef-27b --quant $q --max-tokens 2048 --no-vision --reps 1 --profiler-range --tokenizer $tok > /dev/null 2>&1
+      python3 bench/ncu_forward_summary.py "$OUT/$nb.csv" 0 | tee "$OUT/$nb-summary.txt" | head -40
+      xz -9 "$OUT/$nb.csv" ;;
     reuse)
       .carry/clefrt bench --synthetic clef-27b --quant bf16 --reuse --tokenizer $tok --reps 5 --commit "$commit" \
         --command "clefrt bench --synthetic clef-27b --quant bf16 --reuse --reps 5" --json "$OUT/reuse-bf16.json" \

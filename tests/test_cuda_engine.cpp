@@ -377,6 +377,17 @@ TEST(CudaEngine, PlanOverTheFreeMemoryIsRefusedBeforeLoading) {
 
 }  // namespace
 }  // namespace clefrt
+
+// gpu_profiler_range: cudaProfilerStart / Stop succeed with no profiler attached (bench
+// --profiler-range outside Nsight Compute), twice over.
+TEST(CudaEngine, ProfilerRangeStartsAndStops) {
+  NEED_GPU();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NO_THROW(clefrt::gpu_profiler_range(true));
+    EXPECT_NO_THROW(clefrt::gpu_profiler_range(false));
+  }
+}
+
 // gpu_power on a GPU: the driver's NVML answers (a machine with a CUDA GPU has the driver that
 // ships it), the energy counter goes forward over a second of work, and the clock and
 // draw are plausible.

@@ -54,6 +54,30 @@ DoubleGemm gemm_double(const std::vector<float>& x, const std::vector<float>& w,
     }
   return g;
 }
+
+// The fp32 GEMM tests' two checks against gemm_double's reference (f32_gemm_3xtf32 and its wgmma
+// form): the worst |y - y_double| / sum |x w| of a plain result and of one accumulated onto y0
+// (NaN stays the worst), and rows [m / 3, m / 3 + 15), run alone by `alone` (their 15 x n
+// outputs), against the bits they had inside m.
+std::pair<double, double> worst_f32_gemm_errors(const std::vector<float>& got, const std::vector<float>& got_acc, const DoubleGemm& g,
+                                                const std::vector<float>& y0) {
+  double worst = 0, worst_acc = 0;
+  for (size_t i = 0; i < g.y.size(); ++i) {
+    const double e = std::fabs(double(got[i]) - g.y[i]) / std::max(g.mag[i], 1e-30);
+    const double ea = std::fabs(double(got_acc[i]) - (g.y[i] + y0[i])) / (g.mag[i] + std::fabs(double(y0[i])) + 1e-30);
+    if (!(e <= worst)) worst = e;
+    if (!(ea <= worst_acc)) worst_acc = ea;
+  }
+  return {worst, worst_acc};
+}
+void expect_rows_alone_same(int m, int n, const std::vector<float>& got, const std::function<std::vector<float>(int r0)>& alone,
+                            const std::string& at) {
+  if (m < 20) return;
+  const int r0 = m / 3;
+  const std::vector<float> a = alone(r0);
+  for (int r = 0; r < 15; ++r)
+    for (int c = 0; c < n; ++c) ASSERT_EQ(a[size_t(r * n + c)], got[size_t((r0 + r) * n + c)]) << "row " << r0 + r << " col " << c << at;
+}
 float round_bf16(float f) { return __bfloat162float(__float2bfloat16(f)); }
 std::vector<float> rounded(std::vector<float> v) {
   for (auto& x : v) x = round_bf16(x);
@@ -136,7 +160,8 @@ TEST(CudaOps, Bf16GemmEpiloguesMatchCpuAndKeepTheirBits) {
 // for bit (batch invariance).
 // The batch-invariant bf16 GEMM with its m buckets tuned (gemm.h): a row's bits do not
 // depend on m, written or accumulated (the tuning times an accumulating call into a scratch,
-// leaving y's sums alone), at a 27B shape (mlp down: n 5,120, k 17,408 / 4) and a small one
+// leaving y's sums alone), at a 27B shape (mlp down: n 5,120, k 17,408 / 4), a small one, and a
+// narrow one (the FP8 GDN in_proj's bf16 a | b rows: n 96)
 static void bf16_rows_do_not_depend_on_m(int64_t n, int64_t k) {
   const int64_t mmax = 5000;
   DeviceBuffer x = upload(to_bf(randn(size_t(mmax * k), 21, 1.0f)), "x"), w = upload(to_bf(randn(size_t(n * k), 22, 0.05f)), "w"),
@@ -164,6 +189,7 @@ TEST(CudaOps, Bf16GemmRowsDoNotDependOnM) {
   NEED_GPU();
   bf16_rows_do_not_depend_on_m(5120, 4352);
   bf16_rows_do_not_depend_on_m(384, 512);
+  bf16_rows_do_not_depend_on_m(96, 5120);
 }
 
 // The head's token-row Linears on tensor cores (f32_gemm_3xtf32) against a double-precision
@@ -175,7 +201,8 @@ TEST(CudaOps, F32Gemm3xTf32MatchesDoubleAndIsRowInvariant) {
   for (auto [m, n, k] : {std::tuple{1, 8, 4}, {17, 2048, 1024}, {318, 100, 36}, {65, 72, 132}, {3, 1024, 5120}, {130, 64, 64}}) {
     const std::string at = " at " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
     auto x = randn(size_t(m * k), 21), w = randn(size_t(n * k), 22, 0.05f), y0 = randn(size_t(m * n), 23);
-    const auto [want, mag] = gemm_double(x, w, m, n, k);
+    const DoubleGemm ref = gemm_double(x, w, m, n, k);
+    const std::vector<double>& want = ref.y;
     DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), dy(size_t(m * n) * 4), dacc = upload(y0, "y0"), d1(size_t(15 * n) * 4);
     ASSERT_TRUE(f32_gemm_3xtf32_fits(dx.as<float>(), k, k, dw.as<float>(), k)) << at;
     check(cudaMemset(dy.get(), 0xff, size_t(m * n) * 4), "poison y");
@@ -183,24 +210,16 @@ TEST(CudaOps, F32Gemm3xTf32MatchesDoubleAndIsRowInvariant) {
     f32_gemm_3xtf32(dx.as<float>(), k, m, k, dw.as<float>(), k, n, dacc.as<float>(), n, true, nullptr);
     check(cudaDeviceSynchronize(), "f32_gemm_3xtf32");
     const auto got = down<float>(dy, want.size()), got_acc = down<float>(dacc, want.size());
-    double worst = 0, worst_acc = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      const double e = std::fabs(double(got[i]) - want[i]) / std::max(mag[i], 1e-30);
-      const double ea = std::fabs(double(got_acc[i]) - (want[i] + y0[i])) / (mag[i] + std::fabs(double(y0[i])) + 1e-30);
-      if (!(e <= worst)) worst = e;  // NaN stays the worst
-      if (!(ea <= worst_acc)) worst_acc = ea;
-    }
+    const auto [worst, worst_acc] = worst_f32_gemm_errors(got, got_acc, ref, y0);
     std::printf("[ cuda    ] f32_gemm_3xtf32%s: worst |y - y_double| / sum |x w| %.3g, accumulate %.3g\n", at.c_str(), worst, worst_acc);
     EXPECT_LE(worst, 1e-5) << at;
     EXPECT_LE(worst_acc, 1e-5) << at;
-    // rows [r0, r0 + 15) alone (a CTA tile of their own, from another row offset) give the bits they had inside m
-    if (m >= 20) {
-      const int r0 = m / 3;
+    // rows alone (a CTA tile of their own, from another row offset) give the bits they had inside m
+    expect_rows_alone_same(m, n, got, [&](int r0) {
       f32_gemm_3xtf32(dx.as<float>() + size_t(r0) * size_t(k), k, 15, k, dw.as<float>(), k, n, d1.as<float>(), n, false, nullptr);
-      const auto alone = down<float>(d1, size_t(15 * n));
-      for (int r = 0; r < 15; ++r)
-        for (int c = 0; c < n; ++c) ASSERT_EQ(alone[size_t(r * n + c)], got[size_t((r0 + r) * n + c)]) << "row " << r0 + r << " col " << c << at;
-    }
+      return down<float>(d1, size_t(15 * n));
+    }, at);
+    if (HasFatalFailure()) return;
     // every tile (64 x 64, 64 x 32, 32 x 32) gives the same bits, plain and accumulating
     for (int tile : {64, 32, 3232}) {
       f32_gemm_3xtf32_set_tile(tile);
@@ -234,7 +253,8 @@ TEST(CudaOps, F32Gemm3xTf32WgmmaMatchesDoubleAndIsRowInvariant) {
                          {700, 2048, 1024}, {9000, 200, 68}}) {
     const std::string at = " at " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k);
     auto x = randn(size_t(m * k), 31), w = randn(size_t(n * k), 32, 0.05f), y0 = randn(size_t(m * n), 33);
-    const auto [want, mag] = gemm_double(x, w, m, n, k);
+    const DoubleGemm ref = gemm_double(x, w, m, n, k);
+    const std::vector<double>& want = ref.y;
     DeviceBuffer dx = upload(x, "x"), dw = upload(w, "w"), hi(size_t(n * k) * 4), lo(size_t(n * k) * 4);
     f32_split_tf32_planes(dw.as<float>(), int64_t(n) * k, hi.as<float>(), lo.as<float>(), nullptr);
     const auto h = down<float>(hi, w.size()), l = down<float>(lo, w.size());
@@ -252,27 +272,19 @@ TEST(CudaOps, F32Gemm3xTf32WgmmaMatchesDoubleAndIsRowInvariant) {
     f32_gemm_3xtf32(dx.as<float>(), k, m, k, dw.as<float>(), k, n, dm.as<float>(), n, false, nullptr);
     check(cudaDeviceSynchronize(), "f32_gemm_3xtf32_wgmma");
     const auto got = down<float>(dy, want.size()), got_acc = down<float>(dacc, want.size()), mma = down<float>(dm, want.size());
-    double worst = 0, worst_acc = 0;
+    const auto [worst, worst_acc] = worst_f32_gemm_errors(got, got_acc, ref, y0);
     size_t differ = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      const double e = std::fabs(double(got[i]) - want[i]) / std::max(mag[i], 1e-30);
-      const double ea = std::fabs(double(got_acc[i]) - (want[i] + y0[i])) / (mag[i] + std::fabs(double(y0[i])) + 1e-30);
-      if (!(e <= worst)) worst = e;  // NaN stays the worst
-      if (!(ea <= worst_acc)) worst_acc = ea;
-      differ += std::memcmp(&got[i], &mma[i], 4) != 0;
-    }
+    for (size_t i = 0; i < want.size(); ++i) differ += std::memcmp(&got[i], &mma[i], 4) != 0;
     std::printf("[ cuda    ] f32_gemm_3xtf32_wgmma%s: worst |y - y_double| / sum |x w| %.3g, accumulate %.3g; %zu of %zu values differ from mma.sync's\n",
                 at.c_str(), worst, worst_acc, differ, want.size());
     EXPECT_LE(worst, 1e-5) << at;
     EXPECT_LE(worst_acc, 1e-5) << at;
-    if (m >= 20) {
-      const int r0 = m / 3;
+    expect_rows_alone_same(m, n, got, [&](int r0) {
       f32_gemm_3xtf32_wgmma(dx.as<float>() + size_t(r0) * size_t(k), k, 15, k, hi.as<float>(), lo.as<float>(), k, n, d1.as<float>(), n, false,
                             nullptr);
-      const auto alone = down<float>(d1, size_t(15 * n));
-      for (int r = 0; r < 15; ++r)
-        for (int c = 0; c < n; ++c) ASSERT_EQ(alone[size_t(r * n + c)], got[size_t((r0 + r) * n + c)]) << "row " << r0 + r << " col " << c << at;
-    }
+      return down<float>(d1, size_t(15 * n));
+    }, at);
+    if (HasFatalFailure()) return;
     // the bias as it writes: bias_act's bits after the plain GEMM
     const auto bias = randn(size_t(n), 34);
     DeviceBuffer dbias = upload(bias, "bias"), dyb(size_t(m * n) * 4), dyr(size_t(m * n) * 4);

@@ -201,6 +201,20 @@ TEST(Engine, LoadErrorsNameFileAndTensor) {
 // gpu_power without a GPU (or without CUDA in the build): not available, never a throw, and it
 // says why (`clefrt bench` prints that line instead of its energy table). The GPU side is
 // CudaEngine.GpuPowerReadsTheDriversCounters.
+// gpu_profiler_range without a GPU: a 503 that says why, not a silent no-op (`clefrt bench
+// --profiler-range` then fails at its first point rather than profiling nothing).
+TEST(Engine, GpuProfilerRangeRefusesWithoutAGpu) {
+  std::string why;
+  if (clefrt::cuda_available(&why)) GTEST_SKIP() << "a GPU is here: CudaEngine.ProfilerRangeStartsAndStops covers it";
+  try {
+    clefrt::gpu_profiler_range(true);
+    FAIL() << "no throw";
+  } catch (const clefrt::Error& e) {
+    EXPECT_EQ(e.type(), "device_unavailable");
+    EXPECT_EQ(e.http_status(), 503);
+  }
+}
+
 TEST(Engine, GpuPowerSaysWhyWithoutAGpu) {
   std::string why;
   if (clefrt::cuda_available(&why)) GTEST_SKIP() << "a GPU is here: CudaEngine.GpuPowerReadsTheDriversCounters covers it";

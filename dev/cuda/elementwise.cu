@@ -17,7 +17,11 @@
 //                  (uncapped and capped for two CTAs an SM), and a row over a cluster of CTAs,
 //                  per cluster size and items a thread (compute capability 9.0 on; the one
 //                  CLEFRT_LAB_SWIGLU_CLUSTER / _IPT select marked); the product's form capped
-//                  for 4 CTAs an SM, and without its scales (their cost); bf16's swiglu for scale
+//                  for 4 CTAs an SM, without its scales (their cost), and with the fast
+//                  intrinsics' SiLU (what the exact one costs); bf16's swiglu for scale
+//   rms norm       the (1 + w) RMSNorm before each Linear: bf16 out, FP8 codes out, each plain
+//                  and taking a pending FP8 residual add (the FP8 model's norms but the first),
+//                  the fused add against scale_rows_cols_acc + the norm (its bits)
 //   output gate    attention_output_gate after cuDNN's attention (24 heads of 256, the gate from
 //                  the qkv rows): 8 values a thread, and the pair-a-thread kernel it falls back to,
 //                  reached here with the gate one element off 16-byte alignment; for the FP8
@@ -271,7 +275,57 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
     print({"swiglu fp8", "2 x 4, capped for 4 CTAs an SM", L, tl, bytes_fp8, samel ? "same bits" : "BITS DIFFER"}, copy, out);
     const double tu = bench::median_ms(st, [&] { launch_swiglu_fp8_quant_cluster<4>(dgu.as<bf16>(), L, kFfn, GuScales{}, q2.as<uint8_t>(), kFfn, s2.as<float>(), 2, st); });
     print({"swiglu fp8", "2 x 4 unscaled (what the scales cost)", L, tu, bytes_fp8, "not the product's bits"}, copy, out);
+    // silu from __expf / __fdividef: whether the step is bound by its instructions (the exact
+    // expf and division are ~20 of its ~50 a value); the codes that differ from the product's
+    const double tf = bench::median_ms(st, [&] { launch_swiglu_fp8_quant_cluster<4, true>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), 2, st); });
+    const std::vector<uint8_t> qf = down_all<uint8_t>(q2), qr = down_all<uint8_t>(q1);
+    size_t differ = 0;
+    for (size_t i = 0; i < qf.size(); ++i) differ += qf[i] != qr[i];
+    print({"swiglu fp8", "2 x 4, fast silu (what the exact one costs)", L, tf, bytes_fp8,
+           "not the product's bits: " + std::to_string(differ) + " of " + std::to_string(qf.size()) + " codes differ"},
+          copy, out);
   }
+}
+
+// The (1 + w) RMSNorms before each Linear (hidden 5,120): bf16's and the FP8 one that quantizes
+// for its GEMM, each plain and taking a pending FP8 residual add (x += t rs cs, the last down /
+// out / o_proj's unscaled output: the FP8 model's every norm but the first); the add's unfused
+// pair (scale_rows_cols_acc, then the norm) as the reference the fused forms' bits are held to.
+// The fused forms update x in place: timed on a drifting x (increments ~1e-5 a run), checked on
+// fresh copies.
+void norms(int64_t L, cudaStream_t st, double copy, json::Value& out) {
+  constexpr int64_t d = 5120;
+  constexpr float eps = 1e-6f;
+  DeviceBuffer x0 = random_f32(size_t(L * d), 21, 1.0f), w = random_f32(size_t(d), 22, 0.1f), t = random_f32(size_t(L * d), 23, 1.0f),
+               rs = random_f32(size_t(L), 24, 1e-3f, 1e-2f), cs = random_f32(size_t(d), 25, 1e-4f, 1e-3f);
+  DeviceBuffer xa(x0.bytes()), xb(x0.bytes()), y16(size_t(L * d) * 2), q1(size_t(L * d)), q2(size_t(L * d)), s1(size_t(L) * 4), s2(size_t(L) * 4);
+  const ResidualFp8 add{t.as<float>(), d, rs.as<float>(), cs.as<float>()};
+  auto fresh = [&](DeviceBuffer& x) { check(cudaMemcpyAsync(x.get(), x0.get(), x0.bytes(), cudaMemcpyDeviceToDevice, st), "x copy"); };
+  const double row4 = double(L) * d * 4;  // an fp32 [L, d] read or written once
+  fresh(xa);
+  const double tb = bench::median_ms(st, [&] { rms_norm_1p(xa.as<float>(), L, d, w.as<float>(), eps, y16.as<bf16>(), nullptr, st); });
+  const double t8 = bench::median_ms(st, [&] { rms_norm_1p_fp8(xa.as<float>(), L, d, w.as<float>(), eps, nullptr, q1.as<uint8_t>(), d, s1.as<float>(), st); });
+  const double tba = bench::median_ms(st, [&] { rms_norm_1p_add(xa.as<float>(), L, d, add, w.as<float>(), eps, y16.as<bf16>(), st); });
+  const double tu = bench::median_ms(st, [&] {
+    scale_rows_cols_acc(t.as<float>(), L, d, d, rs.as<float>(), cs.as<float>(), xa.as<float>(), d, st);
+    rms_norm_1p_fp8(xa.as<float>(), L, d, w.as<float>(), eps, nullptr, q1.as<uint8_t>(), d, s1.as<float>(), st);
+  });
+  const double t8a =
+      bench::median_ms(st, [&] { rms_norm_1p_fp8_add(xa.as<float>(), L, d, add, w.as<float>(), eps, nullptr, q2.as<uint8_t>(), d, s2.as<float>(), st); });
+  // the bits: the fused FP8 add against the unfused pair, each from x0
+  fresh(xa);
+  fresh(xb);
+  scale_rows_cols_acc(t.as<float>(), L, d, d, rs.as<float>(), cs.as<float>(), xa.as<float>(), d, st);
+  rms_norm_1p_fp8(xa.as<float>(), L, d, w.as<float>(), eps, nullptr, q1.as<uint8_t>(), d, s1.as<float>(), st);
+  rms_norm_1p_fp8_add(xb.as<float>(), L, d, add, w.as<float>(), eps, nullptr, q2.as<uint8_t>(), d, s2.as<float>(), st);
+  check(cudaStreamSynchronize(st), "norms");
+  const bool same = down_all<uint8_t>(q1) == down_all<uint8_t>(q2) && down_all<float>(s1) == down_all<float>(s2) &&
+                    down_all<float>(xa) == down_all<float>(xb);
+  print({"rms norm", "bf16 out (the bf16 model's)", L, tb, row4 + row4 / 2, "-"}, copy, out);
+  print({"rms norm", "bf16 out, pending FP8 add taken", L, tba, 3 * row4 + row4 / 2, "-"}, copy, out);
+  print({"rms norm fp8", "FP8 codes out", L, t8, row4 + row4 / 4, "-"}, copy, out);
+  print({"rms norm fp8 add", "scale_rows_cols_acc + rms_norm_1p_fp8", L, tu, 3 * row4 + row4 / 4, "reference"}, copy, out);
+  print({"rms norm fp8 add", "rms_norm_1p_fp8_add (the product)", L, t8a, 3 * row4 + row4 / 4, same ? "same bits" : "BITS DIFFER"}, copy, out);
 }
 
 void output_gate(int64_t L, cudaStream_t st, double copy, json::Value& out) {
@@ -333,6 +387,7 @@ int main(int argc, char** argv) {
     gated(L, st, hw.copy_gbps, lines);
     swiglu8(L, st, hw.copy_gbps, lines);
     output_gate(L, st, hw.copy_gbps, lines);
+    norms(L, st, hw.copy_gbps, lines);
   }
   // after the lines, what the lab says the product should run instead (an object of its own)
   json::Value tail = json::Value::object();

@@ -115,6 +115,16 @@ double median_ms(cudaStream_t s, F f) {
   return t[t.size() / 2];
 }
 
+// A launch's time with the launch overhead hidden: median_ms of 20 launches back to back, / 20
+// (small kernels, where one launch's events time mostly the launch).
+template <class F>
+double per_launch_ms(cudaStream_t s, F f) {
+  return median_ms(s, [&] {
+           for (int i = 0; i < 20; ++i) f();
+         }) /
+         20.0;
+}
+
 // f run back to back for `seconds` after `warm` seconds of the same: ms and joules a call, the SM
 // clock (mean of the readings taken between chunks). One chunk of launches stays queued while the
 // host waits on the one before it and reads the driver, so the GPU never idles between chunks.
@@ -232,11 +242,11 @@ inline size_t differing(const std::vector<uint8_t>& a, const std::vector<uint8_t
 
 // A GEMM lab's main: its command line, the hardware line, a stream with the engine's
 // batch-invariant Gemm and a free one, body's records written as `name`'s JSON; an error ends the
-// run with exit 1 and the message.
+// run with exit 1 and the message; with_shape: the lab reads --shape.
 template <class Body>
-int gemm_lab_main(int argc, char** argv, const char* name, Body body) {
+int gemm_lab_main(int argc, char** argv, const char* name, Body body, bool with_shape = false) {
   Options opt;
-  if (!parse_options(argc, argv, false, opt)) return 2;
+  if (!parse_options(argc, argv, with_shape, opt)) return 2;
   try {
     const cuda::HardwareLimits hw = measure_and_print_hardware();
     cudaStream_t s;

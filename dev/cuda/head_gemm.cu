@@ -123,14 +123,6 @@ void old_head_gemm(const float* x, int64_t m, int64_t k, const WT* w, int64_t n,
 
 __global__ void empty_k() {}
 
-template <class F>
-double per_launch_ms(cudaStream_t s, F f) {
-  return bench::median_ms(s, [&] {
-           for (int i = 0; i < 20; ++i) f();
-         }) /
-         20.0;
-}
-
 struct Shape {
   const char* name;
   int64_t m, k, n;
@@ -219,9 +211,9 @@ int main(int argc, char** argv) {
         check(cudaDeviceSynchronize(), "once");
         continue;
       }
-      line(name, "product", bench::median_ms(st, product), per_launch_ms(st, product), bytes, note);
-      line(name, "8 warps split k", bench::median_ms(st, old), per_launch_ms(st, old), bytes, "");
-      line(name, "empty", bench::median_ms(st, empty), per_launch_ms(st, empty), 0, "");
+      line(name, "product", bench::median_ms(st, product), bench::per_launch_ms(st, product), bytes, note);
+      line(name, "8 warps split k", bench::median_ms(st, old), bench::per_launch_ms(st, old), bytes, "");
+      line(name, "empty", bench::median_ms(st, empty), bench::per_launch_ms(st, empty), 0, "");
     }
     // the token-row GEMMs
     for (auto mkn : {std::tuple<int64_t, int64_t, int64_t>{318, 5120, 1024}, {318, 1024, 2048}, {8192, 5120, 1024}, {8192, 1024, 2048}, {32768, 5120, 1024}, {32768, 1024, 2048}}) {
@@ -242,7 +234,7 @@ int main(int argc, char** argv) {
         check(cudaMemcpy(out.data(), dy.get(), out.size() * 4, cudaMemcpyDeviceToHost), "token-row y");
         if (first.empty()) first = out;
         const bool same = std::memcmp(out.data(), first.data(), out.size() * 4) == 0;
-        const double one = bench::median_ms(st, run), per = per_launch_ms(st, run);
+        const double one = bench::median_ms(st, run), per = bench::per_launch_ms(st, run);
         const double tf = 2.0 * double(m) * double(n) * double(k) / (per * 1e-3) / 1e12;
         const std::string tile = bn == 0 ? "product" : bn == 3232 ? "32 x 32" : "64 x " + std::to_string(bn);
         std::printf("f32_gemm_3xtf32 m %lld k %lld n %lld %-10s one %8.2f us  back to back %8.2f us  %6.1f TFLOP/s (fp32 products, 3 TF32 MMAs each)  %s\n",
@@ -275,7 +267,7 @@ int main(int argc, char** argv) {
         const bool same = std::memcmp(out.data(), wfirst.data(), out.size() * 4) == 0;
         size_t differ = 0;
         for (size_t i = 0; i < out.size(); ++i) differ += std::memcmp(&out[i], &first[i], 4) != 0;
-        const double one = bench::median_ms(st, runw), per = per_launch_ms(st, runw);
+        const double one = bench::median_ms(st, runw), per = bench::per_launch_ms(st, runw);
         const double tf = 2.0 * double(m) * double(n) * double(k) / (per * 1e-3) / 1e12;
         const std::string tile = form == 0 ? "product" : form == 321 ? "64 x 32" : form == 641 ? "64 x 64" : form == 642 ? "128 x 64" : "unpipelined";
         std::printf("f32_gemm_3xtf32_wgmma m %lld k %lld n %lld %-11s one %8.2f us  back to back %8.2f us  %6.1f TFLOP/s  %s; %zu of %zu values differ from mma.sync's\n",

@@ -360,6 +360,11 @@ struct GpuPower {
   bool power_capped = false;  // the driver holds the clock down for power now (software power cap)
 };
 GpuPower gpu_power();
+// Starts (true) or ends (false) the region that a profiler run with collection off at the start
+// records (cudaProfilerStart / cudaProfilerStop; Nsight Compute's --profile-from-start off): for
+// benchmarks, to leave loading and the first calls' GEMM tuning out of a profile. Throws a 503
+// without CUDA.
+void gpu_profiler_range(bool start);
 // GPU memory in use on the device (total - free), CUDA context included; 0 without CUDA.
 double gpu_memory_in_use_gib();
 // Makes device 0 look like a card of `card_gib` GiB: allocates everything free beyond that (what

@@ -162,6 +162,17 @@ GpuPower gpu_power() {
   return out;
 }
 
+void gpu_profiler_range(bool start) {
+#ifdef CLEFRT_HAVE_CUDA
+  std::string why;
+  if (!cuda_available(&why)) throw Error(Status::Unavailable, "device_unavailable", why);
+  cuda::profiler_range(start);
+#else
+  (void)start;
+  throw Error(Status::Unavailable, "device_unavailable", "this build has no CUDA backend");
+#endif
+}
+
 Hardware measure_hardware() {
 #ifdef CLEFRT_HAVE_CUDA
   std::string why;

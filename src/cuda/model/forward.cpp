@@ -316,7 +316,6 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   gate_quantizes_ = m.has_fp8 && env_count("CLEFRT_LAB_OUTPUT_GATE_FP8", o.fp8_output_gate_quantizes ? 1 : 0, 0, 1) == 1;
   gdn_path_ = gdn_path(GdnPath::Auto, m.c.k_head_dim, m.c.v_head_dim);
   if (o.portable_kernels && gdn_path_ == GdnPath::Wgmma) gdn_path_ = GdnPath::TensorCores;
-  head_wgmma_ = !o.portable_kernels;
   // CLEFRT_GDN_PRODUCTS read at load: a bad value fails here, not in a forward
   if (gdn_path_ == GdnPath::Wgmma) (void)gdn_wgmma_one_pass_bf16(), (void)gdn_wgmma_scan_regs(), (void)gdn_wgmma_overlap();
   // CLEFRT_LAB_GDN_MIXED_FP32=1: the conv's rows in fp32 for the one-pass Wgmma prep too (the
@@ -1223,7 +1222,7 @@ void Forward::head(Batch& b) {
     if (!w.w) throw Error(Status::Internal, "internal_error", std::string(op) + ": token-row head matrix not held in fp32");
     bool biased = false;
     timed("head token-row GEMMs", [&] {
-      if (head_wgmma_ && w.whi && f32_gemm_3xtf32_wgmma_fits(x, w.k, w.k, w.whi, w.wlo, w.k)) {
+      if (head_wgmma() && w.whi && f32_gemm_3xtf32_wgmma_fits(x, w.k, w.k, w.whi, w.wlo, w.k)) {
         f32_gemm_3xtf32_wgmma(x, w.k, m, w.k, w.whi, w.wlo, w.k, w.n, y, w.n, acc, s, bias);
         biased = true;
       } else if (f32_gemm_3xtf32_fits(x, w.k, w.k, w.w, w.k)) {

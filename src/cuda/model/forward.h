@@ -33,7 +33,7 @@ struct ForwardOptions {
   int64_t max_options = 16384;
   bool batch_invariant = true; // GEMM algorithms fixed per shape class (see gemm.h)
   bool w4a16_fused = false;    // NVFP4 parts on the fused W4A16 GEMM (qlinear.h)
-  bool portable_kernels = false;  // the W4A16 GEMM on mma.sync even where its wgmma kernel runs
+  bool portable_kernels = false;  // the W4A16 GEMM, the GDN prep / scan and the head's token-row GEMMs on mma.sync even where their wgmma kernels run
   // The backbone's and the vision tower's attention: cuDNN's fused kernel (true: the Forward
   // refuses to open without it)
   // or clefrt's (false). EngineCore resolves AttentionKernel::Auto before.
@@ -207,7 +207,7 @@ class Forward {
   // GPU memory this engine holds besides the weights: arena, cuBLASLt workspace, NVFP4 staging.
   std::string attention_kernel() const;  // the backbone's attention, in words
   // the head's token-row GEMMs' kernel, in words
-  std::string head_kernel() const { return head_wgmma_ && m_.head.memory_proj.whi ? "wgmma 3xTF32" : "mma.sync 3xTF32"; }
+  std::string head_kernel() const { return head_wgmma() && m_.head.memory_proj.whi ? "wgmma 3xTF32" : "mma.sync 3xTF32"; }
   std::string gdn_kernel() const;        // the GDN layers' chunk scan, in words
   size_t working_bytes() const { return arena_.capacity() + gemm_workspace_bytes() + lin_->staging_bytes(); }
   static size_t gemm_workspace_bytes() { return size_t(64) << 20; }
@@ -268,7 +268,7 @@ class Forward {
   bool gdn_mixed16_ = true;        // the one-pass Wgmma prep reads the conv's rows in bf16 (GdnScratch::mixed16)
   // the head's token-row GEMMs on wgmma where the model holds their TF32 planes (DevLinear32::whi),
   // mma.sync with --portable-kernels
-  bool head_wgmma_ = true;
+  bool head_wgmma() const { return !o_.portable_kernels; }
   bool residual_in_norm_ = false;  // ForwardOptions::fp8_residual_in_norm or its lab switch
   bool gated_norm_quantizes_ = false;  // ForwardOptions::fp8_gated_norm_quantizes or its lab switch
   size_t norms_quantized_ = 0;

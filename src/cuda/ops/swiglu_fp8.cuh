@@ -102,7 +102,12 @@ __device__ __forceinline__ void gu_scales8(const GuScales& sc, int c, bool vec, 
 #pragma unroll
   for (int j = 0; j < 8; ++j) cs[j] = c + j < sc.split ? sc.cs_lo[c + j] : sc.cs_hi[c + j - sc.split];
 }
-// swiglu_k's 8 outputs of one item, scaled (gu_value's rounding) when rs is set
+// The lab's SiLU from the fast intrinsics (__expf, __fdividef): not silu_f's bits; what the exact
+// one costs (dev/cuda/elementwise.cu's "fast silu" line). Never in the product.
+__device__ __forceinline__ float silu_fast_lab(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+// swiglu_k's 8 outputs of one item, scaled (gu_value's rounding) when rs is set; FastSilu: the
+// lab's silu_fast_lab
+template <bool FastSilu = false>
 __device__ __forceinline__ uint4 swiglu8_scaled(uint4 gv, uint4 uv, float r, const GuScales& sc, int c, int ffn, bool vec) {
   const bf16* gp = reinterpret_cast<const bf16*>(&gv);
   const bf16* up = reinterpret_cast<const bf16*>(&uv);
@@ -122,7 +127,7 @@ __device__ __forceinline__ uint4 swiglu8_scaled(uint4 gv, uint4 uv, float r, con
   uint4 ov;
   bf16* op = reinterpret_cast<bf16*>(&ov);
 #pragma unroll
-  for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16(silu_f(g[j]) * u[j]);
+  for (int j = 0; j < 8; ++j) op[j] = __float2bfloat16((FastSilu ? silu_fast_lab(g[j]) : silu_f(g[j])) * u[j]);
   return ov;
 }
 // MinBlocks: CTAs an SM the registers are capped for (1: 78 registers, no spills; 2: 56 with
@@ -186,7 +191,7 @@ void launch_swiglu_fp8_quant_regs(const bf16* gu, int64_t L, int64_t ffn, const 
 // amax, scale and codes as swiglu_fp8_quant_k: max is exact in any order. `scale` may be sc.rs
 // itself: every CTA of the row reads rs[t] before the cluster barrier, and rank 0 writes scale[t]
 // after it.
-template <int IPT>
+template <int IPT, bool FastSilu = false>
 __device__ __forceinline__ void swiglu_fp8_quant_cluster_row(const bf16* gu, int64_t ffn, const GuScales& sc, bool vec, uint8_t* q, int64_t kp8,
                                                              float* scale, int per) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -212,7 +217,7 @@ __device__ __forceinline__ void swiglu_fp8_quant_cluster_row(const bf16* gu, int
   for (int k = 0; k < IPT; ++k) {
     const int i = i0 + threadIdx.x + k * blockDim.x;
     if (i < i1) {
-      gv[k] = swiglu8_scaled(gv[k], uv[k], r, sc, 8 * i, int(ffn), vec);
+      gv[k] = swiglu8_scaled<FastSilu>(gv[k], uv[k], r, sc, 8 * i, int(ffn), vec);
       m = absmax8_bf16(gv[k], m);
     }
   }
@@ -236,9 +241,9 @@ __device__ __forceinline__ void swiglu_fp8_quant_cluster_row(const bf16* gu, int
   __trap();  // never launched below compute capability 9.0 (swiglu_fp8_quant picks)
 #endif
 }
-template <int IPT>
+template <int IPT, bool FastSilu = false>
 __global__ void swiglu_fp8_quant_cluster_k(const bf16* gu, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale, int per) {
-  swiglu_fp8_quant_cluster_row<IPT>(gu, ffn, sc, vec, q, kp8, scale, per);
+  swiglu_fp8_quant_cluster_row<IPT, FastSilu>(gu, ffn, sc, vec, q, kp8, scale, per);
 }
 // The product's form (a row over 2 CTAs of 4 items a thread: 288 threads) with its registers
 // capped for MinBlocks CTAs an SM: the lab's and CLEFRT_LAB_SWIGLU_MIN_BLOCKS=4's. (Its gate|up
@@ -266,10 +271,10 @@ void launch_swiglu_cluster_form(Kernel kernel, int ipt, const bf16* gu, int64_t 
   launch_after_ex("swiglu_fp8_quant", kernel, unsigned(L * cl), unsigned(threads), 0, s, &cluster, 1, gu, ffn, sc, gu_scales_vec(sc, ffn), q,
                   kp / 8, scale, int(per));
 }
-template <int IPT>
+template <int IPT, bool FastSilu = false>
 void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale, int cl,
                                      cudaStream_t s) {
-  launch_swiglu_cluster_form(swiglu_fp8_quant_cluster_k<IPT>, IPT, gu, L, ffn, sc, q, kp, scale, cl, s);
+  launch_swiglu_cluster_form(swiglu_fp8_quant_cluster_k<IPT, FastSilu>, IPT, gu, L, ffn, sc, q, kp, scale, cl, s);
 }
 // The product's form capped for MinBlocks CTAs an SM: a cluster of 2 of 4 items, at most 288 threads.
 template <int MinBlocks>

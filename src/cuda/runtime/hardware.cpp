@@ -1,5 +1,7 @@
 #include "cuda/runtime/hardware.h"
 
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 
 #include "cuda/runtime/buffer.h"
@@ -134,5 +136,7 @@ bool sm90a_kernels_run_here() {
   return false;
 #endif
 }
+
+void profiler_range(bool start) { check(start ? cudaProfilerStart() : cudaProfilerStop(), start ? "cudaProfilerStart" : "cudaProfilerStop"); }
 
 }  // namespace clefrt::cuda

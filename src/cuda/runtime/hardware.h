@@ -14,6 +14,11 @@ struct HardwareLimits {
 
 HardwareLimits measure_hardware();
 
+// cudaProfilerStart (start) or cudaProfilerStop: the region a profiler started with collection
+// off records (Nsight Compute's --profile-from-start off), so that what runs before it (loading,
+// the GEMMs' tuning: its timings under the profiler are not the card's) stays unprofiled.
+void profiler_range(bool start);
+
 // The GPU this process runs on (device 0), as the load line and /health name it.
 struct DeviceInfo {
   std::string name;
