@@ -1313,6 +1313,49 @@ void expect_graphed_bits(const cuda::DevModel& dm, cuda::ForwardOptions o, const
   EXPECT_EQ(f.graph_replays(), 2u) << what << ": captured, then replayed";
 }
 
+// The forward with the FP8 GDN in_proj's bf16 a | b part on the narrow split-k GEMM
+// (CLEFRT_LAB_NARROW_SPLITK=8, 2 and 4 warps): the FP8 small-gdn128 folder against the CPU within
+// Fp8OwnGemmForwardAgainstCpu's bound, a batch of 12 against each request alone bit for bit, the
+// kernel reached (one run a GDN layer and pass), and a slice count that does not divide hidden / 16
+// refused at load.
+TEST(CudaQuant, Fp8NarrowGemmForwardAgainstCpu) {
+  NEED_GPU();
+  const std::string dir = quantized_folder(test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f), "small-gdn128-fp8", "fp8");
+  auto cpu = EngineCore::load(dir);
+  std::vector<Encoded> enc;
+  for (const auto& text : test::corpus_requests(12)) enc.push_back(cpu->encoder().encode(parse_request(text)));
+  struct Unset {
+    ~Unset() { unsetenv("CLEFRT_LAB_NARROW_SPLITK"), unsetenv("CLEFRT_LAB_NARROW_WARPS"); }
+  } unset;
+  for (const char* warps : {"2", "4"}) {
+    setenv("CLEFRT_LAB_NARROW_SPLITK", "8", 1);
+    setenv("CLEFRT_LAB_NARROW_WARPS", warps, 1);
+    auto gpu = EngineCore::load(dir, gpu_opts());
+    const GpuVsCpu r = gpu_vs_cpu(*cpu, *gpu, enc, enc.size());
+    std::cout << "[ cuda    ] small-gdn128 fp8, a | b on narrow_gemm (8 slices, " << warps << " warps): GPU vs CPU worst |dp| " << r.worst
+              << ", batch of 12 vs alone " << r.batch_worst << "\n";
+    EXPECT_LT(r.worst, 0.05) << warps << " warps";
+    EXPECT_EQ(r.batch_worst, 0.0) << warps << " warps";
+  }
+  const auto corpus = fp8_corpus();
+  const cuda::DevModel& dm = corpus->dm;
+  const size_t gdn_layers = size_t(std::count_if(dm.layers.begin(), dm.layers.end(), [](const cuda::DevLayer& l) { return l.type == model::LayerType::LinearAttention; }));
+  ASSERT_GT(gdn_layers, 0u);
+  {
+    cuda::Forward f(dm, corpus->one_pass());
+    (void)f.run(model::batch_of(corpus->batch));
+    EXPECT_EQ(f.narrow_gemm_runs(), gdn_layers) << "one GDN pass: one a | b GEMM a GDN layer";
+  }
+  unsetenv("CLEFRT_LAB_NARROW_SPLITK");
+  {
+    cuda::Forward f(dm, corpus->one_pass());
+    (void)f.run(model::batch_of(corpus->batch));
+    EXPECT_EQ(f.narrow_gemm_runs(), 0u) << "off by default";
+  }
+  setenv("CLEFRT_LAB_NARROW_SPLITK", "3", 1);  // hidden 256: 16 steps of 16
+  EXPECT_THROW(cuda::Forward(dm, corpus->one_pass()), Error);
+}
+
 // ForwardOptions::fp8_residual_in_norm (the scale passes of down_proj, the GDN out_proj and the
 // attention o_proj taken by the norm after them) gives the bits of the forward without it: one
 // pass and one block (the norms take the adds: counted), GDN passes and attention blocks with the

@@ -310,6 +310,17 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   lin_ = std::make_unique<LinearRunner>(m, *gemm_, stream_, LinearRunner::kStageBytes,
                                         o.w4a16_fused ? W4A16Kernel::Fused : W4A16Kernel::Staged,
                                         o.portable_kernels ? W4A16Gemm::MmaSync : W4A16Gemm::Auto);
+  // CLEFRT_LAB_NARROW_SPLITK=S (0, the default: off) and CLEFRT_LAB_NARROW_WARPS=1|2|4: the FP8
+  // model's bf16 a | b part of the GDN in_proj on narrow_gemm (k in S fixed slices) instead of
+  // cuBLASLt: batch-invariant, other bits; the lab's A/B (dev/cuda/narrow_gemm.cu) until measured
+  const NarrowGemmForm narrow{int(env_count("CLEFRT_LAB_NARROW_SPLITK", 0, 0, 256)), int(env_count("CLEFRT_LAB_NARROW_WARPS", 2, 1, 4))};
+  if (narrow.slices > 0) {
+    if (!narrow_gemm_fits(64, m.c.hidden, m.c.hidden, narrow))
+      throw Error(Status::BadRequest, "usage",
+                  "CLEFRT_LAB_NARROW_SPLITK=" + std::to_string(narrow.slices) + " / CLEFRT_LAB_NARROW_WARPS=" + std::to_string(narrow.warps) +
+                      ": the slices must divide hidden / 16 = " + std::to_string(m.c.hidden / 16) + " and the warps be 1, 2 or 4");
+    lin_->use_narrow_gemm(narrow);
+  }
   if (o.gdn_pass_chunks < 0) throw Error(Status::Internal, "internal_error", "gdn_pass_chunks < 0");
   residual_in_norm_ = m.has_fp8 && env_count("CLEFRT_LAB_FP8_RESIDUAL_IN_NORM", o.fp8_residual_in_norm ? 1 : 0, 0, 1) == 1;
   gated_norm_quantizes_ = m.has_fp8 && env_count("CLEFRT_LAB_GATED_NORM_FP8", o.fp8_gated_norm_quantizes ? 1 : 0, 0, 1) == 1;
@@ -343,6 +354,8 @@ int64_t Forward::qkv_width() const { return 2 * m_.c.q_heads * m_.c.head_dim + 2
 std::string Forward::attention_kernel() const {
   return cudnn_ ? cudnn_->describe() + tower_note_ : "clefrt flash (mma.sync, gate fused)";
 }
+
+size_t Forward::narrow_gemm_runs() const { return lin_->narrow_gemm_runs(); }
 
 std::string Forward::gdn_kernel() const {
   if (gdn_path_ == GdnPath::Wgmma) {

@@ -228,6 +228,12 @@ void LinearRunner::run_parts(const bf16* x, int64_t m, int64_t ldx, const DevLin
     char* yp = static_cast<char*>(y) + size_t(p.row0) * es;
     switch (p.fmt) {
       case WFormat::BF16:
+        if (narrow_.slices > 0 && yt == OutType::F32 && !accumulate && narrow_gemm_fits(p.n, p.k, ldx, narrow_)) {
+          narrow_gemm(x, m, p.k, ldx, p.w, p.n, reinterpret_cast<float*>(yp), ldy, narrow_, static_cast<float*>(gemm_.own_kernel_scratch()),
+                      narrow_gemm_partial_rows(p.n, narrow_, gemm_.own_kernel_scratch_bytes()), s_);
+          ++narrow_runs_;
+          break;
+        }
         gemm_.run(x, m, p.k, ldx, p.w, p.n, yp, yt, ldy, accumulate, op);
         break;
       case WFormat::NVFP4:
