@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [lab-narrow] [ncu-head] [ncu-blog] [ncu-blog-fp8] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [lab-gdn-form] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [ncu-gdn-tform] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [lab-narrow] [ncu-elementwise] [ncu-head] [ncu-blog] [ncu-blog-fp8] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [lab-gdn-form] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [ncu-gdn-tform] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tests: the whole GPU suite; its CPU references dominate and it took 220 to 576 s on H100s
 # (session 41: 576 s, a call's whole budget): plan it a call of its own or narrow it with tests=.
 # serve: per mode also a 5 s one-client phase on one kept connection (serve-load-keepalive-*.json).
@@ -26,6 +26,7 @@
 # ncu-gdn-source: the Wgmma prep (bf16x3 and one pass), the one-pass scan and the state-in-registers scan, stall samples per SASS instruction (CSV).
 # ncu-gdn-tform: the T form's prep and register-state scan at 1 x 8,192 (the lab's), stall samples per SASS line (CSV) and details.
 # ncu-head: Nsight Compute's throughput, occupancy, stall and memory sections on the head lab's row-Linear launches.
+# ncu-elementwise: Nsight Compute's occupancy, issue and stall sections on the elementwise lab's FP8 SwiGLU (exact and fast SiLU) and FP8 norm with the pending add at 318 rows.
 # lab-narrow: clefrt_bench_narrow_gemm (the FP8 GDN in_proj's bf16 a | b GEMM, split-k forms). ncu-blog / ncu-blog-fp8: every kernel's GPU time over one forward of the blog request, the tuned one (bench --profiler-range; bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
@@ -321,6 +322,23 @@ for i in range(240):
       if [ -x .carry/clefrt_bench_elementwise ]; then
         .carry/clefrt_bench_elementwise --commit "$commit" --json "$OUT/lab-elementwise.json" 2>&1 | tee "$OUT/lab-elementwise.txt"
       fi ;;
+    ncu-elementwise)
+      # Nsight Compute on the elementwise lab's FP8 steps at 318 rows (the blog), each kernel's first
+      # launch: the product's SwiGLU (a row over 2 CTAs, 4 items a thread), the same with the fast
+      # intrinsics' SiLU, and the FP8 norm taking a pending residual add. Is the SwiGLU bound by its
+      # instructions, its warps' dependency chains (few warps, long MUFU / division latencies) or
+      # its loads? Occupancy, issue slots, warp stall reasons, memory throughput.
+      for k in "swiglu-exact swiglu_fp8_quant_cluster_k<4, [^>]*(0|false)>" "swiglu-fast swiglu_fp8_quant_cluster_k<4, [^>]*(1|true)>" \
+               "norm-fp8-add rms_norm_1p_fp8_k<[^>]*(1|true)>"; do
+        read -r tag re <<< "$k"
+        echo "== ncu $tag ($re)" >> "$OUT/ncu-elementwise.txt"
+        timeout 150 ncu --clock-control none --kernel-name-base demangled -k "regex:$re" -c 1 --section SpeedOfLight --section WarpStateStats \
+          --section SchedulerStats --section Occupancy --section MemoryWorkloadAnalysis --section LaunchStats --section InstructionStats \
+          .carry/clefrt_bench_elementwise --m 318 >> "$OUT/ncu-elementwise.txt" 2>&1
+        echo "== ncu $tag rc=$?"
+      done
+      grep -E "^== |Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|No Eligible|Executed Instructions |Memory Throughput|L1/TEX Hit|L2 Hit|Block Limit" \
+        "$OUT/ncu-elementwise.txt" | head -60 ;;
     ncu-gdn)  # Nsight Compute on the first launch of the 3xTF32 prep and of each Wgmma kernel at 1 x 8,192
       for k in "gdn_chunk_prep_tc_k 1" "gdn_prep_wgmma_k 1" "gdn_scan_wgmma_k 1"; do
         read -r re n <<< "$k"
