@@ -17,11 +17,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <cooperative_groups.h>
+
+#include "cuda/ops/cluster_launch.cuh"
 #include "cuda/ops/kernels.h"
+#include "cuda/ops/narrow_gemm.cuh"
+#include "cuda/runtime/pdl.cuh"
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/gemm.h"
@@ -31,6 +37,52 @@ namespace clefrt::cuda {
 namespace {
 
 constexpr int kN = 96, kK = 5120;  // Clef-27B's a | b: 2 x 48 value heads, hidden 5,120
+constexpr int kNT = kN / 8;
+
+// The lab's one-launch form (compute capability 9.0 on): the S slices of a 16 WARPS-row tile are
+// a cluster of S CTAs (S <= 8, the portable size), each CTA's warps its slice's sums
+// (narrow_slice_acc, as the product's) into its shared memory; then CTA s adds rows' sums across
+// the cluster's CTAs in slice order (distributed shared memory), its 1 / S of the tile's outputs:
+// the product's bits (narrow_reduce_k adds in the same order) without the partials' trip through
+// memory and the second launch.
+template <int S, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS) narrow_cluster_k(const bf16* __restrict__ x, int64_t ldx, const bf16* __restrict__ w, int m,
+                                                                float* __restrict__ y, int64_t ldy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  constexpr int rows = 16 * WARPS, steps = kK / 16 / S, per = rows * kN / S;
+  static_assert((kK / 16) % S == 0 && (rows * kN) % S == 0, "whole slices and shares");
+  __shared__ float part[rows * kN];
+  const cg::cluster_group cl = cg::this_cluster();
+  const int s = int(cl.block_rank()), lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, t = lane & 3;
+  const int tile0 = int(blockIdx.y) * rows, r0 = tile0 + warp * 16;
+  float acc[kNT][4];
+  narrow_slice_acc<kNT, 2>(x, ldx, w, kK, m, r0, int64_t(s) * steps * 16, steps, acc);
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+    const int c = 8 * j + 2 * t;
+    *reinterpret_cast<float2*>(part + (warp * 16 + g) * kN + c) = make_float2(acc[j][0], acc[j][1]);
+    *reinterpret_cast<float2*>(part + (warp * 16 + g + 8) * kN + c) = make_float2(acc[j][2], acc[j][3]);
+  }
+  cl.sync();  // every slice's sums in its CTA's shared memory
+  for (int i = s * per + int(threadIdx.x); i < (s + 1) * per; i += 32 * WARPS) {
+    const int r = tile0 + i / kN;
+    float v = *cl.map_shared_rank(part + i, 0);
+#pragma unroll
+    for (int o = 1; o < S; ++o) v += *cl.map_shared_rank(part + i, o);
+    if (r < m) y[int64_t(r) * ldy + i % kN] = v;
+  }
+  cl.sync();  // the others' shared memory stays until every CTA has read it
+#else
+  __trap();
+#endif
+}
+template <int S, int WARPS>
+void narrow_cluster(const bf16* x, int64_t ldx, const bf16* w, int m, float* y, int64_t ldy, cudaStream_t st) {
+  const cudaLaunchAttribute cluster = cluster_dim_x(unsigned(S));
+  launch_after_ex("narrow_cluster", narrow_cluster_k<S, WARPS>, dim3(unsigned(S), unsigned((m + 16 * WARPS - 1) / (16 * WARPS))), dim3(32 * WARPS),
+                  0, st, &cluster, 1, x, ldx, w, m, y, ldy);
+}
 
 }  // namespace
 }  // namespace clefrt::cuda
@@ -113,6 +165,20 @@ int main(int argc, char** argv) {
         const std::string name = "split " + std::to_string(f.slices) + ", " + std::to_string(f.warps) + " warps";
         const int64_t prows = narrow_gemm_partial_rows(kN, f, part.bytes());
         variant(name.c_str(), [&](int mm, DeviceBuffer& out) { narrow_gemm(xp, mm, kK, kK, wp, kN, out.as<float>(), kN, f, pp, prows, st); });
+      }
+      // one launch, the slices over a cluster: the bits of the 2-kernel form of the same slices
+      variant("cluster of 8 slices, 2 warps", [&](int mm, DeviceBuffer& out) { narrow_cluster<8, 2>(xp, kK, wp, mm, out.as<float>(), kN, st); });
+      variant("cluster of 8 slices, 4 warps", [&](int mm, DeviceBuffer& out) { narrow_cluster<8, 4>(xp, kK, wp, mm, out.as<float>(), kN, st); });
+      variant("cluster of 4 slices, 2 warps", [&](int mm, DeviceBuffer& out) { narrow_cluster<4, 2>(xp, kK, wp, mm, out.as<float>(), kN, st); });
+      {  // the cluster form's bits against the 2-kernel form's, 8 slices
+        const NarrowGemmForm f8{8, 2};
+        narrow_gemm(xp, m, kK, kK, wp, kN, y1.as<float>(), kN, f8, pp, narrow_gemm_partial_rows(kN, f8, part.bytes()), st);
+        const std::vector<float> two = bench::download<float>(y1, size_t(m) * kN, st);
+        narrow_cluster<8, 4>(xp, kK, wp, m, y1.as<float>(), kN, st);
+        const std::vector<float> one = bench::download<float>(y1, size_t(m) * kN, st);
+        size_t differ = 0;
+        for (size_t i = 0; i < one.size(); ++i) differ += std::memcmp(&one[i], &two[i], 4) != 0;
+        std::printf("  cluster of 8 slices against narrow_gemm's 8 slices: %zu of %zu outputs differ (expected 0)\n", differ, one.size());
       }
     }
     return lines;

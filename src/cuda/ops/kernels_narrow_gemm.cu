@@ -2,12 +2,12 @@
 // part (n = 2 x value heads: 96 at 27B, 64 at 9B). cuBLASLt's batch-invariant picks for it run a
 // handful of CTAs at short m (most SMs idle); splitting k itself, in slices fixed by k alone, keeps
 // every row's sum order independent of m (batch-invariant by construction) while filling the GPU.
-// Its variants and their timings: dev/cuda/narrow_gemm.cu.
+// Its variants and their timings: dev/cuda/narrow_gemm.cu; a warp's slice sums: narrow_gemm.cuh.
 #include <algorithm>
 #include <string>
 
 #include "cuda/ops/kernels.h"
-#include "cuda/ops/mma.cuh"
+#include "cuda/ops/narrow_gemm.cuh"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/pdl.cuh"
 
@@ -15,11 +15,7 @@ namespace clefrt::cuda {
 
 namespace {
 
-// partial[s][r][c] = sum over k in slice s of x[r, k] w[c, k]; slice s is k steps [s steps,
-// (s + 1) steps) of 16. A warp takes 16 rows x all n = 8 NT columns of one slice (NT accumulators
-// of 4) on mma.sync m16n8k16 (bf16 in, fp32 sums, steps in order), fragments loaded from global
-// memory as 32-bit words (the slice of w stays in L1 across the CTA's warps), UNROLL steps' loads
-// issued before their MMAs. Rows past m read as zero and are not written.
+// partial[s][r][c]: narrow_slice_acc's sums of slice s (rows past m not written)
 template <int NT, int WARPS, int UNROLL>
 __global__ void __launch_bounds__(32 * WARPS) narrow_splitk_k(const bf16* __restrict__ x, int64_t ldx, const bf16* __restrict__ w, int64_t k,
                                                                int m, int steps, float* __restrict__ partial) {
@@ -28,43 +24,14 @@ __global__ void __launch_bounds__(32 * WARPS) narrow_splitk_k(const bf16* __rest
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, t = lane & 3;
   const int s = int(blockIdx.y), r0 = (int(blockIdx.x) * WARPS + warp) * 16;
   if (r0 >= m) return;
-  const int64_t k0 = int64_t(s) * steps * 16;
-  const bool ok0 = r0 + g < m, ok1 = r0 + g + 8 < m;
-  const uint32_t* xa = reinterpret_cast<const uint32_t*>(x + int64_t(r0 + g) * ldx + k0 + 2 * t);
-  const uint32_t* xb = reinterpret_cast<const uint32_t*>(x + int64_t(r0 + g + 8) * ldx + k0 + 2 * t);
-  const uint32_t* wp = reinterpret_cast<const uint32_t*>(w + int64_t(g) * k + k0 + 2 * t);
-  const int64_t wstep = 4 * k;  // 32-bit words from w's row c to row c + 8
-  float acc[NT][4] = {};
-  for (int st = 0; st < steps; st += UNROLL) {
-    uint32_t a[UNROLL][4], b[UNROLL][NT][2];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const bool in = st + u < steps;
-      const int kk = (st + u) * 8;  // in 32-bit words: 16 bf16 a step
-      a[u][0] = in && ok0 ? __ldg(xa + kk) : 0u;
-      a[u][1] = in && ok1 ? __ldg(xb + kk) : 0u;
-      a[u][2] = in && ok0 ? __ldg(xa + kk + 4) : 0u;
-      a[u][3] = in && ok1 ? __ldg(xb + kk + 4) : 0u;
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const uint32_t* wj = wp + j * wstep;
-        b[u][j][0] = in ? __ldg(wj + kk) : 0u;
-        b[u][j][1] = in ? __ldg(wj + kk + 4) : 0u;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      if (st + u >= steps) break;  // no product of zeros: a sum of -0 stays -0
-#pragma unroll
-      for (int j = 0; j < NT; ++j) mma_bf16(acc[j], a[u][0], a[u][1], a[u][2], a[u][3], b[u][j][0], b[u][j][1]);
-    }
-  }
+  float acc[NT][4];
+  narrow_slice_acc<NT, UNROLL>(x, ldx, w, k, m, r0, int64_t(s) * steps * 16, steps, acc);
   float* p = partial + (int64_t(s) * m + r0) * n;
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int c = 8 * j + 2 * t;
-    if (ok0) *reinterpret_cast<float2*>(p + int64_t(g) * n + c) = make_float2(acc[j][0], acc[j][1]);
-    if (ok1) *reinterpret_cast<float2*>(p + int64_t(g + 8) * n + c) = make_float2(acc[j][2], acc[j][3]);
+    if (r0 + g < m) *reinterpret_cast<float2*>(p + int64_t(g) * n + c) = make_float2(acc[j][0], acc[j][1]);
+    if (r0 + g + 8 < m) *reinterpret_cast<float2*>(p + int64_t(g + 8) * n + c) = make_float2(acc[j][2], acc[j][3]);
   }
 }
 
