@@ -462,9 +462,15 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     // 2 of 4 items capped for 4; neither takes ffn 24,512, which must be refused by name
     forms.push_back({0, 4, 2});
     if (cuda::device_info().major >= 9) forms.push_back({2, 4, 4});
+    // the streamed form (persistent clusters, the next row prefetched): as many clusters as fit
+    // (one row each here), and 2 and 4 clusters (rows 9: each cluster through both stages, more
+    // than once); a streamed form of another shape is refused
+    if (cuda::device_info().major >= 9) forms.insert(forms.end(), {{2, 4, 0, true, 0}, {2, 4, 0, true, 2}, {2, 4, 0, true, 4}, {4, 2, 0, true, 0}});
     for (const cuda::SwigluFp8Form& f : forms) {
       const std::string form = at + ", cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread" +
-                               (f.min_blocks ? ", capped for " + std::to_string(f.min_blocks) + " CTAs an SM" : "");
+                               (f.min_blocks ? ", capped for " + std::to_string(f.min_blocks) + " CTAs an SM" : "") +
+                               (f.stream ? ", streamed over " + std::to_string(f.stream_clusters) + " clusters" : "");
+      if (f.stream && f.cluster != 2) EXPECT_FALSE(cuda::swiglu_fp8_form_fits(f, ffn)) << form;
       if (f.min_blocks != 0) EXPECT_EQ(cuda::swiglu_fp8_form_fits(f, ffn), ffn <= 18432) << form;
       if (!cuda::swiglu_fp8_form_fits(f, ffn)) {
         EXPECT_THROW(cuda::swiglu_fp8_quant_as(f, dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp,
@@ -488,7 +494,7 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
   // the product's choice by rows: the cluster form below 2,048 rows, the register form from there
   // (CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS unset); the same bits either way
   if (cuda::device_info().major >= 9 && !std::getenv("CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS") && !std::getenv("CLEFRT_LAB_SWIGLU_MIN_BLOCKS") &&
-      !std::getenv("CLEFRT_LAB_SWIGLU_CLUSTER")) {
+      !std::getenv("CLEFRT_LAB_SWIGLU_CLUSTER") && !std::getenv("CLEFRT_LAB_SWIGLU_STREAM")) {
     EXPECT_EQ(cuda::swiglu_fp8_form(2047).min_blocks, 0);
     EXPECT_EQ(cuda::swiglu_fp8_form(2047).cluster, 2);
     EXPECT_EQ(cuda::swiglu_fp8_form(2048).min_blocks, 2);
@@ -501,6 +507,22 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
       const float* hi = in.cs.as<float>() + split;
       cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");
       cuda::swiglu_fp8_quant(in.gu.as<bf16>(), L, ffn, rs_io.as<float>(), in.cs.as<float>(), hi, split, q2.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
+      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), in.codes) << "codes" << at;
+      EXPECT_EQ(down<float>(rs_io, size_t(L)), in.scales) << "scales in place" << at;
+    }
+  }
+  // the streamed form over many rows a cluster, its row scales read and written in place (as the
+  // forward runs it): at Clef 27B's ffn, as many clusters as fit and 7
+  if (cuda::device_info().major >= 9) {
+    const int64_t ffn = 17408, kp = 17408, split = 8704, L = 2600;
+    const SwigluFp8Inputs in = swiglu_fp8_inputs(L, ffn, kp, split, 77, 5);
+    for (const int clusters : {0, 7}) {
+      const std::string at = " streamed over " + std::to_string(clusters) + " clusters at " + std::to_string(L) + " rows";
+      DeviceBuffer q2(size_t(L * kp)), rs_io = cuda::upload(in.rs_host, "rs in place");
+      const float* hi = in.cs.as<float>() + split;
+      cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");
+      cuda::swiglu_fp8_quant_as({2, 4, 0, true, clusters}, in.gu.as<bf16>(), L, ffn, rs_io.as<float>(), in.cs.as<float>(), hi, split,
+                                q2.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
       EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), in.codes) << "codes" << at;
       EXPECT_EQ(down<float>(rs_io, size_t(L)), in.scales) << "scales in place" << at;
     }

@@ -17,8 +17,9 @@
 //                  (uncapped and capped for two CTAs an SM), and a row over a cluster of CTAs,
 //                  per cluster size and items a thread (compute capability 9.0 on; the one
 //                  CLEFRT_LAB_SWIGLU_CLUSTER / _IPT select marked); the product's form capped
-//                  for 4 CTAs an SM, without its scales (their cost), and with the fast
-//                  intrinsics' SiLU (what the exact one costs); bf16's swiglu for scale
+//                  for 4 CTAs an SM, without its scales (their cost), with the fast
+//                  intrinsics' SiLU (what the exact one costs), and streamed (persistent
+//                  clusters, the next row prefetched); bf16's swiglu for scale
 //   rms norm       the (1 + w) RMSNorm before each Linear: bf16 out, FP8 codes out, each plain
 //                  and taking a pending FP8 residual add (the FP8 model's norms but the first),
 //                  the fused add against scale_rows_cols_acc + the norm (its bits)
@@ -266,7 +267,7 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
         check_launch("swiglu_fp8_quant_cluster");
       });
       const std::string name = "cluster of " + std::to_string(cl) + ", " + std::to_string(ipt) + " items a thread" +
-                               (product.min_blocks == 0 && product.cluster == cl && product.ipt == ipt ? " (the model's now)" : "");
+                               (product.min_blocks == 0 && !product.stream && product.cluster == cl && product.ipt == ipt ? " (the model's now)" : "");
       print({"swiglu fp8", name, L, tc, bytes_fp8, samec ? "same bits" : "BITS DIFFER"}, copy, out);
     }
     // the product's form (2 CTAs of 4 items) with its registers capped for a fourth CTA an SM; then
@@ -283,6 +284,12 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
     for (size_t i = 0; i < qf.size(); ++i) differ += qf[i] != qr[i];
     print({"swiglu fp8", "2 x 4, fast silu (what the exact one costs)", L, tf, bytes_fp8,
            "not the product's bits: " + std::to_string(differ) + " of " + std::to_string(qf.size()) + " codes differ"},
+          copy, out);
+    // the product's form made persistent (CLEFRT_LAB_SWIGLU_STREAM=1): each cluster its rows in
+    // turn, the next row's gate|up copied into shared memory while this one's are computed
+    const auto [ts, sames] = regs([&] { launch_swiglu_fp8_quant_stream(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), 0, st); });
+    print({"swiglu fp8", std::string("2 x 4 streamed (persistent clusters, the next row prefetched)") + (product.stream ? " (the model's now)" : ""), L,
+           ts, bytes_fp8, sames ? "same bits" : "BITS DIFFER"},
           copy, out);
   }
 }

@@ -95,6 +95,11 @@ void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, c
 struct SwigluFp8Form {
   int cluster = 0, ipt = 1;
   int min_blocks = 0;  // 0: uncapped; 2 (cluster 0, ipt 4) or 4 (cluster 2, ipt 4): the capped forms
+  // The cluster of 2 of 4 items made persistent (cluster 2, ipt 4, min_blocks 0): each cluster its
+  // rows in turn, the next row's gate|up copied into shared memory while this one's are computed
+  // (CLEFRT_LAB_SWIGLU_STREAM=1); stream_clusters: the grid's clusters (0: as many as are resident)
+  bool stream = false;
+  int stream_clusters = 0;
 };
 bool swiglu_fp8_form_fits(const SwigluFp8Form& f, int64_t ffn);
 SwigluFp8Form swiglu_fp8_form(int64_t L);
