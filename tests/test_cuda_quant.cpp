@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -463,8 +464,8 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     forms.push_back({0, 4, 2});
     if (cuda::device_info().major >= 9) forms.push_back({2, 4, 4});
     // the streamed form (persistent clusters, the next row prefetched): as many clusters as fit
-    // (one row each here), and 2 and 4 clusters (rows 9: each cluster through both stages, more
-    // than once); a streamed form of another shape is refused
+    // (one row each here), 2 clusters (5 and 4 rows: both stages, each more than once) and 4; a
+    // streamed form of another shape is refused
     if (cuda::device_info().major >= 9) forms.insert(forms.end(), {{2, 4, 0, true, 0}, {2, 4, 0, true, 2}, {2, 4, 0, true, 4}, {4, 2, 0, true, 0}});
     for (const cuda::SwigluFp8Form& f : forms) {
       const std::string form = at + ", cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread" +
@@ -1346,9 +1347,18 @@ TEST(CudaQuant, Fp8NarrowGemmForwardAgainstCpu) {
   auto cpu = EngineCore::load(dir);
   std::vector<Encoded> enc;
   for (const auto& text : test::corpus_requests(12)) enc.push_back(cpu->encoder().encode(parse_request(text)));
-  struct Unset {
-    ~Unset() { unsetenv("CLEFRT_LAB_NARROW_SPLITK"), unsetenv("CLEFRT_LAB_NARROW_WARPS"); }
-  } unset;
+  struct Restore {  // the caller's values of the switches back afterwards (an A/B may have set them)
+    std::vector<std::pair<const char*, std::optional<std::string>>> was;
+    Restore() {
+      for (const char* n : {"CLEFRT_LAB_NARROW_SPLITK", "CLEFRT_LAB_NARROW_WARPS"}) {
+        const char* v = std::getenv(n);
+        was.emplace_back(n, v ? std::optional<std::string>(v) : std::nullopt);
+      }
+    }
+    ~Restore() {
+      for (const auto& [n, v] : was) v ? setenv(n, v->c_str(), 1) : unsetenv(n);
+    }
+  } restore;
   for (const char* warps : {"2", "4"}) {
     setenv("CLEFRT_LAB_NARROW_SPLITK", "8", 1);
     setenv("CLEFRT_LAB_NARROW_WARPS", warps, 1);

@@ -49,10 +49,11 @@ template <int S, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS) narrow_cluster_k(const bf16* __restrict__ x, int64_t ldx, const bf16* __restrict__ w, int m,
                                                                 float* __restrict__ y, int64_t ldy) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  pdl_wait();
   namespace cg = cooperative_groups;
   constexpr int rows = 16 * WARPS, steps = kK / 16 / S, per = rows * kN / S;
   static_assert((kK / 16) % S == 0 && (rows * kN) % S == 0, "whole slices and shares");
-  __shared__ float part[rows * kN];
+  __shared__ __align__(16) float part[rows * kN];
   const cg::cluster_group cl = cg::this_cluster();
   const int s = int(cl.block_rank()), lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, t = lane & 3;
   const int tile0 = int(blockIdx.y) * rows, r0 = tile0 + warp * 16;

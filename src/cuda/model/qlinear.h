@@ -110,7 +110,7 @@ class LinearRunner {
   // GDN in_proj's a | b) run on it instead of cuBLASLt where they write fp32 without
   // accumulating; its partial sums in the Gemm's workspace. slices 0: never (the default).
   // narrow_gemm_runs: how many parts it has run (tests: the switch reached the a | b GEMMs).
-  void use_narrow_gemm(const NarrowGemmForm& f) { narrow_ = f; }
+  void use_narrow_gemm(const NarrowGemmForm& f);
   size_t narrow_gemm_runs() const { return narrow_runs_; }
 
   // An accumulating FP8 Linear's scale pass left for the norm that reads the residual stream next

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/ops/kernels.h"
 #include "cuda/ops/mma.cuh"
 
 namespace clefrt::cuda {

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
+#include <utility>
 
 #include "cuda/ops/async_copy.cuh"
 #include "cuda/ops/cluster_launch.cuh"
@@ -359,27 +361,50 @@ __global__ void swiglu_fp8_quant_stream_k(const bf16* gu, int64_t L, int64_t ffn
 // Its threads a CTA (swiglu_cluster_threads' of a cluster of 2, 4 items) and shared memory.
 inline int64_t swiglu_stream_threads(int64_t ffn) { return swiglu_cluster_threads(ffn, 2, kSwigluStreamIpt); }
 inline size_t swiglu_stream_smem(int64_t ffn) { return size_t(2 * 2 * kSwigluStreamIpt) * size_t(swiglu_stream_threads(ffn)) * 16; }
-constexpr size_t kSwigluStreamMaxSmem = size_t(200) << 10;
+inline int swiglu_stream_device() {
+  int d = 0;
+  check(cudaGetDevice(&d), "cudaGetDevice");
+  return d;
+}
+// The most dynamic shared memory the streamed kernel may take on the current device (its opt-in
+// limit less the kernel's static shared memory), the kernel's attribute raised to it once a
+// device; 0 where the binary has no code of it for the device.
+inline size_t swiglu_stream_max_smem() {
+  static std::mutex mu;
+  static std::map<int, size_t> most;
+  const int dev = swiglu_stream_device();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = most.find(dev);
+  if (it != most.end()) return it->second;
+  size_t m = 0;
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, swiglu_fp8_quant_stream_k) == cudaSuccess && a.binaryVersion >= 90) {
+    int optin = 0;
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "swiglu stream: shared memory limit");
+    m = size_t(optin) > a.sharedSizeBytes ? size_t(optin) - a.sharedSizeBytes : 0;
+    check(cudaFuncSetAttribute(swiglu_fp8_quant_stream_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(m)), "swiglu stream: shared memory");
+  }
+  cudaGetLastError();  // a missing image is an answer here, not an error for the next launch
+  return most.emplace(dev, m).first->second;
+}
 // clusters: the grid's (0: as many as are resident at once, from the occupancy API; fewer if L
 // is smaller, and evened out so that every cluster takes about as many rows)
 inline void launch_swiglu_fp8_quant_stream(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale,
                                            int clusters, cudaStream_t s) {
-  static const bool sized = [] {
-    check(cudaFuncSetAttribute(swiglu_fp8_quant_stream_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSwigluStreamMaxSmem)),
-          "swiglu stream: shared memory");
-    return true;
-  }();
-  (void)sized;
+  if (swiglu_stream_smem(ffn) > swiglu_stream_max_smem())
+    throw Error(Status::Internal, "internal_error", "swiglu stream: ffn " + std::to_string(ffn) + " over the device's shared memory");
   const int64_t per = (ffn / 8 + 1) / 2, threads = swiglu_stream_threads(ffn);
   const size_t smem = swiglu_stream_smem(ffn);
   const cudaLaunchAttribute cluster = cluster_dim_x(2u);
   int64_t c = clusters;
   if (c <= 0) {
-    // the resident clusters per block size (the forward asks at every MLP: asked of the driver once)
+    // the resident clusters per device and block size (the forward asks at every MLP: asked of
+    // the driver once)
     static std::mutex mu;
-    static std::map<int64_t, int> resident;
+    static std::map<std::pair<int, int64_t>, int> resident;
+    const std::pair<int, int64_t> key{swiglu_stream_device(), threads};
     std::lock_guard<std::mutex> lock(mu);
-    auto it = resident.find(threads);
+    auto it = resident.find(key);
     if (it == resident.end()) {
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = dim3(2);
@@ -390,7 +415,7 @@ inline void launch_swiglu_fp8_quant_stream(const bf16* gu, int64_t L, int64_t ff
       cfg.numAttrs = 1;
       int most = 0;
       check(cudaOccupancyMaxActiveClusters(&most, swiglu_fp8_quant_stream_k, &cfg), "swiglu stream: resident clusters");
-      it = resident.emplace(threads, std::max(most, 1)).first;
+      it = resident.emplace(key, std::max(most, 1)).first;
     }
     const int64_t rounds = (L + it->second - 1) / it->second;
     c = (L + rounds - 1) / rounds;
