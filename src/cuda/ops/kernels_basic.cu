@@ -461,7 +461,7 @@ static std::string swiglu_form_misfit(const SwigluFp8Form& f, int64_t ffn) {
   if (f.stream) {
     if (f.cluster != 2 || f.ipt != kSwigluStreamIpt || f.min_blocks != 0 || f.stream_clusters < 0)
       return "the streamed form is the cluster of 2 of 4 items, uncapped (" + form() + " asked)";
-    static const int most = cluster_kernel_max_threads((const void*)swiglu_fp8_quant_stream_k);
+    static const int most = cluster_kernel_max_threads((const void*)swiglu_fp8_quant_stream_k<3>);
     if (most == 0) return "the streamed form needs compute capability 9.0 and its code in the binary";
     if (swiglu_stream_threads(ffn) > most || swiglu_stream_smem(ffn) > swiglu_stream_max_smem())
       return "ffn " + std::to_string(ffn) + " does not fit the streamed form's two stages of shared memory";

@@ -295,7 +295,13 @@ void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, con
 // alternate between two slots: slot (k % 2) is written again two rows later, after a cluster
 // barrier that every read of it comes before.
 constexpr int kSwigluStreamIpt = 4;
-__global__ void swiglu_fp8_quant_stream_k(const bf16* gu, int64_t L, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale,
+// Its CTAs: at most 288 threads (ffn <= 18,432: Clef's 12,288 and 17,408), registers capped for
+// MinBlocks CTAs an SM: 3 (the product's under the switch: the blog's 318 rows resident at once;
+// 72 registers, 64 bytes spilled) or 2 (the lab's other line: 96, none spilled). Uncapped, ptxas
+// takes 168 (more than a 288-thread CTA may hold at 3).
+constexpr int kSwigluStreamThreads = 288;
+template <int MinBlocks>
+__global__ void __launch_bounds__(kSwigluStreamThreads, MinBlocks) swiglu_fp8_quant_stream_k(const bf16* gu, int64_t L, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale,
                                           int per) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   pdl_wait();
@@ -321,6 +327,7 @@ __global__ void swiglu_fp8_quant_stream_k(const bf16* gu, int64_t L, int64_t ffn
   };
   int64_t t = blockIdx.x / 2;
   if (t < L) prefetch(t, 0);
+#pragma unroll 1
   for (int k = 0; t < L; t += clusters, ++k) {
     const int st = k & 1;
     if (t + clusters < L) prefetch(t + clusters, st ^ 1);
@@ -328,13 +335,23 @@ __global__ void swiglu_fp8_quant_stream_k(const bf16* gu, int64_t L, int64_t ffn
     cp_async_wait<1>();      // this thread's copies of row t are in
     const float r = sc.rs ? sc.rs[t] : 1.0f;
     const uint4* sg = stage + 2 * st * slots;
-    uint4 ov[IPT];
+    uint4 ov[IPT], uv[IPT];
+#pragma unroll
+    for (int kk = 0; kk < IPT; ++kk) {
+      const int j = int(threadIdx.x) + kk * int(blockDim.x);
+      if (i0 + j < i1) ov[kk] = sg[j], uv[kk] = sg[slots + j];
+    }
+    // The column scales are the same every row: left visible, the compiler hoists all IPT items'
+    // (64 floats) out of the row loop and runs out of registers. Opaque pointers each row keep
+    // their loads in it (L1 hits after the first row).
+    GuScales scr = sc;
+    asm volatile("" : "+l"(scr.cs_lo), "+l"(scr.cs_hi));
     float m = 0;
 #pragma unroll
     for (int kk = 0; kk < IPT; ++kk) {
-      const int j = int(threadIdx.x) + kk * int(blockDim.x), i = i0 + j;
+      const int i = i0 + int(threadIdx.x) + kk * int(blockDim.x);
       if (i < i1) {
-        ov[kk] = swiglu8_scaled(sg[j], sg[slots + j], r, sc, 8 * i, int(ffn), vec);
+        ov[kk] = swiglu8_scaled(ov[kk], uv[kk], r, scr, 8 * i, int(ffn), vec);
         m = absmax8_bf16(ov[kk], m);
       }
     }
@@ -369,6 +386,7 @@ inline int swiglu_stream_device() {
 // The most dynamic shared memory the streamed kernel may take on the current device (its opt-in
 // limit less the kernel's static shared memory), the kernel's attribute raised to it once a
 // device; 0 where the binary has no code of it for the device.
+template <int MinBlocks = 3>
 inline size_t swiglu_stream_max_smem() {
   static std::mutex mu;
   static std::map<int, size_t> most;
@@ -378,21 +396,23 @@ inline size_t swiglu_stream_max_smem() {
   if (it != most.end()) return it->second;
   size_t m = 0;
   cudaFuncAttributes a{};
-  if (cudaFuncGetAttributes(&a, swiglu_fp8_quant_stream_k) == cudaSuccess && a.binaryVersion >= 90) {
+  if (cudaFuncGetAttributes(&a, swiglu_fp8_quant_stream_k<MinBlocks>) == cudaSuccess && a.binaryVersion >= 90) {
     int optin = 0;
     check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "swiglu stream: shared memory limit");
     m = size_t(optin) > a.sharedSizeBytes ? size_t(optin) - a.sharedSizeBytes : 0;
-    check(cudaFuncSetAttribute(swiglu_fp8_quant_stream_k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(m)), "swiglu stream: shared memory");
+    check(cudaFuncSetAttribute(swiglu_fp8_quant_stream_k<MinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(m)),
+          "swiglu stream: shared memory");
   }
   cudaGetLastError();  // a missing image is an answer here, not an error for the next launch
   return most.emplace(dev, m).first->second;
 }
 // clusters: the grid's (0: as many as are resident at once, from the occupancy API; fewer if L
 // is smaller, and evened out so that every cluster takes about as many rows)
+template <int MinBlocks = 3>
 inline void launch_swiglu_fp8_quant_stream(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale,
                                            int clusters, cudaStream_t s) {
-  if (swiglu_stream_smem(ffn) > swiglu_stream_max_smem())
-    throw Error(Status::Internal, "internal_error", "swiglu stream: ffn " + std::to_string(ffn) + " over the device's shared memory");
+  if (swiglu_stream_threads(ffn) > kSwigluStreamThreads || swiglu_stream_smem(ffn) > swiglu_stream_max_smem<MinBlocks>())
+    throw Error(Status::Internal, "internal_error", "swiglu stream: ffn " + std::to_string(ffn) + " over its 288 threads or the device's shared memory");
   const int64_t per = (ffn / 8 + 1) / 2, threads = swiglu_stream_threads(ffn);
   const size_t smem = swiglu_stream_smem(ffn);
   const cudaLaunchAttribute cluster = cluster_dim_x(2u);
@@ -414,14 +434,14 @@ inline void launch_swiglu_fp8_quant_stream(const bf16* gu, int64_t L, int64_t ff
       cfg.attrs = &a;
       cfg.numAttrs = 1;
       int most = 0;
-      check(cudaOccupancyMaxActiveClusters(&most, swiglu_fp8_quant_stream_k, &cfg), "swiglu stream: resident clusters");
+      check(cudaOccupancyMaxActiveClusters(&most, swiglu_fp8_quant_stream_k<MinBlocks>, &cfg), "swiglu stream: resident clusters");
       it = resident.emplace(key, std::max(most, 1)).first;
     }
     const int64_t rounds = (L + it->second - 1) / it->second;
     c = (L + rounds - 1) / rounds;
   }
   c = std::max<int64_t>(1, std::min(c, L));
-  launch_after_ex("swiglu_fp8_quant stream", swiglu_fp8_quant_stream_k, unsigned(2 * c), unsigned(threads), smem, s, &cluster, 1, gu, L, ffn, sc,
+  launch_after_ex("swiglu_fp8_quant stream", swiglu_fp8_quant_stream_k<MinBlocks>, unsigned(2 * c), unsigned(threads), smem, s, &cluster, 1, gu, L, ffn, sc,
                   gu_scales_vec(sc, ffn), q, kp / 8, scale, int(per));
 }
 
