@@ -233,18 +233,19 @@ void LinearRunner::run_parts(const bf16* x, int64_t m, int64_t ldx, const DevLin
   for (const DevLinearPart& p : l.parts) {
     char* yp = static_cast<char*>(y) + size_t(p.row0) * es;
     switch (p.fmt) {
-      case WFormat::BF16:
-        if (narrow_.slices > 0 && yt == OutType::F32 && !accumulate && narrow_gemm_fits(p.n, p.k, ldx, narrow_) &&
-            (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(p.w) | reinterpret_cast<uintptr_t>(yp)) % 4 == 0 &&
-            narrow_gemm_partial_rows(p.n, narrow_, gemm_.own_kernel_scratch_bytes()) >= 16) {
-          // its partials in the Gemm's workspace: this runner's stream is the Gemm's (Forward makes both)
+      case WFormat::BF16: {
+        // its partials in the Gemm's workspace (use_narrow_gemm checked that the streams are one)
+        const int64_t partial_rows = narrow_.slices > 0 ? narrow_gemm_partial_rows(p.n, narrow_, gemm_.own_kernel_scratch_bytes()) : 0;
+        if (partial_rows >= 16 && yt == OutType::F32 && !accumulate && narrow_gemm_fits(p.n, p.k, ldx, narrow_) &&
+            (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(p.w) | reinterpret_cast<uintptr_t>(yp)) % 4 == 0) {
           narrow_gemm(x, m, p.k, ldx, p.w, p.n, reinterpret_cast<float*>(yp), ldy, narrow_, static_cast<float*>(gemm_.own_kernel_scratch()),
-                      narrow_gemm_partial_rows(p.n, narrow_, gemm_.own_kernel_scratch_bytes()), s_);
+                      partial_rows, s_);
           ++narrow_runs_;
           break;
         }
         gemm_.run(x, m, p.k, ldx, p.w, p.n, yp, yt, ldy, accumulate, op);
         break;
+      }
       case WFormat::NVFP4:
         if (p.scales_swizzled) {  // Blackwell: the FP4 tensor cores
           if (!sc_.xq4) throw Error(Status::Internal, "internal_error", std::string(op) + ": native FP4 scratch not planned");

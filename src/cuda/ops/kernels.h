@@ -58,8 +58,8 @@ void layer_norm_biased(const float* x, int64_t rows, int64_t d, int64_t ldx, con
 // `slices` equal slices fixed by k alone (whatever m: a row's bits depend on its own values only,
 // batch-invariant by construction; not cuBLASLt's bits), each a warp's 16 rows x all n columns on
 // mma.sync (bf16 in, fp32 sums), the slices' partial sums then added in slice order. For the FP8
-// model's GDN in_proj a | b part (n 96 / 64; 8 .. 128, a power of two or 96), where cuBLASLt's batch-invariant picks leave most
-// SMs idle at short m. `partial`: scratch of partial_rows x slices x n floats (m is taken in
+// model's GDN in_proj a | b part (n 96 / 64; any n of 8 .. 128 a power of two, or 96), where
+// cuBLASLt's batch-invariant picks leave most SMs idle at short m. `partial`: scratch of partial_rows x slices x n floats (m is taken in
 // blocks of partial_rows rows; narrow_gemm_partial_rows sizes it from bytes).
 struct NarrowGemmForm {
   int slices = 16;  // k / 16 a multiple of it

@@ -65,8 +65,8 @@ void launch_splitk_warps(int warps, const bf16* x, int64_t ldx, const bf16* w, i
 
 bool narrow_gemm_fits(int64_t n, int64_t k, int64_t ldx, const NarrowGemmForm& f) {
   const bool warps_ok = f.warps == 1 || f.warps == 2 || f.warps == 4;
-  return (n == 8 || n == 16 || n == 32 || n == 64 || n == 96 || n == 128) && warps_ok && f.slices >= 1 && f.slices <= 256 && k % 16 == 0 && (k / 16) % f.slices == 0 &&
-         ldx % 2 == 0;
+  const bool n_ok = n == 8 || n == 16 || n == 32 || n == 64 || n == 96 || n == 128;
+  return n_ok && warps_ok && f.slices >= 1 && f.slices <= 256 && k % 16 == 0 && (k / 16) % f.slices == 0 && ldx % 2 == 0;
 }
 
 int64_t narrow_gemm_partial_rows(int64_t n, const NarrowGemmForm& f, size_t scratch_bytes) {
