@@ -26,8 +26,8 @@
 # ncu-gdn-source: the Wgmma prep (bf16x3 and one pass), the one-pass scan and the state-in-registers scan, stall samples per SASS instruction (CSV).
 # ncu-gdn-tform: the T form's prep and register-state scan at 1 x 8,192 (the lab's), stall samples per SASS line (CSV) and details.
 # ncu-head: Nsight Compute's throughput, occupancy, stall and memory sections on the head lab's row-Linear launches.
-# ncu-elementwise: Nsight Compute's occupancy, issue and stall sections on the elementwise lab's FP8 SwiGLU (exact, fast SiLU, streamed) and FP8 norm with the pending add at 318 rows.
-# lab-narrow: clefrt_bench_narrow_gemm (the FP8 GDN in_proj's bf16 a | b GEMM, split-k forms). ncu-blog / ncu-blog-fp8: every kernel's GPU time over one forward of the blog request, the tuned one (bench --profiler-range; bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
+# ncu-elementwise: Nsight Compute's occupancy, issue and stall sections on the elementwise lab's FP8 SwiGLU (exact, fast SiLU, the lab's streamed form) and FP8 norm with the pending add at 318 rows.
+# lab-narrow: clefrt_bench_narrow_gemm (the FP8 GDN in_proj's bf16 a | b GEMM: the lab's split-k forms beside the engine's cuBLASLt). ncu-blog / ncu-blog-fp8: every kernel's GPU time over one forward of the blog request, the tuned one (bench --profiler-range; bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
 # lab-vision-attn; every cuBLASLt configuration at the blog's and the tower's GEMMs with lab-gemm-search;
@@ -325,7 +325,7 @@ for i in range(240):
     ncu-elementwise)
       # Nsight Compute on the elementwise lab's FP8 steps at 318 rows (the blog), each kernel's first
       # launch: the product's SwiGLU (a row over 2 CTAs, 4 items a thread), the same with the fast
-      # intrinsics' SiLU, its streamed form (CLEFRT_LAB_SWIGLU_STREAM), and the FP8 norm taking a pending residual add. Is the SwiGLU bound by its
+      # intrinsics' SiLU, its streamed form (the lab's own kernel; its first launch is the one capped for 3 CTAs an SM), and the FP8 norm taking a pending residual add. Is the SwiGLU bound by its
       # instructions, its warps' dependency chains (few warps, long MUFU / division latencies) or
       # its loads? Occupancy, issue slots, warp stall reasons, memory throughput.
       for k in "swiglu-exact swiglu_fp8_quant_cluster_k<4, [^>]*(0|false)>" "swiglu-fast swiglu_fp8_quant_cluster_k<4, [^>]*(1|true)>" \

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -463,15 +462,9 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
     // 2 of 4 items capped for 4; neither takes ffn 24,512, which must be refused by name
     forms.push_back({0, 4, 2});
     if (cuda::device_info().major >= 9) forms.push_back({2, 4, 4});
-    // the streamed form (persistent clusters, the next row prefetched): as many clusters as fit
-    // (one row each here), 2 clusters (5 and 4 rows: both stages, each more than once) and 4; a
-    // streamed form of another shape is refused
-    if (cuda::device_info().major >= 9) forms.insert(forms.end(), {{2, 4, 0, true, 0}, {2, 4, 0, true, 2}, {2, 4, 0, true, 4}, {4, 2, 0, true, 0}});
     for (const cuda::SwigluFp8Form& f : forms) {
       const std::string form = at + ", cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread" +
-                               (f.min_blocks ? ", capped for " + std::to_string(f.min_blocks) + " CTAs an SM" : "") +
-                               (f.stream ? ", streamed over " + std::to_string(f.stream_clusters) + " clusters" : "");
-      if (f.stream && f.cluster != 2) EXPECT_FALSE(cuda::swiglu_fp8_form_fits(f, ffn)) << form;
+                               (f.min_blocks ? ", capped for " + std::to_string(f.min_blocks) + " CTAs an SM" : "");
       if (f.min_blocks != 0) EXPECT_EQ(cuda::swiglu_fp8_form_fits(f, ffn), ffn <= 18432) << form;
       if (!cuda::swiglu_fp8_form_fits(f, ffn)) {
         EXPECT_THROW(cuda::swiglu_fp8_quant_as(f, dgu.as<bf16>(), L, ffn, drs.as<float>(), dcs.as<float>(), hi, split, q2.as<uint8_t>(), kp,
@@ -495,7 +488,7 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
   // the product's choice by rows: the cluster form below 2,048 rows, the register form from there
   // (CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS unset); the same bits either way
   if (cuda::device_info().major >= 9 && !std::getenv("CLEFRT_LAB_SWIGLU_REGS_FROM_ROWS") && !std::getenv("CLEFRT_LAB_SWIGLU_MIN_BLOCKS") &&
-      !std::getenv("CLEFRT_LAB_SWIGLU_CLUSTER") && !std::getenv("CLEFRT_LAB_SWIGLU_STREAM")) {
+      !std::getenv("CLEFRT_LAB_SWIGLU_CLUSTER")) {
     EXPECT_EQ(cuda::swiglu_fp8_form(2047).min_blocks, 0);
     EXPECT_EQ(cuda::swiglu_fp8_form(2047).cluster, 2);
     EXPECT_EQ(cuda::swiglu_fp8_form(2048).min_blocks, 2);
@@ -508,22 +501,6 @@ TEST(CudaQuant, Fp8SwigluQuantEqualsSwigluThenQuantize) {
       const float* hi = in.cs.as<float>() + split;
       cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");
       cuda::swiglu_fp8_quant(in.gu.as<bf16>(), L, ffn, rs_io.as<float>(), in.cs.as<float>(), hi, split, q2.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
-      EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), in.codes) << "codes" << at;
-      EXPECT_EQ(down<float>(rs_io, size_t(L)), in.scales) << "scales in place" << at;
-    }
-  }
-  // the streamed form over many rows a cluster, its row scales read and written in place (as the
-  // forward runs it): at Clef 27B's ffn, as many clusters as fit and 7
-  if (cuda::device_info().major >= 9) {
-    const int64_t ffn = 17408, kp = 17408, split = 8704, L = 2600;
-    const SwigluFp8Inputs in = swiglu_fp8_inputs(L, ffn, kp, split, 77, 5);
-    for (const int clusters : {0, 7}) {
-      const std::string at = " streamed over " + std::to_string(clusters) + " clusters at " + std::to_string(L) + " rows";
-      DeviceBuffer q2(size_t(L * kp)), rs_io = cuda::upload(in.rs_host, "rs in place");
-      const float* hi = in.cs.as<float>() + split;
-      cuda::check(cudaMemset(q2.get(), 0xab, size_t(L * kp)), "poison");
-      cuda::swiglu_fp8_quant_as({2, 4, 0, true, clusters}, in.gu.as<bf16>(), L, ffn, rs_io.as<float>(), in.cs.as<float>(), hi, split,
-                                q2.as<uint8_t>(), kp, rs_io.as<float>(), nullptr);
       EXPECT_EQ(down<uint8_t>(q2, size_t(L * kp)), in.codes) << "codes" << at;
       EXPECT_EQ(down<float>(rs_io, size_t(L)), in.scales) << "scales in place" << at;
     }
@@ -1334,58 +1311,6 @@ void expect_graphed_bits(const cuda::DevModel& dm, cuda::ForwardOptions o, const
   cuda::Forward f(dm, o);
   for (int k = 0; k < 3; ++k) EXPECT_EQ(f.run(b), want) << what << ", graphed run " << k;
   EXPECT_EQ(f.graph_replays(), 2u) << what << ": captured, then replayed";
-}
-
-// The forward with the FP8 GDN in_proj's bf16 a | b part on the narrow split-k GEMM
-// (CLEFRT_LAB_NARROW_SPLITK=8, 2 and 4 warps): the FP8 small-gdn128 folder against the CPU within
-// Fp8OwnGemmForwardAgainstCpu's bound, a batch of 12 against each request alone bit for bit, the
-// kernel reached (one run a GDN layer and pass), and a slice count that does not divide hidden / 16
-// refused at load.
-TEST(CudaQuant, Fp8NarrowGemmForwardAgainstCpu) {
-  NEED_GPU();
-  const std::string dir = quantized_folder(test::synth_folder("calm-small-gdn128", 5, "small-gdn128", 0.5f), "small-gdn128-fp8", "fp8");
-  auto cpu = EngineCore::load(dir);
-  std::vector<Encoded> enc;
-  for (const auto& text : test::corpus_requests(12)) enc.push_back(cpu->encoder().encode(parse_request(text)));
-  struct Restore {  // the caller's values of the switches back afterwards (an A/B may have set them)
-    std::vector<std::pair<const char*, std::optional<std::string>>> was;
-    Restore() {
-      for (const char* n : {"CLEFRT_LAB_NARROW_SPLITK", "CLEFRT_LAB_NARROW_WARPS"}) {
-        const char* v = std::getenv(n);
-        was.emplace_back(n, v ? std::optional<std::string>(v) : std::nullopt);
-      }
-    }
-    ~Restore() {
-      for (const auto& [n, v] : was) v ? setenv(n, v->c_str(), 1) : unsetenv(n);
-    }
-  } restore;
-  for (const char* warps : {"2", "4"}) {
-    setenv("CLEFRT_LAB_NARROW_SPLITK", "8", 1);
-    setenv("CLEFRT_LAB_NARROW_WARPS", warps, 1);
-    auto gpu = EngineCore::load(dir, gpu_opts());
-    const GpuVsCpu r = gpu_vs_cpu(*cpu, *gpu, enc, enc.size());
-    std::cout << "[ cuda    ] small-gdn128 fp8, a | b on narrow_gemm (8 slices, " << warps << " warps): GPU vs CPU worst |dp| " << r.worst
-              << ", batch of 12 vs alone " << r.batch_worst << "\n";
-    EXPECT_LT(r.worst, 0.05) << warps << " warps";
-    EXPECT_EQ(r.batch_worst, 0.0) << warps << " warps";
-  }
-  const auto corpus = fp8_corpus();
-  const cuda::DevModel& dm = corpus->dm;
-  const size_t gdn_layers = size_t(std::count_if(dm.layers.begin(), dm.layers.end(), [](const cuda::DevLayer& l) { return l.type == model::LayerType::LinearAttention; }));
-  ASSERT_GT(gdn_layers, 0u);
-  {
-    cuda::Forward f(dm, corpus->one_pass());
-    (void)f.run(model::batch_of(corpus->batch));
-    EXPECT_EQ(f.narrow_gemm_runs(), gdn_layers) << "one GDN pass: one a | b GEMM a GDN layer";
-  }
-  unsetenv("CLEFRT_LAB_NARROW_SPLITK");
-  {
-    cuda::Forward f(dm, corpus->one_pass());
-    (void)f.run(model::batch_of(corpus->batch));
-    EXPECT_EQ(f.narrow_gemm_runs(), 0u) << "off by default";
-  }
-  setenv("CLEFRT_LAB_NARROW_SPLITK", "3", 1);  // hidden 256: 16 steps of 16
-  EXPECT_THROW(cuda::Forward(dm, corpus->one_pass()), Error);
 }
 
 // ForwardOptions::fp8_residual_in_norm (the scale passes of down_proj, the GDN out_proj and the

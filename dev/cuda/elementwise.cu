@@ -19,7 +19,8 @@
 //                  CLEFRT_LAB_SWIGLU_CLUSTER / _IPT select marked); the product's form capped
 //                  for 4 CTAs an SM, without its scales (their cost), with the fast
 //                  intrinsics' SiLU (what the exact one costs), and streamed (persistent
-//                  clusters, the next row prefetched); bf16's swiglu for scale
+//                  clusters, the next row prefetched: this file's own form, out of the product
+//                  since it lost in session 52); bf16's swiglu for scale
 //   rms norm       the (1 + w) RMSNorm before each Linear: bf16 out, FP8 codes out, each plain
 //                  and taking a pending FP8 residual add (the FP8 model's norms but the first),
 //                  the fused add against scale_rows_cols_acc + the norm (its bits)
@@ -33,13 +34,17 @@
 // Usage: clefrt_bench_elementwise [--commit ID] [--json FILE] [--m 318|8192: that size alone]
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cuda/ops/async_copy.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/kernels_quant.h"
 #include "cuda/ops/swiglu_fp8.cuh"
@@ -52,6 +57,170 @@ namespace {
 
 constexpr int64_t kHk = 16, kHv = 48, kDk = 128, kDv = 128, kConv = 2 * kHk * kDk + kHv * kDv, kInProj = kConv + kHv * kDv + 2 * kHv;
 constexpr int64_t kFfn = 17408;
+
+// The FP8 SwiGLU's streamed form, the lab's only: the product's cluster form of 2 CTAs of 4 items
+// (swiglu_fp8.cuh) made persistent. It lost on an H100 (session 52 at 2e391fc: 35.2 us against
+// the product's 26.4 at 318 rows, 0.510 against 0.387 ms at 8,192), so it left the product (where
+// it was SwigluFp8Form::stream, CLEFRT_LAB_SWIGLU_STREAM=1, up to 2e391fc) for this file:
+// cluster q takes rows q, q + C, q + 2 C, ... (C clusters in the grid, all resident where they
+// fit), each CTA its half of the row's 16-byte items as swiglu_fp8_quant_cluster_row, and while
+// it computes a row the next row's gate|up are already in flight: each thread's cp.async copies of
+// its own items into the other of two shared-memory stages (a thread reads back only what it
+// copied, so no barrier guards the stages). The cluster form waits a load's round trip for every
+// row, its CTAs in rounds; here a cluster streams its rows. The same values, amax, scale and
+// codes (the same per-element function and exchange); `scale` may be sc.rs as there: both CTAs
+// read rs[t] before the row's cluster barrier, rank 0 writes scale[t] after it. The CTAs' maxima
+// alternate between two slots: slot (k % 2) is written again two rows later, after a cluster
+// barrier that every read of it comes before.
+constexpr int kSwigluStreamIpt = 4;
+// Its CTAs: at most 288 threads (ffn <= 18,432: Clef's 12,288 and 17,408), registers capped for
+// MinBlocks CTAs an SM: 3 (the model's switch's when it had one: the blog's 318 rows resident at
+// once; 72 registers, 64 bytes spilled) or 2 (the other line: 96, none spilled). Uncapped, ptxas
+// takes 168 (more than a 288-thread CTA may hold at 3).
+constexpr int kSwigluStreamThreads = 288;
+template <int MinBlocks>
+__global__ void __launch_bounds__(kSwigluStreamThreads, MinBlocks) swiglu_fp8_quant_stream_k(const bf16* gu, int64_t L, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale,
+                                          int per) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  pdl_wait();
+  namespace cg = cooperative_groups;
+  constexpr int IPT = kSwigluStreamIpt;
+  extern __shared__ uint4 stage[];  // [2 stages][gate, up][IPT blockDim.x items]
+  __shared__ float sh[32];
+  __shared__ float cta_max[2];
+  const cg::cluster_group cl = cg::this_cluster();
+  const int rank = int(cl.block_rank());
+  const int64_t clusters = gridDim.x / 2;
+  const int slots = IPT * int(blockDim.x), f8 = int(ffn / 8), i0 = rank * per, i1 = min(i0 + per, f8);
+  auto prefetch = [&](int64_t t, int st) {
+    const uint4* g = reinterpret_cast<const uint4*>(gu + t * 2 * ffn);
+    const uint4* u = g + f8;
+    uint4* sg = stage + 2 * st * slots;
+#pragma unroll
+    for (int k = 0; k < IPT; ++k) {
+      const int j = int(threadIdx.x) + k * int(blockDim.x), i = i0 + j;
+      if (i < i1) cp_async16(sg + j, g + i, true), cp_async16(sg + slots + j, u + i, true);
+    }
+    cp_async_commit();
+  };
+  int64_t t = blockIdx.x / 2;
+  if (t < L) prefetch(t, 0);
+#pragma unroll 1
+  for (int k = 0; t < L; t += clusters, ++k) {
+    const int st = k & 1;
+    if (t + clusters < L) prefetch(t + clusters, st ^ 1);
+    else cp_async_commit();  // an empty group: the wait below always leaves the newest one
+    cp_async_wait<1>();      // this thread's copies of row t are in
+    const float r = sc.rs ? sc.rs[t] : 1.0f;
+    const uint4* sg = stage + 2 * st * slots;
+    uint4 ov[IPT], uv[IPT];
+#pragma unroll
+    for (int kk = 0; kk < IPT; ++kk) {
+      const int j = int(threadIdx.x) + kk * int(blockDim.x);
+      if (i0 + j < i1) ov[kk] = sg[j], uv[kk] = sg[slots + j];
+    }
+    // The column scales are the same every row: left visible, the compiler hoists all IPT items'
+    // (64 floats) out of the row loop and runs out of registers. Opaque pointers each row keep
+    // their loads in it (L1 hits after the first row).
+    GuScales scr = sc;
+    asm volatile("" : "+l"(scr.cs_lo), "+l"(scr.cs_hi));
+    float m = 0;
+#pragma unroll
+    for (int kk = 0; kk < IPT; ++kk) {
+      const int i = i0 + int(threadIdx.x) + kk * int(blockDim.x);
+      if (i < i1) {
+        ov[kk] = swiglu8_scaled(ov[kk], uv[kk], r, scr, 8 * i, int(ffn), vec);
+        m = absmax8_bf16(ov[kk], m);
+      }
+    }
+    m = block_max(m, sh);
+    if (threadIdx.x == 0) cta_max[st] = m;
+    cl.sync();  // both CTAs' maxima of row t published (and rs[t] read)
+    m = fmaxf(*cl.map_shared_rank(&cta_max[st], 0), *cl.map_shared_rank(&cta_max[st], 1));
+    const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
+    if (rank == 0 && threadIdx.x == 0) scale[t] = s;
+    uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
+#pragma unroll
+    for (int kk = 0; kk < IPT; ++kk) {
+      const int i = i0 + int(threadIdx.x) + kk * int(blockDim.x);
+      if (i < i1) out[i] = e4m3_encode8_bf16(ov[kk], s, inv);
+    }
+    for (int64_t i = f8 + int64_t(rank) * blockDim.x + threadIdx.x; i < kp8; i += 2 * int64_t(blockDim.x)) out[i] = make_uint2(0u, 0u);
+  }
+  cp_async_wait<0>();
+  cl.sync();  // neither CTA leaves while the other may still read its maxima
+#else
+  __trap();  // never launched below compute capability 9.0 (swiglu8 runs it from 9.0 only)
+#endif
+}
+// Its threads a CTA (swiglu_cluster_threads' of a cluster of 2, 4 items) and shared memory.
+inline int64_t swiglu_stream_threads(int64_t ffn) { return swiglu_cluster_threads(ffn, 2, kSwigluStreamIpt); }
+inline size_t swiglu_stream_smem(int64_t ffn) { return size_t(2 * 2 * kSwigluStreamIpt) * size_t(swiglu_stream_threads(ffn)) * 16; }
+inline int swiglu_stream_device() {
+  int d = 0;
+  check(cudaGetDevice(&d), "cudaGetDevice");
+  return d;
+}
+// The most dynamic shared memory the streamed kernel may take on the current device (its opt-in
+// limit less the kernel's static shared memory), the kernel's attribute raised to it once a
+// device; 0 where the binary has no code of it for the device.
+template <int MinBlocks = 3>
+inline size_t swiglu_stream_max_smem() {
+  static std::mutex mu;
+  static std::map<int, size_t> most;
+  const int dev = swiglu_stream_device();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = most.find(dev);
+  if (it != most.end()) return it->second;
+  size_t m = 0;
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, swiglu_fp8_quant_stream_k<MinBlocks>) == cudaSuccess && a.binaryVersion >= 90) {
+    int optin = 0;
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "swiglu stream: shared memory limit");
+    m = size_t(optin) > a.sharedSizeBytes ? size_t(optin) - a.sharedSizeBytes : 0;
+    check(cudaFuncSetAttribute(swiglu_fp8_quant_stream_k<MinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(m)),
+          "swiglu stream: shared memory");
+  }
+  cudaGetLastError();  // a missing image is an answer here, not an error for the next launch
+  return most.emplace(dev, m).first->second;
+}
+// clusters: the grid's (0: as many as are resident at once, from the occupancy API; fewer if L
+// is smaller, and evened out so that every cluster takes about as many rows)
+template <int MinBlocks = 3>
+inline void launch_swiglu_fp8_quant_stream(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale,
+                                           int clusters, cudaStream_t s) {
+  if (swiglu_stream_threads(ffn) > kSwigluStreamThreads || swiglu_stream_smem(ffn) > swiglu_stream_max_smem<MinBlocks>())
+    throw Error(Status::Internal, "internal_error", "swiglu stream: ffn " + std::to_string(ffn) + " over its 288 threads or the device's shared memory");
+  const int64_t per = (ffn / 8 + 1) / 2, threads = swiglu_stream_threads(ffn);
+  const size_t smem = swiglu_stream_smem(ffn);
+  const cudaLaunchAttribute cluster = cluster_dim_x(2u);
+  int64_t c = clusters;
+  if (c <= 0) {
+    // the resident clusters per device and block size (asked of the driver once)
+    static std::mutex mu;
+    static std::map<std::pair<int, int64_t>, int> resident;
+    const std::pair<int, int64_t> key{swiglu_stream_device(), threads};
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = resident.find(key);
+    if (it == resident.end()) {
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(2);
+      cfg.blockDim = dim3(unsigned(threads));
+      cfg.dynamicSmemBytes = smem;
+      cudaLaunchAttribute a = cluster;
+      cfg.attrs = &a;
+      cfg.numAttrs = 1;
+      int most = 0;
+      check(cudaOccupancyMaxActiveClusters(&most, swiglu_fp8_quant_stream_k<MinBlocks>, &cfg), "swiglu stream: resident clusters");
+      it = resident.emplace(key, std::max(most, 1)).first;
+    }
+    const int64_t rounds = (L + it->second - 1) / it->second;
+    c = (L + rounds - 1) / rounds;
+  }
+  c = std::max<int64_t>(1, std::min(c, L));
+  launch_after_ex("swiglu_fp8_quant stream", swiglu_fp8_quant_stream_k<MinBlocks>, unsigned(2 * c), unsigned(threads), smem, s, &cluster, 1, gu, L, ffn, sc,
+                  gu_scales_vec(sc, ffn), q, kp / 8, scale, int(per));
+}
 
 template <class T>
 std::vector<T> down_all(const DeviceBuffer& b) {
@@ -268,7 +437,7 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
         check_launch("swiglu_fp8_quant_cluster");
       });
       const std::string name = "cluster of " + std::to_string(cl) + ", " + std::to_string(ipt) + " items a thread" +
-                               (product.min_blocks == 0 && !product.stream && product.cluster == cl && product.ipt == ipt ? " (the model's now)" : "");
+                               (product.min_blocks == 0 && product.cluster == cl && product.ipt == ipt ? " (the model's now)" : "");
       print({"swiglu fp8", name, L, tc, bytes_fp8, samec ? "same bits" : "BITS DIFFER"}, copy, out);
     }
     // the product's form (2 CTAs of 4 items) with its registers capped for a fourth CTA an SM; then
@@ -286,13 +455,11 @@ void swiglu8(int64_t L, cudaStream_t st, double copy, json::Value& out) {
     print({"swiglu fp8", "2 x 4, fast silu (what the exact one costs)", L, tf, bytes_fp8,
            "not the product's bits: " + std::to_string(differ) + " of " + std::to_string(qf.size()) + " codes differ"},
           copy, out);
-    // the product's form made persistent (CLEFRT_LAB_SWIGLU_STREAM=1): each cluster its rows in
-    // turn, the next row's gate|up copied into shared memory while this one's are computed
-    // (registers capped for 3 CTAs an SM, the switch's; and for 2, no spills)
+    // the product's form made persistent (launch_swiglu_fp8_quant_stream above, the lab's only):
+    // each cluster its rows in turn, the next row's gate|up copied into shared memory while this
+    // one's are computed (registers capped for 3 CTAs an SM; and for 2, no spills)
     const auto [ts, sames] = regs([&] { launch_swiglu_fp8_quant_stream<3>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), 0, st); });
-    print({"swiglu fp8", std::string("2 x 4 streamed, 3 CTAs an SM") + (product.stream ? " (the model's now)" : ""), L, ts, bytes_fp8,
-           sames ? "same bits" : "BITS DIFFER"},
-          copy, out);
+    print({"swiglu fp8", "2 x 4 streamed, 3 CTAs an SM", L, ts, bytes_fp8, sames ? "same bits" : "BITS DIFFER"}, copy, out);
     const auto [ts2, sames2] = regs([&] { launch_swiglu_fp8_quant_stream<2>(dgu.as<bf16>(), L, kFfn, sc, q2.as<uint8_t>(), kFfn, s2.as<float>(), 0, st); });
     print({"swiglu fp8", "2 x 4 streamed, 2 CTAs an SM", L, ts2, bytes_fp8, sames2 ? "same bits" : "BITS DIFFER"}, copy, out);
   }

@@ -293,21 +293,6 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
                                         std::to_string(m.c.hidden));
   if (m.head.scorer0.n > 4 * m.hc.width)
     throw load_error("joint_head.safetensors", "residual_scorer hidden size above 4 x width is not supported by the CUDA head");
-  // CLEFRT_LAB_NARROW_SPLITK=S (0, the default: off) and CLEFRT_LAB_NARROW_WARPS=1|2|4: the FP8
-  // model's bf16 a | b part of the GDN in_proj on narrow_gemm (k in S fixed slices) instead of
-  // cuBLASLt: batch-invariant, other bits; the lab's A/B (dev/cuda/narrow_gemm.cu) until measured.
-  // Read before anything is created: a bad value leaves nothing behind.
-  const NarrowGemmForm narrow{int(env_count("CLEFRT_LAB_NARROW_SPLITK", 0, 0, 256)), int(env_count("CLEFRT_LAB_NARROW_WARPS", 2, 1, 4))};
-  if (narrow.slices > 0) {
-    size_t taken = 0;
-    for (const DevLayer& l : m.layers)
-      for (const DevLinearPart& p : l.gdn_in.parts) taken += p.fmt == WFormat::BF16 && narrow_gemm_fits(p.n, p.k, p.k, narrow);
-    if (taken == 0)
-      throw Error(Status::BadRequest, "usage",
-                  "CLEFRT_LAB_NARROW_SPLITK=" + std::to_string(narrow.slices) + " / CLEFRT_LAB_NARROW_WARPS=" + std::to_string(narrow.warps) +
-                      ": no bf16 part of a GDN in_proj it takes (the FP8 model's a | b: n 8 .. 128, the slices dividing hidden / 16 = " +
-                      std::to_string(m.c.hidden / 16) + ", 1, 2 or 4 warps)");
-  }
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   // CLEFRT_LAB_FP8_FAST_ACCUM=1: the FP8 GEMMs without fp32 promotion of their partial sums (other
   // answers: a lab A/B of what the promotion costs in the model, never the product's)
@@ -325,7 +310,6 @@ Forward::Forward(const DevModel& m, ForwardOptions o) : m_(m), o_(o) {
   lin_ = std::make_unique<LinearRunner>(m, *gemm_, stream_, LinearRunner::kStageBytes,
                                         o.w4a16_fused ? W4A16Kernel::Fused : W4A16Kernel::Staged,
                                         o.portable_kernels ? W4A16Gemm::MmaSync : W4A16Gemm::Auto);
-  if (narrow.slices > 0) lin_->use_narrow_gemm(narrow);
   if (o.gdn_pass_chunks < 0) throw Error(Status::Internal, "internal_error", "gdn_pass_chunks < 0");
   residual_in_norm_ = m.has_fp8 && env_count("CLEFRT_LAB_FP8_RESIDUAL_IN_NORM", o.fp8_residual_in_norm ? 1 : 0, 0, 1) == 1;
   gated_norm_quantizes_ = m.has_fp8 && env_count("CLEFRT_LAB_GATED_NORM_FP8", o.fp8_gated_norm_quantizes ? 1 : 0, 0, 1) == 1;
@@ -359,8 +343,6 @@ int64_t Forward::qkv_width() const { return 2 * m_.c.q_heads * m_.c.head_dim + 2
 std::string Forward::attention_kernel() const {
   return cudnn_ ? cudnn_->describe() + tower_note_ : "clefrt flash (mma.sync, gate fused)";
 }
-
-size_t Forward::narrow_gemm_runs() const { return lin_->narrow_gemm_runs(); }
 
 std::string Forward::gdn_kernel() const {
   if (gdn_path_ == GdnPath::Wgmma) {

@@ -222,7 +222,6 @@ class Forward {
   // GDN gated norms that quantized the out_proj's input (ForwardOptions::fp8_gated_norm_quantizes),
   // since load (host-side: a replayed graph does not count).
   size_t gated_norms_quantized() const { return norms_quantized_; }
-  size_t narrow_gemm_runs() const;  // LinearRunner::narrow_gemm_runs (CLEFRT_LAB_NARROW_SPLITK)
   // The same for the attention output gate (ForwardOptions::fp8_output_gate_quantizes).
   size_t output_gates_quantized() const { return gates_quantized_; }
   // GDN gated norms the scan applied in its epilogue (gdn_scan_norms), since load (host-side).

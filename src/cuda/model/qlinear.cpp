@@ -208,12 +208,6 @@ void LinearRunner::run(const bf16* x, int64_t m, int64_t ldx, const DevLinear& l
   run_parts(x, m, ldx, l, y, yt, ldy, accumulate, op, PartsMode{});
 }
 
-void LinearRunner::use_narrow_gemm(const NarrowGemmForm& f) {
-  if (f.slices > 0 && gemm_.stream() != s_)  // its partials live in the Gemm's workspace, ordered by the stream
-    throw Error(Status::Internal, "internal_error", "narrow_gemm: the LinearRunner's stream is not its Gemm's");
-  narrow_ = f;
-}
-
 void LinearRunner::flush_pending() {
   if (!has_pending()) return;
   const PendingResidual p = pending_;
@@ -233,19 +227,9 @@ void LinearRunner::run_parts(const bf16* x, int64_t m, int64_t ldx, const DevLin
   for (const DevLinearPart& p : l.parts) {
     char* yp = static_cast<char*>(y) + size_t(p.row0) * es;
     switch (p.fmt) {
-      case WFormat::BF16: {
-        // its partials in the Gemm's workspace (use_narrow_gemm checked that the streams are one)
-        const int64_t partial_rows = narrow_.slices > 0 ? narrow_gemm_partial_rows(p.n, narrow_, gemm_.own_kernel_scratch_bytes()) : 0;
-        if (partial_rows >= 16 && yt == OutType::F32 && !accumulate && narrow_gemm_fits(p.n, p.k, ldx, narrow_) &&
-            (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(p.w) | reinterpret_cast<uintptr_t>(yp)) % 4 == 0) {
-          narrow_gemm(x, m, p.k, ldx, p.w, p.n, reinterpret_cast<float*>(yp), ldy, narrow_, static_cast<float*>(gemm_.own_kernel_scratch()),
-                      partial_rows, s_);
-          ++narrow_runs_;
-          break;
-        }
+      case WFormat::BF16:
         gemm_.run(x, m, p.k, ldx, p.w, p.n, yp, yt, ldy, accumulate, op);
         break;
-      }
       case WFormat::NVFP4:
         if (p.scales_swizzled) {  // Blackwell: the FP4 tensor cores
           if (!sc_.xq4) throw Error(Status::Internal, "internal_error", std::string(op) + ": native FP4 scratch not planned");

@@ -106,12 +106,6 @@ class LinearRunner {
   // run() for such a Linear, its input [m, k] already in fp8_input's buffers.
   void run_fp8_quantized(int64_t m, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
   size_t staging_bytes() const { return slots_[0].bytes() + slots_[1].bytes(); }
-  // Lab (Forward's CLEFRT_LAB_NARROW_SPLITK): bf16 parts that narrow_gemm fits (n <= 128: the FP8
-  // GDN in_proj's a | b) run on it instead of cuBLASLt where they write fp32 without
-  // accumulating; its partial sums in the Gemm's workspace. slices 0: never (the default).
-  // narrow_gemm_runs: how many parts it has run (tests: the switch reached the a | b GEMMs).
-  void use_narrow_gemm(const NarrowGemmForm& f);
-  size_t narrow_gemm_runs() const { return narrow_runs_; }
 
   // An accumulating FP8 Linear's scale pass left for the norm that reads the residual stream next
   // (Forward's ForwardOptions::fp8_residual_in_norm). defer_next_accumulate(): the next run of an
@@ -170,8 +164,6 @@ class LinearRunner {
   size_t cursor_ = 0;
   QuantScratch sc_{};
   bool defer_ = false;
-  NarrowGemmForm narrow_{0, 2};
-  size_t narrow_runs_ = 0;
   PendingResidual pending_{};
 };
 

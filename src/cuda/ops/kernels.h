@@ -54,21 +54,6 @@ void layer_norm_add(float* x, int64_t rows, int64_t d, int64_t ldx, const float*
 // layer_norm_add, bit for bit, without its write of x.
 void layer_norm_biased(const float* x, int64_t rows, int64_t d, int64_t ldx, const float* bias, const float* w, const float* b, float eps,
                        bf16* y16, float* y32, cudaStream_t s);
-// A narrow bf16 GEMM, y [m, n] (fp32, rows ldy apart) = x [m, k] w [n, k]^T, split over k in
-// `slices` equal slices fixed by k alone (whatever m: a row's bits depend on its own values only,
-// batch-invariant by construction; not cuBLASLt's bits), each a warp's 16 rows x all n columns on
-// mma.sync (bf16 in, fp32 sums), the slices' partial sums then added in slice order. For the FP8
-// model's GDN in_proj a | b part (n 96 / 64; any n of 8 .. 128 a power of two, or 96), where
-// cuBLASLt's batch-invariant picks leave most SMs idle at short m. `partial`: scratch of partial_rows x slices x n floats (m is taken in
-// blocks of partial_rows rows; narrow_gemm_partial_rows sizes it from bytes).
-struct NarrowGemmForm {
-  int slices = 16;  // k / 16 a multiple of it
-  int warps = 2;    // warps a CTA (1, 2, 4), each 16 rows of one slice
-};
-bool narrow_gemm_fits(int64_t n, int64_t k, int64_t ldx, const NarrowGemmForm& f);
-int64_t narrow_gemm_partial_rows(int64_t n, const NarrowGemmForm& f, size_t scratch_bytes);
-void narrow_gemm(const bf16* x, int64_t m, int64_t k, int64_t ldx, const bf16* w, int64_t n, float* y, int64_t ldy, const NarrowGemmForm& f,
-                 float* partial, int64_t partial_rows, cudaStream_t s);
 // act[t, j] = silu(gu[t, j]) * gu[t, ffn + j] (the fused gate|up GEMM output)
 void swiglu(const bf16* gu, int64_t L, int64_t ffn, bf16* act, cudaStream_t s);
 // The same from an FP8 gate|up GEMM output left unscaled (LinearRunner::run_fp8_unscaled): value
@@ -95,11 +80,6 @@ void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, c
 struct SwigluFp8Form {
   int cluster = 0, ipt = 1;
   int min_blocks = 0;  // 0: uncapped; 2 (cluster 0, ipt 4) or 4 (cluster 2, ipt 4): the capped forms
-  // The cluster of 2 of 4 items made persistent (cluster 2, ipt 4, min_blocks 0): each cluster its
-  // rows in turn, the next row's gate|up copied into shared memory while this one's are computed
-  // (CLEFRT_LAB_SWIGLU_STREAM=1); stream_clusters: the grid's clusters (0: as many as are resident)
-  bool stream = false;
-  int stream_clusters = 0;
 };
 bool swiglu_fp8_form_fits(const SwigluFp8Form& f, int64_t ffn);
 SwigluFp8Form swiglu_fp8_form(int64_t L);

@@ -458,15 +458,6 @@ void swiglu_fp8_quant(const bf16* gu, int64_t L, int64_t ffn, const float* rs, c
 // forward asks at every MLP).
 static std::string swiglu_form_misfit(const SwigluFp8Form& f, int64_t ffn) {
   auto form = [&] { return "cluster " + std::to_string(f.cluster) + ", " + std::to_string(f.ipt) + " items a thread"; };
-  if (f.stream) {
-    if (f.cluster != 2 || f.ipt != kSwigluStreamIpt || f.min_blocks != 0 || f.stream_clusters < 0)
-      return "the streamed form is the cluster of 2 of 4 items, uncapped (" + form() + " asked)";
-    static const int most = cluster_kernel_max_threads((const void*)swiglu_fp8_quant_stream_k<3>);
-    if (most == 0) return "the streamed form needs compute capability 9.0 and its code in the binary";
-    if (swiglu_stream_threads(ffn) > most || swiglu_stream_smem(ffn) > swiglu_stream_max_smem())
-      return "ffn " + std::to_string(ffn) + " does not fit the streamed form's two stages of shared memory";
-    return "";
-  }
   if (f.min_blocks != 0) {
     const bool fits = f.min_blocks == 2   ? f.cluster == 0 && f.ipt == 4 && (ffn / 8 + 3) / 4 <= kSwigluQuantMaxThreads
                       : f.min_blocks == 4 ? f.cluster == 2 && f.ipt == 4 && swiglu_cluster_max_threads(4) > 0 &&
@@ -494,9 +485,7 @@ void swiglu_fp8_quant_as(const SwigluFp8Form& f, const bf16* gu, int64_t L, int6
   if (const std::string why = swiglu_form_misfit(f, ffn); !why.empty()) throw Error(Status::Internal, "internal_error", "swiglu_fp8_quant: " + why);
   if (L == 0) return;
   const GuScales sc{rs, cs_lo, cs_hi, split};
-  if (f.stream) {
-    launch_swiglu_fp8_quant_stream(gu, L, ffn, sc, q, kp, scale, f.stream_clusters, s);
-  } else if (f.min_blocks == 2) {
+  if (f.min_blocks == 2) {
     launch_swiglu_fp8_quant_regs<2>(gu, L, ffn, sc, q, kp, scale, s);
   } else if (f.min_blocks == 4) {
     launch_swiglu_fp8_quant_cluster_lab<4>(gu, L, ffn, sc, q, kp, scale, s);
@@ -532,13 +521,9 @@ SwigluFp8Form swiglu_fp8_form(int64_t L) {
     if (d.min_blocks == 4 && (d.cluster != 2 || d.ipt != 4)) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_MIN_BLOCKS=4 is the cluster of 2 of 4 items");
     if (d.min_blocks == 1 || d.min_blocks == 3) throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_MIN_BLOCKS is " + std::to_string(d.min_blocks) + ": 0, 2 or 4");
     if (d.min_blocks == 2) d.ipt = 4;
-    // CLEFRT_LAB_SWIGLU_STREAM=1: the cluster form of 2 of 4 items made persistent, at every L
-    d.stream = env_count("CLEFRT_LAB_SWIGLU_STREAM", 0, 0, 1) == 1;
-    if (d.stream && (d.cluster != 2 || d.ipt != 4 || d.min_blocks != 0))
-      throw Error(Status::BadRequest, "usage", "CLEFRT_LAB_SWIGLU_STREAM=1 is the cluster of 2 of 4 items, uncapped: not with other CLEFRT_LAB_SWIGLU_* forms");
     return d;
   }();
-  if (regs_from > 0 && L >= regs_from && f.min_blocks == 0 && f.cluster > 0 && !f.stream) return SwigluFp8Form{0, 4, 2};
+  if (regs_from > 0 && L >= regs_from && f.min_blocks == 0 && f.cluster > 0) return SwigluFp8Form{0, 4, 2};
   return f;
 }
 

@@ -6,21 +6,17 @@
 // (bench/results/2026-12-05-h200-session28.md), which stays the product's below compute
 // capability 9.0. Capped for 2 CTAs an SM it is the product's form from 2,048 rows
 // (swiglu_fp8_form; bench/results/2026-12-06-h100-session35.md); the cluster form capped for 4
-// CTAs is a lab switch (CLEFRT_LAB_SWIGLU_MIN_BLOCKS=4), and so is its persistent streamed form
-// (swiglu_fp8_quant_stream_k, CLEFRT_LAB_SWIGLU_STREAM=1; not yet measured on a GPU).
+// CTAs is a lab switch (CLEFRT_LAB_SWIGLU_MIN_BLOCKS=4). The cluster form made persistent (each
+// cluster its rows in turn, the next row's gate|up prefetched into shared memory) lost on an
+// H100 (session 52) and lives in the lab only: dev/cuda/elementwise.cu, on this file's helpers.
 #pragma once
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
-#include <utility>
 
-#include "cuda/ops/async_copy.cuh"
 #include "cuda/ops/cluster_launch.cuh"
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
@@ -283,168 +279,6 @@ void launch_swiglu_fp8_quant_cluster(const bf16* gu, int64_t L, int64_t ffn, con
                                      cudaStream_t s) {
   launch_swiglu_cluster_form(swiglu_fp8_quant_cluster_k<IPT, FastSilu>, IPT, gu, L, ffn, sc, q, kp, scale, cl, s);
 }
-// The cluster form of 2 CTAs of 4 items made persistent (SwigluFp8Form::stream, a lab switch):
-// cluster q takes rows q, q + C, q + 2 C, ... (C clusters in the grid, all resident where they
-// fit), each CTA its half of the row's 16-byte items as swiglu_fp8_quant_cluster_row, and while
-// it computes a row the next row's gate|up are already in flight: each thread's cp.async copies of
-// its own items into the other of two shared-memory stages (a thread reads back only what it
-// copied, so no barrier guards the stages). The cluster form waits a load's round trip for every
-// row, its CTAs in rounds; here a cluster streams its rows. The same values, amax, scale and
-// codes (the same per-element function and exchange); `scale` may be sc.rs as there: both CTAs
-// read rs[t] before the row's cluster barrier, rank 0 writes scale[t] after it. The CTAs' maxima
-// alternate between two slots: slot (k % 2) is written again two rows later, after a cluster
-// barrier that every read of it comes before.
-constexpr int kSwigluStreamIpt = 4;
-// Its CTAs: at most 288 threads (ffn <= 18,432: Clef's 12,288 and 17,408), registers capped for
-// MinBlocks CTAs an SM: 3 (the product's under the switch: the blog's 318 rows resident at once;
-// 72 registers, 64 bytes spilled) or 2 (the lab's other line: 96, none spilled). Uncapped, ptxas
-// takes 168 (more than a 288-thread CTA may hold at 3).
-constexpr int kSwigluStreamThreads = 288;
-template <int MinBlocks>
-__global__ void __launch_bounds__(kSwigluStreamThreads, MinBlocks) swiglu_fp8_quant_stream_k(const bf16* gu, int64_t L, int64_t ffn, GuScales sc, bool vec, uint8_t* q, int64_t kp8, float* scale,
-                                          int per) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  pdl_wait();
-  namespace cg = cooperative_groups;
-  constexpr int IPT = kSwigluStreamIpt;
-  extern __shared__ uint4 stage[];  // [2 stages][gate, up][IPT blockDim.x items]
-  __shared__ float sh[32];
-  __shared__ float cta_max[2];
-  const cg::cluster_group cl = cg::this_cluster();
-  const int rank = int(cl.block_rank());
-  const int64_t clusters = gridDim.x / 2;
-  const int slots = IPT * int(blockDim.x), f8 = int(ffn / 8), i0 = rank * per, i1 = min(i0 + per, f8);
-  auto prefetch = [&](int64_t t, int st) {
-    const uint4* g = reinterpret_cast<const uint4*>(gu + t * 2 * ffn);
-    const uint4* u = g + f8;
-    uint4* sg = stage + 2 * st * slots;
-#pragma unroll
-    for (int k = 0; k < IPT; ++k) {
-      const int j = int(threadIdx.x) + k * int(blockDim.x), i = i0 + j;
-      if (i < i1) cp_async16(sg + j, g + i, true), cp_async16(sg + slots + j, u + i, true);
-    }
-    cp_async_commit();
-  };
-  int64_t t = blockIdx.x / 2;
-  if (t < L) prefetch(t, 0);
-#pragma unroll 1
-  for (int k = 0; t < L; t += clusters, ++k) {
-    const int st = k & 1;
-    if (t + clusters < L) prefetch(t + clusters, st ^ 1);
-    else cp_async_commit();  // an empty group: the wait below always leaves the newest one
-    cp_async_wait<1>();      // this thread's copies of row t are in
-    const float r = sc.rs ? sc.rs[t] : 1.0f;
-    const uint4* sg = stage + 2 * st * slots;
-    uint4 ov[IPT], uv[IPT];
-#pragma unroll
-    for (int kk = 0; kk < IPT; ++kk) {
-      const int j = int(threadIdx.x) + kk * int(blockDim.x);
-      if (i0 + j < i1) ov[kk] = sg[j], uv[kk] = sg[slots + j];
-    }
-    // The column scales are the same every row: left visible, the compiler hoists all IPT items'
-    // (64 floats) out of the row loop and runs out of registers. Opaque pointers each row keep
-    // their loads in it (L1 hits after the first row).
-    GuScales scr = sc;
-    asm volatile("" : "+l"(scr.cs_lo), "+l"(scr.cs_hi));
-    float m = 0;
-#pragma unroll
-    for (int kk = 0; kk < IPT; ++kk) {
-      const int i = i0 + int(threadIdx.x) + kk * int(blockDim.x);
-      if (i < i1) {
-        ov[kk] = swiglu8_scaled(ov[kk], uv[kk], r, scr, 8 * i, int(ffn), vec);
-        m = absmax8_bf16(ov[kk], m);
-      }
-    }
-    m = block_max(m, sh);
-    if (threadIdx.x == 0) cta_max[st] = m;
-    cl.sync();  // both CTAs' maxima of row t published (and rs[t] read)
-    m = fmaxf(*cl.map_shared_rank(&cta_max[st], 0), *cl.map_shared_rank(&cta_max[st], 1));
-    const float s = m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f, inv = fp8_row_recip(m, s);
-    if (rank == 0 && threadIdx.x == 0) scale[t] = s;
-    uint2* out = reinterpret_cast<uint2*>(q + t * kp8 * 8);
-#pragma unroll
-    for (int kk = 0; kk < IPT; ++kk) {
-      const int i = i0 + int(threadIdx.x) + kk * int(blockDim.x);
-      if (i < i1) out[i] = e4m3_encode8_bf16(ov[kk], s, inv);
-    }
-    for (int64_t i = f8 + int64_t(rank) * blockDim.x + threadIdx.x; i < kp8; i += 2 * int64_t(blockDim.x)) out[i] = make_uint2(0u, 0u);
-  }
-  cp_async_wait<0>();
-  cl.sync();  // neither CTA leaves while the other may still read its maxima
-#else
-  __trap();  // never launched below compute capability 9.0 (swiglu_fp8_quant_as refuses)
-#endif
-}
-// Its threads a CTA (swiglu_cluster_threads' of a cluster of 2, 4 items) and shared memory.
-inline int64_t swiglu_stream_threads(int64_t ffn) { return swiglu_cluster_threads(ffn, 2, kSwigluStreamIpt); }
-inline size_t swiglu_stream_smem(int64_t ffn) { return size_t(2 * 2 * kSwigluStreamIpt) * size_t(swiglu_stream_threads(ffn)) * 16; }
-inline int swiglu_stream_device() {
-  int d = 0;
-  check(cudaGetDevice(&d), "cudaGetDevice");
-  return d;
-}
-// The most dynamic shared memory the streamed kernel may take on the current device (its opt-in
-// limit less the kernel's static shared memory), the kernel's attribute raised to it once a
-// device; 0 where the binary has no code of it for the device.
-template <int MinBlocks = 3>
-inline size_t swiglu_stream_max_smem() {
-  static std::mutex mu;
-  static std::map<int, size_t> most;
-  const int dev = swiglu_stream_device();
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = most.find(dev);
-  if (it != most.end()) return it->second;
-  size_t m = 0;
-  cudaFuncAttributes a{};
-  if (cudaFuncGetAttributes(&a, swiglu_fp8_quant_stream_k<MinBlocks>) == cudaSuccess && a.binaryVersion >= 90) {
-    int optin = 0;
-    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "swiglu stream: shared memory limit");
-    m = size_t(optin) > a.sharedSizeBytes ? size_t(optin) - a.sharedSizeBytes : 0;
-    check(cudaFuncSetAttribute(swiglu_fp8_quant_stream_k<MinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(m)),
-          "swiglu stream: shared memory");
-  }
-  cudaGetLastError();  // a missing image is an answer here, not an error for the next launch
-  return most.emplace(dev, m).first->second;
-}
-// clusters: the grid's (0: as many as are resident at once, from the occupancy API; fewer if L
-// is smaller, and evened out so that every cluster takes about as many rows)
-template <int MinBlocks = 3>
-inline void launch_swiglu_fp8_quant_stream(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale,
-                                           int clusters, cudaStream_t s) {
-  if (swiglu_stream_threads(ffn) > kSwigluStreamThreads || swiglu_stream_smem(ffn) > swiglu_stream_max_smem<MinBlocks>())
-    throw Error(Status::Internal, "internal_error", "swiglu stream: ffn " + std::to_string(ffn) + " over its 288 threads or the device's shared memory");
-  const int64_t per = (ffn / 8 + 1) / 2, threads = swiglu_stream_threads(ffn);
-  const size_t smem = swiglu_stream_smem(ffn);
-  const cudaLaunchAttribute cluster = cluster_dim_x(2u);
-  int64_t c = clusters;
-  if (c <= 0) {
-    // the resident clusters per device and block size (the forward asks at every MLP: asked of
-    // the driver once)
-    static std::mutex mu;
-    static std::map<std::pair<int, int64_t>, int> resident;
-    const std::pair<int, int64_t> key{swiglu_stream_device(), threads};
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = resident.find(key);
-    if (it == resident.end()) {
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(2);
-      cfg.blockDim = dim3(unsigned(threads));
-      cfg.dynamicSmemBytes = smem;
-      cudaLaunchAttribute a = cluster;
-      cfg.attrs = &a;
-      cfg.numAttrs = 1;
-      int most = 0;
-      check(cudaOccupancyMaxActiveClusters(&most, swiglu_fp8_quant_stream_k<MinBlocks>, &cfg), "swiglu stream: resident clusters");
-      it = resident.emplace(key, std::max(most, 1)).first;
-    }
-    const int64_t rounds = (L + it->second - 1) / it->second;
-    c = (L + rounds - 1) / rounds;
-  }
-  c = std::max<int64_t>(1, std::min(c, L));
-  launch_after_ex("swiglu_fp8_quant stream", swiglu_fp8_quant_stream_k<MinBlocks>, unsigned(2 * c), unsigned(threads), smem, s, &cluster, 1, gu, L, ffn, sc,
-                  gu_scales_vec(sc, ffn), q, kp / 8, scale, int(per));
-}
-
 // The product's form capped for MinBlocks CTAs an SM: a cluster of 2 of 4 items, at most 288 threads.
 template <int MinBlocks>
 void launch_swiglu_fp8_quant_cluster_lab(const bf16* gu, int64_t L, int64_t ffn, const GuScales& sc, uint8_t* q, int64_t kp, float* scale,

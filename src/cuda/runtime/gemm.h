@@ -87,11 +87,6 @@ class Gemm {
                float alpha, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
 
   bool batch_invariant() const { return batch_invariant_; }
-  // The workspace, for a kernel of the caller's own launched on this Gemm's stream between its
-  // calls (narrow_gemm's partial sums): stream order keeps it from overlapping cuBLASLt's use.
-  void* own_kernel_scratch() { return workspace_.get(); }
-  cudaStream_t stream() const { return stream_; }
-  size_t own_kernel_scratch_bytes() const { return workspace_.bytes(); }
   // m buckets (see above, FP8 and bf16): buckets that adopted another algorithm than the
   // reference, and candidates dropped because some output bit differed from the reference
   int fp8_buckets_adopted() const { return fp8_adopted_; }
