@@ -1,0 +1,370 @@
+// The NVFP4 W4A16 GEMM with the weights as wgmma's register operand (issue 20, item 4: W4A16 no
+// slower than bf16 at the blog's 318 tokens). The product's wgmma kernel (kernels_w4a16_wgmma.cu)
+// dequantizes each weight tile into shared memory and has wgmma read both operands from there:
+// per 16-wide k step the tensor cores read the x tile and the weight tile from shared memory, and
+// the threads write the dequantized tile first. Here the roles are swapped, y^T = W x^T:
+//   - A = the weights, 64 channels a warpgroup, dequantized straight into the A fragment's
+//     registers (rows g and g + 8 of the warp's 16, k 2t, 2t + 1, 2t + 8, 2t + 9): they never pass
+//     through shared memory;
+//   - B = x, a [TN tokens, 64 k] tile brought by TMA, K-major, read by both warpgroups;
+//   - so the shared memory traffic per wgmma is x's tile only, and TN can be chosen per m (318
+//     tokens = 2 x 160).
+// For each thread's 4 codes of a (channel, 16-block) to be one 16-bit unit, the packed codes are
+// reordered once (rs_repack_k: per channel and 64-wide k step, 4 x 8 bytes, quad slot t's units
+// of the step's 4 blocks). The per-(channel, block) byte tables (nvfp4_dequant.cuh's make_table_shift,
+// exactly nvfp4_dequantize's values) are built once per CTA and step, 2 a thread, into shared
+// memory, and read by the 4 threads of a quad that need them.
+//
+// Every output element is the tensor cores' fp32 sum over k in increasing 16-wide steps, as in the
+// product's kernel; the lab counts the outputs whose bits differ from the product's.
+//
+// Usage: clefrt_bench_w4a16_rs [--commit ID] [--json FILE] [--shape gate_up|down|in_proj|o] [--m M]
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/formats.cuh"
+#include "cuda/ops/kernels.h"
+#include "cuda/ops/kernels_quant.h"
+#include "cuda/ops/nvfp4_dequant.cuh"
+#include "cuda/ops/tma.cuh"
+#include "cuda/ops/wgmma.cuh"
+#include "cuda/runtime/buffer.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/gemm.h"
+#include "cuda/runtime/hardware.h"
+#include "gpu_bench.h"
+#include "wgmma_rs_wide.cuh"
+
+using namespace clefrt;
+using namespace clefrt::cuda;
+
+namespace {
+
+constexpr int THREADS = 256, BK = 64, STAGES = 4, CH = 128;  // CH: channels a CTA, 64 a warpgroup
+
+template <int TN>
+struct Cfg {
+  static constexpr int x_bytes = TN * BK * 2;     // x tile [TN tokens][64 k], 128-byte swizzle
+  static constexpr int wp_bytes = CH * BK / 2;    // packed codes, RS order, [128][32]
+  static constexpr int ws_bytes = CH * BK / 16;   // e4m3 scales [128][4]
+  static constexpr int tab_bytes = 4 * CH * 16;   // tables [block 4][channel 128], 16 bytes each
+  static constexpr int w_base = STAGES * x_bytes;  // x tiles stay 1024-aligned (TN % 8 == 0)
+  static constexpr int t_base = w_base + STAGES * (wp_bytes + ws_bytes);
+  static constexpr int bar_base = t_base + 2 * tab_bytes;
+  static constexpr int bytes = bar_base + STAGES * 8 + 1024;
+  static_assert(TN % 8 == 0 && TN <= 256, "token tile");
+  static_assert(bytes + 1024 <= 233472, "shared memory per SM");
+};
+
+// 4 codes (one 16-bit unit, half h of w: codes 2t, 2t + 1, 2t + 8, 2t + 9 of a block) -> the bf16
+// pairs (2t, 2t + 1) and (2t + 8, 2t + 9); dequant_word's lookups and sign for half a word.
+__device__ __forceinline__ void dequant_unit(uint32_t w, int h, const Table& tb, uint32_t& lo, uint32_t& hi) {
+  const uint32_t idx = (h ? w >> 16 : w) & 0x7777u, w4 = w << 4;
+  const uint32_t la = prmt(tb.lo0, tb.lo1, idx), ha = prmt(tb.hi0, tb.hi1, idx);
+  lo = prmt(la, ha, 0x5140) ^ (prmt(w4, w, h ? 0xEEAA : 0xCC88) & 0x80008000u);
+  hi = prmt(la, ha, 0x7362) ^ (prmt(w4, w, h ? 0xFFBB : 0xDD99) & 0x80008000u);
+}
+
+template <int TN>
+__global__ void __launch_bounds__(THREADS, 1)
+    w4a16_rs_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ rs_packed,
+               const uint8_t* __restrict__ scales, const float* __restrict__ row_gs, int n, bf16* y, int64_t ldy) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  using C = Cfg<TN>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+  const int n0 = int(blockIdx.x) * CH, m0 = int(blockIdx.y) * TN;
+  const int ktiles = k / BK;
+  const int64_t prow = k / 2, srow = k / 16;
+  auto xtile = [&](int kt) { return smem + (kt % STAGES) * C::x_bytes; };
+  auto wtile = [&](int kt) { return smem + C::w_base + (kt % STAGES) * (C::wp_bytes + C::ws_bytes); };
+  auto ttile = [&](int kt) { return smem + C::t_base + (kt & 1) * C::tab_bytes; };
+
+  uint64_t* const xfull = reinterpret_cast<uint64_t*>(smem + C::bar_base);
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(&xfull[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  // packed codes: 16 bytes a thread (channel tid / 2, half tid % 2 of its 32); scales: 4 bytes a
+  // channel (threads < 128). Channels past n copy zeros: zero codes and scales give 0.
+  const bool win = n0 + (tid >> 1) < n, sin = tid < CH && n0 + tid < n;
+  const uint8_t* wsrc = win ? rs_packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : rs_packed;
+  const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
+  auto load_x = [&](int kt) {
+    if (tid != 0 || kt >= ktiles) return;
+    mbar_arrive_expect_tx(&xfull[kt % STAGES], C::x_bytes);
+    tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &xfull[kt % STAGES]);
+  };
+  auto load_w = [&](int kt) {
+    if (kt >= ktiles) return;
+    unsigned char* w = wtile(kt);
+    const int k0 = kt * BK;
+    cp_async16(w + tid * 16, win ? wsrc + k0 / 2 : rs_packed, win);
+    if (tid < CH) cp_async4(w + C::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
+  };
+
+  // tables: this thread builds channel trow's blocks tb and tb + 2 of each step
+  const int trow = tid & (CH - 1), tb = tid >> 7;
+  const float tgs = n0 + trow < n ? row_gs[n0 + trow] : 1.0f, trc = row_reciprocal(tgs);
+  auto tables = [&](int kt) {
+    const unsigned char* sc = wtile(kt) + C::wp_bytes + trow * 4;
+    unsigned char* tt = ttile(kt);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int b = tb + 2 * j;
+      const Table T = make_table_shift(scale_quotient(e4m3_value(sc[b]), tgs, trc));
+      *reinterpret_cast<uint4*>(tt + (b * CH + trow) * 16) = make_uint4(T.lo0, T.lo1, T.hi0, T.hi1);
+    }
+  };
+
+  const int ra = wg * 64 + warp * 16 + g;  // this thread's A rows: channels ra and ra + 8 of the CTA
+  float acc[TN / 2];
+  uint32_t afr[2][4];
+
+  load_w(0), load_x(0), load_w(1);
+  cp_async_commit();
+  load_x(1), load_w(2);
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+  tables(0);
+
+  for (int kt = 0; kt < ktiles; ++kt) {
+    // This thread's copies of weight tile kt + 1 have landed; after the barrier every thread's, and
+    // tables kt, are visible, and every warpgroup's wgmmas of step kt - 2 are done (each waits for
+    // all but its latest): x stage (kt + 2) % 4, weight stage (kt + 3) % 4 and table buffer
+    // (kt + 1) % 2 are free.
+    cp_async_wait<1>();
+    __syncthreads();
+    load_x(kt + 2), load_w(kt + 3);
+    cp_async_commit();
+    if (kt + 1 < ktiles) tables(kt + 1);
+
+    const unsigned char* wp = wtile(kt);
+    const uint2 p0 = *reinterpret_cast<const uint2*>(wp + ra * 32 + t * 8);
+    const uint2 p1 = *reinterpret_cast<const uint2*>(wp + (ra + 8) * 32 + t * 8);
+    const unsigned char* tt = ttile(kt);
+    mbar_wait(&xfull[kt % STAGES], uint32_t((kt / STAGES) & 1));
+    const unsigned char* xt = xtile(kt);
+#pragma unroll
+    for (int s = 0; s < BK / 16; ++s) {
+      const uint4 q0 = *reinterpret_cast<const uint4*>(tt + (s * CH + ra) * 16);
+      const uint4 q1 = *reinterpret_cast<const uint4*>(tt + (s * CH + ra + 8) * 16);
+      uint32_t(&a)[4] = afr[s & 1];
+      dequant_unit(s < 2 ? p0.x : p0.y, s & 1, Table{q0.x, q0.y, q0.z, q0.w}, a[0], a[2]);
+      dequant_unit(s < 2 ? p1.x : p1.y, s & 1, Table{q1.x, q1.y, q1.z, q1.w}, a[1], a[3]);
+#pragma unroll
+      for (int i = 0; i < TN / 2; ++i) fence_operand(acc[i]);
+      wgmma_fence();
+      lab::WgmmaRs<TN>::run(acc, a, wgmma_desc(xt + s * 32), kt > 0 || s > 0);
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous k step's wgmma: its A registers are free for the next
+    }
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < TN / 2; ++i) fence_operand(acc[i]);
+  cp_async_wait_all();
+
+#pragma unroll
+  for (int j = 0; j < TN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int tok = m0 + j * 8 + t * 2 + c, ch = n0 + ra + h * 8;
+        if (tok < m && ch < n) y[int64_t(tok) * ldy + ch] = __float2bfloat16_rn(acc[j * 4 + h * 2 + c]);
+      }
+#endif
+}
+
+// packed [n][k / 2] (code 2j in byte j's low nibble) -> per channel and 64-wide step, quad slot t's
+// 8 bytes: for each of the step's 4 blocks the unit (byte t, byte t + 4) of the block's 8 bytes,
+// i.e. codes 2t, 2t + 1, 2t + 8, 2t + 9.
+__global__ void rs_repack_k(const uint8_t* __restrict__ in, uint8_t* __restrict__ out, int64_t units) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= units) return;
+  const uint8_t* src = in + i * 32;
+  uint8_t o[32];
+#pragma unroll
+  for (int t = 0; t < 4; ++t)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      o[t * 8 + b * 2] = src[b * 8 + t];
+      o[t * 8 + b * 2 + 1] = src[b * 8 + t + 4];
+    }
+  uint4* dst = reinterpret_cast<uint4*>(out + i * 32);
+  dst[0] = *reinterpret_cast<const uint4*>(o);
+  dst[1] = *reinterpret_cast<const uint4*>(o + 16);
+}
+
+CUtensorMap x_map(const bf16* x, int64_t m, int64_t k, int tn) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder("w4a16 rs lab");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(m)}, strides[1] = {cuuint64_t(k) * 2};
+  const cuuint32_t box[2] = {cuuint32_t(BK), cuuint32_t(tn)}, elem[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(x), dims, strides, box, elem,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string(int(r)));
+  return map;
+}
+
+template <int TN>
+void run_rs(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8_t* scales, const float* gs, int64_t n, bf16* y,
+            cudaStream_t s) {
+  using C = Cfg<TN>;
+  static const bool configured = [] {
+    check(cudaFuncSetAttribute(w4a16_rs_k<TN>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "w4a16 rs");
+    return true;
+  }();
+  (void)configured;
+  const CUtensorMap map = x_map(x, m, k, TN);
+  const dim3 grid(unsigned((n + CH - 1) / CH), unsigned((m + TN - 1) / TN));
+  w4a16_rs_k<TN><<<grid, THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, gs, int(n), y, n);
+  check_launch("w4a16 rs");
+}
+
+using RsFn = void (*)(const bf16*, int64_t, int64_t, const uint8_t*, const uint8_t*, const float*, int64_t, bf16*, cudaStream_t);
+struct Form {
+  int tn;
+  RsFn fn;
+};
+const Form kForms[] = {{64, run_rs<64>}, {96, run_rs<96>}, {128, run_rs<128>}, {160, run_rs<160>}, {192, run_rs<192>}, {256, run_rs<256>}};
+
+std::vector<uint16_t> to_host(const DeviceBuffer& b, size_t count) {
+  std::vector<uint16_t> h(count);
+  check(cudaMemcpy(h.data(), b.get(), count * 2, cudaMemcpyDeviceToHost), "copy back");
+  return h;
+}
+
+float bf16_float(uint16_t v) {
+  const uint32_t u = uint32_t(v) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::Options opt;
+  if (!bench::parse_options(argc, argv, true, opt)) return 2;
+  try {
+    const HardwareLimits hw = bench::measure_and_print_hardware();
+    if (!nvfp4_gemm_wgmma_available()) {
+      std::printf("no sm_90a kernels on this GPU: the register-A lab needs Hopper\n");
+      return 0;
+    }
+    cudaStream_t s;
+    check(cudaStreamCreate(&s), "stream");
+    Gemm inv(s, true);
+    std::vector<int64_t> ms = {128, 318, 1024, 8192};
+    if (opt.only_m > 0) ms = {opt.only_m};
+    json::Value shapes = json::Value::array();
+    struct Shape {
+      const char* name;
+      int64_t n, k;
+    };
+    bool all_same = true;
+    for (Shape sh : {Shape{"gate_up", 34816, 5120}, Shape{"down", 5120, 17408}, Shape{"in_proj", 16480, 5120}, Shape{"o", 5120, 6144}}) {
+      if (!opt.only_shape.empty() && std::string(sh.name) != opt.only_shape) continue;
+      const int64_t n = sh.n, k = sh.k, mmax = *std::max_element(ms.begin(), ms.end());
+      DeviceBuffer w(size_t(n * k) * 2, "W"), wd(size_t(n * k) * 2, "W dequantized"), packed(size_t(n * k / 2), "W packed"),
+          rs(size_t(n * k / 2), "W packed, RS order"), scales(size_t(n * k / 16), "W scales"), gsr(size_t(n) * 4, "gs"), amax(4, "amax"),
+          x(size_t(mmax * k) * 2, "x"), y0(size_t(mmax * n) * 2, "y product"), y1(size_t(mmax * n) * 2, "y rs"),
+          yb(size_t(mmax * n) * 2, "y bf16");
+      fill_normal_bf16(w.as<bf16>(), n * k, 11, 0.0f, 0.02f, s);
+      fill_normal_bf16(x.as<bf16>(), mmax * k, 12, 0.0f, 1.0f, s);
+      check(cudaMemsetAsync(amax.get(), 0, 4, s), "amax");
+      amax_bf16(w.as<bf16>(), n * k, amax.as<float>(), s);
+      float a = 0;
+      check(cudaMemcpyAsync(&a, amax.get(), 4, cudaMemcpyDeviceToHost, s), "amax");
+      check(cudaStreamSynchronize(s), "amax");
+      // per-channel global scales that differ (the product's row_gs), around the tensor's
+      std::vector<float> gsv(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) gsv[size_t(i)] = 448.0f * 6.0f / a * (1.0f + 0.001f * float(i % 7));
+      check(cudaMemcpy(gsr.get(), gsv.data(), gsv.size() * 4, cudaMemcpyHostToDevice), "gs");
+      nvfp4_quantize(w.as<bf16>(), n, k, gsv[0], packed.as<uint8_t>(), scales.as<uint8_t>(), s);
+      nvfp4_dequantize(packed.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, k, wd.as<bf16>(), s);
+      const int64_t units = n * k / 64;
+      rs_repack_k<<<unsigned((units + 255) / 256), 256, 0, s>>>(packed.as<uint8_t>(), rs.as<uint8_t>(), units);
+      check_launch("rs repack");
+      check(cudaStreamSynchronize(s), "prepare");
+      std::printf("\n%s: n %lld, k %lld (packed %.1f MB, bf16 %.1f MB); TFLOP/s and %% of the bf16 peak (%.0f)\n", sh.name, (long long)n,
+                  (long long)k, double(n * k) * 0.5625 / 1e6, double(n * k) * 2 / 1e6, hw.peak_bf16_tflops);
+      json::Value rows = json::Value::array();
+      for (int64_t m : ms) {
+        const double flop = 2.0 * double(m) * double(n) * double(k);
+        auto tf = [&](double t) { return flop / (t * 1e-3) / 1e12; };
+        const double t_inv = bench::median_ms(s, [&] {
+          inv.run(x.as<bf16>(), m, k, k, wd.as<bf16>(), n, yb.get(), OutType::BF16, n, false, "bench");
+        });
+        const double t_wg = bench::median_ms(s, [&] {
+          nvfp4_gemm(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, y0.get(), false, n, false, s,
+                     W4A16Gemm::Wgmma);
+        });
+        check(cudaStreamSynchronize(s), "product");
+        const std::vector<uint16_t> h0 = to_host(y0, size_t(m * n)), hb = to_host(yb, size_t(m * n));
+        std::printf("  m %5lld  bf16 GEMM (cuBLASLt, invariant) %8.3f ms %6.1f TF/s %5.1f%%\n", (long long)m, t_inv, tf(t_inv),
+                    100 * tf(t_inv) / hw.peak_bf16_tflops);
+        std::printf("  m %5lld  product W4A16 wgmma              %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16)\n", (long long)m, t_wg, tf(t_wg),
+                    100 * tf(t_wg) / hw.peak_bf16_tflops, t_inv / t_wg);
+        json::Value r = json::Value::object();
+        r.add("m", json::Value::integer(m));
+        r.add("bf16_invariant_ms", json::Value::number(t_inv));
+        r.add("product_wgmma_ms", json::Value::number(t_wg));
+        for (const Form& f : kForms) {
+          const int64_t tiles = (m + f.tn - 1) / f.tn;
+          if (f.tn > 64 && tiles * f.tn > m + m / 2 + 64) continue;  // mostly padding: skip
+          check(cudaMemsetAsync(y1.get(), 0xFF, size_t(m * n) * 2, s), "poison");
+          f.fn(x.as<bf16>(), m, k, rs.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, y1.as<bf16>(), s);
+          check(cudaStreamSynchronize(s), "rs run");
+          const std::vector<uint16_t> h1 = to_host(y1, size_t(m * n));
+          size_t diff = 0;
+          double worst = 0, worst_b = 0;
+          for (size_t i = 0; i < h1.size(); ++i) {
+            diff += h1[i] != h0[i];
+            worst = std::max(worst, double(std::fabs(bf16_float(h1[i]) - bf16_float(h0[i]))));
+            worst_b = std::max(worst_b, double(std::fabs(bf16_float(h1[i]) - bf16_float(hb[i]))));
+          }
+          all_same = all_same && diff == 0;
+          const double t = bench::median_ms(s, [&] {
+            f.fn(x.as<bf16>(), m, k, rs.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, y1.as<bf16>(), s);
+          });
+          std::printf("  m %5lld  register A, %3d tokens a tile     %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16, %.2fx product)  %zu of %zu "
+                      "outputs differ from the product's (max %.3g; vs bf16 GEMM %.3g)\n",
+                      (long long)m, f.tn, t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, t_wg / t, diff, h1.size(), worst, worst_b);
+          json::Value fr = json::Value::object();
+          fr.add("ms", json::Value::number(t));
+          fr.add("differ_from_product", json::Value::integer(int64_t(diff)));
+          fr.add("max_abs_diff_product", json::Value::number(worst));
+          r.add("rs_tn" + std::to_string(f.tn), std::move(fr));
+        }
+        rows.arr.push_back(std::move(r));
+      }
+      shapes.arr.push_back(bench::shape_record(sh.name, n, k, std::move(rows)));
+    }
+    std::printf("\nregister-A forms against the product's bits: %s\n", all_same ? "all the same" : "SOME DIFFER");
+    if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "", std::move(shapes));
+    cudaStreamDestroy(s);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "clefrt_bench_w4a16_rs: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
