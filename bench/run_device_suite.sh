@@ -328,7 +328,8 @@ for i in range(240):
       # intrinsics' SiLU, its streamed form (the lab's own kernel; its first launch is the one capped for 3 CTAs an SM), and the FP8 norm taking a pending residual add. Is the SwiGLU bound by its
       # instructions, its warps' dependency chains (few warps, long MUFU / division latencies) or
       # its loads? Occupancy, issue slots, warp stall reasons, memory throughput.
-      for k in "swiglu-exact swiglu_fp8_quant_cluster_k<4, [^>]*(0|false)>" "swiglu-fast swiglu_fp8_quant_cluster_k<4, [^>]*(1|true)>" \
+      # (ncu renders template arguments as "(int)4, (bool)0": the patterns allow a cast before each)
+      for k in "swiglu-exact swiglu_fp8_quant_cluster_k<[^>]*4, [^>]*(0|false)>" "swiglu-fast swiglu_fp8_quant_cluster_k<[^>]*4, [^>]*(1|true)>" \
                "swiglu-stream swiglu_fp8_quant_stream_k" "norm-fp8-add rms_norm_1p_fp8_k<[^>]*(1|true)>"; do
         read -r tag re <<< "$k"
         echo "== ncu $tag ($re)" >> "$OUT/ncu-elementwise.txt"
