@@ -50,14 +50,16 @@ using namespace clefrt::cuda;
 
 namespace {
 
-constexpr int THREADS = 256, BK = 64, STAGES = 4, CH = 128;  // CH: channels a CTA, 64 a warpgroup
+constexpr int BK = 64, STAGES = 4;
 
-template <int TN>
+// TN tokens x CH channels a CTA: WGS warpgroups of 64 channels (1: up to 2 CTAs an SM, 2: one)
+template <int TN, int WGS>
 struct Cfg {
+  static constexpr int THREADS = 128 * WGS, CH = 64 * WGS, MIN_BLOCKS = WGS == 1 ? 2 : 1;
   static constexpr int x_bytes = TN * BK * 2;     // x tile [TN tokens][64 k], 128-byte swizzle
-  static constexpr int wp_bytes = CH * BK / 2;    // packed codes, RS order, [128][32]
-  static constexpr int ws_bytes = CH * BK / 16;   // e4m3 scales [128][4]
-  static constexpr int tab_bytes = 4 * CH * 16;   // tables [block 4][channel 128], 16 bytes each
+  static constexpr int wp_bytes = CH * BK / 2;    // packed codes, RS order, [CH][32]
+  static constexpr int ws_bytes = CH * BK / 16;   // e4m3 scales [CH][4]
+  static constexpr int tab_bytes = 4 * CH * 16;   // tables [block 4][channel CH], 16 bytes each
   static constexpr int w_base = STAGES * x_bytes;  // x tiles stay 1024-aligned (TN % 8 == 0)
   static constexpr int t_base = w_base + STAGES * (wp_bytes + ws_bytes);
   static constexpr int bar_base = t_base + 2 * tab_bytes;
@@ -75,14 +77,15 @@ __device__ __forceinline__ void dequant_unit(uint32_t w, int h, const Table& tb,
   hi = prmt(la, ha, 0x7362) ^ (prmt(w4, w, h ? 0xFFBB : 0xDD99) & 0x80008000u);
 }
 
-template <int TN>
-__global__ void __launch_bounds__(THREADS, 1)
+template <int TN, int WGS>
+__global__ void __launch_bounds__(Cfg<TN, WGS>::THREADS, Cfg<TN, WGS>::MIN_BLOCKS)
     w4a16_rs_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ rs_packed,
                const uint8_t* __restrict__ scales, const float* __restrict__ row_gs, int n, bf16* y, int64_t ldy) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
-  using C = Cfg<TN>;
+  using C = Cfg<TN, WGS>;
+  constexpr int CH = C::CH;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
@@ -100,7 +103,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
   __syncthreads();
   // packed codes: 16 bytes a thread (channel tid / 2, half tid % 2 of its 32); scales: 4 bytes a
-  // channel (threads < 128). Channels past n copy zeros: zero codes and scales give 0.
+  // channel (threads < CH). Channels past n copy zeros: zero codes and scales give 0.
   const bool win = n0 + (tid >> 1) < n, sin = tid < CH && n0 + tid < n;
   const uint8_t* wsrc = win ? rs_packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : rs_packed;
   const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
@@ -118,7 +121,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   };
 
   // tables: this thread builds channel trow's blocks tb and tb + 2 of each step
-  const int trow = tid & (CH - 1), tb = tid >> 7;
+  const int trow = tid & (CH - 1), tb = tid / CH;
   const float tgs = n0 + trow < n ? row_gs[n0 + trow] : 1.0f, trc = row_reciprocal(tgs);
   auto tables = [&](int kt) {
     const unsigned char* sc = wtile(kt) + C::wp_bytes + trow * 4;
@@ -224,27 +227,29 @@ CUtensorMap x_map(const bf16* x, int64_t m, int64_t k, int tn) {
   return map;
 }
 
-template <int TN>
+template <int TN, int WGS>
 void run_rs(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8_t* scales, const float* gs, int64_t n, bf16* y,
             cudaStream_t s) {
-  using C = Cfg<TN>;
+  using C = Cfg<TN, WGS>;
   static const bool configured = [] {
-    check(cudaFuncSetAttribute(w4a16_rs_k<TN>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "w4a16 rs");
+    check(cudaFuncSetAttribute(w4a16_rs_k<TN, WGS>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "w4a16 rs");
     return true;
   }();
   (void)configured;
   const CUtensorMap map = x_map(x, m, k, TN);
-  const dim3 grid(unsigned((n + CH - 1) / CH), unsigned((m + TN - 1) / TN));
-  w4a16_rs_k<TN><<<grid, THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, gs, int(n), y, n);
+  const dim3 grid(unsigned((n + C::CH - 1) / C::CH), unsigned((m + TN - 1) / TN));
+  w4a16_rs_k<TN, WGS><<<grid, C::THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, gs, int(n), y, n);
   check_launch("w4a16 rs");
 }
 
 using RsFn = void (*)(const bf16*, int64_t, int64_t, const uint8_t*, const uint8_t*, const float*, int64_t, bf16*, cudaStream_t);
 struct Form {
-  int tn;
+  int tn, wgs;
   RsFn fn;
 };
-const Form kForms[] = {{64, run_rs<64>}, {96, run_rs<96>}, {128, run_rs<128>}, {160, run_rs<160>}, {192, run_rs<192>}, {256, run_rs<256>}};
+const Form kForms[] = {{64, 2, run_rs<64, 2>},   {96, 2, run_rs<96, 2>},   {128, 2, run_rs<128, 2>}, {160, 2, run_rs<160, 2>},
+                       {192, 2, run_rs<192, 2>}, {256, 2, run_rs<256, 2>}, {64, 1, run_rs<64, 1>},   {128, 1, run_rs<128, 1>},
+                       {160, 1, run_rs<160, 1>}, {256, 1, run_rs<256, 1>}};
 
 std::vector<uint16_t> to_host(const DeviceBuffer& b, size_t count) {
   std::vector<uint16_t> h(count);
@@ -273,7 +278,7 @@ int main(int argc, char** argv) {
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
     Gemm inv(s, true);
-    std::vector<int64_t> ms = {128, 318, 1024, 8192};
+    std::vector<int64_t> ms = {318, 1024, 8192};
     if (opt.only_m > 0) ms = {opt.only_m};
     json::Value shapes = json::Value::array();
     struct Shape {
@@ -346,14 +351,14 @@ int main(int argc, char** argv) {
           const double t = bench::median_ms(s, [&] {
             f.fn(x.as<bf16>(), m, k, rs.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, y1.as<bf16>(), s);
           });
-          std::printf("  m %5lld  register A, %3d tokens a tile     %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16, %.2fx product)  %zu of %zu "
+          std::printf("  m %5lld  register A, %3d tokens x %3d ch    %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16, %.2fx product)  %zu of %zu "
                       "outputs differ from the product's (max %.3g; vs bf16 GEMM %.3g)\n",
-                      (long long)m, f.tn, t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, t_wg / t, diff, h1.size(), worst, worst_b);
+                      (long long)m, f.tn, 64 * f.wgs, t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, t_wg / t, diff, h1.size(), worst, worst_b);
           json::Value fr = json::Value::object();
           fr.add("ms", json::Value::number(t));
           fr.add("differ_from_product", json::Value::integer(int64_t(diff)));
           fr.add("max_abs_diff_product", json::Value::number(worst));
-          r.add("rs_tn" + std::to_string(f.tn), std::move(fr));
+          r.add("rs_tn" + std::to_string(f.tn) + "_ch" + std::to_string(64 * f.wgs), std::move(fr));
         }
         rows.arr.push_back(std::move(r));
       }
