@@ -195,6 +195,163 @@ __global__ void __launch_bounds__(Cfg<TN, WGS>::THREADS, Cfg<TN, WGS>::MIN_BLOCK
 #endif
 }
 
+// Form 2: one warpgroup a CTA (64 channels, up to 2 CTAs an SM), a step's 4 wgmmas issued
+// together, and the next step dequantized while they run, with no block barrier on its path:
+//   - each thread copies its own packed codes (rows ra, ra + 8, quad slot t: 2 x 8 bytes) and each
+//     lane its table row's 4 scales, by cp.async into private slots, PS steps ahead;
+//   - each warp builds the 64 tables (16 rows x 4 blocks) that only its own lanes read: a
+//     __syncwarp publishes them;
+//   - the step's A fragments (4 k16 x 4 registers) are double-buffered by the parity of the step,
+//     the loop unrolled by 2 so that the buffer is known at compile time (registers, not local
+//     memory), and rewritten only after wgmma_wait<1> has retired the step that read them.
+// The block barrier remains only to free an x stage for the next TMA copy.
+__device__ __forceinline__ void cp_async8(void* smem_dst, const void* src, bool valid) {
+  const unsigned d = smem_u32(smem_dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 8 : 0) : "memory");
+}
+
+constexpr int PS = 4;  // steps of private copies in flight
+
+template <int TN>
+struct Cfg2 {
+  static constexpr int THREADS = 128, CH = 64;
+  static constexpr int x_bytes = TN * BK * 2;
+  static constexpr int pk_bytes = THREADS * 16;      // a step's private packed codes
+  static constexpr int sc_bytes = THREADS * 4;       // a step's private scales
+  static constexpr int tab_bytes = 4 * 16 * 16;      // a warp's tables: [block 4][row 16] x 16 bytes
+  static constexpr int p_base = STAGES * x_bytes;
+  static constexpr int s_base = p_base + PS * pk_bytes;
+  static constexpr int t_base = s_base + PS * sc_bytes;
+  static constexpr int bar_base = t_base + 4 * 2 * tab_bytes;
+  static constexpr int bytes = bar_base + STAGES * 8 + 1024;
+  static constexpr int MIN_BLOCKS = 2 * (bytes + 1024) <= 233472 ? 2 : 1;
+  static_assert(TN % 8 == 0 && TN <= 256, "token tile");
+  static_assert(bytes + 1024 <= 233472, "shared memory per SM");
+};
+
+template <int TN>
+__global__ void __launch_bounds__(128, Cfg2<TN>::MIN_BLOCKS)
+    w4a16_rs2_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ rs_packed,
+                const uint8_t* __restrict__ scales, const float* __restrict__ row_gs, int n, bf16* y, int64_t ldy) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  using C = Cfg2<TN>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int n0 = int(blockIdx.x) * C::CH, m0 = int(blockIdx.y) * TN;
+  const int ktiles = k / BK;
+  const int64_t prow = k / 2, srow = k / 16;
+  auto xtile = [&](int kt) { return smem + (kt % STAGES) * C::x_bytes; };
+  unsigned char* const pk = smem + C::p_base + tid * 16;  // + (step % PS) * pk_bytes
+  unsigned char* const sc = smem + C::s_base + tid * 4;   // + (step % PS) * sc_bytes
+  unsigned char* const tabw = smem + C::t_base + warp * 2 * C::tab_bytes;
+
+  uint64_t* const xfull = reinterpret_cast<uint64_t*>(smem + C::bar_base);
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(&xfull[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  auto load_x = [&](int kt) {
+    if (tid != 0 || kt >= ktiles) return;
+    mbar_arrive_expect_tx(&xfull[kt % STAGES], C::x_bytes);
+    tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &xfull[kt % STAGES]);
+  };
+  const int ra = warp * 16 + g;  // A rows ra and ra + 8
+  const bool v0 = n0 + ra < n, v1 = n0 + ra + 8 < n;
+  const uint8_t* src0 = v0 ? rs_packed + int64_t(n0 + ra) * prow + t * 8 : rs_packed;
+  const uint8_t* src1 = v1 ? rs_packed + int64_t(n0 + ra + 8) * prow + t * 8 : rs_packed;
+  const int trow = warp * 16 + (lane & 15), tb = lane >> 4;  // this lane's tables: row trow, blocks tb, tb + 2
+  const bool tv = n0 + trow < n;
+  const uint8_t* ssrc = tv ? scales + int64_t(n0 + trow) * srow : scales;
+  const float tgs = tv ? row_gs[n0 + trow] : 1.0f, trc = row_reciprocal(tgs);
+  auto copy_own = [&](int kt) {  // always commits a group (empty past the end)
+    if (kt < ktiles) {
+      unsigned char* p = pk + (kt % PS) * C::pk_bytes;
+      cp_async8(p, v0 ? src0 + kt * 32 : rs_packed, v0);
+      cp_async8(p + 8, v1 ? src1 + kt * 32 : rs_packed, v1);
+      cp_async4(sc + (kt % PS) * C::sc_bytes, tv ? ssrc + kt * 4 : scales, tv);
+    }
+    cp_async_commit();
+  };
+  auto tables = [&](int kt) {
+    const unsigned char* s4 = sc + (kt % PS) * C::sc_bytes;
+    unsigned char* tt = tabw + (kt & 1) * C::tab_bytes;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int b = tb + 2 * j;
+      const Table T = make_table_shift(scale_quotient(e4m3_value(s4[b]), tgs, trc));
+      *reinterpret_cast<uint4*>(tt + (b * 16 + (lane & 15)) * 16) = make_uint4(T.lo0, T.lo1, T.hi0, T.hi1);
+    }
+  };
+  uint32_t a0[4][4], a1[4][4];
+  auto dequant = [&](int kt, uint32_t (&a)[4][4]) {
+    const uint4 p = *reinterpret_cast<const uint4*>(pk + (kt % PS) * C::pk_bytes);  // x, y: row ra; z, w: row ra + 8
+    const unsigned char* tt = tabw + (kt & 1) * C::tab_bytes;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const uint4 q0 = *reinterpret_cast<const uint4*>(tt + (s * 16 + g) * 16);
+      const uint4 q1 = *reinterpret_cast<const uint4*>(tt + (s * 16 + g + 8) * 16);
+      dequant_unit(s < 2 ? p.x : p.y, s & 1, Table{q0.x, q0.y, q0.z, q0.w}, a[s][0], a[s][2]);
+      dequant_unit(s < 2 ? p.z : p.w, s & 1, Table{q1.x, q1.y, q1.z, q1.w}, a[s][1], a[s][3]);
+    }
+  };
+  float acc[TN / 2];
+
+  for (int j = 0; j < STAGES - 1; ++j) load_x(j);
+  for (int j = 0; j < PS - 1; ++j) copy_own(j);
+  cp_async_wait<PS - 2>();  // step 0's own copies
+  __syncwarp();
+  tables(0);
+  __syncwarp();
+  dequant(0, a0);
+
+  // one step: its wgmmas on A (dequantized in the step before), then, while they run, the next
+  // step's tables and A into the other buffer
+  auto step = [&](int kt, uint32_t (&a)[4][4], uint32_t (&an)[4][4]) {
+    mbar_wait(&xfull[kt % STAGES], uint32_t((kt / STAGES) & 1));
+    const unsigned char* xt = xtile(kt);
+#pragma unroll
+    for (int i = 0; i < TN / 2; ++i) fence_operand(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) lab::WgmmaRs<TN>::run(acc, a[s], wgmma_desc(xt + s * 32), kt > 0 || s > 0);
+    wgmma_commit();
+    wgmma_wait<1>();  // step kt - 1's wgmmas: buffer an and x stage (kt - 1) % 4 are free
+    __syncthreads();  // ... in every warp
+    load_x(kt + STAGES - 1);
+    copy_own(kt + PS - 1);
+    cp_async_wait<PS - 2>();  // this thread's copies of step kt + 1
+    if (kt + 1 < ktiles) {
+      __syncwarp();
+      tables(kt + 1);
+      __syncwarp();
+      dequant(kt + 1, an);
+    }
+  };
+  for (int kt = 0; kt < ktiles; kt += 2) {
+    step(kt, a0, a1);
+    if (kt + 1 < ktiles) step(kt + 1, a1, a0);
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < TN / 2; ++i) fence_operand(acc[i]);
+  cp_async_wait_all();
+
+#pragma unroll
+  for (int j = 0; j < TN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int tok = m0 + j * 8 + t * 2 + c, ch = n0 + ra + h * 8;
+        if (tok < m && ch < n) y[int64_t(tok) * ldy + ch] = __float2bfloat16_rn(acc[j * 4 + h * 2 + c]);
+      }
+#endif
+}
+
 // packed [n][k / 2] (code 2j in byte j's low nibble) -> per channel and 64-wide step, quad slot t's
 // 8 bytes: for each of the step's 4 blocks the unit (byte t, byte t + 4) of the block's 8 bytes,
 // i.e. codes 2t, 2t + 1, 2t + 8, 2t + 9.
@@ -242,14 +399,29 @@ void run_rs(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8_
   check_launch("w4a16 rs");
 }
 
+template <int TN>
+void run_rs2(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8_t* scales, const float* gs, int64_t n, bf16* y,
+             cudaStream_t s) {
+  using C = Cfg2<TN>;
+  static const bool configured = [] {
+    check(cudaFuncSetAttribute(w4a16_rs2_k<TN>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "w4a16 rs2");
+    return true;
+  }();
+  (void)configured;
+  const CUtensorMap map = x_map(x, m, k, TN);
+  const dim3 grid(unsigned((n + C::CH - 1) / C::CH), unsigned((m + TN - 1) / TN));
+  w4a16_rs2_k<TN><<<grid, C::THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, gs, int(n), y, n);
+  check_launch("w4a16 rs2");
+}
+
 using RsFn = void (*)(const bf16*, int64_t, int64_t, const uint8_t*, const uint8_t*, const float*, int64_t, bf16*, cudaStream_t);
 struct Form {
-  int tn, wgs;
+  int tn, wgs, form;  // form 1: w4a16_rs_k, 2: w4a16_rs2_k
   RsFn fn;
 };
-const Form kForms[] = {{64, 2, run_rs<64, 2>},   {96, 2, run_rs<96, 2>},   {128, 2, run_rs<128, 2>}, {160, 2, run_rs<160, 2>},
-                       {192, 2, run_rs<192, 2>}, {256, 2, run_rs<256, 2>}, {64, 1, run_rs<64, 1>},   {128, 1, run_rs<128, 1>},
-                       {160, 1, run_rs<160, 1>}, {256, 1, run_rs<256, 1>}};
+const Form kForms[] = {{128, 2, 1, run_rs<128, 2>}, {160, 2, 1, run_rs<160, 2>}, {192, 2, 1, run_rs<192, 2>}, {256, 2, 1, run_rs<256, 2>},
+                       {128, 1, 1, run_rs<128, 1>}, {160, 1, 1, run_rs<160, 1>}, {64, 1, 2, run_rs2<64>},    {128, 1, 2, run_rs2<128>},
+                       {160, 1, 2, run_rs2<160>},   {192, 1, 2, run_rs2<192>},   {256, 1, 2, run_rs2<256>}};
 
 std::vector<uint16_t> to_host(const DeviceBuffer& b, size_t count) {
   std::vector<uint16_t> h(count);
@@ -351,14 +523,14 @@ int main(int argc, char** argv) {
           const double t = bench::median_ms(s, [&] {
             f.fn(x.as<bf16>(), m, k, rs.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, y1.as<bf16>(), s);
           });
-          std::printf("  m %5lld  register A, %3d tokens x %3d ch    %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16, %.2fx product)  %zu of %zu "
+          std::printf("  m %5lld  register A%s, %3d tokens x %3d ch %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16, %.2fx product)  %zu of %zu "
                       "outputs differ from the product's (max %.3g; vs bf16 GEMM %.3g)\n",
-                      (long long)m, f.tn, 64 * f.wgs, t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, t_wg / t, diff, h1.size(), worst, worst_b);
+                      (long long)m, f.form == 2 ? " 2" : "  ", f.tn, 64 * f.wgs, t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, t_wg / t, diff, h1.size(), worst, worst_b);
           json::Value fr = json::Value::object();
           fr.add("ms", json::Value::number(t));
           fr.add("differ_from_product", json::Value::integer(int64_t(diff)));
           fr.add("max_abs_diff_product", json::Value::number(worst));
-          r.add("rs_tn" + std::to_string(f.tn) + "_ch" + std::to_string(64 * f.wgs), std::move(fr));
+          r.add("rs" + std::string(f.form == 2 ? "2" : "") + "_tn" + std::to_string(f.tn) + "_ch" + std::to_string(64 * f.wgs), std::move(fr));
         }
         rows.arr.push_back(std::move(r));
       }
