@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .carry && mkdir -p .carry/lib
-for b in ${PACK_ONLY:-clefrt clefrt_gpu_tests clefrt_load clefrt_bench_w4a16 clefrt_bench_fp8 clefrt_bench_fp8_wgmma clefrt_bench_bf16 clefrt_bench_cudnn_attn clefrt_bench_gdn clefrt_bench_elementwise clefrt_bench_head_gemm clefrt_bench_vision_attn clefrt_bench_gemm_search clefrt_bench_narrow_gemm}; do
+for b in ${PACK_ONLY:-clefrt clefrt_gpu_tests clefrt_load clefrt_bench_w4a16 clefrt_bench_fp8 clefrt_bench_fp8_wgmma clefrt_bench_bf16 clefrt_bench_cudnn_attn clefrt_bench_gdn clefrt_bench_elementwise clefrt_bench_head_gemm clefrt_bench_vision_attn clefrt_bench_gemm_search clefrt_bench_narrow_gemm clefrt_bench_w4a16_rs}; do
   strip -o ".carry/$b" "build/$b"
   xz -6 -T2 ".carry/$b"
 done
