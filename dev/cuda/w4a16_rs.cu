@@ -77,6 +77,25 @@ __device__ __forceinline__ void dequant_unit(uint32_t w, int h, const Table& tb,
   hi = prmt(la, ha, 0x7362) ^ (prmt(w4, w, h ? 0xFFBB : 0xDD99) & 0x80008000u);
 }
 
+// After the last step: the accumulators retired, then stored. acc is the 64-channel x TN-token
+// tile's wgmma D fragment: channel (row) ch0 and ch0 + 8, tokens 8 j + 2 t + {0, 1}; y [token][channel].
+template <int TN>
+__device__ __forceinline__ void finish_tile(float (&acc)[TN / 2], bf16* y, int64_t ldy, int m, int n, int m0, int ch0, int t) {
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < TN / 2; ++i) fence_operand(acc[i]);
+  cp_async_wait_all();
+#pragma unroll
+  for (int j = 0; j < TN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int tok = m0 + j * 8 + t * 2 + c, ch = ch0 + h * 8;
+        if (tok < m && ch < n) y[int64_t(tok) * ldy + ch] = __float2bfloat16_rn(acc[j * 4 + h * 2 + c]);
+      }
+}
+
 template <int TN, int WGS>
 __global__ void __launch_bounds__(Cfg<TN, WGS>::THREADS, Cfg<TN, WGS>::MIN_BLOCKS)
     w4a16_rs_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ rs_packed,
@@ -178,20 +197,7 @@ __global__ void __launch_bounds__(Cfg<TN, WGS>::THREADS, Cfg<TN, WGS>::MIN_BLOCK
       wgmma_wait<1>();  // the previous k step's wgmma: its A registers are free for the next
     }
   }
-  wgmma_wait<0>();
-#pragma unroll
-  for (int i = 0; i < TN / 2; ++i) fence_operand(acc[i]);
-  cp_async_wait_all();
-
-#pragma unroll
-  for (int j = 0; j < TN / 8; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int tok = m0 + j * 8 + t * 2 + c, ch = n0 + ra + h * 8;
-        if (tok < m && ch < n) y[int64_t(tok) * ldy + ch] = __float2bfloat16_rn(acc[j * 4 + h * 2 + c]);
-      }
+  finish_tile<TN>(acc, y, ldy, m, n, m0, n0 + ra, t);
 #endif
 }
 
@@ -335,20 +341,7 @@ __global__ void __launch_bounds__(128, Cfg2<TN>::MIN_BLOCKS)
     step(kt, a0, a1);
     if (kt + 1 < ktiles) step(kt + 1, a1, a0);
   }
-  wgmma_wait<0>();
-#pragma unroll
-  for (int i = 0; i < TN / 2; ++i) fence_operand(acc[i]);
-  cp_async_wait_all();
-
-#pragma unroll
-  for (int j = 0; j < TN / 8; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int tok = m0 + j * 8 + t * 2 + c, ch = n0 + ra + h * 8;
-        if (tok < m && ch < n) y[int64_t(tok) * ldy + ch] = __float2bfloat16_rn(acc[j * 4 + h * 2 + c]);
-      }
+  finish_tile<TN>(acc, y, ldy, m, n, m0, n0 + ra, t);
 #endif
 }
 
