@@ -201,7 +201,8 @@ __global__ void __launch_bounds__(Cfg<TN, WGS>::THREADS, Cfg<TN, WGS>::MIN_BLOCK
 #endif
 }
 
-// Form 2: one warpgroup a CTA (64 channels, up to 2 CTAs an SM), a step's 4 wgmmas issued
+// Form 2: one warpgroup a CTA (64 channels, up to 2 CTAs an SM) or two sharing the x tile (128
+// channels), a step's 4 wgmmas issued
 // together, and the next step dequantized while they run, with no block barrier on its path:
 //   - each thread copies its own packed codes (rows ra, ra + 8, quad slot t: 2 x 8 bytes) and each
 //     lane its table row's 4 scales, by cp.async into private slots, PS steps ahead;
@@ -218,9 +219,9 @@ __device__ __forceinline__ void cp_async8(void* smem_dst, const void* src, bool 
 
 constexpr int PS = 4;  // steps of private copies in flight
 
-template <int TN>
+template <int TN, int WGS>
 struct Cfg2 {
-  static constexpr int THREADS = 128, CH = 64;
+  static constexpr int THREADS = 128 * WGS, CH = 64 * WGS;
   static constexpr int x_bytes = TN * BK * 2;
   static constexpr int pk_bytes = THREADS * 16;      // a step's private packed codes
   static constexpr int sc_bytes = THREADS * 4;       // a step's private scales
@@ -228,21 +229,21 @@ struct Cfg2 {
   static constexpr int p_base = STAGES * x_bytes;
   static constexpr int s_base = p_base + PS * pk_bytes;
   static constexpr int t_base = s_base + PS * sc_bytes;
-  static constexpr int bar_base = t_base + 4 * 2 * tab_bytes;
+  static constexpr int bar_base = t_base + 4 * WGS * 2 * tab_bytes;  // a table pair per warp
   static constexpr int bytes = bar_base + STAGES * 8 + 1024;
   static constexpr int MIN_BLOCKS = 2 * (bytes + 1024) <= 233472 ? 2 : 1;
   static_assert(TN % 8 == 0 && TN <= 256, "token tile");
   static_assert(bytes + 1024 <= 233472, "shared memory per SM");
 };
 
-template <int TN>
-__global__ void __launch_bounds__(128, Cfg2<TN>::MIN_BLOCKS)
+template <int TN, int WGS>
+__global__ void __launch_bounds__(Cfg2<TN, WGS>::THREADS, Cfg2<TN, WGS>::MIN_BLOCKS)
     w4a16_rs2_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ rs_packed,
                 const uint8_t* __restrict__ scales, const float* __restrict__ row_gs, int n, bf16* y, int64_t ldy) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
-  using C = Cfg2<TN>;
+  using C = Cfg2<TN, WGS>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -392,18 +393,18 @@ void run_rs(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8_
   check_launch("w4a16 rs");
 }
 
-template <int TN>
+template <int TN, int WGS>
 void run_rs2(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8_t* scales, const float* gs, int64_t n, bf16* y,
              cudaStream_t s) {
-  using C = Cfg2<TN>;
+  using C = Cfg2<TN, WGS>;
   static const bool configured = [] {
-    check(cudaFuncSetAttribute(w4a16_rs2_k<TN>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "w4a16 rs2");
+    check(cudaFuncSetAttribute(w4a16_rs2_k<TN, WGS>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "w4a16 rs2");
     return true;
   }();
   (void)configured;
   const CUtensorMap map = x_map(x, m, k, TN);
   const dim3 grid(unsigned((n + C::CH - 1) / C::CH), unsigned((m + TN - 1) / TN));
-  w4a16_rs2_k<TN><<<grid, C::THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, gs, int(n), y, n);
+  w4a16_rs2_k<TN, WGS><<<grid, C::THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, gs, int(n), y, n);
   check_launch("w4a16 rs2");
 }
 
@@ -413,8 +414,9 @@ struct Form {
   RsFn fn;
 };
 const Form kForms[] = {{128, 2, 1, run_rs<128, 2>}, {160, 2, 1, run_rs<160, 2>}, {192, 2, 1, run_rs<192, 2>}, {256, 2, 1, run_rs<256, 2>},
-                       {128, 1, 1, run_rs<128, 1>}, {160, 1, 1, run_rs<160, 1>}, {64, 1, 2, run_rs2<64>},    {128, 1, 2, run_rs2<128>},
-                       {160, 1, 2, run_rs2<160>},   {192, 1, 2, run_rs2<192>},   {256, 1, 2, run_rs2<256>}};
+                       {128, 1, 1, run_rs<128, 1>}, {160, 1, 1, run_rs<160, 1>}, {64, 1, 2, run_rs2<64, 1>}, {128, 1, 2, run_rs2<128, 1>},
+                       {160, 1, 2, run_rs2<160, 1>}, {192, 1, 2, run_rs2<192, 1>}, {256, 1, 2, run_rs2<256, 1>}, {128, 2, 2, run_rs2<128, 2>},
+                       {160, 2, 2, run_rs2<160, 2>}, {256, 2, 2, run_rs2<256, 2>}};
 
 std::vector<uint16_t> to_host(const DeviceBuffer& b, size_t count) {
   std::vector<uint16_t> h(count);
