@@ -18,7 +18,7 @@
 // Every output element is the tensor cores' fp32 sum over k in increasing 16-wide steps, as in the
 // product's kernel; the lab counts the outputs whose bits differ from the product's.
 //
-// Usage: clefrt_bench_w4a16_rs [--commit ID] [--json FILE] [--shape gate_up|down|in_proj|o] [--m M]
+// Usage: clefrt_bench_w4a16_rs [--commit ID] [--json FILE] [--shape gate_up|down|in_proj|o|odd] [--m M]
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -453,7 +453,8 @@ int main(int argc, char** argv) {
       int64_t n, k;
     };
     bool all_same = true;
-    for (Shape sh : {Shape{"gate_up", 34816, 5120}, Shape{"down", 5120, 17408}, Shape{"in_proj", 16480, 5120}, Shape{"o", 5120, 6144}}) {
+    for (Shape sh : {Shape{"gate_up", 34816, 5120}, Shape{"down", 5120, 17408}, Shape{"in_proj", 16480, 5120}, Shape{"o", 5120, 6144},
+                      Shape{"odd", 1000, 4160}}) {  // odd: k / 64 odd (the loops' tail) and a partial channel tile
       if (!opt.only_shape.empty() && std::string(sh.name) != opt.only_shape) continue;
       const int64_t n = sh.n, k = sh.k, mmax = *std::max_element(ms.begin(), ms.end());
       DeviceBuffer w(size_t(n * k) * 2, "W"), wd(size_t(n * k) * 2, "W dequantized"), packed(size_t(n * k / 2), "W packed"),
