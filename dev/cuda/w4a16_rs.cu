@@ -535,6 +535,7 @@ int main(int argc, char** argv) {
     std::printf("\nregister-A forms against the product's bits: %s\n", all_same ? "all the same" : "SOME DIFFER");
     if (!opt.json_out.empty()) bench::write_record(opt.json_out, hw, opt.commit, "", std::move(shapes));
     cudaStreamDestroy(s);
+    if (!all_same) return 1;  // the forms must give the product's bits (same fp32 sums, same order)
   } catch (const std::exception& e) {
     std::fprintf(stderr, "clefrt_bench_w4a16_rs: %s\n", e.what());
     return 1;
