@@ -19,12 +19,14 @@
 // product's kernel; the lab counts the outputs whose bits differ from the product's.
 //
 // Usage: clefrt_bench_w4a16_rs [--commit ID] [--json FILE] [--shape gate_up|down|in_proj|o|odd] [--m M]
+// (CLEFRT_LAB_NO_CLUSTERS=1: without form 2's cluster-multicast variants)
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -32,6 +34,7 @@
 
 #include "common/json.h"
 #include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/cluster_launch.cuh"
 #include "cuda/ops/formats.cuh"
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/kernels_quant.h"
@@ -230,13 +233,17 @@ struct Cfg2 {
   static constexpr int s_base = p_base + PS * pk_bytes;
   static constexpr int t_base = s_base + PS * sc_bytes;
   static constexpr int bar_base = t_base + 4 * WGS * 2 * tab_bytes;  // a table pair per warp
-  static constexpr int bytes = bar_base + STAGES * 8 + 1024;
+  static constexpr int bytes = bar_base + 2 * STAGES * 8 + 1024;  // full + empty barriers
   static constexpr int MIN_BLOCKS = 2 * (bytes + 1024) <= 233472 ? 2 : 1;
   static_assert(TN % 8 == 0 && TN <= 256, "token tile");
   static_assert(bytes + 1024 <= 233472, "shared memory per SM");
 };
 
-template <int TN, int WGS>
+// CL > 1: clusters of CL CTAs along the channels share each x tile: CTA rank r copies rows
+// [r TN / CL, (r + 1) TN / CL) of it by TMA multicast into every CTA of the cluster, so x comes
+// from L2 once per 64 CL channels instead of once per 64. A stage is refilled only when every CTA
+// of the cluster has retired its wgmmas on it (xempty: CL arrivals, one from each CTA).
+template <int TN, int WGS, int CL>
 __global__ void __launch_bounds__(Cfg2<TN, WGS>::THREADS, Cfg2<TN, WGS>::MIN_BLOCKS)
     w4a16_rs2_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ rs_packed,
                 const uint8_t* __restrict__ scales, const float* __restrict__ row_gs, int n, bf16* y, int64_t ldy) {
@@ -256,15 +263,36 @@ __global__ void __launch_bounds__(Cfg2<TN, WGS>::THREADS, Cfg2<TN, WGS>::MIN_BLO
   unsigned char* const tabw = smem + C::t_base + warp * 2 * C::tab_bytes;
 
   uint64_t* const xfull = reinterpret_cast<uint64_t*>(smem + C::bar_base);
+  uint64_t* const xempty = xfull + STAGES;
   if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) mbar_init(&xfull[s], 1);
+    for (int s = 0; s < STAGES; ++s) mbar_init(&xfull[s], 1), mbar_init(&xempty[s], CL);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (CL > 1)
+    cluster_sync_all();  // no remote arrival or copy before every CTA's barriers exist
+  else
+    __syncthreads();
+  const uint32_t rank = CL > 1 ? cluster_rank() : 0;
+  constexpr int SLICE = TN / CL;  // x rows this CTA copies for the cluster
+  static_assert(SLICE % 8 == 0, "a slice keeps the 1024-byte swizzle pattern");
   auto load_x = [&](int kt) {
     if (tid != 0 || kt >= ktiles) return;
-    mbar_arrive_expect_tx(&xfull[kt % STAGES], C::x_bytes);
-    tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &xfull[kt % STAGES]);
+    mbar_arrive_expect_tx(&xfull[kt % STAGES], C::x_bytes);  // the whole tile: every slice lands here
+    if constexpr (CL > 1)
+      tma_load_2d_multicast(xtile(kt) + rank * SLICE * 128, &xmap, kt * BK, m0 + int(rank) * SLICE, &xfull[kt % STAGES],
+                            uint16_t((1u << CL) - 1));
+    else
+      tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &xfull[kt % STAGES]);
+  };
+  // The cluster's release of x tile j (all CTAs past its wgmmas), then tile j + STAGES into its stage
+  auto refill_x = [&](int j) {
+    if constexpr (CL > 1) {
+      if (tid != 0 || j < 0) return;
+      for (int r = 0; r < CL; ++r) mbar_arrive_cluster(&xempty[j % STAGES], uint32_t(r));
+      if (j + STAGES >= ktiles) return;
+      mbar_wait(&xempty[j % STAGES], uint32_t((j / STAGES) & 1));
+    }
+    load_x(j + STAGES);
   };
   const int ra = warp * 16 + g;  // A rows ra and ra + 8
   const bool v0 = n0 + ra < n, v1 = n0 + ra + 8 < n;
@@ -328,7 +356,10 @@ __global__ void __launch_bounds__(Cfg2<TN, WGS>::THREADS, Cfg2<TN, WGS>::MIN_BLO
     wgmma_commit();
     wgmma_wait<1>();  // step kt - 1's wgmmas: buffer an and x stage (kt - 1) % 4 are free
     __syncthreads();  // ... in every warp
-    load_x(kt + STAGES - 1);
+    if (kt == 0)
+      load_x(STAGES - 1);  // a stage not used yet
+    else
+      refill_x(kt - 1);
     copy_own(kt + PS - 1);
     cp_async_wait<PS - 2>();  // this thread's copies of step kt + 1
     if (kt + 1 < ktiles) {
@@ -343,6 +374,7 @@ __global__ void __launch_bounds__(Cfg2<TN, WGS>::THREADS, Cfg2<TN, WGS>::MIN_BLO
     if (kt + 1 < ktiles) step(kt + 1, a1, a0);
   }
   finish_tile<TN>(acc, y, ldy, m, n, m0, n0 + ra, t);
+  if constexpr (CL > 1) cluster_sync_all();  // no CTA leaves while others may still arrive on its barriers
 #endif
 }
 
@@ -393,30 +425,47 @@ void run_rs(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8_
   check_launch("w4a16 rs");
 }
 
-template <int TN, int WGS>
+template <int TN, int WGS, int CL = 1>
 void run_rs2(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8_t* scales, const float* gs, int64_t n, bf16* y,
              cudaStream_t s) {
   using C = Cfg2<TN, WGS>;
   static const bool configured = [] {
-    check(cudaFuncSetAttribute(w4a16_rs2_k<TN, WGS>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "w4a16 rs2");
+    check(cudaFuncSetAttribute(w4a16_rs2_k<TN, WGS, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "w4a16 rs2");
     return true;
   }();
   (void)configured;
-  const CUtensorMap map = x_map(x, m, k, TN);
-  const dim3 grid(unsigned((n + C::CH - 1) / C::CH), unsigned((m + TN - 1) / TN));
-  w4a16_rs2_k<TN, WGS><<<grid, C::THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, gs, int(n), y, n);
+  const CUtensorMap map = x_map(x, m, k, TN / CL);
+  // channel tiles rounded up to whole clusters: the extra CTAs copy their x slices and store nothing
+  const unsigned ctiles = unsigned((n + C::CH - 1) / C::CH + CL - 1) / CL * CL;
+  const dim3 grid(ctiles, unsigned((m + TN - 1) / TN));
+  if constexpr (CL == 1) {
+    w4a16_rs2_k<TN, WGS, 1><<<grid, C::THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, gs, int(n), y, n);
+  } else {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(C::THREADS);
+    cfg.dynamicSmemBytes = C::bytes;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1] = {cluster_dim_x(CL)};
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    check(cudaLaunchKernelEx(&cfg, w4a16_rs2_k<TN, WGS, CL>, map, int(m), int(k), rs, scales, gs, int(n), y, int64_t(n)), "w4a16 rs2 (clusters)");
+  }
   check_launch("w4a16 rs2");
 }
 
 using RsFn = void (*)(const bf16*, int64_t, int64_t, const uint8_t*, const uint8_t*, const float*, int64_t, bf16*, cudaStream_t);
 struct Form {
-  int tn, wgs, form;  // form 1: w4a16_rs_k, 2: w4a16_rs2_k
+  int tn, wgs, form, cl;  // form 1: w4a16_rs_k, 2: w4a16_rs2_k (cl: its cluster size)
   RsFn fn;
 };
-const Form kForms[] = {{128, 2, 1, run_rs<128, 2>}, {160, 2, 1, run_rs<160, 2>}, {192, 2, 1, run_rs<192, 2>}, {256, 2, 1, run_rs<256, 2>},
-                       {128, 1, 1, run_rs<128, 1>}, {160, 1, 1, run_rs<160, 1>}, {64, 1, 2, run_rs2<64, 1>}, {128, 1, 2, run_rs2<128, 1>},
-                       {160, 1, 2, run_rs2<160, 1>}, {192, 1, 2, run_rs2<192, 1>}, {256, 1, 2, run_rs2<256, 1>}, {128, 2, 2, run_rs2<128, 2>},
-                       {160, 2, 2, run_rs2<160, 2>}, {256, 2, 2, run_rs2<256, 2>}};
+const Form kForms[] = {{128, 2, 1, 1, run_rs<128, 2>},       {160, 2, 1, 1, run_rs<160, 2>},       {192, 2, 1, 1, run_rs<192, 2>},
+                       {256, 2, 1, 1, run_rs<256, 2>},       {128, 1, 1, 1, run_rs<128, 1>},       {160, 1, 1, 1, run_rs<160, 1>},
+                       {64, 1, 2, 1, run_rs2<64, 1>},        {128, 1, 2, 1, run_rs2<128, 1>},      {160, 1, 2, 1, run_rs2<160, 1>},
+                       {192, 1, 2, 1, run_rs2<192, 1>},      {256, 1, 2, 1, run_rs2<256, 1>},      {128, 2, 2, 1, run_rs2<128, 2>},
+                       {160, 2, 2, 1, run_rs2<160, 2>},      {256, 2, 2, 1, run_rs2<256, 2>},      {160, 1, 2, 2, run_rs2<160, 1, 2>},
+                       {160, 1, 2, 4, run_rs2<160, 1, 4>},   {128, 1, 2, 4, run_rs2<128, 1, 4>},   {256, 1, 2, 2, run_rs2<256, 1, 2>},
+                       {160, 2, 2, 2, run_rs2<160, 2, 2>}};
 
 std::vector<uint16_t> to_host(const DeviceBuffer& b, size_t count) {
   std::vector<uint16_t> h(count);
@@ -434,8 +483,11 @@ float bf16_float(uint16_t v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach a pipe as they come (a timeout keeps them)
   bench::Options opt;
   if (!bench::parse_options(argc, argv, true, opt)) return 2;
+  // the cluster forms last in each m's list; CLEFRT_LAB_NO_CLUSTERS=1 leaves them out
+  const bool clusters = !std::getenv("CLEFRT_LAB_NO_CLUSTERS");
   try {
     const HardwareLimits hw = bench::measure_and_print_hardware();
     if (!nvfp4_gemm_wgmma_available()) {
@@ -502,6 +554,7 @@ int main(int argc, char** argv) {
         r.add("bf16_invariant_ms", json::Value::number(t_inv));
         r.add("product_wgmma_ms", json::Value::number(t_wg));
         for (const Form& f : kForms) {
+          if (f.cl > 1 && !clusters) continue;
           const int64_t tiles = (m + f.tn - 1) / f.tn;
           if (f.tn > 64 && tiles * f.tn > m + m / 2 + 64) continue;  // mostly padding: skip
           check(cudaMemsetAsync(y1.get(), 0xFF, size_t(m * n) * 2, s), "poison");
@@ -519,14 +572,14 @@ int main(int argc, char** argv) {
           const double t = bench::median_ms(s, [&] {
             f.fn(x.as<bf16>(), m, k, rs.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, y1.as<bf16>(), s);
           });
-          std::printf("  m %5lld  register A%s, %3d tokens x %3d ch %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16, %.2fx product)  %zu of %zu "
+          std::printf("  m %5lld  register A%s, %3d tokens x %3d ch%s %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16, %.2fx product)  %zu of %zu "
                       "outputs differ from the product's (max %.3g; vs bf16 GEMM %.3g)\n",
-                      (long long)m, f.form == 2 ? " 2" : "  ", f.tn, 64 * f.wgs, t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, t_wg / t, diff, h1.size(), worst, worst_b);
+                      (long long)m, f.form == 2 ? " 2" : "  ", f.tn, 64 * f.wgs, f.cl == 4 ? " x 4" : f.cl == 2 ? " x 2" : "    ", t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, t_wg / t, diff, h1.size(), worst, worst_b);
           json::Value fr = json::Value::object();
           fr.add("ms", json::Value::number(t));
           fr.add("differ_from_product", json::Value::integer(int64_t(diff)));
           fr.add("max_abs_diff_product", json::Value::number(worst));
-          r.add("rs" + std::string(f.form == 2 ? "2" : "") + "_tn" + std::to_string(f.tn) + "_ch" + std::to_string(64 * f.wgs), std::move(fr));
+          r.add("rs" + std::string(f.form == 2 ? "2" : "") + "_tn" + std::to_string(f.tn) + "_ch" + std::to_string(64 * f.wgs) + (f.cl > 1 ? "_cl" + std::to_string(f.cl) : std::string()), std::move(fr));
         }
         rows.arr.push_back(std::move(r));
       }
