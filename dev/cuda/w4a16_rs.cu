@@ -274,6 +274,7 @@ __global__ void __launch_bounds__(Cfg2<TN, WGS>::THREADS, Cfg2<TN, WGS>::MIN_BLO
     __syncthreads();
   const uint32_t rank = CL > 1 ? cluster_rank() : 0;
   constexpr int SLICE = TN / CL;  // x rows this CTA copies for the cluster
+  static_assert(TN % CL == 0 && CL <= 8, "whole slices (else xfull never completes); a portable cluster");
   static_assert(SLICE % 8 == 0, "a slice keeps the 1024-byte swizzle pattern");
   auto load_x = [&](int kt) {
     if (tid != 0 || kt >= ktiles) return;
