@@ -198,9 +198,6 @@ TEST(Engine, LoadErrorsNameFileAndTensor) {
 }  // namespace
 }  // namespace clefrt
 
-// gpu_power without a GPU (or without CUDA in the build): not available, never a throw, and it
-// says why (`clefrt bench` prints that line instead of its energy table). The GPU side is
-// CudaEngine.GpuPowerReadsTheDriversCounters.
 // gpu_profiler_range without a GPU: a 503 that says why, not a silent no-op (`clefrt bench
 // --profiler-range` then fails at its first point rather than profiling nothing).
 TEST(Engine, GpuProfilerRangeRefusesWithoutAGpu) {
@@ -215,6 +212,9 @@ TEST(Engine, GpuProfilerRangeRefusesWithoutAGpu) {
   }
 }
 
+// gpu_power without a GPU (or without CUDA in the build): not available, never a throw, and it
+// says why (`clefrt bench` prints that line instead of its energy table). The GPU side is
+// CudaEngine.GpuPowerReadsTheDriversCounters.
 TEST(Engine, GpuPowerSaysWhyWithoutAGpu) {
   std::string why;
   if (clefrt::cuda_available(&why)) GTEST_SKIP() << "a GPU is here: CudaEngine.GpuPowerReadsTheDriversCounters covers it";
