@@ -22,6 +22,7 @@
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/gemm.h"
+#include "cuda/ops/kernels_quant.h"
 #include "cuda/runtime/hardware.h"
 #include "quant/formats.h"
 
@@ -113,6 +114,18 @@ double median_ms(cudaStream_t s, F f) {
   cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// The W4A16 labs' NVFP4 per-tensor global scale for weights w: 448 x 6 / amax(w) (e4m3's and
+// e2m1's largest values over the largest |w|), the amax taken on the GPU.
+inline float nvfp4_tensor_gs(const cuda::bf16* w, int64_t count, cudaStream_t s) {
+  cuda::DeviceBuffer amax(4, "amax");
+  cuda::check(cudaMemsetAsync(amax.get(), 0, 4, s), "amax");
+  cuda::amax_bf16(w, count, amax.as<float>(), s);
+  float a = 0;
+  cuda::check(cudaMemcpyAsync(&a, amax.get(), 4, cudaMemcpyDeviceToHost, s), "amax");
+  cuda::check(cudaStreamSynchronize(s), "amax");
+  return 448.0f * 6.0f / a;
 }
 
 // A launch's time with the launch overhead hidden: median_ms of 20 launches back to back, / 20

@@ -50,16 +50,10 @@ int main(int argc, char** argv) {
       if (!opt.only_shape.empty() && std::string(sh.name) != "mlp " + opt.only_shape) continue;
       const int64_t n = sh.n, k = sh.k, mmax = ms.back();
       DeviceBuffer w(size_t(n * k) * 2, "W"), wd(size_t(n * k) * 2, "W dequantized"), packed(size_t(n * k / 2), "W packed"),
-          scales(size_t(n * k / 16), "W scales"), gsr(size_t(n) * 4, "gs"), amax(4, "amax"), x(size_t(mmax * k) * 2, "x"),
-          y(size_t(mmax * n) * 2, "y");
+          scales(size_t(n * k / 16), "W scales"), gsr(size_t(n) * 4, "gs"), x(size_t(mmax * k) * 2, "x"), y(size_t(mmax * n) * 2, "y");
       fill_normal_bf16(w.as<bf16>(), n * k, 11, 0.0f, 0.02f, s);
       fill_normal_bf16(x.as<bf16>(), mmax * k, 12, 0.0f, 1.0f, s);
-      check(cudaMemsetAsync(amax.get(), 0, 4, s), "amax");
-      amax_bf16(w.as<bf16>(), n * k, amax.as<float>(), s);
-      float a = 0;
-      check(cudaMemcpyAsync(&a, amax.get(), 4, cudaMemcpyDeviceToHost, s), "amax");
-      check(cudaStreamSynchronize(s), "amax");
-      const float gs = 448.0f * 6.0f / a;
+      const float gs = bench::nvfp4_tensor_gs(w.as<bf16>(), n * k, s);
       const std::vector<float> gsv(size_t(n), gs);
       check(cudaMemcpy(gsr.get(), gsv.data(), gsv.size() * 4, cudaMemcpyHostToDevice), "gs");
       nvfp4_quantize(w.as<bf16>(), n, k, gs, packed.as<uint8_t>(), scales.as<uint8_t>(), s);

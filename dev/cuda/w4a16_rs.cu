@@ -511,19 +511,15 @@ int main(int argc, char** argv) {
       if (!opt.only_shape.empty() && std::string(sh.name) != opt.only_shape) continue;
       const int64_t n = sh.n, k = sh.k, mmax = *std::max_element(ms.begin(), ms.end());
       DeviceBuffer w(size_t(n * k) * 2, "W"), wd(size_t(n * k) * 2, "W dequantized"), packed(size_t(n * k / 2), "W packed"),
-          rs(size_t(n * k / 2), "W packed, RS order"), scales(size_t(n * k / 16), "W scales"), gsr(size_t(n) * 4, "gs"), amax(4, "amax"),
+          rs(size_t(n * k / 2), "W packed, RS order"), scales(size_t(n * k / 16), "W scales"), gsr(size_t(n) * 4, "gs"),
           x(size_t(mmax * k) * 2, "x"), y0(size_t(mmax * n) * 2, "y product"), y1(size_t(mmax * n) * 2, "y rs"),
           yb(size_t(mmax * n) * 2, "y bf16");
       fill_normal_bf16(w.as<bf16>(), n * k, 11, 0.0f, 0.02f, s);
       fill_normal_bf16(x.as<bf16>(), mmax * k, 12, 0.0f, 1.0f, s);
-      check(cudaMemsetAsync(amax.get(), 0, 4, s), "amax");
-      amax_bf16(w.as<bf16>(), n * k, amax.as<float>(), s);
-      float a = 0;
-      check(cudaMemcpyAsync(&a, amax.get(), 4, cudaMemcpyDeviceToHost, s), "amax");
-      check(cudaStreamSynchronize(s), "amax");
       // per-channel global scales that differ (the product's row_gs), around the tensor's
+      const float gs = bench::nvfp4_tensor_gs(w.as<bf16>(), n * k, s);
       std::vector<float> gsv(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) gsv[size_t(i)] = 448.0f * 6.0f / a * (1.0f + 0.001f * float(i % 7));
+      for (int64_t i = 0; i < n; ++i) gsv[size_t(i)] = gs * (1.0f + 0.001f * float(i % 7));
       check(cudaMemcpy(gsr.get(), gsv.data(), gsv.size() * 4, cudaMemcpyHostToDevice), "gs");
       nvfp4_quantize(w.as<bf16>(), n, k, gsv[0], packed.as<uint8_t>(), scales.as<uint8_t>(), s);
       nvfp4_dequantize(packed.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, k, wd.as<bf16>(), s);
