@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [lab-narrow] [lab-w4a16-rs] [ncu-elementwise] [ncu-head] [ncu-blog] [ncu-blog-fp8] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [lab-gdn-form] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [ncu-gdn-tform] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [lab-narrow] [lab-w4a16-rs] [ncu-w4a16-rs] [ncu-elementwise] [ncu-head] [ncu-blog] [ncu-blog-fp8] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [lab-gdn-form] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [ncu-gdn-tform] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tests: the whole GPU suite; its CPU references dominate and it took 220 to 576 s on H100s
 # (session 41: 576 s, a call's whole budget): plan it a call of its own or narrow it with tests=.
 # serve: per mode also a 5 s one-client phase on one kept connection (serve-load-keepalive-*.json).
@@ -28,6 +28,7 @@
 # ncu-head: Nsight Compute's throughput, occupancy, stall and memory sections on the head lab's row-Linear launches.
 # ncu-elementwise: Nsight Compute's occupancy, issue and stall sections on the elementwise lab's FP8 SwiGLU (exact, fast SiLU, the lab's streamed form) and FP8 norm with the pending add at 318 rows.
 # lab-w4a16-rs: clefrt_bench_w4a16_rs (the W4A16 GEMM with the weights in wgmma's register operand, two kernel forms, beside bf16 and the product's).
+# ncu-w4a16-rs: Nsight Compute (speed of light, memory, warp states) on each register-A form's one launch at gate|up, m 318.
 # lab-narrow: clefrt_bench_narrow_gemm (the FP8 GDN in_proj's bf16 a | b GEMM: the lab's split-k forms beside the engine's cuBLASLt). ncu-blog / ncu-blog-fp8: every kernel's GPU time over one forward of the blog request, the tuned one (bench --profiler-range; bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
@@ -189,6 +190,16 @@ while [ $# -gt 0 ]; do
       # the W4A16 GEMM with the weights as wgmma's register operand (dev/cuda/w4a16_rs.cu) beside
       # cuBLASLt bf16 and the product's wgmma kernel, bits against the product's
       timeout 180 .carry/clefrt_bench_w4a16_rs --commit "$commit" --json "$OUT/lab-w4a16-rs.json" 2>&1 | tee "$OUT/lab-w4a16-rs.txt" ;;
+    ncu-w4a16-rs)
+      # Nsight Compute on the register-A lab at gate|up, m 318 (the blog), each form's one launch
+      # (CLEFRT_LAB_ONCE) beside the product's W4A16 kernel and cuBLASLt's bf16 one: is form 2 bound
+      # by x's traffic from L2, by the dequantization's issue slots, or by waiting on the wgmmas?
+      CLEFRT_LAB_ONCE=1 timeout 240 ncu --clock-control none --kernel-name-base demangled -k 'regex:w4a16|nvjet|sm90_xmma' -c 24 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
+        --section LaunchStats .carry/clefrt_bench_w4a16_rs --shape gate_up --m 318 > "$OUT/ncu-w4a16-rs.txt" 2>&1
+      echo "== ncu-w4a16-rs rc=$?"
+      grep -E "^  [a-z_0-9]+.*\(|w4a16_rs|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Memory Throughput|L2 Hit|L1/TEX Hit|Compute \(SM\) Throughput|DRAM Throughput" \
+        "$OUT/ncu-w4a16-rs.txt" | cut -c1-160 | head -150 ;;
     lab-narrow)
       # the FP8 GDN in_proj's bf16 a | b GEMM (n 96): the engine's against split-k mma.sync forms
       timeout 120 .carry/clefrt_bench_narrow_gemm --commit "$commit" --json "$OUT/lab-narrow-gemm.json" 2>&1 | tee "$OUT/lab-narrow-gemm.txt" ;;

@@ -19,7 +19,8 @@
 // product's kernel; the lab counts the outputs whose bits differ from the product's.
 //
 // Usage: clefrt_bench_w4a16_rs [--commit ID] [--json FILE] [--shape gate_up|down|in_proj|o|odd] [--m M]
-// (CLEFRT_LAB_NO_CLUSTERS=1: without form 2's cluster-multicast variants)
+// (CLEFRT_LAB_NO_CLUSTERS=1: without form 2's cluster-multicast variants; CLEFRT_LAB_ONCE=1: each
+// kernel launched once per m, untimed, for Nsight Compute)
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -28,6 +29,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -489,6 +491,13 @@ int main(int argc, char** argv) {
   if (!bench::parse_options(argc, argv, true, opt)) return 2;
   // the cluster forms last in each m's list; CLEFRT_LAB_NO_CLUSTERS=1 leaves them out
   const bool clusters = !std::getenv("CLEFRT_LAB_NO_CLUSTERS");
+  // CLEFRT_LAB_ONCE=1: every kernel launched once per m, untimed (for ncu: one launch each to profile)
+  const bool once = std::getenv("CLEFRT_LAB_ONCE") != nullptr;
+  auto timed = [&](cudaStream_t st, const std::function<void()>& fn) {
+    if (!once) return bench::median_ms(st, fn);
+    fn();
+    return 0.0;
+  };
   try {
     const HardwareLimits hw = bench::measure_and_print_hardware();
     if (!nvfp4_gemm_wgmma_available()) {
@@ -533,10 +542,10 @@ int main(int argc, char** argv) {
       for (int64_t m : ms) {
         const double flop = 2.0 * double(m) * double(n) * double(k);
         auto tf = [&](double t) { return flop / (t * 1e-3) / 1e12; };
-        const double t_inv = bench::median_ms(s, [&] {
+        const double t_inv = timed(s, [&] {
           inv.run(x.as<bf16>(), m, k, k, wd.as<bf16>(), n, yb.get(), OutType::BF16, n, false, "bench");
         });
-        const double t_wg = bench::median_ms(s, [&] {
+        const double t_wg = timed(s, [&] {
           nvfp4_gemm(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, y0.get(), false, n, false, s,
                      W4A16Gemm::Wgmma);
         });
@@ -566,7 +575,7 @@ int main(int argc, char** argv) {
             worst_b = std::max(worst_b, double(std::fabs(bf16_float(h1[i]) - bf16_float(hb[i]))));
           }
           all_same = all_same && diff == 0;
-          const double t = bench::median_ms(s, [&] {
+          const double t = once ? 1.0 : bench::median_ms(s, [&] {
             f.fn(x.as<bf16>(), m, k, rs.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, y1.as<bf16>(), s);
           });
           std::printf("  m %5lld  register A%s, %3d tokens x %3d ch%s %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16, %.2fx product)  %zu of %zu "
