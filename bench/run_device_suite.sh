@@ -194,11 +194,12 @@ while [ $# -gt 0 ]; do
       # Nsight Compute on the register-A lab at gate|up, m 318 (the blog), each form's one launch
       # (CLEFRT_LAB_ONCE) beside the product's W4A16 kernel and cuBLASLt's bf16 one: is form 2 bound
       # by x's traffic from L2, by the dequantization's issue slots, or by waiting on the wgmmas?
-      CLEFRT_LAB_ONCE=1 timeout 240 ncu --clock-control none --kernel-name-base demangled -k 'regex:w4a16|nvjet|sm90_xmma' -c 24 \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
-        --section LaunchStats .carry/clefrt_bench_w4a16_rs --shape gate_up --m 318 > "$OUT/ncu-w4a16-rs.txt" 2>&1
+      # (not cuBLASLt's: the lab's hardware measurement launches it dozens of times before the forms)
+      CLEFRT_LAB_ONCE=1 timeout 240 ncu --clock-control none --kernel-name-base demangled -k 'regex:w4a16_rs2?_k|nvfp4_gemm_wgmma_k' -c 24 \
+        --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section SchedulerStats --section Occupancy --section LaunchStats .carry/clefrt_bench_w4a16_rs --shape gate_up --m 318 > "$OUT/ncu-w4a16-rs.txt" 2>&1
       echo "== ncu-w4a16-rs rc=$?"
-      grep -E "^  [a-z_0-9]+.*\(|w4a16_rs|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|No Eligible|Memory Throughput|L2 Hit|L1/TEX Hit|Compute \(SM\) Throughput|DRAM Throughput" \
+      grep -E "^  [a-z_0-9]+.*\(|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|No Eligible|Memory Throughput|L2 Hit|Compute \(SM\) Throughput|DRAM Throughput" \
         "$OUT/ncu-w4a16-rs.txt" | cut -c1-160 | head -150 ;;
     lab-narrow)
       # the FP8 GDN in_proj's bf16 a | b GEMM (n 96): the engine's against split-k mma.sync forms
