@@ -2,7 +2,7 @@
 # The GPU machine's part of a session, as run through the device tool from a .carry/ pack
 # (scripts/pack_device.sh): GPU tests, then `clefrt bench` per quant mode and the memory
 # points, results under $OUT. Usage:
-#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [lab-narrow] [lab-w4a16-rs] [ncu-w4a16-rs] [ncu-elementwise] [ncu-head] [ncu-blog] [ncu-blog-fp8] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [lab-gdn-form] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [ncu-gdn-tform] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
+#   bench/run_device_suite.sh COMMIT [tests | tests=GTEST_FILTER] [env:NAME=VALUE | unset:NAME] [serve-flags:FLAGS] [bench MODES...] [quick MODES...] [reuse] [interleave] [memory] [nan] [serve MODES...] [tower ATTNS...] [lab] [lab-elementwise] [lab-head] [lab-narrow] [lab-w4a16-rs] [ncu-w4a16-rs] [ncu-w4a16-rs-source] [ncu-elementwise] [ncu-head] [ncu-blog] [ncu-blog-fp8] [lab-vision-attn] [lab-cudnn] [lab-gemm-search] [lab-fp8-wgmma] [lab-fp8-sustained] [lab-fp8-scales] [lab-gdn-prep] [lab-gdn-form] [ncu-fp8-gemm] [ncu-gdn] [ncu-gdn-source] [ncu-gdn-tform] [gdn-products] [gdn-scan-planes] [anchors] [clocks] [use-base | use-branch] [deadline=S] [tar]
 # tests: the whole GPU suite; its CPU references dominate and it took 220 to 576 s on H100s
 # (session 41: 576 s, a call's whole budget): plan it a call of its own or narrow it with tests=.
 # serve: per mode also a 5 s one-client phase on one kept connection (serve-load-keepalive-*.json).
@@ -28,7 +28,8 @@
 # ncu-head: Nsight Compute's throughput, occupancy, stall and memory sections on the head lab's row-Linear launches.
 # ncu-elementwise: Nsight Compute's occupancy, issue and stall sections on the elementwise lab's FP8 SwiGLU (exact, fast SiLU, the lab's streamed form) and FP8 norm with the pending add at 318 rows.
 # lab-w4a16-rs: clefrt_bench_w4a16_rs (the W4A16 GEMM with the weights in wgmma's register operand, two kernel forms, beside bf16 and the product's).
-# ncu-w4a16-rs: Nsight Compute (speed of light, memory, warp states) on each register-A form's one launch at gate|up, m 318.
+# ncu-w4a16-rs: Nsight Compute (speed of light, memory, warp states) on each register-A form's one launch at gate|up, m 318;
+# ncu-w4a16-rs-source: stall samples per SASS instruction of forms 1 and 2 (160 x 64) there.
 # lab-narrow: clefrt_bench_narrow_gemm (the FP8 GDN in_proj's bf16 a | b GEMM: the lab's split-k forms beside the engine's cuBLASLt). ncu-blog / ncu-blog-fp8: every kernel's GPU time over one forward of the blog request, the tuned one (bench --profiler-range; bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
@@ -201,6 +202,22 @@ while [ $# -gt 0 ]; do
       echo "== ncu-w4a16-rs rc=$?"
       grep -E "^  [a-z_0-9]+.*\(|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|No Eligible|Memory Throughput|L2 Hit|Compute \(SM\) Throughput|DRAM Throughput" \
         "$OUT/ncu-w4a16-rs.txt" | cut -c1-160 | head -150 ;;
+    ncu-w4a16-rs-source)
+      # form 1 (160 tokens x 64 channels) and form 2 (the same tile) at gate|up, m 318: warp stall
+      # samples per SASS instruction (CSV; bench/ncu_sass_summary.py) and the instruction mix. Why
+      # does a warp issue only every ~5.5 cycles with the tensor pipe ~36% busy?
+      for kk in "rs1 w4a16_rs_k<160, 1>" "rs2 w4a16_rs2_k<160, 1, 1>"; do
+        read -r tag re <<< "$kk"
+        CLEFRT_LAB_ONCE=1 timeout 150 ncu --clock-control none --kernel-name-base demangled -k "regex:$re" -c 1 \
+          --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+          --section InstructionStats --section SourceCounters -o "$OUT/ncu-w4a16-$tag" \
+          .carry/clefrt_bench_w4a16_rs --shape gate_up --m 318 > "$OUT/ncu-w4a16-$tag.log" 2>&1
+        echo "== ncu w4a16 $tag rc=$?"
+        ncu -i "$OUT/ncu-w4a16-$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-w4a16-$tag-sass.csv" 2> /dev/null
+        ncu -i "$OUT/ncu-w4a16-$tag.ncu-rep" --page details --print-details all > "$OUT/ncu-w4a16-$tag.txt" 2>&1
+        rm -f "$OUT/ncu-w4a16-$tag.ncu-rep"
+        python3 bench/ncu_sass_summary.py "$OUT/ncu-w4a16-$tag-sass.csv" --top 30 2>&1 | head -60
+      done ;;
     lab-narrow)
       # the FP8 GDN in_proj's bf16 a | b GEMM (n 96): the engine's against split-k mma.sync forms
       timeout 120 .carry/clefrt_bench_narrow_gemm --commit "$commit" --json "$OUT/lab-narrow-gemm.json" 2>&1 | tee "$OUT/lab-narrow-gemm.txt" ;;
