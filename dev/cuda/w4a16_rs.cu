@@ -390,17 +390,20 @@ __global__ void __launch_bounds__(Cfg2<TN, WGS>::THREADS, Cfg2<TN, WGS>::MIN_BLO
 // stores or their buffer in the loop. The same values as form 1's tables, so the same bits.
 // (Form 1 under Nsight Compute: the tensor pipe ~36% busy, a warp issuing every ~5.5 cycles, and
 // building the tables about a fifth of its instructions.)
-template <int TN, int WGS>
+// ST: x / weight stages (3: smaller, so that 3 CTAs of 128 x 64 fit an SM: 3 warps a scheduler)
+template <int TN, int WGS, int ST = STAGES>
 struct Cfg3 {
-  static constexpr int THREADS = 128 * WGS, CH = 64 * WGS, MIN_BLOCKS = WGS == 1 ? 2 : 1;
+  static constexpr int THREADS = 128 * WGS, CH = 64 * WGS;
   static constexpr int x_bytes = TN * BK * 2;
   static constexpr int wp_bytes = CH * BK / 2;
   static constexpr int ws_bytes = CH * BK / 16;
-  static constexpr int w_base = STAGES * x_bytes;
-  static constexpr int t_base = w_base + STAGES * (wp_bytes + ws_bytes);
+  static constexpr int w_base = ST * x_bytes;
+  static constexpr int t_base = w_base + ST * (wp_bytes + ws_bytes);
   static constexpr int set_bytes = 256 * 16;                 // one gs value's tables, by scale byte
   static constexpr int bar_base = t_base + WGS * 2 * set_bytes;  // 2 sets a warpgroup
-  static constexpr int bytes = bar_base + STAGES * 8 + 1024;
+  static constexpr int bytes = bar_base + ST * 8 + 1024;
+  static constexpr int MIN_BLOCKS = WGS == 2 ? 1 : 3 * (bytes + 1024) <= 233472 ? 3 : 2;
+  static_assert(ST == 3 || ST == 4, "stages");
   static_assert(bytes + 1024 <= 233472, "shared memory per SM");
 };
 
@@ -415,15 +418,15 @@ __global__ void rs_tables_k(const float* __restrict__ gs, int groups, uint4* __r
 
 // group_sets[2 r + j]: the gs index of set j of 64-row group r; row_set[c]: which of its group's 2
 // sets row c takes
-template <int TN, int WGS>
-__global__ void __launch_bounds__(Cfg3<TN, WGS>::THREADS, Cfg3<TN, WGS>::MIN_BLOCKS)
+template <int TN, int WGS, int ST>
+__global__ void __launch_bounds__(Cfg3<TN, WGS, ST>::THREADS, Cfg3<TN, WGS, ST>::MIN_BLOCKS)
     w4a16_rs3_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ rs_packed,
                 const uint8_t* __restrict__ scales, const uint4* __restrict__ tabs, const int* __restrict__ group_sets,
                 const uint8_t* __restrict__ row_set, int n, bf16* y, int64_t ldy) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
-  using C = Cfg3<TN, WGS>;
+  using C = Cfg3<TN, WGS, ST>;
   constexpr int CH = C::CH;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -431,12 +434,12 @@ __global__ void __launch_bounds__(Cfg3<TN, WGS>::THREADS, Cfg3<TN, WGS>::MIN_BLO
   const int n0 = int(blockIdx.x) * CH, m0 = int(blockIdx.y) * TN;
   const int ktiles = k / BK;
   const int64_t prow = k / 2, srow = k / 16;
-  auto xtile = [&](int kt) { return smem + (kt % STAGES) * C::x_bytes; };
-  auto wtile = [&](int kt) { return smem + C::w_base + (kt % STAGES) * (C::wp_bytes + C::ws_bytes); };
+  auto xtile = [&](int kt) { return smem + (kt % ST) * C::x_bytes; };
+  auto wtile = [&](int kt) { return smem + C::w_base + (kt % ST) * (C::wp_bytes + C::ws_bytes); };
 
   uint64_t* const xfull = reinterpret_cast<uint64_t*>(smem + C::bar_base);
   if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) mbar_init(&xfull[s], 1);
+    for (int s = 0; s < ST; ++s) mbar_init(&xfull[s], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   // the CTA's table sets: warpgroup w's sets j = 0, 1 at t_base + (2 w + j) set_bytes
@@ -454,8 +457,8 @@ __global__ void __launch_bounds__(Cfg3<TN, WGS>::THREADS, Cfg3<TN, WGS>::MIN_BLO
   const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
   auto load_x = [&](int kt) {
     if (tid != 0 || kt >= ktiles) return;
-    mbar_arrive_expect_tx(&xfull[kt % STAGES], C::x_bytes);
-    tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &xfull[kt % STAGES]);
+    mbar_arrive_expect_tx(&xfull[kt % ST], C::x_bytes);
+    tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &xfull[kt % ST]);
   };
   auto load_w = [&](int kt) {
     if (kt >= ktiles) return;
@@ -471,18 +474,25 @@ __global__ void __launch_bounds__(Cfg3<TN, WGS>::THREADS, Cfg3<TN, WGS>::MIN_BLO
   float acc[TN / 2];
   uint32_t afr[2][4];
 
-  load_w(0), load_x(0), load_w(1);
-  cp_async_commit();
-  load_x(1), load_w(2);
-  cp_async_commit();
+  if constexpr (ST == 4) {
+    load_w(0), load_x(0), load_w(1);
+    cp_async_commit();
+    load_x(1), load_w(2);
+    cp_async_commit();
+  } else {
+    load_w(0), load_x(0);
+    cp_async_commit();
+    load_w(1);
+    cp_async_commit();
+  }
 
   for (int kt = 0; kt < ktiles; ++kt) {
     // this thread's copies of weight tile kt have landed; after the barrier every thread's, and
-    // every warpgroup's wgmmas of step kt - 2 are done: x stage (kt + 2) % 4 and weight stage
-    // (kt + 3) % 4 are free
+    // every warpgroup's wgmmas of step kt - 2 are done: x stage (kt - 2) % ST = (kt + ST - 2) % ST
+    // and weight stage (kt - 1) % ST are free (3 stages: x only one step ahead)
     cp_async_wait<1>();
     __syncthreads();
-    load_x(kt + 2), load_w(kt + 3);
+    load_x(kt + ST - 2), load_w(kt + ST - 1);
     cp_async_commit();
 
     const unsigned char* wp = wtile(kt);
@@ -490,7 +500,7 @@ __global__ void __launch_bounds__(Cfg3<TN, WGS>::THREADS, Cfg3<TN, WGS>::MIN_BLO
     const uint2 p1 = *reinterpret_cast<const uint2*>(wp + (ra + 8) * 32 + t * 8);
     const uint32_t s0 = *reinterpret_cast<const uint32_t*>(wp + C::wp_bytes + ra * 4);
     const uint32_t s1 = *reinterpret_cast<const uint32_t*>(wp + C::wp_bytes + (ra + 8) * 4);
-    mbar_wait(&xfull[kt % STAGES], uint32_t((kt / STAGES) & 1));
+    mbar_wait(&xfull[kt % ST], uint32_t((kt / ST) & 1));
     const unsigned char* xt = xtile(kt);
 #pragma unroll
     for (int s = 0; s < BK / 16; ++s) {
@@ -607,18 +617,18 @@ void run_rs(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8_
   check_launch("w4a16 rs");
 }
 
-template <int TN, int WGS>
+template <int TN, int WGS, int ST = STAGES>
 void run_rs3(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8_t* scales, const float*, const TableSets& ts, int64_t n,
              bf16* y, cudaStream_t s) {
-  using C = Cfg3<TN, WGS>;
+  using C = Cfg3<TN, WGS, ST>;
   static const bool configured = [] {
-    check(cudaFuncSetAttribute(w4a16_rs3_k<TN, WGS>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "w4a16 rs3");
+    check(cudaFuncSetAttribute(w4a16_rs3_k<TN, WGS, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "w4a16 rs3");
     return true;
   }();
   (void)configured;
   const CUtensorMap map = x_map(x, m, k, TN);
   const dim3 grid(unsigned((n + C::CH - 1) / C::CH), unsigned((m + TN - 1) / TN));
-  w4a16_rs3_k<TN, WGS><<<grid, C::THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, ts.tabs.as<uint4>(), ts.group_sets.as<int>(),
+  w4a16_rs3_k<TN, WGS, ST><<<grid, C::THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, ts.tabs.as<uint4>(), ts.group_sets.as<int>(),
                                                           ts.row_set.as<uint8_t>(), int(n), y, n);
   check_launch("w4a16 rs3");
 }
@@ -657,10 +667,11 @@ using RsFn = void (*)(const bf16*, int64_t, int64_t, const uint8_t*, const uint8
 struct Form {
   int tn, wgs, form, cl;  // form 1: w4a16_rs_k, 2: w4a16_rs2_k (cl: its cluster size), 3: w4a16_rs3_k
   RsFn fn;
+  int stages = STAGES;
 };
 const Form kForms[] = {{128, 1, 3, 1, run_rs3<128, 1>},      {160, 1, 3, 1, run_rs3<160, 1>},      {192, 1, 3, 1, run_rs3<192, 1>},
                        {256, 1, 3, 1, run_rs3<256, 1>},      {128, 2, 3, 1, run_rs3<128, 2>},      {160, 2, 3, 1, run_rs3<160, 2>},
-                       {256, 2, 3, 1, run_rs3<256, 2>},
+                       {256, 2, 3, 1, run_rs3<256, 2>},      {128, 1, 3, 1, run_rs3<128, 1, 3>, 3}, {96, 1, 3, 1, run_rs3<96, 1>},
                        {128, 2, 1, 1, run_rs<128, 2>},       {160, 2, 1, 1, run_rs<160, 2>},       {192, 2, 1, 1, run_rs<192, 2>},
                        {256, 2, 1, 1, run_rs<256, 2>},       {128, 1, 1, 1, run_rs<128, 1>},       {160, 1, 1, 1, run_rs<160, 1>},
                        {64, 1, 2, 1, run_rs2<64, 1>},        {128, 1, 2, 1, run_rs2<128, 1>},      {160, 1, 2, 1, run_rs2<160, 1>},
@@ -783,12 +794,12 @@ int main(int argc, char** argv) {
           });
           std::printf("  m %5lld  register A%s, %3d tokens x %3d ch%s %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16, %.2fx product)  %zu of %zu "
                       "outputs differ from the product's (max %.3g; vs bf16 GEMM %.3g)\n",
-                      (long long)m, f.form == 2 ? " 2" : f.form == 3 ? " 3" : "  ", f.tn, 64 * f.wgs, f.cl == 4 ? " x 4" : f.cl == 2 ? " x 2" : "    ", t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, t_wg / t, diff, h1.size(), worst, worst_b);
+                      (long long)m, f.form == 2 ? " 2" : f.form == 3 ? " 3" : "  ", f.tn, 64 * f.wgs, f.cl == 4 ? " x 4" : f.cl == 2 ? " x 2" : f.stages == 3 ? " 3st" : "    ", t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, t_wg / t, diff, h1.size(), worst, worst_b);
           json::Value fr = json::Value::object();
           fr.add("ms", json::Value::number(t));
           fr.add("differ_from_product", json::Value::integer(int64_t(diff)));
           fr.add("max_abs_diff_product", json::Value::number(worst));
-          r.add("rs" + std::string(f.form == 2 ? "2" : f.form == 3 ? "3" : "") + "_tn" + std::to_string(f.tn) + "_ch" + std::to_string(64 * f.wgs) + (f.cl > 1 ? "_cl" + std::to_string(f.cl) : std::string()), std::move(fr));
+          r.add("rs" + std::string(f.form == 2 ? "2" : f.form == 3 ? "3" : "") + "_tn" + std::to_string(f.tn) + "_ch" + std::to_string(64 * f.wgs) + (f.cl > 1 ? "_cl" + std::to_string(f.cl) : std::string()) + (f.stages == 3 ? "_st3" : ""), std::move(fr));
         }
         rows.arr.push_back(std::move(r));
       }
