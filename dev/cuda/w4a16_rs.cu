@@ -21,7 +21,7 @@
 //
 // Usage: clefrt_bench_w4a16_rs [--commit ID] [--json FILE] [--shape gate_up|down|in_proj|o|odd] [--m M]
 // (CLEFRT_LAB_NO_CLUSTERS=1: without form 2's cluster-multicast variants; CLEFRT_LAB_ONCE=1: each
-// kernel launched once per m, untimed, for Nsight Compute)
+// kernel launched once per m, untimed, for Nsight Compute; CLEFRT_LAB_M=M: as --m M)
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -390,11 +390,13 @@ __global__ void __launch_bounds__(Cfg2<TN, WGS>::THREADS, Cfg2<TN, WGS>::MIN_BLO
 // stores or their buffer in the loop. The same values as form 1's tables, so the same bits.
 // (Form 1 under Nsight Compute: the tensor pipe ~36% busy, a warp issuing every ~5.5 cycles, and
 // building the tables about a fifth of its instructions.)
-// ST: x / weight stages (3: smaller, so that 3 CTAs of 128 x 64 fit an SM: 3 warps a scheduler)
-template <int TN, int WGS, int ST = STAGES>
+// ST: x / weight stages (3: smaller, so that 3 CTAs of 128 x 64 fit an SM: 3 warps a scheduler).
+// NT: token tiles of TN a warpgroup, NT wgmmas on each dequantized A fragment: a weight is
+// dequantized once per NT TN tokens (at 318 tokens, NT 2 x TN 160: once, not twice).
+template <int TN, int WGS, int ST = STAGES, int NT = 1>
 struct Cfg3 {
   static constexpr int THREADS = 128 * WGS, CH = 64 * WGS;
-  static constexpr int x_bytes = TN * BK * 2;
+  static constexpr int x_bytes = NT * TN * BK * 2;
   static constexpr int wp_bytes = CH * BK / 2;
   static constexpr int ws_bytes = CH * BK / 16;
   static constexpr int w_base = ST * x_bytes;
@@ -418,20 +420,20 @@ __global__ void rs_tables_k(const float* __restrict__ gs, int groups, uint4* __r
 
 // group_sets[2 r + j]: the gs index of set j of 64-row group r; row_set[c]: which of its group's 2
 // sets row c takes
-template <int TN, int WGS, int ST>
-__global__ void __launch_bounds__(Cfg3<TN, WGS, ST>::THREADS, Cfg3<TN, WGS, ST>::MIN_BLOCKS)
+template <int TN, int WGS, int ST, int NT>
+__global__ void __launch_bounds__(Cfg3<TN, WGS, ST, NT>::THREADS, Cfg3<TN, WGS, ST, NT>::MIN_BLOCKS)
     w4a16_rs3_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ rs_packed,
                 const uint8_t* __restrict__ scales, const uint4* __restrict__ tabs, const int* __restrict__ group_sets,
                 const uint8_t* __restrict__ row_set, int n, bf16* y, int64_t ldy) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
-  using C = Cfg3<TN, WGS, ST>;
+  using C = Cfg3<TN, WGS, ST, NT>;
   constexpr int CH = C::CH;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-  const int n0 = int(blockIdx.x) * CH, m0 = int(blockIdx.y) * TN;
+  const int n0 = int(blockIdx.x) * CH, m0 = int(blockIdx.y) * TN * NT;
   const int ktiles = k / BK;
   const int64_t prow = k / 2, srow = k / 16;
   auto xtile = [&](int kt) { return smem + (kt % ST) * C::x_bytes; };
@@ -458,7 +460,8 @@ __global__ void __launch_bounds__(Cfg3<TN, WGS, ST>::THREADS, Cfg3<TN, WGS, ST>:
   auto load_x = [&](int kt) {
     if (tid != 0 || kt >= ktiles) return;
     mbar_arrive_expect_tx(&xfull[kt % ST], C::x_bytes);
-    tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &xfull[kt % ST]);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) tma_load_2d(xtile(kt) + j * TN * BK * 2, &xmap, kt * BK, m0 + j * TN, &xfull[kt % ST]);
   };
   auto load_w = [&](int kt) {
     if (kt >= ktiles) return;
@@ -471,7 +474,7 @@ __global__ void __launch_bounds__(Cfg3<TN, WGS, ST>::THREADS, Cfg3<TN, WGS, ST>:
   const int ra = wg * 64 + warp * 16 + g;  // this thread's A rows: channels ra and ra + 8 of the CTA
   const unsigned char* const set0 = smem + C::t_base + (2 * wg + (n0 + ra < n ? row_set[n0 + ra] : 0)) * C::set_bytes;
   const unsigned char* const set1 = smem + C::t_base + (2 * wg + (n0 + ra + 8 < n ? row_set[n0 + ra + 8] : 0)) * C::set_bytes;
-  float acc[TN / 2];
+  float acc[NT][TN / 2];
   uint32_t afr[2][4];
 
   if constexpr (ST == 4) {
@@ -510,14 +513,18 @@ __global__ void __launch_bounds__(Cfg3<TN, WGS, ST>::THREADS, Cfg3<TN, WGS, ST>:
       dequant_unit(s < 2 ? p0.x : p0.y, s & 1, Table{q0.x, q0.y, q0.z, q0.w}, a[0], a[2]);
       dequant_unit(s < 2 ? p1.x : p1.y, s & 1, Table{q1.x, q1.y, q1.z, q1.w}, a[1], a[3]);
 #pragma unroll
-      for (int i = 0; i < TN / 2; ++i) fence_operand(acc[i]);
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < TN / 2; ++i) fence_operand(acc[j][i]);
       wgmma_fence();
-      lab::WgmmaRs<TN>::run(acc, a, wgmma_desc(xt + s * 32), kt > 0 || s > 0);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) lab::WgmmaRs<TN>::run(acc[j], a, wgmma_desc(xt + j * TN * BK * 2 + s * 32), kt > 0 || s > 0);
       wgmma_commit();
       wgmma_wait<1>();
     }
   }
-  finish_tile<TN>(acc, y, ldy, m, n, m0, n0 + ra, t);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) finish_tile<TN>(acc[j], y, ldy, m, n, m0 + j * TN, n0 + ra, t);
 #endif
 }
 
@@ -617,18 +624,18 @@ void run_rs(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8_
   check_launch("w4a16 rs");
 }
 
-template <int TN, int WGS, int ST = STAGES>
+template <int TN, int WGS, int ST = STAGES, int NT = 1>
 void run_rs3(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8_t* scales, const float*, const TableSets& ts, int64_t n,
              bf16* y, cudaStream_t s) {
-  using C = Cfg3<TN, WGS, ST>;
+  using C = Cfg3<TN, WGS, ST, NT>;
   static const bool configured = [] {
-    check(cudaFuncSetAttribute(w4a16_rs3_k<TN, WGS, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "w4a16 rs3");
+    check(cudaFuncSetAttribute(w4a16_rs3_k<TN, WGS, ST, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "w4a16 rs3");
     return true;
   }();
   (void)configured;
   const CUtensorMap map = x_map(x, m, k, TN);
-  const dim3 grid(unsigned((n + C::CH - 1) / C::CH), unsigned((m + TN - 1) / TN));
-  w4a16_rs3_k<TN, WGS, ST><<<grid, C::THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, ts.tabs.as<uint4>(), ts.group_sets.as<int>(),
+  const dim3 grid(unsigned((n + C::CH - 1) / C::CH), unsigned((m + TN * NT - 1) / (TN * NT)));
+  w4a16_rs3_k<TN, WGS, ST, NT><<<grid, C::THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, ts.tabs.as<uint4>(), ts.group_sets.as<int>(),
                                                           ts.row_set.as<uint8_t>(), int(n), y, n);
   check_launch("w4a16 rs3");
 }
@@ -668,10 +675,13 @@ struct Form {
   int tn, wgs, form, cl;  // form 1: w4a16_rs_k, 2: w4a16_rs2_k (cl: its cluster size), 3: w4a16_rs3_k
   RsFn fn;
   int stages = STAGES;
+  int nt = 1;  // form 3: token tiles a warpgroup (tokens = nt tn)
 };
 const Form kForms[] = {{128, 1, 3, 1, run_rs3<128, 1>},      {160, 1, 3, 1, run_rs3<160, 1>},      {192, 1, 3, 1, run_rs3<192, 1>},
                        {256, 1, 3, 1, run_rs3<256, 1>},      {128, 2, 3, 1, run_rs3<128, 2>},      {160, 2, 3, 1, run_rs3<160, 2>},
                        {256, 2, 3, 1, run_rs3<256, 2>},      {128, 1, 3, 1, run_rs3<128, 1, 3>, 3}, {96, 1, 3, 1, run_rs3<96, 1>},
+                       {160, 1, 3, 1, run_rs3<160, 1, 4, 2>, 4, 2}, {160, 2, 3, 1, run_rs3<160, 2, 4, 2>, 4, 2},
+                       {128, 2, 3, 1, run_rs3<128, 2, 4, 2>, 4, 2},
                        {128, 2, 1, 1, run_rs<128, 2>},       {160, 2, 1, 1, run_rs<160, 2>},       {192, 2, 1, 1, run_rs<192, 2>},
                        {256, 2, 1, 1, run_rs<256, 2>},       {128, 1, 1, 1, run_rs<128, 1>},       {160, 1, 1, 1, run_rs<160, 1>},
                        {64, 1, 2, 1, run_rs2<64, 1>},        {128, 1, 2, 1, run_rs2<128, 1>},      {160, 1, 2, 1, run_rs2<160, 1>},
@@ -719,6 +729,7 @@ int main(int argc, char** argv) {
     Gemm inv(s, true);
     std::vector<int64_t> ms = {318, 1024, 8192};
     if (opt.only_m > 0) ms = {opt.only_m};
+    if (opt.only_m <= 0 && std::getenv("CLEFRT_LAB_M")) ms = {std::atoll(std::getenv("CLEFRT_LAB_M"))};  // the suite's env: switch
     json::Value shapes = json::Value::array();
     struct Shape {
       const char* name;
@@ -775,8 +786,8 @@ int main(int argc, char** argv) {
         r.add("product_wgmma_ms", json::Value::number(t_wg));
         for (const Form& f : kForms) {
           if ((f.cl > 1 && !clusters) || (f.form == 3 && !sets.ok)) continue;
-          const int64_t tiles = (m + f.tn - 1) / f.tn;
-          if (f.tn > 64 && tiles * f.tn > m + m / 2 + 64) continue;  // mostly padding: skip
+          const int64_t tok = int64_t(f.tn) * f.nt, tiles = (m + tok - 1) / tok;
+          if (tok > 64 && tiles * tok > m + m / 2 + 64) continue;  // mostly padding: skip
           check(cudaMemsetAsync(y1.get(), 0xFF, size_t(m * n) * 2, s), "poison");
           f.fn(x.as<bf16>(), m, k, rs.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), sets, n, y1.as<bf16>(), s);
           check(cudaStreamSynchronize(s), "rs run");
@@ -794,12 +805,12 @@ int main(int argc, char** argv) {
           });
           std::printf("  m %5lld  register A%s, %3d tokens x %3d ch%s %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16, %.2fx product)  %zu of %zu "
                       "outputs differ from the product's (max %.3g; vs bf16 GEMM %.3g)\n",
-                      (long long)m, f.form == 2 ? " 2" : f.form == 3 ? " 3" : "  ", f.tn, 64 * f.wgs, f.cl == 4 ? " x 4" : f.cl == 2 ? " x 2" : f.stages == 3 ? " 3st" : "    ", t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, t_wg / t, diff, h1.size(), worst, worst_b);
+                      (long long)m, f.form == 2 ? " 2" : f.form == 3 ? " 3" : "  ", f.tn * f.nt, 64 * f.wgs, f.cl == 4 ? " x 4" : f.cl == 2 ? " x 2" : f.stages == 3 ? " 3st" : "    ", t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, t_wg / t, diff, h1.size(), worst, worst_b);
           json::Value fr = json::Value::object();
           fr.add("ms", json::Value::number(t));
           fr.add("differ_from_product", json::Value::integer(int64_t(diff)));
           fr.add("max_abs_diff_product", json::Value::number(worst));
-          r.add("rs" + std::string(f.form == 2 ? "2" : f.form == 3 ? "3" : "") + "_tn" + std::to_string(f.tn) + "_ch" + std::to_string(64 * f.wgs) + (f.cl > 1 ? "_cl" + std::to_string(f.cl) : std::string()) + (f.stages == 3 ? "_st3" : ""), std::move(fr));
+          r.add("rs" + std::string(f.form == 2 ? "2" : f.form == 3 ? "3" : "") + "_tn" + std::to_string(f.tn * f.nt) + "_ch" + std::to_string(64 * f.wgs) + (f.cl > 1 ? "_cl" + std::to_string(f.cl) : std::string()) + (f.stages == 3 ? "_st3" : ""), std::move(fr));
         }
         rows.arr.push_back(std::move(r));
       }
