@@ -207,7 +207,7 @@ while [ $# -gt 0 ]; do
       # samples per SASS instruction (CSV; bench/ncu_sass_summary.py) and the instruction mix. Why
       # does a warp issue only every ~5.5 cycles with the tensor pipe ~36% busy?
       # (ncu matches on names with casts, "w4a16_rs_k<(int)160, (int)1>")
-      for kk in "rs1 w4a16_rs_k<[^,]*160, [^,]*1>" "rs2 w4a16_rs2_k<[^,]*160, [^,]*1, [^>]*1>" "rs3 w4a16_rs3_k<[^,]*160, [^,]*1>"; do
+      for kk in "rs1 w4a16_rs_k<[^,]*160, [^,]*1>" "rs2 w4a16_rs2_k<[^,]*160, [^,]*1, [^>]*1>" "rs3 w4a16_rs3_k<[^,]*160, [^,]*1, [^,]*4, [^>]*1>"; do
         read -r tag re <<< "$kk"
         CLEFRT_LAB_ONCE=1 timeout 150 ncu --clock-control none --kernel-name-base demangled -k "regex:$re" -c 1 \
           --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
