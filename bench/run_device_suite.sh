@@ -205,7 +205,7 @@ while [ $# -gt 0 ]; do
     ncu-w4a16-rs-source)
       # forms 1, 2 and 3 (160 tokens x 64 channels) at gate|up, m 318: warp stall
       # samples per SASS instruction (CSV; bench/ncu_sass_summary.py) and the instruction mix. Why
-      # does a warp issue only every ~5.5 cycles with the tensor pipe ~36% busy?
+      # do its warps issue so rarely while the tensor pipe idles?
       # (ncu matches on names with casts, "w4a16_rs_k<(int)160, (int)1>")
       for kk in "rs1 w4a16_rs_k<[^,]*160, [^,]*1>" "rs2 w4a16_rs2_k<[^,]*160, [^,]*1, [^>]*1>" "rs3 w4a16_rs3_k<[^,]*160, [^,]*1, [^,]*4, [^>]*1>"; do
         read -r tag re <<< "$kk"

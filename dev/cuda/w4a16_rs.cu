@@ -388,8 +388,7 @@ __global__ void __launch_bounds__(Cfg2<TN, WGS>::THREADS, Cfg2<TN, WGS>::MIN_BLO
 // those of the (at most 2) gs values of its 64 rows into shared memory at the start. A step's table
 // is then one lookup by the scale byte: no e4m3 conversion, division, table arithmetic, table
 // stores or their buffer in the loop. The same values as form 1's tables, so the same bits.
-// (Form 1 under Nsight Compute: the tensor pipe ~36% busy, a warp issuing every ~5.5 cycles, and
-// building the tables about a fifth of its instructions.)
+// (Form 1's profile found the table building its hottest code: bench/results/2026-12-07-session53.md.)
 // ST: x / weight stages (3: smaller, so that 3 CTAs of 128 x 64 fit an SM: 3 warps a scheduler).
 // NT: token tiles of TN a warpgroup, NT wgmmas on each dequantized A fragment: a weight is
 // dequantized once per NT TN tokens (at 318 tokens, NT 2 x TN 160: once, not twice).
