@@ -52,12 +52,7 @@ std::vector<uint16_t> down_bf16(const bf16* p, size_t n) {
   check(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost), "download");
   return h;
 }
-float bf(uint16_t u) {
-  const uint32_t w = uint32_t(u) << 16;
-  float f;
-  std::memcpy(&f, &w, 4);
-  return f;
-}
+using bench::bf16_float;
 
 
 // ---- the product's packed batches: ragged offsets, per-sequence lengths, bottom-right causal ----
@@ -138,9 +133,9 @@ void ragged_points(void* handle, const HardwareLimits& hw, cudaStream_t st, json
   auto worst = [](const std::vector<uint16_t>& x, const std::vector<uint16_t>& y, size_t* bad) {
     double w = 0;
     for (size_t i = 0; i < x.size(); ++i) {
-      const double t = double(bf(y[i]));
+      const double t = double(bf16_float(y[i]));
       if (!std::isfinite(t)) ++*bad;
-      else w = std::max(w, std::fabs(double(bf(x[i])) - t));
+      else w = std::max(w, std::fabs(double(bf16_float(x[i])) - t));
     }
     return w;
   };
@@ -318,9 +313,9 @@ void tower_points(void* handle, const HardwareLimits& hw, cudaStream_t st, json:
     double worst = 0;
     size_t bad = 0;
     for (size_t i = 0; i < a.size(); ++i) {
-      const double t = double(bf(c[i]));
+      const double t = double(bf16_float(c[i]));
       if (!std::isfinite(t)) ++bad;
-      else worst = std::max(worst, std::fabs(double(bf(a[i])) - t));
+      else worst = std::max(worst, std::fabs(double(bf16_float(a[i])) - t));
     }
     double flop = 0;
     for (int32_t n : lens) flop += 4.0 * double(n) * double(n) * double(d) * double(heads);
@@ -427,7 +422,7 @@ void tower_single_points(void* handle, const HardwareLimits& hw, cudaStream_t st
         if (want.empty()) want = got;
         for (size_t i = 0; i < got.size(); ++i) {
           differ += got[i] != want[i];
-          bad += !std::isfinite(bf(got[i]));
+          bad += !std::isfinite(bf16_float(got[i]));
         }
         const double ms = bench::median_ms(st, run);
         // the host's side of a launch (the tower enqueues one a layer between its GEMMs): 50
@@ -563,8 +558,8 @@ int main(int argc, char** argv) {
         double worst = 0;
         size_t non_finite = 0;
         for (size_t i = 0; i < a.size(); ++i) {
-          const double d = std::fabs(double(bf(a[i])) - double(bf(b[i])));
-          if (!std::isfinite(double(bf(b[i])))) ++non_finite;
+          const double d = std::fabs(double(bf16_float(a[i])) - double(bf16_float(b[i])));
+          if (!std::isfinite(double(bf16_float(b[i])))) ++non_finite;
           else if (!(d <= worst)) worst = d;
         }
         std::string inv = non_finite ? ", " + std::to_string(non_finite) + " cuDNN outputs not finite (or not written)" : "";

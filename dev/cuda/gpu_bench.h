@@ -277,6 +277,14 @@ int gemm_lab_main(int argc, char** argv, const char* name, Body body, bool with_
   return 0;
 }
 
+// A bf16 value (its bits, as downloaded) as a float: exact.
+inline float bf16_float(uint16_t v) {
+  const uint32_t u = uint32_t(v) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 // A device buffer's first `count` values on the host (the stream synchronized).
 template <class T>
 std::vector<T> download(const cuda::DeviceBuffer& b, size_t count, cudaStream_t s) {

@@ -116,7 +116,6 @@ __global__ void __launch_bounds__(Cfg<TN, WGS>::THREADS, Cfg<TN, WGS>::MIN_BLOCK
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
   const int n0 = int(blockIdx.x) * CH, m0 = int(blockIdx.y) * TN;
   const int ktiles = k / BK;
-  const int64_t prow = k / 2, srow = k / 16;
   auto xtile = [&](int kt) { return smem + (kt % STAGES) * C::x_bytes; };
   auto wtile = [&](int kt) { return smem + C::w_base + (kt % STAGES) * (C::wp_bytes + C::ws_bytes); };
   auto ttile = [&](int kt) { return smem + C::t_base + (kt & 1) * C::tab_bytes; };
@@ -127,22 +126,14 @@ __global__ void __launch_bounds__(Cfg<TN, WGS>::THREADS, Cfg<TN, WGS>::MIN_BLOCK
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  // packed codes: 16 bytes a thread (channel tid / 2, half tid % 2 of its 32); scales: 4 bytes a
-  // channel (threads < CH). Channels past n copy zeros: zero codes and scales give 0.
-  const bool win = n0 + (tid >> 1) < n, sin = tid < CH && n0 + tid < n;
-  const uint8_t* wsrc = win ? rs_packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : rs_packed;
-  const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
+  const Nvfp4StepCopy<CH, BK> copy_w(rs_packed, scales, n0, n, k, tid);
   auto load_x = [&](int kt) {
     if (tid != 0 || kt >= ktiles) return;
     mbar_arrive_expect_tx(&xfull[kt % STAGES], C::x_bytes);
     tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &xfull[kt % STAGES]);
   };
   auto load_w = [&](int kt) {
-    if (kt >= ktiles) return;
-    unsigned char* w = wtile(kt);
-    const int k0 = kt * BK;
-    cp_async16(w + tid * 16, win ? wsrc + k0 / 2 : rs_packed, win);
-    if (tid < CH) cp_async4(w + C::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
+    if (kt < ktiles) copy_w(wtile(kt), kt);
   };
 
   // tables: this thread builds channel trow's blocks tb and tb + 2 of each step
@@ -434,7 +425,6 @@ __global__ void __launch_bounds__(Cfg3<TN, WGS, ST, NT>::THREADS, Cfg3<TN, WGS, 
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
   const int n0 = int(blockIdx.x) * CH, m0 = int(blockIdx.y) * TN * NT;
   const int ktiles = k / BK;
-  const int64_t prow = k / 2, srow = k / 16;
   auto xtile = [&](int kt) { return smem + (kt % ST) * C::x_bytes; };
   auto wtile = [&](int kt) { return smem + C::w_base + (kt % ST) * (C::wp_bytes + C::ws_bytes); };
 
@@ -453,9 +443,7 @@ __global__ void __launch_bounds__(Cfg3<TN, WGS, ST, NT>::THREADS, Cfg3<TN, WGS, 
     }
   }
   __syncthreads();
-  const bool win = n0 + (tid >> 1) < n, sin = tid < CH && n0 + tid < n;
-  const uint8_t* wsrc = win ? rs_packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : rs_packed;
-  const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
+  const Nvfp4StepCopy<CH, BK> copy_w(rs_packed, scales, n0, n, k, tid);
   auto load_x = [&](int kt) {
     if (tid != 0 || kt >= ktiles) return;
     mbar_arrive_expect_tx(&xfull[kt % ST], C::x_bytes);
@@ -463,11 +451,7 @@ __global__ void __launch_bounds__(Cfg3<TN, WGS, ST, NT>::THREADS, Cfg3<TN, WGS, 
     for (int j = 0; j < NT; ++j) tma_load_2d(xtile(kt) + j * TN * BK * 2, &xmap, kt * BK, m0 + j * TN, &xfull[kt % ST]);
   };
   auto load_w = [&](int kt) {
-    if (kt >= ktiles) return;
-    unsigned char* w = wtile(kt);
-    const int k0 = kt * BK;
-    cp_async16(w + tid * 16, win ? wsrc + k0 / 2 : rs_packed, win);
-    if (tid < CH) cp_async4(w + C::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
+    if (kt < ktiles) copy_w(wtile(kt), kt);
   };
 
   const int ra = wg * 64 + warp * 16 + g;  // this thread's A rows: channels ra and ra + 8 of the CTA
@@ -689,19 +673,6 @@ const Form kForms[] = {{128, 1, 3, 1, run_rs3<128, 1>},      {160, 1, 3, 1, run_
                        {160, 1, 2, 4, run_rs2<160, 1, 4>},   {128, 1, 2, 4, run_rs2<128, 1, 4>},   {256, 1, 2, 2, run_rs2<256, 1, 2>},
                        {160, 2, 2, 2, run_rs2<160, 2, 2>}};
 
-std::vector<uint16_t> to_host(const DeviceBuffer& b, size_t count) {
-  std::vector<uint16_t> h(count);
-  check(cudaMemcpy(h.data(), b.get(), count * 2, cudaMemcpyDeviceToHost), "copy back");
-  return h;
-}
-
-float bf16_float(uint16_t v) {
-  const uint32_t u = uint32_t(v) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -774,7 +745,7 @@ int main(int argc, char** argv) {
                      W4A16Gemm::Wgmma);
         });
         check(cudaStreamSynchronize(s), "product");
-        const std::vector<uint16_t> h0 = to_host(y0, size_t(m * n)), hb = to_host(yb, size_t(m * n));
+        const std::vector<uint16_t> h0 = bench::download<uint16_t>(y0, size_t(m * n), s), hb = bench::download<uint16_t>(yb, size_t(m * n), s);
         std::printf("  m %5lld  bf16 GEMM (cuBLASLt, invariant) %8.3f ms %6.1f TF/s %5.1f%%\n", (long long)m, t_inv, tf(t_inv),
                     100 * tf(t_inv) / hw.peak_bf16_tflops);
         std::printf("  m %5lld  product W4A16 wgmma              %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16)\n", (long long)m, t_wg, tf(t_wg),
@@ -790,13 +761,13 @@ int main(int argc, char** argv) {
           check(cudaMemsetAsync(y1.get(), 0xFF, size_t(m * n) * 2, s), "poison");
           f.fn(x.as<bf16>(), m, k, rs.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), sets, n, y1.as<bf16>(), s);
           check(cudaStreamSynchronize(s), "rs run");
-          const std::vector<uint16_t> h1 = to_host(y1, size_t(m * n));
+          const std::vector<uint16_t> h1 = bench::download<uint16_t>(y1, size_t(m * n), s);
           size_t diff = 0;
           double worst = 0, worst_b = 0;
           for (size_t i = 0; i < h1.size(); ++i) {
             diff += h1[i] != h0[i];
-            worst = std::max(worst, double(std::fabs(bf16_float(h1[i]) - bf16_float(h0[i]))));
-            worst_b = std::max(worst_b, double(std::fabs(bf16_float(h1[i]) - bf16_float(hb[i]))));
+            worst = std::max(worst, double(std::fabs(bench::bf16_float(h1[i]) - bench::bf16_float(h0[i]))));
+            worst_b = std::max(worst_b, double(std::fabs(bench::bf16_float(h1[i]) - bench::bf16_float(hb[i]))));
           }
           all_same = all_same && diff == 0;
           const double t = once ? 1.0 : bench::median_ms(s, [&] {

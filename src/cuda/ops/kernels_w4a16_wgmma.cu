@@ -94,7 +94,6 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
   const int wm = C::WG_M == 2 ? wg : 0, wn = C::WG_M == 2 ? 0 : wg;
   const int m0 = int(blockIdx.y) * BM, n0 = int(blockIdx.x) * BN;
   const int ktiles = k / BK;
-  const int64_t prow = k / 2, srow = k / 16;
   auto xtile = [&](int kt) { return smem + C::a_base + (kt % STAGES) * C::a_bytes; };
   auto wtile = [&](int kt) { return smem + C::w_base + (kt % STAGES) * (C::wp_bytes + C::ws_bytes); };
   auto dtile = [&](int kt) { return smem + (kt % C::WBUFS) * C::wb_bytes; };
@@ -107,22 +106,14 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
   }
   __syncthreads();
-  // packed codes: one 16-byte chunk per thread (channel tid / 2, half tid % 2); scales: 4 bytes
-  // per channel (threads < 128). Channels past n read nothing: zero codes and scales give 0.
-  const bool win = n0 + (tid >> 1) < n, sin = tid < BN && n0 + tid < n;
-  const uint8_t* wsrc = win ? packed + int64_t(n0 + (tid >> 1)) * prow + (tid & 1) * 16 : packed;
-  const uint8_t* ssrc = sin ? scales + int64_t(n0 + tid) * srow : scales;
+  const Nvfp4StepCopy<BN, BK> copy_w(packed, scales, n0, n, k, tid);
   auto load_x = [&](int kt) {
     if (tid != 0 || kt >= ktiles) return;
     mbar_arrive_expect_tx(&xfull[kt % STAGES], C::a_bytes);
     tma_load_2d(xtile(kt), &xmap, kt * BK, m0, &xfull[kt % STAGES]);
   };
   auto load_w = [&](int kt) {
-    if (kt >= ktiles) return;
-    unsigned char* w = wtile(kt);
-    const int k0 = kt * BK;
-    cp_async16(w + tid * 16, win ? wsrc + k0 / 2 : packed, win);
-    if (tid < BN) cp_async4(w + C::wp_bytes + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
+    if (kt < ktiles) copy_w(wtile(kt), kt);
   };
 
   // Dequantization units: u = tid + i * 256 is channel u / 4, block u % 4 (8 lanes: two channels'

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "cuda/ops/async_copy.cuh"
 #include "cuda/ops/mma.cuh"
 
 namespace clefrt::cuda {
@@ -74,6 +75,30 @@ __device__ __forceinline__ void dequant_word(uint32_t w, const Table& t, uint32_
   out[2] = prmt(lb, hb, 0x5140) ^ (prmt(w4, w, 0xEEAA) & 0x80008000u);
   out[3] = prmt(lb, hb, 0x7362) ^ (prmt(w4, w, 0xFFBB) & 0x80008000u);
 }
+
+// One BK-wide k step of a CTA's CH channels' weights into a shared-memory stage, by cp.async (the
+// wgmma W4A16 kernel and dev/cuda/w4a16_rs.cu): the packed codes, 16 bytes a thread (channel tid / 2,
+// half tid % 2 of its BK / 2), at the stage's start, then the e4m3 scales, BK / 16 bytes a channel
+// (threads < CH), after the CH x BK / 2 code bytes. Channels past n copy zeros: zero codes and
+// scales give 0. Needs 2 CH threads and BK = 64 (32 code bytes, 4 scales a channel and step).
+template <int CH, int BK>
+struct Nvfp4StepCopy {
+  static_assert(BK == 64, "16 code bytes a thread, 4 scale bytes a channel");
+  const uint8_t *codes, *scales, *wsrc, *ssrc;
+  bool win, sin;
+  int tid;
+  __device__ Nvfp4StepCopy(const uint8_t* codes_, const uint8_t* scales_, int n0, int n, int k, int tid_)
+      : codes(codes_), scales(scales_), win(n0 + (tid_ >> 1) < n), sin(tid_ < CH && n0 + tid_ < n), tid(tid_) {
+    wsrc = win ? codes + int64_t(n0 + (tid >> 1)) * (k / 2) + (tid & 1) * 16 : codes;
+    ssrc = sin ? scales + int64_t(n0 + tid) * (k / 16) : scales;
+  }
+  // step kt into the stage at w
+  __device__ void operator()(unsigned char* w, int kt) const {
+    const int k0 = kt * BK;
+    cp_async16(w + tid * 16, win ? wsrc + k0 / 2 : codes, win);
+    if (tid < CH) cp_async4(w + CH * BK / 2 + tid * 4, sin ? ssrc + k0 / 16 : scales, sin);
+  }
+};
 
 // y[r, col] = v (bf16 rounded or fp32), or += v into fp32 (nvfp4_gemm's accumulate mode)
 __device__ __forceinline__ void store_output(void* y, bool y_f32, int64_t ldy, bool accumulate, int r, int col, float v) {
