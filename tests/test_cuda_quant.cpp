@@ -847,7 +847,7 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
         sc.acc = accb.as<float>();
         std::vector<float> y0(size_t(M * n), acc ? 0.5f : 0.0f);
         DeviceBuffer y = acc ? cuda::upload(y0, "y") : DeviceBuffer(size_t(M * n) * 2);
-        run.begin(sc);
+        run.begin(sc, 0, M);
         run.run(dx.as<bf16>(), M, k, m.layers[0].gdn_in, y.get(), acc ? cuda::OutType::F32 : cuda::OutType::BF16, n, acc, "test linear");
         cuda::check(cudaStreamSynchronize(st), "test");
         std::vector<float> got = acc ? down<float>(y, size_t(M * n)) : down_bf(y, size_t(M * n));
@@ -881,6 +881,135 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
       cudaStreamDestroy(st);
     }
   }
+}
+
+// The register-A W4A16 GEMM of short passes (nvfp4_gemm_rs) gives the staged path's bits
+// (nvfp4_dequantize, then the batch-invariant bf16 GEMM) at every m and tile, row global scales
+// in runs of 96 rows over a wide range (2 to a 64-row group), a partial channel tile and k / 64
+// odd; its tables give exactly the dequantized weights (x = I); a part whose 64-row group takes 3
+// global scales has no plan; and the LinearRunner's short pass equals its staged pass.
+TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
+  NEED_GPU();
+  if (!cuda::nvfp4_gemm_rs_available()) GTEST_SKIP() << "nvfp4_gemm_rs needs an sm_90a build on compute capability 9.0";
+  {  // the plan: 3 values in a group -> none; 2 -> the sets
+    std::vector<float> g(200, 1.0f);
+    for (size_t r = 100; r < 200; ++r) g[r] = 2.0f;
+    cuda::Nvfp4RsPlan plan;
+    ASSERT_TRUE(cuda::nvfp4_rs_plan(g.data(), 200, plan));
+    EXPECT_EQ(plan.gs, (std::vector<float>{1.0f, 2.0f}));
+    EXPECT_EQ(plan.group_sets, (std::vector<int>{0, 0, 0, 1, 1, 1, 1, 1}));
+    EXPECT_EQ(int(plan.row_set[99]), 0);
+    EXPECT_EQ(int(plan.row_set[100]), 1);
+    EXPECT_EQ(int(plan.row_set[150]), 0) << "group 2 takes value 1 only: its set 0";
+    g[110] = 3.0f;
+    EXPECT_FALSE(cuda::nvfp4_rs_plan(g.data(), 200, plan));
+    EXPECT_TRUE(plan.gs.empty());
+  }
+  struct Shape {
+    int64_t n, k;
+  };
+  cudaStream_t st;
+  cuda::check(cudaStreamCreate(&st), "stream");
+  for (Shape sh : {Shape{1000, 4160}, Shape{384, 128}, Shape{17000, 64}}) {
+    const int64_t n = sh.n, k = sh.k;
+    std::vector<float> w = test_values(size_t(n * k), uint64_t(n + 3 * k));
+    std::vector<float> rgs(static_cast<size_t>(n));
+    std::mt19937_64 rng{uint64_t(n * k)};
+    float run_gs = 1.0f;
+    for (int64_t r = 0; r < n; ++r) {
+      if (r % 96 == 0) run_gs = std::ldexp(std::uniform_real_distribution<float>(1.0f, 2.0f)(rng), int(rng() % 100) - 50);
+      rgs[size_t(r)] = run_gs;
+    }
+    // the codes and scales of one global scale; rows then dequantize with their own (as fused
+    // parts' rows do)
+    const quant::Nvfp4Weight q = quant::nvfp4_quantize(w.data(), n, k, quant::nvfp4_global_scale(w.data(), n * k));
+    cuda::Nvfp4RsPlan plan;
+    ASSERT_TRUE(cuda::nvfp4_rs_plan(rgs.data(), n, plan));
+    DeviceBuffer dp = cuda::upload(q.packed, "p"), ds = cuda::upload(q.scales, "s"), dg = cuda::upload(rgs, "g"),
+                 dv = cuda::upload(plan.gs, "gs values"), tabs(plan.gs.size() * 4096), gsets = cuda::upload(plan.group_sets, "group sets"),
+                 rset = cuda::upload(plan.row_set, "row sets"), wd(size_t(n * k) * 2);
+    cuda::nvfp4_rs_tables(dv.as<float>(), int(plan.gs.size()), tabs.get(), st);
+    const cuda::Nvfp4RsTables tb{tabs.get(), gsets.as<int>(), rset.as<uint8_t>()};
+    cuda::nvfp4_dequantize(dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), n, k, wd.as<bf16>(), st);
+    const std::string at = " at n " + std::to_string(n) + " k " + std::to_string(k);
+    {  // x = I: y = W^T, the dequantized weights themselves
+      std::vector<float> eye(size_t(k * k), 0.0f);
+      for (int64_t i = 0; i < k; ++i) eye[size_t(i * k + i)] = 1.0f;
+      DeviceBuffer dx = cuda::upload(to_bf(eye), "x"), y(size_t(k * n) * 4);
+      cuda::nvfp4_gemm_rs(dx.as<bf16>(), k, k, k, dp.as<uint8_t>(), ds.as<uint8_t>(), tb, n, y.get(), true, n, false, st);
+      const auto got = down<float>(y, size_t(k * n));
+      const auto ref = down_bf(wd, size_t(n * k));
+      for (int64_t c = 0; c < k; ++c)
+        for (int64_t r = 0; r < n; ++r)
+          ASSERT_EQ(got[size_t(c * n + r)], ref[size_t(r * k + c)]) << "weight " << r << "," << c << " (global scale " << rgs[size_t(r)] << ")" << at;
+    }
+    cuda::Gemm gemm(st, true, size_t(32) << 20);
+    const int64_t ldx = k + 8, mmax = 700;
+    std::vector<float> x(size_t(mmax * ldx), 0.0f);
+    {
+      std::normal_distribution<float> d(0.0f, 1.0f);
+      for (auto& v : x) v = quant::bf16_round(d(rng));
+    }
+    DeviceBuffer dx = cuda::upload(to_bf(x), "x"), y0(size_t(mmax * n) * 4), y1(size_t(mmax * n) * 4);
+    std::set<std::string> tiles;
+    for (int64_t m : {1, 37, 64, 65, 160, 161, 318, 320, 512, 700}) {
+      const cuda::RsTile tl = cuda::nvfp4_gemm_rs_tile(m, n);
+      tiles.insert(std::to_string(tl.tn) + "x" + std::to_string(tl.nt) + "/" + std::to_string(tl.wgs));
+      for (int mode = 0; mode < 3; ++mode) {  // bf16 out, fp32 out, fp32 accumulate
+        if (mode > 0 && m != 161) continue;
+        const bool f32 = mode > 0, acc = mode == 2;
+        const size_t es = f32 ? 4 : 2;
+        std::vector<float> init(size_t(m * n), 0.25f);
+        if (acc) {
+          cuda::check(cudaMemcpy(y0.get(), init.data(), init.size() * 4, cudaMemcpyHostToDevice), "y");
+          cuda::check(cudaMemcpy(y1.get(), init.data(), init.size() * 4, cudaMemcpyHostToDevice), "y");
+        } else {
+          cuda::check(cudaMemset(y1.get(), 0xFF, size_t(m * n) * es), "poison");
+        }
+        gemm.run(dx.as<bf16>(), m, k, ldx, wd.as<bf16>(), n, y0.get(), f32 ? cuda::OutType::F32 : cuda::OutType::BF16, n, acc, "test");
+        cuda::nvfp4_gemm_rs(dx.as<bf16>(), m, k, ldx, dp.as<uint8_t>(), ds.as<uint8_t>(), tb, n, y1.get(), f32, n, acc, st);
+        cuda::check(cudaStreamSynchronize(st), "test");
+        const auto a = down<uint8_t>(y0, size_t(m * n) * es), b = down<uint8_t>(y1, size_t(m * n) * es);
+        size_t differ = 0;
+        for (size_t e = 0; e < a.size(); e += es) differ += std::memcmp(&a[e], &b[e], es) != 0;
+        std::cout << "[ cuda    ] W4A16 short GEMM (" << tl.tn << " x " << tl.nt << " tokens, " << 64 * tl.wgs << " channels)" << at << " m " << m
+                  << (acc ? ", fp32 accumulate" : f32 ? ", fp32 out" : ", bf16 out") << ": " << differ << " of " << m * n
+                  << " outputs differ from the staged path's\n";
+        EXPECT_EQ(differ, 0u) << "m " << m << " mode " << mode << at;
+      }
+    }
+    EXPECT_GE(tiles.size(), 3u) << at;
+
+    // the LinearRunner: a short pass (nvfp4_gemm_rs) against a staged one, both W4A16 and W4A4
+    for (float igs : {0.0f, 300.0f}) {
+      cuda::DevLinearPart p;
+      p.fmt = cuda::WFormat::NVFP4;
+      p.n = n;
+      p.k = k;
+      p.packed = dp.as<uint8_t>();
+      p.scales = ds.as<uint8_t>();
+      p.row_gs = dg.as<float>();
+      p.input_global_scale = igs;
+      p.rs = tb;
+      const cuda::DevModel m = in_proj_model(n, k, {p});
+      cuda::LinearRunner run(m, gemm, st, size_t(256 * k * 2));
+      ASSERT_EQ(run.rs_max_tokens(), std::getenv("CLEFRT_LAB_W4A16_RS_MAX_M") ? run.rs_max_tokens() : cuda::LinearRunner::kRsMaxTokens);
+      const int64_t M = 318;
+      DeviceBuffer xq16(size_t(M * k) * 2), ya(size_t(M * n) * 2), yb(size_t(M * n) * 2);
+      cuda::QuantScratch sc;
+      sc.xq16 = xq16.as<bf16>();
+      run.begin(sc, 0, int64_t(1) << 40);  // staged: a pass longer than any short one
+      run.run(dx.as<bf16>(), M, ldx, m.layers[0].gdn_in, ya.get(), cuda::OutType::BF16, n, false, "test staged");
+      run.begin(sc, 0, M);
+      run.run(dx.as<bf16>(), M, ldx, m.layers[0].gdn_in, yb.get(), cuda::OutType::BF16, n, false, "test short");
+      cuda::check(cudaStreamSynchronize(st), "test");
+      const auto a = down<uint16_t>(ya, size_t(M * n)), b = down<uint16_t>(yb, size_t(M * n));
+      size_t differ = 0;
+      for (size_t e = 0; e < a.size(); ++e) differ += a[e] != b[e];
+      EXPECT_EQ(differ, 0u) << "LinearRunner short vs staged pass, input global scale " << igs << at;
+    }
+  }
+  cudaStreamDestroy(st);
 }
 
 // run_fp8_first_unscaled (the FP8 GDN in_proj: its readers apply the scales) on a Linear of an
@@ -922,7 +1051,7 @@ TEST(CudaQuant, Fp8FirstPartUnscaledThenScaledEqualsRun) {
     sc.xq8 = xq8.as<uint8_t>();
     sc.xs = xs.as<float>();
     sc.acc = accb.as<float>();
-    run.begin(sc);
+    run.begin(sc, 0, M);
     const cuda::DevLinear& lin = m.layers[0].gdn_in;
     run.run(dx.as<bf16>(), M, k, lin, y1.get(), cuda::OutType::F32, n, false, "test in_proj");
     cuda::LinearRunner::Fp8Scales fs;

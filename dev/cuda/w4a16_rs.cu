@@ -726,6 +726,18 @@ int main(int argc, char** argv) {
       nvfp4_quantize(w.as<bf16>(), n, k, gsv[0], packed.as<uint8_t>(), scales.as<uint8_t>(), s);
       nvfp4_dequantize(packed.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, k, wd.as<bf16>(), s);
       const TableSets sets = make_table_sets(gsv, s);
+      // the product's short-input kernel (kernels_w4a16_rs.cu: form 3 on the file's code layout)
+      Nvfp4RsPlan plan;
+      const bool product_rs = nvfp4_rs_plan(gsv.data(), n, plan);
+      DeviceBuffer prs_gs(std::max<size_t>(1, plan.gs.size()) * 4, "rs gs"), prs_tabs(std::max<size_t>(1, plan.gs.size()) * 4096, "rs tables"),
+          prs_sets(std::max<size_t>(1, plan.group_sets.size()) * 4, "rs group sets"), prs_rows(std::max<size_t>(1, plan.row_set.size()), "rs row sets");
+      if (product_rs) {
+        check(cudaMemcpy(prs_gs.get(), plan.gs.data(), plan.gs.size() * 4, cudaMemcpyHostToDevice), "rs gs");
+        check(cudaMemcpy(prs_sets.get(), plan.group_sets.data(), plan.group_sets.size() * 4, cudaMemcpyHostToDevice), "rs group sets");
+        check(cudaMemcpy(prs_rows.get(), plan.row_set.data(), plan.row_set.size(), cudaMemcpyHostToDevice), "rs row sets");
+        nvfp4_rs_tables(prs_gs.as<float>(), int(plan.gs.size()), prs_tabs.get(), s);
+      }
+      const Nvfp4RsTables prs{prs_tabs.get(), prs_sets.as<int>(), prs_rows.as<uint8_t>()};
       if (!sets.ok) std::printf("  (form 3 skipped: a 64-row group takes more than 2 gs values)\n");
       const int64_t units = n * k / 64;
       rs_repack_k<<<unsigned((units + 255) / 256), 256, 0, s>>>(packed.as<uint8_t>(), rs.as<uint8_t>(), units);
@@ -754,6 +766,23 @@ int main(int argc, char** argv) {
         r.add("m", json::Value::integer(m));
         r.add("bf16_invariant_ms", json::Value::number(t_inv));
         r.add("product_wgmma_ms", json::Value::number(t_wg));
+        if (product_rs) {
+          check(cudaMemsetAsync(y1.get(), 0xFF, size_t(m * n) * 2, s), "poison");
+          nvfp4_gemm_rs(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s);
+          const std::vector<uint16_t> h1 = bench::download<uint16_t>(y1, size_t(m * n), s);
+          size_t diff = 0;
+          for (size_t i = 0; i < h1.size(); ++i) diff += h1[i] != h0[i];
+          all_same = all_same && diff == 0;
+          const double t = timed(s, [&] {
+            nvfp4_gemm_rs(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s);
+          });
+          const RsTile tl = nvfp4_gemm_rs_tile(m, n);
+          std::printf("  m %5lld  product short-input (nvfp4_gemm_rs, %3d tokens x %3d ch) %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16)  %zu of %zu "
+                      "outputs differ from the product's wgmma\n",
+                      (long long)m, tl.tn * tl.nt, 64 * tl.wgs, t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, diff, h1.size());
+          r.add("product_rs_ms", json::Value::number(t));
+          r.add("product_rs_differ", json::Value::integer(int64_t(diff)));
+        }
         for (const Form& f : kForms) {
           if ((f.cl > 1 && !clusters) || (f.form == 3 && !sets.ok)) continue;
           const int64_t tok = int64_t(f.tn) * f.nt, tiles = (m + tok - 1) / tok;

@@ -37,22 +37,7 @@ template <>
 struct WgmmaRs<128> : WgmmaBf16Rs<128, 0, 1> {};
 
 template <>
-struct WgmmaRs<160> {
-  static __device__ __forceinline__ void run(float* d, const uint32_t (&a)[4], uint64_t db, bool accumulate) {
-#ifdef CLEFRT_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %85, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, "
-        "{%80, %81, %82, %83}, %84, p, 1, 1, 0;\n}\n"
-        : CLEFRT_WGMMA_D8(0), CLEFRT_WGMMA_D8(8), CLEFRT_WGMMA_D8(16), CLEFRT_WGMMA_D8(24), CLEFRT_WGMMA_D8(32), CLEFRT_WGMMA_D8(40), CLEFRT_WGMMA_D8(48), CLEFRT_WGMMA_D8(56), CLEFRT_WGMMA_D8(64), CLEFRT_WGMMA_D8(72)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)));
-#else
-    (void)d, (void)a, (void)db, (void)accumulate;
-    __trap();
-#endif
-  }
-};
+struct WgmmaRs<160> : WgmmaBf16Rs<160, 0, 1> {};
 
 template <>
 struct WgmmaRs<192> {

@@ -10,6 +10,7 @@
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/device_pool.h"
 #include "cuda/ops/kernels.h"
+#include "cuda/ops/kernels_quant.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "quant/mode.h"
@@ -27,6 +28,9 @@ struct DevLinearPart {
   const uint8_t* packed = nullptr;     // NVFP4: [n, k/2], even column in the low nibble
   const uint8_t* scales = nullptr;     // NVFP4: e4m3 [n, k/16]
   const float* row_gs = nullptr;       // NVFP4: each row's global scale [n]
+  // NVFP4 on Hopper: the register-A GEMM's tables (nvfp4_gemm_rs), made at load where the part's
+  // 64-row groups take at most 2 global scales each; unset elsewhere (then always staged)
+  Nvfp4RsTables rs;
   float input_global_scale = 0;        // NVFP4: > 0 = W4A4 (activations quantized first), 0 = W4A16
   // NVFP4 W4A4 on Blackwell (compute capability >= 10; UNTESTED here): the scales in cuBLASLt's
   // swizzled layout and the part's one global scale; set means the native FP4 GEMM runs it.

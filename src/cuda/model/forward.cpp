@@ -925,7 +925,7 @@ void Forward::backbone(Batch& b, const LayerGroup* group) {
       d2d(b.x + b.images[j].row * H, b.vout + rows * H, size_t(b.images[j].count * H) * 4, "image rows into the embeddings");
   }
   stage("backbone");
-  lin_->begin(b.qs_gdn, size_t(first));
+  lin_->begin(b.qs_gdn, size_t(first), L);
   LinearRunner& lin = *lin_;
   // The same Linears over the tokens in blocks of `block` (attention projections, MLP): each block
   // replays the NVFP4 staging from its first Linear and norms its rows of x into `hn` first, or,

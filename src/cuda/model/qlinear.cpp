@@ -69,6 +69,9 @@ LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t
   }
   layer_chunk_.back() = chunks_.size();
   if (chunks_.empty()) return;  // every NVFP4 part runs natively (Blackwell): no staging
+  const bool tables = std::all_of(chunks_.begin(), chunks_.end(), [](const Chunk& c) { return bool(c.part->rs); });
+  if (tables && w4a16 == W4A16Kernel::Staged && w4a16_gemm != W4A16Gemm::MmaSync && nvfp4_gemm_rs_available())
+    rs_max_tokens_ = env_count("CLEFRT_LAB_W4A16_RS_MAX_M", kRsMaxTokens, 0, int64_t(1) << 30);
   slots_[0] = DeviceBuffer(slot, "NVFP4 staging");
   slots_[1] = DeviceBuffer(slot, "NVFP4 staging");
   check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "NVFP4 staging stream");
@@ -87,20 +90,21 @@ LinearRunner::~LinearRunner() {
   if (side_) cudaStreamDestroy(side_);
 }
 
-void LinearRunner::begin(const QuantScratch& sc, size_t layer) {
+void LinearRunner::begin(const QuantScratch& sc, size_t layer, int64_t tokens) {
   if (layer >= layer_chunk_.size()) throw Error(Status::Internal, "internal_error", "NVFP4 staging: begin past the last layer");
   sc_ = sc;
   defer_ = false;  // nothing left over from a forward that threw
   pending_ = {};
   cursor_ = layer_chunk_[layer];
-  if (cursor_ >= chunks_.size()) return;
+  rs_pass_ = tokens <= rs_max_tokens_;
+  if (rs_pass_ || cursor_ >= chunks_.size()) return;
   // Both slots are free once what the main stream has queued so far is done.
   for (int i = 0; i < 2; ++i) check(cudaEventRecord(free_[i], s_), "NVFP4 staging");
   issue(cursor_);
 }
 
 void LinearRunner::replay_from(size_t pos) {
-  if (pos == cursor_) return;
+  if (pos == cursor_ || rs_pass_) return;
   if (pos > cursor_ || pos >= chunks_.size())
     throw Error(Status::Internal, "internal_error", "NVFP4 staging: replay from a position not yet run");
   // The chunk prefetched last (for what would have come next) is simply overwritten later:
@@ -127,6 +131,10 @@ void LinearRunner::run_nvfp4(const bf16* x, int64_t m, int64_t ldx, const DevLin
     nvfp4_fake_quantize_rows(x, m, p.k, ldx, p.input_global_scale, sc_.xq16, p.k, s_);
     xin = sc_.xq16;
     ldxin = p.k;
+  }
+  if (rs_pass_ && p.rs) {  // every staged part has its tables (the constructor)
+    nvfp4_gemm_rs(xin, m, p.k, ldxin, p.packed, p.scales, p.rs, p.n, y, yt == OutType::F32, ldy, acc, s_);
+    return;
   }
   if (fused_nvfp4(p)) {
     nvfp4_gemm(xin, m, p.k, ldxin, p.packed, p.scales, p.row_gs, p.n, y, yt == OutType::F32, ldy, acc, s_, w4a16_gemm_);

@@ -4,6 +4,10 @@
 //   has no FP4 tensor cores. Default: each part is dequantized (bit-exact, spec/quant.md) into
 //   one of two bf16 staging slots by a side stream, in row chunks, one chunk ahead of the
 //   cuBLASLt GEMM that reads it (the dequantization of chunk i+1 overlaps the GEMM of chunk i).
+//   Short passes (at most rs_max_tokens() tokens) skip the staging where every staged part has
+//   its register-A tables (DevLinearPart::rs; Hopper): nvfp4_gemm_rs reads the packed weights
+//   directly, bit for bit the staged path's results (the GPU tests compare them), so a row's
+//   answer does not depend on which path its batch took.
 //   With W4A16Kernel::Fused parts whose k is a multiple of 64 run the
 //   W4A16 GEMM of kernels_w4a16.cu instead (dequantized per tile in shared memory, no staging
 //   slots): measured on the H200 at the 27B shapes it is slower than staging at every size a Clef
@@ -53,9 +57,14 @@ class LinearRunner {
   LinearRunner(const LinearRunner&) = delete;
   LinearRunner& operator=(const LinearRunner&) = delete;
 
-  // Call at the start of each backbone pass: restarts the NVFP4 schedule at layer `layer`'s
-  // first Linear (a pass over a group of layers starts there) and stages its first chunk.
-  void begin(const QuantScratch& sc, size_t layer = 0);
+  // Call at the start of each backbone pass of `tokens` tokens (the most any of its runs has):
+  // restarts the NVFP4 schedule at layer `layer`'s first Linear (a pass over a group of layers
+  // starts there) and stages its first chunk, or, for a short pass, chooses nvfp4_gemm_rs.
+  void begin(const QuantScratch& sc, size_t layer, int64_t tokens);
+  // The longest pass that runs nvfp4_gemm_rs instead of the staging (0: never, as without the
+  // tables or under portable kernels). CLEFRT_LAB_W4A16_RS_MAX_M=M sets it (0 turns it off).
+  int64_t rs_max_tokens() const { return rs_max_tokens_; }
+  static constexpr int64_t kRsMaxTokens = 512;
   // The quantization scratch from here on (each backbone phase plans its own).
   void use_scratch(const QuantScratch& sc) { sc_ = sc; }
   // Running the same Linears again (the MLP over its next token block): position() before
@@ -162,6 +171,8 @@ class LinearRunner {
   std::vector<Chunk> chunks_;
   std::vector<size_t> layer_chunk_;  // per layer (and one past the last): its first chunk
   size_t cursor_ = 0;
+  int64_t rs_max_tokens_ = 0;
+  bool rs_pass_ = false;  // this pass runs nvfp4_gemm_rs (nothing staged)
   QuantScratch sc_{};
   bool defer_ = false;
   PendingResidual pending_{};

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace clefrt::cuda {
 
@@ -31,6 +32,38 @@ void nvfp4_gemm(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t*
 // The wgmma kernel with a given tile height (nvfp4_gemm's dispatch; no checks of its own).
 void nvfp4_gemm_wgmma(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs,
                       int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, int bm, cudaStream_t s);
+// The W4A16 GEMM for short inputs (kernels_w4a16_rs.cu; sm_90a builds on compute capability 9.0):
+// the same operands and results as nvfp4_gemm, bit for bit as cuBLASLt's bf16 GEMM on the
+// dequantized weights (the staged path: the GPU tests compare them), with the weights as wgmma's
+// register operand and their dequantization tables made once at load, per distinct row global
+// scale. A 64-row group's rows may take at most 2 distinct global scales (fused parts: one a
+// tensor); nvfp4_rs_plan says whether a part's do.
+struct Nvfp4RsTables {
+  const void* tabs = nullptr;        // per distinct gs value v, 256 tables of 16 bytes (by scale byte)
+  const int* group_sets = nullptr;   // per 64-row group r, [2 r + j]: the value of its table set j
+  const uint8_t* row_set = nullptr;  // per row, which of its group's 2 sets (0 or 1)
+  explicit operator bool() const { return tabs != nullptr; }
+};
+struct Nvfp4RsPlan {
+  std::vector<float> gs;         // the distinct values, in order of first appearance
+  std::vector<int> group_sets;   // -> Nvfp4RsTables::group_sets
+  std::vector<uint8_t> row_set;  // -> Nvfp4RsTables::row_set
+};
+// Host: the plan of a part with these row global scales [n]; false (plan empty) when a 64-row
+// group takes more than 2 of them.
+bool nvfp4_rs_plan(const float* row_gs, int64_t n, Nvfp4RsPlan& plan);
+// The tables of `values` gs values (device, [values]) into tabs (device, values x 4,096 bytes,
+// 16-byte aligned).
+void nvfp4_rs_tables(const float* gs, int values, void* tabs, cudaStream_t s);
+bool nvfp4_gemm_rs_available();
+// Its tile for m x n (tests and benches): tn tokens x nt token tiles a warpgroup, wgs warpgroups
+// of 64 channels a CTA.
+struct RsTile {
+  int tn = 160, nt = 1, wgs = 1;
+};
+RsTile nvfp4_gemm_rs_tile(int64_t m, int64_t n);
+void nvfp4_gemm_rs(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const Nvfp4RsTables& tables,
+                   int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s);
 // The FP8 GEMM of our own (fp8_gemm_wgmma.cuh; sm_90a builds on compute capability 9.0: available)
 // in cuBLASLt's place in Gemm::run_fp8, unscaled: y [m, n] = x [m, k] w [n, k]^T in bf16 or fp32,
 // rows ldy apart; k a multiple of 16, x and w 16-byte aligned. form 1: one CTA a 128 x 128 tile;

@@ -1,0 +1,308 @@
+// The NVFP4 W4A16 GEMM for short inputs (sm_90a; LinearRunner runs it where a pass has at most
+// kRsMaxTokens tokens, kernels_quant.h nvfp4_gemm_rs): y^T = W x^T with the weights as wgmma's
+// register operand, the winner of dev/cuda/w4a16_rs.cu (form 3).
+//   - A = the weights, 64 channels a warpgroup, dequantized straight into the A fragment's
+//     registers (rows g and g + 8 of the warp's 16, k 2t, 2t + 1, 2t + 8, 2t + 9): they never pass
+//     through shared memory, and each is dequantized once per NT x TN tokens;
+//   - B = x, NT boxes of [TN tokens, 64 k] per k step, brought by TMA (128-byte swizzle,
+//     K-major), read by every warpgroup;
+//   - the dequantization tables are not built in the loop (the lab's profile found that building
+//     them was its hottest code): per distinct global scale gs, the 256 tables of the e4m3 scale
+//     bytes are made once at load (nvfp4_rs_tables), each warpgroup copies the 2 sets its 64
+//     rows use into shared memory, and a 16-weight block's table is then one 16-byte load
+//     indexed by its scale byte. The same values as make_table_shift (nvfp4_dequant.cuh), so
+//     exactly nvfp4_dequantize's weights.
+// The codes stay in the file's layout (the staged path, the portable kernels and offload read
+// them too): a thread's 4 codes of a 16-block are byte t and t + 4 of the block's 8 bytes, picked
+// out of the row's 32-byte step with byte permutes.
+//
+// Every output element is the tensor cores' fp32 sum over k in increasing 16-wide steps, one
+// wgmma after another, as in the bf16 GEMM that the staged path runs on the dequantized weights:
+// whatever m and the tile, a row's result is the same (the GPU tests compare the bits).
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+#include "cuda/ops/async_copy.cuh"
+#include "cuda/ops/formats.cuh"
+#include "cuda/ops/kernels_quant.h"
+#include "cuda/ops/nvfp4_dequant.cuh"
+#include "cuda/ops/tma.cuh"
+#include "cuda/ops/wgmma.cuh"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/hardware.h"
+
+namespace clefrt::cuda {
+
+namespace {
+
+constexpr int BK = 64, STAGES = 4;
+constexpr int SET_BYTES = 256 * 16;  // one gs value's tables, by scale byte
+
+// NT x TN tokens and 64 WGS channels a CTA (WGS warpgroups of 64 channels)
+template <int TN, int WGS, int NT>
+struct RsCfg {
+  static constexpr int THREADS = 128 * WGS, CH = 64 * WGS;
+  static constexpr int x_bytes = NT * TN * BK * 2;  // NT x tiles [TN][64], 128-byte swizzle
+  static constexpr int wp_bytes = CH * BK / 2;      // packed codes [CH][32]
+  static constexpr int ws_bytes = CH * BK / 16;     // e4m3 scales [CH][4]
+  static constexpr int w_base = STAGES * x_bytes;   // x tiles stay 1024-aligned (TN % 8 == 0)
+  static constexpr int t_base = w_base + STAGES * (wp_bytes + ws_bytes);
+  static constexpr int bar_base = t_base + WGS * 2 * SET_BYTES;  // 2 table sets a warpgroup
+  static constexpr int bytes = bar_base + STAGES * 8 + 1024;     // + alignment slack
+  static constexpr int FIT = 233472 / (bytes + 1024);  // CTAs an SM's shared memory holds
+  static constexpr int MIN_BLOCKS = WGS == 2 ? 1 : FIT < 3 ? FIT : 3;
+  static_assert(TN % 8 == 0 && TN <= 256, "token tile");
+  static_assert(MIN_BLOCKS * (bytes + 1024) <= 233472, "shared memory per SM");
+};
+
+// tabs[v * 256 + b]: the table of scale byte b under gs[v]
+__global__ void rs_tables_k(const float* __restrict__ gs, int values, uint4* __restrict__ tabs) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= values * 256) return;
+  const float g = gs[i >> 8];
+  const Table T = make_table_shift(scale_quotient(e4m3_value(uint8_t(i & 255)), g, row_reciprocal(g)));
+  tabs[i] = make_uint4(T.lo0, T.lo1, T.hi0, T.hi1);
+}
+
+// 4 codes (one 16-bit unit, half h of w: codes 2t, 2t + 1, 2t + 8, 2t + 9 of a block) -> the bf16
+// pairs (2t, 2t + 1) and (2t + 8, 2t + 9): dequant_word's lookups and sign for half a word.
+__device__ __forceinline__ void dequant_unit(uint32_t w, int h, const Table& tb, uint32_t& lo, uint32_t& hi) {
+  const uint32_t idx = (h ? w >> 16 : w) & 0x7777u, w4 = w << 4;
+  const uint32_t la = prmt(tb.lo0, tb.lo1, idx), ha = prmt(tb.hi0, tb.hi1, idx);
+  lo = prmt(la, ha, 0x5140) ^ (prmt(w4, w, h ? 0xEEAA : 0xCC88) & 0x80008000u);
+  hi = prmt(la, ha, 0x7362) ^ (prmt(w4, w, h ? 0xFFBB : 0xDD99) & 0x80008000u);
+}
+
+// A row's 32 code bytes of a k step (words w0..w7, block b = words 2b, 2b + 1) -> quad slot t's
+// units: .x = (byte t, t + 4) of blocks 0 and 1, .y of blocks 2 and 3. sel = t | (t + 4) << 4.
+__device__ __forceinline__ uint2 quad_units(const unsigned char* row, uint32_t sel) {
+  const uint4 a = *reinterpret_cast<const uint4*>(row), b = *reinterpret_cast<const uint4*>(row + 16);
+  return make_uint2(prmt(prmt(a.x, a.y, sel), prmt(a.z, a.w, sel), 0x5410), prmt(prmt(b.x, b.y, sel), prmt(b.z, b.w, sel), 0x5410));
+}
+
+template <int TN, int WGS, int NT>
+__global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT>::MIN_BLOCKS)
+    nvfp4_gemm_rs_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ packed,
+                    const uint8_t* __restrict__ scales, const uint4* __restrict__ tabs, const int* __restrict__ group_sets,
+                    const uint8_t* __restrict__ row_set, int n, void* y, bool y_f32, int64_t ldy, bool accumulate) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // Other architectures of a fat binary: never launched there (nvfp4_gemm_rs_available)
+  __trap();
+#else
+  using C = RsCfg<TN, WGS, NT>;
+  constexpr int CH = C::CH;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // the swizzle is computed from address bits: x tiles must sit on 1024-byte boundaries
+  unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+  const int n0 = int(blockIdx.x) * CH, m0 = int(blockIdx.y) * TN * NT;
+  const int ktiles = k / BK;
+  auto xtile = [&](int kt) { return smem + (kt % STAGES) * C::x_bytes; };
+  auto wtile = [&](int kt) { return smem + C::w_base + (kt % STAGES) * (C::wp_bytes + C::ws_bytes); };
+
+  // xfull[s] completes when stage s's x boxes have landed (rows past m arrive as zeros)
+  uint64_t* const xfull = reinterpret_cast<uint64_t*>(smem + C::bar_base);
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) mbar_init(&xfull[s], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
+  }
+  // the CTA's table sets: warpgroup w's set j (0, 1) at t_base + (2 w + j) SET_BYTES
+  {
+    uint4* const sets = reinterpret_cast<uint4*>(smem + C::t_base);
+    const int groups = (n + 63) / 64;
+    for (int i = tid; i < WGS * 2 * 256; i += C::THREADS) {
+      const int grp = n0 / 64 + (i >> 9);
+      sets[i] = grp < groups ? tabs[group_sets[2 * grp + ((i >> 8) & 1)] * 256 + (i & 255)] : make_uint4(0, 0, 0, 0);
+    }
+  }
+  __syncthreads();
+  const Nvfp4StepCopy<CH, BK> copy_w(packed, scales, n0, n, k, tid);
+  auto load_x = [&](int kt) {
+    if (tid != 0 || kt >= ktiles) return;
+    mbar_arrive_expect_tx(&xfull[kt % STAGES], C::x_bytes);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) tma_load_2d(xtile(kt) + j * TN * BK * 2, &xmap, kt * BK, m0 + j * TN, &xfull[kt % STAGES]);
+  };
+  auto load_w = [&](int kt) {
+    if (kt < ktiles) copy_w(wtile(kt), kt);
+  };
+
+  const int ra = wg * 64 + warp * 16 + g;  // this thread's A rows: channels ra and ra + 8 of the CTA
+  const unsigned char* const set0 = smem + C::t_base + (2 * wg + (n0 + ra < n ? row_set[n0 + ra] : 0)) * SET_BYTES;
+  const unsigned char* const set1 = smem + C::t_base + (2 * wg + (n0 + ra + 8 < n ? row_set[n0 + ra + 8] : 0)) * SET_BYTES;
+  const uint32_t sel = uint32_t(t) | uint32_t(t + 4) << 4;
+  float acc[NT][TN / 2];
+  uint32_t afr[2][4];
+
+  load_w(0), load_x(0), load_w(1);
+  cp_async_commit();
+  load_x(1), load_w(2);
+  cp_async_commit();
+
+  for (int kt = 0; kt < ktiles; ++kt) {
+    // this thread's copies of weight tile kt have landed; after the barrier every thread's, and
+    // every warpgroup's wgmmas of step kt - 2 are done: x stage (kt + 2) % 4 and weight stage
+    // (kt + 3) % 4 are free
+    cp_async_wait<1>();
+    __syncthreads();
+    load_x(kt + 2), load_w(kt + 3);
+    cp_async_commit();
+
+    const unsigned char* wp = wtile(kt);
+    const uint2 p0 = quad_units(wp + ra * 32, sel), p1 = quad_units(wp + (ra + 8) * 32, sel);
+    const uint32_t s0 = *reinterpret_cast<const uint32_t*>(wp + C::wp_bytes + ra * 4);
+    const uint32_t s1 = *reinterpret_cast<const uint32_t*>(wp + C::wp_bytes + (ra + 8) * 4);
+    mbar_wait(&xfull[kt % STAGES], uint32_t((kt / STAGES) & 1));
+    const unsigned char* xt = xtile(kt);
+#pragma unroll
+    for (int s = 0; s < BK / 16; ++s) {
+      const uint4 q0 = *reinterpret_cast<const uint4*>(set0 + ((s0 >> (8 * s)) & 0xffu) * 16);
+      const uint4 q1 = *reinterpret_cast<const uint4*>(set1 + ((s1 >> (8 * s)) & 0xffu) * 16);
+      uint32_t(&a)[4] = afr[s & 1];
+      dequant_unit(s < 2 ? p0.x : p0.y, s & 1, Table{q0.x, q0.y, q0.z, q0.w}, a[0], a[2]);
+      dequant_unit(s < 2 ? p1.x : p1.y, s & 1, Table{q1.x, q1.y, q1.z, q1.w}, a[1], a[3]);
+      // the accumulators pinned in registers before the wgmmas (otherwise ptxas serializes them,
+      // C7515 under -Xptxas -v)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < TN / 2; ++i) fence_operand(acc[j][i]);
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < NT; ++j) wgmma_bf16_rs<TN>(acc[j], a, wgmma_desc(xt + j * TN * BK * 2 + s * 32), kt > 0 || s > 0);
+      wgmma_commit();
+      wgmma_wait<1>();  // the A fragment of step s - 1 is free again
+    }
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < TN / 2; ++i) fence_operand(acc[j][i]);
+  cp_async_wait_all();
+
+  // acc[j] is the 64-channel x TN-token D fragment: channels ra and ra + 8, tokens 8 i + 2 t + {0, 1}
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < TN / 8; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int tok = m0 + j * TN + i * 8 + t * 2 + c, ch = n0 + ra + h * 8;
+          if (tok < m && ch < n) store_output(y, y_f32, ldy, accumulate, tok, ch, acc[j][i * 4 + h * 2 + c]);
+        }
+#endif
+}
+
+// x as a TMA tensor map: [m, k] bf16, rows ldx apart, boxes of 64 x TN, 128-byte swizzle (what
+// wgmma_desc expects), out-of-bounds rows zero-filled
+CUtensorMap x_tensor_map(const bf16* x, int64_t m, int64_t k, int64_t ldx, int tn) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder("nvfp4_gemm_rs");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(m)}, strides[1] = {cuuint64_t(ldx) * 2};
+  const cuuint32_t box[2] = {cuuint32_t(BK), cuuint32_t(tn)}, elem[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(x), dims, strides, box, elem,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(Status::Internal, "internal_error",
+                "nvfp4_gemm_rs: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ") for x [" + std::to_string(m) + ", " +
+                    std::to_string(k) + "], row stride " + std::to_string(ldx));
+  return map;
+}
+
+template <int TN, int WGS, int NT>
+void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const Nvfp4RsTables& tb,
+            int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s) {
+  using C = RsCfg<TN, WGS, NT>;
+  static const bool configured = [] {
+    check(cudaFuncSetAttribute(nvfp4_gemm_rs_k<TN, WGS, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "nvfp4_gemm_rs");
+    check(cudaFuncSetAttribute(nvfp4_gemm_rs_k<TN, WGS, NT>, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)),
+          "nvfp4_gemm_rs");
+    return true;
+  }();
+  (void)configured;
+  const CUtensorMap xmap = x_tensor_map(x, m, k, ldx, TN);
+  const dim3 grid(unsigned((n + C::CH - 1) / C::CH), unsigned((m + TN * NT - 1) / (TN * NT)));
+  nvfp4_gemm_rs_k<TN, WGS, NT><<<grid, C::THREADS, C::bytes, s>>>(xmap, int(m), int(k), packed, scales, static_cast<const uint4*>(tb.tabs),
+                                                                  tb.group_sets, tb.row_set, int(n), y, y_f32, ldy, accumulate);
+  check_launch("nvfp4_gemm_rs");
+}
+
+}  // namespace
+
+bool nvfp4_rs_plan(const float* row_gs, int64_t n, Nvfp4RsPlan& plan) {
+  plan = Nvfp4RsPlan{};
+  const int64_t groups = (n + 63) / 64;
+  std::vector<int> value_of(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    size_t j = 0;  // bitwise: -0 and 0, or two NaNs, are different tables' keys
+    while (j < plan.gs.size() && std::memcmp(&plan.gs[j], &row_gs[i], 4) != 0) ++j;
+    if (j == plan.gs.size()) plan.gs.push_back(row_gs[i]);
+    value_of[size_t(i)] = int(j);
+  }
+  plan.group_sets.assign(size_t(groups * 2), 0);
+  plan.row_set.assign(size_t(n), 0);
+  for (int64_t r = 0; r < groups; ++r) {
+    const int a = value_of[size_t(r * 64)];
+    int b = a;
+    for (int64_t c = r * 64; c < std::min(n, r * 64 + 64); ++c) {
+      const int v = value_of[size_t(c)];
+      if (v != a && b == a) b = v;
+      if (v != a && v != b) {
+        plan = Nvfp4RsPlan{};
+        return false;
+      }
+      plan.row_set[size_t(c)] = v == a ? 0 : 1;
+    }
+    plan.group_sets[size_t(2 * r)] = a, plan.group_sets[size_t(2 * r + 1)] = b;
+  }
+  return true;
+}
+
+void nvfp4_rs_tables(const float* gs, int values, void* tabs, cudaStream_t s) {
+  if (values <= 0) return;
+  rs_tables_k<<<unsigned((values * 256 + 255) / 256), 256, 0, s>>>(gs, values, static_cast<uint4*>(tabs));
+  check_launch("nvfp4_rs_tables");
+}
+
+bool nvfp4_gemm_rs_available() { return sm90a_kernels_run_here(); }
+
+RsTile nvfp4_gemm_rs_tile(int64_t m, int64_t n) {
+  RsTile tl;
+  tl.tn = m <= 64 ? 64 : 160;
+  tl.nt = m > 160 ? 2 : 1;
+  // 128 channels a CTA (one an SM) where they still fill the GPU, else 64 (2 or 3 an SM)
+  const int64_t tiles = (m + tl.tn * tl.nt - 1) / (tl.tn * tl.nt);
+  tl.wgs = (n + 127) / 128 * tiles * 10 >= int64_t(sm_count()) * 9 ? 2 : 1;
+  return tl;
+}
+
+void nvfp4_gemm_rs(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const Nvfp4RsTables& tables,
+                   int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s) {
+  if (m == 0 || n == 0) return;
+  const auto misaligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a != 0; };
+  if (!nvfp4_gemm_rs_available())
+    throw Error(Status::Internal, "internal_error", "nvfp4_gemm_rs: needs an sm_90a build on a compute capability 9.0 GPU");
+  if (!tables || !nvfp4_gemm_supports(k, ldx) || misaligned(x, 16) || misaligned(packed, 16) || misaligned(scales, 4) ||
+      m > INT32_MAX || n > INT32_MAX || (accumulate && !y_f32))
+    throw Error(Status::Internal, "internal_error",
+                "nvfp4_gemm_rs: unsupported operands (tables made at load, k " + std::to_string(k) +
+                    " a multiple of 64, x rows 16-byte aligned, accumulation into fp32 only)");
+  const RsTile tl = nvfp4_gemm_rs_tile(m, n);
+  using Fn = void (*)(const bf16*, int64_t, int64_t, int64_t, const uint8_t*, const uint8_t*, const Nvfp4RsTables&, int64_t, void*, bool,
+                     int64_t, bool, cudaStream_t);
+  const Fn fn = tl.tn == 64  ? (tl.wgs == 2 ? Fn(launch<64, 2, 1>) : Fn(launch<64, 1, 1>))
+                : tl.nt == 1 ? (tl.wgs == 2 ? Fn(launch<160, 2, 1>) : Fn(launch<160, 1, 1>))
+                             : (tl.wgs == 2 ? Fn(launch<160, 2, 2>) : Fn(launch<160, 1, 2>));
+  fn(x, m, k, ldx, packed, scales, tables, n, y, y_f32, ldy, accumulate, s);
+}
+
+}  // namespace clefrt::cuda
