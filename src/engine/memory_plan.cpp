@@ -90,7 +90,9 @@ CudaPlan cuda_plan(const model::ModelConfig& cfg, double head_params, QuantMode 
   const double head_planes = (double(cfg.text.hidden) * W + double(cfg.head.routing_layers + cfg.head.layers) * 2 * W * W) * 8;
   const double head = head_f32 * 4 + (head_params - head_f32) * 2 + head_planes;
   const double per_weight = q == QuantMode::FP8 ? 1 : (q == QuantMode::NVFP4 || q == QuantMode::NVFP4_W4A16) ? 0.5625 : 2;
-  const double per_row = q == QuantMode::FP8 || q == QuantMode::NVFP4 || q == QuantMode::NVFP4_W4A16 ? 4 : 0;
+  // a row's scale (fp32); NVFP4 also its byte of the short-input GEMM's tables (DevLinearPart::rs,
+  // whose per-gs tables and group sets are kilobytes a part)
+  const double per_row = q == QuantMode::FP8 ? 4 : q == QuantMode::NVFP4 || q == QuantMode::NVFP4_W4A16 ? 5 : 0;
   // the vision tower stays bf16 whatever q is (its position table fp32)
   double vision = 0;
   if (cfg.vision.present) {
