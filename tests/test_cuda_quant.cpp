@@ -910,7 +910,8 @@ TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
   };
   cudaStream_t st;
   cuda::check(cudaStreamCreate(&st), "stream");
-  for (Shape sh : {Shape{1000, 4160}, Shape{384, 128}, Shape{17000, 64}}) {
+  cuda::Nvfp4RsWork work;  // stream-K where the tiles leave the last wave's SMs idle (4096 x 1024 at m 700: heads and tails)
+  for (Shape sh : {Shape{1000, 4160}, Shape{384, 128}, Shape{17000, 64}, Shape{4096, 1024}}) {
     const int64_t n = sh.n, k = sh.k;
     std::vector<float> w = test_values(size_t(n * k), uint64_t(n + 3 * k));
     std::vector<float> rgs(static_cast<size_t>(n));
@@ -952,6 +953,7 @@ TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
     }
     DeviceBuffer dx = cuda::upload(to_bf(x), "x"), y0(size_t(mmax * n) * 4), y1(size_t(mmax * n) * 4);
     std::set<std::string> tiles;
+    int streamed = 0;
     for (int64_t m : {1, 37, 64, 65, 160, 161, 318, 320, 512, 700}) {
       const cuda::RsTile tl = cuda::nvfp4_gemm_rs_tile(m, n);
       tiles.insert(std::to_string(tl.tn) + "x" + std::to_string(tl.nt) + "/" + std::to_string(tl.wgs));
@@ -967,18 +969,26 @@ TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
           cuda::check(cudaMemset(y1.get(), 0xFF, size_t(m * n) * es), "poison");
         }
         gemm.run(dx.as<bf16>(), m, k, ldx, wd.as<bf16>(), n, y0.get(), f32 ? cuda::OutType::F32 : cuda::OutType::BF16, n, acc, "test");
-        cuda::nvfp4_gemm_rs(dx.as<bf16>(), m, k, ldx, dp.as<uint8_t>(), ds.as<uint8_t>(), tb, n, y1.get(), f32, n, acc, st);
-        cuda::check(cudaStreamSynchronize(st), "test");
-        const auto a = down<uint8_t>(y0, size_t(m * n) * es), b = down<uint8_t>(y1, size_t(m * n) * es);
-        size_t differ = 0;
-        for (size_t e = 0; e < a.size(); e += es) differ += std::memcmp(&a[e], &b[e], es) != 0;
-        std::cout << "[ cuda    ] W4A16 short GEMM (" << tl.tn << " x " << tl.nt << " tokens, " << 64 * tl.wgs << " channels)" << at << " m " << m
-                  << (acc ? ", fp32 accumulate" : f32 ? ", fp32 out" : ", bf16 out") << ": " << differ << " of " << m * n
-                  << " outputs differ from the staged path's\n";
-        EXPECT_EQ(differ, 0u) << "m " << m << " mode " << mode << at;
+        for (cuda::Nvfp4RsWork* wk : {static_cast<cuda::Nvfp4RsWork*>(nullptr), &work}) {
+          if (acc) cuda::check(cudaMemcpy(y1.get(), init.data(), init.size() * 4, cudaMemcpyHostToDevice), "y");
+          else cuda::check(cudaMemset(y1.get(), 0xFF, size_t(m * n) * es), "poison");
+          const int epoch = work.epoch;
+          cuda::nvfp4_gemm_rs(dx.as<bf16>(), m, k, ldx, dp.as<uint8_t>(), ds.as<uint8_t>(), tb, n, y1.get(), f32, n, acc, st, wk);
+          cuda::check(cudaStreamSynchronize(st), "test");
+          const bool stream_k = work.epoch != epoch;
+          const auto a = down<uint8_t>(y0, size_t(m * n) * es), b = down<uint8_t>(y1, size_t(m * n) * es);
+          size_t differ = 0;
+          for (size_t e = 0; e < a.size(); e += es) differ += std::memcmp(&a[e], &b[e], es) != 0;
+          std::cout << "[ cuda    ] W4A16 short GEMM (" << tl.tn << " x " << tl.nt << " tokens, " << 64 * tl.wgs << " channels"
+                    << (stream_k ? ", stream-K" : "") << ")" << at << " m " << m << (acc ? ", fp32 accumulate" : f32 ? ", fp32 out" : ", bf16 out")
+                    << ": " << differ << " of " << m * n << " outputs differ from the staged path's\n";
+          EXPECT_EQ(differ, 0u) << "m " << m << " mode " << mode << (stream_k ? " stream-K" : "") << at;
+          streamed += stream_k;
+        }
       }
     }
     EXPECT_GE(tiles.size(), 3u) << at;
+    if (n == 4096) EXPECT_GT(streamed, 0) << "no stream-K launch" << at;
 
     // the LinearRunner: a short pass (nvfp4_gemm_rs) against a staged one, both W4A16 and W4A4
     for (float igs : {0.0f, 300.0f}) {

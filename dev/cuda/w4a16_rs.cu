@@ -697,6 +697,7 @@ int main(int argc, char** argv) {
     cudaStream_t s;
     check(cudaStreamCreate(&s), "stream");
     Gemm inv(s, true);
+    Nvfp4RsWork rs_work;
     std::vector<int64_t> ms = {318, 1024, 8192};
     if (opt.only_m > 0) ms = {opt.only_m};
     if (opt.only_m <= 0 && std::getenv("CLEFRT_LAB_M")) ms = {std::atoll(std::getenv("CLEFRT_LAB_M"))};  // the suite's env: switch
@@ -766,22 +767,27 @@ int main(int argc, char** argv) {
         r.add("m", json::Value::integer(m));
         r.add("bf16_invariant_ms", json::Value::number(t_inv));
         r.add("product_wgmma_ms", json::Value::number(t_wg));
-        if (product_rs) {
+        for (Nvfp4RsWork* wk : {static_cast<Nvfp4RsWork*>(nullptr), &rs_work}) {  // a CTA a tile; stream-K where it pays
+          if (!product_rs) break;
           check(cudaMemsetAsync(y1.get(), 0xFF, size_t(m * n) * 2, s), "poison");
-          nvfp4_gemm_rs(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s);
+          const int epoch = rs_work.epoch;
+          nvfp4_gemm_rs(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s, wk);
+          const bool streamed = rs_work.epoch != epoch;
           const std::vector<uint16_t> h1 = bench::download<uint16_t>(y1, size_t(m * n), s);
           size_t diff = 0;
           for (size_t i = 0; i < h1.size(); ++i) diff += h1[i] != h0[i];
           all_same = all_same && diff == 0;
+          if (wk && !streamed) continue;  // the same launch as without
           const double t = timed(s, [&] {
-            nvfp4_gemm_rs(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s);
+            nvfp4_gemm_rs(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s, wk);
           });
           const RsTile tl = nvfp4_gemm_rs_tile(m, n);
-          std::printf("  m %5lld  product short-input (nvfp4_gemm_rs, %3d tokens x %3d ch) %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16)  %zu of %zu "
+          std::printf("  m %5lld  product short-input (nvfp4_gemm_rs, %3d tokens x %3d ch%s) %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16)  %zu of %zu "
                       "outputs differ from the product's wgmma\n",
-                      (long long)m, tl.tn * tl.nt, 64 * tl.wgs, t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, diff, h1.size());
-          r.add("product_rs_ms", json::Value::number(t));
-          r.add("product_rs_differ", json::Value::integer(int64_t(diff)));
+                      (long long)m, tl.tn * tl.nt, 64 * tl.wgs, streamed ? ", stream-K" : "", t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t,
+                      diff, h1.size());
+          r.add(streamed ? "product_rs_stream_k_ms" : "product_rs_ms", json::Value::number(t));
+          r.add(streamed ? "product_rs_stream_k_differ" : "product_rs_differ", json::Value::integer(int64_t(diff)));
         }
         for (const Form& f : kForms) {
           if ((f.cl > 1 && !clusters) || (f.form == 3 && !sets.ok)) continue;

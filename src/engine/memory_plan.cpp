@@ -114,7 +114,10 @@ CudaPlan cuda_plan(const model::ModelConfig& cfg, double head_params, QuantMode 
   // beyond the plan (the CUDA runtime loads kernels when they first run, cuBLASLt its state): a
   // 27B engine loaded with ~20 MiB free failed in its first forward (bench/results/
   // 2026-12-03-h200-long-and-interleave.md); refused at load instead, with what would fit
-  p.workspaces = double(cuda::Forward::gemm_workspace_bytes()) + (nvfp4 && !w4a16_fused ? 2.0 * double(cuda::LinearRunner::kStageBytes) : 0.0) +
+  // (+ the short-input GEMM's stream-K partial sums, Nvfp4RsWork: a CTA's accumulators per SM, for
+  // up to 144 SMs)
+  p.workspaces = double(cuda::Forward::gemm_workspace_bytes()) +
+                 (nvfp4 && !w4a16_fused ? 2.0 * double(cuda::LinearRunner::kStageBytes) + 144.0 * double(cuda::Nvfp4RsWork::kBytesPerSm) : 0.0) +
                  kFirstForwardReserveBytes;
 #else
   (void)cfg;

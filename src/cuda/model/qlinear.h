@@ -22,6 +22,7 @@
 //   quantized to packed FP4 + swizzled scales, cuBLASLt block-scaled FP4 GEMM, no staging.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "cuda/runtime/buffer.h"
@@ -173,6 +174,7 @@ class LinearRunner {
   size_t cursor_ = 0;
   int64_t rs_max_tokens_ = 0;
   bool rs_pass_ = false;  // this pass runs nvfp4_gemm_rs (nothing staged)
+  std::unique_ptr<Nvfp4RsWork> rs_work_;  // its stream-K scratch
   QuantScratch sc_{};
   bool defer_ = false;
   PendingResidual pending_{};

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/runtime/buffer.h"
+
 namespace clefrt::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -62,8 +64,24 @@ struct RsTile {
   int tn = 160, nt = 1, wgs = 1;
 };
 RsTile nvfp4_gemm_rs_tile(int64_t m, int64_t n);
+// Stream-K scratch: where a CTA a tile would leave SMs idle in the last wave, a grid of resident
+// CTAs splits the (tile, k step) sequence evenly at whole k steps, a tile's second CTA continuing
+// the first one's fp32 sums (published here, a flag per CTA): the same sums in the same order, so
+// the same bits. One GEMM at a time per work (the launches of one stream).
+struct Nvfp4RsWork {
+  explicit Nvfp4RsWork(size_t bytes_per_sm = kBytesPerSm);
+  static constexpr size_t kBytesPerSm = size_t(160) << 10;  // the largest tile's accumulators, a CTA an SM
+  float* partial = nullptr;
+  int* flags = nullptr;
+  size_t partial_bytes = 0;
+  int slots = 0;  // flags
+  int epoch = 0;  // the last launch's flag value
+
+ private:
+  DeviceBuffer mem_;
+};
 void nvfp4_gemm_rs(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const Nvfp4RsTables& tables,
-                   int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s);
+                   int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s, Nvfp4RsWork* work = nullptr);
 // The FP8 GEMM of our own (fp8_gemm_wgmma.cuh; sm_90a builds on compute capability 9.0: available)
 // in cuBLASLt's place in Gemm::run_fp8, unscaled: y [m, n] = x [m, k] w [n, k]^T in bf16 or fp32,
 // rows ldy apart; k a multiple of 16, x and w 16-byte aligned. form 1: one CTA a 128 x 128 tile;

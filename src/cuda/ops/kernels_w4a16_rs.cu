@@ -29,6 +29,7 @@
 #include "common/error.h"
 #include "cuda/ops/async_copy.cuh"
 #include "cuda/ops/formats.cuh"
+#include "cuda/ops/gpu_flags.cuh"
 #include "cuda/ops/kernels_quant.h"
 #include "cuda/ops/nvfp4_dequant.cuh"
 #include "cuda/ops/tma.cuh"
@@ -47,17 +48,54 @@ constexpr int SET_BYTES = 256 * 16;  // one gs value's tables, by scale byte
 template <int TN, int WGS, int NT>
 struct RsCfg {
   static constexpr int THREADS = 128 * WGS, CH = 64 * WGS;
+  static constexpr int ACC = NT * TN / 2;           // accumulators a thread
   static constexpr int x_bytes = NT * TN * BK * 2;  // NT x tiles [TN][64], 128-byte swizzle
   static constexpr int wp_bytes = CH * BK / 2;      // packed codes [CH][32]
   static constexpr int ws_bytes = CH * BK / 16;     // e4m3 scales [CH][4]
+  static constexpr int sets_bytes = WGS * 2 * SET_BYTES;  // 2 table sets a warpgroup
   static constexpr int w_base = STAGES * x_bytes;   // x tiles stay 1024-aligned (TN % 8 == 0)
   static constexpr int t_base = w_base + STAGES * (wp_bytes + ws_bytes);
-  static constexpr int bar_base = t_base + WGS * 2 * SET_BYTES;  // 2 table sets a warpgroup
-  static constexpr int bytes = bar_base + STAGES * 8 + 1024;     // + alignment slack
+  static constexpr int bar_base = t_base + 2 * sets_bytes;    // the sets double-buffered (a CTA's tiles change)
+  static constexpr int bytes = bar_base + STAGES * 8 + 1024;  // + alignment slack
   static constexpr int FIT = 233472 / (bytes + 1024);  // CTAs an SM's shared memory holds
   static constexpr int MIN_BLOCKS = WGS == 2 ? 1 : FIT < 3 ? FIT : 3;
   static_assert(TN % 8 == 0 && TN <= 256, "token tile");
   static_assert(MIN_BLOCKS * (bytes + 1024) <= 233472, "shared memory per SM");
+};
+
+// A CTA's work (stream-K at whole k steps): units [u0, u1) of the sequence (tile 0 steps 0..K-1,
+// tile 1 ...) with u0 = units c / G, run in this order:
+//   head: the last tile's steps [0, hk) when the range ends inside it; its partial sums are
+//         published for the next CTA (first, so that it waits least);
+//   full tiles f0..f0 + nfull - 1;
+//   tail: the first tile's steps [tk, K) when the range starts inside it, from the partial sums
+//         the previous CTA published: the same fp32 sums in the same order as one CTA's.
+// G <= tiles makes every CTA's share at least K steps: a tile spans at most 2 CTAs. G = tiles: a
+// CTA a tile.
+struct RsSchedule {
+  int K, tf, tl, tk, hk, f0, nfull, steps;
+  __device__ RsSchedule(int64_t units, int G, int c, int K_) : K(K_) {
+    const int64_t u0 = units * c / G, u1 = units * (c + 1) / G;
+    tf = int(u0 / K), tl = int((u1 - 1) / K);
+    tk = int(u0 - int64_t(tf) * K);
+    const int end = int(u1 - int64_t(tl) * K);
+    hk = end < K && !(tl == tf && tk > 0) ? end : 0;
+    f0 = tf + (tk > 0);
+    nfull = tl - (hk > 0) - f0 + 1;
+    if (nfull < 0) nfull = 0;
+    steps = int(u1 - u0);
+  }
+  enum Kind { HEAD, FULL, TAIL };
+  // unit j of the run order -> tile, k step, kind
+  __device__ void at(int j, int& tile, int& kt, Kind& kind) const {
+    if (j < hk) {
+      tile = tl, kt = j, kind = HEAD;
+    } else if (j < hk + nfull * K) {
+      tile = f0 + (j - hk) / K, kt = (j - hk) % K, kind = FULL;
+    } else {
+      tile = tf, kt = tk + (j - hk - nfull * K), kind = TAIL;
+    }
+  }
 };
 
 // tabs[v * 256 + b]: the table of scale byte b under gs[v]
@@ -89,21 +127,24 @@ template <int TN, int WGS, int NT>
 __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT>::MIN_BLOCKS)
     nvfp4_gemm_rs_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ packed,
                     const uint8_t* __restrict__ scales, const uint4* __restrict__ tabs, const int* __restrict__ group_sets,
-                    const uint8_t* __restrict__ row_set, int n, void* y, bool y_f32, int64_t ldy, bool accumulate) {
+                    const uint8_t* __restrict__ row_set, int n, void* y, bool y_f32, int64_t ldy, bool accumulate, int ctiles,
+                    int64_t units, float* __restrict__ partial, int* __restrict__ flags, int epoch) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // Other architectures of a fat binary: never launched there (nvfp4_gemm_rs_available)
   __trap();
 #else
   using C = RsCfg<TN, WGS, NT>;
-  constexpr int CH = C::CH;
+  constexpr int CH = C::CH, ACC = C::ACC;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // the swizzle is computed from address bits: x tiles must sit on 1024-byte boundaries
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-  const int n0 = int(blockIdx.x) * CH, m0 = int(blockIdx.y) * TN * NT;
-  const int ktiles = k / BK;
-  auto xtile = [&](int kt) { return smem + (kt % STAGES) * C::x_bytes; };
-  auto wtile = [&](int kt) { return smem + C::w_base + (kt % STAGES) * (C::wp_bytes + C::ws_bytes); };
+  const int cta = int(blockIdx.x), ktiles = k / BK;
+  const RsSchedule sch(units, int(gridDim.x), cta, ktiles);
+  auto xtile = [&](int j) { return smem + (j % STAGES) * C::x_bytes; };
+  auto wtile = [&](int j) { return smem + C::w_base + (j % STAGES) * (C::wp_bytes + C::ws_bytes); };
+  auto n0_of = [&](int tile) { return (tile % ctiles) * CH; };
+  auto m0_of = [&](int tile) { return (tile / ctiles) * TN * NT; };
 
   // xfull[s] completes when stage s's x boxes have landed (rows past m arrive as zeros)
   uint64_t* const xfull = reinterpret_cast<uint64_t*>(smem + C::bar_base);
@@ -111,31 +152,41 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
     for (int s = 0; s < STAGES; ++s) mbar_init(&xfull[s], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
   }
-  // the CTA's table sets: warpgroup w's set j (0, 1) at t_base + (2 w + j) SET_BYTES
-  {
-    uint4* const sets = reinterpret_cast<uint4*>(smem + C::t_base);
+  // a tile's table sets into buffer b: warpgroup w's set j (0, 1) at t_base + b sets_bytes + (2 w + j) SET_BYTES
+  auto load_sets = [&](int b, int n0) {
+    uint4* const sets = reinterpret_cast<uint4*>(smem + C::t_base + b * C::sets_bytes);
     const int groups = (n + 63) / 64;
     for (int i = tid; i < WGS * 2 * 256; i += C::THREADS) {
       const int grp = n0 / 64 + (i >> 9);
       sets[i] = grp < groups ? tabs[group_sets[2 * grp + ((i >> 8) & 1)] * 256 + (i & 255)] : make_uint4(0, 0, 0, 0);
     }
-  }
-  __syncthreads();
-  const Nvfp4StepCopy<CH, BK> copy_w(packed, scales, n0, n, k, tid);
-  auto load_x = [&](int kt) {
-    if (tid != 0 || kt >= ktiles) return;
-    mbar_arrive_expect_tx(&xfull[kt % STAGES], C::x_bytes);
-#pragma unroll
-    for (int j = 0; j < NT; ++j) tma_load_2d(xtile(kt) + j * TN * BK * 2, &xmap, kt * BK, m0 + j * TN, &xfull[kt % STAGES]);
   };
-  auto load_w = [&](int kt) {
-    if (kt < ktiles) copy_w(wtile(kt), kt);
+  int tile, kt;
+  RsSchedule::Kind kind;
+  sch.at(0, tile, kt, kind);
+  load_sets(0, n0_of(tile));
+  __syncthreads();
+  auto load_x = [&](int j) {
+    if (tid != 0 || j >= sch.steps) return;
+    int tl, kl;
+    RsSchedule::Kind kd;
+    sch.at(j, tl, kl, kd);
+    mbar_arrive_expect_tx(&xfull[j % STAGES], C::x_bytes);
+#pragma unroll
+    for (int i = 0; i < NT; ++i) tma_load_2d(xtile(j) + i * TN * BK * 2, &xmap, kl * BK, m0_of(tl) + i * TN, &xfull[j % STAGES]);
+  };
+  auto load_w = [&](int j) {
+    if (j >= sch.steps) return;
+    int tl, kl;
+    RsSchedule::Kind kd;
+    sch.at(j, tl, kl, kd);
+    Nvfp4StepCopy<CH, BK>(packed, scales, n0_of(tl), n, k, tid)(wtile(j), kl);
   };
 
   const int ra = wg * 64 + warp * 16 + g;  // this thread's A rows: channels ra and ra + 8 of the CTA
-  const unsigned char* const set0 = smem + C::t_base + (2 * wg + (n0 + ra < n ? row_set[n0 + ra] : 0)) * SET_BYTES;
-  const unsigned char* const set1 = smem + C::t_base + (2 * wg + (n0 + ra + 8 < n ? row_set[n0 + ra + 8] : 0)) * SET_BYTES;
   const uint32_t sel = uint32_t(t) | uint32_t(t + 4) << 4;
+  const unsigned char *set0 = nullptr, *set1 = nullptr;
+  int seg = -1;  // the segment running (its sets in buffer seg & 1)
   float acc[NT][TN / 2];
   uint32_t afr[2][4];
 
@@ -144,21 +195,50 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
   load_x(1), load_w(2);
   cp_async_commit();
 
-  for (int kt = 0; kt < ktiles; ++kt) {
-    // this thread's copies of weight tile kt have landed; after the barrier every thread's, and
-    // every warpgroup's wgmmas of step kt - 2 are done: x stage (kt + 2) % 4 and weight stage
-    // (kt + 3) % 4 are free
+  for (int j = 0; j < sch.steps; ++j) {
+    sch.at(j, tile, kt, kind);
+    const int n0 = n0_of(tile);
+    const bool first = kt == (kind == RsSchedule::TAIL ? sch.tk : 0);
+    const bool last = kt == (kind == RsSchedule::HEAD ? sch.hk : ktiles) - 1;
+    // this thread's copies of weight step j have landed; after the barrier every thread's, and
+    // every warpgroup's wgmmas of step j - 2 are done: x stage (j + 2) % 4 and weight stage
+    // (j + 3) % 4 are free, and so is the other sets buffer
     cp_async_wait<1>();
     __syncthreads();
-    load_x(kt + 2), load_w(kt + 3);
+    load_x(j + 2), load_w(j + 3);
     cp_async_commit();
+    if (first) {
+      ++seg;
+      const int next = j + (kind == RsSchedule::HEAD ? sch.hk : ktiles - kt);  // the next segment's first unit
+      if (next < sch.steps) {  // its sets, read after a barrier of this segment's steps
+        int tn_, kn_;
+        RsSchedule::Kind kd;
+        sch.at(next, tn_, kn_, kd);
+        load_sets((seg + 1) & 1, n0_of(tn_));
+      }
+      const unsigned char* const sets = smem + C::t_base + (seg & 1) * C::sets_bytes;
+      set0 = sets + (2 * wg + (n0 + ra < n ? row_set[n0 + ra] : 0)) * SET_BYTES;
+      set1 = sets + (2 * wg + (n0 + ra + 8 < n ? row_set[n0 + ra + 8] : 0)) * SET_BYTES;
+      if (kind == RsSchedule::TAIL) {  // the previous CTA's partial sums of this tile
+        // (no wgmma is in flight: the last segment ended with wait 0; said again here so that
+        // ptxas sees it before these writes of the accumulators, not at every step, C7517)
+        wgmma_wait<0>();
+        while (ld_acquire_gpu(&flags[cta - 1]) != epoch) {
+        }
+        const float* src = partial + int64_t(cta - 1) * ACC * C::THREADS + tid;
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+          for (int e = 0; e < TN / 2; ++e) acc[i][e] = __ldcg(src + (i * (TN / 2) + e) * C::THREADS);
+      }
+    }
 
-    const unsigned char* wp = wtile(kt);
+    const unsigned char* wp = wtile(j);
     const uint2 p0 = quad_units(wp + ra * 32, sel), p1 = quad_units(wp + (ra + 8) * 32, sel);
     const uint32_t s0 = *reinterpret_cast<const uint32_t*>(wp + C::wp_bytes + ra * 4);
     const uint32_t s1 = *reinterpret_cast<const uint32_t*>(wp + C::wp_bytes + (ra + 8) * 4);
-    mbar_wait(&xfull[kt % STAGES], uint32_t((kt / STAGES) & 1));
-    const unsigned char* xt = xtile(kt);
+    mbar_wait(&xfull[j % STAGES], uint32_t((j / STAGES) & 1));
+    const unsigned char* xt = xtile(j);
 #pragma unroll
     for (int s = 0; s < BK / 16; ++s) {
       const uint4 q0 = *reinterpret_cast<const uint4*>(set0 + ((s0 >> (8 * s)) & 0xffu) * 16);
@@ -169,35 +249,51 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
       // the accumulators pinned in registers before the wgmmas (otherwise ptxas serializes them,
       // C7515 under -Xptxas -v)
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
+      for (int i = 0; i < NT; ++i)
 #pragma unroll
-        for (int i = 0; i < TN / 2; ++i) fence_operand(acc[j][i]);
+        for (int e = 0; e < TN / 2; ++e) fence_operand(acc[i][e]);
       wgmma_fence();
+      // a tail's steps all accumulate (kt > 0) onto the loaded partial sums
 #pragma unroll
-      for (int j = 0; j < NT; ++j) wgmma_bf16_rs<TN>(acc[j], a, wgmma_desc(xt + j * TN * BK * 2 + s * 32), kt > 0 || s > 0);
+      for (int i = 0; i < NT; ++i) wgmma_bf16_rs<TN>(acc[i], a, wgmma_desc(xt + i * TN * BK * 2 + s * 32), kt > 0 || s > 0);
       wgmma_commit();
       wgmma_wait<1>();  // the A fragment of step s - 1 is free again
     }
-  }
-  wgmma_wait<0>();
-#pragma unroll
-  for (int j = 0; j < NT; ++j)
-#pragma unroll
-    for (int i = 0; i < TN / 2; ++i) fence_operand(acc[j][i]);
-  cp_async_wait_all();
 
-  // acc[j] is the 64-channel x TN-token D fragment: channels ra and ra + 8, tokens 8 i + 2 t + {0, 1}
+    if (last) {
+      wgmma_wait<0>();
 #pragma unroll
-  for (int j = 0; j < NT; ++j)
+      for (int i = 0; i < NT; ++i)
 #pragma unroll
-    for (int i = 0; i < TN / 8; ++i)
+        for (int e = 0; e < TN / 2; ++e) fence_operand(acc[i][e]);
+      if (kind == RsSchedule::HEAD) {  // published for the next CTA, which continues the sums
+        float* dst = partial + int64_t(cta) * ACC * C::THREADS + tid;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < NT; ++i)
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int tok = m0 + j * TN + i * 8 + t * 2 + c, ch = n0 + ra + h * 8;
-          if (tok < m && ch < n) store_output(y, y_f32, ldy, accumulate, tok, ch, acc[j][i * 4 + h * 2 + c]);
-        }
+          for (int e = 0; e < TN / 2; ++e) __stcg(dst + (i * (TN / 2) + e) * C::THREADS, acc[i][e]);
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) st_release_gpu(&flags[cta], epoch);
+      } else {
+        // acc[i] is the 64-channel x TN-token D fragment: channels ra and ra + 8, tokens 8 e + 2 t + {0, 1}
+        const int m0 = m0_of(tile);
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+          for (int e = 0; e < TN / 8; ++e)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const int tok = m0 + i * TN + e * 8 + t * 2 + c, ch = n0 + ra + h * 8;
+                if (tok < m && ch < n) store_output(y, y_f32, ldy, accumulate, tok, ch, acc[i][e * 4 + h * 2 + c]);
+              }
+      }
+    }
+  }
+  wgmma_wait<0>();  // (the last step's group ended with wait 0 already; ptxas wants it seen here)
+  cp_async_wait_all();
 #endif
 }
 
@@ -218,9 +314,21 @@ CUtensorMap x_tensor_map(const bf16* x, int64_t m, int64_t k, int64_t ldx, int t
   return map;
 }
 
+// CTAs of this configuration an SM holds (the most a stream-K grid may have: every CTA resident)
+template <int TN, int WGS, int NT>
+int resident_per_sm() {
+  static const int r = [] {
+    int b = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, nvfp4_gemm_rs_k<TN, WGS, NT>, RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT>::bytes),
+          "nvfp4_gemm_rs occupancy");
+    return b;
+  }();
+  return r;
+}
+
 template <int TN, int WGS, int NT>
 void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const Nvfp4RsTables& tb,
-            int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s) {
+            int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, Nvfp4RsWork* work, cudaStream_t s) {
   using C = RsCfg<TN, WGS, NT>;
   static const bool configured = [] {
     check(cudaFuncSetAttribute(nvfp4_gemm_rs_k<TN, WGS, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "nvfp4_gemm_rs");
@@ -230,9 +338,27 @@ void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* pac
   }();
   (void)configured;
   const CUtensorMap xmap = x_tensor_map(x, m, k, ldx, TN);
-  const dim3 grid(unsigned((n + C::CH - 1) / C::CH), unsigned((m + TN * NT - 1) / (TN * NT)));
-  nvfp4_gemm_rs_k<TN, WGS, NT><<<grid, C::THREADS, C::bytes, s>>>(xmap, int(m), int(k), packed, scales, static_cast<const uint4*>(tb.tabs),
-                                                                  tb.group_sets, tb.row_set, int(n), y, y_f32, ldy, accumulate);
+  const int64_t ctiles = (n + C::CH - 1) / C::CH, tiles = ctiles * ((m + TN * NT - 1) / (TN * NT));
+  const int64_t units = tiles * (k / BK);
+  // stream-K where a CTA a tile would leave the last wave's SMs idle for 5% or more of the time
+  int64_t G = tiles;
+  float* partial = nullptr;
+  int* flags = nullptr;
+  int epoch = 0;
+  if (work && work->partial) {
+    const int64_t slots = std::min<int64_t>(int64_t(sm_count()) * resident_per_sm<TN, WGS, NT>(), work->slots);
+    const int64_t waves = (tiles + slots - 1) / slots;
+    if (tiles > slots && double(waves * slots) >= 1.05 * double(tiles) &&
+        size_t(slots) * C::ACC * C::THREADS * 4 <= work->partial_bytes) {
+      G = slots;
+      partial = work->partial;
+      flags = work->flags;
+      epoch = ++work->epoch;
+    }
+  }
+  nvfp4_gemm_rs_k<TN, WGS, NT><<<unsigned(G), C::THREADS, C::bytes, s>>>(xmap, int(m), int(k), packed, scales, static_cast<const uint4*>(tb.tabs),
+                                                                        tb.group_sets, tb.row_set, int(n), y, y_f32, ldy, accumulate,
+                                                                        int(ctiles), units, partial, flags, epoch);
   check_launch("nvfp4_gemm_rs");
 }
 
@@ -275,6 +401,15 @@ void nvfp4_rs_tables(const float* gs, int values, void* tabs, cudaStream_t s) {
 
 bool nvfp4_gemm_rs_available() { return sm90a_kernels_run_here(); }
 
+Nvfp4RsWork::Nvfp4RsWork(size_t bytes_per_sm) {
+  slots = 3 * sm_count();
+  partial_bytes = bytes_per_sm * size_t(sm_count());
+  mem_ = DeviceBuffer(partial_bytes + size_t(slots) * 4, "W4A16 stream-K partial sums");
+  check(cudaMemset(mem_.get(), 0, partial_bytes + size_t(slots) * 4), "W4A16 stream-K flags");
+  partial = mem_.as<float>();
+  flags = reinterpret_cast<int*>(mem_.as<unsigned char>() + partial_bytes);
+}
+
 RsTile nvfp4_gemm_rs_tile(int64_t m, int64_t n) {
   RsTile tl;
   tl.tn = m <= 64 ? 64 : 160;
@@ -286,7 +421,7 @@ RsTile nvfp4_gemm_rs_tile(int64_t m, int64_t n) {
 }
 
 void nvfp4_gemm_rs(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const Nvfp4RsTables& tables,
-                   int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s) {
+                   int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s, Nvfp4RsWork* work) {
   if (m == 0 || n == 0) return;
   const auto misaligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a != 0; };
   if (!nvfp4_gemm_rs_available())
@@ -298,11 +433,11 @@ void nvfp4_gemm_rs(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8
                     " a multiple of 64, x rows 16-byte aligned, accumulation into fp32 only)");
   const RsTile tl = nvfp4_gemm_rs_tile(m, n);
   using Fn = void (*)(const bf16*, int64_t, int64_t, int64_t, const uint8_t*, const uint8_t*, const Nvfp4RsTables&, int64_t, void*, bool,
-                     int64_t, bool, cudaStream_t);
+                     int64_t, bool, Nvfp4RsWork*, cudaStream_t);
   const Fn fn = tl.tn == 64  ? (tl.wgs == 2 ? Fn(launch<64, 2, 1>) : Fn(launch<64, 1, 1>))
                 : tl.nt == 1 ? (tl.wgs == 2 ? Fn(launch<160, 2, 1>) : Fn(launch<160, 1, 1>))
                              : (tl.wgs == 2 ? Fn(launch<160, 2, 2>) : Fn(launch<160, 1, 2>));
-  fn(x, m, k, ldx, packed, scales, tables, n, y, y_f32, ldy, accumulate, s);
+  fn(x, m, k, ldx, packed, scales, tables, n, y, y_f32, ldy, accumulate, work, s);
 }
 
 }  // namespace clefrt::cuda
