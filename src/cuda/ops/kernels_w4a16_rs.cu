@@ -74,7 +74,9 @@ struct RsCfg {
 // CTA a tile.
 struct RsSchedule {
   int K, tf, tl, tk, hk, f0, nfull, steps;
-  __device__ RsSchedule(int64_t units, int G, int c, int K_) : K(K_) {
+  int ctiles, ch, tokens;  // channel tiles, channels and tokens a tile
+  __device__ RsSchedule(int64_t units, int G, int c, int K_, int ctiles_, int ch_, int tokens_)
+      : K(K_), ctiles(ctiles_), ch(ch_), tokens(tokens_) {
     const int64_t u0 = units * c / G, u1 = units * (c + 1) / G;
     tf = int(u0 / K), tl = int((u1 - 1) / K);
     tk = int(u0 - int64_t(tf) * K);
@@ -86,15 +88,23 @@ struct RsSchedule {
     steps = int(u1 - u0);
   }
   enum Kind { HEAD, FULL, TAIL };
-  // unit j of the run order -> tile, k step, kind
-  __device__ void at(int j, int& tile, int& kt, Kind& kind) const {
-    if (j < hk) {
-      tile = tl, kt = j, kind = HEAD;
-    } else if (j < hk + nfull * K) {
-      tile = f0 + (j - hk) / K, kt = (j - hk) % K, kind = FULL;
-    } else {
-      tile = tf, kt = tk + (j - hk - nfull * K), kind = TAIL;
-    }
+  struct Unit {
+    int tile, kt;
+    Kind kind;
+    int n0, m0;  // the tile's first channel and token
+  };
+  __device__ Unit unit(int tile, int kt, Kind kind) const { return {tile, kt, kind, (tile % ctiles) * ch, (tile / ctiles) * tokens}; }
+  // unit j of the run order
+  __device__ Unit at(int j) const {
+    if (j < hk) return unit(tl, j, HEAD);
+    if (j < hk + nfull * K) return unit(f0 + (j - hk) / K, (j - hk) % K, FULL);
+    return unit(tf, tk + (j - hk - nfull * K), TAIL);
+  }
+  // the unit after u (divisions only where the tile changes: the loop walks three cursors a step)
+  __device__ void advance(Unit& u) const {
+    ++u.kt;
+    if (u.kind == HEAD && u.kt == hk) u = nfull > 0 ? unit(f0, 0, FULL) : unit(tf, tk, TAIL);
+    else if (u.kind == FULL && u.kt == K) u = u.tile + 1 < f0 + nfull ? unit(u.tile + 1, 0, FULL) : unit(tf, tk, TAIL);
   }
 };
 
@@ -140,11 +150,9 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
   const int cta = int(blockIdx.x), ktiles = k / BK;
-  const RsSchedule sch(units, int(gridDim.x), cta, ktiles);
+  const RsSchedule sch(units, int(gridDim.x), cta, ktiles, ctiles, CH, TN * NT);
   auto xtile = [&](int j) { return smem + (j % STAGES) * C::x_bytes; };
   auto wtile = [&](int j) { return smem + C::w_base + (j % STAGES) * (C::wp_bytes + C::ws_bytes); };
-  auto n0_of = [&](int tile) { return (tile % ctiles) * CH; };
-  auto m0_of = [&](int tile) { return (tile / ctiles) * TN * NT; };
 
   // xfull[s] completes when stage s's x boxes have landed (rows past m arrive as zeros)
   uint64_t* const xfull = reinterpret_cast<uint64_t*>(smem + C::bar_base);
@@ -161,26 +169,17 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
       sets[i] = grp < groups ? tabs[group_sets[2 * grp + ((i >> 8) & 1)] * 256 + (i & 255)] : make_uint4(0, 0, 0, 0);
     }
   };
-  int tile, kt;
-  RsSchedule::Kind kind;
-  sch.at(0, tile, kt, kind);
-  load_sets(0, n0_of(tile));
+  RsSchedule::Unit u = sch.at(0);  // the unit running
+  load_sets(0, u.n0);
   __syncthreads();
-  auto load_x = [&](int j) {
+  auto load_x = [&](int j, const RsSchedule::Unit& v) {
     if (tid != 0 || j >= sch.steps) return;
-    int tl, kl;
-    RsSchedule::Kind kd;
-    sch.at(j, tl, kl, kd);
     mbar_arrive_expect_tx(&xfull[j % STAGES], C::x_bytes);
 #pragma unroll
-    for (int i = 0; i < NT; ++i) tma_load_2d(xtile(j) + i * TN * BK * 2, &xmap, kl * BK, m0_of(tl) + i * TN, &xfull[j % STAGES]);
+    for (int i = 0; i < NT; ++i) tma_load_2d(xtile(j) + i * TN * BK * 2, &xmap, v.kt * BK, v.m0 + i * TN, &xfull[j % STAGES]);
   };
-  auto load_w = [&](int j) {
-    if (j >= sch.steps) return;
-    int tl, kl;
-    RsSchedule::Kind kd;
-    sch.at(j, tl, kl, kd);
-    Nvfp4StepCopy<CH, BK>(packed, scales, n0_of(tl), n, k, tid)(wtile(j), kl);
+  auto load_w = [&](int j, const RsSchedule::Unit& v) {
+    if (j < sch.steps) Nvfp4StepCopy<CH, BK>(packed, scales, v.n0, n, k, tid)(wtile(j), v.kt);
   };
 
   const int ra = wg * 64 + warp * 16 + g;  // this thread's A rows: channels ra and ra + 8 of the CTA
@@ -190,39 +189,37 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
   float acc[NT][TN / 2];
   uint32_t afr[2][4];
 
-  load_w(0), load_x(0), load_w(1);
+  // the loads run ahead: x 2 units, the weights 3
+  RsSchedule::Unit ux = sch.at(0), uw = sch.at(0);
+  load_w(0, uw), load_x(0, ux);
+  sch.advance(uw), sch.advance(ux);
+  load_w(1, uw);
+  sch.advance(uw);
   cp_async_commit();
-  load_x(1), load_w(2);
+  load_x(1, ux), load_w(2, uw);
+  sch.advance(ux), sch.advance(uw);
   cp_async_commit();
 
-  for (int j = 0; j < sch.steps; ++j) {
-    sch.at(j, tile, kt, kind);
-    const int n0 = n0_of(tile);
-    const bool first = kt == (kind == RsSchedule::TAIL ? sch.tk : 0);
-    const bool last = kt == (kind == RsSchedule::HEAD ? sch.hk : ktiles) - 1;
+  for (int j = 0; j < sch.steps; ++j, sch.advance(u)) {
+    const int kt = u.kt, n0 = u.n0;
+    const bool first = kt == (u.kind == RsSchedule::TAIL ? sch.tk : 0);
+    const bool last = kt == (u.kind == RsSchedule::HEAD ? sch.hk : ktiles) - 1;
     // this thread's copies of weight step j have landed; after the barrier every thread's, and
     // every warpgroup's wgmmas of step j - 2 are done: x stage (j + 2) % 4 and weight stage
     // (j + 3) % 4 are free, and so is the other sets buffer
     cp_async_wait<1>();
     __syncthreads();
-    load_x(j + 2), load_w(j + 3);
+    load_x(j + 2, ux), load_w(j + 3, uw);
+    sch.advance(ux), sch.advance(uw);
     cp_async_commit();
     if (first) {
       ++seg;
-      const int next = j + (kind == RsSchedule::HEAD ? sch.hk : ktiles - kt);  // the next segment's first unit
-      if (next < sch.steps) {  // its sets, read after a barrier of this segment's steps
-        int tn_, kn_;
-        RsSchedule::Kind kd;
-        sch.at(next, tn_, kn_, kd);
-        load_sets((seg + 1) & 1, n0_of(tn_));
-      }
+      const int next = j + (u.kind == RsSchedule::HEAD ? sch.hk : ktiles - kt);  // the next segment's first unit
+      if (next < sch.steps) load_sets((seg + 1) & 1, sch.at(next).n0);  // read after a barrier of this segment's steps
       const unsigned char* const sets = smem + C::t_base + (seg & 1) * C::sets_bytes;
       set0 = sets + (2 * wg + (n0 + ra < n ? row_set[n0 + ra] : 0)) * SET_BYTES;
       set1 = sets + (2 * wg + (n0 + ra + 8 < n ? row_set[n0 + ra + 8] : 0)) * SET_BYTES;
-      if (kind == RsSchedule::TAIL) {  // the previous CTA's partial sums of this tile
-        // (no wgmma is in flight: the last segment ended with wait 0; said again here so that
-        // ptxas sees it before these writes of the accumulators, not at every step, C7517)
-        wgmma_wait<0>();
+      if (u.kind == RsSchedule::TAIL) {  // the previous CTA's partial sums of this tile
         while (ld_acquire_gpu(&flags[cta - 1]) != epoch) {
         }
         const float* src = partial + int64_t(cta - 1) * ACC * C::THREADS + tid;
@@ -266,7 +263,7 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
       for (int i = 0; i < NT; ++i)
 #pragma unroll
         for (int e = 0; e < TN / 2; ++e) fence_operand(acc[i][e]);
-      if (kind == RsSchedule::HEAD) {  // published for the next CTA, which continues the sums
+      if (u.kind == RsSchedule::HEAD) {  // published for the next CTA, which continues the sums
         float* dst = partial + int64_t(cta) * ACC * C::THREADS + tid;
 #pragma unroll
         for (int i = 0; i < NT; ++i)
@@ -277,7 +274,7 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
         if (tid == 0) st_release_gpu(&flags[cta], epoch);
       } else {
         // acc[i] is the 64-channel x TN-token D fragment: channels ra and ra + 8, tokens 8 e + 2 t + {0, 1}
-        const int m0 = m0_of(tile);
+        const int m0 = u.m0;
 #pragma unroll
         for (int i = 0; i < NT; ++i)
 #pragma unroll
