@@ -27,8 +27,7 @@ std::vector<const DevLinear*> LinearRunner::schedule_order(const DevModel& m) {
 }
 
 bool LinearRunner::fused_nvfp4(const DevLinearPart& p) const {
-  // (not a part whose codes are in nvfp4_gemm_rs's order: nvfp4_gemm reads the file's)
-  return w4a16_ == W4A16Kernel::Fused && p.fmt == WFormat::NVFP4 && !p.scales_swizzled && !p.rs && nvfp4_gemm_supports(p.k, p.k);
+  return w4a16_ == W4A16Kernel::Fused && p.fmt == WFormat::NVFP4 && !p.scales_swizzled && nvfp4_gemm_supports(p.k, p.k);
 }
 
 namespace {
@@ -121,8 +120,7 @@ void LinearRunner::issue(size_t i) {
   const int slot = int(i & 1);
   check(cudaStreamWaitEvent(side_, free_[slot], 0), "NVFP4 staging");
   const DevLinearPart& p = *c.part;
-  (p.rs ? nvfp4_dequantize_rs : nvfp4_dequantize)(p.packed + c.r0 * (p.k / 2), p.scales + c.r0 * (p.k / 16), p.row_gs + c.r0, c.rows, p.k,
-                                                  slots_[slot].as<bf16>(), side_);
+  nvfp4_dequantize(p.packed + c.r0 * (p.k / 2), p.scales + c.r0 * (p.k / 16), p.row_gs + c.r0, c.rows, p.k, slots_[slot].as<bf16>(), side_);
   check(cudaEventRecord(ready_[slot], side_), "NVFP4 staging");
 }
 
