@@ -927,10 +927,8 @@ TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
     cuda::Nvfp4RsPlan plan;
     ASSERT_TRUE(cuda::nvfp4_rs_plan(rgs.data(), n, plan));
     DeviceBuffer dp = cuda::upload(q.packed, "p"), ds = cuda::upload(q.scales, "s"), dg = cuda::upload(rgs, "g"),
-                 dv = cuda::upload(plan.gs, "gs values"), tabs(plan.gs.size() * 4096), gsets = cuda::upload(plan.group_sets, "group sets"),
-                 rset = cuda::upload(plan.row_set, "row sets"), wd(size_t(n * k) * 2);
-    cuda::nvfp4_rs_tables(dv.as<float>(), int(plan.gs.size()), tabs.get(), st);
-    const cuda::Nvfp4RsTables tb{tabs.get(), gsets.as<int>(), rset.as<uint8_t>()};
+                 tmem(cuda::nvfp4_rs_bytes(plan)), wd(size_t(n * k) * 2);
+    const cuda::Nvfp4RsTables tb = cuda::nvfp4_rs_upload(plan, tmem.get(), st);
     cuda::nvfp4_dequantize(dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), n, k, wd.as<bf16>(), st);
     const std::string at = " at n " + std::to_string(n) + " k " + std::to_string(k);
     {  // x = I: y = W^T, the dequantized weights themselves

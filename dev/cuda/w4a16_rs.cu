@@ -74,15 +74,6 @@ struct Cfg {
   static_assert(bytes + 1024 <= 233472, "shared memory per SM");
 };
 
-// 4 codes (one 16-bit unit, half h of w: codes 2t, 2t + 1, 2t + 8, 2t + 9 of a block) -> the bf16
-// pairs (2t, 2t + 1) and (2t + 8, 2t + 9); dequant_word's lookups and sign for half a word.
-__device__ __forceinline__ void dequant_unit(uint32_t w, int h, const Table& tb, uint32_t& lo, uint32_t& hi) {
-  const uint32_t idx = (h ? w >> 16 : w) & 0x7777u, w4 = w << 4;
-  const uint32_t la = prmt(tb.lo0, tb.lo1, idx), ha = prmt(tb.hi0, tb.hi1, idx);
-  lo = prmt(la, ha, 0x5140) ^ (prmt(w4, w, h ? 0xEEAA : 0xCC88) & 0x80008000u);
-  hi = prmt(la, ha, 0x7362) ^ (prmt(w4, w, h ? 0xFFBB : 0xDD99) & 0x80008000u);
-}
-
 // After the last step: the accumulators retired, then stored. acc is the 64-channel x TN-token
 // tile's wgmma D fragment: channel (row) ch0 and ch0 + 8, tokens 8 j + 2 t + {0, 1}; y [token][channel].
 template <int TN>
@@ -375,10 +366,10 @@ __global__ void __launch_bounds__(Cfg2<TN, WGS>::THREADS, Cfg2<TN, WGS>::MIN_BLO
 
 // Form 3: form 1 without building tables in the loop. A block's table depends only on its scale
 // byte and its row's gs, and a GEMM's rows take few gs values (one per fused tensor), so the 256
-// tables of each gs are built once (rs_tables_k: at load, in a product), and each warpgroup copies
-// those of the (at most 2) gs values of its 64 rows into shared memory at the start. A step's table
-// is then one lookup by the scale byte: no e4m3 conversion, division, table arithmetic, table
-// stores or their buffer in the loop. The same values as form 1's tables, so the same bits.
+// tables of each gs are built once (the product's nvfp4_rs_upload, at load there), and each
+// warpgroup copies those of the (at most 2) gs values of its 64 rows into shared memory at the
+// start. A step's table is then one lookup by the scale byte: no e4m3 conversion, division, table
+// arithmetic, table stores or their buffer in the loop. The same values as form 1's tables, so the same bits.
 // (Form 1's profile found the table building its hottest code: bench/results/2026-12-07-session53.md.)
 // ST: x / weight stages (3: smaller, so that 3 CTAs of 128 x 64 fit an SM: 3 warps a scheduler).
 // NT: token tiles of TN a warpgroup, NT wgmmas on each dequantized A fragment: a weight is
@@ -398,15 +389,6 @@ struct Cfg3 {
   static_assert(ST == 3 || ST == 4, "stages");
   static_assert(bytes + 1024 <= 233472, "shared memory per SM");
 };
-
-// tabs[g * 256 + b]: the table of scale byte b under gs[g], as form 1 builds it in its loop
-__global__ void rs_tables_k(const float* __restrict__ gs, int groups, uint4* __restrict__ tabs) {
-  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
-  if (i >= groups * 256) return;
-  const float g = gs[i >> 8];
-  const Table T = make_table_shift(scale_quotient(e4m3_value(uint8_t(i & 255)), g, row_reciprocal(g)));
-  tabs[i] = make_uint4(T.lo0, T.lo1, T.hi0, T.hi1);
-}
 
 // group_sets[2 r + j]: the gs index of set j of 64-row group r; row_set[c]: which of its group's 2
 // sets row c takes
@@ -531,63 +513,24 @@ __global__ void rs_repack_k(const uint8_t* __restrict__ in, uint8_t* __restrict_
   dst[1] = *reinterpret_cast<const uint4*>(o + 16);
 }
 
-CUtensorMap x_map(const bf16* x, int64_t m, int64_t k, int tn) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder("w4a16 rs lab");
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(m)}, strides[1] = {cuuint64_t(k) * 2};
-  const cuuint32_t box[2] = {cuuint32_t(BK), cuuint32_t(tn)}, elem[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(x), dims, strides, box, elem,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string(int(r)));
-  return map;
-}
+CUtensorMap x_map(const bf16* x, int64_t m, int64_t k, int tn) { return bf16_tensor_map_sw128(x, m, k, k, BK, tn, "w4a16 rs lab"); }
 
-// Form 3's tables: every distinct gs value's 256 (rs_tables_k), each 64-row group's 2 sets and
-// each row's choice between them. ok: every group's rows take at most 2 gs values.
+// Form 3's tables: the product's (kernels_w4a16_rs.cu nvfp4_rs_plan / nvfp4_rs_upload: every
+// distinct gs value's 256, each 64-row group's 2 sets and each row's choice between them). ok:
+// every group's rows take at most 2 gs values.
 struct TableSets {
-  DeviceBuffer tabs, group_sets, row_set;
+  DeviceBuffer mem;
+  Nvfp4RsTables t;
   bool ok = false;
 };
 
 TableSets make_table_sets(const std::vector<float>& gsv, cudaStream_t s) {
-  const int64_t n = int64_t(gsv.size()), groups = (n + 63) / 64;
-  std::vector<float> distinct;
-  std::vector<int> id(gsv.size());
-  for (size_t i = 0; i < gsv.size(); ++i) {
-    size_t j = 0;
-    while (j < distinct.size() && std::memcmp(&distinct[j], &gsv[i], 4) != 0) ++j;
-    if (j == distinct.size()) distinct.push_back(gsv[i]);
-    id[i] = int(j);
-  }
-  std::vector<int> gsets(size_t(groups * 2));
-  std::vector<uint8_t> rset(gsv.size());
   TableSets ts;
-  ts.ok = true;
-  for (int64_t r = 0; r < groups; ++r) {
-    int a = id[size_t(r * 64)], b = a;
-    for (int64_t c = r * 64; c < std::min(n, r * 64 + 64); ++c) {
-      if (id[size_t(c)] == a) {
-        rset[size_t(c)] = 0;
-      } else if (b == a || id[size_t(c)] == b) {
-        b = id[size_t(c)];
-        rset[size_t(c)] = 1;
-      } else {
-        ts.ok = false;
-      }
-    }
-    gsets[size_t(2 * r)] = a, gsets[size_t(2 * r + 1)] = b;
-  }
-  DeviceBuffer gsd(distinct.size() * 4, "form 3 gs values");
-  ts.tabs = DeviceBuffer(distinct.size() * 256 * 16, "form 3 tables");
-  ts.group_sets = DeviceBuffer(gsets.size() * 4, "form 3 group sets");
-  ts.row_set = DeviceBuffer(rset.size(), "form 3 row sets");
-  check(cudaMemcpy(gsd.get(), distinct.data(), distinct.size() * 4, cudaMemcpyHostToDevice), "form 3 gs");
-  check(cudaMemcpy(ts.group_sets.get(), gsets.data(), gsets.size() * 4, cudaMemcpyHostToDevice), "form 3 group sets");
-  check(cudaMemcpy(ts.row_set.get(), rset.data(), rset.size(), cudaMemcpyHostToDevice), "form 3 row sets");
-  const int total = int(distinct.size()) * 256;
-  rs_tables_k<<<unsigned((total + 255) / 256), 256, 0, s>>>(gsd.as<float>(), int(distinct.size()), ts.tabs.as<uint4>());
-  check_launch("form 3 tables");
+  Nvfp4RsPlan plan;
+  ts.ok = nvfp4_rs_plan(gsv.data(), int64_t(gsv.size()), plan);
+  if (!ts.ok) return ts;
+  ts.mem = DeviceBuffer(nvfp4_rs_bytes(plan), "form 3 tables");
+  ts.t = nvfp4_rs_upload(plan, ts.mem.get(), s);
   check(cudaStreamSynchronize(s), "form 3 tables");
   return ts;
 }
@@ -618,8 +561,8 @@ void run_rs3(const bf16* x, int64_t m, int64_t k, const uint8_t* rs, const uint8
   (void)configured;
   const CUtensorMap map = x_map(x, m, k, TN);
   const dim3 grid(unsigned((n + C::CH - 1) / C::CH), unsigned((m + TN * NT - 1) / (TN * NT)));
-  w4a16_rs3_k<TN, WGS, ST, NT><<<grid, C::THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, ts.tabs.as<uint4>(), ts.group_sets.as<int>(),
-                                                          ts.row_set.as<uint8_t>(), int(n), y, n);
+  w4a16_rs3_k<TN, WGS, ST, NT><<<grid, C::THREADS, C::bytes, s>>>(map, int(m), int(k), rs, scales, static_cast<const uint4*>(ts.t.tabs),
+                                                          ts.t.group_sets, ts.t.row_set, int(n), y, n);
   check_launch("w4a16 rs3");
 }
 
@@ -727,18 +670,9 @@ int main(int argc, char** argv) {
       nvfp4_quantize(w.as<bf16>(), n, k, gsv[0], packed.as<uint8_t>(), scales.as<uint8_t>(), s);
       nvfp4_dequantize(packed.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, k, wd.as<bf16>(), s);
       const TableSets sets = make_table_sets(gsv, s);
-      // the product's short-input kernel (kernels_w4a16_rs.cu: form 3 on the file's code layout)
-      Nvfp4RsPlan plan;
-      const bool product_rs = nvfp4_rs_plan(gsv.data(), n, plan);
-      DeviceBuffer prs_gs(std::max<size_t>(1, plan.gs.size()) * 4, "rs gs"), prs_tabs(std::max<size_t>(1, plan.gs.size()) * 4096, "rs tables"),
-          prs_sets(std::max<size_t>(1, plan.group_sets.size()) * 4, "rs group sets"), prs_rows(std::max<size_t>(1, plan.row_set.size()), "rs row sets");
-      if (product_rs) {
-        check(cudaMemcpy(prs_gs.get(), plan.gs.data(), plan.gs.size() * 4, cudaMemcpyHostToDevice), "rs gs");
-        check(cudaMemcpy(prs_sets.get(), plan.group_sets.data(), plan.group_sets.size() * 4, cudaMemcpyHostToDevice), "rs group sets");
-        check(cudaMemcpy(prs_rows.get(), plan.row_set.data(), plan.row_set.size(), cudaMemcpyHostToDevice), "rs row sets");
-        nvfp4_rs_tables(prs_gs.as<float>(), int(plan.gs.size()), prs_tabs.get(), s);
-      }
-      const Nvfp4RsTables prs{prs_tabs.get(), prs_sets.as<int>(), prs_rows.as<uint8_t>()};
+      // the product's short-input kernel (kernels_w4a16_rs.cu: form 3 on the file's code layout), on the same tables
+      const bool product_rs = sets.ok;
+      const Nvfp4RsTables& prs = sets.t;
       if (!sets.ok) std::printf("  (form 3 skipped: a 64-row group takes more than 2 gs values)\n");
       const int64_t units = n * k / 64;
       rs_repack_k<<<unsigned((units + 255) / 256), 256, 0, s>>>(packed.as<uint8_t>(), rs.as<uint8_t>(), units);

@@ -285,15 +285,7 @@ class Builder {
   Nvfp4RsTables rs_tables(const std::vector<float>& row_gs) {
     Nvfp4RsPlan plan;
     if (!nvfp4_rs_plan(row_gs.data(), int64_t(row_gs.size()), plan)) return {};
-    float* gs = alloc<float>(plan.gs.size());
-    void* tabs = alloc<uint8_t>(plan.gs.size() * 4096);
-    int* group_sets = alloc<int>(plan.group_sets.size());
-    uint8_t* row_set = alloc<uint8_t>(plan.row_set.size());
-    check(cudaMemcpy(gs, plan.gs.data(), plan.gs.size() * 4, cudaMemcpyHostToDevice), "upload weights");
-    check(cudaMemcpy(group_sets, plan.group_sets.data(), plan.group_sets.size() * 4, cudaMemcpyHostToDevice), "upload weights");
-    check(cudaMemcpy(row_set, plan.row_set.data(), plan.row_set.size(), cudaMemcpyHostToDevice), "upload weights");
-    nvfp4_rs_tables(gs, int(plan.gs.size()), tabs, nullptr);
-    return Nvfp4RsTables{tabs, group_sets, row_set};
+    return nvfp4_rs_upload(plan, alloc<uint8_t>(nvfp4_rs_bytes(plan)), nullptr);
   }
   static void append_fp8_scales(const model::Tensor& t, std::vector<float>& out) {
     std::vector<float> s(size_t(t.scale_src->numel()));

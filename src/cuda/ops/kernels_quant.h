@@ -54,9 +54,11 @@ struct Nvfp4RsPlan {
 // Host: the plan of a part with these row global scales [n]; false (plan empty) when a 64-row
 // group takes more than 2 of them.
 bool nvfp4_rs_plan(const float* row_gs, int64_t n, Nvfp4RsPlan& plan);
-// The tables of `values` gs values (device, [values]) into tabs (device, values x 4,096 bytes,
-// 16-byte aligned).
-void nvfp4_rs_tables(const float* gs, int values, void* tabs, cudaStream_t s);
+// The device memory a plan's tables take (one piece: the tables, then the gs values, group sets
+// and row sets), and the tables made there (mem 16-byte aligned; synchronous copies, then the
+// tables built on s).
+size_t nvfp4_rs_bytes(const Nvfp4RsPlan& plan);
+Nvfp4RsTables nvfp4_rs_upload(const Nvfp4RsPlan& plan, void* mem, cudaStream_t s);
 bool nvfp4_gemm_rs_available();
 // Its tile for m x n (tests and benches): tn tokens x nt token tiles a warpgroup, wgs warpgroups
 // of 64 channels a CTA.
@@ -69,7 +71,7 @@ RsTile nvfp4_gemm_rs_tile(int64_t m, int64_t n);
 // the first one's fp32 sums (published here, a flag per CTA): the same sums in the same order, so
 // the same bits. One GEMM at a time per work (the launches of one stream).
 struct Nvfp4RsWork {
-  explicit Nvfp4RsWork(size_t bytes_per_sm = kBytesPerSm);
+  Nvfp4RsWork();
   static constexpr size_t kBytesPerSm = size_t(160) << 10;  // the largest tile's accumulators, a CTA an SM
   float* partial = nullptr;
   int* flags = nullptr;

@@ -8,7 +8,7 @@
 //     K-major), read by every warpgroup;
 //   - the dequantization tables are not built in the loop (the lab's profile found that building
 //     them was its hottest code): per distinct global scale gs, the 256 tables of the e4m3 scale
-//     bytes are made once at load (nvfp4_rs_tables), each warpgroup copies the 2 sets its 64
+//     bytes are made once at load (nvfp4_rs_upload), each warpgroup copies the 2 sets its 64
 //     rows use into shared memory, and a 16-weight block's table is then one 16-byte load
 //     indexed by its scale byte. The same values as make_table_shift (nvfp4_dequant.cuh), so
 //     exactly nvfp4_dequantize's weights.
@@ -115,15 +115,6 @@ __global__ void rs_tables_k(const float* __restrict__ gs, int values, uint4* __r
   const float g = gs[i >> 8];
   const Table T = make_table_shift(scale_quotient(e4m3_value(uint8_t(i & 255)), g, row_reciprocal(g)));
   tabs[i] = make_uint4(T.lo0, T.lo1, T.hi0, T.hi1);
-}
-
-// 4 codes (one 16-bit unit, half h of w: codes 2t, 2t + 1, 2t + 8, 2t + 9 of a block) -> the bf16
-// pairs (2t, 2t + 1) and (2t + 8, 2t + 9): dequant_word's lookups and sign for half a word.
-__device__ __forceinline__ void dequant_unit(uint32_t w, int h, const Table& tb, uint32_t& lo, uint32_t& hi) {
-  const uint32_t idx = (h ? w >> 16 : w) & 0x7777u, w4 = w << 4;
-  const uint32_t la = prmt(tb.lo0, tb.lo1, idx), ha = prmt(tb.hi0, tb.hi1, idx);
-  lo = prmt(la, ha, 0x5140) ^ (prmt(w4, w, h ? 0xEEAA : 0xCC88) & 0x80008000u);
-  hi = prmt(la, ha, 0x7362) ^ (prmt(w4, w, h ? 0xFFBB : 0xDD99) & 0x80008000u);
 }
 
 // A row's 32 code bytes of a k step (words w0..w7, block b = words 2b, 2b + 1) -> quad slot t's
@@ -294,23 +285,6 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
 #endif
 }
 
-// x as a TMA tensor map: [m, k] bf16, rows ldx apart, boxes of 64 x TN, 128-byte swizzle (what
-// wgmma_desc expects), out-of-bounds rows zero-filled
-CUtensorMap x_tensor_map(const bf16* x, int64_t m, int64_t k, int64_t ldx, int tn) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder("nvfp4_gemm_rs");
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(m)}, strides[1] = {cuuint64_t(ldx) * 2};
-  const cuuint32_t box[2] = {cuuint32_t(BK), cuuint32_t(tn)}, elem[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(x), dims, strides, box, elem,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw Error(Status::Internal, "internal_error",
-                "nvfp4_gemm_rs: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ") for x [" + std::to_string(m) + ", " +
-                    std::to_string(k) + "], row stride " + std::to_string(ldx));
-  return map;
-}
-
 // CTAs of this configuration an SM holds (the most a stream-K grid may have: every CTA resident)
 template <int TN, int WGS, int NT>
 int resident_per_sm() {
@@ -334,7 +308,7 @@ void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* pac
     return true;
   }();
   (void)configured;
-  const CUtensorMap xmap = x_tensor_map(x, m, k, ldx, TN);
+  const CUtensorMap xmap = bf16_tensor_map_sw128(x, m, k, ldx, BK, TN, "nvfp4_gemm_rs");
   const int64_t ctiles = (n + C::CH - 1) / C::CH, tiles = ctiles * ((m + TN * NT - 1) / (TN * NT));
   const int64_t units = tiles * (k / BK);
   // stream-K where a CTA a tile would leave the last wave's SMs idle for 5% or more of the time
@@ -390,17 +364,30 @@ bool nvfp4_rs_plan(const float* row_gs, int64_t n, Nvfp4RsPlan& plan) {
   return true;
 }
 
-void nvfp4_rs_tables(const float* gs, int values, void* tabs, cudaStream_t s) {
-  if (values <= 0) return;
-  rs_tables_k<<<unsigned((values * 256 + 255) / 256), 256, 0, s>>>(gs, values, static_cast<uint4*>(tabs));
-  check_launch("nvfp4_rs_tables");
+size_t nvfp4_rs_bytes(const Nvfp4RsPlan& plan) {
+  return plan.gs.size() * (size_t(SET_BYTES) + 4) + plan.group_sets.size() * 4 + plan.row_set.size();
+}
+
+Nvfp4RsTables nvfp4_rs_upload(const Nvfp4RsPlan& plan, void* mem, cudaStream_t s) {
+  const size_t values = plan.gs.size();
+  if (values == 0) return {};
+  uint8_t* const base = static_cast<uint8_t*>(mem);
+  float* const gs = reinterpret_cast<float*>(base + values * SET_BYTES);
+  int* const group_sets = reinterpret_cast<int*>(gs + values);
+  uint8_t* const row_set = reinterpret_cast<uint8_t*>(group_sets + plan.group_sets.size());
+  check(cudaMemcpy(gs, plan.gs.data(), values * 4, cudaMemcpyHostToDevice), "nvfp4_rs_upload");
+  check(cudaMemcpy(group_sets, plan.group_sets.data(), plan.group_sets.size() * 4, cudaMemcpyHostToDevice), "nvfp4_rs_upload");
+  check(cudaMemcpy(row_set, plan.row_set.data(), plan.row_set.size(), cudaMemcpyHostToDevice), "nvfp4_rs_upload");
+  rs_tables_k<<<unsigned((values * 256 + 255) / 256), 256, 0, s>>>(gs, int(values), reinterpret_cast<uint4*>(base));
+  check_launch("nvfp4_rs_upload");
+  return Nvfp4RsTables{base, group_sets, row_set};
 }
 
 bool nvfp4_gemm_rs_available() { return sm90a_kernels_run_here(); }
 
-Nvfp4RsWork::Nvfp4RsWork(size_t bytes_per_sm) {
+Nvfp4RsWork::Nvfp4RsWork() {
   slots = 3 * sm_count();
-  partial_bytes = bytes_per_sm * size_t(sm_count());
+  partial_bytes = kBytesPerSm * size_t(sm_count());
   mem_ = DeviceBuffer(partial_bytes + size_t(slots) * 4, "W4A16 stream-K partial sums");
   check(cudaMemset(mem_.get(), 0, partial_bytes + size_t(slots) * 4), "W4A16 stream-K flags");
   partial = mem_.as<float>();

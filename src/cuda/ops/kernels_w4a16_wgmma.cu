@@ -219,24 +219,6 @@ __global__ void __launch_bounds__(THREADS, WgCfg<BM>::MIN_BLOCKS)
 #endif
 }
 
-// x as a TMA tensor map: [m, k] bf16, rows ldx apart, boxes of 64 x BM, 128-byte swizzle
-// (what wgmma_desc expects), out-of-bounds rows zero-filled. The driver's encoder comes through
-// the runtime (no libcuda link).
-CUtensorMap x_tensor_map(const bf16* x, int64_t m, int64_t k, int64_t ldx, int bm) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder("nvfp4_gemm (wgmma)");
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(m)}, strides[1] = {cuuint64_t(ldx) * 2};
-  const cuuint32_t box[2] = {cuuint32_t(BK), cuuint32_t(bm)}, elem[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(x), dims, strides, box, elem,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw Error(Status::Internal, "internal_error",
-                "nvfp4_gemm (wgmma): cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ") for x [" + std::to_string(m) + ", " +
-                    std::to_string(k) + "], row stride " + std::to_string(ldx));
-  return map;
-}
-
 template <int BM>
 void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n,
             void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s) {
@@ -248,7 +230,7 @@ void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* pac
     return true;
   }();
   (void)configured;
-  const CUtensorMap xmap = x_tensor_map(x, m, k, ldx, BM);
+  const CUtensorMap xmap = bf16_tensor_map_sw128(x, m, k, ldx, BK, BM, "nvfp4_gemm (wgmma)");
   const dim3 grid(unsigned((n + BN - 1) / BN), unsigned((m + BM - 1) / BM));
   nvfp4_gemm_wgmma_k<BM><<<grid, THREADS, C::bytes, s>>>(xmap, int(m), int(k), packed, scales, row_gs, int(n), y, y_f32, ldy, accumulate);
   check_launch("nvfp4_gemm (wgmma)");

@@ -1,7 +1,7 @@
-// Device code shared by the W4A16 GEMMs (kernels_w4a16.cu on mma.sync, kernels_w4a16_wgmma.cu on
-// wgmma): NVFP4 -> bf16 dequantization in registers, exactly nvfp4_dequantize's values
-// (spec/quant.md: s32 = e4m3(scale) / gs in fp32, W = bf16(code_value * s32)), tested bit for
-// bit; and the output element store.
+// Device code shared by the W4A16 GEMMs (kernels_w4a16.cu on mma.sync, kernels_w4a16_wgmma.cu and
+// kernels_w4a16_rs.cu on wgmma): NVFP4 -> bf16 dequantization in registers, exactly
+// nvfp4_dequantize's values (spec/quant.md: s32 = e4m3(scale) / gs in fp32, W = bf16(code_value *
+// s32)), tested bit for bit; and the output element store.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -74,6 +74,16 @@ __device__ __forceinline__ void dequant_word(uint32_t w, const Table& t, uint32_
   out[1] = prmt(la, ha, 0x7362) ^ (prmt(w4, w, 0xDD99) & 0x80008000u);
   out[2] = prmt(lb, hb, 0x5140) ^ (prmt(w4, w, 0xEEAA) & 0x80008000u);
   out[3] = prmt(lb, hb, 0x7362) ^ (prmt(w4, w, 0xFFBB) & 0x80008000u);
+}
+
+// dequant_word's lookups and sign for half a word (h): its 4 codes are one 16-bit unit, codes 2t,
+// 2t + 1, 2t + 8, 2t + 9 of a block (the register-A W4A16 GEMM's order: kernels_w4a16_rs.cu and
+// dev/cuda/w4a16_rs.cu) -> the bf16 pairs (2t, 2t + 1) in lo and (2t + 8, 2t + 9) in hi.
+__device__ __forceinline__ void dequant_unit(uint32_t w, int h, const Table& tb, uint32_t& lo, uint32_t& hi) {
+  const uint32_t idx = (h ? w >> 16 : w) & 0x7777u, w4 = w << 4;
+  const uint32_t la = prmt(tb.lo0, tb.lo1, idx), ha = prmt(tb.hi0, tb.hi1, idx);
+  lo = prmt(la, ha, 0x5140) ^ (prmt(w4, w, h ? 0xEEAA : 0xCC88) & 0x80008000u);
+  hi = prmt(la, ha, 0x7362) ^ (prmt(w4, w, h ? 0xFFBB : 0xDD99) & 0x80008000u);
 }
 
 // One BK-wide k step of a CTA's CH channels' weights into a shared-memory stage, by cp.async (the

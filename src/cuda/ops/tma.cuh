@@ -31,6 +31,24 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(const char* what) {
   return encode;
 }
 
+// A bf16 matrix [rows, k], rows ldx elements apart, as a TMA tensor map of [box_rows, box_k]
+// boxes with the 128-byte swizzle (what wgmma_desc expects); rows past `rows` arrive as zeros.
+// `what` names the caller in the error.
+inline CUtensorMap bf16_tensor_map_sw128(const void* x, int64_t rows, int64_t k, int64_t ldx, int box_k, int box_rows, const char* what) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder(what);
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(ldx) * 2};
+  const cuuint32_t box[2] = {cuuint32_t(box_k), cuuint32_t(box_rows)}, elem[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(x), dims, strides, box, elem,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(Status::Internal, "internal_error",
+                std::string(what) + ": cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ") for x [" + std::to_string(rows) + ", " +
+                    std::to_string(k) + "], row stride " + std::to_string(ldx));
+  return map;
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define CLEFRT_TMA 1
 #endif
