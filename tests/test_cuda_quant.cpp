@@ -883,28 +883,32 @@ TEST(CudaQuant, LinearRunnerPartsAgainstCpu) {
   }
 }
 
+// The short-input GEMM's table plan (host code: runs without a GPU): 2 global scales in a 64-row
+// group give its 2 sets and each row's choice; 3 give no plan.
+TEST(CudaQuant, W4A16ShortGemmPlan) {
+  std::vector<float> g(200, 1.0f);
+  for (size_t r = 100; r < 200; ++r) g[r] = 2.0f;
+  cuda::Nvfp4RsPlan plan;
+  ASSERT_TRUE(cuda::nvfp4_rs_plan(g.data(), 200, plan));
+  EXPECT_EQ(plan.gs, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(plan.group_sets, (std::vector<int>{0, 0, 0, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(int(plan.row_set[99]), 0);
+  EXPECT_EQ(int(plan.row_set[100]), 1);
+  EXPECT_EQ(int(plan.row_set[150]), 0) << "group 2 takes value 1 only: its set 0";
+  EXPECT_EQ(cuda::nvfp4_rs_bytes(plan), size_t(2 * (4096 + 4) + 8 * 4 + 200));
+  g[110] = 3.0f;
+  EXPECT_FALSE(cuda::nvfp4_rs_plan(g.data(), 200, plan));
+  EXPECT_TRUE(plan.gs.empty());
+}
+
 // The register-A W4A16 GEMM of short passes (nvfp4_gemm_rs) gives the staged path's bits
-// (nvfp4_dequantize, then the batch-invariant bf16 GEMM) at every m and tile, row global scales
-// in runs of 96 rows over a wide range (2 to a 64-row group), a partial channel tile and k / 64
-// odd; its tables give exactly the dequantized weights (x = I); a part whose 64-row group takes 3
-// global scales has no plan; and the LinearRunner's short pass equals its staged pass.
+// (nvfp4_dequantize, then the batch-invariant bf16 GEMM) at every m and tile, with and without
+// stream-K, row global scales in runs of 96 rows over a wide range (2 to a 64-row group), a
+// partial channel tile and k / 64 odd; its tables give exactly the dequantized weights (x = I);
+// and the LinearRunner's short pass equals its staged pass.
 TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
   NEED_GPU();
   if (!cuda::nvfp4_gemm_rs_available()) GTEST_SKIP() << "nvfp4_gemm_rs needs an sm_90a build on compute capability 9.0";
-  {  // the plan: 3 values in a group -> none; 2 -> the sets
-    std::vector<float> g(200, 1.0f);
-    for (size_t r = 100; r < 200; ++r) g[r] = 2.0f;
-    cuda::Nvfp4RsPlan plan;
-    ASSERT_TRUE(cuda::nvfp4_rs_plan(g.data(), 200, plan));
-    EXPECT_EQ(plan.gs, (std::vector<float>{1.0f, 2.0f}));
-    EXPECT_EQ(plan.group_sets, (std::vector<int>{0, 0, 0, 1, 1, 1, 1, 1}));
-    EXPECT_EQ(int(plan.row_set[99]), 0);
-    EXPECT_EQ(int(plan.row_set[100]), 1);
-    EXPECT_EQ(int(plan.row_set[150]), 0) << "group 2 takes value 1 only: its set 0";
-    g[110] = 3.0f;
-    EXPECT_FALSE(cuda::nvfp4_rs_plan(g.data(), 200, plan));
-    EXPECT_TRUE(plan.gs.empty());
-  }
   struct Shape {
     int64_t n, k;
   };
