@@ -27,7 +27,8 @@ std::vector<const DevLinear*> LinearRunner::schedule_order(const DevModel& m) {
 }
 
 bool LinearRunner::fused_nvfp4(const DevLinearPart& p) const {
-  return w4a16_ == W4A16Kernel::Fused && p.fmt == WFormat::NVFP4 && !p.scales_swizzled && nvfp4_gemm_supports(p.k, p.k);
+  // (not a part whose codes are in nvfp4_gemm_rs's order: nvfp4_gemm reads the file's)
+  return w4a16_ == W4A16Kernel::Fused && p.fmt == WFormat::NVFP4 && !p.scales_swizzled && !p.rs && nvfp4_gemm_supports(p.k, p.k);
 }
 
 namespace {
@@ -120,7 +121,8 @@ void LinearRunner::issue(size_t i) {
   const int slot = int(i & 1);
   check(cudaStreamWaitEvent(side_, free_[slot], 0), "NVFP4 staging");
   const DevLinearPart& p = *c.part;
-  nvfp4_dequantize(p.packed + c.r0 * (p.k / 2), p.scales + c.r0 * (p.k / 16), p.row_gs + c.r0, c.rows, p.k, slots_[slot].as<bf16>(), side_);
+  (p.rs ? nvfp4_dequantize_rs : nvfp4_dequantize)(p.packed + c.r0 * (p.k / 2), p.scales + c.r0 * (p.k / 16), p.row_gs + c.r0, c.rows, p.k,
+                                                  slots_[slot].as<bf16>(), side_);
   check(cudaEventRecord(ready_[slot], side_), "NVFP4 staging");
 }
 

@@ -35,11 +35,11 @@ void nvfp4_gemm(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t*
 void nvfp4_gemm_wgmma(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs,
                       int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, int bm, cudaStream_t s);
 // The W4A16 GEMM for short inputs (kernels_w4a16_rs.cu; sm_90a builds on compute capability 9.0):
-// the same operands and results as nvfp4_gemm, bit for bit as cuBLASLt's bf16 GEMM on the
-// dequantized weights (the staged path: the GPU tests compare them), with the weights as wgmma's
-// register operand and their dequantization tables made once at load, per distinct row global
-// scale. A 64-row group's rows may take at most 2 distinct global scales (fused parts: one a
-// tensor); nvfp4_rs_plan says whether a part's do.
+// the same results as nvfp4_gemm, bit for bit as cuBLASLt's bf16 GEMM on the dequantized weights
+// (the staged path: the GPU tests compare them), with the weights as wgmma's register operand,
+// their codes reordered once (nvfp4_rs_repack) and their dequantization tables made once, per
+// distinct row global scale. A 64-row group's rows may take at most 2 distinct global scales
+// (fused parts: one a tensor); nvfp4_rs_plan says whether a part's do. k a multiple of 64.
 struct Nvfp4RsTables {
   const void* tabs = nullptr;        // per distinct gs value v, 256 tables of 16 bytes (by scale byte)
   const int* group_sets = nullptr;   // per 64-row group r, [2 r + j]: the value of its table set j
@@ -60,6 +60,11 @@ bool nvfp4_rs_plan(const float* row_gs, int64_t n, Nvfp4RsPlan& plan);
 size_t nvfp4_rs_bytes(const Nvfp4RsPlan& plan);
 Nvfp4RsTables nvfp4_rs_upload(const Nvfp4RsPlan& plan, void* mem, cudaStream_t s);
 bool nvfp4_gemm_rs_available();
+// packed [n, k / 2] -> nvfp4_gemm_rs's order, in place (per row and 64-wide step, quad slot t's 8
+// bytes: byte t and t + 4 of each 16-block). Only nvfp4_gemm_rs and nvfp4_dequantize_rs read it.
+void nvfp4_rs_repack(uint8_t* packed, int64_t n, int64_t k, cudaStream_t s);
+// nvfp4_dequantize from codes in that order.
+void nvfp4_dequantize_rs(const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n, int64_t k, bf16* w, cudaStream_t s);
 // Its tile for m x n (tests and benches): tn tokens x nt token tiles a warpgroup, wgs warpgroups
 // of 64 channels a CTA.
 struct RsTile {
@@ -82,6 +87,7 @@ struct Nvfp4RsWork {
  private:
   DeviceBuffer mem_;
 };
+// packed: the reordered codes.
 void nvfp4_gemm_rs(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const Nvfp4RsTables& tables,
                    int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s, Nvfp4RsWork* work = nullptr);
 // The FP8 GEMM of our own (fp8_gemm_wgmma.cuh; sm_90a builds on compute capability 9.0: available)
