@@ -964,10 +964,15 @@ TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
     std::set<std::string> tiles;
     int streamed = 0;
     for (int64_t m : {1, 37, 64, 65, 160, 161, 318, 320, 512, 700}) {
-      const cuda::RsTile tl = cuda::nvfp4_gemm_rs_tile(m, n);
-      tiles.insert(std::to_string(tl.tn) + "x" + std::to_string(tl.nt) + "/" + std::to_string(tl.wgs));
+      // the tile nvfp4_gemm_rs picks; at 37, 318 and 700 every compiled tile
+      const cuda::RsTile chosen = cuda::nvfp4_gemm_rs_tile(m, n);
+      tiles.insert(chosen.name());
+      std::vector<cuda::RsTile> run_tiles{chosen};
+      if (m == 37 || m == 318 || m == 700)
+        for (const cuda::RsTile& t : cuda::nvfp4_gemm_rs_tiles())
+          if (!t.same_kernel(chosen)) run_tiles.push_back(t);
       for (int mode = 0; mode < 3; ++mode) {  // bf16 out, fp32 out, fp32 accumulate
-        if (mode > 0 && m != 161) continue;
+        if (mode > 0 && m != 161 && m != 318) continue;
         const bool f32 = mode > 0, acc = mode == 2;
         const size_t es = f32 ? 4 : 2;
         std::vector<float> init(size_t(m * n), 0.25f);
@@ -978,21 +983,30 @@ TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
           cuda::check(cudaMemset(y1.get(), 0xFF, size_t(m * n) * es), "poison");
         }
         gemm.run(dx.as<bf16>(), m, k, ldx, wd.as<bf16>(), n, y0.get(), f32 ? cuda::OutType::F32 : cuda::OutType::BF16, n, acc, "test");
-        for (cuda::Nvfp4RsWork* wk : {static_cast<cuda::Nvfp4RsWork*>(nullptr), &work}) {
-          if (acc) cuda::check(cudaMemcpy(y1.get(), init.data(), init.size() * 4, cudaMemcpyHostToDevice), "y");
-          else cuda::check(cudaMemset(y1.get(), 0xFF, size_t(m * n) * es), "poison");
-          const int epoch = work.epoch;
-          cuda::nvfp4_gemm_rs(dx.as<bf16>(), m, k, ldx, drs.as<uint8_t>(), ds.as<uint8_t>(), tb, n, y1.get(), f32, n, acc, st, wk);
-          cuda::check(cudaStreamSynchronize(st), "test");
-          const bool stream_k = work.epoch != epoch;
-          const auto a = down<uint8_t>(y0, size_t(m * n) * es), b = down<uint8_t>(y1, size_t(m * n) * es);
-          size_t differ = 0;
-          for (size_t e = 0; e < a.size(); e += es) differ += std::memcmp(&a[e], &b[e], es) != 0;
-          std::cout << "[ cuda    ] W4A16 short GEMM (" << tl.tn << " x " << tl.nt << " tokens, " << 64 * tl.wgs << " channels"
-                    << (stream_k ? ", stream-K" : "") << ")" << at << " m " << m << (acc ? ", fp32 accumulate" : f32 ? ", fp32 out" : ", bf16 out")
-                    << ": " << differ << " of " << m * n << " outputs differ from the staged path's\n";
-          EXPECT_EQ(differ, 0u) << "m " << m << " mode " << mode << (stream_k ? " stream-K" : "") << at;
-          streamed += stream_k;
+        const auto a = down<uint8_t>(y0, size_t(m * n) * es);
+        for (cuda::RsTile tl : run_tiles) {
+          std::vector<int64_t> grids;  // a CTA a tile (0), then each distinct stream-K grid
+          for (int per_sm : {0, -1, 1, 2, 3}) {
+            tl.per_sm = per_sm;
+            const int64_t g = cuda::nvfp4_gemm_rs_grid(m, n, tl, &work);
+            if ((per_sm != 0 && g == 0) || std::find(grids.begin(), grids.end(), g) != grids.end()) continue;
+            grids.push_back(g);
+            if (acc) cuda::check(cudaMemcpy(y1.get(), init.data(), init.size() * 4, cudaMemcpyHostToDevice), "y");
+            else cuda::check(cudaMemset(y1.get(), 0xFF, size_t(m * n) * es), "poison");
+            const int64_t before = work.streamed;
+            cuda::nvfp4_gemm_rs(dx.as<bf16>(), m, k, ldx, drs.as<uint8_t>(), ds.as<uint8_t>(), tb, n, y1.get(), f32, n, acc, st, &work, &tl);
+            cuda::check(cudaStreamSynchronize(st), "test");
+            const bool stream_k = work.streamed != before;
+            const auto b = down<uint8_t>(y1, size_t(m * n) * es);
+            size_t differ = 0;
+            for (size_t e = 0; e < a.size(); e += es) differ += std::memcmp(&a[e], &b[e], es) != 0;
+            ASSERT_EQ(stream_k, g > 0) << "nvfp4_gemm_rs_grid against the launch";
+            std::cout << "[ cuda    ] W4A16 short GEMM (" << tl.name() << (tl.same_kernel(chosen) ? ", chosen tile" : "")
+                      << (stream_k ? ", stream-K over " + std::to_string(g) + " CTAs" : "") << ")" << at << " m " << m << (acc ? ", fp32 accumulate" : f32 ? ", fp32 out" : ", bf16 out")
+                      << ": " << differ << " of " << m * n << " outputs differ from the staged path's\n";
+            EXPECT_EQ(differ, 0u) << "m " << m << " mode " << mode << " tile " << tl.name() << (stream_k ? " stream-K" : "") << at;
+            streamed += stream_k;
+          }
         }
       }
     }

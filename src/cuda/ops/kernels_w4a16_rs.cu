@@ -45,12 +45,15 @@ namespace {
 constexpr int BK = 64, STAGES = 4;
 constexpr int SET_BYTES = 256 * 16;  // one gs value's tables, by scale byte
 
-// NT x TN tokens and 64 WGS channels a CTA (WGS warpgroups of 64 channels)
-template <int TN, int WGS, int NT>
+// TW x NT x TN tokens and 64 WGS channels a CTA: WGS x TW warpgroups, warpgroup w taking the 64
+// channels w % WGS and the NT token boxes of TN from (w / WGS) NT. TW 2 puts two warpgroups on
+// the same channels (each dequantizes them itself): twice the warps an SM to hide the latency
+// of a step's dequantization and wgmmas.
+template <int TN, int WGS, int NT, int TW>
 struct RsCfg {
-  static constexpr int THREADS = 128 * WGS, CH = 64 * WGS;
-  static constexpr int ACC = NT * TN / 2;           // accumulators a thread
-  static constexpr int x_bytes = NT * TN * BK * 2;  // NT x tiles [TN][64], 128-byte swizzle
+  static constexpr int THREADS = 128 * WGS * TW, CH = 64 * WGS, TOKENS = TN * NT * TW;
+  static constexpr int ACC = NT * TN / 2;                // accumulators a thread
+  static constexpr int x_bytes = NT * TW * TN * BK * 2;  // NT TW x boxes [TN][64], 128-byte swizzle
   static constexpr int wp_bytes = CH * BK / 2;      // packed codes [CH][32]
   static constexpr int ws_bytes = CH * BK / 16;     // e4m3 scales [CH][4]
   static constexpr int sets_bytes = WGS * 2 * SET_BYTES;  // 2 table sets a warpgroup
@@ -59,7 +62,7 @@ struct RsCfg {
   static constexpr int bar_base = t_base + 2 * sets_bytes;    // the sets double-buffered (a CTA's tiles change)
   static constexpr int bytes = bar_base + STAGES * 8 + 1024;  // + alignment slack
   static constexpr int FIT = 233472 / (bytes + 1024);  // CTAs an SM's shared memory holds
-  static constexpr int MIN_BLOCKS = WGS == 2 ? 1 : FIT < 3 ? FIT : 3;
+  static constexpr int MIN_BLOCKS = WGS * TW >= 2 ? 1 : FIT < 3 ? FIT : 3;
   static_assert(TN % 8 == 0 && TN <= 256, "token tile");
   static_assert(MIN_BLOCKS * (bytes + 1024) <= 233472, "shared memory per SM");
 };
@@ -169,24 +172,25 @@ __global__ void rs_dequant_k(const uint8_t* __restrict__ codes, const uint8_t* _
   }
 }
 
-template <int TN, int WGS, int NT>
-__global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT>::MIN_BLOCKS)
+template <int TN, int WGS, int NT, int TW>
+__global__ void __launch_bounds__(RsCfg<TN, WGS, NT, TW>::THREADS, RsCfg<TN, WGS, NT, TW>::MIN_BLOCKS)
     nvfp4_gemm_rs_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ packed,
                     const uint8_t* __restrict__ scales, const uint4* __restrict__ tabs, const int* __restrict__ group_sets,
                     const uint8_t* __restrict__ row_set, int n, void* y, bool y_f32, int64_t ldy, bool accumulate, int ctiles,
-                    int64_t units, float* __restrict__ partial, int* __restrict__ flags, int epoch) {
+                    int64_t units, float* __restrict__ partial, int* __restrict__ flags) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // Other architectures of a fat binary: never launched there (nvfp4_gemm_rs_available)
   __trap();
 #else
-  using C = RsCfg<TN, WGS, NT>;
+  using C = RsCfg<TN, WGS, NT, TW>;
   constexpr int CH = C::CH, ACC = C::ACC;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // the swizzle is computed from address bits: x tiles must sit on 1024-byte boundaries
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-  const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+  const int wg = (tid >> 7) % WGS, box0 = (tid >> 7) / WGS * NT;  // this warpgroup's 64 channels and first token box
   const int cta = int(blockIdx.x), ktiles = k / BK;
-  const RsSchedule sch(units, int(gridDim.x), cta, ktiles, ctiles, CH, TN * NT);
+  const RsSchedule sch(units, int(gridDim.x), cta, ktiles, ctiles, CH, C::TOKENS);
   auto xtile = [&](int j) { return smem + (j % STAGES) * C::x_bytes; };
   auto wtile = [&](int j) { return smem + C::w_base + (j % STAGES) * (C::wp_bytes + C::ws_bytes); };
 
@@ -212,10 +216,11 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
     if (tid != 0 || j >= sch.steps) return;
     mbar_arrive_expect_tx(&xfull[j % STAGES], C::x_bytes);
 #pragma unroll
-    for (int i = 0; i < NT; ++i) tma_load_2d(xtile(j) + i * TN * BK * 2, &xmap, v.kt * BK, v.m0 + i * TN, &xfull[j % STAGES]);
+    for (int i = 0; i < NT * TW; ++i) tma_load_2d(xtile(j) + i * TN * BK * 2, &xmap, v.kt * BK, v.m0 + i * TN, &xfull[j % STAGES]);
   };
+  // 2 threads a channel (the first 2 CH threads)
   auto load_w = [&](int j, const RsSchedule::Unit& v) {
-    if (j < sch.steps) Nvfp4StepCopy<CH, BK>(packed, scales, v.n0, n, k, tid)(wtile(j), v.kt);
+    if (j < sch.steps && tid < 2 * CH) Nvfp4StepCopy<CH, BK>(packed, scales, v.n0, n, k, tid)(wtile(j), v.kt);
   };
 
   const int ra = wg * 64 + warp * 16 + g;  // this thread's A rows: channels ra and ra + 8 of the CTA
@@ -255,7 +260,7 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
       set0 = sets + (2 * wg + (n0 + ra < n ? row_set[n0 + ra] : 0)) * SET_BYTES;
       set1 = sets + (2 * wg + (n0 + ra + 8 < n ? row_set[n0 + ra + 8] : 0)) * SET_BYTES;
       if (u.kind == RsSchedule::TAIL) {  // the previous CTA's partial sums of this tile
-        while (ld_acquire_gpu(&flags[cta - 1]) != epoch) {
+        while (ld_acquire_gpu(&flags[cta - 1]) != 1) {
         }
         const float* src = partial + int64_t(cta - 1) * ACC * C::THREADS + tid;
 #pragma unroll
@@ -288,7 +293,7 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
       wgmma_fence();
       // a tail's steps all accumulate (kt > 0) onto the loaded partial sums
 #pragma unroll
-      for (int i = 0; i < NT; ++i) wgmma_bf16_rs<TN>(acc[i], a, wgmma_desc(xt + i * TN * BK * 2 + s * 32), kt > 0 || s > 0);
+      for (int i = 0; i < NT; ++i) wgmma_bf16_rs<TN>(acc[i], a, wgmma_desc(xt + (box0 + i) * TN * BK * 2 + s * 32), kt > 0 || s > 0);
       wgmma_commit();
       wgmma_wait<1>();  // the A fragment of step s - 1 is free again
     }
@@ -307,7 +312,7 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
           for (int e = 0; e < TN / 2; ++e) __stcg(dst + (i * (TN / 2) + e) * C::THREADS, acc[i][e]);
         __threadfence();
         __syncthreads();
-        if (tid == 0) st_release_gpu(&flags[cta], epoch);
+        if (tid == 0) st_release_gpu(&flags[cta], 1);
       } else {
         // acc[i] is the 64-channel x TN-token D fragment: channels ra and ra + 8, tokens 8 e + 2 t + {0, 1}
         const int m0 = u.m0;
@@ -319,9 +324,16 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
             for (int h = 0; h < 2; ++h)
 #pragma unroll
               for (int c = 0; c < 2; ++c) {
-                const int tok = m0 + i * TN + e * 8 + t * 2 + c, ch = n0 + ra + h * 8;
+                const int tok = m0 + (box0 + i) * TN + e * 8 + t * 2 + c, ch = n0 + ra + h * 8;
                 if (tok < m && ch < n) store_output(y, y_f32, ldy, accumulate, tok, ch, acc[i][e * 4 + h * 2 + c]);
               }
+        // the previous CTA's flag back to 0 for the next launch (after every thread has seen it
+        // set): launches on one stream reuse the flags without a host-side value that a CUDA
+        // graph's replay would repeat
+        if (u.kind == RsSchedule::TAIL) {
+          __syncthreads();
+          if (tid == 0) flags[cta - 1] = 0;
+        }
       }
     }
   }
@@ -330,51 +342,75 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
 #endif
 }
 
+// The kernel's shared memory and carveout, set once (before its first launch or occupancy query)
+template <int TN, int WGS, int NT, int TW>
+void configure() {
+  static const bool configured = [] {
+    using C = RsCfg<TN, WGS, NT, TW>;
+    check(cudaFuncSetAttribute(nvfp4_gemm_rs_k<TN, WGS, NT, TW>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "nvfp4_gemm_rs");
+    check(cudaFuncSetAttribute(nvfp4_gemm_rs_k<TN, WGS, NT, TW>, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)),
+          "nvfp4_gemm_rs");
+    return true;
+  }();
+  (void)configured;
+}
+
 // CTAs of this configuration an SM holds (the most a stream-K grid may have: every CTA resident)
-template <int TN, int WGS, int NT>
+template <int TN, int WGS, int NT, int TW>
 int resident_per_sm() {
   static const int r = [] {
+    configure<TN, WGS, NT, TW>();
     int b = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, nvfp4_gemm_rs_k<TN, WGS, NT>, RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT>::bytes),
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, nvfp4_gemm_rs_k<TN, WGS, NT, TW>, RsCfg<TN, WGS, NT, TW>::THREADS, RsCfg<TN, WGS, NT, TW>::bytes),
           "nvfp4_gemm_rs occupancy");
+    if (b < 1) throw Error(Status::Internal, "internal_error", "nvfp4_gemm_rs: a CTA of this tile does not fit an SM");
     return b;
   }();
   return r;
 }
 
-template <int TN, int WGS, int NT>
+// The grid of a stream-K launch (resident CTAs splitting the tiles' k steps), or 0 for a CTA a
+// tile. per_sm < 0: every resident CTA, where a CTA a tile would leave the last wave's SMs idle
+// for 5% or more of the time; per_sm > 0: that many CTAs an SM, where they are resident and no
+// more than the tiles (a tile then spans at most 2 CTAs).
+template <int TN, int WGS, int NT, int TW>
+int64_t stream_k_grid(int64_t m, int64_t n, const Nvfp4RsWork* work, int per_sm) {
+  using C = RsCfg<TN, WGS, NT, TW>;
+  if (!work || !work->partial || per_sm == 0) return 0;
+  const int64_t tiles = (n + C::CH - 1) / C::CH * ((m + C::TOKENS - 1) / C::TOKENS);
+  const int64_t resident = std::min<int64_t>(int64_t(sm_count()) * resident_per_sm<TN, WGS, NT, TW>(), work->slots);
+  int64_t G = 0;
+  if (per_sm < 0) {
+    const int64_t waves = (tiles + resident - 1) / resident;
+    if (tiles > resident && double(waves * resident) >= 1.05 * double(tiles)) G = resident;
+  } else if (per_sm <= resident_per_sm<TN, WGS, NT, TW>()) {
+    G = std::min<int64_t>(int64_t(sm_count()) * per_sm, work->slots);
+    if (G > tiles || G == tiles) G = 0;
+  }
+  return G > 0 && size_t(G) * C::ACC * C::THREADS * 4 <= work->partial_bytes ? G : 0;
+}
+
+template <int TN, int WGS, int NT, int TW>
 void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const Nvfp4RsTables& tb,
-            int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, Nvfp4RsWork* work, cudaStream_t s) {
-  using C = RsCfg<TN, WGS, NT>;
-  static const bool configured = [] {
-    check(cudaFuncSetAttribute(nvfp4_gemm_rs_k<TN, WGS, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "nvfp4_gemm_rs");
-    check(cudaFuncSetAttribute(nvfp4_gemm_rs_k<TN, WGS, NT>, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)),
-          "nvfp4_gemm_rs");
-    return true;
-  }();
-  (void)configured;
+            int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, Nvfp4RsWork* work, int per_sm, cudaStream_t s) {
+  using C = RsCfg<TN, WGS, NT, TW>;
+  configure<TN, WGS, NT, TW>();
   const CUtensorMap xmap = bf16_tensor_map_sw128(x, m, k, ldx, BK, TN, "nvfp4_gemm_rs");
-  const int64_t ctiles = (n + C::CH - 1) / C::CH, tiles = ctiles * ((m + TN * NT - 1) / (TN * NT));
+  const int64_t ctiles = (n + C::CH - 1) / C::CH, tiles = ctiles * ((m + C::TOKENS - 1) / C::TOKENS);
   const int64_t units = tiles * (k / BK);
-  // stream-K where a CTA a tile would leave the last wave's SMs idle for 5% or more of the time
-  int64_t G = tiles;
+  int64_t G = stream_k_grid<TN, WGS, NT, TW>(m, n, work, per_sm);
   float* partial = nullptr;
   int* flags = nullptr;
-  int epoch = 0;
-  if (work && work->partial) {
-    const int64_t slots = std::min<int64_t>(int64_t(sm_count()) * resident_per_sm<TN, WGS, NT>(), work->slots);
-    const int64_t waves = (tiles + slots - 1) / slots;
-    if (tiles > slots && double(waves * slots) >= 1.05 * double(tiles) &&
-        size_t(slots) * C::ACC * C::THREADS * 4 <= work->partial_bytes) {
-      G = slots;
-      partial = work->partial;
-      flags = work->flags;
-      epoch = ++work->epoch;
-    }
+  if (G > 0) {
+    partial = work->partial;
+    flags = work->flags;
+    ++work->streamed;
+  } else {
+    G = tiles;
   }
-  nvfp4_gemm_rs_k<TN, WGS, NT><<<unsigned(G), C::THREADS, C::bytes, s>>>(xmap, int(m), int(k), packed, scales, static_cast<const uint4*>(tb.tabs),
-                                                                        tb.group_sets, tb.row_set, int(n), y, y_f32, ldy, accumulate,
-                                                                        int(ctiles), units, partial, flags, epoch);
+  nvfp4_gemm_rs_k<TN, WGS, NT, TW><<<unsigned(G), C::THREADS, C::bytes, s>>>(xmap, int(m), int(k), packed, scales, static_cast<const uint4*>(tb.tabs),
+                                                                            tb.group_sets, tb.row_set, int(n), y, y_f32, ldy, accumulate,
+                                                                            int(ctiles), units, partial, flags);
   check_launch("nvfp4_gemm_rs");
 }
 
@@ -463,8 +499,41 @@ RsTile nvfp4_gemm_rs_tile(int64_t m, int64_t n) {
   return tl;
 }
 
+namespace {
+
+using RsLaunch = void (*)(const bf16*, int64_t, int64_t, int64_t, const uint8_t*, const uint8_t*, const Nvfp4RsTables&, int64_t, void*, bool,
+                          int64_t, bool, Nvfp4RsWork*, int, cudaStream_t);
+using RsGrid = int64_t (*)(int64_t, int64_t, const Nvfp4RsWork*, int);
+struct RsKernel {
+  RsTile tile;
+  RsLaunch fn;
+  RsGrid stream_k;
+};
+#define CLEFRT_RS_TILE(TN, WGS, NT, TW) \
+  { {TN, WGS, NT, TW}, launch<TN, WGS, NT, TW>, stream_k_grid<TN, WGS, NT, TW> }
+// the compiled tiles
+const RsKernel kRsKernels[] = {
+    CLEFRT_RS_TILE(64, 1, 1, 1),  CLEFRT_RS_TILE(64, 2, 1, 1),  CLEFRT_RS_TILE(160, 1, 1, 1), CLEFRT_RS_TILE(160, 2, 1, 1), CLEFRT_RS_TILE(160, 1, 2, 1),
+    CLEFRT_RS_TILE(160, 2, 2, 1), CLEFRT_RS_TILE(64, 1, 1, 2),  CLEFRT_RS_TILE(160, 1, 1, 2), CLEFRT_RS_TILE(160, 2, 1, 2),
+};
+#undef CLEFRT_RS_TILE
+
+const RsKernel& kernel_of(const RsTile& tl) {
+  for (const RsKernel& r : kRsKernels)
+    if (r.tile.same_kernel(tl)) return r;
+  throw Error(Status::Internal, "internal_error", "nvfp4_gemm_rs: no kernel for the tile " + tl.name());
+}
+
+}  // namespace
+
+std::vector<RsTile> nvfp4_gemm_rs_tiles() {
+  std::vector<RsTile> v;
+  for (const RsKernel& r : kRsKernels) v.push_back(r.tile);
+  return v;
+}
+
 void nvfp4_gemm_rs(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const Nvfp4RsTables& tables,
-                   int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s, Nvfp4RsWork* work) {
+                   int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s, Nvfp4RsWork* work, const RsTile* tile) {
   if (m == 0 || n == 0) return;
   const auto misaligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a != 0; };
   if (!nvfp4_gemm_rs_available())
@@ -474,13 +543,12 @@ void nvfp4_gemm_rs(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8
     throw Error(Status::Internal, "internal_error",
                 "nvfp4_gemm_rs: unsupported operands (tables made at load, k " + std::to_string(k) +
                     " a multiple of 64, x rows 16-byte aligned, accumulation into fp32 only)");
-  const RsTile tl = nvfp4_gemm_rs_tile(m, n);
-  using Fn = void (*)(const bf16*, int64_t, int64_t, int64_t, const uint8_t*, const uint8_t*, const Nvfp4RsTables&, int64_t, void*, bool,
-                     int64_t, bool, Nvfp4RsWork*, cudaStream_t);
-  const Fn fn = tl.tn == 64  ? (tl.wgs == 2 ? Fn(launch<64, 2, 1>) : Fn(launch<64, 1, 1>))
-                : tl.nt == 1 ? (tl.wgs == 2 ? Fn(launch<160, 2, 1>) : Fn(launch<160, 1, 1>))
-                             : (tl.wgs == 2 ? Fn(launch<160, 2, 2>) : Fn(launch<160, 1, 2>));
-  fn(x, m, k, ldx, packed, scales, tables, n, y, y_f32, ldy, accumulate, work, s);
+  const RsTile tl = tile ? *tile : nvfp4_gemm_rs_tile(m, n);
+  kernel_of(tl).fn(x, m, k, ldx, packed, scales, tables, n, y, y_f32, ldy, accumulate, work, tl.per_sm, s);
+}
+
+int64_t nvfp4_gemm_rs_grid(int64_t m, int64_t n, const RsTile& tile, const Nvfp4RsWork* work) {
+  return kernel_of(tile).stream_k(m, n, work, tile.per_sm);
 }
 
 }  // namespace clefrt::cuda
