@@ -984,13 +984,9 @@ TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
         }
         gemm.run(dx.as<bf16>(), m, k, ldx, wd.as<bf16>(), n, y0.get(), f32 ? cuda::OutType::F32 : cuda::OutType::BF16, n, acc, "test");
         const auto a = down<uint8_t>(y0, size_t(m * n) * es);
-        for (cuda::RsTile tl : run_tiles) {
-          std::vector<int64_t> grids;  // a CTA a tile (0), then each distinct stream-K grid
-          for (int per_sm : {0, -1, 1, 2, 3}) {
-            tl.per_sm = per_sm;
+        for (const cuda::RsTile& tile : run_tiles) {
+          for (const cuda::RsTile& tl : cuda::nvfp4_gemm_rs_grids(m, n, tile, &work)) {  // a CTA a tile, then each stream-K grid
             const int64_t g = cuda::nvfp4_gemm_rs_grid(m, n, tl, &work);
-            if ((per_sm != 0 && g == 0) || std::find(grids.begin(), grids.end(), g) != grids.end()) continue;
-            grids.push_back(g);
             if (acc) cuda::check(cudaMemcpy(y1.get(), init.data(), init.size() * 4, cudaMemcpyHostToDevice), "y");
             else cuda::check(cudaMemset(y1.get(), 0xFF, size_t(m * n) * es), "poison");
             const int64_t before = work.streamed;

@@ -685,15 +685,11 @@ int main(int argc, char** argv) {
         const RsTile chosen = nvfp4_gemm_rs_tile(m, n);
         double best = 0;
         std::string best_name;
-        for (RsTile tl : nvfp4_gemm_rs_tiles()) {
-          const int64_t tok = int64_t(tl.tn) * tl.nt * tl.tw, tiles = (m + tok - 1) / tok;
-          if (!product_rs || (!chosen.same_kernel(tl) && tok > 64 && tiles * tok > m + m / 2 + 64)) continue;  // mostly padding: skip
-          std::vector<int64_t> grids;
-          for (int per_sm : {0, -1, 1, 2, 3}) {
-            tl.per_sm = per_sm;
+        for (const RsTile& tile : nvfp4_gemm_rs_tiles()) {
+          const int64_t tok = int64_t(tile.tn) * tile.nt * tile.tw, tiles = (m + tok - 1) / tok;
+          if (!product_rs || (!chosen.same_kernel(tile) && tok > 64 && tiles * tok > m + m / 2 + 64)) continue;  // mostly padding: skip
+          for (const RsTile& tl : nvfp4_gemm_rs_grids(m, n, tile, &rs_work)) {
             const int64_t g = nvfp4_gemm_rs_grid(m, n, tl, &rs_work);
-            if ((per_sm != 0 && g == 0) || std::find(grids.begin(), grids.end(), g) != grids.end()) continue;  // a launch already timed
-            grids.push_back(g);
             check(cudaMemsetAsync(y1.get(), 0xFF, size_t(m * n) * 2, s), "poison");
             nvfp4_gemm_rs(x.as<bf16>(), m, k, k, rs.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s, &rs_work, &tl);
             const std::vector<uint16_t> h1 = bench::download<uint16_t>(y1, size_t(m * n), s);

@@ -77,7 +77,7 @@ struct RsCfg {
 // G <= tiles makes every CTA's share at least K steps: a tile spans at most 2 CTAs. G = tiles: a
 // CTA a tile.
 struct RsSchedule {
-  int K, tf, tl, tk, hk, f0, nfull, steps;
+  int K, tf, tl, tk, hk, f0, nfull;
   __device__ RsSchedule(int64_t units, int G, int c, int K_) : K(K_) {
     const int64_t u0 = units * c / G, u1 = units * (c + 1) / G;
     tf = int(u0 / K), tl = int((u1 - 1) / K);
@@ -87,7 +87,6 @@ struct RsSchedule {
     f0 = tf + (tk > 0);
     nfull = tl - (hk > 0) - f0 + 1;
     if (nfull < 0) nfull = 0;
-    steps = int(u1 - u0);
   }
   enum Kind { HEAD, FULL, TAIL };
 };
@@ -521,6 +520,20 @@ void nvfp4_gemm_rs(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8
 
 int64_t nvfp4_gemm_rs_grid(int64_t m, int64_t n, const RsTile& tile, const Nvfp4RsWork* work) {
   return kernel_of(tile).stream_k(m, n, work, tile.per_sm);
+}
+
+std::vector<RsTile> nvfp4_gemm_rs_grids(int64_t m, int64_t n, RsTile tile, const Nvfp4RsWork* work) {
+  std::vector<RsTile> out;
+  std::vector<int64_t> grids;
+  for (int per_sm : {0, -1, 1, 2, 3}) {
+    tile.per_sm = per_sm;
+    const int64_t g = nvfp4_gemm_rs_grid(m, n, tile, work);
+    // no stream-K there (the same launch as per_sm 0), or a grid already listed
+    if ((per_sm != 0 && g == 0) || std::find(grids.begin(), grids.end(), g) != grids.end()) continue;
+    grids.push_back(g);
+    out.push_back(tile);
+  }
+  return out;
 }
 
 }  // namespace clefrt::cuda

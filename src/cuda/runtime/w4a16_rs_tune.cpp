@@ -43,21 +43,13 @@ W4A16RsTuner::Choice W4A16RsTuner::tune(const bf16* x, int64_t m, int64_t k, int
   if (capturing != cudaStreamCaptureStatusNone)
     throw Error(Status::Internal, "internal_error", std::string(op) + ": a W4A16 short-input GEMM shape first met inside a CUDA graph capture");
   const Choice reference = nvfp4_gemm_rs_tile(m, n);
+  const int64_t reference_grid = nvfp4_gemm_rs_grid(m, n, reference, work_);
   std::vector<Choice> cands{reference};
-  std::vector<int64_t> grids{nvfp4_gemm_rs_grid(m, n, reference, work_)};
-  for (RsTile t : nvfp4_gemm_rs_tiles()) {
+  for (const RsTile& t : nvfp4_gemm_rs_tiles()) {
     const int64_t tok = int64_t(t.tn) * t.nt * t.tw, tiles = (m + tok - 1) / tok;
     if (tok > 64 && tiles * tok > m + m / 2 + 64) continue;  // mostly padding
-    for (int per_sm : {0, -1, 1, 2, 3}) {
-      t.per_sm = per_sm;
-      const int64_t g = nvfp4_gemm_rs_grid(m, n, t, work_);
-      if (per_sm != 0 && g == 0) continue;  // no stream-K there: the same launch as per_sm 0
-      bool seen = false;  // the same kernel and grid as a candidate already listed
-      for (size_t i = 0; i < cands.size(); ++i) seen |= cands[i].same_kernel(t) && grids[i] == g;
-      if (seen) continue;
-      cands.push_back(t);
-      grids.push_back(g);
-    }
+    for (const RsTile& c : nvfp4_gemm_rs_grids(m, n, t, work_))
+      if (!c.same_kernel(reference) || nvfp4_gemm_rs_grid(m, n, c, work_) != reference_grid) cands.push_back(c);  // (the reference's launch: listed)
   }
   const size_t es = y_f32 ? 4 : 2;
   const int64_t rows = std::min<int64_t>(m, 64);
@@ -92,7 +84,8 @@ W4A16RsTuner::Choice W4A16RsTuner::tune(const bf16* x, int64_t m, int64_t k, int
   check(cudaEventCreate(&ev.a), op);
   check(cudaEventCreate(&ev.b), op);
   auto describe = [&](size_t i) {
-    return cands[i].name() + (grids[i] > 0 ? ", stream-K over " + std::to_string(grids[i]) + " CTAs" : std::string());
+    const int64_t g = nvfp4_gemm_rs_grid(m, n, cands[i], work_);
+    return cands[i].name() + (g > 0 ? ", stream-K over " + std::to_string(g) + " CTAs" : std::string());
   };
   auto time_ms = [&](size_t i) {
     const Choice& c = cands[i];
