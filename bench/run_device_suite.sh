@@ -29,7 +29,7 @@
 # ncu-elementwise: Nsight Compute's occupancy, issue and stall sections on the elementwise lab's FP8 SwiGLU (exact, fast SiLU, the lab's streamed form) and FP8 norm with the pending add at 318 rows.
 # lab-w4a16-rs: clefrt_bench_w4a16_rs (the W4A16 GEMM with the weights in wgmma's register operand, three kernel forms, beside bf16 and the product's).
 # ncu-w4a16-rs: Nsight Compute (speed of light, memory, warp states) on each register-A form's one launch at gate|up, m 318;
-# ncu-w4a16-rs-source: stall samples per SASS instruction of form 3 (160 x 64 and 320 x 128) there.
+# ncu-w4a16-rs-source: stall samples per SASS instruction of the product's short-input kernel at gate|up's and down's tiles, m 318.
 # lab-narrow: clefrt_bench_narrow_gemm (the FP8 GDN in_proj's bf16 a | b GEMM: the lab's split-k forms beside the engine's cuBLASLt). ncu-blog / ncu-blog-fp8: every kernel's GPU time over one forward of the blog request, the tuned one (bench --profiler-range; bench/ncu_forward_summary.py). lab-head: the head's Linears (clefrt_bench_head_gemm).
 # lab: the dev/cuda kernel benches (clefrt_bench_gdn and, when packed, clefrt_bench_elementwise; the GEMM ones with lab-gemm; bf16 candidates and
 # fixed row blocks with lab-bf16; cuDNN's attention at the tower's shapes with lab-cudnn; the tower's attention variants with
@@ -203,17 +203,18 @@ while [ $# -gt 0 ]; do
       grep -E "^  [a-z_0-9]+.*\(|Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Executed Ipc A|Warp Cycles Per Issued|No Eligible|Memory Throughput|L2 Hit|Compute \(SM\) Throughput|DRAM Throughput" \
         "$OUT/ncu-w4a16-rs.txt" | cut -c1-160 | head -150 ;;
     ncu-w4a16-rs-source)
-      # form 3 at 160 tokens x 64 channels and at its best there (320 x 128, NT 2), gate|up, m 318 (forms 1
-      # and 2: bench/results/2026-12-07-session53.md, call 4): warp stall
-      # samples per SASS instruction (CSV; bench/ncu_sass_summary.py) and the instruction mix. Why
-      # do its warps issue so rarely while the tensor pipe idles?
-      # (ncu matches on names with casts, "w4a16_rs_k<(int)160, (int)1>")
-      for kk in "rs3 w4a16_rs3_k<[^,]*160, [^,]*1, [^,]*4, [^>]*1>" "rs3nt w4a16_rs3_k<[^,]*160, [^,]*2, [^,]*4, [^>]*2>"; do
-        read -r tag re <<< "$kk"
+      # the product's short-input kernel (nvfp4_gemm_rs_k<TN, WGS, NT, TW>) at m 318: gate|up's tile
+      # (128 channels x 160 x 2 tokens) and down's (64 x 160 x 2), the channel tiles of down filling
+      # 80 of the SMs (forms 1 and 2: bench/results/2026-12-07-session53.md, call 4): warp stall
+      # samples per SASS instruction (CSV; bench/ncu_sass_summary.py) and the instruction mix. Is
+      # the tensor pipe idle while the warps wait on the dequantization, the wgmmas or the barrier?
+      # (ncu matches on names with casts, "nvfp4_gemm_rs_k<(int)160, (int)2, ...>")
+      for kk in "prod-gu gate_up nvfp4_gemm_rs_k<[^,]*160, [^,]*2, [^,]*2, [^>]*1>" "prod-down down nvfp4_gemm_rs_k<[^,]*160, [^,]*1, [^,]*2, [^>]*1>"; do
+        read -r tag shape re <<< "$kk"
         CLEFRT_LAB_ONCE=1 timeout 150 ncu --clock-control none --kernel-name-base demangled -k "regex:$re" -c 1 \
           --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
           --section InstructionStats --section SourceCounters -o "$OUT/ncu-w4a16-$tag" \
-          .carry/clefrt_bench_w4a16_rs --shape gate_up --m 318 > "$OUT/ncu-w4a16-$tag.log" 2>&1
+          .carry/clefrt_bench_w4a16_rs --shape "$shape" --m 318 > "$OUT/ncu-w4a16-$tag.log" 2>&1
         echo "== ncu w4a16 $tag rc=$?"
         ncu -i "$OUT/ncu-w4a16-$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-w4a16-$tag-sass.csv" 2> /dev/null
         ncu -i "$OUT/ncu-w4a16-$tag.ncu-rep" --page details --print-details all > "$OUT/ncu-w4a16-$tag.txt" 2>&1

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include <cmath>
 #include <iostream>
@@ -248,7 +249,8 @@ TEST(CudaEngine, GdnProductsAtClefGdnHeadsAgainstCpuFp32) {
 // CUDA graphs (ForwardOptions::graph_after): a shape's first forward runs eagerly, its second is
 // captured, later ones replay; every one gives the eager engine's bits, a batch of the same shape
 // with other tokens its own answers (the graph reads the new index arrays), and another shape
-// misses the cache. bf16 and FP8 Linears, clefrt's and cuDNN's attention.
+// misses the cache. bf16, FP8 and NVFP4 W4A16 Linears (short passes: nvfp4_gemm_rs, its tiles
+// timed at the first sighting), clefrt's and cuDNN's attention.
 TEST(CudaEngine, GraphReplayGivesTheEagerBits) {
   NEED_GPU();
   const OracleFolder o = open_oracle("tiny-a");
@@ -262,11 +264,12 @@ TEST(CudaEngine, GraphReplayGivesTheEagerBits) {
   const std::vector<const Encoded*> x = {&f.enc[0], &f.enc[1]}, y = {&other, &f.enc[1]}, z = {&f.enc[2]};
   std::string why;
   const bool has_cudnn = cuda::cudnn_available(&why);
-  for (QuantMode q : {QuantMode::BF16, QuantMode::FP8}) {
+  for (QuantMode q : {QuantMode::BF16, QuantMode::FP8, QuantMode::NVFP4_W4A16}) {
     cuda::BuildOptions bo;
     bo.quant = q;
     cuda::DevModel dm = cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo);
     for (bool cudnn : {false, true}) {
+      if (q == QuantMode::NVFP4_W4A16 && cudnn) continue;  // the attention is the other modes' business
       if (cudnn && !has_cudnn) {
         std::cout << "[ cuda    ] cuDNN attention not checked: " << why << "\n";
         continue;
@@ -274,9 +277,14 @@ TEST(CudaEngine, GraphReplayGivesTheEagerBits) {
       const std::string what = std::string(quant_mode_name(q)) + (cudnn ? ", cuDNN attention" : ", clefrt attention");
       cuda::ForwardOptions fo;
       fo.cudnn_attention = cudnn;
+      // NVFP4: the fixture's batches pass 512 tokens, where the staged path (its side stream)
+      // keeps a forward out of graphs; the short-input path at every length (the runner reads
+      // the bound when it is made)
+      if (q == QuantMode::NVFP4_W4A16) setenv("CLEFRT_LAB_W4A16_RS_MAX_M", "1000000", 1);
       cuda::Forward eager(dm, fo);
       fo.graph_after = 2;
       cuda::Forward graphed(dm, fo);
+      unsetenv("CLEFRT_LAB_W4A16_RS_MAX_M");
       const auto want_x = eager.run(x), want_y = eager.run(y), want_z = eager.run(z);
       ASSERT_NE(want_x, want_y) << what << ": the changed tokens changed nothing; the test cannot tell replay from stale";
       auto timed = [](auto&& f) {

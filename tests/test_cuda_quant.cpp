@@ -901,11 +901,12 @@ TEST(CudaQuant, W4A16ShortGemmPlan) {
   EXPECT_TRUE(plan.gs.empty());
 }
 
-// The register-A W4A16 GEMM of short passes (nvfp4_gemm_rs) gives the staged path's bits
-// (nvfp4_dequantize, then the batch-invariant bf16 GEMM) at every m and tile, with and without
-// stream-K, row global scales in runs of 96 rows over a wide range (2 to a 64-row group), a
-// partial channel tile and k / 64 odd; its tables give exactly the dequantized weights (x = I);
-// and the LinearRunner's short pass equals its staged pass.
+// The register-A W4A16 GEMM of short passes (nvfp4_gemm_rs, codes reordered) gives the staged
+// path's bits (nvfp4_dequantize, then the batch-invariant bf16 GEMM) at every m and tile, with and
+// without stream-K, row global scales
+// in runs of 96 rows over a wide range (2 to a 64-row group), a partial channel tile and k / 64
+// odd; its tables give exactly the dequantized weights (x = I); a part whose 64-row group takes 3
+// global scales has no plan; and the LinearRunner's short pass equals its staged pass.
 TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
   NEED_GPU();
   if (!cuda::nvfp4_gemm_rs_available()) GTEST_SKIP() << "nvfp4_gemm_rs needs an sm_90a build on compute capability 9.0";
@@ -935,11 +936,17 @@ TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
     const cuda::Nvfp4RsTables tb = cuda::nvfp4_rs_upload(plan, tmem.get(), st);
     cuda::nvfp4_dequantize(dp.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), n, k, wd.as<bf16>(), st);
     const std::string at = " at n " + std::to_string(n) + " k " + std::to_string(k);
+    // the codes in the GEMM's order; the staging's dequantization of that order gives the same weights
+    DeviceBuffer drs = cuda::upload(q.packed, "codes, reordered"), wr(size_t(n * k) * 2);
+    cuda::nvfp4_rs_repack(drs.as<uint8_t>(), n, k, st);
+    cuda::nvfp4_dequantize_rs(drs.as<uint8_t>(), ds.as<uint8_t>(), dg.as<float>(), n, k, wr.as<bf16>(), st);
+    EXPECT_EQ(down<uint16_t>(wr, size_t(n * k)), down<uint16_t>(wd, size_t(n * k))) << "nvfp4_dequantize_rs" << at;
+    EXPECT_NE(down<uint8_t>(drs, q.packed.size()), q.packed) << "reordered" << at;
     {  // x = I: y = W^T, the dequantized weights themselves
       std::vector<float> eye(size_t(k * k), 0.0f);
       for (int64_t i = 0; i < k; ++i) eye[size_t(i * k + i)] = 1.0f;
       DeviceBuffer dx = cuda::upload(to_bf(eye), "x"), y(size_t(k * n) * 4);
-      cuda::nvfp4_gemm_rs(dx.as<bf16>(), k, k, k, dp.as<uint8_t>(), ds.as<uint8_t>(), tb, n, y.get(), true, n, false, st);
+      cuda::nvfp4_gemm_rs(dx.as<bf16>(), k, k, k, drs.as<uint8_t>(), ds.as<uint8_t>(), tb, n, y.get(), true, n, false, st);
       const auto got = down<float>(y, size_t(k * n));
       const auto ref = down_bf(wd, size_t(n * k));
       for (int64_t c = 0; c < k; ++c)
@@ -957,10 +964,15 @@ TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
     std::set<std::string> tiles;
     int streamed = 0;
     for (int64_t m : {1, 37, 64, 65, 160, 161, 318, 320, 512, 700}) {
-      const cuda::RsTile tl = cuda::nvfp4_gemm_rs_tile(m, n);
-      tiles.insert(std::to_string(tl.tn) + "x" + std::to_string(tl.nt) + "/" + std::to_string(tl.wgs));
+      // the tile nvfp4_gemm_rs picks; at 37, 318 and 700 every compiled tile
+      const cuda::RsTile chosen = cuda::nvfp4_gemm_rs_tile(m, n);
+      tiles.insert(chosen.name());
+      std::vector<cuda::RsTile> run_tiles{chosen};
+      if (m == 37 || m == 318 || m == 700)
+        for (const cuda::RsTile& t : cuda::nvfp4_gemm_rs_tiles())
+          if (!t.same_kernel(chosen)) run_tiles.push_back(t);
       for (int mode = 0; mode < 3; ++mode) {  // bf16 out, fp32 out, fp32 accumulate
-        if (mode > 0 && m != 161) continue;
+        if (mode > 0 && m != 161 && m != 318) continue;
         const bool f32 = mode > 0, acc = mode == 2;
         const size_t es = f32 ? 4 : 2;
         std::vector<float> init(size_t(m * n), 0.25f);
@@ -971,21 +983,26 @@ TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
           cuda::check(cudaMemset(y1.get(), 0xFF, size_t(m * n) * es), "poison");
         }
         gemm.run(dx.as<bf16>(), m, k, ldx, wd.as<bf16>(), n, y0.get(), f32 ? cuda::OutType::F32 : cuda::OutType::BF16, n, acc, "test");
-        for (cuda::Nvfp4RsWork* wk : {static_cast<cuda::Nvfp4RsWork*>(nullptr), &work}) {
-          if (acc) cuda::check(cudaMemcpy(y1.get(), init.data(), init.size() * 4, cudaMemcpyHostToDevice), "y");
-          else cuda::check(cudaMemset(y1.get(), 0xFF, size_t(m * n) * es), "poison");
-          const int epoch = work.epoch;
-          cuda::nvfp4_gemm_rs(dx.as<bf16>(), m, k, ldx, dp.as<uint8_t>(), ds.as<uint8_t>(), tb, n, y1.get(), f32, n, acc, st, wk);
-          cuda::check(cudaStreamSynchronize(st), "test");
-          const bool stream_k = work.epoch != epoch;
-          const auto a = down<uint8_t>(y0, size_t(m * n) * es), b = down<uint8_t>(y1, size_t(m * n) * es);
-          size_t differ = 0;
-          for (size_t e = 0; e < a.size(); e += es) differ += std::memcmp(&a[e], &b[e], es) != 0;
-          std::cout << "[ cuda    ] W4A16 short GEMM (" << tl.tn << " x " << tl.nt << " tokens, " << 64 * tl.wgs << " channels"
-                    << (stream_k ? ", stream-K" : "") << ")" << at << " m " << m << (acc ? ", fp32 accumulate" : f32 ? ", fp32 out" : ", bf16 out")
-                    << ": " << differ << " of " << m * n << " outputs differ from the staged path's\n";
-          EXPECT_EQ(differ, 0u) << "m " << m << " mode " << mode << (stream_k ? " stream-K" : "") << at;
-          streamed += stream_k;
+        const auto a = down<uint8_t>(y0, size_t(m * n) * es);
+        for (const cuda::RsTile& tile : run_tiles) {
+          for (const cuda::RsTile& tl : cuda::nvfp4_gemm_rs_grids(m, n, tile, &work)) {  // a CTA a tile, then each stream-K grid
+            const int64_t g = cuda::nvfp4_gemm_rs_grid(m, n, tl, &work);
+            if (acc) cuda::check(cudaMemcpy(y1.get(), init.data(), init.size() * 4, cudaMemcpyHostToDevice), "y");
+            else cuda::check(cudaMemset(y1.get(), 0xFF, size_t(m * n) * es), "poison");
+            const int64_t before = work.streamed;
+            cuda::nvfp4_gemm_rs(dx.as<bf16>(), m, k, ldx, drs.as<uint8_t>(), ds.as<uint8_t>(), tb, n, y1.get(), f32, n, acc, st, &work, &tl);
+            cuda::check(cudaStreamSynchronize(st), "test");
+            const bool stream_k = work.streamed != before;
+            const auto b = down<uint8_t>(y1, size_t(m * n) * es);
+            size_t differ = 0;
+            for (size_t e = 0; e < a.size(); e += es) differ += std::memcmp(&a[e], &b[e], es) != 0;
+            ASSERT_EQ(stream_k, g > 0) << "nvfp4_gemm_rs_grid against the launch";
+            std::cout << "[ cuda    ] W4A16 short GEMM (" << tl.name() << (tl.same_kernel(chosen) ? ", chosen tile" : "")
+                      << (stream_k ? ", stream-K over " + std::to_string(g) + " CTAs" : "") << ")" << at << " m " << m << (acc ? ", fp32 accumulate" : f32 ? ", fp32 out" : ", bf16 out")
+                      << ": " << differ << " of " << m * n << " outputs differ from the staged path's\n";
+            EXPECT_EQ(differ, 0u) << "m " << m << " mode " << mode << " tile " << tl.name() << (stream_k ? " stream-K" : "") << at;
+            streamed += stream_k;
+          }
         }
       }
     }
@@ -998,7 +1015,7 @@ TEST(CudaQuant, W4A16ShortGemmEqualsStagedBitForBit) {
       p.fmt = cuda::WFormat::NVFP4;
       p.n = n;
       p.k = k;
-      p.packed = dp.as<uint8_t>();
+      p.packed = drs.as<uint8_t>();  // staged: nvfp4_dequantize_rs
       p.scales = ds.as<uint8_t>();
       p.row_gs = dg.as<float>();
       p.input_global_scale = igs;
@@ -1659,7 +1676,7 @@ TEST(CudaQuant, PortableKernelsAgainstTheFastOnes) {
 TEST(CudaQuant, LeanPlanGivesTheSameBits) {
   NEED_GPU();
   auto same_bits = [](const std::string& what, const std::string& dir, QuantMode q, bool fused, const std::vector<const Encoded*>& batch) {
-    cuda::DevModel dm = device_model_of(dir, q);
+    cuda::DevModel dm = device_model_of(dir, q, !fused);
     int64_t tokens = 0;
     for (const Encoded* e : batch) tokens += int64_t(e->input_ids.size());
     cuda::ForwardOptions plain;

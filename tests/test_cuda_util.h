@@ -31,7 +31,8 @@ namespace clefrt::test {
 
 // A folder's weights on the GPU as a bare cuda::Forward takes them (FP8 activations quantized per
 // token at run time, as the engine loads them), the Linears converted to `q` at load.
-inline cuda::DevModel device_model_of(const std::string& dir, QuantMode q = QuantMode::Auto) {
+// w4a16_rs: BuildOptions::w4a16_rs (false for the fused W4A16 kernel, which reads the file's code order)
+inline cuda::DevModel device_model_of(const std::string& dir, QuantMode q = QuantMode::Auto, bool w4a16_rs = true) {
   const auto cfg = model::load_config(dir);
   io::TensorStore st = io::TensorStore::open_folder(dir), hs;
   hs.add_file(dir + "/joint_head.safetensors");
@@ -40,6 +41,7 @@ inline cuda::DevModel device_model_of(const std::string& dir, QuantMode q = Quan
   const auto tw = model::load_text_weights(st, cfg.text, model::LoadMode::Lazy, qa);
   const auto hw = model::load_head_weights(hs, cfg.head, model::LoadMode::Lazy);
   cuda::BuildOptions bo;
+  bo.w4a16_rs = w4a16_rs;
   bo.quant = q;
   return cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo);
 }

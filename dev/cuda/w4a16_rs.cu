@@ -10,7 +10,7 @@
 //   - so the shared memory traffic per wgmma is x's tile only, and TN can be chosen per m (318
 //     tokens = 2 x 160).
 // For each thread's 4 codes of a (channel, 16-block) to be one 16-bit unit, the packed codes are
-// reordered once (rs_repack_k: per channel and 64-wide k step, 4 x 8 bytes, quad slot t's units
+// reordered once (kernels_w4a16_rs.cu nvfp4_rs_repack, the product's order: per channel and 64-wide k step, 4 x 8 bytes, quad slot t's units
 // of the step's 4 blocks). The per-(channel, block) byte tables (nvfp4_dequant.cuh's make_table_shift,
 // exactly nvfp4_dequantize's values) are built once per CTA and step, 2 a thread, into shared
 // memory, and read by the 4 threads of a quad that need them (form 1; form 2 overlaps the next
@@ -493,26 +493,6 @@ __global__ void __launch_bounds__(Cfg3<TN, WGS, ST, NT>::THREADS, Cfg3<TN, WGS, 
 #endif
 }
 
-// packed [n][k / 2] (code 2j in byte j's low nibble) -> per channel and 64-wide step, quad slot t's
-// 8 bytes: for each of the step's 4 blocks the unit (byte t, byte t + 4) of the block's 8 bytes,
-// i.e. codes 2t, 2t + 1, 2t + 8, 2t + 9.
-__global__ void rs_repack_k(const uint8_t* __restrict__ in, uint8_t* __restrict__ out, int64_t units) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= units) return;
-  const uint8_t* src = in + i * 32;
-  uint8_t o[32];
-#pragma unroll
-  for (int t = 0; t < 4; ++t)
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      o[t * 8 + b * 2] = src[b * 8 + t];
-      o[t * 8 + b * 2 + 1] = src[b * 8 + t + 4];
-    }
-  uint4* dst = reinterpret_cast<uint4*>(out + i * 32);
-  dst[0] = *reinterpret_cast<const uint4*>(o);
-  dst[1] = *reinterpret_cast<const uint4*>(o + 16);
-}
-
 CUtensorMap x_map(const bf16* x, int64_t m, int64_t k, int tn) { return bf16_tensor_map_sw128(x, m, k, k, BK, tn, "w4a16 rs lab"); }
 
 // Form 3's tables: the product's (kernels_w4a16_rs.cu nvfp4_rs_plan / nvfp4_rs_upload: every
@@ -670,13 +650,12 @@ int main(int argc, char** argv) {
       nvfp4_quantize(w.as<bf16>(), n, k, gsv[0], packed.as<uint8_t>(), scales.as<uint8_t>(), s);
       nvfp4_dequantize(packed.as<uint8_t>(), scales.as<uint8_t>(), gsr.as<float>(), n, k, wd.as<bf16>(), s);
       const TableSets sets = make_table_sets(gsv, s);
-      // the product's short-input kernel (kernels_w4a16_rs.cu: form 3 on the file's code layout), on the same tables
+      // the product's short-input kernel (kernels_w4a16_rs.cu: form 3 on the reordered codes), on the same tables
       const bool product_rs = sets.ok;
       const Nvfp4RsTables& prs = sets.t;
       if (!sets.ok) std::printf("  (form 3 skipped: a 64-row group takes more than 2 gs values)\n");
-      const int64_t units = n * k / 64;
-      rs_repack_k<<<unsigned((units + 255) / 256), 256, 0, s>>>(packed.as<uint8_t>(), rs.as<uint8_t>(), units);
-      check_launch("rs repack");
+      check(cudaMemcpyAsync(rs.get(), packed.get(), size_t(n * k / 2), cudaMemcpyDeviceToDevice, s), "rs codes");
+      nvfp4_rs_repack(rs.as<uint8_t>(), n, k, s);  // the product's order (kernels_w4a16_rs.cu)
       check(cudaStreamSynchronize(s), "prepare");
       std::printf("\n%s: n %lld, k %lld (packed %.1f MB, bf16 %.1f MB); TFLOP/s and %% of the bf16 peak (%.0f)\n", sh.name, (long long)n,
                   (long long)k, double(n * k) * 0.5625 / 1e6, double(n * k) * 2 / 1e6, hw.peak_bf16_tflops);
@@ -701,28 +680,41 @@ int main(int argc, char** argv) {
         r.add("m", json::Value::integer(m));
         r.add("bf16_invariant_ms", json::Value::number(t_inv));
         r.add("product_wgmma_ms", json::Value::number(t_wg));
-        for (Nvfp4RsWork* wk : {static_cast<Nvfp4RsWork*>(nullptr), &rs_work}) {  // a CTA a tile; stream-K where it pays
-          if (!product_rs) break;
-          check(cudaMemsetAsync(y1.get(), 0xFF, size_t(m * n) * 2, s), "poison");
-          const int epoch = rs_work.epoch;
-          nvfp4_gemm_rs(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s, wk);
-          const bool streamed = rs_work.epoch != epoch;
-          const std::vector<uint16_t> h1 = bench::download<uint16_t>(y1, size_t(m * n), s);
-          size_t diff = 0;
-          for (size_t i = 0; i < h1.size(); ++i) diff += h1[i] != h0[i];
-          all_same = all_same && diff == 0;
-          if (wk && !streamed) continue;  // the same launch as without
-          const double t = timed(s, [&] {
-            nvfp4_gemm_rs(x.as<bf16>(), m, k, k, packed.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s, wk);
-          });
-          const RsTile tl = nvfp4_gemm_rs_tile(m, n);
-          std::printf("  m %5lld  product short-input (nvfp4_gemm_rs, %3d tokens x %3d ch%s) %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16)  %zu of %zu "
-                      "outputs differ from the product's wgmma\n",
-                      (long long)m, tl.tn * tl.nt, 64 * tl.wgs, streamed ? ", stream-K" : "", t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t,
-                      diff, h1.size());
-          r.add(streamed ? "product_rs_stream_k_ms" : "product_rs_ms", json::Value::number(t));
-          r.add(streamed ? "product_rs_stream_k_differ" : "product_rs_differ", json::Value::integer(int64_t(diff)));
+        // every compiled tile (the one nvfp4_gemm_rs picks marked), a CTA a tile and each distinct
+        // stream-K grid (W4A16RsTuner's candidates: it picks the fastest at its first call)
+        const RsTile chosen = nvfp4_gemm_rs_tile(m, n);
+        double best = 0;
+        std::string best_name;
+        for (const RsTile& tile : nvfp4_gemm_rs_tiles()) {
+          const int64_t tok = int64_t(tile.tn) * tile.nt * tile.tw, tiles = (m + tok - 1) / tok;
+          if (!product_rs || (!chosen.same_kernel(tile) && tok > 64 && tiles * tok > m + m / 2 + 64)) continue;  // mostly padding: skip
+          for (const RsTile& tl : nvfp4_gemm_rs_grids(m, n, tile, &rs_work)) {
+            const int64_t g = nvfp4_gemm_rs_grid(m, n, tl, &rs_work);
+            check(cudaMemsetAsync(y1.get(), 0xFF, size_t(m * n) * 2, s), "poison");
+            nvfp4_gemm_rs(x.as<bf16>(), m, k, k, rs.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s, &rs_work, &tl);
+            const std::vector<uint16_t> h1 = bench::download<uint16_t>(y1, size_t(m * n), s);
+            size_t diff = 0;
+            for (size_t i = 0; i < h1.size(); ++i) diff += h1[i] != h0[i];
+            all_same = all_same && diff == 0;
+            const double t = timed(s, [&] {
+              nvfp4_gemm_rs(x.as<bf16>(), m, k, k, rs.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s, &rs_work, &tl);
+            });
+            const std::string name = tl.name() + (g > 0 ? ", stream-K " + std::to_string(g) : std::string());
+            const bool picked = tl.same_kernel(chosen) && nvfp4_gemm_rs_grid(m, n, chosen, &rs_work) == g;
+            std::printf("  m %5lld  product short-input (nvfp4_gemm_rs, %s%s) %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16)  %zu of %zu "
+                        "outputs differ from the product's wgmma\n",
+                        (long long)m, name.c_str(), picked ? ", untuned pick" : "", t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, diff,
+                        h1.size());
+            json::Value pr = json::Value::object();
+            pr.add("ms", json::Value::number(t));
+            pr.add("differ_from_product", json::Value::integer(int64_t(diff)));
+            pr.add("untuned_pick", json::Value::boolean(picked));
+            r.add("product_rs " + name, std::move(pr));
+            if (best == 0 || t < best) best = t, best_name = name;
+          }
         }
+        if (best > 0)
+          std::printf("  m %5lld  product short-input, fastest tile: %s %.3f ms (%.2fx bf16)\n", (long long)m, best_name.c_str(), best, t_inv / best);
         for (const Form& f : kForms) {
           if ((f.cl > 1 && !clusters) || (f.form == 3 && !sets.ok)) continue;
           const int64_t tok = int64_t(f.tn) * f.nt, tiles = (m + tok - 1) / tok;

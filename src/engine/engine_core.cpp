@@ -68,6 +68,7 @@ struct GpuBackend {
     bo.offload_embeddings = opts.offload_embeddings;
     bo.native_fp4 = opts.native_fp4 && !opts.portable_kernels;
     bo.head_tf32_planes = !opts.portable_kernels;
+    bo.w4a16_rs = !opts.portable_kernels && !opts.w4a16_fused;
     model = cuda::build_device_model(tw, hw, cfg.text, cfg.head, bo, vw, vw ? &cfg.vision : nullptr);
     cuda::ForwardOptions fo;
     fo.max_tokens = opts.max_batch_tokens > 0 ? opts.max_batch_tokens : int64_t(opts.encode.max_length);

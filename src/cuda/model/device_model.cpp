@@ -253,7 +253,10 @@ class Builder {
       p.packed = packed;
       p.scales = scales;
       p.row_gs = gs;
-      if (!p.scales_swizzled && nvfp4_gemm_rs_available() && nvfp4_gemm_supports(k, k)) p.rs = rs_tables(row_gs);
+      if (o_.w4a16_rs && !p.scales_swizzled && nvfp4_gemm_rs_available() && nvfp4_gemm_supports(k, k)) {
+        p.rs = rs_tables(row_gs);
+        if (p.rs) nvfp4_rs_repack(packed, n, k, nullptr);
+      }
     } else {  // FP8
       p.kp = (k + 15) / 16 * 16;
       const int64_t kp = p.kp;

@@ -28,8 +28,10 @@ struct DevLinearPart {
   const uint8_t* packed = nullptr;     // NVFP4: [n, k/2], even column in the low nibble
   const uint8_t* scales = nullptr;     // NVFP4: e4m3 [n, k/16]
   const float* row_gs = nullptr;       // NVFP4: each row's global scale [n]
-  // NVFP4 on Hopper: the register-A GEMM's tables (nvfp4_gemm_rs), made at load where the part's
-  // 64-row groups take at most 2 global scales each; unset elsewhere (then always staged)
+  // NVFP4 on Hopper (BuildOptions::w4a16_rs): the short-input GEMM's tables (nvfp4_gemm_rs), made
+  // at load where the part's 64-row groups take at most 2 global scales each. Set means `packed`
+  // holds the codes in that GEMM's order (nvfp4_rs_repack; the staging reads them with
+  // nvfp4_dequantize_rs); unset, the file's order (staged always).
   Nvfp4RsTables rs;
   float input_global_scale = 0;        // NVFP4: > 0 = W4A4 (activations quantized first), 0 = W4A16
   // NVFP4 W4A4 on Blackwell (compute capability >= 10; UNTESTED here): the scales in cuBLASLt's
@@ -168,6 +170,10 @@ struct BuildOptions {
   // runs (DevLinear32::whi / wlo); false (EngineOptions::portable_kernels: mma.sync reads w) makes
   // none.
   bool head_tf32_planes = true;
+  // NVFP4 parts with the short-input GEMM's tables and codes in its order where it runs (Hopper,
+  // DevLinearPart::rs); false (EngineOptions::portable_kernels, w4a16_fused: kernels that read the
+  // file's order) makes none.
+  bool w4a16_rs = true;
   // Synthetic W4A4: the static activation global scale random weights get (448 * 6 / 8: inputs
   // of magnitude up to ~8, which (1+w) RMSNorm outputs are).
   float synthetic_input_global_scale = 336.0f;

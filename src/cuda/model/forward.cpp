@@ -577,7 +577,7 @@ int64_t Forward::first_non_finite_layer(const model::Batch& batch) {
 // backbone and head are enqueued (replayed, captured and launched, or run as always).
 bool Forward::run_graphed(Batch& b, const model::Batch& batch) {
   if (!graphs_ || b.snaps || !b.images.empty() || profile_ != ProfileDetail::Off || sync_each_launch() || o_.debug_layers >= 0 ||
-      lin_->staging_bytes() > 0)
+      lin_->stages(b.L))
     return false;
   // mrope: its rows shift the index arrays after them (with images or prefix state)
   std::vector<int64_t> key = {b.L, b.nseq, b.mrope, b.pfx};

@@ -27,7 +27,8 @@ std::vector<const DevLinear*> LinearRunner::schedule_order(const DevModel& m) {
 }
 
 bool LinearRunner::fused_nvfp4(const DevLinearPart& p) const {
-  return w4a16_ == W4A16Kernel::Fused && p.fmt == WFormat::NVFP4 && !p.scales_swizzled && nvfp4_gemm_supports(p.k, p.k);
+  // (not a part whose codes are in nvfp4_gemm_rs's order: nvfp4_gemm reads the file's)
+  return w4a16_ == W4A16Kernel::Fused && p.fmt == WFormat::NVFP4 && !p.scales_swizzled && !p.rs && nvfp4_gemm_supports(p.k, p.k);
 }
 
 namespace {
@@ -72,8 +73,12 @@ LinearRunner::LinearRunner(const DevModel& m, Gemm& gemm, cudaStream_t s, size_t
   const bool tables = std::all_of(chunks_.begin(), chunks_.end(), [](const Chunk& c) { return bool(c.part->rs); });
   if (tables && w4a16 == W4A16Kernel::Staged && w4a16_gemm != W4A16Gemm::MmaSync && nvfp4_gemm_rs_available())
     rs_max_tokens_ = env_count("CLEFRT_LAB_W4A16_RS_MAX_M", kRsMaxTokens, 0, int64_t(1) << 30);
-  // CLEFRT_LAB_W4A16_RS_STREAM_K=0: a CTA a tile always (the stream-K lab comparison)
-  if (rs_max_tokens_ > 0 && env_count("CLEFRT_LAB_W4A16_RS_STREAM_K", 1, 0, 1) == 1) rs_work_ = std::make_unique<Nvfp4RsWork>();
+  // CLEFRT_LAB_W4A16_RS_STREAM_K=0: a CTA a tile always (the stream-K lab comparison);
+  // CLEFRT_LAB_W4A16_RS_TUNE=0: nvfp4_gemm_rs_tile's tile, untimed (the tuning's)
+  if (rs_max_tokens_ > 0) {
+    if (env_count("CLEFRT_LAB_W4A16_RS_STREAM_K", 1, 0, 1) == 1) rs_work_ = std::make_unique<Nvfp4RsWork>();
+    rs_tune_ = std::make_unique<W4A16RsTuner>(s, rs_work_.get(), env_count("CLEFRT_LAB_W4A16_RS_TUNE", 1, 0, 1) == 1);
+  }
   slots_[0] = DeviceBuffer(slot, "NVFP4 staging");
   slots_[1] = DeviceBuffer(slot, "NVFP4 staging");
   check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "NVFP4 staging stream");
@@ -120,7 +125,8 @@ void LinearRunner::issue(size_t i) {
   const int slot = int(i & 1);
   check(cudaStreamWaitEvent(side_, free_[slot], 0), "NVFP4 staging");
   const DevLinearPart& p = *c.part;
-  nvfp4_dequantize(p.packed + c.r0 * (p.k / 2), p.scales + c.r0 * (p.k / 16), p.row_gs + c.r0, c.rows, p.k, slots_[slot].as<bf16>(), side_);
+  (p.rs ? nvfp4_dequantize_rs : nvfp4_dequantize)(p.packed + c.r0 * (p.k / 2), p.scales + c.r0 * (p.k / 16), p.row_gs + c.r0, c.rows, p.k,
+                                                  slots_[slot].as<bf16>(), side_);
   check(cudaEventRecord(ready_[slot], side_), "NVFP4 staging");
 }
 
@@ -135,7 +141,7 @@ void LinearRunner::run_nvfp4(const bf16* x, int64_t m, int64_t ldx, const DevLin
     ldxin = p.k;
   }
   if (rs_pass_ && p.rs) {  // every staged part has its tables (the constructor)
-    nvfp4_gemm_rs(xin, m, p.k, ldxin, p.packed, p.scales, p.rs, p.n, y, yt == OutType::F32, ldy, acc, s_, rs_work_.get());
+    rs_tune_->run(xin, m, p.k, ldxin, p.packed, p.scales, p.rs, p.n, y, yt == OutType::F32, ldy, acc, op);
     return;
   }
   if (fused_nvfp4(p)) {

@@ -7,7 +7,8 @@
 //   Short passes (at most rs_max_tokens() tokens) skip the staging where every staged part has
 //   its register-A tables (DevLinearPart::rs; Hopper): nvfp4_gemm_rs reads the packed weights
 //   directly, bit for bit the staged path's results (the GPU tests compare them), so a row's
-//   answer does not depend on which path its batch took.
+//   answer does not depend on which path its batch took; its tile is timed per m bucket and
+//   shape at the first call (W4A16RsTuner).
 //   With W4A16Kernel::Fused parts whose k is a multiple of 64 run the
 //   W4A16 GEMM of kernels_w4a16.cu instead (dequantized per tile in shared memory, no staging
 //   slots): measured on the H200 at the 27B shapes it is slower than staging at every size a Clef
@@ -30,6 +31,7 @@
 #include "cuda/ops/kernels.h"
 #include "cuda/ops/kernels_quant.h"
 #include "cuda/runtime/gemm.h"
+#include "cuda/runtime/w4a16_rs_tune.h"
 
 namespace clefrt::cuda {
 
@@ -116,6 +118,9 @@ class LinearRunner {
   // run() for such a Linear, its input [m, k] already in fp8_input's buffers.
   void run_fp8_quantized(int64_t m, const DevLinear& l, void* y, OutType yt, int64_t ldy, bool accumulate, const char* op);
   size_t staging_bytes() const { return slots_[0].bytes() + slots_[1].bytes(); }
+  // Whether a pass of this many tokens stages (a side stream and host-side chunk order, which a
+  // CUDA graph cannot replay); short passes run nvfp4_gemm_rs on the main stream only.
+  bool stages(int64_t tokens) const { return staging_bytes() > 0 && tokens > rs_max_tokens_; }
 
   // An accumulating FP8 Linear's scale pass left for the norm that reads the residual stream next
   // (Forward's ForwardOptions::fp8_residual_in_norm). defer_next_accumulate(): the next run of an
@@ -175,6 +180,7 @@ class LinearRunner {
   int64_t rs_max_tokens_ = 0;
   bool rs_pass_ = false;  // this pass runs nvfp4_gemm_rs (nothing staged)
   std::unique_ptr<Nvfp4RsWork> rs_work_;  // its stream-K scratch
+  std::unique_ptr<W4A16RsTuner> rs_tune_;  // its tile per m bucket and shape
   QuantScratch sc_{};
   bool defer_ = false;
   PendingResidual pending_{};

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cuda/runtime/buffer.h"
@@ -35,11 +36,11 @@ void nvfp4_gemm(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t*
 void nvfp4_gemm_wgmma(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const float* row_gs,
                       int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, int bm, cudaStream_t s);
 // The W4A16 GEMM for short inputs (kernels_w4a16_rs.cu; sm_90a builds on compute capability 9.0):
-// the same operands and results as nvfp4_gemm, bit for bit as cuBLASLt's bf16 GEMM on the
-// dequantized weights (the staged path: the GPU tests compare them), with the weights as wgmma's
-// register operand and their dequantization tables made once at load, per distinct row global
-// scale. A 64-row group's rows may take at most 2 distinct global scales (fused parts: one a
-// tensor); nvfp4_rs_plan says whether a part's do.
+// the same results as nvfp4_gemm, bit for bit as cuBLASLt's bf16 GEMM on the dequantized weights
+// (the staged path: the GPU tests compare them), with the weights as wgmma's register operand,
+// their codes reordered once (nvfp4_rs_repack) and their dequantization tables made once, per
+// distinct row global scale. A 64-row group's rows may take at most 2 distinct global scales
+// (fused parts: one a tensor); nvfp4_rs_plan says whether a part's do. k a multiple of 64.
 struct Nvfp4RsTables {
   const void* tabs = nullptr;        // per distinct gs value v, 256 tables of 16 bytes (by scale byte)
   const int* group_sets = nullptr;   // per 64-row group r, [2 r + j]: the value of its table set j
@@ -60,16 +61,34 @@ bool nvfp4_rs_plan(const float* row_gs, int64_t n, Nvfp4RsPlan& plan);
 size_t nvfp4_rs_bytes(const Nvfp4RsPlan& plan);
 Nvfp4RsTables nvfp4_rs_upload(const Nvfp4RsPlan& plan, void* mem, cudaStream_t s);
 bool nvfp4_gemm_rs_available();
-// Its tile for m x n (tests and benches): tn tokens x nt token tiles a warpgroup, wgs warpgroups
-// of 64 channels a CTA.
+// packed [n, k / 2] -> nvfp4_gemm_rs's order, in place (per row and 64-wide step, quad slot t's 8
+// bytes: byte t and t + 4 of each 16-block). Only nvfp4_gemm_rs and nvfp4_dequantize_rs read it.
+void nvfp4_rs_repack(uint8_t* packed, int64_t n, int64_t k, cudaStream_t s);
+// nvfp4_dequantize from codes in that order.
+void nvfp4_dequantize_rs(const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n, int64_t k, bf16* w, cudaStream_t s);
+// A tile: tn tokens x nt token boxes a warpgroup, wgs warpgroups of 64 channels x tw warpgroups
+// on the same channels (other tokens) a CTA: 64 wgs channels x tn nt tw tokens. per_sm, with a
+// Nvfp4RsWork: -1 stream-K where a CTA a tile would leave the last wave's SMs idle for 5% or
+// more (every resident CTA), 0 never, r > 0 with r CTAs an SM (where they fit and are fewer than
+// the tiles). Every tile and grid gives the same bits.
 struct RsTile {
-  int tn = 160, nt = 1, wgs = 1;
+  int tn = 160, nt = 1, wgs = 1, tw = 1;
+  int per_sm = -1;
+  bool same_kernel(const RsTile& o) const { return tn == o.tn && nt == o.nt && wgs == o.wgs && tw == o.tw; }
+  bool operator==(const RsTile& o) const { return same_kernel(o) && per_sm == o.per_sm; }
+  std::string name() const {
+    return std::to_string(64 * wgs) + "ch x " + std::to_string(tn) + "x" + std::to_string(nt) + "x" + std::to_string(tw) + "tok";
+  }
 };
+// nvfp4_gemm_rs's tile for m x n, and every tile compiled (tests and the lab run each)
 RsTile nvfp4_gemm_rs_tile(int64_t m, int64_t n);
+std::vector<RsTile> nvfp4_gemm_rs_tiles();
 // Stream-K scratch: where a CTA a tile would leave SMs idle in the last wave, a grid of resident
 // CTAs splits the (tile, k step) sequence evenly at whole k steps, a tile's second CTA continuing
 // the first one's fp32 sums (published here, a flag per CTA): the same sums in the same order, so
-// the same bits. One GEMM at a time per work (the launches of one stream).
+// the same bits. One GEMM at a time per work (the launches of one stream). A flag is set by the
+// CTA that publishes and cleared by the one that continues, so every launch finds them all 0
+// (CUDA graph replays included).
 struct Nvfp4RsWork {
   Nvfp4RsWork();
   static constexpr size_t kBytesPerSm = size_t(160) << 10;  // the largest tile's accumulators, a CTA an SM
@@ -77,13 +96,21 @@ struct Nvfp4RsWork {
   int* flags = nullptr;
   size_t partial_bytes = 0;
   int slots = 0;  // flags
-  int epoch = 0;  // the last launch's flag value
+  int64_t streamed = 0;  // stream-K launches so far (tests and the lab tell which calls ran it)
 
  private:
   DeviceBuffer mem_;
 };
+// packed: the reordered codes.
 void nvfp4_gemm_rs(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const Nvfp4RsTables& tables,
-                   int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s, Nvfp4RsWork* work = nullptr);
+                   int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s, Nvfp4RsWork* work = nullptr,
+                   const RsTile* tile = nullptr);  // tile: nvfp4_gemm_rs_tile's unless given (one of nvfp4_gemm_rs_tiles)
+// nvfp4_gemm_rs's stream-K grid at m x n with this tile and work, 0 for a CTA a tile (always
+// without work).
+int64_t nvfp4_gemm_rs_grid(int64_t m, int64_t n, const RsTile& tile, const Nvfp4RsWork* work);
+// The launches of a tile at m x n that differ: a CTA a tile (per_sm 0), then each stream-K grid
+// (per_sm -1, 1, 2, 3) not already listed (the tuner, the lab and the GPU test run each).
+std::vector<RsTile> nvfp4_gemm_rs_grids(int64_t m, int64_t n, RsTile tile, const Nvfp4RsWork* work);
 // The FP8 GEMM of our own (fp8_gemm_wgmma.cuh; sm_90a builds on compute capability 9.0: available)
 // in cuBLASLt's place in Gemm::run_fp8, unscaled: y [m, n] = x [m, k] w [n, k]^T in bf16 or fp32,
 // rows ldy apart; k a multiple of 16, x and w 16-byte aligned. form 1: one CTA a 128 x 128 tile;

@@ -12,9 +12,10 @@
 //     rows use into shared memory, and a 16-weight block's table is then one 16-byte load
 //     indexed by its scale byte. The same values as make_table_shift (nvfp4_dequant.cuh), so
 //     exactly nvfp4_dequantize's weights.
-// The codes stay in the file's layout (the staged path, the portable kernels and offload read
-// them too): a thread's 4 codes of a 16-block are byte t and t + 4 of the block's 8 bytes, picked
-// out of the row's 32-byte step with byte permutes.
+// The codes are reordered once at load (nvfp4_rs_repack), so that a thread's 4 codes of each
+// 16-block of a step (bytes t and t + 4 of the block's 8) are one 8-byte load: picking them out of
+// the file's order with byte permutes in the loop measured 1.3-1.4x slower (s54 call 1). The
+// staged path reads that order too (nvfp4_dequantize_rs).
 //
 // Every output element is the tensor cores' fp32 sum over k in increasing 16-wide steps, one
 // wgmma after another, as in the bf16 GEMM that the staged path runs on the dequantized weights:
@@ -44,21 +45,24 @@ namespace {
 constexpr int BK = 64, STAGES = 4;
 constexpr int SET_BYTES = 256 * 16;  // one gs value's tables, by scale byte
 
-// NT x TN tokens and 64 WGS channels a CTA (WGS warpgroups of 64 channels)
-template <int TN, int WGS, int NT>
+// TW x NT x TN tokens and 64 WGS channels a CTA: WGS x TW warpgroups, warpgroup w taking the 64
+// channels w % WGS and the NT token boxes of TN from (w / WGS) NT. TW 2 puts two warpgroups on
+// the same channels (each dequantizes them itself): twice the warps an SM to hide the latency
+// of a step's dequantization and wgmmas.
+template <int TN, int WGS, int NT, int TW>
 struct RsCfg {
-  static constexpr int THREADS = 128 * WGS, CH = 64 * WGS;
-  static constexpr int ACC = NT * TN / 2;           // accumulators a thread
-  static constexpr int x_bytes = NT * TN * BK * 2;  // NT x tiles [TN][64], 128-byte swizzle
+  static constexpr int THREADS = 128 * WGS * TW, CH = 64 * WGS, TOKENS = TN * NT * TW;
+  static constexpr int ACC = NT * TN / 2;                // accumulators a thread
+  static constexpr int x_bytes = NT * TW * TN * BK * 2;  // NT TW x boxes [TN][64], 128-byte swizzle
   static constexpr int wp_bytes = CH * BK / 2;      // packed codes [CH][32]
   static constexpr int ws_bytes = CH * BK / 16;     // e4m3 scales [CH][4]
   static constexpr int sets_bytes = WGS * 2 * SET_BYTES;  // 2 table sets a warpgroup
   static constexpr int w_base = STAGES * x_bytes;   // x tiles stay 1024-aligned (TN % 8 == 0)
   static constexpr int t_base = w_base + STAGES * (wp_bytes + ws_bytes);
-  static constexpr int bar_base = t_base + 2 * sets_bytes;    // the sets double-buffered (a CTA's tiles change)
+  static constexpr int bar_base = t_base + sets_bytes;
   static constexpr int bytes = bar_base + STAGES * 8 + 1024;  // + alignment slack
   static constexpr int FIT = 233472 / (bytes + 1024);  // CTAs an SM's shared memory holds
-  static constexpr int MIN_BLOCKS = WGS == 2 ? 1 : FIT < 3 ? FIT : 3;
+  static constexpr int MIN_BLOCKS = WGS * TW >= 2 ? 1 : FIT < 3 ? FIT : 3;
   static_assert(TN % 8 == 0 && TN <= 256, "token tile");
   static_assert(MIN_BLOCKS * (bytes + 1024) <= 233472, "shared memory per SM");
 };
@@ -73,10 +77,8 @@ struct RsCfg {
 // G <= tiles makes every CTA's share at least K steps: a tile spans at most 2 CTAs. G = tiles: a
 // CTA a tile.
 struct RsSchedule {
-  int K, tf, tl, tk, hk, f0, nfull, steps;
-  int ctiles, ch, tokens;  // channel tiles, channels and tokens a tile
-  __device__ RsSchedule(int64_t units, int G, int c, int K_, int ctiles_, int ch_, int tokens_)
-      : K(K_), ctiles(ctiles_), ch(ch_), tokens(tokens_) {
+  int K, tf, tl, tk, hk, f0, nfull;
+  __device__ RsSchedule(int64_t units, int G, int c, int K_) : K(K_) {
     const int64_t u0 = units * c / G, u1 = units * (c + 1) / G;
     tf = int(u0 / K), tl = int((u1 - 1) / K);
     tk = int(u0 - int64_t(tf) * K);
@@ -85,27 +87,8 @@ struct RsSchedule {
     f0 = tf + (tk > 0);
     nfull = tl - (hk > 0) - f0 + 1;
     if (nfull < 0) nfull = 0;
-    steps = int(u1 - u0);
   }
   enum Kind { HEAD, FULL, TAIL };
-  struct Unit {
-    int tile, kt;
-    Kind kind;
-    int n0, m0;  // the tile's first channel and token
-  };
-  __device__ Unit unit(int tile, int kt, Kind kind) const { return {tile, kt, kind, (tile % ctiles) * ch, (tile / ctiles) * tokens}; }
-  // unit j of the run order
-  __device__ Unit at(int j) const {
-    if (j < hk) return unit(tl, j, HEAD);
-    if (j < hk + nfull * K) return unit(f0 + (j - hk) / K, (j - hk) % K, FULL);
-    return unit(tf, tk + (j - hk - nfull * K), TAIL);
-  }
-  // the unit after u (divisions only where the tile changes: the loop walks three cursors a step)
-  __device__ void advance(Unit& u) const {
-    ++u.kt;
-    if (u.kind == HEAD && u.kt == hk) u = nfull > 0 ? unit(f0, 0, FULL) : unit(tf, tk, TAIL);
-    else if (u.kind == FULL && u.kt == K) u = u.tile + 1 < f0 + nfull ? unit(u.tile + 1, 0, FULL) : unit(tf, tk, TAIL);
-  }
 };
 
 // tabs[v * 256 + b]: the table of scale byte b under gs[v]
@@ -117,31 +100,72 @@ __global__ void rs_tables_k(const float* __restrict__ gs, int values, uint4* __r
   tabs[i] = make_uint4(T.lo0, T.lo1, T.hi0, T.hi1);
 }
 
-// A row's 32 code bytes of a k step (words w0..w7, block b = words 2b, 2b + 1) -> quad slot t's
-// units: .x = (byte t, t + 4) of blocks 0 and 1, .y of blocks 2 and 3. sel = t | (t + 4) << 4.
-__device__ __forceinline__ uint2 quad_units(const unsigned char* row, uint32_t sel) {
-  const uint4 a = *reinterpret_cast<const uint4*>(row), b = *reinterpret_cast<const uint4*>(row + 16);
-  return make_uint2(prmt(prmt(a.x, a.y, sel), prmt(a.z, a.w, sel), 0x5410), prmt(prmt(b.x, b.y, sel), prmt(b.z, b.w, sel), 0x5410));
+// packed [n][k / 2] (code 2j in byte j's low nibble) -> per row and 64-wide step (32 bytes), quad
+// slot t's 8 bytes: for each of the step's 4 blocks, byte t and byte t + 4 of the block's 8 (its
+// codes 2t, 2t + 1, 2t + 8, 2t + 9). In place: a thread a 32-byte unit.
+__global__ void rs_repack_k(uint8_t* __restrict__ codes, int64_t units) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= units) return;
+  uint4* const unit = reinterpret_cast<uint4*>(codes + i * 32);
+  __align__(16) uint8_t in[32], out[32];
+  reinterpret_cast<uint4*>(in)[0] = unit[0];
+  reinterpret_cast<uint4*>(in)[1] = unit[1];
+#pragma unroll
+  for (int t = 0; t < 4; ++t)
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      out[t * 8 + b * 2] = in[b * 8 + t];
+      out[t * 8 + b * 2 + 1] = in[b * 8 + t + 4];
+    }
+  unit[0] = reinterpret_cast<const uint4*>(out)[0];
+  unit[1] = reinterpret_cast<const uint4*>(out)[1];
 }
 
-template <int TN, int WGS, int NT>
-__global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT>::MIN_BLOCKS)
+// nvfp4_dequantize's values from the reordered codes, as nvfp4_dequantize runs them: a thread a
+// 16-weight block (its 8 code bytes are 4 byte pairs of its row's 32-byte step), adjacent threads
+// writing adjacent 32 bytes
+__global__ void rs_dequant_k(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, const float* __restrict__ row_gs,
+                             int64_t n, int64_t k, bf16* __restrict__ w) {
+  const int64_t blocks_per_row = k / 16, total = n * blocks_per_row;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const float s32 = __fdiv_rn(e4m3_value(scales[i]), row_gs[i / blocks_per_row]);
+    const uint8_t* const unit = codes + (i >> 2) * 32 + (i & 3) * 2;  // block i % 4 of its step
+    __align__(16) bf16 out[16];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const uint32_t pair = *reinterpret_cast<const uint16_t*>(unit + t * 8);  // the block's bytes t and t + 4
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t byte = (pair >> (8 * h)) & 0xffu, j = uint32_t(t + 4 * h);  // its codes 2 j, 2 j + 1
+        out[2 * j] = __float2bfloat16_rn(__fmul_rn(e2m1_value(byte & 15), s32));
+        out[2 * j + 1] = __float2bfloat16_rn(__fmul_rn(e2m1_value(byte >> 4), s32));
+      }
+    }
+    uint4* dst = reinterpret_cast<uint4*>(w + i * 16);
+    dst[0] = reinterpret_cast<const uint4*>(out)[0];
+    dst[1] = reinterpret_cast<const uint4*>(out)[1];
+  }
+}
+
+template <int TN, int WGS, int NT, int TW>
+__global__ void __launch_bounds__(RsCfg<TN, WGS, NT, TW>::THREADS, RsCfg<TN, WGS, NT, TW>::MIN_BLOCKS)
     nvfp4_gemm_rs_k(const __grid_constant__ CUtensorMap xmap, int m, int k, const uint8_t* __restrict__ packed,
                     const uint8_t* __restrict__ scales, const uint4* __restrict__ tabs, const int* __restrict__ group_sets,
                     const uint8_t* __restrict__ row_set, int n, void* y, bool y_f32, int64_t ldy, bool accumulate, int ctiles,
-                    int64_t units, float* __restrict__ partial, int* __restrict__ flags, int epoch) {
+                    int64_t units, float* __restrict__ partial, int* __restrict__ flags) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // Other architectures of a fat binary: never launched there (nvfp4_gemm_rs_available)
   __trap();
 #else
-  using C = RsCfg<TN, WGS, NT>;
+  using C = RsCfg<TN, WGS, NT, TW>;
   constexpr int CH = C::CH, ACC = C::ACC;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // the swizzle is computed from address bits: x tiles must sit on 1024-byte boundaries
   unsigned char* const smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-  const int tid = int(threadIdx.x), lane = tid & 31, wg = tid >> 7, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+  const int wg = (tid >> 7) % WGS, box0 = (tid >> 7) / WGS * NT;  // this warpgroup's 64 channels and first token box
   const int cta = int(blockIdx.x), ktiles = k / BK;
-  const RsSchedule sch(units, int(gridDim.x), cta, ktiles, ctiles, CH, TN * NT);
+  const RsSchedule sch(units, int(gridDim.x), cta, ktiles);
   auto xtile = [&](int j) { return smem + (j % STAGES) * C::x_bytes; };
   auto wtile = [&](int j) { return smem + C::w_base + (j % STAGES) * (C::wp_bytes + C::ws_bytes); };
 
@@ -151,132 +175,135 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
     for (int s = 0; s < STAGES; ++s) mbar_init(&xfull[s], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
   }
-  // a tile's table sets into buffer b: warpgroup w's set j (0, 1) at t_base + b sets_bytes + (2 w + j) SET_BYTES
-  auto load_sets = [&](int b, int n0) {
-    uint4* const sets = reinterpret_cast<uint4*>(smem + C::t_base + b * C::sets_bytes);
-    const int groups = (n + 63) / 64;
-    for (int i = tid; i < WGS * 2 * 256; i += C::THREADS) {
-      const int grp = n0 / 64 + (i >> 9);
-      sets[i] = grp < groups ? tabs[group_sets[2 * grp + ((i >> 8) & 1)] * 256 + (i & 255)] : make_uint4(0, 0, 0, 0);
-    }
-  };
-  RsSchedule::Unit u = sch.at(0);  // the unit running
-  load_sets(0, u.n0);
-  __syncthreads();
-  auto load_x = [&](int j, const RsSchedule::Unit& v) {
-    if (tid != 0 || j >= sch.steps) return;
-    mbar_arrive_expect_tx(&xfull[j % STAGES], C::x_bytes);
-#pragma unroll
-    for (int i = 0; i < NT; ++i) tma_load_2d(xtile(j) + i * TN * BK * 2, &xmap, v.kt * BK, v.m0 + i * TN, &xfull[j % STAGES]);
-  };
-  auto load_w = [&](int j, const RsSchedule::Unit& v) {
-    if (j < sch.steps) Nvfp4StepCopy<CH, BK>(packed, scales, v.n0, n, k, tid)(wtile(j), v.kt);
-  };
-
   const int ra = wg * 64 + warp * 16 + g;  // this thread's A rows: channels ra and ra + 8 of the CTA
-  const uint32_t sel = uint32_t(t) | uint32_t(t + 4) << 4;
-  const unsigned char *set0 = nullptr, *set1 = nullptr;
-  int seg = -1;  // the segment running (its sets in buffer seg & 1)
   float acc[NT][TN / 2];
   uint32_t afr[2][4];
 
-  // the loads run ahead: x 2 units, the weights 3
-  RsSchedule::Unit ux = sch.at(0), uw = sch.at(0);
-  load_w(0, uw), load_x(0, ux);
-  sch.advance(uw), sch.advance(ux);
-  load_w(1, uw);
-  sch.advance(uw);
-  cp_async_commit();
-  load_x(1, ux), load_w(2, uw);
-  sch.advance(ux), sch.advance(uw);
-  cp_async_commit();
-
-  for (int j = 0; j < sch.steps; ++j, sch.advance(u)) {
-    const int kt = u.kt, n0 = u.n0;
-    const bool first = kt == (u.kind == RsSchedule::TAIL ? sch.tk : 0);
-    const bool last = kt == (u.kind == RsSchedule::HEAD ? sch.hk : ktiles) - 1;
-    // this thread's copies of weight step j have landed; after the barrier every thread's, and
-    // every warpgroup's wgmmas of step j - 2 are done: x stage (j + 2) % 4 and weight stage
-    // (j + 3) % 4 are free, and so is the other sets buffer
-    cp_async_wait<1>();
+  // The CTA's segments in run order (RsSchedule): its head, its full tiles, its tail. Each runs
+  // the lab's form 3 loop over its k steps; the stages and their mbarrier phases run on across
+  // segments (step j of the CTA: stage j % STAGES), and a segment's first loads are issued once
+  // the previous one's readers are done.
+  const int nseg = (sch.hk > 0) + sch.nfull + (sch.tk > 0);
+  int j0 = 0;  // the CTA's steps before this segment
+  for (int sg = 0; sg < nseg; ++sg) {
+    const int f = sg - (sch.hk > 0);
+    const RsSchedule::Kind kind = sch.hk > 0 && sg == 0 ? RsSchedule::HEAD : f < sch.nfull ? RsSchedule::FULL : RsSchedule::TAIL;
+    const int tile = kind == RsSchedule::HEAD ? sch.tl : kind == RsSchedule::FULL ? sch.f0 + f : sch.tf;
+    const int k0 = kind == RsSchedule::TAIL ? sch.tk : 0, k1 = kind == RsSchedule::HEAD ? sch.hk : ktiles;
+    const int n0 = (tile % ctiles) * CH, m0 = (tile / ctiles) * C::TOKENS;
+    // every thread is done with the previous segment's stages and table sets (its wgmmas waited)
     __syncthreads();
-    load_x(j + 2, ux), load_w(j + 3, uw);
-    sch.advance(ux), sch.advance(uw);
-    cp_async_commit();
-    if (first) {
-      ++seg;
-      const int next = j + (u.kind == RsSchedule::HEAD ? sch.hk : ktiles - kt);  // the next segment's first unit
-      if (next < sch.steps) load_sets((seg + 1) & 1, sch.at(next).n0);  // read after a barrier of this segment's steps
-      const unsigned char* const sets = smem + C::t_base + (seg & 1) * C::sets_bytes;
-      set0 = sets + (2 * wg + (n0 + ra < n ? row_set[n0 + ra] : 0)) * SET_BYTES;
-      set1 = sets + (2 * wg + (n0 + ra + 8 < n ? row_set[n0 + ra + 8] : 0)) * SET_BYTES;
-      if (u.kind == RsSchedule::TAIL) {  // the previous CTA's partial sums of this tile
-        while (ld_acquire_gpu(&flags[cta - 1]) != epoch) {
-        }
-        const float* src = partial + int64_t(cta - 1) * ACC * C::THREADS + tid;
-#pragma unroll
-        for (int i = 0; i < NT; ++i)
-#pragma unroll
-          for (int e = 0; e < TN / 2; ++e) acc[i][e] = __ldcg(src + (i * (TN / 2) + e) * C::THREADS);
+    {  // the segment's table sets: warpgroup w's set s (0, 1) at t_base + (2 w + s) SET_BYTES
+      uint4* const sets = reinterpret_cast<uint4*>(smem + C::t_base);
+      const int groups = (n + 63) / 64;
+      for (int i = tid; i < WGS * 2 * 256; i += C::THREADS) {
+        const int grp = n0 / 64 + (i >> 9);
+        sets[i] = grp < groups ? tabs[group_sets[2 * grp + ((i >> 8) & 1)] * 256 + (i & 255)] : make_uint4(0, 0, 0, 0);
       }
     }
-
-    const unsigned char* wp = wtile(j);
-    const uint2 p0 = quad_units(wp + ra * 32, sel), p1 = quad_units(wp + (ra + 8) * 32, sel);
-    const uint32_t s0 = *reinterpret_cast<const uint32_t*>(wp + C::wp_bytes + ra * 4);
-    const uint32_t s1 = *reinterpret_cast<const uint32_t*>(wp + C::wp_bytes + (ra + 8) * 4);
-    mbar_wait(&xfull[j % STAGES], uint32_t((j / STAGES) & 1));
-    const unsigned char* xt = xtile(j);
+    // 2 threads a channel (the first 2 CH threads) copy the codes and scales
+    const Nvfp4StepCopy<CH, BK> copy_w(packed, scales, n0, n, k, tid < 2 * CH ? tid : 0);
+    auto load_x = [&](int kt) {  // step kt's x boxes into stage (j0 + kt - k0) % STAGES
+      if (tid != 0 || kt >= k1) return;
+      const int st = (j0 + kt - k0) % STAGES;
+      mbar_arrive_expect_tx(&xfull[st], C::x_bytes);
 #pragma unroll
-    for (int s = 0; s < BK / 16; ++s) {
-      const uint4 q0 = *reinterpret_cast<const uint4*>(set0 + ((s0 >> (8 * s)) & 0xffu) * 16);
-      const uint4 q1 = *reinterpret_cast<const uint4*>(set1 + ((s1 >> (8 * s)) & 0xffu) * 16);
-      uint32_t(&a)[4] = afr[s & 1];
-      dequant_unit(s < 2 ? p0.x : p0.y, s & 1, Table{q0.x, q0.y, q0.z, q0.w}, a[0], a[2]);
-      dequant_unit(s < 2 ? p1.x : p1.y, s & 1, Table{q1.x, q1.y, q1.z, q1.w}, a[1], a[3]);
-      // the accumulators pinned in registers before the wgmmas (otherwise ptxas serializes them,
-      // C7515 under -Xptxas -v)
+      for (int i = 0; i < NT * TW; ++i) tma_load_2d(smem + st * C::x_bytes + i * TN * BK * 2, &xmap, kt * BK, m0 + i * TN, &xfull[st]);
+    };
+    auto load_w = [&](int kt) {
+      if (kt < k1 && tid < 2 * CH) copy_w(wtile(j0 + kt - k0), kt);
+    };
+    // the loads run ahead: x 2 steps, the weights 3
+    load_w(k0), load_x(k0), load_w(k0 + 1);
+    cp_async_commit();
+    load_x(k0 + 1), load_w(k0 + 2);
+    cp_async_commit();
+    const unsigned char* const sets = smem + C::t_base;
+    const unsigned char* const set0 = sets + (2 * wg + (n0 + ra < n ? row_set[n0 + ra] : 0)) * SET_BYTES;
+    const unsigned char* const set1 = sets + (2 * wg + (n0 + ra + 8 < n ? row_set[n0 + ra + 8] : 0)) * SET_BYTES;
+    if (kind == RsSchedule::TAIL) {  // the previous CTA's partial sums of this tile
+      while (ld_acquire_gpu(&flags[cta - 1]) != 1) {
+      }
+      const float* src = partial + int64_t(cta - 1) * ACC * C::THREADS + tid;
 #pragma unroll
       for (int i = 0; i < NT; ++i)
 #pragma unroll
-        for (int e = 0; e < TN / 2; ++e) fence_operand(acc[i][e]);
-      wgmma_fence();
-      // a tail's steps all accumulate (kt > 0) onto the loaded partial sums
-#pragma unroll
-      for (int i = 0; i < NT; ++i) wgmma_bf16_rs<TN>(acc[i], a, wgmma_desc(xt + i * TN * BK * 2 + s * 32), kt > 0 || s > 0);
-      wgmma_commit();
-      wgmma_wait<1>();  // the A fragment of step s - 1 is free again
+        for (int e = 0; e < TN / 2; ++e) acc[i][e] = __ldcg(src + (i * (TN / 2) + e) * C::THREADS);
     }
 
-    if (last) {
-      wgmma_wait<0>();
+    for (int kt = k0; kt < k1; ++kt) {
+      const int jj = j0 + kt - k0;
+      // this thread's copies of weight step kt have landed; after the barrier every thread's (and
+      // the table sets), and every warpgroup's wgmmas of step kt - 2 are done: x stage
+      // (jj + 2) % 4 and weight stage (jj + 3) % 4 are free
+      cp_async_wait<1>();
+      __syncthreads();
+      load_x(kt + 2), load_w(kt + 3);
+      cp_async_commit();
+
+      const unsigned char* wp = wtile(jj);
+      const uint2 p0 = *reinterpret_cast<const uint2*>(wp + ra * 32 + t * 8);
+      const uint2 p1 = *reinterpret_cast<const uint2*>(wp + (ra + 8) * 32 + t * 8);
+      const uint32_t s0 = *reinterpret_cast<const uint32_t*>(wp + C::wp_bytes + ra * 4);
+      const uint32_t s1 = *reinterpret_cast<const uint32_t*>(wp + C::wp_bytes + (ra + 8) * 4);
+      mbar_wait(&xfull[jj % STAGES], uint32_t((jj / STAGES) & 1));
+      const unsigned char* xt = xtile(jj);
+#pragma unroll
+      for (int s = 0; s < BK / 16; ++s) {
+        const uint4 q0 = *reinterpret_cast<const uint4*>(set0 + ((s0 >> (8 * s)) & 0xffu) * 16);
+        const uint4 q1 = *reinterpret_cast<const uint4*>(set1 + ((s1 >> (8 * s)) & 0xffu) * 16);
+        uint32_t(&a)[4] = afr[s & 1];
+        dequant_unit(s < 2 ? p0.x : p0.y, s & 1, Table{q0.x, q0.y, q0.z, q0.w}, a[0], a[2]);
+        dequant_unit(s < 2 ? p1.x : p1.y, s & 1, Table{q1.x, q1.y, q1.z, q1.w}, a[1], a[3]);
+        // the accumulators pinned in registers before the wgmmas (otherwise ptxas serializes them,
+        // C7515 under -Xptxas -v)
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+          for (int e = 0; e < TN / 2; ++e) fence_operand(acc[i][e]);
+        wgmma_fence();
+        // a tail's steps all accumulate (kt > 0) onto the loaded partial sums
+#pragma unroll
+        for (int i = 0; i < NT; ++i) wgmma_bf16_rs<TN>(acc[i], a, wgmma_desc(xt + (box0 + i) * TN * BK * 2 + s * 32), kt > 0 || s > 0);
+        wgmma_commit();
+        wgmma_wait<1>();  // the A fragment of step s - 1 is free again
+      }
+    }
+    j0 += k1 - k0;
+
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+#pragma unroll
+      for (int e = 0; e < TN / 2; ++e) fence_operand(acc[i][e]);
+    if (kind == RsSchedule::HEAD) {  // published for the next CTA, which continues the sums
+      float* dst = partial + int64_t(cta) * ACC * C::THREADS + tid;
 #pragma unroll
       for (int i = 0; i < NT; ++i)
 #pragma unroll
-        for (int e = 0; e < TN / 2; ++e) fence_operand(acc[i][e]);
-      if (u.kind == RsSchedule::HEAD) {  // published for the next CTA, which continues the sums
-        float* dst = partial + int64_t(cta) * ACC * C::THREADS + tid;
+        for (int e = 0; e < TN / 2; ++e) __stcg(dst + (i * (TN / 2) + e) * C::THREADS, acc[i][e]);
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) st_release_gpu(&flags[cta], 1);
+    } else {
+      // acc[i] is the 64-channel x TN-token D fragment: channels ra and ra + 8, tokens 8 e + 2 t + {0, 1}
 #pragma unroll
-        for (int i = 0; i < NT; ++i)
+      for (int i = 0; i < NT; ++i)
 #pragma unroll
-          for (int e = 0; e < TN / 2; ++e) __stcg(dst + (i * (TN / 2) + e) * C::THREADS, acc[i][e]);
-        __threadfence();
+        for (int e = 0; e < TN / 8; ++e)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int tok = m0 + (box0 + i) * TN + e * 8 + t * 2 + c, ch = n0 + ra + h * 8;
+              if (tok < m && ch < n) store_output(y, y_f32, ldy, accumulate, tok, ch, acc[i][e * 4 + h * 2 + c]);
+            }
+      // the previous CTA's flag back to 0 for the next launch (after every thread has seen it
+      // set): launches on one stream reuse the flags without a host-side value that a CUDA
+      // graph's replay would repeat
+      if (kind == RsSchedule::TAIL) {
         __syncthreads();
-        if (tid == 0) st_release_gpu(&flags[cta], epoch);
-      } else {
-        // acc[i] is the 64-channel x TN-token D fragment: channels ra and ra + 8, tokens 8 e + 2 t + {0, 1}
-        const int m0 = u.m0;
-#pragma unroll
-        for (int i = 0; i < NT; ++i)
-#pragma unroll
-          for (int e = 0; e < TN / 8; ++e)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-              for (int c = 0; c < 2; ++c) {
-                const int tok = m0 + i * TN + e * 8 + t * 2 + c, ch = n0 + ra + h * 8;
-                if (tok < m && ch < n) store_output(y, y_f32, ldy, accumulate, tok, ch, acc[i][e * 4 + h * 2 + c]);
-              }
+        if (tid == 0) flags[cta - 1] = 0;
       }
     }
   }
@@ -285,51 +312,75 @@ __global__ void __launch_bounds__(RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT
 #endif
 }
 
+// The kernel's shared memory and carveout, set once (before its first launch or occupancy query)
+template <int TN, int WGS, int NT, int TW>
+void configure() {
+  static const bool configured = [] {
+    using C = RsCfg<TN, WGS, NT, TW>;
+    check(cudaFuncSetAttribute(nvfp4_gemm_rs_k<TN, WGS, NT, TW>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "nvfp4_gemm_rs");
+    check(cudaFuncSetAttribute(nvfp4_gemm_rs_k<TN, WGS, NT, TW>, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)),
+          "nvfp4_gemm_rs");
+    return true;
+  }();
+  (void)configured;
+}
+
 // CTAs of this configuration an SM holds (the most a stream-K grid may have: every CTA resident)
-template <int TN, int WGS, int NT>
+template <int TN, int WGS, int NT, int TW>
 int resident_per_sm() {
   static const int r = [] {
+    configure<TN, WGS, NT, TW>();
     int b = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, nvfp4_gemm_rs_k<TN, WGS, NT>, RsCfg<TN, WGS, NT>::THREADS, RsCfg<TN, WGS, NT>::bytes),
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, nvfp4_gemm_rs_k<TN, WGS, NT, TW>, RsCfg<TN, WGS, NT, TW>::THREADS, RsCfg<TN, WGS, NT, TW>::bytes),
           "nvfp4_gemm_rs occupancy");
+    if (b < 1) throw Error(Status::Internal, "internal_error", "nvfp4_gemm_rs: a CTA of this tile does not fit an SM");
     return b;
   }();
   return r;
 }
 
-template <int TN, int WGS, int NT>
+// The grid of a stream-K launch (resident CTAs splitting the tiles' k steps), or 0 for a CTA a
+// tile. per_sm < 0: every resident CTA, where a CTA a tile would leave the last wave's SMs idle
+// for 5% or more of the time; per_sm > 0: that many CTAs an SM, where they are resident and no
+// more than the tiles (a tile then spans at most 2 CTAs).
+template <int TN, int WGS, int NT, int TW>
+int64_t stream_k_grid(int64_t m, int64_t n, const Nvfp4RsWork* work, int per_sm) {
+  using C = RsCfg<TN, WGS, NT, TW>;
+  if (!work || !work->partial || per_sm == 0) return 0;
+  const int64_t tiles = (n + C::CH - 1) / C::CH * ((m + C::TOKENS - 1) / C::TOKENS);
+  const int64_t resident = std::min<int64_t>(int64_t(sm_count()) * resident_per_sm<TN, WGS, NT, TW>(), work->slots);
+  int64_t G = 0;
+  if (per_sm < 0) {
+    const int64_t waves = (tiles + resident - 1) / resident;
+    if (tiles > resident && double(waves * resident) >= 1.05 * double(tiles)) G = resident;
+  } else if (per_sm <= resident_per_sm<TN, WGS, NT, TW>()) {
+    G = std::min<int64_t>(int64_t(sm_count()) * per_sm, work->slots);
+    if (G > tiles || G == tiles) G = 0;
+  }
+  return G > 0 && size_t(G) * C::ACC * C::THREADS * 4 <= work->partial_bytes ? G : 0;
+}
+
+template <int TN, int WGS, int NT, int TW>
 void launch(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const Nvfp4RsTables& tb,
-            int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, Nvfp4RsWork* work, cudaStream_t s) {
-  using C = RsCfg<TN, WGS, NT>;
-  static const bool configured = [] {
-    check(cudaFuncSetAttribute(nvfp4_gemm_rs_k<TN, WGS, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::bytes), "nvfp4_gemm_rs");
-    check(cudaFuncSetAttribute(nvfp4_gemm_rs_k<TN, WGS, NT>, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)),
-          "nvfp4_gemm_rs");
-    return true;
-  }();
-  (void)configured;
+            int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, Nvfp4RsWork* work, int per_sm, cudaStream_t s) {
+  using C = RsCfg<TN, WGS, NT, TW>;
+  configure<TN, WGS, NT, TW>();
   const CUtensorMap xmap = bf16_tensor_map_sw128(x, m, k, ldx, BK, TN, "nvfp4_gemm_rs");
-  const int64_t ctiles = (n + C::CH - 1) / C::CH, tiles = ctiles * ((m + TN * NT - 1) / (TN * NT));
+  const int64_t ctiles = (n + C::CH - 1) / C::CH, tiles = ctiles * ((m + C::TOKENS - 1) / C::TOKENS);
   const int64_t units = tiles * (k / BK);
-  // stream-K where a CTA a tile would leave the last wave's SMs idle for 5% or more of the time
-  int64_t G = tiles;
+  int64_t G = stream_k_grid<TN, WGS, NT, TW>(m, n, work, per_sm);
   float* partial = nullptr;
   int* flags = nullptr;
-  int epoch = 0;
-  if (work && work->partial) {
-    const int64_t slots = std::min<int64_t>(int64_t(sm_count()) * resident_per_sm<TN, WGS, NT>(), work->slots);
-    const int64_t waves = (tiles + slots - 1) / slots;
-    if (tiles > slots && double(waves * slots) >= 1.05 * double(tiles) &&
-        size_t(slots) * C::ACC * C::THREADS * 4 <= work->partial_bytes) {
-      G = slots;
-      partial = work->partial;
-      flags = work->flags;
-      epoch = ++work->epoch;
-    }
+  if (G > 0) {
+    partial = work->partial;
+    flags = work->flags;
+    ++work->streamed;
+  } else {
+    G = tiles;
   }
-  nvfp4_gemm_rs_k<TN, WGS, NT><<<unsigned(G), C::THREADS, C::bytes, s>>>(xmap, int(m), int(k), packed, scales, static_cast<const uint4*>(tb.tabs),
-                                                                        tb.group_sets, tb.row_set, int(n), y, y_f32, ldy, accumulate,
-                                                                        int(ctiles), units, partial, flags, epoch);
+  nvfp4_gemm_rs_k<TN, WGS, NT, TW><<<unsigned(G), C::THREADS, C::bytes, s>>>(xmap, int(m), int(k), packed, scales, static_cast<const uint4*>(tb.tabs),
+                                                                            tb.group_sets, tb.row_set, int(n), y, y_f32, ldy, accumulate,
+                                                                            int(ctiles), units, partial, flags);
   check_launch("nvfp4_gemm_rs");
 }
 
@@ -385,6 +436,20 @@ Nvfp4RsTables nvfp4_rs_upload(const Nvfp4RsPlan& plan, void* mem, cudaStream_t s
 
 bool nvfp4_gemm_rs_available() { return sm90a_kernels_run_here(); }
 
+void nvfp4_rs_repack(uint8_t* packed, int64_t n, int64_t k, cudaStream_t s) {
+  const int64_t units = n * k / 64;
+  if (units == 0) return;
+  rs_repack_k<<<unsigned((units + 255) / 256), 256, 0, s>>>(packed, units);
+  check_launch("nvfp4_rs_repack");
+}
+
+void nvfp4_dequantize_rs(const uint8_t* packed, const uint8_t* scales, const float* row_gs, int64_t n, int64_t k, bf16* w, cudaStream_t s) {
+  const int64_t blocks = n * k / 16;
+  if (blocks == 0) return;
+  rs_dequant_k<<<unsigned(std::min<int64_t>((blocks + 255) / 256, 65536)), 256, 0, s>>>(packed, scales, row_gs, n, k, w);
+  check_launch("nvfp4_dequantize_rs");
+}
+
 Nvfp4RsWork::Nvfp4RsWork() {
   slots = 3 * sm_count();
   partial_bytes = kBytesPerSm * size_t(sm_count());
@@ -404,8 +469,42 @@ RsTile nvfp4_gemm_rs_tile(int64_t m, int64_t n) {
   return tl;
 }
 
+namespace {
+
+using RsLaunch = void (*)(const bf16*, int64_t, int64_t, int64_t, const uint8_t*, const uint8_t*, const Nvfp4RsTables&, int64_t, void*, bool,
+                          int64_t, bool, Nvfp4RsWork*, int, cudaStream_t);
+using RsGrid = int64_t (*)(int64_t, int64_t, const Nvfp4RsWork*, int);
+struct RsKernel {
+  RsTile tile;
+  RsLaunch fn;
+  RsGrid stream_k;
+};
+// (RsTile's fields are tn, nt, wgs, tw: the template's second and third arguments swapped)
+#define CLEFRT_RS_TILE(TN, WGS, NT, TW) \
+  { {TN, NT, WGS, TW}, launch<TN, WGS, NT, TW>, stream_k_grid<TN, WGS, NT, TW> }
+// the compiled tiles
+const RsKernel kRsKernels[] = {
+    CLEFRT_RS_TILE(64, 1, 1, 1),  CLEFRT_RS_TILE(64, 2, 1, 1),  CLEFRT_RS_TILE(160, 1, 1, 1), CLEFRT_RS_TILE(160, 2, 1, 1), CLEFRT_RS_TILE(160, 1, 2, 1),
+    CLEFRT_RS_TILE(160, 2, 2, 1), CLEFRT_RS_TILE(64, 1, 1, 2),  CLEFRT_RS_TILE(160, 1, 1, 2), CLEFRT_RS_TILE(160, 2, 1, 2),
+};
+#undef CLEFRT_RS_TILE
+
+const RsKernel& kernel_of(const RsTile& tl) {
+  for (const RsKernel& r : kRsKernels)
+    if (r.tile.same_kernel(tl)) return r;
+  throw Error(Status::Internal, "internal_error", "nvfp4_gemm_rs: no kernel for the tile " + tl.name());
+}
+
+}  // namespace
+
+std::vector<RsTile> nvfp4_gemm_rs_tiles() {
+  std::vector<RsTile> v;
+  for (const RsKernel& r : kRsKernels) v.push_back(r.tile);
+  return v;
+}
+
 void nvfp4_gemm_rs(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8_t* packed, const uint8_t* scales, const Nvfp4RsTables& tables,
-                   int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s, Nvfp4RsWork* work) {
+                   int64_t n, void* y, bool y_f32, int64_t ldy, bool accumulate, cudaStream_t s, Nvfp4RsWork* work, const RsTile* tile) {
   if (m == 0 || n == 0) return;
   const auto misaligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a != 0; };
   if (!nvfp4_gemm_rs_available())
@@ -415,13 +514,26 @@ void nvfp4_gemm_rs(const bf16* x, int64_t m, int64_t k, int64_t ldx, const uint8
     throw Error(Status::Internal, "internal_error",
                 "nvfp4_gemm_rs: unsupported operands (tables made at load, k " + std::to_string(k) +
                     " a multiple of 64, x rows 16-byte aligned, accumulation into fp32 only)");
-  const RsTile tl = nvfp4_gemm_rs_tile(m, n);
-  using Fn = void (*)(const bf16*, int64_t, int64_t, int64_t, const uint8_t*, const uint8_t*, const Nvfp4RsTables&, int64_t, void*, bool,
-                     int64_t, bool, Nvfp4RsWork*, cudaStream_t);
-  const Fn fn = tl.tn == 64  ? (tl.wgs == 2 ? Fn(launch<64, 2, 1>) : Fn(launch<64, 1, 1>))
-                : tl.nt == 1 ? (tl.wgs == 2 ? Fn(launch<160, 2, 1>) : Fn(launch<160, 1, 1>))
-                             : (tl.wgs == 2 ? Fn(launch<160, 2, 2>) : Fn(launch<160, 1, 2>));
-  fn(x, m, k, ldx, packed, scales, tables, n, y, y_f32, ldy, accumulate, work, s);
+  const RsTile tl = tile ? *tile : nvfp4_gemm_rs_tile(m, n);
+  kernel_of(tl).fn(x, m, k, ldx, packed, scales, tables, n, y, y_f32, ldy, accumulate, work, tl.per_sm, s);
+}
+
+int64_t nvfp4_gemm_rs_grid(int64_t m, int64_t n, const RsTile& tile, const Nvfp4RsWork* work) {
+  return kernel_of(tile).stream_k(m, n, work, tile.per_sm);
+}
+
+std::vector<RsTile> nvfp4_gemm_rs_grids(int64_t m, int64_t n, RsTile tile, const Nvfp4RsWork* work) {
+  std::vector<RsTile> out;
+  std::vector<int64_t> grids;
+  for (int per_sm : {0, -1, 1, 2, 3}) {
+    tile.per_sm = per_sm;
+    const int64_t g = nvfp4_gemm_rs_grid(m, n, tile, work);
+    // no stream-K there (the same launch as per_sm 0), or a grid already listed
+    if ((per_sm != 0 && g == 0) || std::find(grids.begin(), grids.end(), g) != grids.end()) continue;
+    grids.push_back(g);
+    out.push_back(tile);
+  }
+  return out;
 }
 
 }  // namespace clefrt::cuda
