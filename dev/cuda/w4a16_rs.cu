@@ -680,15 +680,13 @@ int main(int argc, char** argv) {
         r.add("m", json::Value::integer(m));
         r.add("bf16_invariant_ms", json::Value::number(t_inv));
         r.add("product_wgmma_ms", json::Value::number(t_wg));
-        // every compiled tile (the one nvfp4_gemm_rs picks marked), a CTA a tile and each distinct
-        // stream-K grid (W4A16RsTuner's candidates: it picks the fastest at its first call)
-        const RsTile chosen = nvfp4_gemm_rs_tile(m, n);
+        // W4A16RsTuner's candidates (it picks the fastest at its first call), the untuned pick first
         double best = 0;
         std::string best_name;
-        for (const RsTile& tile : nvfp4_gemm_rs_tiles()) {
-          const int64_t tok = int64_t(tile.tn) * tile.nt * tile.tw, tiles = (m + tok - 1) / tok;
-          if (!product_rs || (!chosen.same_kernel(tile) && tok > 64 && tiles * tok > m + m / 2 + 64)) continue;  // mostly padding: skip
-          for (const RsTile& tl : nvfp4_gemm_rs_grids(m, n, tile, &rs_work)) {
+        if (product_rs) {
+          const std::vector<RsTile> cands = nvfp4_gemm_rs_candidates(m, n, &rs_work);
+          for (size_t ci = 0; ci < cands.size(); ++ci) {
+            const RsTile& tl = cands[ci];
             const int64_t g = nvfp4_gemm_rs_grid(m, n, tl, &rs_work);
             check(cudaMemsetAsync(y1.get(), 0xFF, size_t(m * n) * 2, s), "poison");
             nvfp4_gemm_rs(x.as<bf16>(), m, k, k, rs.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s, &rs_work, &tl);
@@ -700,7 +698,7 @@ int main(int argc, char** argv) {
               nvfp4_gemm_rs(x.as<bf16>(), m, k, k, rs.as<uint8_t>(), scales.as<uint8_t>(), prs, n, y1.get(), false, n, false, s, &rs_work, &tl);
             });
             const std::string name = tl.name() + (g > 0 ? ", stream-K " + std::to_string(g) : std::string());
-            const bool picked = tl.same_kernel(chosen) && nvfp4_gemm_rs_grid(m, n, chosen, &rs_work) == g;
+            const bool picked = ci == 0;
             std::printf("  m %5lld  product short-input (nvfp4_gemm_rs, %s%s) %8.3f ms %6.1f TF/s %5.1f%%  (%.2fx bf16)  %zu of %zu "
                         "outputs differ from the product's wgmma\n",
                         (long long)m, name.c_str(), picked ? ", untuned pick" : "", t, tf(t), 100 * tf(t) / hw.peak_bf16_tflops, t_inv / t, diff,

@@ -111,6 +111,10 @@ int64_t nvfp4_gemm_rs_grid(int64_t m, int64_t n, const RsTile& tile, const Nvfp4
 // The launches of a tile at m x n that differ: a CTA a tile (per_sm 0), then each stream-K grid
 // (per_sm -1, 1, 2, 3) not already listed (the tuner, the lab and the GPU test run each).
 std::vector<RsTile> nvfp4_gemm_rs_grids(int64_t m, int64_t n, RsTile tile, const Nvfp4RsWork* work);
+// The launches worth timing at m x n (W4A16RsTuner's candidates, the lab's list):
+// nvfp4_gemm_rs_tile's launch first, then each launch (nvfp4_gemm_rs_grids) of every compiled
+// tile that is not mostly padding at m, each launch once.
+std::vector<RsTile> nvfp4_gemm_rs_candidates(int64_t m, int64_t n, const Nvfp4RsWork* work);
 // The FP8 GEMM of our own (fp8_gemm_wgmma.cuh; sm_90a builds on compute capability 9.0: available)
 // in cuBLASLt's place in Gemm::run_fp8, unscaled: y [m, n] = x [m, k] w [n, k]^T in bf16 or fp32,
 // rows ldy apart; k a multiple of 16, x and w 16-byte aligned. form 1: one CTA a 128 x 128 tile;

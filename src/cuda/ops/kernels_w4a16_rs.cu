@@ -355,7 +355,7 @@ int64_t stream_k_grid(int64_t m, int64_t n, const Nvfp4RsWork* work, int per_sm)
     if (tiles > resident && double(waves * resident) >= 1.05 * double(tiles)) G = resident;
   } else if (per_sm <= resident_per_sm<TN, WGS, NT, TW>()) {
     G = std::min<int64_t>(int64_t(sm_count()) * per_sm, work->slots);
-    if (G > tiles || G == tiles) G = 0;
+    if (G >= tiles) G = 0;
   }
   return G > 0 && size_t(G) * C::ACC * C::THREADS * 4 <= work->partial_bytes ? G : 0;
 }
@@ -532,6 +532,19 @@ std::vector<RsTile> nvfp4_gemm_rs_grids(int64_t m, int64_t n, RsTile tile, const
     if ((per_sm != 0 && g == 0) || std::find(grids.begin(), grids.end(), g) != grids.end()) continue;
     grids.push_back(g);
     out.push_back(tile);
+  }
+  return out;
+}
+
+std::vector<RsTile> nvfp4_gemm_rs_candidates(int64_t m, int64_t n, const Nvfp4RsWork* work) {
+  const RsTile reference = nvfp4_gemm_rs_tile(m, n);
+  const int64_t reference_grid = nvfp4_gemm_rs_grid(m, n, reference, work);
+  std::vector<RsTile> out{reference};
+  for (const RsKernel& r : kRsKernels) {
+    const int64_t tok = int64_t(r.tile.tn) * r.tile.nt * r.tile.tw, tiles = (m + tok - 1) / tok;
+    if (tok > 64 && tiles * tok > m + m / 2 + 64) continue;  // mostly padding
+    for (const RsTile& c : nvfp4_gemm_rs_grids(m, n, r.tile, work))
+      if (!c.same_kernel(reference) || nvfp4_gemm_rs_grid(m, n, c, work) != reference_grid) out.push_back(c);  // (the reference's: listed)
   }
   return out;
 }

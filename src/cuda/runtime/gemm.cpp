@@ -1,6 +1,7 @@
 #include "cuda/runtime/gemm.h"
 
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/event_timer.h"
 #include "cuda/ops/kernels_quant.h"
 
 #include <algorithm>
@@ -267,8 +268,8 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
     return;
   }
   void* into = acc ? timed.get() : y;
+  EventTimer timer(op);
   Layouts l = make_layouts(rows, n, k, ldx, ldy, yt, int(in), lab_, op, p.ep);
-  cudaEvent_t t0 = nullptr, t1 = nullptr;
   std::vector<char> want(bytes), got(bytes);
   auto rows_of = [&](const cublasLtMatmulAlgo_t& algo, DeviceBuffer& out, std::vector<char>& host) {
     Plan probe{l.desc, l.a, l.b, l.c, algo};
@@ -288,12 +289,9 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
     launch(full, x, w, into, false, op);  // warm
     std::vector<float> each;
     for (int64_t round = 0; round < rounds; ++round) {
-      check(cudaEventRecord(t0, stream_), op);
+      timer.start(stream_);
       for (int r = 0; r < 3; ++r) launch(full, x, w, into, false, op);
-      check(cudaEventRecord(t1, stream_), op);
-      check(cudaEventSynchronize(t1), op);
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, t0, t1), op);
+      const float ms = float(timer.stop_ms(stream_));  // (cudaEventElapsedTime's float)
       each.push_back(ms / 3);
     }
     std::sort(each.begin(), each.end());
@@ -303,8 +301,6 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
   };
   cublasLtMatmulAlgo_t best = p.reference;
   try {
-    check(cudaEventCreate(&t0), op);
-    check(cudaEventCreate(&t1), op);
     rows_of(p.reference, ref, want);
     float best_ms = time_ms(p.reference);
     for (size_t i = 1; i < algos.size(); ++i) {
@@ -322,13 +318,9 @@ void Gemm::tune(Plan& p, In in, const void* x, int64_t m, int64_t k, int64_t ldx
       }
     }
   } catch (...) {
-    if (t0) cudaEventDestroy(t0);
-    if (t1) cudaEventDestroy(t1);
     destroy(l);
     throw;
   }
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
   destroy(l);
   if (!same_algo(best, p.reference)) ++fp8_adopted_;
   if (log)

@@ -6,32 +6,11 @@
 
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/event_timer.h"
 #include "cuda/runtime/gemm.h"
 #include "cuda/ops/kernels.h"
 
 namespace clefrt::cuda {
-
-namespace {
-struct Timer {
-  cudaEvent_t a, b;
-  Timer() {
-    check(cudaEventCreate(&a), "event");
-    check(cudaEventCreate(&b), "event");
-  }
-  ~Timer() {
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-  }
-  void start(cudaStream_t s) { check(cudaEventRecord(a, s), "event"); }
-  double stop_ms(cudaStream_t s) {
-    check(cudaEventRecord(b, s), "event");
-    check(cudaEventSynchronize(b), "event");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, a, b), "event");
-    return ms;
-  }
-};
-}  // namespace
 
 DeviceInfo device_info() {
   DeviceInfo d;
@@ -73,7 +52,7 @@ HardwareLimits measure_hardware() {
     fill_normal_bf16(a.as<bf16>(), n * n, 1, 0, 1, s);
     fill_normal_bf16(b.as<bf16>(), n * n, 2, 0, 1, s);
     Gemm g(s, false);
-    Timer t;
+    EventTimer t("event");
     for (int i = 0; i < 3; ++i) g.run(a.as<bf16>(), n, n, n, b.as<bf16>(), n, c.get(), OutType::BF16, n, false, "peak gemm");
     double best = 1e30;
     for (int rep = 0; rep < 5; ++rep) {
@@ -87,7 +66,7 @@ HardwareLimits measure_hardware() {
     const size_t bytes = size_t(2) << 30;
     DeviceBuffer a(bytes), b(bytes);
     check(cudaMemsetAsync(a.get(), 1, bytes, s), "memset");
-    Timer t;
+    EventTimer t("event");
     double best = 1e30;
     for (int rep = 0; rep < 6; ++rep) {
       t.start(s);
