@@ -21,6 +21,7 @@
 #include "common/json.h"
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/event_timer.h"
 #include "cuda/runtime/gemm.h"
 #include "cuda/ops/kernels_quant.h"
 #include "cuda/runtime/hardware.h"
@@ -96,22 +97,14 @@ inline double anchor_ms(const json::Value& anchors, const char* group, const std
 // The median of 20 runs of f (CUDA events on stream s) after 3 warm-ups, in milliseconds.
 template <class F>
 double median_ms(cudaStream_t s, F f) {
-  cudaEvent_t a, b;
-  cuda::check(cudaEventCreate(&a), "event");
-  cuda::check(cudaEventCreate(&b), "event");
+  cuda::EventTimer timer("event");
   for (int i = 0; i < 3; ++i) f();
   std::vector<double> t;
   for (int i = 0; i < 20; ++i) {
-    cuda::check(cudaEventRecord(a, s), "event");
+    timer.start(s);
     f();
-    cuda::check(cudaEventRecord(b, s), "event");
-    cuda::check(cudaEventSynchronize(b), "event");
-    float ms = 0;
-    cuda::check(cudaEventElapsedTime(&ms, a, b), "event");
-    t.push_back(ms);
+    t.push_back(timer.stop_ms(s));
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }

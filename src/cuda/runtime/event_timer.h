@@ -1,6 +1,6 @@
 // GPU time between two events on a stream: the hardware measurement, Gemm's tuning of cuBLASLt's
-// candidates and the W4A16 short-input GEMM's tuner time their launches with it. The events
-// are destroyed with the timer (also when a timed launch throws).
+// candidates, the W4A16 short-input GEMM's tuner and the labs' bench::median_ms time their
+// launches with it. The events are destroyed with the timer (also when a timed launch throws).
 #pragma once
 #include <cuda_runtime.h>
 
